@@ -1,0 +1,178 @@
+# hp - one non-recursive Makefile.
+#
+# Targets:
+#   make            build libhp, the tools (O/bin/hp-*), unit tests and helpers
+#   make check      run the whole test suite under prove (TAP)
+#   make bench      benchmarks: hp-train vs PyTorch, printing ratios
+#   make demo       the main demo (fine-tune stories260K, export, plot)
+#   make man        lint and render the man pages (mandoc)
+#   make fuzz       build the libFuzzer targets (clang) into O/fuzz/
+#   make clean
+#
+# Knobs (make VAR=value):
+#   O=DIR           out-of-tree build directory (default: build)
+#   V=1             show full command lines
+#   SANITIZE=list   e.g. SANITIZE=address,undefined (adds -fsanitize=...)
+#   DEVELOPER=0     drop -Werror (on by default: the tree builds warning-free)
+#   CUDA=0          skip the CUDA backend even when nvcc exists
+#   NVCC=path       nvcc to use (default: /usr/local/cuda/bin/nvcc, then PATH)
+#   OPT=flags       optimisation flags (default: -O2 -march=x86-64-v2 -g)
+#   PROVE_JOBS=N    parallel test scripts (default 2)
+#
+# Flags that change (CFLAGS, SANITIZE, CUDA) rebuild everything: the full
+# flag line is kept in O/.flags and every object depends on it.
+
+O ?= build
+V ?= 0
+DEVELOPER ?= 1
+PROVE_JOBS ?= 2
+OPT ?= -O2 -g
+
+CC := mpicc
+CLANG ?= clang
+
+ifeq ($(V),1)
+Q :=
+quiet = @true
+else
+Q := @
+quiet = @printf '  %-7s %s\n'
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
+ifeq ($(DEVELOPER),1)
+WARN += -Werror
+endif
+
+CPPFLAGS += -Ilib -Ikernels -include lib/compat.h -MMD -MP
+CFLAGS += -std=gnu11 $(OPT) $(WARN) -fno-strict-aliasing
+LDLIBS += -ljansson -lyaml -lzstd -lopenblas -lm -lpthread
+
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+# --- optional CUDA backend -------------------------------------------------
+NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(CUDA),0)
+NVCC :=
+endif
+ifneq ($(NVCC),)
+HAVE_CUDA := 1
+NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+NCCL_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so /usr/local/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
+CPPFLAGS += -DHP_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVCCFLAGS := -std=c++17 -O2 -Ilib -Ikernels -DHP_HAVE_CUDA=1 \
+	-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+	-Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(filter 1,$(DEVELOPER)),$(comma)-Werror) \
+	-Werror all-warnings
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	$(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR) -lnccl) \
+	-lcublasLt -lcublas -lcudart -lstdc++
+LDLIBS += $(CUDA_LIBS)
+else
+HAVE_CUDA := 0
+endif
+comma := ,
+
+# --- sources ---------------------------------------------------------------
+LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
+CUDA_SRC := $(sort $(wildcard kernels/cuda/*.cu))
+TOOL_MAIN := tools/common-main.c
+TOOL_SRC := $(sort $(filter-out $(TOOL_MAIN),$(wildcard tools/hp-*.c)))
+UNIT_SRC := $(sort $(wildcard t/unit/test-*.c))
+HELPER_SRC := $(sort $(wildcard t/helper/*.c))
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz-*.c))
+
+LIB_OBJ := $(LIB_SRC:%.c=$(O)/%.o)
+ifeq ($(HAVE_CUDA),1)
+LIB_OBJ += $(CUDA_SRC:%.cu=$(O)/%.cu.o)
+endif
+LIBHP := $(O)/libhp.a
+TOOLS := $(TOOL_SRC:tools/%.c=$(O)/bin/%)
+UNITS := $(UNIT_SRC:t/unit/%.c=$(O)/t/%)
+HELPER := $(O)/bin/hp-test-tool
+FUZZERS := $(FUZZ_SRC:fuzz/%.c=$(O)/fuzz/%)
+
+all: $(TOOLS) $(UNITS) $(if $(HELPER_SRC),$(HELPER)) config-report
+
+config-report:
+	@printf '  %-7s %s\n' "" "MPI: $$(command -v mpiexec >/dev/null && echo ✓ || echo ✗)  CUDA: $(if $(filter 1,$(HAVE_CUDA)),✓ ($(NVCC)),✗)  NCCL: $(if $(NCCL_LIBDIR),✓,✗)"
+
+# Rebuild when the flag line changes.
+FLAGS_LINE := $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) | $(NVCC) $(NVCCFLAGS)
+$(O)/.flags: FORCE
+	@mkdir -p $(O)
+	@echo '$(FLAGS_LINE)' | cmp -s - $@ || echo '$(FLAGS_LINE)' > $@
+
+$(O)/%.o: %.c $(O)/.flags
+	@mkdir -p $(dir $@)
+	$(quiet) CC $<
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(O)/%.cu.o: %.cu $(O)/.flags
+	@mkdir -p $(dir $@)
+	$(quiet) NVCC $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIBHP): $(LIB_OBJ)
+	$(quiet) AR $@
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(O)/bin/%: $(O)/tools/%.o $(O)/tools/common-main.o $(LIBHP)
+	@mkdir -p $(dir $@)
+	$(quiet) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(O)/t/%: $(O)/t/unit/%.o $(O)/t/unit/tap.o $(LIBHP)
+	@mkdir -p $(dir $@)
+	$(quiet) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(O)/t/unit/tap.o: t/tap.c $(O)/.flags
+	@mkdir -p $(dir $@)
+	$(quiet) CC $<
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(HELPER): $(HELPER_SRC:%.c=$(O)/%.o) $(LIBHP)
+	@mkdir -p $(dir $@)
+	$(quiet) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# libFuzzer targets: clang, ASan+UBSan, the library sources compiled in.
+FUZZ_LIB_SRC := $(filter-out kernels/%,$(wildcard lib/*.c))
+$(O)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(dir $@)
+	$(quiet) FUZZ $@
+	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib $$(mpicc -show | grep -o -- '-I[^ ]*') \
+		-include lib/compat.h -o $@ $< $(FUZZ_LIB_SRC) $$(mpicc -show | grep -o -- '-[lL][^ ]*') $(filter-out $(CUDA_LIBS),$(LDLIBS))
+fuzz: $(FUZZERS)
+
+# --- tests, bench, docs ------------------------------------------------------
+TEST_SCRIPTS := $(sort $(wildcard t/t[0-9][0-9][0-9][0-9]-*.sh))
+
+check: all
+	@HP_BUILD_DIR=$(abspath $(O)) HP_HAVE_CUDA=$(HAVE_CUDA) HP_SRC_DIR=$(CURDIR) \
+		prove -j$(PROVE_JOBS) $(UNITS) $(TEST_SCRIPTS)
+
+bench: all
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/run.sh
+
+demo: all
+	@HP_BUILD_DIR=$(abspath $(O)) sh examples/stories260K/run.sh
+
+MAN_PAGES := $(sort $(wildcard man/*.[1-9]))
+man:
+	$(Q)for m in $(MAN_PAGES); do mandoc -Tlint -W warning $$m || exit 1; done
+	$(Q)mkdir -p $(O)/man && for m in $(MAN_PAGES); do mandoc -Tutf8 $$m > $(O)/man/$$(basename $$m).txt; done
+	@echo "  MAN     $(words $(MAN_PAGES)) pages in $(O)/man"
+
+clean:
+	rm -rf $(O)
+
+.PHONY: all check bench demo man fuzz clean config-report FORCE
+.SECONDARY:
+
+-include $(shell find $(O) -name '*.d' 2>/dev/null)
