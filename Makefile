@@ -29,6 +29,7 @@ PROVE_JOBS ?= 2
 OPT ?= -O2 -g
 
 CC := mpicc
+comma := ,
 CLANG ?= clang
 
 ifeq ($(V),1)
@@ -39,12 +40,12 @@ Q := @
 quiet = @printf '  %-7s %s\n'
 endif
 
-WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
+WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-format-truncation -Wstrict-prototypes -Wmissing-prototypes
 ifeq ($(DEVELOPER),1)
 WARN += -Werror
 endif
 
-CPPFLAGS += -Ilib -Ikernels -include lib/compat.h -MMD -MP
+CPPFLAGS += -Ilib -Ikernels -It -include lib/compat.h -MMD -MP
 CFLAGS += -std=gnu11 $(OPT) $(WARN) -fno-strict-aliasing
 LDLIBS += -ljansson -lyaml -lzstd -lopenblas -lm -lpthread
 
@@ -75,7 +76,6 @@ LDLIBS += $(CUDA_LIBS)
 else
 HAVE_CUDA := 0
 endif
-comma := ,
 
 # --- sources ---------------------------------------------------------------
 LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))

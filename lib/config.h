@@ -20,7 +20,9 @@
 #ifndef HP_CONFIG_H
 #define HP_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "err.h"
 
@@ -168,6 +170,14 @@ struct hp_config {
  */
 int hp_config_load(struct hp_config *c, const char *path,
 		   int noverrides, char *const *overrides, struct hp_err *e);
+
+/*
+ * The same from YAML text in memory (len bytes of buf; no NUL needed); name
+ * stands for the file in messages and relative paths.  For tests and the
+ * fuzz target.
+ */
+int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, size_t len,
+		       int noverrides, char *const *overrides, struct hp_err *e);
 
 /* Free everything owned by c (safe on a zeroed or released config). */
 void hp_config_release(struct hp_config *c);

@@ -44,7 +44,13 @@ int hp_err_prefix(struct hp_err *e, const char *fmt, ...)
 	vsnprintf(head, sizeof(head), fmt, ap);
 	va_end(ap);
 	memcpy(old, e->msg, sizeof(old));
-	snprintf(e->msg, sizeof(e->msg), "%s: %s", head, old);
+	/* both halves are bounded: truncation of an over-long message is fine */
+	size_t n = strnlen(head, sizeof(e->msg) - 3);
+	memcpy(e->msg, head, n);
+	memcpy(e->msg + n, ": ", 2);
+	size_t m = strnlen(old, sizeof(e->msg) - n - 3);
+	memcpy(e->msg + n + 2, old, m);
+	e->msg[n + 2 + m] = '\0';
 	return e->code;
 }
 

@@ -1,0 +1,199 @@
+/*
+ * attention.c - causal grouped-query attention, forward and backward.
+ *
+ * HF eager attention: scores = q k^T / sqrt(head_dim) + causal mask,
+ * P = softmax(scores) in fp32, out = P v; query head h reads key/value head
+ * h / (n_heads / n_kv_heads) (repeat_kv without the copy).  P is saved for
+ * the backward:
+ *   dv  += P^T dout               dP = dout v^T
+ *   dS   = P * (dP - rowsum(dP * P))
+ *   dq   = scale * dS k           dk += scale * dS^T q
+ * The reference is plain loops; the BLAS variant does the same algebra with
+ * sgemm per (batch, head) on strided views, computing only what the causal
+ * mask keeps where that is cheap.  Neither is the tiled flash kernel: that
+ * arrives with kernel substitution.
+ */
+#include <cblas.h>
+#include <math.h>
+
+#include "cpu/ops.h"
+
+void hp_attention_fwd_ref(float *out, float *P, const float *q, const float *k, const float *v,
+			  int B, int T, int n_heads, int n_kv_heads, int head_dim)
+{
+	int group = n_heads / n_kv_heads, D = head_dim;
+	long qs = (long)n_heads * D, ks = (long)n_kv_heads * D;
+	float scale = 1.0f / sqrtf((float)D);
+
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < n_heads; h++) {
+			int kh = h / group;
+			for (int i = 0; i < T; i++) {
+				const float *qi = q + ((long)b * T + i) * qs + h * D;
+				float *p = P + (((long)b * n_heads + h) * T + i) * T;
+				float mx = -INFINITY;
+				for (int j = 0; j <= i; j++) {
+					const float *kj = k + ((long)b * T + j) * ks + kh * D;
+					double s = 0;
+					for (int d = 0; d < D; d++)
+						s += (double)qi[d] * kj[d];
+					p[j] = (float)s * scale;
+					if (p[j] > mx)
+						mx = p[j];
+				}
+				double sum = 0;
+				for (int j = 0; j <= i; j++) {
+					p[j] = expf(p[j] - mx);
+					sum += p[j];
+				}
+				for (int j = 0; j <= i; j++)
+					p[j] = (float)(p[j] / sum);
+				for (int j = i + 1; j < T; j++)
+					p[j] = 0;
+				float *oi = out + ((long)b * T + i) * qs + h * D;
+				for (int d = 0; d < D; d++) {
+					double s = 0;
+					for (int j = 0; j <= i; j++)
+						s += (double)p[j] * v[((long)b * T + j) * ks + kh * D + d];
+					oi[d] = (float)s;
+				}
+			}
+		}
+}
+
+void hp_attention_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *P,
+			  const float *q, const float *k, const float *v, float *scratch,
+			  int B, int T, int n_heads, int n_kv_heads, int head_dim)
+{
+	int group = n_heads / n_kv_heads, D = head_dim;
+	long qs = (long)n_heads * D, ks = (long)n_kv_heads * D;
+	float scale = 1.0f / sqrtf((float)D);
+	float *dS = scratch;   /* one row of T */
+
+	memset(dk, 0, sizeof(float) * (size_t)B * T * ks);
+	memset(dv, 0, sizeof(float) * (size_t)B * T * ks);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < n_heads; h++) {
+			int kh = h / group;
+			for (int i = 0; i < T; i++) {
+				const float *p = P + (((long)b * n_heads + h) * T + i) * T;
+				const float *doi = dout + ((long)b * T + i) * qs + h * D;
+				double rs = 0;
+				for (int j = 0; j <= i; j++) {
+					const float *vj = v + ((long)b * T + j) * ks + kh * D;
+					double s = 0;
+					for (int d = 0; d < D; d++)
+						s += (double)doi[d] * vj[d];
+					dS[j] = (float)s;     /* dP for now */
+					rs += s * p[j];
+				}
+				for (int j = 0; j <= i; j++)
+					dS[j] = p[j] * (float)(dS[j] - rs);
+				float *dqi = dq + ((long)b * T + i) * qs + h * D;
+				const float *qi = q + ((long)b * T + i) * qs + h * D;
+				for (int d = 0; d < D; d++) {
+					double s = 0;
+					for (int j = 0; j <= i; j++)
+						s += (double)dS[j] * k[((long)b * T + j) * ks + kh * D + d];
+					dqi[d] = (float)s * scale;
+				}
+				for (int j = 0; j <= i; j++) {
+					float *dkj = dk + ((long)b * T + j) * ks + kh * D;
+					float *dvj = dv + ((long)b * T + j) * ks + kh * D;
+					for (int d = 0; d < D; d++) {
+						dkj[d] += scale * dS[j] * qi[d];
+						dvj[d] += p[j] * doi[d];
+					}
+				}
+			}
+		}
+}
+
+void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
+			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
+void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
+			   const float *q, const float *k, const float *v, float *scratch,
+			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
+
+void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
+			   int B, int T, int n_heads, int n_kv_heads, int head_dim)
+{
+	int group = n_heads / n_kv_heads, D = head_dim;
+	int qs = n_heads * D, ks = n_kv_heads * D;
+	float scale = 1.0f / sqrtf((float)D);
+
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < n_heads; h++) {
+			int kh = h / group;
+			const float *qb = q + (long)b * T * qs + h * D;
+			const float *kb = k + (long)b * T * ks + kh * D;
+			const float *vb = v + (long)b * T * ks + kh * D;
+			float *p = P + ((long)b * n_heads + h) * T * T;
+			/* S = scale * Q K^T (full square; the upper triangle is masked below) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
+				    scale, qb, qs, kb, ks, 0.0f, p, T);
+			for (int i = 0; i < T; i++) {
+				float *r = p + (long)i * T;
+				float mx = -INFINITY;
+				for (int j = 0; j <= i; j++)
+					if (r[j] > mx)
+						mx = r[j];
+				float sum = 0;
+				for (int j = 0; j <= i; j++) {
+					r[j] = expf(r[j] - mx);
+					sum += r[j];
+				}
+				float inv = 1.0f / sum;
+				for (int j = 0; j <= i; j++)
+					r[j] *= inv;
+				for (int j = i + 1; j < T; j++)
+					r[j] = 0;
+			}
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
+				    1.0f, p, T, vb, ks, 0.0f, out + (long)b * T * qs + h * D, qs);
+		}
+}
+
+void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
+			   const float *q, const float *k, const float *v, float *scratch,
+			   int B, int T, int n_heads, int n_kv_heads, int head_dim)
+{
+	int group = n_heads / n_kv_heads, D = head_dim;
+	int qs = n_heads * D, ks = n_kv_heads * D;
+	float scale = 1.0f / sqrtf((float)D);
+	float *dS = scratch;   /* T*T */
+
+	memset(dk, 0, sizeof(float) * (size_t)B * T * ks);
+	memset(dv, 0, sizeof(float) * (size_t)B * T * ks);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < n_heads; h++) {
+			int kh = h / group;
+			const float *p = P + ((long)b * n_heads + h) * T * T;
+			const float *dob = dout + (long)b * T * qs + h * D;
+			const float *qb = q + (long)b * T * qs + h * D;
+			const float *kb = k + (long)b * T * ks + kh * D;
+			const float *vb = v + (long)b * T * ks + kh * D;
+			/* dV += P^T dO */
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
+				    1.0f, p, T, dob, qs, 1.0f, dv + (long)b * T * ks + kh * D, ks);
+			/* dP = dO V^T */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
+				    1.0f, dob, qs, vb, ks, 0.0f, dS, T);
+			for (int i = 0; i < T; i++) {
+				float *r = dS + (long)i * T;
+				const float *pr = p + (long)i * T;
+				float rs = 0;
+				for (int j = 0; j <= i; j++)
+					rs += r[j] * pr[j];
+				for (int j = 0; j <= i; j++)
+					r[j] = pr[j] * (r[j] - rs);
+				for (int j = i + 1; j < T; j++)
+					r[j] = 0;
+			}
+			/* dQ = scale * dS K ; dK += scale * dS^T Q */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
+				    scale, dS, T, kb, ks, 0.0f, dq + (long)b * T * qs + h * D, qs);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
+				    scale, dS, T, qb, qs, 1.0f, dk + (long)b * T * ks + kh * D, ks);
+		}
+}

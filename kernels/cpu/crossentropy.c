@@ -1,0 +1,66 @@
+/*
+ * crossentropy.c - softmax cross-entropy over the vocabulary, with
+ * ignore_index -100 as torch.nn.functional.cross_entropy.
+ *
+ * The forward returns the sum and the count so that the caller can form the
+ * token-weighted mean over micro-batches and ranks; the backward takes the
+ * 1/count scale.  log-sum-exp in double: with V up to 150k an fp32 sum loses
+ * about log2(V) bits.
+ */
+#include <math.h>
+
+#include "cpu/ops.h"
+
+int hp_cross_entropy_fwd(double *loss_sum, long *count, const float *logits, const int32_t *targets,
+			 long N, int V)
+{
+	double sum = 0;
+	long cnt = 0;
+
+	for (long n = 0; n < N; n++) {
+		int t = targets[n];
+		if (t == HP_IGNORE_INDEX)
+			continue;
+		if (t < 0 || t >= V)
+			return -1;
+		const float *l = logits + n * V;
+		float mx = l[0];
+		for (int v = 1; v < V; v++)
+			if (l[v] > mx)
+				mx = l[v];
+		double se = 0;
+		for (int v = 0; v < V; v++)
+			se += exp((double)l[v] - mx);
+		sum += log(se) + mx - l[t];
+		cnt++;
+	}
+	*loss_sum = sum;
+	*count = cnt;
+	return 0;
+}
+
+void hp_cross_entropy_bwd(float *dlogits, const float *logits, const int32_t *targets,
+			  long N, int V, float scale)
+{
+	for (long n = 0; n < N; n++) {
+		const float *l = logits + n * V;
+		float *d = dlogits + n * V;
+		int t = targets[n];
+		if (t == HP_IGNORE_INDEX) {
+			memset(d, 0, (size_t)V * sizeof(float));
+			continue;
+		}
+		float mx = l[0];
+		for (int v = 1; v < V; v++)
+			if (l[v] > mx)
+				mx = l[v];
+		double se = 0;
+		for (int v = 0; v < V; v++)
+			se += exp((double)l[v] - mx);
+		double inv = 1.0 / se;
+		for (int v = 0; v < V; v++) {
+			double p = exp((double)l[v] - mx) * inv;
+			d[v] = (float)(scale * (p - (v == t)));
+		}
+	}
+}

@@ -1,0 +1,102 @@
+/*
+ * ops.h - the CPU compute kernels, forward and backward, F32.
+ *
+ * Layout conventions (row-major everywhere):
+ *   N = B*T tokens; a token's activations are one contiguous row.
+ *   Linear weights are [out, in] as in HF (y = x W^T + b).
+ *   Attention q is [N, n_heads*head_dim], k and v [N, n_kv_heads*head_dim],
+ *   head h of token n at q[n*n_heads*head_dim + h*head_dim].
+ *   Attention probabilities are saved as P[B, n_heads, T, T].
+ * Gradient conventions: weight gradients (dW, db, dw, d_embed) always
+ * accumulate (+=), so micro-batches add up; activation gradients overwrite
+ * unless the function takes an `accumulate` flag.
+ *
+ * Every op has a plain C reference (*_ref) that follows HF transformers'
+ * modeling code; some have a faster variant.  struct hp_cpu_ops is the op
+ * table the model calls through; hp_cpu_ops_get() returns the fast table, or
+ * the all-reference one when HP_KERNELS=reference.  The reference kernels are
+ * checked against finite differences in t/unit/test-kernels.c.
+ */
+#ifndef HP_KERNELS_CPU_OPS_H
+#define HP_KERNELS_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- embedding ---- */
+void hp_embedding_fwd(float *out, const int32_t *ids, const float *table, long N, int C);
+void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C);
+
+/* ---- RMSNorm: y = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps) ---- */
+void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long N, int C, float eps);
+/* dx = (accumulate ? dx : 0) + d/dx; dw += d/dw */
+void hp_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+		    const float *rstd, long N, int C, int accumulate);
+
+/* ---- RoPE (HF rotate_half form) ---- */
+/* cos/sin tables [T, head_dim/2] for positions 0..T-1: angle = pos * theta^(-2i/head_dim). */
+void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, double theta);
+/* Rotate in place x[N, n_heads*head_dim] whose token n sits at position pos[n]. */
+void hp_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
+		 long N, int n_heads, int head_dim);
+/* The adjoint: rotate the gradient back by -angle, in place. */
+void hp_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
+		 long N, int n_heads, int head_dim);
+
+/* ---- SwiGLU: h = silu(g) * u ---- */
+void hp_swiglu_fwd(float *h, const float *g, const float *u, long n);
+void hp_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
+
+/* ---- cross-entropy over logits[N, V] ---- */
+#define HP_IGNORE_INDEX (-100)
+/* Sum of -log softmax(logits)[target] over rows whose target != -100; the
+ * number of such rows goes to *count.  A target outside [0, V) other than
+ * -100 returns -1 (and nothing else is defined). */
+int hp_cross_entropy_fwd(double *loss_sum, long *count, const float *logits, const int32_t *targets,
+			 long N, int V);
+/* dlogits = scale * (softmax(logits) - onehot(target)), zero rows for
+ * ignored targets; may run in place (dlogits == logits). */
+void hp_cross_entropy_bwd(float *dlogits, const float *logits, const int32_t *targets,
+			  long N, int V, float scale);
+
+/* ---- AdamW, exactly torch.optim.AdamW (decoupled weight decay) ---- */
+struct hp_adamw_hparams {
+	double lr, beta1, beta2, eps, weight_decay;   /* as Python floats */
+	long step;                  /* 1-based step count after increment */
+};
+void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
+		   const struct hp_adamw_hparams *h, int decay);
+
+/* ---- the op table: ops that have more than one implementation ---- */
+struct hp_cpu_ops {
+	const char *name;     /* "reference" or "blas" */
+	/* y[N,O] = x[N,K] W[O,K]^T (+ b[O] when b) */
+	void (*linear_fwd)(float *y, const float *x, const float *W, const float *b, long N, int K, int O);
+	/* dx = (accumulate ? dx : 0) + dy W; dW += dy^T x; db += colsum(dy) when db */
+	void (*linear_bwd)(float *dx, float *dW, float *db, const float *dy, const float *x,
+			   const float *W, long N, int K, int O, int accumulate);
+	/* Causal GQA attention over B sequences of T tokens; saves P. */
+	void (*attention_fwd)(float *out, float *P, const float *q, const float *k, const float *v,
+			      int B, int T, int n_heads, int n_kv_heads, int head_dim);
+	/* dq, dk, dv are overwritten; scratch holds at least T*T floats. */
+	void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *P,
+			      const float *q, const float *k, const float *v, float *scratch,
+			      int B, int T, int n_heads, int n_kv_heads, int head_dim);
+};
+
+extern const struct hp_cpu_ops hp_cpu_ops_reference;
+extern const struct hp_cpu_ops hp_cpu_ops_blas;
+/* The table in use: HP_KERNELS=reference selects the references. */
+const struct hp_cpu_ops *hp_cpu_ops_get(void);
+
+/* Reference implementations, also reachable directly for tests. */
+void hp_linear_fwd_ref(float *y, const float *x, const float *W, const float *b, long N, int K, int O);
+void hp_linear_bwd_ref(float *dx, float *dW, float *db, const float *dy, const float *x,
+		       const float *W, long N, int K, int O, int accumulate);
+void hp_attention_fwd_ref(float *out, float *P, const float *q, const float *k, const float *v,
+			  int B, int T, int n_heads, int n_kv_heads, int head_dim);
+void hp_attention_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *P,
+			  const float *q, const float *k, const float *v, float *scratch,
+			  int B, int T, int n_heads, int n_kv_heads, int head_dim);
+
+#endif

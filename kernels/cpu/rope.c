@@ -1,0 +1,59 @@
+/*
+ * rope.c - rotary position embedding in HF's rotate_half layout.
+ *
+ * HF (LlamaRotaryEmbedding + apply_rotary_pos_emb): with half = head_dim/2,
+ *   out[i]        = x[i]*cos[i] - x[i+half]*sin[i]
+ *   out[i+half]   = x[i+half]*cos[i] + x[i]*sin[i]
+ * where angle[i] = pos * theta^(-2i/head_dim).  The angles are computed in
+ * double and rounded once, which is what the float64 references do; torch's
+ * fp32 table differs from it by a few ulps at large positions.
+ */
+#include <math.h>
+
+#include "cpu/ops.h"
+
+void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, double theta)
+{
+	int half = head_dim / 2;
+
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < half; i++) {
+			double inv = pow(theta, -(2.0 * i) / head_dim);
+			double a = (double)t * inv;
+			cos_t[t * half + i] = (float)cos(a);
+			sin_t[t * half + i] = (float)sin(a);
+		}
+}
+
+static void rotate(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
+		   long N, int n_heads, int head_dim, float sign)
+{
+	int half = head_dim / 2;
+
+	for (long n = 0; n < N; n++) {
+		const float *c = cos_t + (long)pos[n] * half;
+		const float *s = sin_t + (long)pos[n] * half;
+		for (int h = 0; h < n_heads; h++) {
+			float *v = x + (n * n_heads + h) * head_dim;
+			for (int i = 0; i < half; i++) {
+				float a = v[i], b = v[i + half];
+				float si = sign * s[i];
+				v[i] = a * c[i] - b * si;
+				v[i + half] = b * c[i] + a * si;
+			}
+		}
+	}
+}
+
+void hp_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
+		 long N, int n_heads, int head_dim)
+{
+	rotate(x, pos, cos_t, sin_t, N, n_heads, head_dim, 1.0f);
+}
+
+/* The rotation is orthogonal, so its adjoint is the rotation by -angle. */
+void hp_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
+		 long N, int n_heads, int head_dim)
+{
+	rotate(dx, pos, cos_t, sin_t, N, n_heads, head_dim, -1.0f);
+}

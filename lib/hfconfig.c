@@ -1,0 +1,181 @@
+/*
+ * hfconfig.c - config.json -> struct hp_model_spec, with jansson.
+ *
+ * This is not a general HF config reader: it reads exactly the keys that
+ * change the computation of the architectures hp implements, checks their
+ * types, and rejects features hp would otherwise get silently wrong.
+ */
+#include <jansson.h>
+#include <math.h>
+
+#include "hfconfig.h"
+
+struct ctx {
+	const char *path;
+	json_t *root;
+	struct hp_err *e;
+};
+
+static int get_int(struct ctx *c, const char *key, int required, int dflt, int *out)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if (!v || json_is_null(v)) {
+		if (required)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key '%s'", c->path, key);
+		*out = dflt;
+		return 0;
+	}
+	if (!json_is_integer(v))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an integer", c->path, key);
+	if (json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': value %lld out of range",
+				  c->path, key, (long long)json_integer_value(v));
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static int get_num(struct ctx *c, const char *key, double dflt, double *out)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if (!v || json_is_null(v)) {
+		*out = dflt;
+		return 0;
+	}
+	if (!json_is_number(v))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected a number", c->path, key);
+	*out = json_number_value(v);
+	return 0;
+}
+
+static int get_bool(struct ctx *c, const char *key, int dflt, int *out)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if (!v || json_is_null(v)) {
+		*out = dflt;
+		return 0;
+	}
+	if (!json_is_boolean(v))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected true or false", c->path, key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int parse(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *v;
+	int rc = 0;
+
+	v = json_object_get(c->root, "model_type");
+	if (!v)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key 'model_type'", c->path);
+	if (!json_is_string(v))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
+	if (strcmp(json_string_value(v), "llama"))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: llama",
+				  c->path, json_string_value(v));
+	snprintf(s->model_type, sizeof(s->model_type), "%s", json_string_value(v));
+
+	v = json_object_get(c->root, "architectures");
+	if (json_is_array(v) && json_array_size(v) && json_is_string(json_array_get(v, 0)))
+		snprintf(s->architecture, sizeof(s->architecture), "%s",
+			 json_string_value(json_array_get(v, 0)));
+	else
+		snprintf(s->architecture, sizeof(s->architecture), "LlamaForCausalLM");
+
+	if ((rc = get_int(c, "hidden_size", 1, 0, &s->hidden)) ||
+	    (rc = get_int(c, "intermediate_size", 1, 0, &s->intermediate)) ||
+	    (rc = get_int(c, "num_hidden_layers", 1, 0, &s->n_layers)) ||
+	    (rc = get_int(c, "num_attention_heads", 1, 0, &s->n_heads)) ||
+	    (rc = get_int(c, "vocab_size", 1, 0, &s->vocab)) ||
+	    (rc = get_int(c, "num_key_value_heads", 0, s->n_heads, &s->n_kv_heads)) ||
+	    (rc = get_int(c, "max_position_embeddings", 0, 2048, &s->max_pos)) ||
+	    (rc = get_int(c, "bos_token_id", 0, -1, &s->bos_token_id)) ||
+	    (rc = get_int(c, "eos_token_id", 0, -1, &s->eos_token_id)) ||
+	    (rc = get_num(c, "rms_norm_eps", 1e-6, &s->rms_eps)) ||
+	    (rc = get_num(c, "rope_theta", 10000.0, &s->rope_theta)) ||
+	    (rc = get_bool(c, "tie_word_embeddings", 0, &s->tie_word_embeddings)) ||
+	    (rc = get_bool(c, "attention_bias", 0, &s->attention_bias)) ||
+	    (rc = get_bool(c, "mlp_bias", 0, &s->mlp_bias)))
+		return rc;
+	if (s->hidden <= 0 || s->n_heads <= 0 || s->n_layers <= 0 || s->vocab <= 0 || s->intermediate <= 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size, intermediate_size, num_hidden_layers, "
+				  "num_attention_heads and vocab_size must be positive", c->path);
+	if ((rc = get_int(c, "head_dim", 0, s->hidden / s->n_heads, &s->head_dim)))
+		return rc;
+	if (s->head_dim <= 0 || s->head_dim % 2)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': head_dim %d must be positive and even", c->path, s->head_dim);
+	if (s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_attention_heads %d is not a multiple of "
+				  "num_key_value_heads %d", c->path, s->n_heads, s->n_kv_heads);
+	if (!(s->rms_eps > 0) || !(s->rope_theta > 0))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': rms_norm_eps and rope_theta must be positive", c->path);
+
+	v = json_object_get(c->root, "hidden_act");
+	if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "silu")))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': hidden_act must be \"silu\"", c->path);
+	v = json_object_get(c->root, "rope_scaling");
+	if (v && !json_is_null(v))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': rope_scaling is not supported yet (only plain RoPE)", c->path);
+	if (s->attention_bias || s->mlp_bias)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': attention_bias/mlp_bias are not supported yet", c->path);
+	v = json_object_get(c->root, "pretraining_tp");
+	if (v && json_is_integer(v) && json_integer_value(v) != 1)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': pretraining_tp %lld is not supported (only 1)",
+				  c->path, (long long)json_integer_value(v));
+	s->torch_dtype = HP_DTYPE_F32;
+	v = json_object_get(c->root, "torch_dtype");
+	if (!v)
+		v = json_object_get(c->root, "dtype");
+	if (v && json_is_string(v)) {
+		s->torch_dtype = hp_dtype_parse_torch(json_string_value(v));
+		if (s->torch_dtype == HP_DTYPE_INVALID)
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': torch_dtype '%s' is not supported; "
+					  "supported: float32, bfloat16, float16", c->path, json_string_value(v));
+	}
+	return 0;
+}
+
+int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e)
+{
+	char file[4096];
+	json_error_t jerr;
+	struct ctx c;
+	size_t n = strlen(path);
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	if (n >= 5 && !strcmp(path + n - 5, ".json"))
+		snprintf(file, sizeof(file), "%s", path);
+	else
+		snprintf(file, sizeof(file), "%s/config.json", path);
+	c.path = file;
+	c.e = e;
+	FILE *f = fopen(file, "r");
+	if (!f)
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", file, strerror(errno));
+	c.root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+	fclose(f);
+	if (!c.root)
+		return hp_err_set(e, HP_ECONFIG, "'%s' line %d: invalid JSON: %s", file, jerr.line, jerr.text);
+	if (!json_is_object(c.root)) {
+		json_decref(c.root);
+		return hp_err_set(e, HP_ECONFIG, "'%s': expected a JSON object", file);
+	}
+	rc = parse(&c, s);
+	json_decref(c.root);
+	return rc;
+}
+
+long long hp_model_spec_nparams(const struct hp_model_spec *s)
+{
+	long long C = s->hidden, I = s->intermediate, hd = s->head_dim;
+	long long per_layer = 2 * C + C * s->n_heads * hd * 2 + 2 * C * s->n_kv_heads * hd + 3 * C * I;
+	long long n = (long long)s->vocab * C + s->n_layers * per_layer + C;
+
+	if (!s->tie_word_embeddings)
+		n += (long long)s->vocab * C;
+	return n;
+}

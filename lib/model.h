@@ -1,0 +1,116 @@
+/*
+ * model.h - a decoder-only transformer (HF LlamaForCausalLM) in F32 on the
+ * CPU: parameters, gradients and activations in arenas, forward, backward.
+ *
+ * Invariants:
+ *  - Parameters are a flat list in a fixed order (embed, per layer
+ *    input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down,
+ *    then model.norm and lm_head unless tied), each under its HF name, all in
+ *    one arena; gradients mirror that layout in a second arena, so a flat
+ *    index i means the same element in both.
+ *  - With tie_word_embeddings there is no lm_head parameter: the LM head
+ *    reads model.embed_tokens.weight and adds its gradient there.
+ *  - Activations are sized for one micro-batch of B x T tokens at
+ *    hp_model_init time; no allocation happens in forward or backward.
+ *
+ * Ownership: struct hp_model is caller-owned (hp_model_init/release); it
+ * owns its arenas and parameter table.
+ */
+#ifndef HP_MODEL_H
+#define HP_MODEL_H
+
+#include <stdint.h>
+
+#include "arena.h"
+#include "cpu/ops.h"
+#include "err.h"
+#include "hfconfig.h"
+
+struct hp_param {
+	char name[96];          /* HF name */
+	int ndim;
+	int64_t shape[2];
+	size_t numel;
+	size_t offset;          /* element offset in the flat parameter/gradient arrays */
+	float *w, *g;           /* views into the arenas */
+	int decay;              /* weight decay applies (set by the optimizer setup) */
+};
+
+struct hp_layer_w {
+	float *in_norm, *wq, *wk, *wv, *wo, *post_norm, *wg, *wu, *wd;
+};
+
+struct hp_layer_act {
+	float *x_in;       /* [N,C] residual stream entering the layer */
+	float *rstd1;      /* [N] */
+	float *xn1;        /* [N,C] */
+	float *q, *k, *v;  /* [N,Hq*D], [N,Hkv*D] after RoPE (q, k) */
+	float *P;          /* [B,Hq,T,T] */
+	float *att;        /* [N,Hq*D] attention output before o_proj */
+	float *x_mid;      /* [N,C] residual after attention */
+	float *rstd2;      /* [N] */
+	float *xn2;        /* [N,C] */
+	float *g, *u, *h;  /* [N,I] */
+};
+
+struct hp_model {
+	struct hp_model_spec spec;
+	int nparams;
+	struct hp_param *params;
+	size_t numel;                 /* total parameter elements */
+	float *flat_w, *flat_g;       /* all parameters / gradients, numel each */
+	struct hp_arena warena, garena, aarena;
+
+	float *embed, *final_norm, *lm_head;      /* lm_head == embed when tied */
+	float *d_embed, *d_final_norm, *d_lm_head;
+	struct hp_layer_w *lw, *lg;               /* weights and grads per layer */
+
+	/* activations for one micro-batch */
+	int B, T;
+	struct hp_layer_act *act;
+	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V] */
+	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
+	int32_t *pos;                             /* [N] position of each token */
+	/* backward scratch */
+	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
+
+	const struct hp_cpu_ops *ops;
+};
+
+/*
+ * Build the parameter table and arenas for spec, and activations for
+ * micro-batches of B sequences of T tokens.  Parameters start at zero.
+ */
+int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e);
+void hp_model_release(struct hp_model *m);
+
+/*
+ * Load every parameter from an HF folder (single file or index; F32, BF16,
+ * F16 converted to F32).  A missing tensor, a shape mismatch, or a tensor
+ * the model does not use is an HP_EFORMAT error naming the tensor and file.
+ * A checkpoint that carries lm_head.weight for a tied model must hold the
+ * same values as the embedding (checked).
+ */
+int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e);
+
+/* Look a parameter up by HF name; NULL when absent. */
+struct hp_param *hp_model_param(struct hp_model *m, const char *name);
+
+/*
+ * Forward over ids[B*T] (token ids validated by the caller).  When targets
+ * is non-NULL, the cross-entropy sum and valid-target count are returned
+ * (loss_sum, count); returns -1 if a target is out of range.
+ * The logits stay in m->logits [B*T, V] until the next call.
+ */
+int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
+		     double *loss_sum, long *count);
+
+/*
+ * Backward of the last forward with loss = sum / loss_scale_count: gradients
+ * are ADDED to m->flat_g (zero them with hp_model_zero_grad).
+ */
+void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count);
+
+void hp_model_zero_grad(struct hp_model *m);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * optim.h - what happens between backward and the next forward: gradient
+ * norm and clipping, the learning-rate schedule, AdamW over a model.
+ *
+ * Semantics are torch's: clip_grad_norm_ (global L2 norm over all
+ * parameters, scale by max_norm / (norm + 1e-6) when that is below 1) and
+ * torch.optim.AdamW with decoupled weight decay, applied to the parameters
+ * whose HF name contains none of no_decay_params (case-insensitive).
+ */
+#ifndef HP_OPTIM_H
+#define HP_OPTIM_H
+
+#include "config.h"
+#include "model.h"
+
+struct hp_optim {
+	float *m, *v;               /* AdamW moments, model->numel each (owned) */
+	long step;                  /* optimizer steps taken */
+	struct hp_adamw_hparams hp;
+	/* schedule */
+	enum hp_lr_style style;
+	double lr_max, lr_min;
+	long warmup, total;
+	double max_grad_norm;       /* 0: no clipping */
+};
+
+/* Set up moments and decay flags for m from the config's optimizer,
+ * lr_scheduler and training sections. */
+int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e);
+void hp_optim_release(struct hp_optim *o);
+
+/*
+ * Learning rate for optimizer step s (1-based): linear warmup from 0 to
+ * lr_max over `warmup` steps (lr = lr_max * s / warmup), then constant,
+ * linear or cosine decay from lr_max to lr_min reached at step `total`.
+ */
+double hp_lr_at(const struct hp_optim *o, long s);
+
+/* Global L2 norm of the gradients (accumulated in double). */
+double hp_grad_norm(const struct hp_model *m);
+
+/* Scale gradients as clip_grad_norm_ does; returns the factor applied (1 if none). */
+double hp_clip_grads(struct hp_model *m, double norm, double max_norm);
+
+/* One AdamW step with learning rate lr; increments o->step. */
+void hp_optim_step(struct hp_optim *o, struct hp_model *m, double lr);
+
+#endif

@@ -1,0 +1,1099 @@
+/*
+ * safetensors.c - the safetensors reader, model-folder loader and writer
+ * (see safetensors.h for the format, the invariants and the contracts).
+ *
+ * The reader maps the whole file read-only and hands out views into it: no
+ * tensor bytes are copied until someone asks for F32 (hp_st_read_f32).  The
+ * header is untrusted input, so every number in it is checked for type,
+ * sign and overflow before it is used, and the fuzzer in
+ * fuzz/fuzz-safetensors.c drives hp_st_parse_header directly.
+ *
+ * What this is not: a streaming reader (files are mapped whole), a
+ * converter between arbitrary dtypes, or a general JSON writer (the writer
+ * emits exactly the header shape the HF library emits).  jansson parses;
+ * its own allocations do not go through hp_malloc unless a program routes
+ * them there with json_set_alloc_funcs (the unit test does), and its
+ * out-of-memory reports are mapped to HP_ENOMEM either way.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "alloc.h"
+#include "safetensors.h"
+
+/* Room for "[d0, d1, ...]" with HP_ST_MAX_DIMS 20-digit dims. */
+#define SHAPE_BUF 256
+
+static const char *fmt_shape(char *buf, size_t cap, const int64_t *shape, int ndim)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i <= ndim && n < cap; i++) {
+		int w;
+
+		if (i == ndim)
+			w = snprintf(buf + n, cap - n, "]");
+		else
+			w = snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "[",
+				     (long long)shape[i]);
+		if (w < 0)
+			break;
+		n += (size_t)w;
+	}
+	return buf;
+}
+
+/*
+ * Turn a jansson load failure into an hp error.  jansson reports running
+ * out of memory either with json_error_out_of_memory or, when it fails
+ * before it has a lexer, with no message at all.
+ */
+static int json_fail(struct hp_err *e, const char *name, const char *what,
+		     const json_error_t *je)
+{
+	enum json_error_code c = json_error_code(je);
+
+	if (c == json_error_out_of_memory || !je->text[0])
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory parsing the %s", name, what);
+	if (c == json_error_cannot_open_file)
+		return hp_err_set(e, HP_EIO, "'%s': cannot read the %s: %s", name, what, je->text);
+	if (c == json_error_duplicate_key)
+		return hp_err_set(e, HP_EFORMAT,
+				  "'%s': %s has a duplicate key (%s at line %d, column %d)",
+				  name, what, je->text, je->line, je->column);
+	return hp_err_set(e, HP_EFORMAT, "'%s': %s is not valid json: %s (line %d, column %d)",
+			  name, what, je->text, je->line, je->column);
+}
+
+/* Free what hp_st_parse_header filled and empty those fields. */
+static void release_parsed(struct hp_st_file *f)
+{
+	for (size_t i = 0; i < f->ntensors; i++)
+		hp_free(f->tensors[i].name);
+	hp_free(f->tensors);
+	f->tensors = NULL;
+	f->ntensors = 0;
+	for (size_t i = 0; i < f->nmeta; i++) {
+		hp_free(f->meta_keys[i]);
+		hp_free(f->meta_vals[i]);
+	}
+	hp_free(f->meta_keys);
+	hp_free(f->meta_vals);
+	f->meta_keys = f->meta_vals = NULL;
+	f->nmeta = 0;
+}
+
+/*
+ * Check one header entry and fill t (name last, so that a failure leaves
+ * nothing to free).  Problems that make the file unsupported rather than
+ * malformed (unknown dtype, too many dimensions) go into *unsup, first one
+ * only, and parsing continues so that a malformed file is reported as such.
+ */
+static int parse_tensor(const char *file, const char *key, json_t *v, uint64_t data_len,
+			struct hp_st_tensor *t, struct hp_err *unsup, struct hp_err *e)
+{
+	json_t *jd, *js, *jo, *jb, *je;
+	char sbuf[SHAPE_BUF];
+	size_t ndim;
+	int64_t numel = 1;
+	uint64_t nbytes;
+
+	if (!json_is_object(v))
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not a json object", file, key);
+	jd = json_object_get(v, "dtype");
+	js = json_object_get(v, "shape");
+	jo = json_object_get(v, "data_offsets");
+	if (!jd)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has no dtype", file, key);
+	if (!json_is_string(jd))
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' dtype is not a string", file, key);
+	if (!js)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has no shape", file, key);
+	if (!json_is_array(js))
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' shape is not an array", file, key);
+	if (!jo)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has no data_offsets", file, key);
+	jb = json_array_get(jo, 0);
+	je = json_array_get(jo, 1);
+	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
+	    !json_is_integer(jb) || !json_is_integer(je))
+		return hp_err_set(e, HP_EFORMAT,
+				  "'%s': tensor '%s' data_offsets is not a pair of integers",
+				  file, key);
+
+	t->dtype = hp_dtype_parse(json_string_value(jd));
+	if (t->dtype == HP_DTYPE_INVALID && !unsup->code)
+		hp_err_set(unsup, HP_EUNSUP, "'%s': tensor '%s' has unknown dtype '%s'",
+			   file, key, json_string_value(jd));
+
+	ndim = json_array_size(js);
+	for (size_t i = 0; i < ndim; i++) {
+		json_t *d = json_array_get(js, i);
+		long long x;
+
+		if (!json_is_integer(d))
+			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' shape[%zu] is not an integer",
+					  file, key, i);
+		x = json_integer_value(d);
+		if (x < 0)
+			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' shape[%zu] is negative (%lld)",
+					  file, key, i, x);
+		if (__builtin_mul_overflow(numel, (int64_t)x, &numel))
+			return hp_err_set(e, HP_EFORMAT,
+					  "'%s': tensor '%s' shape has more elements than fit in 64 bits",
+					  file, key);
+		if (i < HP_ST_MAX_DIMS)
+			t->shape[i] = x;
+	}
+	if (ndim > HP_ST_MAX_DIMS && !unsup->code)
+		hp_err_set(unsup, HP_EUNSUP, "'%s': tensor '%s' has %zu dimensions, more than the %d supported",
+			   file, key, ndim, HP_ST_MAX_DIMS);
+	t->ndim = ndim > HP_ST_MAX_DIMS ? HP_ST_MAX_DIMS : (int)ndim;
+	t->numel = numel;
+
+	if (json_integer_value(jb) < 0 || json_integer_value(je) < 0)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' data_offsets [%lld, %lld] are negative",
+				  file, key, json_integer_value(jb), json_integer_value(je));
+	t->begin = (uint64_t)json_integer_value(jb);
+	t->end = (uint64_t)json_integer_value(je);
+	if (t->begin > t->end)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' data_offsets [%llu, %llu] end before they begin",
+				  file, key, (unsigned long long)t->begin, (unsigned long long)t->end);
+	if (t->end > data_len)
+		return hp_err_set(e, HP_EFORMAT,
+				  "'%s': tensor '%s' data_offsets [%llu, %llu] run past the data section (%llu bytes)",
+				  file, key, (unsigned long long)t->begin, (unsigned long long)t->end,
+				  (unsigned long long)data_len);
+	/* With an unknown dtype the size cannot be checked; HP_EUNSUP follows. */
+	if (t->dtype != HP_DTYPE_INVALID) {
+		if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)hp_dtype_size(t->dtype), &nbytes))
+			return hp_err_set(e, HP_EFORMAT,
+					  "'%s': tensor '%s' shape %s of %s has more bytes than fit in 64 bits",
+					  file, key, fmt_shape(sbuf, sizeof(sbuf), t->shape, t->ndim),
+					  hp_dtype_name(t->dtype));
+		if (nbytes != t->end - t->begin)
+			return hp_err_set(e, HP_EFORMAT,
+					  "'%s': tensor '%s' data_offsets [%llu, %llu] hold %llu bytes but shape %s of %s needs %llu",
+					  file, key, (unsigned long long)t->begin, (unsigned long long)t->end,
+					  (unsigned long long)(t->end - t->begin),
+					  fmt_shape(sbuf, sizeof(sbuf), t->shape, t->ndim),
+					  hp_dtype_name(t->dtype), (unsigned long long)nbytes);
+	}
+	t->nbytes = (size_t)(t->end - t->begin);
+	t->name = hp_strdup(key);
+	if (!t->name)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+	return 0;
+}
+
+static int parse_meta(struct hp_st_file *f, const char *file, json_t *meta, struct hp_err *e)
+{
+	const char *key;
+	json_t *v;
+	size_t n;
+
+	if (!json_is_object(meta))
+		return hp_err_set(e, HP_EFORMAT, "'%s': __metadata__ is not a json object", file);
+	n = json_object_size(meta);
+	f->meta_keys = hp_calloc(n, sizeof(*f->meta_keys));
+	f->meta_vals = hp_calloc(n, sizeof(*f->meta_vals));
+	if (!f->meta_keys || !f->meta_vals)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+	json_object_foreach(meta, key, v) {
+		char *k, *s;
+
+		if (!json_is_string(v))
+			return hp_err_set(e, HP_EFORMAT, "'%s': __metadata__ value for '%s' is not a string",
+					  file, key);
+		k = hp_strdup(key);
+		s = hp_strdup(json_string_value(v));
+		if (!k || !s) {
+			hp_free(k);
+			hp_free(s);
+			return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+		}
+		f->meta_keys[f->nmeta] = k;
+		f->meta_vals[f->nmeta] = s;
+		f->nmeta++;
+	}
+	return 0;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	return strcmp(((const struct hp_st_tensor *)a)->name, ((const struct hp_st_tensor *)b)->name);
+}
+
+static int cmp_tensor_ptr_name(const void *a, const void *b)
+{
+	const struct hp_st_tensor *x = *(const struct hp_st_tensor *const *)a;
+	const struct hp_st_tensor *y = *(const struct hp_st_tensor *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* By begin, then end, then name, so that messages do not depend on qsort. */
+static int cmp_tensor_ptr_offset(const void *a, const void *b)
+{
+	const struct hp_st_tensor *x = *(const struct hp_st_tensor *const *)a;
+	const struct hp_st_tensor *y = *(const struct hp_st_tensor *const *)b;
+
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	if (x->end != y->end)
+		return x->end < y->end ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/*
+ * Sorted by begin, non-empty ranges are disjoint exactly when each begins
+ * at or after the end of the one before.  Empty tensors occupy no bytes and
+ * so cannot overlap anything; they are left out.
+ */
+static int check_overlaps(const struct hp_st_file *f, const char *file, struct hp_err *e)
+{
+	const struct hp_st_tensor **by = hp_calloc(f->ntensors, sizeof(*by));
+	size_t n = 0;
+	int rc = 0;
+
+	if (!by)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+	for (size_t i = 0; i < f->ntensors; i++)
+		if (f->tensors[i].begin < f->tensors[i].end)
+			by[n++] = &f->tensors[i];
+	qsort(by, n, sizeof(*by), cmp_tensor_ptr_offset);
+	for (size_t i = 1; i < n; i++) {
+		if (by[i]->begin < by[i - 1]->end) {
+			rc = hp_err_set(e, HP_EFORMAT,
+					"'%s': tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap",
+					file, by[i - 1]->name, (unsigned long long)by[i - 1]->begin,
+					(unsigned long long)by[i - 1]->end, by[i]->name,
+					(unsigned long long)by[i]->begin, (unsigned long long)by[i]->end);
+			break;
+		}
+	}
+	hp_free(by);
+	return rc;
+}
+
+int hp_st_parse_header(struct hp_st_file *f, const char *name, const char *json,
+		       size_t len, uint64_t data_len, struct hp_err *e)
+{
+	struct hp_err unsup;
+	json_error_t je;
+	json_t *root, *v, *meta;
+	const char *key;
+	size_t cap;
+	int rc = 0;
+
+	hp_err_clear(&unsup);
+	/* jansson leaves the code byte unset on some failures: start from zero. */
+	memset(&je, 0, sizeof(je));
+	/* jansson would otherwise keep the last of two equal keys silently. */
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return json_fail(e, name, "header", &je);
+	if (!json_is_object(root)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': header is not a json object", name);
+		goto out;
+	}
+	meta = json_object_get(root, "__metadata__");
+	cap = json_object_size(root) - (meta ? 1 : 0);
+	f->tensors = hp_calloc(cap, sizeof(*f->tensors));
+	if (!f->tensors) {
+		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", name);
+		goto out;
+	}
+	json_object_foreach(root, key, v) {
+		if (!strcmp(key, "__metadata__"))
+			continue;
+		rc = parse_tensor(name, key, v, data_len, &f->tensors[f->ntensors], &unsup, e);
+		if (rc)
+			goto out;
+		f->ntensors++;
+	}
+	if (meta && (rc = parse_meta(f, name, meta, e)))
+		goto out;
+	qsort(f->tensors, f->ntensors, sizeof(*f->tensors), cmp_tensor_name);
+	if ((rc = check_overlaps(f, name, e)))
+		goto out;
+	if (unsup.code) {
+		rc = unsup.code;
+		if (e)
+			*e = unsup;
+	}
+out:
+	json_decref(root);
+	if (rc)
+		release_parsed(f);
+	return rc;
+}
+
+static uint64_t get_le64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
+{
+	struct stat st;
+	uint64_t n;
+	size_t size;
+	void *map;
+	int fd = -1, rc;
+
+	memset(f, 0, sizeof(*f));
+	f->fd = -1;
+	f->path = hp_strdup(path);
+	if (!f->path)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (fstat(fd, &st)) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot stat: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = hp_err_set(e, HP_EIO, "'%s': not a regular file", path);
+		goto fail;
+	}
+	if (st.st_size < 8) {
+		rc = hp_err_set(e, HP_EFORMAT,
+				"'%s': file is %lld bytes, shorter than the 8-byte header length",
+				path, (long long)st.st_size);
+		goto fail;
+	}
+	size = (size_t)st.st_size;
+	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot map %zu bytes: %s", path, size, strerror(errno));
+		goto fail;
+	}
+	f->map = map;
+	f->fd = fd;
+	f->size = size;
+
+	n = get_le64(map);
+	if (n > HP_ST_MAX_HEADER) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': header length %llu is absurd (over %u bytes)",
+				path, (unsigned long long)n, HP_ST_MAX_HEADER);
+		goto fail;
+	}
+	if (n > size - 8) {
+		rc = hp_err_set(e, HP_EFORMAT,
+				"'%s': header length %llu runs past the end of the file (%zu bytes)",
+				path, (unsigned long long)n, size);
+		goto fail;
+	}
+	rc = hp_st_parse_header(f, path, (const char *)map + 8, (size_t)n, size - 8 - n, e);
+	if (rc)
+		goto fail;
+	for (size_t i = 0; i < f->ntensors; i++)
+		f->tensors[i].data = (const unsigned char *)map + 8 + n + f->tensors[i].begin;
+	return 0;
+fail:
+	if (fd >= 0 && !f->map)
+		close(fd);
+	hp_st_close(f);
+	return rc;
+}
+
+void hp_st_close(struct hp_st_file *f)
+{
+	if (!f)
+		return;
+	release_parsed(f);
+	if (f->map) {
+		munmap(f->map, f->size);
+		close(f->fd);
+	}
+	hp_free(f->path);
+	memset(f, 0, sizeof(*f));
+	f->fd = -1;
+}
+
+const struct hp_st_tensor *hp_st_find(const struct hp_st_file *f, const char *name)
+{
+	size_t lo = 0, hi = f->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, f->tensors[mid].name);
+
+		if (!c)
+			return &f->tensors[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+const char *hp_st_meta(const struct hp_st_file *f, const char *key)
+{
+	for (size_t i = 0; i < f->nmeta; i++)
+		if (!strcmp(f->meta_keys[i], key))
+			return f->meta_vals[i];
+	return NULL;
+}
+
+/* --- model folders ------------------------------------------------------- */
+
+static char *path_join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + 1 + strlen(name) + 1;
+	char *p = hp_malloc(n);
+
+	if (p)
+		snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+/* The folder part of a file path: "." when there is none. */
+static char *path_dir(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return hp_strdup(".");
+	if (slash == path)
+		return hp_strdup("/");
+	return hp_strndup(path, (size_t)(slash - path));
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static int is_file(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode);
+}
+
+/* Point m->tensors at every tensor of every file, sorted by name. */
+static int model_index_tensors(struct hp_st_model *m, const char *what, struct hp_err *e)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		n += m->files[i].ntensors;
+	m->tensors = hp_calloc(n, sizeof(*m->tensors));
+	if (!m->tensors)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", what);
+	for (size_t i = 0; i < m->nfiles; i++)
+		for (size_t j = 0; j < m->files[i].ntensors; j++)
+			m->tensors[m->ntensors++] = &m->files[i].tensors[j];
+	qsort(m->tensors, m->ntensors, sizeof(*m->tensors), cmp_tensor_ptr_name);
+	return 0;
+}
+
+static int model_open_single(struct hp_st_model *m, const char *path, struct hp_err *e)
+{
+	int rc;
+
+	m->files = hp_calloc(1, sizeof(*m->files));
+	if (!m->files)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+	rc = hp_st_open(&m->files[0], path, e);
+	if (rc)
+		return rc;
+	m->nfiles = 1;
+	return model_index_tensors(m, path, e);
+}
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Index of name in the sorted shard names, or -1. */
+static long shard_index(const char **names, size_t n, const char *name)
+{
+	const char **p = bsearch(&name, names, n, sizeof(*names), cmp_str_ptr);
+
+	return p ? (long)(p - names) : -1;
+}
+
+/*
+ * The shards are opened in the loop that checks each exists; the two
+ * cross-checks between weight_map and the shards follow once all are open,
+ * so that a missing shard is reported before any mismatch it causes.
+ */
+static int model_open_index(struct hp_st_model *m, const char *index, struct hp_err *e)
+{
+	const char **names = NULL;
+	json_error_t je;
+	json_t *root, *wm, *meta, *ts = NULL, *v;
+	const char *key;
+	size_t nnames = 0;
+	uint64_t total = 0;
+	int rc = 0;
+
+	memset(&je, 0, sizeof(je));
+	root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return json_fail(e, index, "index", &je);
+	if (!json_is_object(root)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': index is not a json object", index);
+		goto out;
+	}
+	wm = json_object_get(root, "weight_map");
+	if (!json_is_object(wm)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': index %s", index,
+				wm ? "weight_map is not a json object" : "has no weight_map");
+		goto out;
+	}
+	meta = json_object_get(root, "metadata");
+	if (meta && !json_is_object(meta)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': index metadata is not a json object", index);
+		goto out;
+	}
+	if (meta)
+		ts = json_object_get(meta, "total_size");
+	if (ts && !json_is_integer(ts)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': index metadata.total_size is not an integer", index);
+		goto out;
+	}
+
+	names = hp_calloc(json_object_size(wm), sizeof(*names));
+	if (!names) {
+		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", index);
+		goto out;
+	}
+	json_object_foreach(wm, key, v) {
+		const char *s = json_string_value(v);
+		size_t i;
+
+		if (!json_is_string(v) || !*s) {
+			rc = hp_err_set(e, HP_EFORMAT,
+					"'%s': weight_map entry for tensor '%s' is not a file name",
+					index, key);
+			goto out;
+		}
+		/* Shards are few (tens); a linear scan keeps this simple. */
+		for (i = 0; i < nnames && strcmp(names[i], s); i++)
+			;
+		if (i == nnames)
+			names[nnames++] = s;
+	}
+	qsort(names, nnames, sizeof(*names), cmp_str_ptr);
+
+	m->files = hp_calloc(nnames, sizeof(*m->files));
+	if (!m->files) {
+		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", index);
+		goto out;
+	}
+	for (size_t i = 0; i < nnames; i++) {
+		char *path = path_join(m->dir, names[i]);
+		struct stat st;
+
+		if (!path) {
+			rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", index);
+			goto out;
+		}
+		if (stat(path, &st)) {
+			rc = hp_err_set(e, HP_EIO, "'%s': shard '%s' named in weight_map is missing (%s)",
+					index, names[i], strerror(errno));
+			hp_free(path);
+			goto out;
+		}
+		rc = hp_st_open(&m->files[i], path, e);
+		hp_free(path);
+		if (rc)
+			goto out;
+		m->nfiles = i + 1;
+	}
+
+	json_object_foreach(wm, key, v) {
+		long k = shard_index(names, nnames, json_string_value(v));
+
+		if (k < 0 || !hp_st_find(&m->files[k], key)) {
+			rc = hp_err_set(e, HP_EFORMAT,
+					"'%s': weight_map puts tensor '%s' in '%s' but that shard does not have it",
+					index, key, json_string_value(v));
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < m->nfiles; i++) {
+		for (size_t j = 0; j < m->files[i].ntensors; j++) {
+			const struct hp_st_tensor *t = &m->files[i].tensors[j];
+			const char *where = json_string_value(json_object_get(wm, t->name));
+
+			if (!where) {
+				rc = hp_err_set(e, HP_EFORMAT,
+						"'%s': tensor '%s' of shard '%s' is missing from weight_map",
+						index, t->name, names[i]);
+				goto out;
+			}
+			if (strcmp(where, names[i])) {
+				rc = hp_err_set(e, HP_EFORMAT,
+						"'%s': tensor '%s' is in shard '%s' but weight_map puts it in '%s'",
+						index, t->name, names[i], where);
+				goto out;
+			}
+			total += t->nbytes;
+		}
+	}
+	if (ts && (json_integer_value(ts) < 0 || (uint64_t)json_integer_value(ts) != total)) {
+		rc = hp_err_set(e, HP_EFORMAT,
+				"'%s': metadata.total_size %lld does not match the %llu bytes of tensors in the shards",
+				index, json_integer_value(ts), (unsigned long long)total);
+		goto out;
+	}
+	rc = model_index_tensors(m, index, e);
+out:
+	hp_free(names);
+	json_decref(root);
+	return rc;
+}
+
+int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_err *e)
+{
+	static const char single[] = "model.safetensors";
+	static const char index[] = "model.safetensors.index.json";
+	struct stat st;
+	char *path = NULL;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	if (stat(dir_or_file, &st))
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", dir_or_file, strerror(errno));
+	if (S_ISDIR(st.st_mode)) {
+		size_t n = strlen(dir_or_file);
+
+		/* "dir/" and "dir" are the same folder; keep messages tidy. */
+		while (n > 1 && dir_or_file[n - 1] == '/')
+			n--;
+		m->dir = hp_strndup(dir_or_file, n);
+		if (!m->dir)
+			return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+		if (!(path = path_join(m->dir, single))) {
+			rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+			goto out;
+		}
+		if (is_file(path)) {
+			rc = model_open_single(m, path, e);
+			goto out;
+		}
+		hp_free(path);
+		if (!(path = path_join(m->dir, index))) {
+			rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+			goto out;
+		}
+		if (is_file(path)) {
+			rc = model_open_index(m, path, e);
+			goto out;
+		}
+		rc = hp_err_set(e, HP_EIO, "'%s': folder has neither %s nor %s",
+				m->dir, single, index);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode))
+		return hp_err_set(e, HP_EIO, "'%s': neither a file nor a folder", dir_or_file);
+	m->dir = path_dir(dir_or_file);
+	if (!m->dir)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+	if (ends_with(dir_or_file, ".index.json"))
+		rc = model_open_index(m, dir_or_file, e);
+	else
+		rc = model_open_single(m, dir_or_file, e);
+out:
+	hp_free(path);
+	if (rc)
+		hp_st_model_close(m);
+	return rc;
+}
+
+void hp_st_model_close(struct hp_st_model *m)
+{
+	if (!m)
+		return;
+	/* files[] is calloc'd, so shards past nfiles are zeroed or closed. */
+	for (size_t i = 0; i < m->nfiles; i++)
+		hp_st_close(&m->files[i]);
+	hp_free(m->files);
+	hp_free(m->tensors);
+	hp_free(m->dir);
+	memset(m, 0, sizeof(*m));
+}
+
+const struct hp_st_tensor *hp_st_model_find(const struct hp_st_model *m, const char *name)
+{
+	size_t lo = 0, hi = m->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, m->tensors[mid]->name);
+
+		if (!c)
+			return m->tensors[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+int hp_st_read_f32(const struct hp_st_tensor *t, float *dst, struct hp_err *e)
+{
+	switch (t->dtype) {
+	case HP_DTYPE_F32:
+	case HP_DTYPE_BF16:
+	case HP_DTYPE_F16:
+	case HP_DTYPE_F64:
+		break;
+	default:
+		return hp_err_set(e, HP_EUNSUP, "tensor '%s' has dtype %s, which hp does not read as f32",
+				  t->name, hp_dtype_name(t->dtype));
+	}
+	/* memmove with a NULL source is undefined even for 0 bytes. */
+	if (!t->numel)
+		return 0;
+	if (!t->data)
+		return hp_err_set(e, HP_EINVAL, "tensor '%s' has no data (header parsed from a buffer)",
+				  t->name);
+	hp_convert_to_f32(dst, t->data, t->dtype, (size_t)t->numel);
+	return 0;
+}
+
+/* --- writer ------------------------------------------------------------- */
+
+/* A growable byte buffer that remembers running out of memory, so that the
+ * header can be built without checking every append. */
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		p = hp_realloc(b->p, cap);
+		if (!p) {
+			b->oom = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+	sb_add(b, s, strlen(s));
+}
+
+static void sb_u64(struct sbuf *b, unsigned long long v)
+{
+	char num[24];
+	int n = snprintf(num, sizeof(num), "%llu", v);
+
+	sb_add(b, num, (size_t)n);
+}
+
+/* A JSON string literal; s is known to be UTF-8, which passes through. */
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+	sb_add(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\') {
+			char esc[2] = { '\\', (char)c };
+			sb_add(b, esc, 2);
+		} else if (c < 0x20) {
+			char esc[8];
+			int n = snprintf(esc, sizeof(esc), "\\u%04x", c);
+			sb_add(b, esc, (size_t)n);
+		} else {
+			sb_add(b, s, 1);
+		}
+	}
+	sb_add(b, "\"", 1);
+}
+
+/* Well-formed UTF-8: no overlongs, no surrogates, nothing past U+10FFFF.
+ * jansson rejects anything else when the file is read back. */
+static int utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	while (*p) {
+		unsigned c = *p, n;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			p++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			n = 1, cp = c & 0x1f;
+		else if (c >= 0xe0 && c <= 0xef)
+			n = 2, cp = c & 0x0f;
+		else if (c >= 0xf0 && c <= 0xf4)
+			n = 3, cp = c & 0x07;
+		else
+			return 0;
+		/* a NUL ends the loop early, so no read runs past the string */
+		for (unsigned i = 1; i <= n; i++) {
+			if ((p[i] & 0xc0) != 0x80)
+				return 0;
+			cp = (cp << 6) | (p[i] & 0x3f);
+		}
+		if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+		p += n + 1;
+	}
+	return 1;
+}
+
+static int cmp_entry_ptr_name(const void *a, const void *b)
+{
+	const struct hp_st_entry *x = *(const struct hp_st_entry *const *)a;
+	const struct hp_st_entry *y = *(const struct hp_st_entry *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* Bytes of one entry, or -1 with a message for a caller bug. */
+static int entry_nbytes(const char *path, const struct hp_st_entry *en, uint64_t *nbytes,
+			struct hp_err *e)
+{
+	int64_t numel = 1;
+
+	if (!en->name || !utf8_valid(en->name) || !strcmp(en->name, "__metadata__"))
+		return hp_err_set(e, HP_EINVAL, "'%s': tensor name '%s' cannot be written",
+				  path, en->name ? en->name : "(null)");
+	if (!hp_dtype_size(en->dtype))
+		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has no dtype", path, en->name);
+	if (en->ndim < 0 || en->ndim > HP_ST_MAX_DIMS)
+		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has %d dimensions", path,
+				  en->name, en->ndim);
+	for (int i = 0; i < en->ndim; i++)
+		if (en->shape[i] < 0 || __builtin_mul_overflow(numel, en->shape[i], &numel))
+			return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has a bad shape", path,
+					  en->name);
+	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)hp_dtype_size(en->dtype), nbytes))
+		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' is too large", path, en->name);
+	if (*nbytes && !en->data)
+		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has no data", path, en->name);
+	return 0;
+}
+
+/*
+ * The header as the HF library writes it: compact, __metadata__ first,
+ * tensors in name order with back-to-back offsets, padded with spaces so
+ * that the data section starts 8-byte aligned within the file.
+ */
+static int build_header(struct sbuf *b, const char *path, size_t n,
+			const struct hp_st_entry *const *ord, size_t nmeta,
+			const char *const *meta_keys, const char *const *meta_vals,
+			struct hp_err *e)
+{
+	uint64_t off = 0;
+	int first = 1;
+
+	sb_str(b, "{");
+	if (nmeta) {
+		sb_str(b, "\"__metadata__\":{");
+		for (size_t i = 0; i < nmeta; i++) {
+			sb_str(b, i ? "," : "");
+			sb_json_str(b, meta_keys[i]);
+			sb_str(b, ":");
+			sb_json_str(b, meta_vals[i]);
+		}
+		sb_str(b, "}");
+		first = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_st_entry *en = ord[i];
+		uint64_t nbytes;
+		int rc = entry_nbytes(path, en, &nbytes, e);
+
+		if (rc)
+			return rc;
+		sb_str(b, first ? "" : ",");
+		first = 0;
+		sb_json_str(b, en->name);
+		sb_str(b, ":{\"dtype\":\"");
+		sb_str(b, hp_dtype_name(en->dtype));
+		sb_str(b, "\",\"shape\":[");
+		for (int d = 0; d < en->ndim; d++) {
+			sb_str(b, d ? "," : "");
+			sb_u64(b, (unsigned long long)en->shape[d]);
+		}
+		sb_str(b, "],\"data_offsets\":[");
+		sb_u64(b, off);
+		sb_str(b, ",");
+		if (__builtin_add_overflow(off, nbytes, &off))
+			return hp_err_set(e, HP_EINVAL, "'%s': tensors are too large", path);
+		sb_u64(b, off);
+		sb_str(b, "]}");
+	}
+	sb_str(b, "}");
+	while (b->len % 8)
+		sb_str(b, " ");
+	if (b->oom)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	const unsigned char *p = buf;
+
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* After the rename the new file is in place; syncing its folder makes that
+ * survive a crash, but a failure here cannot undo it, so it is ignored. */
+static void sync_dir_of(const char *path)
+{
+	char *dir = path_dir(path);
+	int fd;
+
+	if (!dir)
+		return;
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	hp_free(dir);
+}
+
+int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
+		size_t nmeta, const char *const *meta_keys, const char *const *meta_vals,
+		struct hp_err *e)
+{
+	const struct hp_st_entry **ord = NULL;
+	struct sbuf hdr = { 0 };
+	unsigned char len8[8];
+	char *tmp = NULL;
+	size_t tmplen;
+	int fd = -1, created = 0, rc = 0;
+
+	for (size_t i = 0; i < nmeta; i++) {
+		if (!meta_keys || !meta_vals || !meta_keys[i] || !meta_vals[i] ||
+		    !utf8_valid(meta_keys[i]) || !utf8_valid(meta_vals[i]))
+			return hp_err_set(e, HP_EINVAL, "'%s': metadata entry %zu cannot be written",
+					  path, i);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(meta_keys[i], meta_keys[j]))
+				return hp_err_set(e, HP_EINVAL, "'%s': metadata key '%s' given twice",
+						  path, meta_keys[i]);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!entries[i].name)
+			return hp_err_set(e, HP_EINVAL, "'%s': tensor %zu has no name", path, i);
+	ord = hp_calloc(n, sizeof(*ord));
+	if (!ord)
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+	for (size_t i = 0; i < n; i++)
+		ord[i] = &entries[i];
+	qsort(ord, n, sizeof(*ord), cmp_entry_ptr_name);
+	for (size_t i = 1; i < n; i++) {
+		if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
+			rc = hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' given twice", path, ord[i]->name);
+			goto out;
+		}
+	}
+	if ((rc = build_header(&hdr, path, n, ord, nmeta, meta_keys, meta_vals, e)))
+		goto out;
+
+	tmplen = strlen(path) + 32;
+	tmp = hp_malloc(tmplen);
+	if (!tmp) {
+		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+		goto out;
+	}
+	snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot create '%s': %s", path, tmp, strerror(errno));
+		goto out;
+	}
+	created = 1;
+	for (int i = 0; i < 8; i++)
+		len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
+	if (write_all(fd, len8, 8) || write_all(fd, hdr.p, hdr.len))
+		goto write_failed;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t nbytes;
+
+		/* checked while building the header; cannot fail here */
+		entry_nbytes(path, ord[i], &nbytes, NULL);
+		if (nbytes && write_all(fd, ord[i]->data, (size_t)nbytes))
+			goto write_failed;
+	}
+	if (fsync(fd)) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot sync '%s': %s", path, tmp, strerror(errno));
+		goto out;
+	}
+	rc = close(fd);
+	fd = -1;
+	if (rc) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot close '%s': %s", path, tmp, strerror(errno));
+		goto out;
+	}
+	if (rename(tmp, path)) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename '%s' over it: %s", path, tmp,
+				strerror(errno));
+		goto out;
+	}
+	sync_dir_of(path);
+	goto out;
+write_failed:
+	rc = hp_err_set(e, HP_EIO, "'%s': cannot write '%s': %s", path, tmp, strerror(errno));
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc && created)
+		unlink(tmp);
+	hp_free(tmp);
+	hp_free(hdr.p);
+	hp_free(ord);
+	return rc;
+}

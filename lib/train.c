@@ -1,0 +1,276 @@
+/*
+ * train.c - single-process training: config -> model + data -> steps.
+ *
+ * The loop per step: read all micro-batches of the step, count the valid
+ * targets (the loss is the token-weighted mean over the whole step, as
+ * HyperParallel's token_weighted aggregation), forward+backward each
+ * micro-batch with the gradient scaled by 1/count, optionally dump the raw
+ * gradients (step 1), clip, take the scheduled AdamW step.
+ */
+#include <math.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "batch.h"
+#include "config.h"
+#include "hfconfig.h"
+#include "log.h"
+#include "model.h"
+#include "optim.h"
+#include "safetensors.h"
+#include "train.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int dump_grads(const struct hp_model *m, const char *path, struct hp_err *e)
+{
+	struct hp_st_entry *ent = hp_calloc((size_t)m->nparams, sizeof(*ent));
+	const char *keys[] = { "format", "producer" };
+	const char *vals[] = { "pt", "hp-train --dump-grads (step 1, before clipping and update)" };
+	int rc;
+
+	if (!ent)
+		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+	for (int i = 0; i < m->nparams; i++) {
+		const struct hp_param *p = &m->params[i];
+		ent[i].name = p->name;
+		ent[i].dtype = HP_DTYPE_F32;
+		ent[i].ndim = p->ndim;
+		ent[i].shape[0] = p->shape[0];
+		ent[i].shape[1] = p->shape[1];
+		ent[i].data = p->g;
+	}
+	rc = hp_st_write(path, (size_t)m->nparams, ent, 2, keys, vals, e);
+	hp_free(ent);
+	return rc;
+}
+
+static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,
+			long accum, const char *kernels)
+{
+	const struct hp_model_spec *s = &m->spec;
+
+	fprintf(out, "# resolved parameters\n");
+	hp_config_print(c, out);
+	fprintf(out, "%-40s %s\n", "spec.model_type", s->model_type);
+	fprintf(out, "%-40s %s\n", "spec.architecture", s->architecture);
+	fprintf(out, "%-40s %d\n", "spec.num_hidden_layers", s->n_layers);
+	fprintf(out, "%-40s %d\n", "spec.hidden_size", s->hidden);
+	fprintf(out, "%-40s %d\n", "spec.intermediate_size", s->intermediate);
+	fprintf(out, "%-40s %d\n", "spec.num_attention_heads", s->n_heads);
+	fprintf(out, "%-40s %d\n", "spec.num_key_value_heads", s->n_kv_heads);
+	fprintf(out, "%-40s %d\n", "spec.head_dim", s->head_dim);
+	fprintf(out, "%-40s %d\n", "spec.vocab_size", s->vocab);
+	fprintf(out, "%-40s %g\n", "spec.rms_norm_eps", s->rms_eps);
+	fprintf(out, "%-40s %g\n", "spec.rope_theta", s->rope_theta);
+	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");
+	fprintf(out, "%-40s %s\n", "spec.checkpoint_dtype", hp_dtype_name(s->torch_dtype));
+	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
+	fprintf(out, "%-40s %d\n", "run.world_size", 1);
+	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
+	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * m->B * m->T);
+	fprintf(out, "%-40s %s\n", "run.compute_dtype", "F32");
+	fprintf(out, "%-40s %s\n", "run.kernels", kernels);
+	fflush(out);
+}
+
+/* Configured features that would change the result but are not implemented
+ * yet are refused, never ignored. */
+static int check_supported(const struct hp_config *c, int world, struct hp_err *e)
+{
+	const char *p = c->path;
+
+	if (world != 1)
+		return hp_err_set(e, HP_ECONFIG, "world size %d: parallel training is not implemented yet "
+				  "(run one process)", world);
+	if (c->accelerator.tp_size != 1 || c->accelerator.cp_size != 1 || c->accelerator.ep_size != 1 ||
+	    c->accelerator.pp_size != 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator: tp/cp/ep/pp sizes must be 1 "
+				  "at world size 1", p);
+	if (c->model.source == HP_MODEL_FROM_CONFIG)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.model._target_: from_config (random init) "
+				  "is not implemented yet; use from_pretrained", p);
+	if (c->dataset.kind != HP_DATASET_INDEXED)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset._target_: only the offline indexed "
+				  "dataset (build_indexed_text_dataset) is implemented yet", p);
+	if (c->dataset.ndata_path != 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_path: the indexed dataset takes "
+				  "one prefix, got %d", p, c->dataset.ndata_path);
+	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids || c->dataset.shuffle)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config: eod_mask_loss, "
+				  "reset_position_ids and shuffle are not implemented yet", p);
+	if (c->dataset.labels_are_shifted)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.labels_are_shifted "
+				  "is not implemented yet", p);
+	if (c->training.micro_batch_size <= 0 || c->training.global_batch_size <= 0 ||
+	    c->training.global_batch_size % c->training.micro_batch_size)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training: global_batch_size %ld must be a "
+				  "positive multiple of micro_batch_size %ld", p,
+				  c->training.global_batch_size, c->training.micro_batch_size);
+	if (c->training.train_iters <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.train_iters: must be positive", p);
+	if (c->dataset.seq_length <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: must be positive", p);
+	return 0;
+}
+
+struct run {
+	struct hp_config cfg;
+	struct hp_model_spec spec;
+	struct hp_model model;
+	struct hp_optim opt;
+	struct hp_batcher *data;
+	int32_t *inputs, *labels;
+	FILE *metrics;
+	char metrics_tmp[4096];
+	int dumped;                 /* --dump-grads file written by this run */
+};
+
+static int open_metrics(struct run *r, const char *path, struct hp_err *e)
+{
+	snprintf(r->metrics_tmp, sizeof(r->metrics_tmp), "%s.tmp.%d", path, (int)getpid());
+	r->metrics = fopen(r->metrics_tmp, "w");
+	if (!r->metrics)
+		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", path, strerror(errno));
+	return 0;
+}
+
+static int close_metrics(struct run *r, const char *path, int ok, struct hp_err *e)
+{
+	int bad;
+
+	if (!r->metrics)
+		return 0;
+	bad = ferror(r->metrics) | fflush(r->metrics) | fsync(fileno(r->metrics));
+	bad |= fclose(r->metrics);
+	r->metrics = NULL;
+	if (!ok || bad) {
+		unlink(r->metrics_tmp);
+		if (ok)
+			return hp_err_set(e, HP_EIO, "'%s': write failed: %s", path, strerror(errno));
+		return 0;
+	}
+	if (rename(r->metrics_tmp, path)) {
+		unlink(r->metrics_tmp);
+		return hp_err_set(e, HP_EIO, "'%s': cannot rename into place: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
+{
+	struct hp_config *c = &r->cfg;
+	struct hp_model *m = &r->model;
+	long B = c->training.micro_batch_size, T = c->dataset.seq_length;
+	long accum = c->training.global_batch_size / B;
+	long step_tokens = accum * B * T;
+	int V = m->spec.vocab, rc;
+	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
+
+	r->inputs = hp_malloc((size_t)step_tokens * sizeof(int32_t));
+	r->labels = hp_malloc((size_t)step_tokens * sizeof(int32_t));
+	if (!r->inputs || !r->labels)
+		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
+	if (!o->quiet)
+		print_table(out, c, m, accum, m->ops->name);
+	for (long step = 1; step <= c->training.train_iters; step++) {
+		double t0 = now_s(), loss_sum = 0, total = 0, norm, lr, loss;
+
+		for (long a = 0; a < accum; a++)
+			if ((rc = hp_batcher_next(r->data, (int)B, r->inputs + a * B * T, r->labels + a * B * T, e)))
+				return rc;
+		for (long i = 0; i < step_tokens; i++) {
+			int32_t t = r->labels[i], x = r->inputs[i];
+			if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
+				return hp_err_set(e, HP_EFORMAT, "'%s': token id %d at step %ld is outside "
+						  "the vocabulary [0, %d)", c->dataset.data_path[0],
+						  x < 0 || x >= V ? x : t, step, V);
+			total += t != HP_IGNORE_INDEX;
+		}
+		hp_model_zero_grad(m);
+		for (long a = 0; a < accum; a++) {
+			double ls;
+			long cnt;
+			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+			hp_model_forward(m, in, lb, &ls, &cnt);
+			loss_sum += ls;
+			hp_model_backward(m, in, lb, total);
+		}
+		loss = total > 0 ? loss_sum / total : 0.0;
+		if (step == 1 && o->dump_grads) {
+			if ((rc = dump_grads(m, o->dump_grads, e)))
+				return rc;
+			r->dumped = 1;
+		}
+		norm = hp_grad_norm(m);
+		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm)))
+			return hp_err_set(e, HP_ENUM, "step %ld: loss %g, grad norm %g is not finite",
+					  step, loss, norm);
+		hp_clip_grads(m, norm, r->opt.max_grad_norm);
+		lr = hp_lr_at(&r->opt, step);
+		hp_optim_step(&r->opt, m, lr);
+		double dt = now_s() - t0;
+		if (!o->quiet && (step % log_every == 0 || step == c->training.train_iters || step == 1)) {
+			fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
+				step, c->training.train_iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
+			fflush(out);
+		}
+		if (r->metrics)
+			fprintf(r->metrics, "{\"step\": %ld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+				"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f}\n",
+				step, loss, norm, lr, step_tokens, step_tokens / dt, dt);
+	}
+	return 0;
+}
+
+int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
+{
+	struct run r;
+	int world = 1, rc;
+
+	memset(&r, 0, sizeof(r));
+	MPI_Comm_size(comm, &world);
+	if ((rc = hp_config_load(&r.cfg, o->config, o->noverrides, o->overrides, e)))
+		return rc;
+	if ((rc = check_supported(&r.cfg, world, e)))
+		goto out;
+	if ((rc = hp_hfconfig_load(&r.spec, r.cfg.model.path, e)))
+		goto out;
+	if ((rc = hp_model_init(&r.model, &r.spec, (int)r.cfg.training.micro_batch_size,
+				(int)r.cfg.dataset.seq_length, e)))
+		goto out;
+	if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e)))
+		goto out;
+	if ((rc = hp_batcher_open(&r.data, r.cfg.dataset.data_path[0], r.cfg.dataset.seq_length,
+				  r.cfg.dataset.is_dataset_from_mr, e)))
+		goto out;
+	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
+		goto out;
+	if (o->metrics && (rc = open_metrics(&r, o->metrics, e)))
+		goto out;
+	rc = train_loop(&r, o, out, e);
+	{
+		int rc2 = close_metrics(&r, o->metrics, rc == 0, e);
+		if (!rc)
+			rc = rc2;
+	}
+	if (rc && r.dumped)
+		unlink(o->dump_grads);   /* a failed run leaves no output behind */
+out:
+	if (r.metrics)
+		close_metrics(&r, o->metrics, 0, NULL);
+	hp_free(r.inputs);
+	hp_free(r.labels);
+	hp_batcher_free(r.data);
+	hp_optim_release(&r.opt);
+	hp_model_release(&r.model);
+	hp_config_release(&r.cfg);
+	return rc;
+}

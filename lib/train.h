@@ -1,0 +1,32 @@
+/*
+ * train.h - the training loop behind hp-train.
+ *
+ * hp_train_run() resolves the config, loads the model and data, and runs
+ * train_iters optimizer steps of global_batch_size sequences each (gradient
+ * accumulation over micro-batches), printing the resolved-parameter table
+ * and one line per logged step to `out` on rank 0.  Only world size 1 is
+ * implemented at this stage; a larger communicator is refused.
+ *
+ * Output files (--metrics, --dump-grads) are written under temporary names
+ * and renamed when complete; on failure they are removed.
+ */
+#ifndef HP_TRAIN_H
+#define HP_TRAIN_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "err.h"
+
+struct hp_train_opts {
+	const char *config;          /* YAML path */
+	int noverrides;
+	char *const *overrides;      /* "--a.b=c" strings, borrowed */
+	const char *metrics;         /* JSONL path or NULL */
+	const char *dump_grads;      /* safetensors path or NULL */
+	int quiet;                   /* no table, no step lines */
+};
+
+int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e);
+
+#endif

@@ -1,0 +1,177 @@
+/*
+ * test-model.c - hp-test-tool subcommands that expose the model and the
+ * safetensors comparison to shell tests.
+ *
+ *   logits -o OUT.safetensors MODEL_DIR ID...
+ *       forward one sequence, write logits F32 [T, V] under "logits"
+ *   teacher MODEL_DIR ID...
+ *       teacher-forced argmax: for every position i < T-1 the argmax of the
+ *       logits must be ID[i+1]; prints "N/M positions match", exit 1 if not all
+ *   cmpst [--max-rel-l2 R] [--max-abs A] A.safetensors B.safetensors
+ *       compare tensors of the same names; one line per tensor with the max
+ *       absolute difference and the relative L2 error ||a-b||/||b||; exit 1
+ *       when a bound is exceeded or the name sets differ
+ */
+#include <math.h>
+
+#include "alloc.h"
+#include "hfconfig.h"
+#include "model.h"
+#include "safetensors.h"
+
+int cmd_logits(int argc, char **argv);
+int cmd_teacher(int argc, char **argv);
+int cmd_cmpst(int argc, char **argv);
+
+static int load(struct hp_model *m, const char *dir, int T)
+{
+	struct hp_model_spec s;
+	struct hp_err e;
+
+	hp_err_clear(&e);
+	if (hp_hfconfig_load(&s, dir, &e) || hp_model_init(m, &s, 1, T, &e) || hp_model_load_hf(m, dir, &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int32_t *parse_ids(int n, char **argv)
+{
+	int32_t *ids = hp_malloc((size_t)n * sizeof(int32_t));
+
+	for (int i = 0; ids && i < n; i++)
+		ids[i] = (int32_t)strtol(argv[i], NULL, 10);
+	return ids;
+}
+
+int cmd_logits(int argc, char **argv)
+{
+	struct hp_model m;
+	struct hp_err e;
+	const char *out;
+	int32_t *ids;
+	int T, rc = 1;
+
+	if (argc < 5 || strcmp(argv[1], "-o")) {
+		fprintf(stderr, "usage: hp-test-tool logits -o OUT.safetensors MODEL_DIR ID...\n");
+		return 2;
+	}
+	out = argv[2];
+	T = argc - 4;
+	ids = parse_ids(T, argv + 4);
+	if (!ids || load(&m, argv[3], T))
+		goto done;
+	hp_model_forward(&m, ids, NULL, NULL, NULL);
+	{
+		struct hp_st_entry ent = { .name = "logits", .dtype = HP_DTYPE_F32, .ndim = 2,
+					   .shape = { T, m.spec.vocab }, .data = m.logits };
+		hp_err_clear(&e);
+		if (hp_st_write(out, 1, &ent, 0, NULL, NULL, &e))
+			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		else
+			rc = 0;
+	}
+	hp_model_release(&m);
+done:
+	hp_free(ids);
+	return rc;
+}
+
+int cmd_teacher(int argc, char **argv)
+{
+	struct hp_model m;
+	int32_t *ids;
+	int T = argc - 2, match = 0, rc = 1;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: hp-test-tool teacher MODEL_DIR ID...\n");
+		return 2;
+	}
+	ids = parse_ids(T, argv + 2);
+	if (!ids || load(&m, argv[1], T))
+		goto done;
+	hp_model_forward(&m, ids, NULL, NULL, NULL);
+	for (int i = 0; i + 1 < T; i++) {
+		const float *l = m.logits + (long)i * m.spec.vocab;
+		int best = 0;
+		for (int v = 1; v < m.spec.vocab; v++)
+			if (l[v] > l[best])
+				best = v;
+		if (best == ids[i + 1])
+			match++;
+		else
+			printf("# position %d: argmax %d, next id %d\n", i, best, ids[i + 1]);
+	}
+	printf("%d/%d positions match\n", match, T - 1);
+	rc = match == T - 1 ? 0 : 1;
+	hp_model_release(&m);
+done:
+	hp_free(ids);
+	return rc;
+}
+
+int cmd_cmpst(int argc, char **argv)
+{
+	double max_rel = INFINITY, max_abs = INFINITY;
+	struct hp_st_file a = { 0 }, b = { 0 };
+	struct hp_err e;
+	int i = 1, bad = 0;
+
+	for (; i + 1 < argc && !strncmp(argv[i], "--", 2); i += 2) {
+		if (!strcmp(argv[i], "--max-rel-l2"))
+			max_rel = strtod(argv[i + 1], NULL);
+		else if (!strcmp(argv[i], "--max-abs"))
+			max_abs = strtod(argv[i + 1], NULL);
+		else
+			break;
+	}
+	if (argc - i != 2) {
+		fprintf(stderr, "usage: hp-test-tool cmpst [--max-rel-l2 R] [--max-abs A] A B\n");
+		return 2;
+	}
+	hp_err_clear(&e);
+	if (hp_st_open(&a, argv[i], &e) || hp_st_open(&b, argv[i + 1], &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		hp_st_close(&a);
+		return 1;
+	}
+	if (a.ntensors != b.ntensors) {
+		printf("tensor count differs: %zu vs %zu\n", a.ntensors, b.ntensors);
+		bad = 1;
+	}
+	for (size_t k = 0; k < a.ntensors; k++) {
+		const struct hp_st_tensor *ta = &a.tensors[k], *tb = hp_st_find(&b, ta->name);
+		float *x, *y;
+		double num = 0, den = 0, mabs = 0;
+
+		if (!tb || tb->numel != ta->numel) {
+			printf("%s: missing or of another size in %s\n", ta->name, argv[i + 1]);
+			bad = 1;
+			continue;
+		}
+		x = hp_malloc((size_t)ta->numel * sizeof(float));
+		y = hp_malloc((size_t)ta->numel * sizeof(float));
+		if (!x || !y || hp_st_read_f32(ta, x, &e) || hp_st_read_f32(tb, y, &e)) {
+			printf("%s: cannot read\n", ta->name);
+			bad = 1;
+		} else {
+			for (int64_t j = 0; j < ta->numel; j++) {
+				double d = (double)x[j] - y[j];
+				num += d * d;
+				den += (double)y[j] * y[j];
+				if (fabs(d) > mabs || isnan(d))
+					mabs = isnan(d) ? INFINITY : fabs(d);
+			}
+			double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+			int fail = !(rel <= max_rel) || !(mabs <= max_abs);
+			printf("%-50s max_abs %.3e rel_l2 %.3e%s\n", ta->name, mabs, rel, fail ? "  FAIL" : "");
+			bad |= fail;
+		}
+		hp_free(x);
+		hp_free(y);
+	}
+	hp_st_close(&a);
+	hp_st_close(&b);
+	return bad;
+}

@@ -1,0 +1,55 @@
+/*
+ * test-tool.c - hp-test-tool, the shell tests' window into lib/ (after
+ * git's t/helper/test-tool).
+ *
+ * "hp-test-tool NAME ARGS..." runs the subcommand NAME with argv[0] = NAME.
+ * Each subcommand lives in t/helper/test-NAME.c and is one line in the table
+ * below; there is no header, the prototypes are declared here.  This is a
+ * test fixture, not a user tool: no man page, no MPI, and the output formats
+ * are whatever the tests need.  Conventions: nothing on stdout unless the
+ * subcommand's job is to print; errors go to stderr as "hp-test-tool: ...";
+ * exit 0 on success, 1 on failure, 2 on a bad command line.
+ */
+#include "err.h"
+
+/* Defined in t/helper/test-*.c; sorted by name, like the table. */
+int cmd_cmpst(int argc, char **argv);      /* test-model.c */
+int cmd_dumpidx(int argc, char **argv);    /* test-mkidx.c */
+int cmd_logits(int argc, char **argv);     /* test-model.c */
+int cmd_mkidx(int argc, char **argv);      /* test-mkidx.c */
+int cmd_teacher(int argc, char **argv);    /* test-model.c */
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *usage;
+} cmds[] = {
+	{ "cmpst", cmd_cmpst, "cmpst [--max-rel-l2 R] [--max-abs A] A.safetensors B.safetensors" },
+	{ "dumpidx", cmd_dumpidx, "dumpidx PREFIX" },
+	{ "logits", cmd_logits, "logits -o OUT.safetensors MODEL_DIR ID..." },
+	{ "mkidx", cmd_mkidx, "mkidx --vocab V [--records-of N] [--max-records K] -o PREFIX INPUT.jsonl" },
+	{ "teacher", cmd_teacher, "teacher MODEL_DIR ID..." },
+};
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: hp-test-tool COMMAND [ARGS...]\ncommands:\n");
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(f, "  hp-test-tool %s\n", cmds[i].usage);
+	return f == stdout ? HP_EXIT_OK : HP_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr);
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
+		return usage(stdout);
+	for (size_t i = 0; i < NCMDS; i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "hp-test-tool: unknown command '%s'\n", argv[1]);
+	return usage(stderr);
+}

@@ -1,0 +1,63 @@
+# lib-train.sh - helpers shared by the hp-train test scripts.
+# Source after test-lib.sh.
+
+MODEL=$DATA/stories260K/hf
+MODEL_BF16=$DATA/stories260K/hf-bf16-sharded
+REF=$DATA/stories260K/reference
+
+# write_config FILE MODEL_DIR DATA_PREFIX SEQ MICRO GLOBAL ITERS [extra yaml lines on stdin]
+write_config () {
+	{
+		cat <<-YAML
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
+		  pretrained_model_name_or_path: $2
+		  torch_dtype: float32
+		training:
+		  train_iters: $7
+		  global_batch_size: $6
+		  micro_batch_size: $5
+		  max_grad_norm: 1.0
+		  seed: 1234
+		  logging_steps: 1
+		dataset:
+		  _target_: hyper_parallel.data.build_indexed_text_dataset
+		  data_path: $3
+		  data_config: {seq_length: $4, is_dataset_from_mr: true}
+		optimizer:
+		  _target_: hyper_parallel.components.optim.AdamW
+		  adamw_config: {adamw_lr: 1.0e-3, adamw_weight_decay: 0.1, adamw_betas: [0.9, 0.95], adamw_eps: 1.0e-8}
+		  no_decay_params: [bias, norm]
+		lr_scheduler:
+		  _target_: hyper_parallel.components.optim.MultiLRScheduler
+		  lr_decay_style: cosine
+		  lr_config: {lr: 1.0e-3, lr_warmup_steps: 10, min_lr: 1.0e-4}
+		debug: {check_nan_inf: true}
+		YAML
+		if [ ! -t 0 ]; then cat; fi
+	} >"$1"
+}
+
+# make_refbatch PREFIX: the reference 2x128 batch as two records of 129 ids
+make_refbatch () {
+	jq -c '.loss_and_grads as $l | range(0; 2) as $b |
+		{ids: ($l.input_ids[$b] + [$l.target_ids[$b][-1]])}' "$REF/reference.json" >"$1.jsonl" &&
+	hp-test-tool mkidx --vocab 512 -o "$1" "$1.jsonl"
+}
+
+# make_tinystories PREFIX SEQ: TinyStories ids packed into records of SEQ+1
+make_tinystories () {
+	hp-test-tool mkidx --vocab 512 --records-of $(($2 + 1)) -o "$1" \
+		"$DATA/tokenizers/stories260K_hf_tokenizers_0.23.2.jsonl"
+}
+
+# metric FILE STEP KEY
+metric () {
+	jq -r "select(.step == $2) | .$3" "$1"
+}
+
+# float_close A B TOL : |A - B| <= TOL
+float_close () {
+	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d;
+		if (d <= t) exit 0; printf "|%s - %s| = %g > %g\n", a, b, d, t; exit 1 }'
+}

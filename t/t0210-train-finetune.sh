@@ -1,0 +1,65 @@
+#!/bin/sh
+test_description='stories260K fine-tune: the loss goes down, runs are bit-reproducible'
+. "$(dirname "$0")/test-lib.sh"
+. "$TEST_DIR/lib-train.sh"
+
+test_expect_success 'pack the TinyStories vector ids into records of 129 tokens' '
+	make_tinystories ts 128 &&
+	hp-test-tool dumpidx ts >dump &&
+	test -s ts.bin && test -s ts.idx
+'
+
+test_expect_success '200 steps of fine-tuning lower the loss' '
+	write_config train.yaml "$MODEL" ts 128 4 8 200 &&
+	hp-train train.yaml --metrics m1.jsonl >out &&
+	test $(wc -l <m1.jsonl) = 200 &&
+	jq -r .loss m1.jsonl >loss1 &&
+	first=$(head -n 10 loss1 | awk "{ s += \$1 } END { print s / NR }") &&
+	last=$(tail -n 10 loss1 | awk "{ s += \$1 } END { print s / NR }") &&
+	echo "mean loss, steps 1-10: $first; steps 191-200: $last" &&
+	awk -v a="$first" -v b="$last" "BEGIN { exit !(b < a - 0.1) }"
+'
+
+test_expect_success 'the step lines and the table go to stdout' '
+	grep -q "^step 200/200 | loss " out &&
+	grep -q "^spec.num_hidden_layers  *5$" out &&
+	grep -q "^run.grad_accumulation_steps  *2$" out
+'
+
+test_expect_success 'a second identical run gives a bit-identical loss sequence' '
+	hp-train -q train.yaml --metrics m2.jsonl &&
+	jq -r "[.step, .loss, .grad_norm, .lr] | @tsv" m1.jsonl >a &&
+	jq -r "[.step, .loss, .grad_norm, .lr] | @tsv" m2.jsonl >b &&
+	cmp a b
+'
+
+test_expect_success 'metrics lines carry the documented keys' '
+	jq -e "has(\"step\") and has(\"loss\") and has(\"grad_norm\") and has(\"lr\") and has(\"tokens\") and has(\"step_time_s\") and has(\"tokens_per_s\")" m1.jsonl >/dev/null &&
+	test "$(metric m1.jsonl 1 tokens)" = 1024
+'
+
+test_expect_success 'the cosine schedule with warmup is what the metrics report' '
+	float_close "$(metric m1.jsonl 1 lr)" 1e-4 1e-12 &&
+	float_close "$(metric m1.jsonl 10 lr)" 1e-3 1e-12 &&
+	float_close "$(metric m1.jsonl 200 lr)" 1e-4 1e-12
+'
+
+test_expect_success MPI 'mpiexec -n 1 gives the same losses as a plain run' '
+	write_config short.yaml "$MODEL" ts 128 4 8 5 &&
+	hp-train -q short.yaml --metrics s1.jsonl &&
+	mpiexec -n 1 hp-train -q short.yaml --metrics s2.jsonl &&
+	jq -r .loss s1.jsonl >a && jq -r .loss s2.jsonl >b && cmp a b
+'
+
+test_expect_success MPI 'a world of 2 is refused with a clear error and exit 3' '
+	test_must_fail_with 3 mpiexec -n 2 hp-train -q short.yaml --metrics w.jsonl 2>err &&
+	grep -q "world size 2: parallel training is not implemented yet" err &&
+	test ! -e w.jsonl
+'
+
+test_expect_success 'overrides change the run: --training.train_iters=3' '
+	hp-train -q short.yaml --training.train_iters=3 --metrics o.jsonl &&
+	test $(wc -l <o.jsonl) = 3
+'
+
+test_done

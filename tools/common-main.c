@@ -1,0 +1,61 @@
+/*
+ * common-main.c - the one main() of every hp tool.
+ *
+ * MPI is always initialised: a tool started without mpiexec runs as an MPI
+ * singleton of world size 1, so the same binary works by hand, under
+ * mpiexec and under srun.  Exit statuses are those of lib/err.h.
+ */
+#include "common-main.h"
+#include "log.h"
+
+int die_err(const struct hp_err *e)
+{
+	hp_error("%s", e->msg[0] ? e->msg : hp_err_name(e->code));
+	if (e->code == HP_EINVAL && e->src_file)
+		fprintf(stderr, "%s: BUG raised at %s:%d\n", hp_tool_name, e->src_file, e->src_line);
+	return hp_err_exit_code(e->code);
+}
+
+int usage_error(const char *usage, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (hp_log_rank() == 0) {
+		fprintf(stderr, "%s: %s\n", hp_tool_name, msg);
+		fprintf(stderr, "usage: %s\n", usage);
+	}
+	return HP_EXIT_USAGE;
+}
+
+int hp_agree_status(MPI_Comm comm, int status)
+{
+	int worst = status;
+
+	MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm);
+	return worst;
+}
+
+int main(int argc, char **argv)
+{
+	int rank = 0, status, provided;
+
+	hp_log_init(hp_tool_name, 0);
+	if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+		fprintf(stderr, "%s: MPI_Init failed\n", hp_tool_name);
+		return HP_EXIT_FAILURE;
+	}
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	hp_log_init(hp_tool_name, rank);
+	status = cmd_main(argc, argv, MPI_COMM_WORLD);
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "%s: error writing standard output\n", hp_tool_name);
+		if (!status)
+			status = HP_EXIT_IO;
+	}
+	MPI_Finalize();
+	return status;
+}

@@ -1,0 +1,104 @@
+/*
+ * hp-train - train a Hugging Face decoder model from a YAML config.
+ *
+ * Thin client: parse the command line into struct hp_train_opts and call
+ * hp_train_run().  Arguments of the form --a.b=c (any option with a dot
+ * before the '=') are config overrides, in order, after the config file.
+ */
+#include <getopt.h>
+
+#include "alloc.h"
+#include "common-main.h"
+#include "log.h"
+#include "train.h"
+
+const char hp_tool_name[] = "hp-train";
+
+static const char usage_str[] =
+	"hp-train CONFIG.yaml [--a.b=c ...] [--metrics FILE.jsonl] [--dump-grads FILE.safetensors] [-q]";
+
+static void help(void)
+{
+	printf("usage: %s\n\n"
+	       "Train the model a HyperParallel-style YAML config describes.\n\n"
+	       "  --a.b=c                   override config key a.b with the YAML value c\n"
+	       "  --metrics FILE.jsonl      write one JSON object per step\n"
+	       "  --dump-grads FILE         write step 1's gradients (F32 safetensors, HF names)\n"
+	       "  -q, --quiet               print no table and no step lines\n"
+	       "  -h, --help                show this help\n"
+	       "      --version             show the version\n\n"
+	       "See hp-train(1) and hp-config(5).\n", usage_str);
+}
+
+static int is_override(const char *a)
+{
+	const char *eq;
+
+	if (strncmp(a, "--", 2))
+		return 0;
+	eq = strchr(a, '=');
+	return eq && memchr(a + 2, '.', (size_t)(eq - a - 2)) != NULL;
+}
+
+int cmd_main(int argc, char **argv, MPI_Comm comm)
+{
+	static const struct option longopts[] = {
+		{ "metrics", required_argument, NULL, 'm' },
+		{ "dump-grads", required_argument, NULL, 'g' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct hp_train_opts o = { 0 };
+	struct hp_err err;
+	char **rest, **ovr;
+	int nrest = 0, novr = 0, rank = 0, rc, c;
+
+	MPI_Comm_rank(comm, &rank);
+	hp_err_clear(&err);
+	/* Pull --a.b=c overrides out before getopt sees them. */
+	rest = hp_calloc((size_t)argc + 1, sizeof(char *));
+	ovr = hp_calloc((size_t)argc + 1, sizeof(char *));
+	if (!rest || !ovr) {
+		hp_free(rest);
+		hp_free(ovr);
+		hp_err_set(&err, HP_ENOMEM, "out of memory");
+		return die_err(&err);
+	}
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && is_override(argv[i]))
+			ovr[novr++] = argv[i];
+		else
+			rest[nrest++] = argv[i];
+	}
+	opterr = 0;
+	rc = -1;
+	while (rc < 0 && (c = getopt_long(nrest, rest, "qh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': o.metrics = optarg; break;
+		case 'g': o.dump_grads = optarg; break;
+		case 'q': o.quiet = 1; break;
+		case 'h': if (!rank) help(); rc = 0; break;
+		case 'V': if (!rank) printf("hp-train %s\n", HP_VERSION); rc = 0; break;
+		default:
+			rc = usage_error(usage_str, "unknown option '%s'", rest[optind - 1]);
+		}
+	}
+	if (rc < 0) {
+		if (optind >= nrest)
+			rc = usage_error(usage_str, "missing CONFIG.yaml");
+		else if (optind + 1 < nrest)
+			rc = usage_error(usage_str, "unexpected argument '%s' (overrides look like --a.b=c)",
+					 rest[optind + 1]);
+	}
+	if (rc < 0) {
+		o.config = rest[optind];
+		o.noverrides = novr;
+		o.overrides = ovr;
+		rc = hp_train_run(&o, comm, stdout, &err) ? die_err(&err) : 0;
+	}
+	hp_free(rest);
+	hp_free(ovr);
+	return rc;
+}
