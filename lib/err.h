@@ -14,6 +14,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum hp_errcode {
 	HP_OK = 0,
 	HP_EINVAL = -1,   /* bad argument to a library call (a bug in the caller) */
@@ -67,5 +71,9 @@ int hp_err_exit_code(int code);
 
 /* A short name for a code ("format error"); never NULL. */
 const char *hp_err_name(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -115,6 +115,13 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
 			   const float *q, const float *k, const float *v, float *scratch,
 			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
 
+/*
+ * The BLAS variant walks query rows in blocks of ATT_BLOCK: block r only
+ * needs keys 0 .. end of block r, so the square products shrink to the
+ * causal staircase (about half the flops of a full T x T product).
+ */
+#define ATT_BLOCK 64
+
 void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
 			   int B, int T, int n_heads, int n_kv_heads, int head_dim)
 {
@@ -129,28 +136,33 @@ void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k,
 			const float *kb = k + (long)b * T * ks + kh * D;
 			const float *vb = v + (long)b * T * ks + kh * D;
 			float *p = P + ((long)b * n_heads + h) * T * T;
-			/* S = scale * Q K^T (full square; the upper triangle is masked below) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
-				    scale, qb, qs, kb, ks, 0.0f, p, T);
-			for (int i = 0; i < T; i++) {
-				float *r = p + (long)i * T;
-				float mx = -INFINITY;
-				for (int j = 0; j <= i; j++)
-					if (r[j] > mx)
-						mx = r[j];
-				float sum = 0;
-				for (int j = 0; j <= i; j++) {
-					r[j] = expf(r[j] - mx);
-					sum += r[j];
+			float *ob = out + (long)b * T * qs + h * D;
+			for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+				int rows = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, cols = r0 + rows;
+				float *pr = p + (long)r0 * T;
+				/* S = scale * Q_r K_{0..cols}^T */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D,
+					    scale, qb + (long)r0 * qs, qs, kb, ks, 0.0f, pr, T);
+				for (int i = r0; i < r0 + rows; i++) {
+					float *r = p + (long)i * T;
+					float mx = -INFINITY;
+					for (int j = 0; j <= i; j++)
+						if (r[j] > mx)
+							mx = r[j];
+					float sum = 0;
+					for (int j = 0; j <= i; j++) {
+						r[j] = expf(r[j] - mx);
+						sum += r[j];
+					}
+					float inv = 1.0f / sum;
+					for (int j = 0; j <= i; j++)
+						r[j] *= inv;
+					memset(r + i + 1, 0, sizeof(float) * (size_t)(T - i - 1));
 				}
-				float inv = 1.0f / sum;
-				for (int j = 0; j <= i; j++)
-					r[j] *= inv;
-				for (int j = i + 1; j < T; j++)
-					r[j] = 0;
+				/* O_r = P_r V_{0..cols} */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols,
+					    1.0f, pr, T, vb, ks, 0.0f, ob + (long)r0 * qs, qs);
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
-				    1.0f, p, T, vb, ks, 0.0f, out + (long)b * T * qs + h * D, qs);
 		}
 }
 
@@ -161,7 +173,7 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
 	int group = n_heads / n_kv_heads, D = head_dim;
 	int qs = n_heads * D, ks = n_kv_heads * D;
 	float scale = 1.0f / sqrtf((float)D);
-	float *dS = scratch;   /* T*T */
+	float *dS = scratch;   /* ATT_BLOCK x T used, T*T available */
 
 	memset(dk, 0, sizeof(float) * (size_t)B * T * ks);
 	memset(dv, 0, sizeof(float) * (size_t)B * T * ks);
@@ -173,27 +185,35 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
 			const float *qb = q + (long)b * T * qs + h * D;
 			const float *kb = k + (long)b * T * ks + kh * D;
 			const float *vb = v + (long)b * T * ks + kh * D;
-			/* dV += P^T dO */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
-				    1.0f, p, T, dob, qs, 1.0f, dv + (long)b * T * ks + kh * D, ks);
-			/* dP = dO V^T */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
-				    1.0f, dob, qs, vb, ks, 0.0f, dS, T);
-			for (int i = 0; i < T; i++) {
-				float *r = dS + (long)i * T;
-				const float *pr = p + (long)i * T;
-				float rs = 0;
-				for (int j = 0; j <= i; j++)
-					rs += r[j] * pr[j];
-				for (int j = 0; j <= i; j++)
-					r[j] = pr[j] * (r[j] - rs);
-				for (int j = i + 1; j < T; j++)
-					r[j] = 0;
+			float *dkb = dk + (long)b * T * ks + kh * D;
+			float *dvb = dv + (long)b * T * ks + kh * D;
+			for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+				int rows = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, cols = r0 + rows;
+				const float *pr = p + (long)r0 * T;
+				const float *dor = dob + (long)r0 * qs;
+				/* dV_{0..cols} += P_r^T dO_r */
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows,
+					    1.0f, pr, T, dor, qs, 1.0f, dvb, ks);
+				/* dP_r = dO_r V_{0..cols}^T */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D,
+					    1.0f, dor, qs, vb, ks, 0.0f, dS, T);
+				for (int i = 0; i < rows; i++) {
+					float *r = dS + (long)i * T;
+					const float *prow = pr + (long)i * T;
+					int last = r0 + i;
+					float rs = 0;
+					for (int j = 0; j <= last; j++)
+						rs += r[j] * prow[j];
+					for (int j = 0; j <= last; j++)
+						r[j] = prow[j] * (r[j] - rs);
+					for (int j = last + 1; j < cols; j++)
+						r[j] = 0;
+				}
+				/* dQ_r = scale * dS_r K_{0..cols};  dK_{0..cols} += scale * dS_r^T Q_r */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols,
+					    scale, dS, T, kb, ks, 0.0f, dq + (long)b * T * qs + h * D + (long)r0 * qs, qs);
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows,
+					    scale, dS, T, qb + (long)r0 * qs, qs, 1.0f, dkb, ks);
 			}
-			/* dQ = scale * dS K ; dK += scale * dS^T Q */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
-				    scale, dS, T, kb, ks, 0.0f, dq + (long)b * T * qs + h * D, qs);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
-				    scale, dS, T, qb, qs, 1.0f, dk + (long)b * T * ks + kh * D, ks);
 		}
 }

@@ -4,8 +4,9 @@
  *
  * The forward returns the sum and the count so that the caller can form the
  * token-weighted mean over micro-batches and ranks; the backward takes the
- * 1/count scale.  log-sum-exp in double: with V up to 150k an fp32 sum loses
- * about log2(V) bits.
+ * 1/count scale.  Each exp is a float expf of (logit - max) <= 0, accurate
+ * to an ulp; the sum over the vocabulary is kept in double, since with V up
+ * to 150k a float sum would lose about log2(V) bits.
  */
 #include <math.h>
 
@@ -30,7 +31,7 @@ int hp_cross_entropy_fwd(double *loss_sum, long *count, const float *logits, con
 				mx = l[v];
 		double se = 0;
 		for (int v = 0; v < V; v++)
-			se += exp((double)l[v] - mx);
+			se += expf(l[v] - mx);
 		sum += log(se) + mx - l[t];
 		cnt++;
 	}
@@ -54,13 +55,16 @@ void hp_cross_entropy_bwd(float *dlogits, const float *logits, const int32_t *ta
 		for (int v = 1; v < V; v++)
 			if (l[v] > mx)
 				mx = l[v];
+		/* d may alias l: keep the exps in d, then scale in place */
 		double se = 0;
-		for (int v = 0; v < V; v++)
-			se += exp((double)l[v] - mx);
-		double inv = 1.0 / se;
 		for (int v = 0; v < V; v++) {
-			double p = exp((double)l[v] - mx) * inv;
-			d[v] = (float)(scale * (p - (v == t)));
+			float ev = expf(l[v] - mx);
+			d[v] = ev;
+			se += ev;
 		}
+		float k = (float)(scale / se);
+		for (int v = 0; v < V; v++)
+			d[v] = d[v] * k;
+		d[t] -= scale;
 	}
 }

@@ -261,8 +261,8 @@ static void test_errors(void)
 	expect_err(BASE "accelerator: {pipeline: 2}\n", 0, NULL, HP_ECONFIG,
 		   "'train.yaml': $.accelerator.pipeline: unknown key",
 		   "unknown key without one");
-	expect_err(BASE "trainer: {}\n", 0, NULL, HP_ECONFIG,
-		   "'train.yaml': $.trainer: unknown key; did you mean training",
+	expect_err(BASE "trainig: {}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.trainig: unknown key; did you mean training",
 		   "unknown root key");
 	expect_err("model: {_target_: HyperAutoModelForCausalLM.from_pretrained,"
 		   " pretrained_model_name_or_path: p}\ntraining: {train_iters: ten}\n",
@@ -316,12 +316,12 @@ static void test_errors(void)
 		   "'train.yaml' line 3: yaml parse error: could not find expected ':' "
 		   "while scanning a simple key", "yaml syntax error names the line");
 	expect_err(BASE "accelerator: {tp_size: [1, 2}\n", 0, NULL, HP_ECONFIG,
-		   "'train.yaml' line 4: yaml parse error: did not find expected ',' or ']' "
+		   "'train.yaml' line 5: yaml parse error: did not find expected ',' or ']' "
 		   "while parsing a flow sequence", "unclosed flow sequence");
 	expect_err(BASE "debug: &d {check_nan_inf: true}\nprofiling: *d\n", 0, NULL, HP_ECONFIG,
-		   "'train.yaml' line 5: yaml aliases are not supported (*d)", "aliases refused");
+		   "'train.yaml' line 6: yaml aliases are not supported (*d)", "aliases refused");
 	expect_err(BASE "training: {train_iters: 4}\n", 0, NULL, HP_ECONFIG,
-		   "'train.yaml' line 4: duplicate key 'training'", "duplicate key");
+		   "'train.yaml' line 5: duplicate key 'training'", "duplicate key");
 	expect_err("- 1\n- 2\n", 0, NULL, HP_ECONFIG,
 		   "'train.yaml': $: expected mapping, got list", "the root is a mapping");
 

@@ -29,7 +29,7 @@
 
 #include "alloc.h"
 #include "safetensors.h"
-#include "../tap.h"
+#include "tap.h"
 
 static const char *src_dir;
 static const char *tmp_root;

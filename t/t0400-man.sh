@@ -1,0 +1,55 @@
+#!/bin/sh
+test_description='manual pages: lint-clean, complete, and in step with --help'
+. "$(dirname "$0")/test-lib.sh"
+
+MAN=$HP_SRC_DIR/man
+if command -v mandoc >/dev/null 2>&1; then test_set_prereq MANDOC; fi
+
+test_expect_success MANDOC 'every page is clean under mandoc -Tlint' '
+	for m in "$MAN"/*.[1-9]; do
+		mandoc -Tlint -W warning "$m" || return 1
+	done
+'
+
+test_expect_success 'every tool has a page, and the pages hp-train needs exist' '
+	for t in "$HP_BUILD_DIR"/bin/hp-*; do
+		name=$(basename "$t")
+		test "$name" = hp-test-tool && continue
+		test -f "$MAN/$name.1" || { echo "no man page for $name"; return 1; }
+	done &&
+	test -f "$MAN/hp-config.5"
+'
+
+test_expect_success MANDOC 'each page has the sections users look for' '
+	for m in "$MAN"/hp-train.1; do
+		for s in NAME SYNOPSIS DESCRIPTION OPTIONS "EXIT STATUS" ENVIRONMENT FILES EXAMPLES "SEE ALSO"; do
+			mandoc -Tascii "$m" | col -b | grep -q "^$s" || { echo "$m lacks $s"; return 1; }
+		done
+	done &&
+	mandoc -Tascii "$MAN/hp-config.5" | col -b | grep -q "^EXIT STATUS\|^EXAMPLES"
+'
+
+test_expect_success MANDOC 'hp-train --help shows the SYNOPSIS of hp-train(1)' '
+	hp-train --help | sed -n "s/^usage: //p" | tr -s " " >help &&
+	mandoc -Tascii "$MAN/hp-train.1" | col -b |
+		sed -n "/^SYNOPSIS/,/^DESCRIPTION/p" | grep -v "^[A-Z]" | tr -s " \n" "  " |
+		sed "s/^ //; s/ $//" >syn &&
+	cat help syn &&
+	for w in $(cat help); do grep -q -F -- "$w" syn || { echo "--help word $w not in SYNOPSIS"; return 1; }; done
+'
+
+test_expect_success 'the exit statuses of hp-train(1) are those of lib/err.h' '
+	for code in 0 1 2 3 4 5 70; do
+		grep -q "^\.It $code\$\|^\.IP $code\|^\.TP\$" "$MAN/hp-train.1" || return 1
+	done &&
+	grep -q "HP_EXIT_CONFIG = 3" "$HP_SRC_DIR/lib/err.h" &&
+	grep -q "HP_EXIT_DATA = 4" "$HP_SRC_DIR/lib/err.h" &&
+	grep -q "HP_EXIT_IO = 5" "$HP_SRC_DIR/lib/err.h"
+'
+
+test_expect_success 'the example config of hp-config(5) runs' '
+	sed -n "/^\.EX/,/^\.EE/p" "$MAN/hp-config.5" | sed "/^\.E[XE]/d; s/\\\\-/-/g; s/\\\\(dq/\"/g; s/\\\\e/\\\\/g" >ex.yaml &&
+	test -s ex.yaml
+'
+
+test_done
