@@ -142,12 +142,12 @@ $(HELPER): $(HELPER_SRC:%.c=$(O)/%.o) $(LIBHP)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # libFuzzer targets: clang, ASan+UBSan, the library sources compiled in.
-FUZZ_LIB_SRC := $(filter-out kernels/%,$(wildcard lib/*.c))
+FUZZ_LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
 $(O)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(dir $@)
 	$(quiet) FUZZ $@
-	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib $$(mpicc -show | grep -o -- '-I[^ ]*') \
-		-include lib/compat.h -o $@ $< $(FUZZ_LIB_SRC) $$(mpicc -show | grep -o -- '-[lL][^ ]*') $(filter-out $(CUDA_LIBS),$(LDLIBS))
+	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -Ikernels $$(mpicc -show | tr ' ' '\n' | grep '^-I') \
+		-include lib/compat.h -o $@ $< $(FUZZ_LIB_SRC) $$(mpicc -show | tr ' ' '\n' | grep '^-[lL]') $(filter-out $(CUDA_LIBS),$(LDLIBS))
 fuzz: $(FUZZERS)
 
 # --- tests, bench, docs ------------------------------------------------------

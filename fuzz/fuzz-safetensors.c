@@ -50,8 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (n > size - 8)
 		return 0;
 	memset(&f, 0, sizeof(f));
+	hp_err_clear(&e);
 	if (!hp_st_parse_header(&f, "fuzz", (const char *)data + 8, (size_t)n, size - 8 - n, &e))
 		check_invariants(&f, size - 8 - n);
+	else if (strncmp(e.msg, "'fuzz': ", 8) || strchr(e.msg, '\n') || f.tensors || f.nmeta)
+		__builtin_trap();           /* a message must name the input, on one line */
 	hp_st_close(&f);
 	return 0;
 }

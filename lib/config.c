@@ -215,7 +215,8 @@ static int attach(struct level *st, int depth, struct node **root, struct node *
 			int line = n->line;
 
 			node_free(n);
-			return parse_err(e, file, origin, line, "yaml mapping keys must be scalars");
+			return parse_err(e, file, origin, line,
+					 "yaml mapping keys must be scalars");
 		}
 		for (int i = 0; i < top->n->n; i++) {
 			if (!strcmp(top->n->kid[i]->key, n->text)) {
@@ -519,6 +520,14 @@ static enum vtype value_of(const struct node *n, struct value *v)
 	if (yaml_float(n->text, &v->f))
 		return v->t = V_FLOAT;
 	return v->t = V_STR;
+}
+
+/* The YAML type of n, for "got ..." in messages. */
+static const char *got(const struct node *n)
+{
+	struct value v;
+
+	return vtype_name[value_of(n, &v)];
 }
 
 static int node_is_null(const struct node *n)
@@ -1199,11 +1208,9 @@ static int walk_strlist(struct walk *w, const struct node *n, const struct key *
 		item.type = T_STR;
 		if (n->kind == NODE_SEQ)
 			path_push(w, "[%d]", i);
-		if (items[i]->kind != NODE_SCALAR) {
-			struct value val;
-
-			rc = werr(w, items[i], "expected str, got %s", vtype_name[value_of(items[i], &val)]);
-		} else if (want_str(w, items[i], &item, &rc) && v) {
+		if (items[i]->kind != NODE_SCALAR)
+			rc = werr(w, items[i], "expected str, got %s", got(items[i]));
+		else if (want_str(w, items[i], &item, &rc) && v) {
 			v[i] = item.flags & F_PATH ? resolve_path(w, items[i], items[i]->text) :
 						     hp_strdup(items[i]->text);
 			if (!v[i])
@@ -1249,7 +1256,7 @@ static int walk_list(struct walk *w, const struct node *n, const struct key *k, 
 		if (rc)
 			rc = nomem(w->e, w->file);
 		else if (it->kind != NODE_MAP)
-			rc = werr(w, it, "expected mapping, got %s", vtype_name[value_of(it, &(struct value){ 0 })]);
+			rc = werr(w, it, "expected mapping, got %s", got(it));
 		else
 			rc = walk_map(w, it, k->sub, items + (size_t)i * k->isz, 0);
 		path_pop(w, plen);
@@ -1368,7 +1375,8 @@ static int walk_map(struct walk *w, const struct node *m, const struct key *tab,
 		} else if (!open) {
 			const char *s = suggest(tab, kid->key, strlen(kid->key));
 
-			rc = werr(w, kid, "unknown key%s%s", s ? "; did you mean " : "", s ? s : "");
+			rc = werr(w, kid, "unknown key%s%s", s ? "; did you mean " : "",
+				  s ? s : "");
 		}
 		path_pop(w, plen);
 	}
@@ -1688,8 +1696,7 @@ int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, s
 		w.e = e;
 		path_push(&w, "$");
 		if (root->kind != NODE_MAP)
-			rc = werr(&w, root, "expected mapping, got %s",
-				  vtype_name[value_of(root, &(struct value){ 0 })]);
+			rc = werr(&w, root, "expected mapping, got %s", got(root));
 		else
 			rc = walk_map(&w, root, root_keys, c, 0);
 		if (!rc) {
@@ -1848,7 +1855,8 @@ static void print_keys(struct printer *p, const struct key *tab, const void *bas
 			val[0] = '[';
 			val[1] = '\0';
 			for (int i = 0; i < n && at < sizeof(val); i++) {
-				int r = snprintf(val + at, sizeof(val) - at, "%s%s", i ? ", " : "", v[i]);
+				int r = snprintf(val + at, sizeof(val) - at, "%s%s",
+						 i ? ", " : "", v[i]);
 
 				at += r > 0 ? (size_t)r : 0;
 			}

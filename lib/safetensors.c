@@ -26,6 +26,21 @@
 #include "alloc.h"
 #include "safetensors.h"
 
+/*
+ * Messages quote tensor names, metadata keys and jansson's excerpts of the
+ * header, any of which may hold a newline or other control byte; err.h
+ * promises one line, so every message raised here is flattened.
+ */
+static int one_line(struct hp_err *e, int code)
+{
+	if (e)
+		for (char *p = e->msg; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f)
+				*p = '?';
+	return code;
+}
+#define st_err(e, code, ...) one_line((e), hp_err_set((e), (code), __VA_ARGS__))
+
 /* Room for "[d0, d1, ...]" with HP_ST_MAX_DIMS 20-digit dims. */
 #define SHAPE_BUF 256
 
@@ -60,14 +75,14 @@ static int json_fail(struct hp_err *e, const char *name, const char *what,
 	enum json_error_code c = json_error_code(je);
 
 	if (c == json_error_out_of_memory || !je->text[0])
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory parsing the %s", name, what);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory parsing the %s", name, what);
 	if (c == json_error_cannot_open_file)
-		return hp_err_set(e, HP_EIO, "'%s': cannot read the %s: %s", name, what, je->text);
+		return st_err(e, HP_EIO, "'%s': cannot read the %s: %s", name, what, je->text);
 	if (c == json_error_duplicate_key)
-		return hp_err_set(e, HP_EFORMAT,
+		return st_err(e, HP_EFORMAT,
 				  "'%s': %s has a duplicate key (%s at line %d, column %d)",
 				  name, what, je->text, je->line, je->column);
-	return hp_err_set(e, HP_EFORMAT, "'%s': %s is not valid json: %s (line %d, column %d)",
+	return st_err(e, HP_EFORMAT, "'%s': %s is not valid json: %s (line %d, column %d)",
 			  name, what, je->text, je->line, je->column);
 }
 
@@ -105,31 +120,31 @@ static int parse_tensor(const char *file, const char *key, json_t *v, uint64_t d
 	uint64_t nbytes;
 
 	if (!json_is_object(v))
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not a json object", file, key);
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' is not a json object", file, key);
 	jd = json_object_get(v, "dtype");
 	js = json_object_get(v, "shape");
 	jo = json_object_get(v, "data_offsets");
 	if (!jd)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has no dtype", file, key);
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' has no dtype", file, key);
 	if (!json_is_string(jd))
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' dtype is not a string", file, key);
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' dtype is not a string", file, key);
 	if (!js)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has no shape", file, key);
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' has no shape", file, key);
 	if (!json_is_array(js))
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' shape is not an array", file, key);
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' shape is not an array", file, key);
 	if (!jo)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has no data_offsets", file, key);
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' has no data_offsets", file, key);
 	jb = json_array_get(jo, 0);
 	je = json_array_get(jo, 1);
 	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
 	    !json_is_integer(jb) || !json_is_integer(je))
-		return hp_err_set(e, HP_EFORMAT,
+		return st_err(e, HP_EFORMAT,
 				  "'%s': tensor '%s' data_offsets is not a pair of integers",
 				  file, key);
 
 	t->dtype = hp_dtype_parse(json_string_value(jd));
 	if (t->dtype == HP_DTYPE_INVALID && !unsup->code)
-		hp_err_set(unsup, HP_EUNSUP, "'%s': tensor '%s' has unknown dtype '%s'",
+		st_err(unsup, HP_EUNSUP, "'%s': tensor '%s' has unknown dtype '%s'",
 			   file, key, json_string_value(jd));
 
 	ndim = json_array_size(js);
@@ -138,47 +153,47 @@ static int parse_tensor(const char *file, const char *key, json_t *v, uint64_t d
 		long long x;
 
 		if (!json_is_integer(d))
-			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' shape[%zu] is not an integer",
+			return st_err(e, HP_EFORMAT, "'%s': tensor '%s' shape[%zu] is not an integer",
 					  file, key, i);
 		x = json_integer_value(d);
 		if (x < 0)
-			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' shape[%zu] is negative (%lld)",
+			return st_err(e, HP_EFORMAT, "'%s': tensor '%s' shape[%zu] is negative (%lld)",
 					  file, key, i, x);
 		if (__builtin_mul_overflow(numel, (int64_t)x, &numel))
-			return hp_err_set(e, HP_EFORMAT,
+			return st_err(e, HP_EFORMAT,
 					  "'%s': tensor '%s' shape has more elements than fit in 64 bits",
 					  file, key);
 		if (i < HP_ST_MAX_DIMS)
 			t->shape[i] = x;
 	}
 	if (ndim > HP_ST_MAX_DIMS && !unsup->code)
-		hp_err_set(unsup, HP_EUNSUP, "'%s': tensor '%s' has %zu dimensions, more than the %d supported",
+		st_err(unsup, HP_EUNSUP, "'%s': tensor '%s' has %zu dimensions, more than the %d supported",
 			   file, key, ndim, HP_ST_MAX_DIMS);
 	t->ndim = ndim > HP_ST_MAX_DIMS ? HP_ST_MAX_DIMS : (int)ndim;
 	t->numel = numel;
 
 	if (json_integer_value(jb) < 0 || json_integer_value(je) < 0)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' data_offsets [%lld, %lld] are negative",
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' data_offsets [%lld, %lld] are negative",
 				  file, key, json_integer_value(jb), json_integer_value(je));
 	t->begin = (uint64_t)json_integer_value(jb);
 	t->end = (uint64_t)json_integer_value(je);
 	if (t->begin > t->end)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' data_offsets [%llu, %llu] end before they begin",
+		return st_err(e, HP_EFORMAT, "'%s': tensor '%s' data_offsets [%llu, %llu] end before they begin",
 				  file, key, (unsigned long long)t->begin, (unsigned long long)t->end);
 	if (t->end > data_len)
-		return hp_err_set(e, HP_EFORMAT,
+		return st_err(e, HP_EFORMAT,
 				  "'%s': tensor '%s' data_offsets [%llu, %llu] run past the data section (%llu bytes)",
 				  file, key, (unsigned long long)t->begin, (unsigned long long)t->end,
 				  (unsigned long long)data_len);
 	/* With an unknown dtype the size cannot be checked; HP_EUNSUP follows. */
 	if (t->dtype != HP_DTYPE_INVALID) {
 		if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)hp_dtype_size(t->dtype), &nbytes))
-			return hp_err_set(e, HP_EFORMAT,
+			return st_err(e, HP_EFORMAT,
 					  "'%s': tensor '%s' shape %s of %s has more bytes than fit in 64 bits",
 					  file, key, fmt_shape(sbuf, sizeof(sbuf), t->shape, t->ndim),
 					  hp_dtype_name(t->dtype));
 		if (nbytes != t->end - t->begin)
-			return hp_err_set(e, HP_EFORMAT,
+			return st_err(e, HP_EFORMAT,
 					  "'%s': tensor '%s' data_offsets [%llu, %llu] hold %llu bytes but shape %s of %s needs %llu",
 					  file, key, (unsigned long long)t->begin, (unsigned long long)t->end,
 					  (unsigned long long)(t->end - t->begin),
@@ -188,7 +203,7 @@ static int parse_tensor(const char *file, const char *key, json_t *v, uint64_t d
 	t->nbytes = (size_t)(t->end - t->begin);
 	t->name = hp_strdup(key);
 	if (!t->name)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", file);
 	return 0;
 }
 
@@ -199,24 +214,24 @@ static int parse_meta(struct hp_st_file *f, const char *file, json_t *meta, stru
 	size_t n;
 
 	if (!json_is_object(meta))
-		return hp_err_set(e, HP_EFORMAT, "'%s': __metadata__ is not a json object", file);
+		return st_err(e, HP_EFORMAT, "'%s': __metadata__ is not a json object", file);
 	n = json_object_size(meta);
 	f->meta_keys = hp_calloc(n, sizeof(*f->meta_keys));
 	f->meta_vals = hp_calloc(n, sizeof(*f->meta_vals));
 	if (!f->meta_keys || !f->meta_vals)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", file);
 	json_object_foreach(meta, key, v) {
 		char *k, *s;
 
 		if (!json_is_string(v))
-			return hp_err_set(e, HP_EFORMAT, "'%s': __metadata__ value for '%s' is not a string",
+			return st_err(e, HP_EFORMAT, "'%s': __metadata__ value for '%s' is not a string",
 					  file, key);
 		k = hp_strdup(key);
 		s = hp_strdup(json_string_value(v));
 		if (!k || !s) {
 			hp_free(k);
 			hp_free(s);
-			return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+			return st_err(e, HP_ENOMEM, "'%s': out of memory", file);
 		}
 		f->meta_keys[f->nmeta] = k;
 		f->meta_vals[f->nmeta] = s;
@@ -263,14 +278,14 @@ static int check_overlaps(const struct hp_st_file *f, const char *file, struct h
 	int rc = 0;
 
 	if (!by)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", file);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", file);
 	for (size_t i = 0; i < f->ntensors; i++)
 		if (f->tensors[i].begin < f->tensors[i].end)
 			by[n++] = &f->tensors[i];
 	qsort(by, n, sizeof(*by), cmp_tensor_ptr_offset);
 	for (size_t i = 1; i < n; i++) {
 		if (by[i]->begin < by[i - 1]->end) {
-			rc = hp_err_set(e, HP_EFORMAT,
+			rc = st_err(e, HP_EFORMAT,
 					"'%s': tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap",
 					file, by[i - 1]->name, (unsigned long long)by[i - 1]->begin,
 					(unsigned long long)by[i - 1]->end, by[i]->name,
@@ -300,14 +315,14 @@ int hp_st_parse_header(struct hp_st_file *f, const char *name, const char *json,
 	if (!root)
 		return json_fail(e, name, "header", &je);
 	if (!json_is_object(root)) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': header is not a json object", name);
+		rc = st_err(e, HP_EFORMAT, "'%s': header is not a json object", name);
 		goto out;
 	}
 	meta = json_object_get(root, "__metadata__");
 	cap = json_object_size(root) - (meta ? 1 : 0);
 	f->tensors = hp_calloc(cap, sizeof(*f->tensors));
 	if (!f->tensors) {
-		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", name);
+		rc = st_err(e, HP_ENOMEM, "'%s': out of memory", name);
 		goto out;
 	}
 	json_object_foreach(root, key, v) {
@@ -356,22 +371,22 @@ int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
 	f->fd = -1;
 	f->path = hp_strdup(path);
 	if (!f->path)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+		rc = st_err(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
 		goto fail;
 	}
 	if (fstat(fd, &st)) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot stat: %s", path, strerror(errno));
+		rc = st_err(e, HP_EIO, "'%s': cannot stat: %s", path, strerror(errno));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = hp_err_set(e, HP_EIO, "'%s': not a regular file", path);
+		rc = st_err(e, HP_EIO, "'%s': not a regular file", path);
 		goto fail;
 	}
 	if (st.st_size < 8) {
-		rc = hp_err_set(e, HP_EFORMAT,
+		rc = st_err(e, HP_EFORMAT,
 				"'%s': file is %lld bytes, shorter than the 8-byte header length",
 				path, (long long)st.st_size);
 		goto fail;
@@ -379,7 +394,7 @@ int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
 	size = (size_t)st.st_size;
 	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (map == MAP_FAILED) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot map %zu bytes: %s", path, size, strerror(errno));
+		rc = st_err(e, HP_EIO, "'%s': cannot map %zu bytes: %s", path, size, strerror(errno));
 		goto fail;
 	}
 	f->map = map;
@@ -388,12 +403,12 @@ int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
 
 	n = get_le64(map);
 	if (n > HP_ST_MAX_HEADER) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': header length %llu is absurd (over %u bytes)",
+		rc = st_err(e, HP_EFORMAT, "'%s': header length %llu is absurd (over %u bytes)",
 				path, (unsigned long long)n, HP_ST_MAX_HEADER);
 		goto fail;
 	}
 	if (n > size - 8) {
-		rc = hp_err_set(e, HP_EFORMAT,
+		rc = st_err(e, HP_EFORMAT,
 				"'%s': header length %llu runs past the end of the file (%zu bytes)",
 				path, (unsigned long long)n, size);
 		goto fail;
@@ -498,7 +513,7 @@ static int model_index_tensors(struct hp_st_model *m, const char *what, struct h
 		n += m->files[i].ntensors;
 	m->tensors = hp_calloc(n, sizeof(*m->tensors));
 	if (!m->tensors)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", what);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", what);
 	for (size_t i = 0; i < m->nfiles; i++)
 		for (size_t j = 0; j < m->files[i].ntensors; j++)
 			m->tensors[m->ntensors++] = &m->files[i].tensors[j];
@@ -512,7 +527,7 @@ static int model_open_single(struct hp_st_model *m, const char *path, struct hp_
 
 	m->files = hp_calloc(1, sizeof(*m->files));
 	if (!m->files)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
 	rc = hp_st_open(&m->files[0], path, e);
 	if (rc)
 		return rc;
@@ -553,30 +568,30 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 	if (!root)
 		return json_fail(e, index, "index", &je);
 	if (!json_is_object(root)) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': index is not a json object", index);
+		rc = st_err(e, HP_EFORMAT, "'%s': index is not a json object", index);
 		goto out;
 	}
 	wm = json_object_get(root, "weight_map");
 	if (!json_is_object(wm)) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': index %s", index,
+		rc = st_err(e, HP_EFORMAT, "'%s': index %s", index,
 				wm ? "weight_map is not a json object" : "has no weight_map");
 		goto out;
 	}
 	meta = json_object_get(root, "metadata");
 	if (meta && !json_is_object(meta)) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': index metadata is not a json object", index);
+		rc = st_err(e, HP_EFORMAT, "'%s': index metadata is not a json object", index);
 		goto out;
 	}
 	if (meta)
 		ts = json_object_get(meta, "total_size");
 	if (ts && !json_is_integer(ts)) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': index metadata.total_size is not an integer", index);
+		rc = st_err(e, HP_EFORMAT, "'%s': index metadata.total_size is not an integer", index);
 		goto out;
 	}
 
 	names = hp_calloc(json_object_size(wm), sizeof(*names));
 	if (!names) {
-		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", index);
+		rc = st_err(e, HP_ENOMEM, "'%s': out of memory", index);
 		goto out;
 	}
 	json_object_foreach(wm, key, v) {
@@ -584,7 +599,7 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 		size_t i;
 
 		if (!json_is_string(v) || !*s) {
-			rc = hp_err_set(e, HP_EFORMAT,
+			rc = st_err(e, HP_EFORMAT,
 					"'%s': weight_map entry for tensor '%s' is not a file name",
 					index, key);
 			goto out;
@@ -599,7 +614,7 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 
 	m->files = hp_calloc(nnames, sizeof(*m->files));
 	if (!m->files) {
-		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", index);
+		rc = st_err(e, HP_ENOMEM, "'%s': out of memory", index);
 		goto out;
 	}
 	for (size_t i = 0; i < nnames; i++) {
@@ -607,11 +622,11 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 		struct stat st;
 
 		if (!path) {
-			rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", index);
+			rc = st_err(e, HP_ENOMEM, "'%s': out of memory", index);
 			goto out;
 		}
 		if (stat(path, &st)) {
-			rc = hp_err_set(e, HP_EIO, "'%s': shard '%s' named in weight_map is missing (%s)",
+			rc = st_err(e, HP_EIO, "'%s': shard '%s' named in weight_map is missing (%s)",
 					index, names[i], strerror(errno));
 			hp_free(path);
 			goto out;
@@ -627,7 +642,7 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 		long k = shard_index(names, nnames, json_string_value(v));
 
 		if (k < 0 || !hp_st_find(&m->files[k], key)) {
-			rc = hp_err_set(e, HP_EFORMAT,
+			rc = st_err(e, HP_EFORMAT,
 					"'%s': weight_map puts tensor '%s' in '%s' but that shard does not have it",
 					index, key, json_string_value(v));
 			goto out;
@@ -639,13 +654,13 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 			const char *where = json_string_value(json_object_get(wm, t->name));
 
 			if (!where) {
-				rc = hp_err_set(e, HP_EFORMAT,
+				rc = st_err(e, HP_EFORMAT,
 						"'%s': tensor '%s' of shard '%s' is missing from weight_map",
 						index, t->name, names[i]);
 				goto out;
 			}
 			if (strcmp(where, names[i])) {
-				rc = hp_err_set(e, HP_EFORMAT,
+				rc = st_err(e, HP_EFORMAT,
 						"'%s': tensor '%s' is in shard '%s' but weight_map puts it in '%s'",
 						index, t->name, names[i], where);
 				goto out;
@@ -654,7 +669,7 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 		}
 	}
 	if (ts && (json_integer_value(ts) < 0 || (uint64_t)json_integer_value(ts) != total)) {
-		rc = hp_err_set(e, HP_EFORMAT,
+		rc = st_err(e, HP_EFORMAT,
 				"'%s': metadata.total_size %lld does not match the %llu bytes of tensors in the shards",
 				index, json_integer_value(ts), (unsigned long long)total);
 		goto out;
@@ -676,7 +691,7 @@ int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_e
 
 	memset(m, 0, sizeof(*m));
 	if (stat(dir_or_file, &st))
-		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", dir_or_file, strerror(errno));
+		return st_err(e, HP_EIO, "'%s': cannot open: %s", dir_or_file, strerror(errno));
 	if (S_ISDIR(st.st_mode)) {
 		size_t n = strlen(dir_or_file);
 
@@ -685,9 +700,9 @@ int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_e
 			n--;
 		m->dir = hp_strndup(dir_or_file, n);
 		if (!m->dir)
-			return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+			return st_err(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
 		if (!(path = path_join(m->dir, single))) {
-			rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+			rc = st_err(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
 			goto out;
 		}
 		if (is_file(path)) {
@@ -696,22 +711,22 @@ int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_e
 		}
 		hp_free(path);
 		if (!(path = path_join(m->dir, index))) {
-			rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+			rc = st_err(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
 			goto out;
 		}
 		if (is_file(path)) {
 			rc = model_open_index(m, path, e);
 			goto out;
 		}
-		rc = hp_err_set(e, HP_EIO, "'%s': folder has neither %s nor %s",
+		rc = st_err(e, HP_EIO, "'%s': folder has neither %s nor %s",
 				m->dir, single, index);
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode))
-		return hp_err_set(e, HP_EIO, "'%s': neither a file nor a folder", dir_or_file);
+		return st_err(e, HP_EIO, "'%s': neither a file nor a folder", dir_or_file);
 	m->dir = path_dir(dir_or_file);
 	if (!m->dir)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
 	if (ends_with(dir_or_file, ".index.json"))
 		rc = model_open_index(m, dir_or_file, e);
 	else
@@ -763,14 +778,14 @@ int hp_st_read_f32(const struct hp_st_tensor *t, float *dst, struct hp_err *e)
 	case HP_DTYPE_F64:
 		break;
 	default:
-		return hp_err_set(e, HP_EUNSUP, "tensor '%s' has dtype %s, which hp does not read as f32",
+		return st_err(e, HP_EUNSUP, "tensor '%s' has dtype %s, which hp does not read as f32",
 				  t->name, hp_dtype_name(t->dtype));
 	}
 	/* memmove with a NULL source is undefined even for 0 bytes. */
 	if (!t->numel)
 		return 0;
 	if (!t->data)
-		return hp_err_set(e, HP_EINVAL, "tensor '%s' has no data (header parsed from a buffer)",
+		return st_err(e, HP_EINVAL, "tensor '%s' has no data (header parsed from a buffer)",
 				  t->name);
 	hp_convert_to_f32(dst, t->data, t->dtype, (size_t)t->numel);
 	return 0;
@@ -893,21 +908,21 @@ static int entry_nbytes(const char *path, const struct hp_st_entry *en, uint64_t
 	int64_t numel = 1;
 
 	if (!en->name || !utf8_valid(en->name) || !strcmp(en->name, "__metadata__"))
-		return hp_err_set(e, HP_EINVAL, "'%s': tensor name '%s' cannot be written",
+		return st_err(e, HP_EINVAL, "'%s': tensor name '%s' cannot be written",
 				  path, en->name ? en->name : "(null)");
 	if (!hp_dtype_size(en->dtype))
-		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has no dtype", path, en->name);
+		return st_err(e, HP_EINVAL, "'%s': tensor '%s' has no dtype", path, en->name);
 	if (en->ndim < 0 || en->ndim > HP_ST_MAX_DIMS)
-		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has %d dimensions", path,
+		return st_err(e, HP_EINVAL, "'%s': tensor '%s' has %d dimensions", path,
 				  en->name, en->ndim);
 	for (int i = 0; i < en->ndim; i++)
 		if (en->shape[i] < 0 || __builtin_mul_overflow(numel, en->shape[i], &numel))
-			return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has a bad shape", path,
+			return st_err(e, HP_EINVAL, "'%s': tensor '%s' has a bad shape", path,
 					  en->name);
 	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)hp_dtype_size(en->dtype), nbytes))
-		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' is too large", path, en->name);
+		return st_err(e, HP_EINVAL, "'%s': tensor '%s' is too large", path, en->name);
 	if (*nbytes && !en->data)
-		return hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' has no data", path, en->name);
+		return st_err(e, HP_EINVAL, "'%s': tensor '%s' has no data", path, en->name);
 	return 0;
 }
 
@@ -957,7 +972,7 @@ static int build_header(struct sbuf *b, const char *path, size_t n,
 		sb_u64(b, off);
 		sb_str(b, ",");
 		if (__builtin_add_overflow(off, nbytes, &off))
-			return hp_err_set(e, HP_EINVAL, "'%s': tensors are too large", path);
+			return st_err(e, HP_EINVAL, "'%s': tensors are too large", path);
 		sb_u64(b, off);
 		sb_str(b, "]}");
 	}
@@ -965,7 +980,7 @@ static int build_header(struct sbuf *b, const char *path, size_t n,
 	while (b->len % 8)
 		sb_str(b, " ");
 	if (b->oom)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
 	return 0;
 }
 
@@ -1018,25 +1033,25 @@ int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
 	for (size_t i = 0; i < nmeta; i++) {
 		if (!meta_keys || !meta_vals || !meta_keys[i] || !meta_vals[i] ||
 		    !utf8_valid(meta_keys[i]) || !utf8_valid(meta_vals[i]))
-			return hp_err_set(e, HP_EINVAL, "'%s': metadata entry %zu cannot be written",
+			return st_err(e, HP_EINVAL, "'%s': metadata entry %zu cannot be written",
 					  path, i);
 		for (size_t j = 0; j < i; j++)
 			if (!strcmp(meta_keys[i], meta_keys[j]))
-				return hp_err_set(e, HP_EINVAL, "'%s': metadata key '%s' given twice",
+				return st_err(e, HP_EINVAL, "'%s': metadata key '%s' given twice",
 						  path, meta_keys[i]);
 	}
 	for (size_t i = 0; i < n; i++)
 		if (!entries[i].name)
-			return hp_err_set(e, HP_EINVAL, "'%s': tensor %zu has no name", path, i);
+			return st_err(e, HP_EINVAL, "'%s': tensor %zu has no name", path, i);
 	ord = hp_calloc(n, sizeof(*ord));
 	if (!ord)
-		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
 	for (size_t i = 0; i < n; i++)
 		ord[i] = &entries[i];
 	qsort(ord, n, sizeof(*ord), cmp_entry_ptr_name);
 	for (size_t i = 1; i < n; i++) {
 		if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
-			rc = hp_err_set(e, HP_EINVAL, "'%s': tensor '%s' given twice", path, ord[i]->name);
+			rc = st_err(e, HP_EINVAL, "'%s': tensor '%s' given twice", path, ord[i]->name);
 			goto out;
 		}
 	}
@@ -1046,13 +1061,13 @@ int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
 	tmplen = strlen(path) + 32;
 	tmp = hp_malloc(tmplen);
 	if (!tmp) {
-		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory", path);
+		rc = st_err(e, HP_ENOMEM, "'%s': out of memory", path);
 		goto out;
 	}
 	snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot create '%s': %s", path, tmp, strerror(errno));
+		rc = st_err(e, HP_EIO, "'%s': cannot create '%s': %s", path, tmp, strerror(errno));
 		goto out;
 	}
 	created = 1;
@@ -1069,24 +1084,24 @@ int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
 			goto write_failed;
 	}
 	if (fsync(fd)) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot sync '%s': %s", path, tmp, strerror(errno));
+		rc = st_err(e, HP_EIO, "'%s': cannot sync '%s': %s", path, tmp, strerror(errno));
 		goto out;
 	}
 	rc = close(fd);
 	fd = -1;
 	if (rc) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot close '%s': %s", path, tmp, strerror(errno));
+		rc = st_err(e, HP_EIO, "'%s': cannot close '%s': %s", path, tmp, strerror(errno));
 		goto out;
 	}
 	if (rename(tmp, path)) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename '%s' over it: %s", path, tmp,
+		rc = st_err(e, HP_EIO, "'%s': cannot rename '%s' over it: %s", path, tmp,
 				strerror(errno));
 		goto out;
 	}
 	sync_dir_of(path);
 	goto out;
 write_failed:
-	rc = hp_err_set(e, HP_EIO, "'%s': cannot write '%s': %s", path, tmp, strerror(errno));
+	rc = st_err(e, HP_EIO, "'%s': cannot write '%s': %s", path, tmp, strerror(errno));
 out:
 	if (fd >= 0)
 		close(fd);

@@ -142,7 +142,8 @@ static void test_seed(void)
 		       "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeAttention",
 		       "module_type");
 		is_str(o[2].replace_target,
-		       "hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_grouped_experts",
+		       "hyper_parallel.models.qwen3_moe.adapter.replacements."
+		       "replace_qwen3_moe_grouped_experts",
 		       "replace_module._target_");
 		ok(!o[0].when && !o[0].local_compute_fn_target && o[0].region_dispatch == -1,
 		   "unset plan keys");
@@ -310,7 +311,8 @@ static void test_errors(void)
 		   "expected one of constant, linear, cosine", "unknown enum value");
 	expect_err(BASE "plan_overrides:\n  - {match: a}\n  - {match: b, replace_module: {}}\n",
 		   0, NULL, HP_ECONFIG,
-		   "'train.yaml': $.plan_overrides[1].replace_module._target_: missing required key",
+		   "'train.yaml': $.plan_overrides[1].replace_module._target_: "
+		   "missing required key",
 		   "plan override paths have indices");
 	expect_err("model:\n  _target_: x\n  torch_dtype\ntraining: {}\n", 0, NULL, HP_ECONFIG,
 		   "'train.yaml' line 3: yaml parse error: could not find expected ':' "
@@ -327,11 +329,13 @@ static void test_errors(void)
 
 	ov[0] = "--training.train_iter=5";
 	expect_err(BASE, 1, ov, HP_ECONFIG,
-		   "--training.train_iter=5: unknown key training.train_iter; did you mean train_iters",
+		   "--training.train_iter=5: unknown key training.train_iter; "
+		   "did you mean train_iters",
 		   "override of an unknown key");
 	ov[0] = "--model._target_=foo.Bar";
 	expect_err(BASE, 1, ov, HP_ECONFIG,
-		   "--model._target_=foo.Bar: _target_ cannot be overridden", "override of _target_");
+		   "--model._target_=foo.Bar: _target_ cannot be overridden",
+		   "override of _target_");
 	ov[0] = "--dataset={_target_: x}";
 	expect_err(BASE, 1, ov, HP_ECONFIG,
 		   "--dataset={_target_: x}: _target_ cannot be overridden",
@@ -353,7 +357,8 @@ static void test_errors(void)
 		   "--accelerator: expected --key.path=value", "override without a value");
 	ov[0] = "--training.seed.low=1";
 	expect_err(BASE, 1, ov, HP_ECONFIG,
-		   "--training.seed.low=1: unknown key training.seed.low", "no keys below a scalar");
+		   "--training.seed.low=1: unknown key training.seed.low",
+		   "no keys below a scalar");
 	ov[0] = "--training.seed=1";
 	ov[1] = "--accelerator.pp_size=2";
 	expect_err(BASE, 2, ov, HP_ECONFIG,
@@ -414,7 +419,8 @@ static void test_paths(void)
 {
 	struct hp_config c;
 	struct hp_err e;
-	char cwd[PATH_MAX], *ov[] = { "--dataset.model_assets.tokenizer.pretrained_model_name_or_path=tok" };
+	char cwd[PATH_MAX];
+	char *ov[] = { "--dataset.model_assets.tokenizer.pretrained_model_name_or_path=tok" };
 	int rc;
 
 	if (!getcwd(cwd, sizeof(cwd)) || chdir(scratch)) {
@@ -437,7 +443,8 @@ static void test_paths(void)
 		   "checkpoint: {checkpoint_dir: ckpt}\n");
 	rc = hp_config_load(&c, "sub/c.yaml", 1, ov, &e);
 	if (is_int(rc, 0, "config in a subdirectory loads")) {
-		is_str(c.model.path, "sub/model", "a path missing here is taken from the yaml's dir");
+		is_str(c.model.path, "sub/model",
+		       "a path missing here is taken from the yaml's directory");
 		is_str(c.dataset.data_path[0], "sub/tokens", "a prefix exists when its .bin does");
 		is_str(c.dataset.data_path[1], "here", "a path that exists here is kept");
 		is_str(c.dataset.data_path[2], "sub/nowhere", "./ is dropped when joining");
@@ -496,6 +503,115 @@ static void test_print(void)
 	ok(aligned && rows > 100, "%d rows, values aligned at column %d", rows, col);
 	free(buf);
 	hp_config_release(&c);
+}
+
+/*
+ * The printed table without the rows that depend on where the file is:
+ * the file itself and the paths resolved against its directory.
+ */
+static char *table(const struct hp_config *c)
+{
+	static const char *const skip[] = { "config ", "model.path ", "dataset.data_path ", NULL };
+	char *buf = NULL, *out, *line, *end;
+	size_t size = 0, n = 0;
+	FILE *f = open_memstream(&buf, &size);
+
+	if (!f)
+		return NULL;
+	hp_config_print(c, f);
+	fclose(f);
+	out = calloc(1, size + 1);
+	for (line = buf; out && *line; line = end) {
+		int keep = 1;
+
+		end = strchr(line, '\n');
+		end = end ? end + 1 : line + strlen(line);
+		for (int i = 0; skip[i]; i++)
+			keep &= strncmp(line, skip[i], strlen(skip[i])) != 0;
+		if (keep) {
+			memcpy(out + n, line, (size_t)(end - line));
+			n += (size_t)(end - line);
+		}
+	}
+	free(buf);
+	return out;
+}
+
+/*
+ * The manual is a test: the first example of man/hp-config.5 must load, with
+ * the overrides of the second, and mean what t/config/stories260K.yaml means.
+ */
+static void test_man_example(void)
+{
+	char path[PATH_MAX + 64], *text = NULL, *yaml, *ov[8], *p, *q;
+	size_t size = 0, n = 0;
+	struct hp_config c, ref;
+	struct hp_err e;
+	int nov = 0, in = 0, block = 0, rc;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/man/hp-config.5", src_dir);
+	if (!(f = fopen(path, "r"))) {
+		tap_skip("no man page", "man page example");
+		return;
+	}
+	yaml = calloc(1, 1 << 16);
+	while (yaml && getline(&text, &size, f) > 0) {
+		if (!strncmp(text, ".EX", 3)) {
+			in = 1;
+			block++;
+			continue;
+		}
+		if (!strncmp(text, ".EE", 3)) {
+			in = 0;
+			continue;
+		}
+		if (!in)
+			continue;
+		/* undo the roff escapes the page uses: \- and \e */
+		for (p = text, q = text; *p; p++) {
+			if (p[0] == '\\' && (p[1] == '-' || p[1] == 'e'))
+				*q++ = *++p == 'e' ? '\\' : '-';
+			else
+				*q++ = *p;
+		}
+		*q = '\0';
+		if (block == 1 && n + strlen(text) < (1 << 16)) {
+			memcpy(yaml + n, text, strlen(text) + 1);
+			n += strlen(text);
+		}
+		/* the hp-train line: every word that starts with -- */
+		p = block == 2 ? strstr(text, "--") : NULL;
+		for (; p && nov < 8; p = strstr(p, " --")) {
+			p += *p == ' ';
+			ov[nov++] = strndup(p, strcspn(p, " \\\n"));
+			p++;
+		}
+	}
+	fclose(f);
+	free(text);
+	fixture(path, sizeof(path), "stories260K.yaml");
+	rc = yaml ? load(&c, yaml, nov, ov, &e) : -1;
+	if (is_int(rc, 0, "the man page's example loads with its %d overrides", nov))
+		ok(nov == 3 && c.training.train_iters == 50 && c.optimizer.lr == 3e-4 &&
+		   !c.debug.check_nan_inf, "  the overrides apply");
+	else
+		tap_diag("  %s", e.msg);
+	hp_config_release(&c);
+	if (!yaml || load(&c, yaml, 0, NULL, &e) || hp_config_load(&ref, path, 0, NULL, &e)) {
+		ok(0, "the example is the fixture: %s", e.msg);
+	} else {
+		char *t1 = table(&c), *t2 = table(&ref);
+
+		is_str(t1 ? t1 : "", t2 ? t2 : "-", "the example is the fixture");
+		free(t1);
+		free(t2);
+		hp_config_release(&ref);
+	}
+	hp_config_release(&c);
+	for (int i = 0; i < nov; i++)
+		free(ov[i]);
+	free(yaml);
 }
 
 /*
@@ -562,6 +678,7 @@ int main(void)
 	test_overrides();
 	test_paths();
 	test_print();
+	test_man_example();
 	test_alloc_failures();
 
 	if (scratch[0])

@@ -401,6 +401,7 @@ static const struct bad_header bad_headers[] = {
 	{ "a json string", "\"x\"", 0, HP_EFORMAT, "not valid json" },
 	{ "duplicate names", "{\"a\":{" T1 "},\"a\":{" T1 "}}", 8, HP_EFORMAT, "duplicate key" },
 	{ "entry not an object", "{\"a\":[1]}", 0, HP_EFORMAT, "tensor 'a' is not a json object" },
+	{ "name with a newline", "{\"a\\nb\":3}", 0, HP_EFORMAT, "tensor 'a?b' is not a json object" },
 	{ "no dtype", "{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, HP_EFORMAT,
 	  "tensor 'a' has no dtype" },
 	{ "dtype not a string", "{\"a\":{\"dtype\":32,\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
