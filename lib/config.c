@@ -1628,12 +1628,9 @@ static int apply_override(struct node **root, const char *arg, const char *file,
 		if (at + len > klen)
 			len = klen - at;
 		if (m->kind != NODE_MAP) {
-			struct value v;
-
 			node_free(val);
 			return hp_err_set(e, HP_ECONFIG, "%s: $%s%.*s: expected mapping, got %s",
-					  arg, at ? "." : "", at ? (int)at - 1 : 0, keys,
-					  vtype_name[value_of(m, &v)]);
+					  arg, at ? "." : "", at ? (int)at - 1 : 0, keys, got(m));
 		}
 		kid = node_getn(m, keys + at, len);
 		if (at + len == klen) {

@@ -2,8 +2,9 @@
  * hp-train - train a Hugging Face decoder model from a YAML config.
  *
  * Thin client: parse the command line into struct hp_train_opts and call
- * hp_train_run().  Arguments of the form --a.b=c (any option with a dot
- * before the '=') are config overrides, in order, after the config file.
+ * hp_train_run().  Arguments of the form --key=value whose key is not one
+ * of hp-train's own options (--a.b=c, --lr_scheduler=null) are config
+ * overrides, applied in order after the config file.
  */
 #include <getopt.h>
 
@@ -30,14 +31,17 @@ static void help(void)
 	       "See hp-train(1) and hp-config(5).\n", usage_str);
 }
 
-static int is_override(const char *a)
+/* "--key=value" where key is not one of our own long options. */
+static int is_override(const char *a, const struct option *opts)
 {
 	const char *eq;
 
-	if (strncmp(a, "--", 2))
+	if (strncmp(a, "--", 2) || !(eq = strchr(a, '=')) || eq == a + 2)
 		return 0;
-	eq = strchr(a, '=');
-	return eq && memchr(a + 2, '.', (size_t)(eq - a - 2)) != NULL;
+	for (; opts->name; opts++)
+		if (strlen(opts->name) == (size_t)(eq - a - 2) && !strncmp(opts->name, a + 2, (size_t)(eq - a - 2)))
+			return 0;
+	return 1;
 }
 
 int cmd_main(int argc, char **argv, MPI_Comm comm)
@@ -67,7 +71,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		return die_err(&err);
 	}
 	for (int i = 0; i < argc; i++) {
-		if (i > 0 && is_override(argv[i]))
+		if (i > 0 && is_override(argv[i], longopts))
 			ovr[novr++] = argv[i];
 		else
 			rest[nrest++] = argv[i];

@@ -359,6 +359,10 @@ static void test_errors(void)
 	expect_err(BASE, 1, ov, HP_ECONFIG,
 		   "--training.seed.low=1: unknown key training.seed.low",
 		   "no keys below a scalar");
+	ov[0] = "--accelerator.tp_size=2";
+	expect_err(BASE "accelerator: 3\n", 1, ov, HP_ECONFIG,
+		   "--accelerator.tp_size=2: $.accelerator: expected mapping, got int",
+		   "no override below a scalar of the file");
 	ov[0] = "--training.seed=1";
 	ov[1] = "--accelerator.pp_size=2";
 	expect_err(BASE, 2, ov, HP_ECONFIG,
