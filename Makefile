@@ -46,7 +46,7 @@ WARN += -Werror
 endif
 
 CPPFLAGS += -Ilib -Ikernels -It -include lib/compat.h -MMD -MP
-CFLAGS += -std=gnu11 $(OPT) $(WARN) -fno-strict-aliasing
+CFLAGS += -std=gnu11 $(OPT) $(WARN) -Wno-psabi -fno-strict-aliasing -ffp-contract=off
 LDLIBS += -ljansson -lyaml -lzstd -lopenblas -lm -lpthread
 
 ifneq ($(SANITIZE),)

@@ -329,7 +329,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		hp_rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, w->post_norm, N, C, eps);
 		ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
 		ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
-		hp_swiglu_fwd(a->h, a->g, a->u, N * I);
+		ops->swiglu_fwd(a->h, a->g, a->u, N * I);
 		ops->linear_fwd(next, a->h, w->wd, NULL, N, I, C);
 		for (long i = 0; i < N * C; i++)
 			next[i] = a->x_mid[i] + next[i];
@@ -337,7 +337,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	hp_rmsnorm_fwd(m->xf, m->rstd_f, m->x_final, m->final_norm, N, C, eps);
 	ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
 	if (targets)
-		return hp_cross_entropy_fwd(loss_sum, count, m->logits, targets, N, V);
+		return ops->cross_entropy_fwd(loss_sum, count, m->logits, targets, N, V);
 	return 0;
 }
 
@@ -350,7 +350,7 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	int QD = s->n_heads * D, KD = s->n_kv_heads * D;
 	float *dlogits = m->logits;   /* overwritten in place */
 
-	hp_cross_entropy_bwd(dlogits, m->logits, targets, N, V,
+	ops->cross_entropy_bwd(dlogits, m->logits, targets, N, V,
 			     total_count > 0 ? (float)(1.0 / total_count) : 0.0f);
 	ops->linear_bwd(m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
 	hp_rmsnorm_bwd(m->dx, m->d_final_norm, m->dxn, m->x_final, m->final_norm, m->rstd_f, N, C, 0);
@@ -361,7 +361,7 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 
 		/* MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)) */
 		ops->linear_bwd(m->dh, g->wd, NULL, m->dx, a->h, w->wd, N, I, C, 0);
-		hp_swiglu_bwd(m->dg, m->du, m->dh, a->g, a->u, N * I);
+		ops->swiglu_bwd(m->dg, m->du, m->dh, a->g, a->u, N * I);
 		ops->linear_bwd(m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
 		ops->linear_bwd(m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
 		hp_rmsnorm_bwd(m->dx, g->post_norm, m->dxn, a->x_mid, w->post_norm, a->rstd2, N, C, 1);

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "cpu/vec.h"
 
 void hp_attention_fwd_ref(float *out, float *P, const float *q, const float *k, const float *v,
 			  int B, int T, int n_heads, int n_kv_heads, int head_dim)
@@ -109,12 +110,6 @@ void hp_attention_bwd_ref(float *dq, float *dk, float *dv, const float *dout, co
 		}
 }
 
-void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
-			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
-void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			   const float *q, const float *k, const float *v, float *scratch,
-			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
-
 /*
  * The BLAS variant walks query rows in blocks of ATT_BLOCK: block r only
  * needs keys 0 .. end of block r, so the square products shrink to the
@@ -122,6 +117,7 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
  */
 #define ATT_BLOCK 64
 
+HP_TARGET_CLONES
 void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
 			   int B, int T, int n_heads, int n_kv_heads, int head_dim)
 {
@@ -145,18 +141,9 @@ void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k,
 					    scale, qb + (long)r0 * qs, qs, kb, ks, 0.0f, pr, T);
 				for (int i = r0; i < r0 + rows; i++) {
 					float *r = p + (long)i * T;
-					float mx = -INFINITY;
-					for (int j = 0; j <= i; j++)
-						if (r[j] > mx)
-							mx = r[j];
-					float sum = 0;
-					for (int j = 0; j <= i; j++) {
-						r[j] = expf(r[j] - mx);
-						sum += r[j];
-					}
-					float inv = 1.0f / sum;
-					for (int j = 0; j <= i; j++)
-						r[j] *= inv;
+					float mx = hp_row_max(r, i + 1);
+					float sum = hp_row_exp_sum(r, i + 1, mx);
+					hp_row_scale(r, i + 1, 1.0f / sum);
 					memset(r + i + 1, 0, sizeof(float) * (size_t)(T - i - 1));
 				}
 				/* O_r = P_r V_{0..cols} */
@@ -166,6 +153,7 @@ void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k,
 		}
 }
 
+HP_TARGET_CLONES
 void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
 			   const float *q, const float *k, const float *v, float *scratch,
 			   int B, int T, int n_heads, int n_kv_heads, int head_dim)
@@ -201,12 +189,14 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
 					float *r = dS + (long)i * T;
 					const float *prow = pr + (long)i * T;
 					int last = r0 + i;
-					float rs = 0;
-					for (int j = 0; j <= last; j++)
-						rs += r[j] * prow[j];
-					for (int j = 0; j <= last; j++)
+					float rs = hp_row_dot(r, prow, last + 1);
+					hp_v8 rsv = hp_v8_set1(rs);
+					int j = 0;
+					for (; j + 8 <= last + 1; j += 8)
+						hp_v8_store(r + j, hp_v8_load(prow + j) * (hp_v8_load(r + j) - rsv));
+					for (; j <= last; j++)
 						r[j] = prow[j] * (r[j] - rs);
-					for (int j = last + 1; j < cols; j++)
+					for (j = last + 1; j < cols; j++)
 						r[j] = 0;
 				}
 				/* dQ_r = scale * dS_r K_{0..cols};  dK_{0..cols} += scale * dS_r^T Q_r */

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "cpu/vec.h"
 
 int hp_cross_entropy_fwd(double *loss_sum, long *count, const float *logits, const int32_t *targets,
 			 long N, int V)
@@ -65,6 +66,52 @@ void hp_cross_entropy_bwd(float *dlogits, const float *logits, const int32_t *ta
 		float k = (float)(scale / se);
 		for (int v = 0; v < V; v++)
 			d[v] = d[v] * k;
+		d[t] -= scale;
+	}
+}
+
+/* The vector path: same algebra, hp_vexp, sums over float lanes per row. */
+HP_TARGET_CLONES
+int hp_cross_entropy_fwd_vec(double *loss_sum, long *count, const float *logits, const int32_t *targets,
+			     long N, int V)
+{
+	double sum = 0;
+	long cnt = 0;
+
+	for (long n = 0; n < N; n++) {
+		int t = targets[n];
+		if (t == HP_IGNORE_INDEX)
+			continue;
+		if (t < 0 || t >= V)
+			return -1;
+		const float *l = logits + n * V;
+		float mx = hp_row_max(l, V);
+		double se = hp_row_expsum(l, V, mx);
+		sum += log(se) + mx - l[t];
+		cnt++;
+	}
+	*loss_sum = sum;
+	*count = cnt;
+	return 0;
+}
+
+HP_TARGET_CLONES
+void hp_cross_entropy_bwd_vec(float *dlogits, const float *logits, const int32_t *targets,
+			      long N, int V, float scale)
+{
+	for (long n = 0; n < N; n++) {
+		const float *l = logits + n * V;
+		float *d = dlogits + n * V;
+		int t = targets[n];
+		if (t == HP_IGNORE_INDEX) {
+			memset(d, 0, (size_t)V * sizeof(float));
+			continue;
+		}
+		float mx = hp_row_max(l, V);
+		if (d != l)
+			memcpy(d, l, (size_t)V * sizeof(float));
+		float se = hp_row_exp_sum(d, V, mx);
+		hp_row_scale(d, V, scale / se);
 		d[t] -= scale;
 	}
 }

@@ -46,7 +46,7 @@ void hp_linear_bwd_ref(float *dx, float *dW, float *db, const float *dy, const f
 	}
 }
 
-static void linear_fwd_blas(float *y, const float *x, const float *W, const float *b, long N, int K, int O)
+void hp_linear_fwd_blas(float *y, const float *x, const float *W, const float *b, long N, int K, int O)
 {
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, O, K,
 		    1.0f, x, K, W, K, 0.0f, y, O);
@@ -56,8 +56,8 @@ static void linear_fwd_blas(float *y, const float *x, const float *W, const floa
 				y[n * O + o] += b[o];
 }
 
-static void linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const float *x,
-			    const float *W, long N, int K, int O, int accumulate)
+void hp_linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const float *x,
+			const float *W, long N, int K, int O, int accumulate)
 {
 	/* dx[N,K] = dy[N,O] W[O,K] */
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, K, O,
@@ -71,33 +71,3 @@ static void linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, co
 				db[o] += dy[n * O + o];
 }
 
-void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
-			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
-void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			   const float *q, const float *k, const float *v, float *scratch,
-			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
-
-const struct hp_cpu_ops hp_cpu_ops_reference = {
-	.name = "reference",
-	.linear_fwd = hp_linear_fwd_ref,
-	.linear_bwd = hp_linear_bwd_ref,
-	.attention_fwd = hp_attention_fwd_ref,
-	.attention_bwd = hp_attention_bwd_ref,
-};
-
-const struct hp_cpu_ops hp_cpu_ops_blas = {
-	.name = "blas",
-	.linear_fwd = linear_fwd_blas,
-	.linear_bwd = linear_bwd_blas,
-	.attention_fwd = hp_attention_fwd_blas,
-	.attention_bwd = hp_attention_bwd_blas,
-};
-
-const struct hp_cpu_ops *hp_cpu_ops_get(void)
-{
-	const char *s = getenv("HP_KERNELS");
-
-	if (s && !strcmp(s, "reference"))
-		return &hp_cpu_ops_reference;
-	return &hp_cpu_ops_blas;
-}

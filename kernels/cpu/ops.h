@@ -82,10 +82,16 @@ struct hp_cpu_ops {
 	void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *P,
 			      const float *q, const float *k, const float *v, float *scratch,
 			      int B, int T, int n_heads, int n_kv_heads, int head_dim);
+	void (*swiglu_fwd)(float *h, const float *g, const float *u, long n);
+	void (*swiglu_bwd)(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
+	int (*cross_entropy_fwd)(double *loss_sum, long *count, const float *logits,
+				 const int32_t *targets, long N, int V);
+	void (*cross_entropy_bwd)(float *dlogits, const float *logits, const int32_t *targets,
+				  long N, int V, float scale);
 };
 
 extern const struct hp_cpu_ops hp_cpu_ops_reference;
-extern const struct hp_cpu_ops hp_cpu_ops_blas;
+extern const struct hp_cpu_ops hp_cpu_ops_blas;     /* OpenBLAS + vectorised element-wise ops */
 /* The table in use: HP_KERNELS=reference selects the references. */
 const struct hp_cpu_ops *hp_cpu_ops_get(void);
 
@@ -98,5 +104,21 @@ void hp_attention_fwd_ref(float *out, float *P, const float *q, const float *k, 
 void hp_attention_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *P,
 			  const float *q, const float *k, const float *v, float *scratch,
 			  int B, int T, int n_heads, int n_kv_heads, int head_dim);
+
+/* Fast variants (the "blas" table). */
+void hp_linear_fwd_blas(float *y, const float *x, const float *W, const float *b, long N, int K, int O);
+void hp_linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const float *x,
+			const float *W, long N, int K, int O, int accumulate);
+void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
+			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
+void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
+			   const float *q, const float *k, const float *v, float *scratch,
+			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
+void hp_swiglu_fwd_vec(float *h, const float *g, const float *u, long n);
+void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
+int hp_cross_entropy_fwd_vec(double *loss_sum, long *count, const float *logits, const int32_t *targets,
+			     long N, int V);
+void hp_cross_entropy_bwd_vec(float *dlogits, const float *logits, const int32_t *targets,
+			      long N, int V, float scale);
 
 #endif

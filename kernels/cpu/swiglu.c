@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "cpu/vec.h"
 
 void hp_swiglu_fwd(float *h, const float *g, const float *u, long n)
 {
@@ -22,4 +23,45 @@ void hp_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const 
 		du[i] = dh[i] * silu;
 		dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
 	}
+}
+
+/*
+ * The vector path: sigmoid(g) = 1 / (1 + exp(-g)) with hp_vexp on -|g| so
+ * the exponential never overflows: for g < 0, sigmoid = e / (1 + e) with
+ * e = exp(g).
+ */
+static inline hp_v8 sigmoid8(hp_v8 g)
+{
+	hp_v8i neg = g < hp_v8_set1(0.0f);
+	hp_v8 a = hp_v8_select(neg, g, -g);             /* -|g| */
+	hp_v8 e = hp_vexp(a);
+	hp_v8 one = hp_v8_set1(1.0f);
+	return hp_v8_select(neg, e / (one + e), one / (one + e));
+}
+
+HP_TARGET_CLONES
+void hp_swiglu_fwd_vec(float *h, const float *g, const float *u, long n)
+{
+	long i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		hp_v8 gv = hp_v8_load(g + i);
+		hp_v8_store(h + i, gv * sigmoid8(gv) * hp_v8_load(u + i));
+	}
+	hp_swiglu_fwd(h + i, g + i, u + i, n - i);
+}
+
+HP_TARGET_CLONES
+void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, const float *u, long n)
+{
+	long i = 0;
+	hp_v8 one = hp_v8_set1(1.0f);
+
+	for (; i + 8 <= n; i += 8) {
+		hp_v8 gv = hp_v8_load(g + i), uv = hp_v8_load(u + i), d = hp_v8_load(dh + i);
+		hp_v8 s = sigmoid8(gv);
+		hp_v8_store(du + i, d * (gv * s));
+		hp_v8_store(dg + i, d * uv * s * (one + gv * (one - s)));
+	}
+	hp_swiglu_bwd(dg + i, du + i, dh + i, g + i, u + i, n - i);
 }
