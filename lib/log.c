@@ -88,6 +88,6 @@ void hp_error(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	emit("error: ", fmt, ap);
+	emit("", fmt, ap);
 	va_end(ap);
 }
