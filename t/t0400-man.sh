@@ -47,9 +47,28 @@ test_expect_success 'the exit statuses of hp-train(1) are those of lib/err.h' '
 	grep -q "HP_EXIT_IO = 5" "$HP_SRC_DIR/lib/err.h"
 '
 
-test_expect_success 'the example config of hp-config(5) runs' '
-	sed -n "/^\.EX/,/^\.EE/p" "$MAN/hp-config.5" | sed "/^\.E[XE]/d; s/\\\\-/-/g; s/\\\\(dq/\"/g; s/\\\\e/\\\\/g" >ex.yaml &&
-	test -s ex.yaml
+# man_examples PAGE: the EXAMPLES section as plain text, unindented
+man_examples () {
+	mandoc -Tascii -Owidth=300 "$1" | col -bx | sed -n '/^EXAMPLES/,/^SEE ALSO/p' | sed 's/^       //'
+}
+
+test_expect_success MANDOC 'the EXAMPLES of hp-train(1) run as written' '
+	mkdir -p data && ln -s "$DATA/stories260K" data/stories260K &&
+	hp-test-tool mkidx --vocab 512 --records-of 257 -o data/tinystories \
+		"$DATA/tokenizers/stories260K_hf_tokenizers_0.23.2.jsonl" &&
+	man_examples "$MAN/hp-train.1" >ex.txt &&
+	sed -n "/^model:/,/^checkpoint:/p" ex.txt >train.yaml &&
+	grep -q "^  train_iters: 200$" train.yaml &&
+	sed -i "s/^  train_iters: 200$/  train_iters: 12/" train.yaml &&
+	awk "/^\\$ / { cmd = substr(\$0, 3); while (cmd ~ /&&\$/) { getline l; sub(/^ +/, \"\", l); cmd = cmd \" \" l }
+		print cmd }" ex.txt | sed "s/train_iters=50/train_iters=3/" >cmds &&
+	test $(wc -l <cmds) -ge 4 &&
+	while read -r cmd; do
+		echo "+ $cmd" && sh -c "$cmd" </dev/null >out 2>&1 || { cat out; return 1; }
+	done <cmds &&
+	test -s run.jsonl && test -s grads.safetensors
 '
+
+# hp-config(5)'s EXAMPLES are loaded and checked by t/unit/test-config.c.
 
 test_done
