@@ -50,7 +50,7 @@ CFLAGS += -std=gnu11 $(OPT) $(WARN) -Wno-psabi -fno-strict-aliasing -ffp-contrac
 LDLIBS += -ljansson -lyaml -lzstd -lopenblas -lm -lpthread
 
 ifneq ($(SANITIZE),)
-CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 

@@ -28,6 +28,12 @@ OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS OMP_NUM_THREADS
 unset HP_FAIL_ALLOC HP_LOG HP_KERNELS
+# For SANITIZE=address builds: MPI start-up's own leaks are suppressed
+# (see t/lsan.supp); harmless for other builds.
+ASAN_OPTIONS=${ASAN_OPTIONS:-fast_unwind_on_malloc=0:detect_leaks=1}
+LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$HP_SRC_DIR/t/lsan.supp:print_suppressions=0}
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
 
 test_name=$(basename "$0" .sh)
 TRASH=${TMPDIR:-/tmp}/hp-test.$test_name.$$
