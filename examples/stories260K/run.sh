@@ -55,7 +55,7 @@ if command -v gnuplot >/dev/null; then
 	epoch=$(( $(hp-test-tool dumpidx tinystories | sed -n 's/^sequences //p') / 8 ))
 	jq -r '[.step, .loss] | @tsv' metrics.jsonl |
 		awk -v w="$epoch" '{ l[NR] = $2; s += $2; if (NR > w) s -= l[NR - w];
-			printf "%s\t%s\t%s\n", $1, $2, NR >= w ? s / w : "NaN" }' >loss.tsv
+			printf "%s\t%s\t%s\n", $1, $2, (NR >= w ? s / w : "NaN") }' >loss.tsv
 	gnuplot <<-GP
 	set terminal pngcairo size 800,480 noenhanced
 	set output "loss.png"

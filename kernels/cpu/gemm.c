@@ -27,11 +27,13 @@
  * architectures build the OpenBLAS path alone.
  */
 #include <cblas.h>
+#include <pthread.h>
 
 #include "alloc.h"
 #include "cpu/gemm.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* -DHP_GEMM_GENERIC builds the non-x86 configuration on x86 (to test it). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HP_GEMM_GENERIC)
 #define HP_GEMM_X86 1
 #include <immintrin.h>
 #endif
@@ -45,7 +47,9 @@
  * read once per A block.  K and N are split into equal blocks no larger
  * than KC and NC, so a K of 1376 runs as 6 x ~230 rather than 5 x 256 + 96.
  */
+#ifndef HP_GEMM_MR
 #define HP_GEMM_MR 12
+#endif
 #define HP_GEMM_NR 32
 #ifndef HP_GEMM_KC
 #define HP_GEMM_KC 256
@@ -82,15 +86,28 @@ void hp_sgemm_openblas(int transA, int transB, int M, int N, int K, float alpha,
 #define HP_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
 
 /* One buffer per thread, allocated once at its full size (packed A block,
- * then packed B block; both 64-byte aligned). */
+ * then packed B block; both 64-byte aligned) and freed by a thread-specific
+ * destructor when the thread exits. */
 #define HP_GEMM_ABUF ((size_t)HP_GEMM_MC * HP_GEMM_KC)
 #define HP_GEMM_BBUF ((size_t)HP_GEMM_KC * HP_GEMM_NC)
 static __thread float *gemm_buf;
+static pthread_key_t gemm_buf_key;
+static pthread_once_t gemm_buf_once = PTHREAD_ONCE_INIT;
+static int gemm_buf_key_ok;
+
+static void gemm_buf_key_init(void)
+{
+	gemm_buf_key_ok = !pthread_key_create(&gemm_buf_key, hp_free_aligned);
+}
 
 static float *gemm_buffer(void)
 {
-	if (!gemm_buf)
+	if (!gemm_buf) {
+		pthread_once(&gemm_buf_once, gemm_buf_key_init);
 		gemm_buf = hp_malloc_aligned((HP_GEMM_ABUF + HP_GEMM_BBUF) * sizeof(float));
+		if (gemm_buf && gemm_buf_key_ok)
+			pthread_setspecific(gemm_buf_key, gemm_buf);
+	}
 	return gemm_buf;
 }
 
@@ -198,7 +215,13 @@ HP_AVX512 static inline void store_row(float *c, __m512 v0, __m512 v1, __mmask16
 	_mm512_mask_storeu_ps(c + 16, m1, v1);
 }
 
+#if HP_GEMM_MR == 14
+#define HP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#elif HP_GEMM_MR == 12
 #define HP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#elif HP_GEMM_MR == 10
+#define HP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9)
+#endif
 #define HP_ACC_DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
 #define HP_ACC_FMA(r) { \
 		__m512 ar = _mm512_set1_ps(a[r]); \
@@ -215,10 +238,10 @@ HP_AVX512 static inline void store_row(float *c, __m512 v0, __m512 v1, __mmask16
 /*
  * The micro-kernel: C[0:m, 0:n] (row stride ldc) = alpha * a b + beta * C,
  * a one packed MR x kc panel of A, b one packed kc x NR panel of B; m <= MR
- * rows and n <= NR columns of C are written.
+ * rows and n <= NR columns of C are written.  alpha_beta points at {alpha, beta}.
  */
-HP_AVX512 static void kernel_12x32(long kc, const float *a, const float *b, float *c, long ldc,
-				   int m, int n, float alpha, float beta)
+HP_AVX512 __attribute__((noinline)) static void kernel_12x32(long kc, const float *a, const float *b, float *c, long ldc,
+				   int m, int n, const float *alpha_beta)
 {
 	HP_ROWS(HP_ACC_DECL)
 	HP_ROWS(HP_C_PREFETCH)
@@ -231,8 +254,8 @@ HP_AVX512 static void kernel_12x32(long kc, const float *a, const float *b, floa
 	}
 	__mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
 	__mmask16 m1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
-	__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-	int read_c = beta != 0.0f;
+	__m512 va = _mm512_set1_ps(alpha_beta[0]), vb = _mm512_set1_ps(alpha_beta[1]);
+	int read_c = alpha_beta[1] != 0.0f;
 
 	HP_ROWS(HP_ACC_STORE)
 }
@@ -251,7 +274,9 @@ HP_AVX512 static void sgemm_avx512(int transA, int transB, long M, long N, long 
 
 		for (long pc = 0; pc < K; pc += KC) {
 			long kc = imin(KC, K - pc);
-			float b_eff = pc == 0 ? beta : 1.0f;
+			/* by pointer: as arguments alpha and beta would sit in two
+			 * zmm registers through the k loop, which needs 27 of 32 */
+			const float ab[2] = { alpha, pc == 0 ? beta : 1.0f };
 
 			pack_b(pb, transB, B, ldb, pc, kc, jc, nc);
 			for (long ic = 0; ic < M; ic += MC) {
@@ -263,7 +288,7 @@ HP_AVX512 static void sgemm_avx512(int transA, int transB, long M, long N, long 
 						kernel_12x32(kc, pa + ir * kc, pb + jr * kc,
 							     C + (ic + ir) * ldc + jc + jr, ldc,
 							     (int)imin(HP_GEMM_MR, mc - ir),
-							     (int)imin(HP_GEMM_NR, nc - jr), alpha, b_eff);
+							     (int)imin(HP_GEMM_NR, nc - jr), ab);
 			}
 		}
 	}
