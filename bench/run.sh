@@ -75,7 +75,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- token data: records of seq+1 tokens --------------------------------------
-jsonl=$src/data/tokenizers/stories260K_hf_tokenizers_0.23.2.jsonl
+jsonl=$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl
 data=$tmp/tokens
 if [ -x "$build/bin/hp-test-tool" ] &&
    "$build/bin/hp-test-tool" mkidx --vocab 512 --records-of $((seq + 1)) \

@@ -48,7 +48,7 @@ make_refbatch () {
 # make_tinystories PREFIX SEQ: TinyStories ids packed into records of SEQ+1
 make_tinystories () {
 	hp-test-tool mkidx --vocab 512 --records-of $(($2 + 1)) -o "$1" \
-		"$DATA/tokenizers/stories260K_hf_tokenizers_0.23.2.jsonl"
+		"$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl"
 }
 
 # metric FILE STEP KEY

@@ -55,7 +55,7 @@ man_examples () {
 test_expect_success MANDOC 'the EXAMPLES of hp-train(1) run as written' '
 	mkdir -p data && ln -s "$DATA/stories260K" data/stories260K &&
 	hp-test-tool mkidx --vocab 512 --records-of 257 -o data/tinystories \
-		"$DATA/tokenizers/stories260K_hf_tokenizers_0.23.2.jsonl" &&
+		"$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" &&
 	man_examples "$MAN/hp-train.1" >ex.txt &&
 	sed -n "/^model:/,/^checkpoint:/p" ex.txt >train.yaml &&
 	grep -q "^  train_iters: 200$" train.yaml &&

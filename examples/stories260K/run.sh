@@ -23,7 +23,7 @@ cd "$out"
 
 echo "== 1. data: TinyStories ids -> $out/tinystories.{bin,idx}"
 hp-test-tool mkidx --vocab 512 --records-of 129 -o tinystories \
-	"$src/data/tokenizers/stories260K_hf_tokenizers_0.23.2.jsonl"
+	"$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl"
 echo "   $(hp-test-tool dumpidx tinystories | sed -n 's/^sequences //p') records of 129 tokens"
 
 echo "== 2. one step on PyTorch's reference batch: loss and gradients"
