@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "batch.h"
 #include "config.h"
+#include "cpu/gemm.h"
 #include "hfconfig.h"
 #include "log.h"
 #include "model.h"
@@ -78,6 +79,8 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * m->B * m->T);
 	fprintf(out, "%-40s %s\n", "run.compute_dtype", "F32");
 	fprintf(out, "%-40s %s\n", "run.kernels", kernels);
+	fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
+		hp_sgemm_threads() == 1 ? "" : "s");
 	fflush(out);
 }
 

@@ -33,6 +33,14 @@ test_expect_success 'a second identical run gives a bit-identical loss sequence'
 	cmp a b
 '
 
+test_expect_success 'the thread count does not change a single bit of the losses' '
+	write_config thr.yaml "$MODEL" ts 128 8 8 4 &&
+	OPENBLAS_NUM_THREADS=1 hp-train -q thr.yaml --metrics t1.jsonl &&
+	OPENBLAS_NUM_THREADS=3 hp-train -q thr.yaml --metrics t3.jsonl &&
+	jq -r "[.loss, .grad_norm] | @tsv" t1.jsonl >a && jq -r "[.loss, .grad_norm] | @tsv" t3.jsonl >b &&
+	cmp a b
+'
+
 test_expect_success 'metrics lines carry the documented keys' '
 	jq -e "has(\"step\") and has(\"loss\") and has(\"grad_norm\") and has(\"lr\") and has(\"tokens\") and has(\"step_time_s\") and has(\"tokens_per_s\")" m1.jsonl >/dev/null &&
 	test "$(metric m1.jsonl 1 tokens)" = 1024

@@ -13,9 +13,9 @@
  * mask keeps where that is cheap.  Neither is the tiled flash kernel: that
  * arrives with kernel substitution.
  */
-#include <cblas.h>
 #include <math.h>
 
+#include "cpu/gemm.h"
 #include "cpu/ops.h"
 #include "cpu/vec.h"
 
@@ -137,7 +137,7 @@ void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k,
 				int rows = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, cols = r0 + rows;
 				float *pr = p + (long)r0 * T;
 				/* S = scale * Q_r K_{0..cols}^T */
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D,
+				hp_sgemm(0, 1, rows, cols, D,
 					    scale, qb + (long)r0 * qs, qs, kb, ks, 0.0f, pr, T);
 				for (int i = r0; i < r0 + rows; i++) {
 					float *r = p + (long)i * T;
@@ -147,7 +147,7 @@ void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k,
 					memset(r + i + 1, 0, sizeof(float) * (size_t)(T - i - 1));
 				}
 				/* O_r = P_r V_{0..cols} */
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols,
+				hp_sgemm(0, 0, rows, D, cols,
 					    1.0f, pr, T, vb, ks, 0.0f, ob + (long)r0 * qs, qs);
 			}
 		}
@@ -180,10 +180,10 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
 				const float *pr = p + (long)r0 * T;
 				const float *dor = dob + (long)r0 * qs;
 				/* dV_{0..cols} += P_r^T dO_r */
-				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows,
+				hp_sgemm(1, 0, cols, D, rows,
 					    1.0f, pr, T, dor, qs, 1.0f, dvb, ks);
 				/* dP_r = dO_r V_{0..cols}^T */
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D,
+				hp_sgemm(0, 1, rows, cols, D,
 					    1.0f, dor, qs, vb, ks, 0.0f, dS, T);
 				for (int i = 0; i < rows; i++) {
 					float *r = dS + (long)i * T;
@@ -200,9 +200,9 @@ void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, c
 						r[j] = 0;
 				}
 				/* dQ_r = scale * dS_r K_{0..cols};  dK_{0..cols} += scale * dS_r^T Q_r */
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols,
+				hp_sgemm(0, 0, rows, D, cols,
 					    scale, dS, T, kb, ks, 0.0f, dq + (long)b * T * qs + h * D + (long)r0 * qs, qs);
-				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows,
+				hp_sgemm(1, 0, cols, D, rows,
 					    scale, dS, T, qb + (long)r0 * qs, qs, 1.0f, dkb, ks);
 			}
 		}

@@ -12,7 +12,7 @@
  *   - beta == 0 means C is write-only: whatever C held (NaN included) does
  *     not reach the result, as in BLAS.
  *   - Nothing is allocated per call in the steady state: each thread packs
- *     into one buffer of fixed size (about 4.5 MiB), allocated through
+ *     into one buffer of fixed size (about 2.2 MiB), allocated through
  *     hp_malloc_aligned on its first AVX-512 call and kept for the life of
  *     the thread.  If that allocation fails the call goes to OpenBLAS.
  *
@@ -34,6 +34,11 @@
  * beta == 0 means C is write-only (NaNs in C are not propagated), as BLAS. */
 void hp_sgemm(int transA, int transB, int M, int N, int K, float alpha,
 	      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Threads hp_sgemm splits large AVX-512 products over (HP_NUM_THREADS, else
+ * OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else the online CPUs).  The
+ * result does not depend on it. */
+int hp_sgemm_threads(void);
 
 /* Which path hp_sgemm takes on this machine for a large problem:
  * "avx512" or "openblas". */

@@ -3,9 +3,10 @@
  *
  * The reference accumulates each dot product in double, so it is a
  * higher-precision yardstick for the sgemm path rather than a copy of its
- * rounding.  The BLAS path is three sgemm calls: forward, dx, dW.
+ * rounding.  The fast path is three GEMMs (hp_sgemm: hp's AVX-512 kernel
+ * where the CPU has it, OpenBLAS otherwise): forward, dx, dW.
  */
-#include <cblas.h>
+#include "cpu/gemm.h"
 
 #include "cpu/ops.h"
 
@@ -48,7 +49,7 @@ void hp_linear_bwd_ref(float *dx, float *dW, float *db, const float *dy, const f
 
 void hp_linear_fwd_blas(float *y, const float *x, const float *W, const float *b, long N, int K, int O)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, O, K,
+	hp_sgemm(0, 1, (int)N, O, K,
 		    1.0f, x, K, W, K, 0.0f, y, O);
 	if (b)
 		for (long n = 0; n < N; n++)
@@ -60,10 +61,10 @@ void hp_linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const 
 			const float *W, long N, int K, int O, int accumulate)
 {
 	/* dx[N,K] = dy[N,O] W[O,K] */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, K, O,
+	hp_sgemm(0, 0, (int)N, K, O,
 		    1.0f, dy, O, W, K, accumulate ? 1.0f : 0.0f, dx, K);
 	/* dW[O,K] += dy^T[O,N] x[N,K] */
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, K, (int)N,
+	hp_sgemm(1, 0, O, K, (int)N,
 		    1.0f, dy, O, x, K, 1.0f, dW, K);
 	if (db)
 		for (long n = 0; n < N; n++)

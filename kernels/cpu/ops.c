@@ -21,7 +21,7 @@ const struct hp_cpu_ops hp_cpu_ops_reference = {
 };
 
 const struct hp_cpu_ops hp_cpu_ops_blas = {
-	.name = "blas",
+	.name = "blas",   /* hp_sgemm (AVX-512 or OpenBLAS) + vector kernels */
 	.linear_fwd = hp_linear_fwd_blas,
 	.linear_bwd = hp_linear_bwd_blas,
 	.attention_fwd = hp_attention_fwd_blas,
