@@ -47,7 +47,7 @@ endif
 
 CPPFLAGS += -Ilib -Ikernels -It -include lib/compat.h -MMD -MP
 CFLAGS += -std=gnu11 $(OPT) $(WARN) -Wno-psabi -fno-strict-aliasing -ffp-contract=off
-LDLIBS += -ljansson -lyaml -lzstd -lopenblas -lm -lpthread
+LDLIBS += -ljansson -lyaml -lzstd -lpcre2-8 -lutf8proc -lopenblas -lm -lpthread
 
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer

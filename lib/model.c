@@ -184,8 +184,6 @@ int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, i
 	}
 	take_acts(m);
 	hp_rope_table(m->cos_t, m->sin_t, T, spec->head_dim, spec->rope_theta);
-	for (long n = 0; n < (long)B * T; n++)
-		m->pos[n] = (int32_t)(n % T);
 	return 0;
 fail:
 	hp_model_release(m);
@@ -301,7 +299,7 @@ void hp_model_zero_grad(struct hp_model *m)
 }
 
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
-		     double *loss_sum, long *count)
+		     const int32_t *seg, double *loss_sum, long *count)
 {
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_cpu_ops *ops = m->ops;
@@ -310,6 +308,9 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	int QD = s->n_heads * D, KD = s->n_kv_heads * D;
 	float eps = (float)s->rms_eps;
 
+	m->seg = seg;
+	for (long n = 0; n < N; n++)
+		m->pos[n] = (int32_t)(n % m->T) - (seg ? seg[n] : 0);
 	hp_embedding_fwd(m->act[0].x_in, ids, m->embed, N, C);
 	for (int l = 0; l < s->n_layers; l++) {
 		struct hp_layer_act *a = &m->act[l];
@@ -322,7 +323,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		ops->linear_fwd(a->v, a->xn1, w->wv, NULL, N, C, KD);
 		hp_rope_fwd(a->q, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_fwd(a->k, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
-		ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->B, m->T, s->n_heads, s->n_kv_heads, D);
+		ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, s->n_heads, s->n_kv_heads, D);
 		ops->linear_fwd(a->x_mid, a->att, w->wo, NULL, N, QD, C);
 		for (long i = 0; i < N * C; i++)
 			a->x_mid[i] = a->x_in[i] + a->x_mid[i];
@@ -367,7 +368,7 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		hp_rmsnorm_bwd(m->dx, g->post_norm, m->dxn, a->x_mid, w->post_norm, a->rstd2, N, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
 		ops->linear_bwd(m->datt, g->wo, NULL, m->dx, a->att, w->wo, N, QD, C, 0);
-		ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->dscratch,
+		ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg, m->dscratch,
 				   m->B, m->T, s->n_heads, s->n_kv_heads, D);
 		hp_rope_bwd(m->dq, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_bwd(m->dk, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);

@@ -70,7 +70,8 @@ struct hp_model {
 	struct hp_layer_act *act;
 	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V] */
 	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
-	int32_t *pos;                             /* [N] position of each token */
+	int32_t *pos;                             /* [N] RoPE position of each token */
+	const int32_t *seg;                       /* the last forward's segments (borrowed) */
 	/* backward scratch */
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 
@@ -100,10 +101,15 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
  * Forward over ids[B*T] (token ids validated by the caller).  When targets
  * is non-NULL, the cross-entropy sum and valid-target count are returned
  * (loss_sum, count); returns -1 if a target is out of range.
+ * seg[B*T] describes packed rows (NULL: one document per row): for each
+ * token, the index in its row where its document starts.  A token attends
+ * only within its document and its RoPE position counts from the
+ * document's start, so a packed document computes what it computes alone.
+ * seg is borrowed until the matching backward.
  * The logits stay in m->logits [B*T, V] until the next call.
  */
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
-		     double *loss_sum, long *count);
+		     const int32_t *seg, double *loss_sum, long *count);
 
 /*
  * Backward of the last forward with loss = sum / loss_scale_count: gradients

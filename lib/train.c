@@ -202,7 +202,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			double ls;
 			long cnt;
 			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
-			hp_model_forward(m, in, lb, &ls, &cnt);
+			hp_model_forward(m, in, lb, NULL, &ls, &cnt);
 			loss_sum += ls;
 			hp_model_backward(m, in, lb, total);
 		}

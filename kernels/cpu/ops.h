@@ -75,13 +75,16 @@ struct hp_cpu_ops {
 	/* dx = (accumulate ? dx : 0) + dy W; dW += dy^T x; db += colsum(dy) when db */
 	void (*linear_bwd)(float *dx, float *dW, float *db, const float *dy, const float *x,
 			   const float *W, long N, int K, int O, int accumulate);
-	/* Causal GQA attention over B sequences of T tokens; saves P. */
+	/* Causal GQA attention over B rows of T tokens; saves P.  seg[B*T]
+	 * (or NULL: one document per row) gives, per token, the index in its
+	 * row where its document starts; documents are contiguous, so seg is
+	 * non-decreasing along a row and seg[i] <= i. */
 	void (*attention_fwd)(float *out, float *P, const float *q, const float *k, const float *v,
-			      int B, int T, int n_heads, int n_kv_heads, int head_dim);
+			      const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
 	/* dq, dk, dv are overwritten; scratch holds at least T*T floats. */
 	void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			      const float *q, const float *k, const float *v, float *scratch,
-			      int B, int T, int n_heads, int n_kv_heads, int head_dim);
+			      const float *q, const float *k, const float *v, const int32_t *seg,
+			      float *scratch, int B, int T, int n_heads, int n_kv_heads, int head_dim);
 	void (*swiglu_fwd)(float *h, const float *g, const float *u, long n);
 	void (*swiglu_bwd)(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
 	int (*cross_entropy_fwd)(double *loss_sum, long *count, const float *logits,
@@ -100,9 +103,9 @@ void hp_linear_fwd_ref(float *y, const float *x, const float *W, const float *b,
 void hp_linear_bwd_ref(float *dx, float *dW, float *db, const float *dy, const float *x,
 		       const float *W, long N, int K, int O, int accumulate);
 void hp_attention_fwd_ref(float *out, float *P, const float *q, const float *k, const float *v,
-			  int B, int T, int n_heads, int n_kv_heads, int head_dim);
+			  const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
 void hp_attention_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			  const float *q, const float *k, const float *v, float *scratch,
+			  const float *q, const float *k, const float *v, const int32_t *seg, float *scratch,
 			  int B, int T, int n_heads, int n_kv_heads, int head_dim);
 
 /* Fast variants (the "blas" table). */
@@ -110,9 +113,9 @@ void hp_linear_fwd_blas(float *y, const float *x, const float *W, const float *b
 void hp_linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const float *x,
 			const float *W, long N, int K, int O, int accumulate);
 void hp_attention_fwd_blas(float *out, float *P, const float *q, const float *k, const float *v,
-			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
+			   const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
 void hp_attention_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			   const float *q, const float *k, const float *v, float *scratch,
+			   const float *q, const float *k, const float *v, const int32_t *seg, float *scratch,
 			   int B, int T, int n_heads, int n_kv_heads, int head_dim);
 void hp_swiglu_fwd_vec(float *h, const float *g, const float *u, long n);
 void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, const float *u, long n);

@@ -62,7 +62,7 @@ int cmd_logits(int argc, char **argv)
 	ids = parse_ids(T, argv + 4);
 	if (!ids || load(&m, argv[3], T))
 		goto done;
-	hp_model_forward(&m, ids, NULL, NULL, NULL);
+	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL);
 	{
 		struct hp_st_entry ent = { .name = "logits", .dtype = HP_DTYPE_F32, .ndim = 2,
 					   .shape = { T, m.spec.vocab }, .data = m.logits };
@@ -91,7 +91,7 @@ int cmd_teacher(int argc, char **argv)
 	ids = parse_ids(T, argv + 2);
 	if (!ids || load(&m, argv[1], T))
 		goto done;
-	hp_model_forward(&m, ids, NULL, NULL, NULL);
+	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL);
 	for (int i = 0; i + 1 < T; i++) {
 		const float *l = m.logits + (long)i * m.spec.vocab;
 		int best = 0;

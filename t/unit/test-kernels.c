@@ -248,11 +248,11 @@ static void test_linear(void)
 }
 
 /* ---- attention ---- */
-struct att_ctx { float *q, *k, *v, *o, *P, *R; int B, T, H, KV, D; };
+struct att_ctx { float *q, *k, *v, *o, *P, *R; int B, T, H, KV, D; const int32_t *seg; };
 static double att_loss(void *p)
 {
 	struct att_ctx *c = p;
-	hp_attention_fwd_ref(c->o, c->P, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->D);
+	hp_attention_fwd_ref(c->o, c->P, c->q, c->k, c->v, c->seg, c->B, c->T, c->H, c->KV, c->D);
 	return dot(c->o, c->R, (size_t)c->B * c->T * c->H * c->D);
 }
 
@@ -260,12 +260,12 @@ static void test_attention(void)
 {
 	int B = 2, T = 5, H = 4, KV = 2, D = 4;
 	size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KV * D, nP = (size_t)B * H * T * T;
-	struct att_ctx c = { rnd(nq), rnd(nk), rnd(nk), rnd(nq), rnd(nP), rnd(nq), B, T, H, KV, D };
+	struct att_ctx c = { rnd(nq), rnd(nk), rnd(nk), rnd(nq), rnd(nP), rnd(nq), B, T, H, KV, D, NULL };
 	float *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4), *scr = malloc(T * T * 4);
 	float *nq_ = malloc(nq * 4), *nk_ = malloc(nk * 4), *nv_ = malloc(nk * 4);
 
 	att_loss(&c);
-	hp_attention_bwd_ref(dq, dk, dv, c.R, c.P, c.q, c.k, c.v, scr, B, T, H, KV, D);
+	hp_attention_bwd_ref(dq, dk, dv, c.R, c.P, c.q, c.k, c.v, c.seg, scr, B, T, H, KV, D);
 	numgrad(nq_, c.q, nq, att_loss, &c);
 	numgrad(nk_, c.k, nk, att_loss, &c);
 	numgrad(nv_, c.v, nk, att_loss, &c);
@@ -289,17 +289,85 @@ static void test_attention(void)
 	float *o1 = malloc(mq * 4), *o2 = malloc(mq * 4), *P1 = malloc(mP * 4), *P2 = malloc(mP * 4);
 	float *a1 = malloc(mq * 4), *a2 = malloc(mq * 4), *k1 = malloc(mk * 4), *k2 = malloc(mk * 4);
 	float *v1 = malloc(mk * 4), *v2 = malloc(mk * 4), *s2 = malloc((size_t)T2 * T2 * 4);
-	hp_cpu_ops_reference.attention_fwd(o1, P1, q, k, v, B2, T2, H2, KV2, D2);
-	hp_cpu_ops_blas.attention_fwd(o2, P2, q, k, v, B2, T2, H2, KV2, D2);
+	hp_cpu_ops_reference.attention_fwd(o1, P1, q, k, v, NULL, B2, T2, H2, KV2, D2);
+	hp_cpu_ops_blas.attention_fwd(o2, P2, q, k, v, NULL, B2, T2, H2, KV2, D2);
 	ok(rel_l2(o2, o1, mq) < 1e-5 && rel_l2(P2, P1, mP) < 1e-5, "blas attention forward equals the reference");
-	hp_cpu_ops_reference.attention_bwd(a1, k1, v1, dout, P1, q, k, v, s2, B2, T2, H2, KV2, D2);
-	hp_cpu_ops_blas.attention_bwd(a2, k2, v2, dout, P2, q, k, v, s2, B2, T2, H2, KV2, D2);
+	hp_cpu_ops_reference.attention_bwd(a1, k1, v1, dout, P1, q, k, v, NULL, s2, B2, T2, H2, KV2, D2);
+	hp_cpu_ops_blas.attention_bwd(a2, k2, v2, dout, P2, q, k, v, NULL, s2, B2, T2, H2, KV2, D2);
 	ok(rel_l2(a2, a1, mq) < 1e-5 && rel_l2(k2, k1, mk) < 1e-5 && rel_l2(v2, v1, mk) < 1e-5,
 	   "blas attention backward equals the reference (%.2e %.2e %.2e)",
 	   rel_l2(a2, a1, mq), rel_l2(k2, k1, mk), rel_l2(v2, v1, mk));
 	free(c.q); free(c.k); free(c.v); free(c.o); free(c.P); free(c.R); free(dq); free(dk); free(dv);
 	free(scr); free(nq_); free(nk_); free(nv_); free(q); free(k); free(v); free(dout); free(o1);
 	free(o2); free(P1); free(P2); free(a1); free(a2); free(k1); free(k2); free(v1); free(v2); free(s2);
+}
+
+/* ---- attention over packed rows (block-diagonal causal mask) ---- */
+static void test_attention_segments(void)
+{
+	int B = 2, T = 5, H = 4, KV = 2, D = 4;
+	size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KV * D, nP = (size_t)B * H * T * T;
+	int32_t seg[10] = { 0, 0, 2, 2, 2,   0, 1, 1, 3, 4 };
+	struct att_ctx c = { rnd(nq), rnd(nk), rnd(nk), rnd(nq), rnd(nP), rnd(nq), B, T, H, KV, D, seg };
+	float *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4), *scr = malloc(T * T * 4);
+	float *nq_ = malloc(nq * 4), *nk_ = malloc(nk * 4), *nv_ = malloc(nk * 4);
+
+	att_loss(&c);
+	hp_attention_bwd_ref(dq, dk, dv, c.R, c.P, c.q, c.k, c.v, seg, scr, B, T, H, KV, D);
+	numgrad(nq_, c.q, nq, att_loss, &c);
+	numgrad(nk_, c.k, nk, att_loss, &c);
+	numgrad(nv_, c.v, nk, att_loss, &c);
+	ok(rel_l2(dq, nq_, nq) < FD_TOL && rel_l2(dk, nk_, nk) < FD_TOL && rel_l2(dv, nv_, nk) < FD_TOL,
+	   "packed attention backward matches finite differences (%.2e %.2e %.2e)",
+	   rel_l2(dq, nq_, nq), rel_l2(dk, nk_, nk), rel_l2(dv, nv_, nk));
+
+	/* a document packed at offset a computes what it computes alone */
+	int T2 = 150, a = 61, L = T2 - a, H2 = 2, KV2 = 1, D2 = 16;
+	size_t mq = (size_t)T2 * H2 * D2, mk = (size_t)T2 * KV2 * D2;
+	float *q = rnd(mq), *k = rnd(mk), *v = rnd(mk), *dout = rnd(mq);
+	float *o = malloc(mq * 4), *P = malloc((size_t)H2 * T2 * T2 * 4), *oa = malloc(mq * 4);
+	float *Pa = malloc((size_t)H2 * T2 * T2 * 4), *s2 = malloc((size_t)T2 * T2 * 4);
+	int32_t *sg = malloc(T2 * sizeof(int32_t));
+	for (int i = 0; i < T2; i++)
+		sg[i] = i < a ? 0 : a;
+	const struct hp_cpu_ops *tabs[2] = { &hp_cpu_ops_reference, &hp_cpu_ops_blas };
+	for (int t = 0; t < 2; t++) {
+		tabs[t]->attention_fwd(o, P, q, k, v, sg, 1, T2, H2, KV2, D2);
+		tabs[t]->attention_fwd(oa, Pa, q + (size_t)a * H2 * D2, k + (size_t)a * KV2 * D2,
+				       v + (size_t)a * KV2 * D2, NULL, 1, L, H2, KV2, D2);
+		ok(rel_l2(o + (size_t)a * H2 * D2, oa, (size_t)L * H2 * D2) < 1e-6,
+		   "%s: a packed document's attention equals the document alone (%.2e)", tabs[t]->name,
+		   rel_l2(o + (size_t)a * H2 * D2, oa, (size_t)L * H2 * D2));
+	}
+	/* blas against reference with segments crossing 64-row blocks, forward and backward */
+	int32_t *sg3 = malloc(2 * T2 * sizeof(int32_t));
+	int starts[] = { 0, 7, 70, 71, 129 };
+	for (int b = 0; b < 2; b++)
+		for (int i = 0; i < T2; i++) {
+			int st = 0;
+			for (int u = 0; u < 5; u++)
+				if (starts[u] + b * 3 <= i)
+					st = starts[u] + b * 3;
+			sg3[b * T2 + i] = st;
+		}
+	size_t bq = 2 * mq, bk = 2 * mk, bP = (size_t)2 * H2 * T2 * T2;
+	float *q3 = rnd(bq), *k3 = rnd(bk), *v3 = rnd(bk), *do3 = rnd(bq);
+	float *o1 = malloc(bq * 4), *o2 = malloc(bq * 4), *P1 = malloc(bP * 4), *P2 = malloc(bP * 4);
+	float *a1 = malloc(bq * 4), *a2 = malloc(bq * 4), *k1 = malloc(bk * 4), *k2 = malloc(bk * 4);
+	float *v1 = malloc(bk * 4), *v2 = malloc(bk * 4);
+	hp_cpu_ops_reference.attention_fwd(o1, P1, q3, k3, v3, sg3, 2, T2, H2, KV2, D2);
+	hp_cpu_ops_blas.attention_fwd(o2, P2, q3, k3, v3, sg3, 2, T2, H2, KV2, D2);
+	ok(rel_l2(o2, o1, bq) < 1e-5 && rel_l2(P2, P1, bP) < 1e-5,
+	   "blas packed attention forward equals the reference (%.2e)", rel_l2(o2, o1, bq));
+	hp_cpu_ops_reference.attention_bwd(a1, k1, v1, do3, P1, q3, k3, v3, sg3, s2, 2, T2, H2, KV2, D2);
+	hp_cpu_ops_blas.attention_bwd(a2, k2, v2, do3, P2, q3, k3, v3, sg3, s2, 2, T2, H2, KV2, D2);
+	ok(rel_l2(a2, a1, bq) < 1e-5 && rel_l2(k2, k1, bk) < 1e-5 && rel_l2(v2, v1, bk) < 1e-5,
+	   "blas packed attention backward equals the reference (%.2e %.2e %.2e)",
+	   rel_l2(a2, a1, bq), rel_l2(k2, k1, bk), rel_l2(v2, v1, bk));
+	free(c.q); free(c.k); free(c.v); free(c.o); free(c.P); free(c.R); free(dq); free(dk); free(dv);
+	free(scr); free(nq_); free(nk_); free(nv_); free(q); free(k); free(v); free(dout); free(o); free(P);
+	free(oa); free(Pa); free(s2); free(sg); free(sg3); free(q3); free(k3); free(v3); free(do3);
+	free(o1); free(o2); free(P1); free(P2); free(a1); free(a2); free(k1); free(k2); free(v1); free(v2);
 }
 
 /* ---- embedding ---- */
@@ -362,6 +430,7 @@ int main(void)
 	test_ce();
 	test_linear();
 	test_attention();
+	test_attention_segments();
 	test_vec_paths();
 	return tap_done();
 }
