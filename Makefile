@@ -146,7 +146,7 @@ FUZZ_LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
 $(O)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(dir $@)
 	$(quiet) FUZZ $@
-	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -Ikernels $$(mpicc -show | tr ' ' '\n' | grep '^-I') \
+	$(Q)$(CLANG) -g -O1 -Wno-psabi -fsanitize=fuzzer,address,undefined -Ilib -Ikernels $$(mpicc -show | tr ' ' '\n' | grep '^-I') \
 		-include lib/compat.h -o $@ $< $(FUZZ_LIB_SRC) $$(mpicc -show | tr ' ' '\n' | grep '^-[lL]') $(filter-out $(CUDA_LIBS),$(LDLIBS))
 fuzz: $(FUZZERS)
 

@@ -767,6 +767,9 @@ static const struct key dataconf_keys[] = {
 	{ .name = "create_attention_mask_in_dataloader", .type = T_BOOL,
 	  .pname = "dataset.create_attention_mask_in_dataloader",
 	  CF(dataset.create_attention_mask_in_dataloader) },
+	/* hp's own: online mode counts and skips unreadable lines instead of failing */
+	{ .name = "skip_invalid_lines", .type = T_BOOL, .pname = "dataset.skip_invalid_lines",
+	  CF(dataset.skip_invalid_lines) },
 	{ NULL },
 };
 static const struct key dataset_keys[] = {

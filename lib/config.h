@@ -118,6 +118,7 @@ struct hp_config {
 		int is_dataset_from_mr;             /* 0 */
 		int labels_are_shifted;             /* 0 */
 		int eod_mask_loss, reset_position_ids, shuffle, create_attention_mask_in_dataloader;
+		int skip_invalid_lines;             /* hp extension, online mode: 0 */
 	} dataset;
 
 	struct {

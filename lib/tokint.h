@@ -82,6 +82,7 @@ struct tok_bpe {
 	struct tok_dict raw;       /* byte mode: the same tokens as raw bytes */
 	int byte_mode;
 	int ignore_merges, byte_fallback, fuse_unk;
+	int cut_meta;              /* words may be cut before U+2581, see tokbpe.c */
 	char *unk;                 /* unk_token or NULL */
 	size_t unk_len;
 	int32_t unk_id;            /* -1 when unk is NULL or not in the vocabulary */

@@ -18,6 +18,7 @@
 #include "hfconfig.h"
 #include "log.h"
 #include "model.h"
+#include "online.h"
 #include "optim.h"
 #include "safetensors.h"
 #include "train.h"
@@ -54,7 +55,7 @@ static int dump_grads(const struct hp_model *m, const char *path, struct hp_err 
 }
 
 static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,
-			long accum, const char *kernels)
+			long accum, const char *kernels, const struct hp_online *online)
 {
 	const struct hp_model_spec *s = &m->spec;
 
@@ -78,10 +79,26 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
 	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * m->B * m->T);
 	fprintf(out, "%-40s %s\n", "run.compute_dtype", "F32");
+	if (online) {
+		struct hp_online_stats st;
+		hp_online_stats(online, &st);
+		fprintf(out, "%-40s %llu in %llu file%s\n", "data.documents", (unsigned long long)st.documents,
+			(unsigned long long)st.files, st.files == 1 ? "" : "s");
+		fprintf(out, "%-40s %llu\n", "data.empty_lines", (unsigned long long)st.empty_lines);
+		fprintf(out, "%-40s %llu\n", "data.skipped_invalid_lines", (unsigned long long)st.invalid_lines);
+		fprintf(out, "%-40s %d\n", "data.eod_id", st.eod_id);
+		fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
+	}
 	fprintf(out, "%-40s %s\n", "run.kernels", kernels);
 	fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
 		hp_sgemm_threads() == 1 ? "" : "s");
 	fflush(out);
+}
+
+/* Tokens per row: data_config.seq_length, else (online) data_transform.max_seq_len. */
+static long seq_length(const struct hp_config *c)
+{
+	return c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
 }
 
 /* Configured features that would change the result but are not implemented
@@ -100,15 +117,21 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 	if (c->model.source == HP_MODEL_FROM_CONFIG)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.model._target_: from_config (random init) "
 				  "is not implemented yet; use from_pretrained", p);
-	if (c->dataset.kind != HP_DATASET_INDEXED)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset._target_: only the offline indexed "
-				  "dataset (build_indexed_text_dataset) is implemented yet", p);
-	if (c->dataset.ndata_path != 1)
+	if (c->dataset.kind == HP_DATASET_NONE)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
+	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_path: the indexed dataset takes "
 				  "one prefix, got %d", p, c->dataset.ndata_path);
-	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids || c->dataset.shuffle)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config: eod_mask_loss, "
-				  "reset_position_ids and shuffle are not implemented yet", p);
+	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.shuffle)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.shuffle: shuffling the "
+				  "indexed dataset is not implemented yet (the online mode shuffles)", p);
+	if (c->dataset.kind != HP_DATASET_INDEXED && c->dataset.data_type &&
+	    strcmp(c->dataset.data_type, "plaintext"))
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_transform.data_type: '%s' is not "
+				  "implemented yet (plaintext is)", p, c->dataset.data_type);
+	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config: eod_mask_loss and "
+				  "reset_position_ids are not implemented yet", p);
 	if (c->dataset.labels_are_shifted)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.labels_are_shifted "
 				  "is not implemented yet", p);
@@ -119,8 +142,9 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 				  c->training.global_batch_size, c->training.micro_batch_size);
 	if (c->training.train_iters <= 0)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.train_iters: must be positive", p);
-	if (c->dataset.seq_length <= 0)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: must be positive", p);
+	if (seq_length(c) <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: missing "
+				  "(or data_transform.max_seq_len for online data)", p);
 	return 0;
 }
 
@@ -129,8 +153,9 @@ struct run {
 	struct hp_model_spec spec;
 	struct hp_model model;
 	struct hp_optim opt;
-	struct hp_batcher *data;
-	int32_t *inputs, *labels;
+	struct hp_batcher *data;        /* offline */
+	struct hp_online *online;       /* online */
+	int32_t *inputs, *labels, *seg;
 	FILE *metrics;
 	char metrics_tmp[4096];
 	int dumped;                 /* --dump-grads file written by this run */
@@ -171,7 +196,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 {
 	struct hp_config *c = &r->cfg;
 	struct hp_model *m = &r->model;
-	long B = c->training.micro_batch_size, T = c->dataset.seq_length;
+	long B = c->training.micro_batch_size, T = seq_length(c);
 	long accum = c->training.global_batch_size / B;
 	long step_tokens = accum * B * T;
 	int V = m->spec.vocab, rc;
@@ -179,21 +204,26 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 
 	r->inputs = hp_malloc((size_t)step_tokens * sizeof(int32_t));
 	r->labels = hp_malloc((size_t)step_tokens * sizeof(int32_t));
-	if (!r->inputs || !r->labels)
+	r->seg = r->online ? hp_malloc((size_t)step_tokens * sizeof(int32_t)) : NULL;
+	if (!r->inputs || !r->labels || (r->online && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
 	if (!o->quiet)
-		print_table(out, c, m, accum, m->ops->name);
+		print_table(out, c, m, accum, m->ops->name, r->online);
 	for (long step = 1; step <= c->training.train_iters; step++) {
 		double t0 = now_s(), loss_sum = 0, total = 0, norm, lr, loss;
 
-		for (long a = 0; a < accum; a++)
-			if ((rc = hp_batcher_next(r->data, (int)B, r->inputs + a * B * T, r->labels + a * B * T, e)))
+		for (long a = 0; a < accum; a++) {
+			long at = a * B * T;
+			rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
+				       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, e);
+			if (rc)
 				return rc;
+		}
 		for (long i = 0; i < step_tokens; i++) {
 			int32_t t = r->labels[i], x = r->inputs[i];
 			if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
 				return hp_err_set(e, HP_EFORMAT, "'%s': token id %d at step %ld is outside "
-						  "the vocabulary [0, %d)", c->dataset.data_path[0],
+						  "the model's vocabulary [0, %d)", c->dataset.data_path[0],
 						  x < 0 || x >= V ? x : t, step, V);
 			total += t != HP_IGNORE_INDEX;
 		}
@@ -202,7 +232,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			double ls;
 			long cnt;
 			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
-			hp_model_forward(m, in, lb, NULL, &ls, &cnt);
+			hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
 			loss_sum += ls;
 			hp_model_backward(m, in, lb, total);
 		}
@@ -247,12 +277,24 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	if ((rc = hp_hfconfig_load(&r.spec, r.cfg.model.path, e)))
 		goto out;
 	if ((rc = hp_model_init(&r.model, &r.spec, (int)r.cfg.training.micro_batch_size,
-				(int)r.cfg.dataset.seq_length, e)))
+				(int)seq_length(&r.cfg), e)))
 		goto out;
 	if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e)))
 		goto out;
-	if ((rc = hp_batcher_open(&r.data, r.cfg.dataset.data_path[0], r.cfg.dataset.seq_length,
-				  r.cfg.dataset.is_dataset_from_mr, e)))
+	if (r.cfg.dataset.kind == HP_DATASET_INDEXED) {
+		rc = hp_batcher_open(&r.data, r.cfg.dataset.data_path[0], seq_length(&r.cfg),
+				     r.cfg.dataset.is_dataset_from_mr, e);
+	} else {
+		struct hp_online_opts oo = {
+			.paths = r.cfg.dataset.data_path, .npaths = r.cfg.dataset.ndata_path,
+			.tokenizer = r.cfg.dataset.tokenizer_path ? r.cfg.dataset.tokenizer_path : r.cfg.model.path,
+			.text_keys = r.cfg.dataset.text_keys, .ntext_keys = r.cfg.dataset.ntext_keys,
+			.seq_length = seq_length(&r.cfg), .shuffle = r.cfg.dataset.shuffle,
+			.seed = (uint64_t)r.cfg.training.seed, .skip_invalid = r.cfg.dataset.skip_invalid_lines,
+		};
+		rc = hp_online_open(&r.online, &oo, e);
+	}
+	if (rc)
 		goto out;
 	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
 		goto out;
@@ -271,7 +313,9 @@ out:
 		close_metrics(&r, o->metrics, 0, NULL);
 	hp_free(r.inputs);
 	hp_free(r.labels);
+	hp_free(r.seg);
 	hp_batcher_free(r.data);
+	hp_online_free(r.online);
 	hp_optim_release(&r.opt);
 	hp_model_release(&r.model);
 	hp_config_release(&r.cfg);

@@ -63,10 +63,11 @@ say () {
 }
 
 test_run_ () {
+	# stdin is /dev/null: a test never waits on the terminal or a pipe
 	if [ -n "$HP_TEST_VERBOSE" ]; then
-		(eval "$1")
+		(eval "$1") </dev/null
 	else
-		(eval "$1") >"$TRASH/.out" 2>&1
+		(eval "$1") </dev/null >"$TRASH/.out" 2>&1
 	fi
 }
 

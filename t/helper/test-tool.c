@@ -17,6 +17,7 @@ int cmd_cmpst(int argc, char **argv);      /* test-model.c */
 int cmd_dumpidx(int argc, char **argv);    /* test-mkidx.c */
 int cmd_logits(int argc, char **argv);     /* test-model.c */
 int cmd_mkidx(int argc, char **argv);      /* test-mkidx.c */
+int cmd_packcheck(int argc, char **argv);  /* test-model.c */
 int cmd_teacher(int argc, char **argv);    /* test-model.c */
 
 static const struct {
@@ -28,6 +29,7 @@ static const struct {
 	{ "dumpidx", cmd_dumpidx, "dumpidx PREFIX" },
 	{ "logits", cmd_logits, "logits -o OUT.safetensors MODEL_DIR ID..." },
 	{ "mkidx", cmd_mkidx, "mkidx --vocab V [--records-of N] [--max-records K] -o PREFIX INPUT.jsonl" },
+	{ "packcheck", cmd_packcheck, "packcheck MODEL_DIR DATA T" },
 	{ "teacher", cmd_teacher, "teacher MODEL_DIR ID..." },
 };
 

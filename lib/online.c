@@ -1,0 +1,558 @@
+/*
+ * online.c - JSONL/text documents tokenized while training and packed into
+ * rows (see online.h for the packing rules and the cursor).
+ *
+ * Files are memory-mapped and scanned once at open: every line is checked
+ * (JSON, text keys, UTF-8) so that a bad line stops the job before its
+ * first step rather than hours in, and the documents' places are indexed
+ * (16 bytes a document).  Tokenization happens when a document is reached.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "online.h"
+#include "tokenizer.h"
+
+struct src_file {
+	char *path;
+	const char *map;
+	size_t size;
+	int json;
+};
+
+struct doc {
+	uint64_t off;        /* byte offset of the line */
+	uint32_t len;        /* bytes, without the newline */
+	uint32_t file;
+	uint32_t line;       /* 1-based, for messages */
+};
+
+struct hp_online {
+	struct src_file *files;
+	size_t nfiles, capfiles;
+	struct doc *docs;
+	size_t ndocs, capdocs;
+	char **keys;
+	int nkeys;
+	long T;
+	int shuffle;
+	uint64_t seed;
+	struct hp_tokenizer *tok;
+	int32_t eod;
+	uint64_t empty, invalid;
+
+	uint32_t *order;     /* this epoch's document order */
+	uint64_t epoch, k, off;
+	int32_t *toks;       /* the current document's tokens, EOD appended */
+	size_t ntoks, captoks;
+	int have_doc;
+	char *text;          /* scratch for JSONL text */
+	size_t captext;
+};
+
+/* ---- UTF-8 ---- */
+
+/* Length of the valid UTF-8 prefix (RFC 3629: no overlongs, surrogates or
+ * code points past U+10FFFF). */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = s[i];
+		size_t len;
+		uint32_t cp, min;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		} else if ((c & 0xe0) == 0xc0) {
+			len = 2; cp = c & 0x1f; min = 0x80;
+		} else if ((c & 0xf0) == 0xe0) {
+			len = 3; cp = c & 0x0f; min = 0x800;
+		} else if ((c & 0xf8) == 0xf0) {
+			len = 4; cp = c & 0x07; min = 0x10000;
+		} else {
+			return i;
+		}
+		if (i + len > n)
+			return i;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return i;
+		i += len;
+	}
+	return n;
+}
+
+/* ---- files ---- */
+
+static int has_suffix(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && !strcmp(s + n - m, suf);
+}
+
+static int add_file(struct hp_online *o, const char *path, struct hp_err *e)
+{
+	struct src_file *f;
+	struct stat st;
+	int fd;
+
+	if (o->nfiles == o->capfiles) {
+		size_t cap = o->capfiles ? 2 * o->capfiles : 8;
+		struct src_file *n = hp_realloc(o->files, cap * sizeof(*n));
+		if (!n)
+			return hp_err_set(e, HP_ENOMEM, "out of memory listing '%s'", path);
+		o->files = n;
+		o->capfiles = cap;
+	}
+	f = &o->files[o->nfiles];
+	memset(f, 0, sizeof(*f));
+	if (!(f->path = hp_strdup(path)))
+		return hp_err_set(e, HP_ENOMEM, "out of memory listing '%s'", path);
+	o->nfiles++;
+	f->json = has_suffix(path, ".jsonl") || has_suffix(path, ".json");
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st)) {
+		close(fd);
+		return hp_err_set(e, HP_EIO, "'%s': cannot stat: %s", path, strerror(errno));
+	}
+	f->size = (size_t)st.st_size;
+	if (f->size) {
+		void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m == MAP_FAILED) {
+			close(fd);
+			return hp_err_set(e, HP_EIO, "'%s': cannot map: %s", path, strerror(errno));
+		}
+		f->map = m;
+	}
+	close(fd);
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int add_path(struct hp_online *o, const char *path, struct hp_err *e)
+{
+	struct stat st;
+	DIR *d;
+	struct dirent *de;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	if (stat(path, &st))
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return add_file(o, path, e);
+	if (!(d = opendir(path)))
+		return hp_err_set(e, HP_EIO, "'%s': cannot open directory: %s", path, strerror(errno));
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || !(has_suffix(de->d_name, ".jsonl") || has_suffix(de->d_name, ".json") ||
+					      has_suffix(de->d_name, ".txt")))
+			continue;
+		if (n == cap) {
+			char **nn = hp_realloc(names, (cap = cap ? 2 * cap : 16) * sizeof(*nn));
+			if (!nn) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory listing '%s'", path);
+				break;
+			}
+			names = nn;
+		}
+		size_t len = strlen(path) + strlen(de->d_name) + 2;
+		if (!(names[n] = hp_malloc(len))) {
+			rc = hp_err_set(e, HP_ENOMEM, "out of memory listing '%s'", path);
+			break;
+		}
+		snprintf(names[n++], len, "%s/%s", path, de->d_name);
+	}
+	closedir(d);
+	if (!rc && !n)
+		rc = hp_err_set(e, HP_EIO, "'%s': no .jsonl, .json or .txt files in the directory", path);
+	if (!rc)
+		qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		if (!rc)
+			rc = add_file(o, names[i], e);
+		hp_free(names[i]);
+	}
+	hp_free(names);
+	return rc;
+}
+
+/* ---- text of a line ---- */
+
+static int grow_text(struct hp_online *o, size_t need)
+{
+	if (need <= o->captext)
+		return 0;
+	size_t cap = need + need / 2 + 64;
+	char *n = hp_realloc(o->text, cap);
+	if (!n)
+		return -1;
+	o->text = n;
+	o->captext = cap;
+	return 0;
+}
+
+/*
+ * The text of document d into (*text, *len); for JSONL the keys' values
+ * joined by '\n' in o->text.  Returns 0, or HP_EFORMAT/HP_ENOMEM with the
+ * file and line named.
+ */
+static int doc_text(struct hp_online *o, const struct doc *d, const char **text, size_t *len,
+		    struct hp_err *e)
+{
+	const struct src_file *f = &o->files[d->file];
+	const char *line = f->map + d->off;
+	json_error_t jerr;
+	json_t *root;
+	size_t used = 0, ok;
+	int rc = 0;
+
+	if (!f->json) {
+		*text = line;
+		*len = d->len;
+	} else {
+		root = json_loadb(line, d->len, JSON_REJECT_DUPLICATES, &jerr);
+		if (!root)
+			return hp_err_set(e, HP_EFORMAT, "'%s' line %u: invalid JSON: %s", f->path, d->line, jerr.text);
+		if (!json_is_object(root)) {
+			json_decref(root);
+			return hp_err_set(e, HP_EFORMAT, "'%s' line %u: expected a JSON object", f->path, d->line);
+		}
+		for (int i = 0; i < o->nkeys && !rc; i++) {
+			json_t *v = json_object_get(root, o->keys[i]);
+			size_t n;
+			if (!v || !json_is_string(v)) {
+				rc = hp_err_set(e, HP_EFORMAT, "'%s' line %u: text key '%s' is %s", f->path, d->line,
+						o->keys[i], v ? "not a string" : "missing");
+				break;
+			}
+			n = json_string_length(v);
+			if (grow_text(o, used + n + 2)) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", f->path);
+				break;
+			}
+			if (i)
+				o->text[used++] = '\n';
+			memcpy(o->text + used, json_string_value(v), n);
+			used += n;
+		}
+		json_decref(root);
+		if (rc)
+			return rc;
+		*text = o->text;
+		*len = used;
+	}
+	ok = utf8_valid_prefix((const unsigned char *)*text, *len);
+	if (ok != *len)
+		return hp_err_set(e, HP_EFORMAT, "'%s' line %u: invalid UTF-8 at byte %zu of the text",
+				  f->path, d->line, ok);
+	return 0;
+}
+
+/* ---- scanning ---- */
+
+static int is_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+			return 0;
+	return 1;
+}
+
+static int scan_file(struct hp_online *o, uint32_t fi, int skip_invalid, struct hp_err *e)
+{
+	const struct src_file *f = &o->files[fi];
+	size_t pos = 0;
+	uint32_t line = 0;
+
+	while (pos < f->size) {
+		const char *s = f->map + pos, *nl = memchr(s, '\n', f->size - pos);
+		size_t len = nl ? (size_t)(nl - s) : f->size - pos;
+		struct doc d;
+		const char *text;
+		size_t tlen;
+		int rc;
+
+		line++;
+		d.off = pos;
+		d.file = fi;
+		d.line = line;
+		pos += len + (nl != NULL);
+		if (len && s[len - 1] == '\r')
+			len--;
+		if (is_blank(s, len)) {
+			o->empty++;
+			continue;
+		}
+		if (len > UINT32_MAX)
+			return hp_err_set(e, HP_EFORMAT, "'%s' line %u: line longer than 4 GiB", f->path, line);
+		d.len = (uint32_t)len;
+		if ((rc = doc_text(o, &d, &text, &tlen, e))) {
+			if (rc == HP_EFORMAT && skip_invalid) {
+				o->invalid++;
+				continue;
+			}
+			return rc;
+		}
+		if (o->ndocs == o->capdocs) {
+			size_t cap = o->capdocs ? 2 * o->capdocs : 1024;
+			struct doc *n = hp_realloc(o->docs, cap * sizeof(*n));
+			if (!n)
+				return hp_err_set(e, HP_ENOMEM, "out of memory indexing '%s'", f->path);
+			o->docs = n;
+			o->capdocs = cap;
+		}
+		o->docs[o->ndocs++] = d;
+	}
+	if (o->ndocs > UINT32_MAX)
+		return hp_err_set(e, HP_EUNSUP, "more than 2^32 documents");
+	return 0;
+}
+
+/* ---- order ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void make_order(struct hp_online *o)
+{
+	size_t n = o->ndocs;
+	uint64_t st = o->seed * 0x2545f4914f6cdd1dull ^ (o->epoch + 1) * 0x9e3779b97f4a7c15ull;
+
+	for (size_t i = 0; i < n; i++)
+		o->order[i] = (uint32_t)i;
+	if (!o->shuffle)
+		return;
+	for (size_t i = n - 1; i > 0; i--) {
+		/* multiply-shift: uniform enough for 2^32 documents, no division */
+		size_t j = (size_t)(((unsigned __int128)splitmix64(&st) * (i + 1)) >> 64);
+		uint32_t t = o->order[i];
+		o->order[i] = o->order[j];
+		o->order[j] = t;
+	}
+}
+
+/* Tokenize the document at o->k of the current order into o->toks. */
+static int load_doc(struct hp_online *o, struct hp_err *e)
+{
+	const struct doc *d = &o->docs[o->order[o->k]];
+	const char *text;
+	size_t len;
+	int rc;
+
+	if ((rc = doc_text(o, d, &text, &len, e)))
+		return rc;
+	o->ntoks = 0;
+	if ((rc = hp_tok_encode(o->tok, text, len, &o->toks, &o->ntoks, &o->captoks, e)))
+		return hp_err_prefix(e, "'%s' line %u", o->files[d->file].path, d->line);
+	if (o->ntoks == o->captoks) {
+		int32_t *n = hp_realloc(o->toks, (o->captoks + 16) * sizeof(int32_t));
+		if (!n)
+			return hp_err_set(e, HP_ENOMEM, "out of memory tokenizing");
+		o->toks = n;
+		o->captoks += 16;
+	}
+	o->toks[o->ntoks++] = o->eod;
+	o->have_doc = 1;
+	return 0;
+}
+
+static int advance(struct hp_online *o)
+{
+	o->have_doc = 0;
+	o->off = 0;
+	if (++o->k == o->ndocs) {
+		o->k = 0;
+		o->epoch++;
+		make_order(o);
+	}
+	return 0;
+}
+
+/* ---- API ---- */
+
+void hp_online_free(struct hp_online *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < o->nfiles; i++) {
+		if (o->files[i].map)
+			munmap((void *)o->files[i].map, o->files[i].size);
+		hp_free(o->files[i].path);
+	}
+	hp_free(o->files);
+	hp_free(o->docs);
+	for (int i = 0; i < o->nkeys; i++)
+		hp_free(o->keys[i]);
+	hp_free(o->keys);
+	hp_tok_free(o->tok);
+	hp_free(o->order);
+	hp_free(o->toks);
+	hp_free(o->text);
+	hp_free(o);
+}
+
+int hp_online_open(struct hp_online **out, const struct hp_online_opts *opts, struct hp_err *e)
+{
+	struct hp_online *o = hp_calloc(1, sizeof(*o));
+	static char *const default_key[] = { "text" };
+	char *const *keys = opts->ntext_keys ? opts->text_keys : default_key;
+	int nkeys = opts->ntext_keys ? opts->ntext_keys : 1, rc = 0;
+
+	*out = NULL;
+	if (!o)
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	o->T = opts->seq_length;
+	o->shuffle = opts->shuffle;
+	o->seed = opts->seed;
+	if (o->T <= 0) {
+		rc = hp_err_set(e, HP_ECONFIG, "online data: seq_length %ld must be positive", o->T);
+		goto fail;
+	}
+	if (!(o->keys = hp_calloc((size_t)nkeys, sizeof(char *)))) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < nkeys; i++, o->nkeys++)
+		if (!(o->keys[i] = hp_strdup(keys[i]))) {
+			rc = hp_err_set(e, HP_ENOMEM, "out of memory");
+			goto fail;
+		}
+	if ((rc = hp_tok_load(&o->tok, opts->tokenizer, e)))
+		goto fail;
+	if ((o->eod = hp_tok_eod_id(o->tok)) < 0) {
+		rc = hp_err_set(e, HP_ECONFIG, "'%s': the tokenizer has no end-of-document token "
+				"(eos_token in tokenizer_config.json)", opts->tokenizer);
+		goto fail;
+	}
+	for (int i = 0; i < opts->npaths && !rc; i++)
+		rc = add_path(o, opts->paths[i], e);
+	for (size_t i = 0; i < o->nfiles && !rc; i++)
+		rc = scan_file(o, (uint32_t)i, opts->skip_invalid, e);
+	if (rc)
+		goto fail;
+	if (!o->ndocs) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': no documents (%llu empty and %llu invalid lines)",
+				opts->npaths ? opts->paths[0] : "", (unsigned long long)o->empty,
+				(unsigned long long)o->invalid);
+		goto fail;
+	}
+	if (!(o->order = hp_malloc(o->ndocs * sizeof(uint32_t)))) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for %zu documents", o->ndocs);
+		goto fail;
+	}
+	make_order(o);
+	*out = o;
+	return 0;
+fail:
+	hp_online_free(o);
+	return rc;
+}
+
+int hp_online_next(struct hp_online *o, int B, int32_t *inputs, int32_t *labels, int32_t *seg,
+		   struct hp_err *e)
+{
+	long T = o->T;
+	uint64_t guard = 0;
+	int rc;
+
+	for (int b = 0; b < B; b++) {
+		int32_t *in = inputs + (long)b * T, *lb = labels + (long)b * T, *sg = seg + (long)b * T;
+		long pos = 0;
+
+		while (pos < T) {
+			if (!o->have_doc && (rc = load_doc(o, e)))
+				return rc;
+			long pairs = (long)o->ntoks - 1 - (long)o->off;
+			if (pairs <= 0) {
+				/* an empty text gives only the EOD: nothing to learn from */
+				advance(o);
+				if (++guard > 2 * o->ndocs)
+					return hp_err_set(e, HP_EFORMAT, "online data: no document has a token "
+							  "besides the end-of-document id");
+				continue;
+			}
+			guard = 0;
+			if (o->off == 0 && pairs <= T && pairs > T - pos)
+				break;              /* fits a row but not this one: pad */
+			long take = pairs < T - pos ? pairs : T - pos;
+			for (long i = 0; i < take; i++) {
+				in[pos + i] = o->toks[o->off + i];
+				lb[pos + i] = o->toks[o->off + i + 1];
+				sg[pos + i] = (int32_t)pos;
+			}
+			pos += take;
+			o->off += take;
+			if ((long)o->off == (long)o->ntoks - 1)
+				advance(o);
+		}
+		for (; pos < T; pos++) {
+			in[pos] = o->eod;
+			lb[pos] = -100;
+			sg[pos] = (int32_t)pos;
+		}
+	}
+	return 0;
+}
+
+void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s)
+{
+	s->documents = o->ndocs;
+	s->empty_lines = o->empty;
+	s->invalid_lines = o->invalid;
+	s->files = o->nfiles;
+	s->vocab_size = hp_tok_vocab_size(o->tok);
+	s->eod_id = o->eod;
+}
+
+void hp_online_cursor(const struct hp_online *o, uint64_t *epoch, uint64_t *doc, uint64_t *off)
+{
+	*epoch = o->epoch;
+	*doc = o->k;
+	*off = o->off;
+}
+
+int hp_online_seek(struct hp_online *o, uint64_t epoch, uint64_t doc, uint64_t off, struct hp_err *e)
+{
+	int rc;
+
+	if (doc >= o->ndocs)
+		return hp_err_set(e, HP_EINVAL, "online cursor: document %llu of %zu",
+				  (unsigned long long)doc, o->ndocs);
+	o->epoch = epoch;
+	make_order(o);
+	o->k = doc;
+	o->off = 0;
+	o->have_doc = 0;
+	if (off) {
+		if ((rc = load_doc(o, e)))
+			return rc;
+		if (off >= o->ntoks)
+			return hp_err_set(e, HP_EINVAL, "online cursor: offset %llu past the document's %zu tokens",
+					  (unsigned long long)off, o->ntoks);
+		o->off = off;
+	}
+	return 0;
+}

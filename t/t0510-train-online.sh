@@ -1,0 +1,105 @@
+#!/bin/sh
+test_description='hp-train online mode: JSONL/text tokenized while training, packed rows'
+. "$(dirname "$0")/test-lib.sh"
+. "$TEST_DIR/lib-train.sh"
+
+# online_config FILE DATA SEQ ITERS [extra yaml on stdin]
+online_config () {
+	{
+		cat <<-YAML
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
+		  pretrained_model_name_or_path: $MODEL
+		training: {train_iters: $4, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
+		dataset:
+		  _target_: hyper_parallel.data.build_online_text_dataset
+		  data_path: $2
+		  data_transform: {data_type: plaintext, text_keys: [text], max_seq_len: $3}
+		optimizer:
+		  _target_: hyper_parallel.components.optim.AdamW
+		  adamw_config: {adamw_lr: 1.0e-3}
+		YAML
+		if [ ! -t 0 ]; then cat; fi
+	} >"$1"
+}
+
+test_expect_success 'setup: the TinyStories texts of the tokenizer vectors as JSONL' '
+	jq -c "{text: .text}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
+		sed -n "47,346p" >stories.jsonl &&
+	test $(wc -l <stories.jsonl) = 300 &&
+	jq -c "{text: .text}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
+		sed -n "347,546p" >austen.jsonl &&
+	test $(wc -l <austen.jsonl) = 200
+'
+
+test_expect_success 'online training on text new to the model (Austen) lowers the loss' '
+	online_config on.yaml austen.jsonl 128 30 &&
+	hp-train on.yaml --metrics m.jsonl >out &&
+	grep -q "^data.documents  *200 in 1 file$" out &&
+	grep -q "^data.eod_id  *2$" out &&
+	first=$(head -n 5 m.jsonl | jq -s "map(.loss) | add / length") &&
+	last=$(tail -n 5 m.jsonl | jq -s "map(.loss) | add / length") &&
+	echo "loss $first -> $last" &&
+	awk -v a="$first" -v b="$last" "BEGIN { exit !(b < a - 0.2) }"
+'
+
+test_expect_success 'a packed row gives each document the loss it has alone' '
+	hp-test-tool packcheck "$MODEL" stories.jsonl 512 >pc &&
+	cat pc &&
+	test $(grep -c "^document" pc) -ge 3
+'
+
+test_expect_success 'documents longer than a row are split, not dropped' '
+	online_config short.yaml stories.jsonl 16 3 &&
+	hp-train -q short.yaml --metrics s.jsonl &&
+	test $(wc -l <s.jsonl) = 3
+'
+
+test_expect_success 'shuffle: a seed fixes the order; another seed changes it' '
+	online_config sh.yaml stories.jsonl 64 6 &&
+	hp-train -q sh.yaml --dataset.data_config.shuffle=true --metrics a.jsonl &&
+	hp-train -q sh.yaml --dataset.data_config.shuffle=true --metrics b.jsonl &&
+	hp-train -q sh.yaml --dataset.data_config.shuffle=true --training.seed=99 --metrics c.jsonl &&
+	jq .loss a.jsonl >la && jq .loss b.jsonl >lb && jq .loss c.jsonl >lc &&
+	cmp la lb && ! cmp -s la lc
+'
+
+test_expect_success 'text files: one document per line, blank lines skipped' '
+	printf "Once upon a time, there was a cat.\n\nThe cat liked milk.\n   \nThe end.\n" >t.txt &&
+	online_config txt.yaml t.txt 32 2 &&
+	hp-train txt.yaml >out &&
+	grep -q "^data.documents  *3 in 1 file$" out &&
+	grep -q "^data.empty_lines  *2$" out
+'
+
+test_expect_success 'invalid JSON stops before training with the file and line' '
+	{ head -n 3 stories.jsonl; echo "{\"text\": broken"; tail -n 2 stories.jsonl; } >bad.jsonl &&
+	online_config bad.yaml bad.jsonl 64 2 &&
+	test_must_fail_with 4 hp-train -q bad.yaml --metrics x.jsonl 2>err &&
+	test_one_line err && grep -q "bad.jsonl. line 4: invalid JSON" err &&
+	test ! -e x.jsonl
+'
+
+test_expect_success 'invalid UTF-8 stops with the line; skip_invalid_lines counts and skips' '
+	{ head -n 2 stories.jsonl; printf "bad \\377 byte\n"; } >bad.txt &&
+	online_config badu.yaml bad.txt 64 1 &&
+	test_must_fail_with 4 hp-train -q badu.yaml 2>err &&
+	grep -q "bad.txt. line 3: invalid UTF-8" err &&
+	hp-train badu.yaml --dataset.data_config.skip_invalid_lines=true >out &&
+	grep -q "^data.skipped_invalid_lines  *1$" out
+'
+
+test_expect_success 'a missing text key is an error naming it' '
+	echo "{\"body\": \"x\"}" >nokey.jsonl &&
+	online_config nk.yaml nokey.jsonl 64 1 &&
+	test_must_fail_with 4 hp-train -q nk.yaml 2>err &&
+	grep -q "text key .text. is missing" err
+'
+
+test_expect_success 'conversation data is refused as not implemented' '
+	online_config conv.yaml stories.jsonl 64 1 &&
+	test_must_fail_with 4 hp-train -q conv.yaml --dataset.data_transform.data_type=conversation 2>err &&
+	grep -q "conversation" err
+'
+
+test_done

@@ -1,0 +1,242 @@
+/*
+ * hp-data - tokenize text offline: JSON lines of ids (encode) or a Megatron
+ * indexed dataset (build), in parallel under mpiexec.
+ *
+ * Thin client: parse the command line into struct hp_data_opts, call
+ * hp_data_encode_run() or hp_data_build_run(), and print what rank 0 has to
+ * say on stderr: the progress bar (only when stderr is a terminal) and the
+ * closing statistics.  Errors are collective, so only rank 0 prints them.
+ */
+#include <getopt.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common-main.h"
+#include "hpdata.h"
+#include "indexed.h"
+#include "log.h"
+
+const char hp_tool_name[] = "hp-data";
+
+static const char usage_str[] =
+	"hp-data encode --tokenizer T [--text-key KEY] [--format jsonl|text] FILE...\n"
+	"   or: hp-data build --tokenizer T [--text-key KEY] [--format jsonl|text] "
+	"[--append-eod] [--pack-to-seq-len N] -o PREFIX FILE...";
+
+static void help(void)
+{
+	printf("usage: %s\n\n"
+	       "Tokenize text with a Hugging Face tokenizer.json: print the ids of each record\n"
+	       "(encode) or write a Megatron indexed dataset PREFIX.bin + PREFIX.idx (build).\n"
+	       "A record is a line of a text file or the text of a JSONL line; '-' is stdin.\n\n"
+	       "  --tokenizer T             tokenizer.json, or a folder holding one\n"
+	       "  --text-key KEY            JSONL key of the text (default: text)\n"
+	       "  --format jsonl|text       input format (default: .jsonl/.json and - are\n"
+	       "                            JSONL, other files text)\n"
+	       "  --append-eod              build: end every record with the EOD token\n"
+	       "  --pack-to-seq-len N       build: cut all ids into records of N+1 tokens\n"
+	       "  -o, --output PREFIX       build: write PREFIX.bin and PREFIX.idx\n"
+	       "  -h, --help                show this help\n"
+	       "      --version             show the version\n\n"
+	       "See hp-data(1).\n", usage_str);
+}
+
+/* ---- progress bar --------------------------------------------------------- */
+
+struct bar {
+	double start, last;   /* monotonic seconds of the first call, of the last draw */
+	uint64_t first;       /* bytes done at the first call */
+	int started, drawn;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/*
+ * "[####......]  42%  12.3/29.0 MB  4.1 MB/s  ETA 0:04", redrawn in place
+ * at most every 0.1 s: more often would only cost terminal time.  The rate
+ * counts from the first call, so that loading the tokenizer (before it)
+ * does not make the first estimates absurd.
+ */
+static void bar_draw(void *arg, uint64_t done, uint64_t total, int final)
+{
+	struct bar *b = arg;
+	double t = now_s(), el, mb = (double)done / 1e6, rate;
+
+	if (!b->started) {
+		b->started = 1;
+		b->start = t;
+		b->first = done;
+	}
+	if (!final && b->drawn && t - b->last < 0.1)
+		return;
+	b->last = t;
+	b->drawn = 1;
+	el = t - b->start;
+	rate = el > 0 ? (double)(done - b->first) / 1e6 / el : 0;
+	if (total) {
+		int fill = (int)(30.0 * (double)done / (double)total);
+		char head[33];
+
+		head[0] = '[';
+		for (int i = 0; i < 30; i++)
+			head[1 + i] = i < fill ? '#' : '.';
+		head[31] = ']';
+		head[32] = '\0';
+		fprintf(stderr, "\r%s %3d%%  %.1f/%.1f MB  %.2f MB/s", head,
+			(int)(100.0 * (double)done / (double)total), mb, (double)total / 1e6, rate);
+		if (rate > 0) {
+			long eta = (long)(((double)total - (double)done) / 1e6 / rate + 0.5);
+
+			fprintf(stderr, "  ETA %ld:%02ld", eta / 60, eta % 60);
+		}
+		fputs("\033[K", stderr);
+	} else {
+		fprintf(stderr, "\r%.1f MB  %.2f MB/s\033[K", mb, rate);
+	}
+	if (final)
+		fputc('\n', stderr);
+	fflush(stderr);
+}
+
+/* ---- command line ---------------------------------------------------------- */
+
+static int parse_seq_len(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	/* N + 1 ids must fit the format's int32 sequence length. */
+	if (errno || end == s || *end || v < 1 || v >= INT32_MAX)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int cmd_main(int argc, char **argv, MPI_Comm comm)
+{
+	enum { O_TOK = 256, O_KEY, O_FORMAT, O_EOD, O_PACK, O_VERSION };
+	static const struct option longopts[] = {
+		{ "tokenizer", required_argument, NULL, O_TOK },
+		{ "text-key", required_argument, NULL, O_KEY },
+		{ "format", required_argument, NULL, O_FORMAT },
+		{ "append-eod", no_argument, NULL, O_EOD },
+		{ "pack-to-seq-len", required_argument, NULL, O_PACK },
+		{ "output", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, O_VERSION },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct hp_data_opts o = { 0 };
+	struct hp_data_stats st;
+	struct hp_err err;
+	struct bar bar = { 0 };
+	const char *sub;
+	int rank = 0, world = 1, build, rc = -1, c;
+
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &world);
+	hp_err_clear(&err);
+	if (argc < 2)
+		return usage_error(usage_str, "missing command: encode or build");
+	sub = argv[1];
+	if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
+		if (!rank)
+			help();
+		return 0;
+	}
+	if (!strcmp(sub, "--version")) {
+		if (!rank)
+			printf("hp-data %s\n", HP_VERSION);
+		return 0;
+	}
+	if (strcmp(sub, "encode") && strcmp(sub, "build"))
+		return usage_error(usage_str, "unknown command '%s' (encode or build)", sub);
+	build = !strcmp(sub, "build");
+
+	opterr = 0;
+	optind = 1;
+	while (rc < 0 && (c = getopt_long(argc - 1, argv + 1, ":o:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case O_TOK: o.tokenizer = optarg; break;
+		case O_KEY: o.text_key = optarg; break;
+		case O_FORMAT:
+			if (!strcmp(optarg, "jsonl"))
+				o.format = HP_DATA_JSONL;
+			else if (!strcmp(optarg, "text"))
+				o.format = HP_DATA_TEXT;
+			else
+				rc = usage_error(usage_str, "--format '%s': expected jsonl or text", optarg);
+			break;
+		case O_EOD: o.append_eod = 1; break;
+		case O_PACK:
+			if (parse_seq_len(optarg, &o.pack_to_seq_len))
+				rc = usage_error(usage_str, "--pack-to-seq-len '%s': expected an integer "
+						 "from 1 to %d", optarg, INT32_MAX - 1);
+			break;
+		case 'o': o.prefix = optarg; break;
+		case 'h': if (!rank) help(); rc = 0; break;
+		case O_VERSION: if (!rank) printf("hp-data %s\n", HP_VERSION); rc = 0; break;
+		case ':':
+			rc = usage_error(usage_str, "option '%s' needs a value", argv[optind]);
+			break;
+		default:
+			rc = usage_error(usage_str, "unknown option '%s'", argv[optind]);
+		}
+	}
+	if (rc >= 0)
+		return rc;
+	o.inputs = argv + 1 + optind;
+	o.ninputs = argc - 1 - optind;
+	if (!o.tokenizer)
+		return usage_error(usage_str, "missing --tokenizer");
+	if (!o.ninputs)
+		return usage_error(usage_str, "missing input FILE");
+	if (!build && (o.prefix || o.append_eod || o.pack_to_seq_len))
+		return usage_error(usage_str, "%s is an option of build, not encode",
+				   o.prefix ? "-o" : o.append_eod ? "--append-eod" : "--pack-to-seq-len");
+	if (build && !o.prefix)
+		return usage_error(usage_str, "missing -o PREFIX");
+	for (int i = 0; build && world > 1 && i < o.ninputs; i++)
+		if (!strcmp(o.inputs[i], "-"))
+			return usage_error(usage_str, "'-': standard input cannot be split over %d ranks",
+					   world);
+
+	if (!build) {
+		rc = hp_data_encode_run(&o, comm, stdout, &st, &err);
+	} else {
+		if (!rank && isatty(STDERR_FILENO)) {
+			o.progress = bar_draw;
+			o.progress_arg = &bar;
+		}
+		rc = hp_data_build_run(&o, comm, &st, &err);
+	}
+	if (rc) {
+		if (bar.drawn)
+			fputs("\r\033[K", stderr);
+		/* Every rank holds the same error: one line, from rank 0. */
+		return rank ? hp_err_exit_code(rc) : die_err(&err);
+	}
+	if (build) {
+		if (o.pack_to_seq_len)
+			hp_info("%llu sequences of %lld tokens; dropped the last %llu tokens",
+				(unsigned long long)st.sequences, (long long)o.pack_to_seq_len + 1,
+				(unsigned long long)st.dropped);
+		double work = st.seconds - st.load_seconds;
+
+		hp_info("%llu records, %llu tokens (%s), %.2f MB, %.2f s (%.2f s loading the "
+			"tokenizer), %.2f MB/s tokenizing, %d rank%s",
+			(unsigned long long)st.records, (unsigned long long)st.tokens,
+			hp_indexed_dtype_name(st.dtype_code), (double)st.bytes / 1e6, st.seconds,
+			st.load_seconds, work > 0 ? (double)st.bytes / 1e6 / work : 0.0, world,
+			world == 1 ? "" : "s");
+	}
+	return 0;
+}
