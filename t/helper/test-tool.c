@@ -18,7 +18,8 @@ int cmd_dumpidx(int argc, char **argv);    /* test-mkidx.c */
 int cmd_logits(int argc, char **argv);     /* test-model.c */
 int cmd_mkidx(int argc, char **argv);      /* test-mkidx.c */
 int cmd_packcheck(int argc, char **argv);  /* test-model.c */
-int cmd_teacher(int argc, char **argv);    /* test-model.c */
+int cmd_teacher(int argc, char **argv);
+int cmd_tokbench(int argc, char **argv);  /* test-tokbench.c */    /* test-model.c */
 
 static const struct {
 	const char *name;
@@ -31,6 +32,7 @@ static const struct {
 	{ "mkidx", cmd_mkidx, "mkidx --vocab V [--records-of N] [--max-records K] -o PREFIX INPUT.jsonl" },
 	{ "packcheck", cmd_packcheck, "packcheck MODEL_DIR DATA T" },
 	{ "teacher", cmd_teacher, "teacher MODEL_DIR ID..." },
+	{ "tokbench", cmd_tokbench, "tokbench TOKENIZER FILE [REPEAT]" },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
