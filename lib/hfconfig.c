@@ -63,6 +63,50 @@ static int get_bool(struct ctx *c, const char *key, int dflt, int *out)
 	return 0;
 }
 
+static int parse_moe(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *v;
+	int rc;
+
+	if ((rc = get_int(c, "num_experts", 0, 128, &s->n_experts)) ||
+	    (rc = get_int(c, "num_experts_per_tok", 0, 8, &s->top_k)) ||
+	    (rc = get_int(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
+	    (rc = get_int(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
+	    (rc = get_bool(c, "norm_topk_prob", 0, &s->norm_topk_prob)) ||
+	    (rc = get_bool(c, "output_router_logits", 0, &s->output_router_logits)) ||
+	    (rc = get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef)))
+		return rc;
+	if (s->n_experts > 0 && (s->top_k < 1 || s->top_k > s->n_experts))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts_per_tok %d must be between 1 and "
+				  "num_experts %d", c->path, s->top_k, s->n_experts);
+	if (s->n_experts > 0 && s->moe_intermediate <= 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': moe_intermediate_size must be positive", c->path);
+	if (s->decoder_sparse_step < 1)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': decoder_sparse_step must be at least 1", c->path);
+	v = json_object_get(c->root, "mlp_only_layers");
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *x;
+		if (!json_is_array(v))
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'mlp_only_layers': expected a list of "
+					  "layer indices", c->path);
+		json_array_foreach(v, i, x) {
+			if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+			    json_integer_value(x) >= HP_MAX_LAYERS)
+				return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'mlp_only_layers': entry %zu is "
+						  "not a layer index", c->path, i);
+			s->mlp_only[json_integer_value(x)] = 1;
+		}
+	}
+	return 0;
+}
+
+int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l)
+{
+	return s->n_experts > 0 && l >= 0 && l < HP_MAX_LAYERS && !s->mlp_only[l] &&
+	       (l + 1) % s->decoder_sparse_step == 0;
+}
+
 static int parse(struct ctx *c, struct hp_model_spec *s)
 {
 	json_t *v;
@@ -73,9 +117,12 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key 'model_type'", c->path);
 	if (!json_is_string(v))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
-	if (strcmp(json_string_value(v), "llama"))
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: llama",
-				  c->path, json_string_value(v));
+	if (strcmp(json_string_value(v), "llama") && strcmp(json_string_value(v), "qwen3") &&
+	    strcmp(json_string_value(v), "qwen3_moe"))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
+				  "llama, qwen3, qwen3_moe", c->path, json_string_value(v));
+	int qwen = strncmp(json_string_value(v), "qwen3", 5) == 0;
+	int moe = !strcmp(json_string_value(v), "qwen3_moe");
 	snprintf(s->model_type, sizeof(s->model_type), "%s", json_string_value(v));
 
 	v = json_object_get(c->root, "architectures");
@@ -94,17 +141,34 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	    (rc = get_int(c, "max_position_embeddings", 0, 2048, &s->max_pos)) ||
 	    (rc = get_int(c, "bos_token_id", 0, -1, &s->bos_token_id)) ||
 	    (rc = get_int(c, "eos_token_id", 0, -1, &s->eos_token_id)) ||
+	    (rc = get_int(c, "pad_token_id", 0, -1, &s->pad_token_id)) ||
 	    (rc = get_num(c, "rms_norm_eps", 1e-6, &s->rms_eps)) ||
 	    (rc = get_num(c, "rope_theta", 10000.0, &s->rope_theta)) ||
 	    (rc = get_bool(c, "tie_word_embeddings", 0, &s->tie_word_embeddings)) ||
 	    (rc = get_bool(c, "attention_bias", 0, &s->attention_bias)) ||
 	    (rc = get_bool(c, "mlp_bias", 0, &s->mlp_bias)))
 		return rc;
+	if (s->n_layers > HP_MAX_LAYERS)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': num_hidden_layers %d exceeds %d", c->path,
+				  s->n_layers, HP_MAX_LAYERS);
 	if (s->hidden <= 0 || s->n_heads <= 0 || s->n_layers <= 0 || s->vocab <= 0 || s->intermediate <= 0)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size, intermediate_size, num_hidden_layers, "
 				  "num_attention_heads and vocab_size must be positive", c->path);
-	if ((rc = get_int(c, "head_dim", 0, s->hidden / s->n_heads, &s->head_dim)))
+	/* Qwen3Config's head_dim defaults to 128, LlamaConfig's to hidden / heads */
+	if ((rc = get_int(c, "head_dim", 0, qwen ? 128 : s->hidden / s->n_heads, &s->head_dim)))
 		return rc;
+	if ((rc = get_num(c, "initializer_range", 0.02, &s->initializer_range)))
+		return rc;
+	s->qk_norm = qwen;
+	if (moe && (rc = parse_moe(c, s)))
+		return rc;
+	if (qwen) {
+		int slide = 0;
+		if ((rc = get_bool(c, "use_sliding_window", 0, &slide)))
+			return rc;
+		if (slide)
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': use_sliding_window is not supported", c->path);
+	}
 	if (s->head_dim <= 0 || s->head_dim % 2)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': head_dim %d must be positive and even", c->path, s->head_dim);
 	if (s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads)
@@ -119,8 +183,8 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	v = json_object_get(c->root, "rope_scaling");
 	if (v && !json_is_null(v))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': rope_scaling is not supported yet (only plain RoPE)", c->path);
-	if (s->attention_bias || s->mlp_bias)
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': attention_bias/mlp_bias are not supported yet", c->path);
+	if (s->mlp_bias)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': mlp_bias is not supported yet", c->path);
 	v = json_object_get(c->root, "pretraining_tp");
 	if (v && json_is_integer(v) && json_integer_value(v) != 1)
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': pretraining_tp %lld is not supported (only 1)",
@@ -172,9 +236,18 @@ int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e
 long long hp_model_spec_nparams(const struct hp_model_spec *s)
 {
 	long long C = s->hidden, I = s->intermediate, hd = s->head_dim;
-	long long per_layer = 2 * C + C * s->n_heads * hd * 2 + 2 * C * s->n_kv_heads * hd + 3 * C * I;
-	long long n = (long long)s->vocab * C + s->n_layers * per_layer + C;
+	long long QD = s->n_heads * hd, KD = s->n_kv_heads * hd;
+	long long attn = C * QD * 2 + 2 * C * KD + (s->qk_norm ? 2 * hd : 0) +
+			 (s->attention_bias ? QD + 2 * KD + C : 0);
+	long long n = (long long)s->vocab * C + C;
 
+	for (int l = 0; l < s->n_layers; l++) {
+		n += 2 * C + attn;
+		if (hp_model_spec_layer_is_moe(s, l))
+			n += (long long)s->n_experts * C + (long long)s->n_experts * 3 * C * s->moe_intermediate;
+		else
+			n += 3 * C * I;
+	}
 	if (!s->tie_word_embeddings)
 		n += (long long)s->vocab * C;
 	return n;

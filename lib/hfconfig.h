@@ -1,8 +1,8 @@
 /*
  * hfconfig.h - an HF config.json turned into a model spec.
  *
- * Only the architectures hp computes are accepted (model_type "llama" for
- * now); anything that would change the maths and that hp does not
+ * Only the architectures hp computes are accepted (model_type "llama",
+ * "qwen3", "qwen3_moe"); anything that would change the maths and that hp does not
  * implement (rope_scaling, another hidden_act, biases we do not load) is
  * refused with HP_EUNSUP rather than silently ignored.  Missing required keys
  * and wrongly typed values are HP_ECONFIG errors naming the file and key.
@@ -12,6 +12,8 @@
 
 #include "dtype.h"
 #include "err.h"
+
+#define HP_MAX_LAYERS 1024
 
 struct hp_model_spec {
 	char model_type[32];        /* "llama" */
@@ -30,8 +32,26 @@ struct hp_model_spec {
 	int attention_bias;         /* q/k/v/o biases (default 0) */
 	int mlp_bias;               /* default 0 */
 	enum hp_dtype torch_dtype;  /* the checkpoint's declared dtype (F32 if absent) */
-	int bos_token_id, eos_token_id;   /* -1 when absent */
+	int bos_token_id, eos_token_id, pad_token_id;   /* -1 when absent */
+	double initializer_range;   /* std of random init (default 0.02) */
+
+	/* Qwen3: RMSNorm over head_dim on q and k, per head, before RoPE */
+	int qk_norm;
+
+	/* Qwen3-MoE (n_experts == 0: every layer dense) */
+	int n_experts;              /* num_experts */
+	int top_k;                  /* num_experts_per_tok */
+	int moe_intermediate;       /* moe_intermediate_size */
+	int decoder_sparse_step;    /* default 1 */
+	int norm_topk_prob;         /* renormalize the top-k weights (default 0) */
+	int output_router_logits;   /* add the load-balancing aux loss (default 0) */
+	double router_aux_loss_coef;   /* default 0.001 */
+	unsigned char mlp_only[HP_MAX_LAYERS];   /* 1: layer forced dense (mlp_only_layers) */
 };
+
+/* Whether layer l is a sparse MoE layer: not in mlp_only_layers, experts
+ * configured, and (l + 1) a multiple of decoder_sparse_step, as HF decides. */
+int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l);
 
 /* Read DIR/config.json (or the file itself if path ends in .json). */
 int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e);

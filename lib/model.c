@@ -9,70 +9,99 @@
  * and x += down(silu(gate(norm(x))) * up(norm(x))), final norm, LM head,
  * cross-entropy.  Fused and parallel variants live elsewhere.
  */
+#include <math.h>
+
 #include "alloc.h"
 #include "model.h"
 #include "safetensors.h"
 
-#define N_PER_LAYER 9
-
-static void add_param(struct hp_model *m, int *i, size_t *off, const char *name,
-		      int ndim, int64_t d0, int64_t d1)
+static void add_param(struct hp_model *m, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
+		      float **wslot, float **gslot)
 {
-	struct hp_param *p = &m->params[(*i)++];
+	struct hp_param *p = &m->params[m->nparams++];
 
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	p->ndim = ndim;
 	p->shape[0] = d0;
 	p->shape[1] = ndim > 1 ? d1 : 1;
 	p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+	p->wslot = wslot;
+	p->gslot = gslot;
 	/* keep every tensor 16-float aligned so SIMD paths may assume it */
 	*off = (*off + 15) & ~(size_t)15;
 	p->offset = *off;
 	*off += p->numel;
 }
 
+static int count_params(const struct hp_model_spec *s)
+{
+	int n = 2 + !s->tie_word_embeddings;
+
+	for (int l = 0; l < s->n_layers; l++) {
+		n += 6 + (s->attention_bias ? 4 : 0) + (s->qk_norm ? 2 : 0);
+		n += hp_model_spec_layer_is_moe(s, l) ? 1 + 3 * s->n_experts : 3;
+	}
+	return n;
+}
+
 static int build_params(struct hp_model *m, struct hp_err *e)
 {
 	const struct hp_model_spec *s = &m->spec;
-	int C = s->hidden, I = s->intermediate, D = s->head_dim;
-	int n = 1 + s->n_layers * N_PER_LAYER + 1 + !s->tie_word_embeddings;
+	int C = s->hidden, I = s->intermediate, D = s->head_dim, E = s->n_experts, Im = s->moe_intermediate;
+	int QD = s->n_heads * D, KD = s->n_kv_heads * D;
 	char name[96];
 	size_t off = 0;
-	int i = 0;
 
-	m->params = hp_calloc((size_t)n, sizeof(*m->params));
+	m->cap_params = count_params(s);
+	m->params = hp_calloc((size_t)m->cap_params, sizeof(*m->params));
 	if (!m->params)
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the parameter table");
-	add_param(m, &i, &off, "model.embed_tokens.weight", 2, s->vocab, C);
+	add_param(m, &off, "model.embed_tokens.weight", 2, s->vocab, C, &m->embed, &m->d_embed);
 	for (int l = 0; l < s->n_layers; l++) {
-#define P(suffix, nd, a, b) do { \
+		struct hp_layer_w *w = &m->lw[l], *g = &m->lg[l];
+#define P(field, suffix, nd, a, b) do { \
 		snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix); \
-		add_param(m, &i, &off, name, nd, a, b); } while (0)
-		P("input_layernorm.weight", 1, C, 1);
-		P("self_attn.q_proj.weight", 2, s->n_heads * D, C);
-		P("self_attn.k_proj.weight", 2, s->n_kv_heads * D, C);
-		P("self_attn.v_proj.weight", 2, s->n_kv_heads * D, C);
-		P("self_attn.o_proj.weight", 2, C, s->n_heads * D);
-		P("post_attention_layernorm.weight", 1, C, 1);
-		P("mlp.gate_proj.weight", 2, I, C);
-		P("mlp.up_proj.weight", 2, I, C);
-		P("mlp.down_proj.weight", 2, C, I);
+		add_param(m, &off, name, nd, a, b, &w->field, &g->field); } while (0)
+		P(in_norm, "input_layernorm.weight", 1, C, 1);
+		P(wq, "self_attn.q_proj.weight", 2, QD, C);
+		if (s->attention_bias)
+			P(bq, "self_attn.q_proj.bias", 1, QD, 1);
+		P(wk, "self_attn.k_proj.weight", 2, KD, C);
+		if (s->attention_bias)
+			P(bk, "self_attn.k_proj.bias", 1, KD, 1);
+		P(wv, "self_attn.v_proj.weight", 2, KD, C);
+		if (s->attention_bias)
+			P(bv, "self_attn.v_proj.bias", 1, KD, 1);
+		P(wo, "self_attn.o_proj.weight", 2, C, QD);
+		if (s->attention_bias)
+			P(bo, "self_attn.o_proj.bias", 1, C, 1);
+		if (s->qk_norm) {
+			P(q_norm, "self_attn.q_norm.weight", 1, D, 1);
+			P(k_norm, "self_attn.k_norm.weight", 1, D, 1);
+		}
+		P(post_norm, "post_attention_layernorm.weight", 1, C, 1);
+		if (w->moe) {
+			P(router, "mlp.gate.weight", 2, E, C);
+			for (int x = 0; x < E; x++) {
+				snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, x);
+				add_param(m, &off, name, 2, Im, C, &w->ex[x].wg, &g->ex[x].wg);
+				snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.up_proj.weight", l, x);
+				add_param(m, &off, name, 2, Im, C, &w->ex[x].wu, &g->ex[x].wu);
+				snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, x);
+				add_param(m, &off, name, 2, C, Im, &w->ex[x].wd, &g->ex[x].wd);
+			}
+		} else {
+			P(wg, "mlp.gate_proj.weight", 2, I, C);
+			P(wu, "mlp.up_proj.weight", 2, I, C);
+			P(wd, "mlp.down_proj.weight", 2, C, I);
+		}
 #undef P
 	}
-	add_param(m, &i, &off, "model.norm.weight", 1, C, 1);
+	add_param(m, &off, "model.norm.weight", 1, C, 1, &m->final_norm, &m->d_final_norm);
 	if (!s->tie_word_embeddings)
-		add_param(m, &i, &off, "lm_head.weight", 2, s->vocab, C);
-	m->nparams = i;
+		add_param(m, &off, "lm_head.weight", 2, s->vocab, C, &m->lm_head, &m->d_lm_head);
 	m->numel = (off + 15) & ~(size_t)15;
 	return 0;
-}
-
-static void bind_layer(struct hp_layer_w *lw, float *flat, const struct hp_param *p)
-{
-	float **slots[N_PER_LAYER] = { &lw->in_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
-				       &lw->post_norm, &lw->wg, &lw->wu, &lw->wd };
-	for (int j = 0; j < N_PER_LAYER; j++)
-		*slots[j] = flat + p[j].offset;
 }
 
 /* Take every activation buffer from the arena; with base NULL this only measures. */
@@ -81,7 +110,8 @@ static int take_acts(struct hp_model *m)
 	const struct hp_model_spec *s = &m->spec;
 	long N = (long)m->B * m->T;
 	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
-	       KD = (size_t)s->n_kv_heads * s->head_dim, V = s->vocab, f = sizeof(float);
+	       KD = (size_t)s->n_kv_heads * s->head_dim, V = s->vocab, f = sizeof(float), i4 = sizeof(int32_t);
+	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)N * K;
 	size_t TT = (size_t)m->T * m->T;
 	struct hp_arena *a = &m->aarena;
 	int ok = 1;
@@ -92,6 +122,12 @@ static int take_acts(struct hp_model *m)
 		TAKE(t->x_in, N * C * f);
 		TAKE(t->rstd1, N * f);
 		TAKE(t->xn1, N * C * f);
+		if (s->qk_norm) {
+			TAKE(t->q_raw, N * QD * f);
+			TAKE(t->k_raw, N * KD * f);
+			TAKE(t->rstd_q, N * s->n_heads * f);
+			TAKE(t->rstd_k, N * s->n_kv_heads * f);
+		}
 		TAKE(t->q, N * QD * f);
 		TAKE(t->k, N * KD * f);
 		TAKE(t->v, N * KD * f);
@@ -100,9 +136,24 @@ static int take_acts(struct hp_model *m)
 		TAKE(t->x_mid, N * C * f);
 		TAKE(t->rstd2, N * f);
 		TAKE(t->xn2, N * C * f);
-		TAKE(t->g, N * I * f);
-		TAKE(t->u, N * I * f);
-		TAKE(t->h, N * I * f);
+		if (m->lw[l].moe) {
+			TAKE(t->probs, N * E * f);
+			TAKE(t->sel, N * K * i4);
+			TAKE(t->wsel, N * K * f);
+			TAKE(t->row_tok, NK * i4);
+			TAKE(t->row_slot, NK * i4);
+			TAKE(t->ex_off, (E + 1) * i4);
+			TAKE(t->xe, NK * C * f);
+			TAKE(t->ge, NK * Im * f);
+			TAKE(t->ue, NK * Im * f);
+			TAKE(t->he, NK * Im * f);
+			TAKE(t->ye, NK * C * f);
+			TAKE(t->moe_out, N * C * f);
+		} else {
+			TAKE(t->g, N * I * f);
+			TAKE(t->u, N * I * f);
+			TAKE(t->h, N * I * f);
+		}
 	}
 	TAKE(m->x_final, N * C * f);
 	TAKE(m->rstd_f, N * f);
@@ -110,7 +161,7 @@ static int take_acts(struct hp_model *m)
 	TAKE(m->logits, N * V * f);
 	TAKE(m->cos_t, (size_t)m->T * s->head_dim / 2 * f);
 	TAKE(m->sin_t, (size_t)m->T * s->head_dim / 2 * f);
-	TAKE(m->pos, N * sizeof(int32_t));
+	TAKE(m->pos, N * i4);
 	TAKE(m->dx, N * C * f);
 	TAKE(m->dxn, N * C * f);
 	TAKE(m->dq, N * QD * f);
@@ -121,6 +172,21 @@ static int take_acts(struct hp_model *m)
 	TAKE(m->du, N * I * f);
 	TAKE(m->dh, N * I * f);
 	TAKE(m->dscratch, TT * f);
+	if (s->qk_norm) {
+		TAKE(m->dq2, N * QD * f);
+		TAKE(m->dk2, N * KD * f);
+	}
+	if (m->n_moe) {
+		TAKE(m->dye, NK * C * f);
+		TAKE(m->dxe, NK * C * f);
+		TAKE(m->dge, NK * Im * f);
+		TAKE(m->due, NK * Im * f);
+		TAKE(m->dhe, NK * Im * f);
+		TAKE(m->dprob, N * E * f);
+		TAKE(m->dwsel, NK * f);
+		TAKE(m->moe_fill, E * i4);
+		TAKE(m->aux_frac, E * sizeof(double));
+	}
 #undef TAKE
 	return ok;
 }
@@ -142,6 +208,26 @@ int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, i
 	if (T > spec->max_pos)
 		return hp_err_set(e, HP_ECONFIG, "sequence length %d exceeds the model's "
 				  "max_position_embeddings %d", T, spec->max_pos);
+	rc = HP_ENOMEM;
+	m->lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->lw));
+	m->lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->lg));
+	m->act = hp_calloc((size_t)spec->n_layers, sizeof(*m->act));
+	if (!m->lw || !m->lg || !m->act) {
+		hp_err_set(e, rc, "out of memory for the layer tables");
+		goto fail;
+	}
+	for (int l = 0; l < spec->n_layers; l++) {
+		if (!hp_model_spec_layer_is_moe(spec, l))
+			continue;
+		m->lw[l].moe = m->lg[l].moe = 1;
+		m->n_moe++;
+		m->lw[l].ex = hp_calloc((size_t)spec->n_experts, sizeof(struct hp_expert_w));
+		m->lg[l].ex = hp_calloc((size_t)spec->n_experts, sizeof(struct hp_expert_w));
+		if (!m->lw[l].ex || !m->lg[l].ex) {
+			hp_err_set(e, rc, "out of memory for the expert tables");
+			goto fail;
+		}
+	}
 	if ((rc = build_params(m, e)))
 		goto fail;
 	rc = HP_ENOMEM;
@@ -153,28 +239,15 @@ int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, i
 	m->flat_w = hp_arena_take(&m->warena, m->numel * sizeof(float));
 	m->flat_g = hp_arena_take(&m->garena, m->numel * sizeof(float));
 	for (int i = 0; i < m->nparams; i++) {
-		m->params[i].w = m->flat_w + m->params[i].offset;
-		m->params[i].g = m->flat_g + m->params[i].offset;
+		struct hp_param *p = &m->params[i];
+		p->w = m->flat_w + p->offset;
+		p->g = m->flat_g + p->offset;
+		*p->wslot = p->w;
+		*p->gslot = p->g;
 	}
-	m->lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->lw));
-	m->lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->lg));
-	m->act = hp_calloc((size_t)spec->n_layers, sizeof(*m->act));
-	if (!m->lw || !m->lg || !m->act) {
-		hp_err_set(e, rc, "out of memory for the layer tables");
-		goto fail;
-	}
-	m->embed = m->params[0].w;
-	m->d_embed = m->params[0].g;
-	for (int l = 0; l < spec->n_layers; l++) {
-		bind_layer(&m->lw[l], m->flat_w, &m->params[1 + l * N_PER_LAYER]);
-		bind_layer(&m->lg[l], m->flat_g, &m->params[1 + l * N_PER_LAYER]);
-	}
-	{
-		struct hp_param *fn = &m->params[1 + spec->n_layers * N_PER_LAYER];
-		m->final_norm = fn->w;
-		m->d_final_norm = fn->g;
-		m->lm_head = spec->tie_word_embeddings ? m->embed : fn[1].w;
-		m->d_lm_head = spec->tie_word_embeddings ? m->d_embed : fn[1].g;
+	if (spec->tie_word_embeddings) {
+		m->lm_head = m->embed;
+		m->d_lm_head = m->d_embed;
 	}
 	take_acts(m);                       /* measure */
 	if (hp_arena_alloc(&m->aarena, m->aarena.used)) {
@@ -196,6 +269,10 @@ void hp_model_release(struct hp_model *m)
 	hp_arena_release(&m->garena);
 	hp_arena_release(&m->aarena);
 	hp_free(m->params);
+	for (int l = 0; m->lw && l < m->spec.n_layers; l++) {
+		hp_free(m->lw[l].ex);
+		hp_free(m->lg[l].ex);
+	}
 	hp_free(m->lw);
 	hp_free(m->lg);
 	hp_free(m->act);
@@ -234,9 +311,70 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 		snprintf(buf + used, n - used, "]");
 }
 
+/*
+ * Newer transformers store a layer's experts stacked: experts.gate_up_proj
+ * [E, 2*Im, C] (each expert's gate rows, then its up rows) and
+ * experts.down_proj [E, C, Im].  Fill expert parameter p from them; returns
+ * 1 when p is not an expert tensor or the stacked tensor is absent, 0 when
+ * filled, or a negative error.  The whole stacked tensor is converted once
+ * and kept in *cache while the same tensor serves the next experts.
+ */
+static int load_stacked(struct hp_model *m, const struct hp_st_model *st, const char *dir,
+			struct hp_param *p, const struct hp_st_tensor **cached, float **cache,
+			struct hp_err *e)
+{
+	const struct hp_model_spec *s = &m->spec;
+	int l, x, n = 0, C = s->hidden, Im = s->moe_intermediate, E = s->n_experts;
+	char proj[8], name[96];
+	const struct hp_st_tensor *t;
+	int64_t want0, want1, want2;
+
+	if (sscanf(p->name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.weight%n", &l, &x, proj, &n) != 3 ||
+	    p->name[n] != '\0')
+		return 1;
+	int down = !strcmp(proj, "down");
+	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
+	if (!(t = hp_st_model_find(st, name)))
+		return 1;
+	want0 = E;
+	want1 = down ? C : 2 * (int64_t)Im;
+	want2 = down ? Im : C;
+	if (t->ndim != 3 || t->shape[0] != want0 || t->shape[1] != want1 || t->shape[2] != want2)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has the wrong shape for %d experts of "
+				  "%d x %d", dir, name, E, Im, C);
+	if (*cached != t) {
+		hp_free(*cache);
+		*cached = NULL;
+		if (!(*cache = hp_malloc((size_t)t->numel * sizeof(float))))
+			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", name);
+		int rc = hp_st_read_f32(t, *cache, e);
+		if (rc)
+			return rc;
+		*cached = t;
+	}
+	size_t per = (size_t)want1 * want2;
+	const float *src = *cache + (size_t)x * per;
+	if (!strcmp(proj, "up"))
+		src += (size_t)Im * C;
+	memcpy(p->w, src, p->numel * sizeof(float));
+	return 0;
+}
+
+static int is_stacked_name(const char *name)
+{
+	int l, n = 0;
+
+	if (sscanf(name, "model.layers.%d.mlp.experts.gate_up_proj%n", &l, &n) == 1 && name[n] == '\0')
+		return 1;
+	n = 0;
+	return sscanf(name, "model.layers.%d.mlp.experts.down_proj%n", &l, &n) == 1 && name[n] == '\0';
+}
+
 int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 {
 	struct hp_st_model st;
+	const struct hp_st_tensor *cached = NULL;
+	float *cache = NULL;
 	int rc = 0;
 
 	if ((rc = hp_st_model_open(&st, dir, e)))
@@ -246,6 +384,12 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 		const struct hp_st_tensor *t = hp_st_model_find(&st, p->name);
 		char want[64], got[64];
 
+		if (!t && m->n_moe) {
+			rc = load_stacked(m, &st, dir, p, &cached, &cache, e);
+			if (rc <= 0)
+				continue;
+			rc = 0;
+		}
 		if (!t) {
 			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is missing", dir, p->name);
 			break;
@@ -262,7 +406,7 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 	/* Every tensor in the checkpoint must be one the model uses. */
 	for (size_t j = 0; j < st.ntensors && !rc; j++) {
 		const struct hp_st_tensor *t = st.tensors[j];
-		if (hp_model_param(m, t->name))
+		if (hp_model_param(m, t->name) || (m->n_moe && is_stacked_name(t->name)))
 			continue;
 		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
 			/* some exporters write the tied head out; accept it only if it is the embedding */
@@ -289,6 +433,7 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 		rc = hp_err_set(e, HP_EFORMAT, "'%s': unexpected tensor '%s' for model_type %s",
 				dir, t->name, m->spec.model_type);
 	}
+	hp_free(cache);
 	hp_st_model_close(&st);
 	return rc;
 }
@@ -296,6 +441,206 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 void hp_model_zero_grad(struct hp_model *m)
 {
 	memset(m->flat_g, 0, m->numel * sizeof(float));
+}
+
+/* ---- the sparse MoE block (Qwen3MoeSparseMoeBlock) ---- */
+
+/*
+ * Router: probs = softmax(xn2 Wr^T) in fp32, the top-k experts by falling
+ * probability (ties to the lower index), their weights renormalized to sum
+ * to one when norm_topk_prob.  Rows are then grouped expert-major, each
+ * expert runs its SwiGLU on its rows as one GEMM per projection, and every
+ * token's output is the weighted sum of its experts' outputs, added in
+ * expert order as HF's index_add_ loop does.
+ */
+static void moe_forward(struct hp_model *m, int l, float *out)
+{
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_cpu_ops *ops = m->ops;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	long N = (long)m->B * m->T;
+	int C = s->hidden, E = s->n_experts, K = s->top_k, Im = s->moe_intermediate;
+
+	ops->linear_fwd(a->probs, a->xn2, w->router, NULL, N, C, E);
+	for (long t = 0; t < N; t++) {
+		float *p = a->probs + t * E;
+		int32_t *sel = a->sel + t * K;
+		float *ws = a->wsel + t * K, mx = p[0];
+		double sum = 0;
+		for (int x = 1; x < E; x++)
+			if (p[x] > mx)
+				mx = p[x];
+		for (int x = 0; x < E; x++)
+			sum += p[x] = expf(p[x] - mx);
+		for (int x = 0; x < E; x++)
+			p[x] = (float)(p[x] / sum);
+		for (int k = 0; k < K; k++) {
+			int best = -1;
+			for (int x = 0; x < E; x++) {
+				int taken = 0;
+				for (int j = 0; j < k; j++)
+					taken |= sel[j] == x;
+				if (!taken && (best < 0 || p[x] > p[best]))
+					best = x;
+			}
+			sel[k] = best;
+			ws[k] = p[best];
+		}
+		if (s->norm_topk_prob) {
+			float tot = 0;
+			for (int k = 0; k < K; k++)
+				tot += ws[k];
+			for (int k = 0; k < K; k++)
+				ws[k] /= tot;
+		}
+	}
+	/* expert-major rows */
+	int32_t *off = a->ex_off;
+	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
+	for (long i = 0; i < N * K; i++)
+		off[a->sel[i] + 1]++;
+	for (int x = 0; x < E; x++)
+		off[x + 1] += off[x];
+	memcpy(m->moe_fill, off, sizeof(int32_t) * (size_t)E);
+	for (long t = 0; t < N; t++)
+		for (int k = 0; k < K; k++) {
+			int32_t r = m->moe_fill[a->sel[t * K + k]]++;
+			a->row_tok[r] = (int32_t)t;
+			a->row_slot[r] = k;
+		}
+	for (long r = 0; r < N * K; r++)
+		memcpy(a->xe + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
+	for (int x = 0; x < E; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (!n)
+			continue;
+		ops->linear_fwd(a->ge + r0 * Im, a->xe + r0 * C, w->ex[x].wg, NULL, n, C, Im);
+		ops->linear_fwd(a->ue + r0 * Im, a->xe + r0 * C, w->ex[x].wu, NULL, n, C, Im);
+		ops->swiglu_fwd(a->he + r0 * Im, a->ge + r0 * Im, a->ue + r0 * Im, n * Im);
+		ops->linear_fwd(a->ye + r0 * C, a->he + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+	}
+	memset(out, 0, sizeof(float) * (size_t)N * C);
+	for (long r = 0; r < N * K; r++) {
+		long t = a->row_tok[r];
+		float wt = a->wsel[t * K + a->row_slot[r]];
+		const float *y = a->ye + r * C;
+		float *o = out + t * C;
+		for (int c = 0; c < C; c++)
+			o[c] += y[c] * wt;
+	}
+}
+
+/*
+ * HF's load_balancing_loss_func over every MoE layer of this forward:
+ * with all router outputs concatenated (n tokens), F_e = (slots routed to
+ * e) / n and P_e = mean probability of e; aux = E * sum_e F_e * P_e.
+ */
+static void moe_aux(struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	long N = (long)m->B * m->T;
+	int E = s->n_experts, K = s->top_k;
+	double n = (double)N * m->n_moe, aux = 0;
+
+	for (int x = 0; x < E; x++)
+		m->aux_frac[x] = 0;
+	for (int l = 0; l < s->n_layers; l++) {
+		if (!m->lw[l].moe)
+			continue;
+		for (long i = 0; i < N * K; i++)
+			m->aux_frac[m->act[l].sel[i]] += 1.0 / n;
+	}
+	for (int x = 0; x < E; x++) {
+		double P = 0;
+		for (int l = 0; l < s->n_layers; l++)
+			if (m->lw[l].moe)
+				for (long t = 0; t < N; t++)
+					P += m->act[l].probs[t * E + x];
+		aux += m->aux_frac[x] * (P / n);
+	}
+	m->aux_loss = aux * E;
+}
+
+/* Backward of moe_forward: dout is d(loss)/d(out) [N,C]; writes dxn [N,C]. */
+static void moe_backward(struct hp_model *m, int l, const float *dout, float *dxn, double aux_grad)
+{
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_cpu_ops *ops = m->ops;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	struct hp_layer_w *g = &m->lg[l];
+	long N = (long)m->B * m->T;
+	int C = s->hidden, E = s->n_experts, K = s->top_k, Im = s->moe_intermediate;
+	const int32_t *off = a->ex_off;
+	float *dprob = m->dprob;
+
+	memset(dprob, 0, sizeof(float) * (size_t)N * E);
+	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
+	float *dws = m->dwsel;
+	for (long r = 0; r < N * K; r++) {
+		long t = a->row_tok[r];
+		int k = a->row_slot[r];
+		float wt = a->wsel[t * K + k];
+		const float *d = dout + t * C, *y = a->ye + r * C;
+		float *dy = m->dye + r * C;
+		double dot = 0;
+		for (int c = 0; c < C; c++) {
+			dy[c] = d[c] * wt;
+			dot += (double)d[c] * y[c];
+		}
+		dws[t * K + k] = (float)dot;
+	}
+	for (int x = 0; x < E; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (!n)
+			continue;
+		ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, m->dye + r0 * C, a->he + r0 * Im,
+				w->ex[x].wd, n, Im, C, 0);
+		ops->swiglu_bwd(m->dge + r0 * Im, m->due + r0 * Im, m->dhe + r0 * Im, a->ge + r0 * Im,
+				a->ue + r0 * Im, n * Im);
+		ops->linear_bwd(m->dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * Im, a->xe + r0 * C,
+				w->ex[x].wg, n, C, Im, 0);
+		ops->linear_bwd(m->dxe + r0 * C, g->ex[x].wu, NULL, m->due + r0 * Im, a->xe + r0 * C,
+				w->ex[x].wu, n, C, Im, 1);
+	}
+	/* routing weights -> probabilities of the chosen experts */
+	for (long t = 0; t < N; t++) {
+		const float *ws = a->wsel + t * K, *dw = dws + t * K;
+		const int32_t *sel = a->sel + t * K;
+		float *dp = dprob + t * E;
+		if (s->norm_topk_prob) {
+			/* w_j = p_j / S:  dL/dp_j = (dw_j - sum_i dw_i w_i) / S */
+			double S = 0, c = 0;
+			for (int k = 0; k < K; k++) {
+				S += a->probs[t * E + sel[k]];
+				c += (double)dw[k] * ws[k];
+			}
+			for (int k = 0; k < K; k++)
+				dp[sel[k]] += (float)((dw[k] - c) / S);
+		} else {
+			for (int k = 0; k < K; k++)
+				dp[sel[k]] += dw[k];
+		}
+		/* the aux loss: d/dP_e of E * sum F_e P_e, P_e a mean over all MoE tokens */
+		if (aux_grad != 0)
+			for (int x = 0; x < E; x++)
+				dp[x] += (float)(aux_grad * m->aux_frac[x]);
+		/* softmax: dlogit = p * (dp - sum p dp), in place */
+		const float *p = a->probs + t * E;
+		double sdp = 0;
+		for (int x = 0; x < E; x++)
+			sdp += (double)p[x] * dp[x];
+		for (int x = 0; x < E; x++)
+			dp[x] = p[x] * (float)(dp[x] - sdp);
+	}
+	ops->linear_bwd(dxn, g->router, NULL, dprob, a->xn2, w->router, N, C, E, 0);
+	for (long r = 0; r < N * K; r++) {
+		float *d = dxn + (long)a->row_tok[r] * C;
+		const float *dxe = m->dxe + r * C;
+		for (int c = 0; c < C; c++)
+			d[c] += dxe[c];
+	}
 }
 
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
@@ -316,25 +661,43 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		struct hp_layer_act *a = &m->act[l];
 		const struct hp_layer_w *w = &m->lw[l];
 		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
+		float *mlp_out;
 
 		hp_rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, w->in_norm, N, C, eps);
-		ops->linear_fwd(a->q, a->xn1, w->wq, NULL, N, C, QD);
-		ops->linear_fwd(a->k, a->xn1, w->wk, NULL, N, C, KD);
-		ops->linear_fwd(a->v, a->xn1, w->wv, NULL, N, C, KD);
+		if (s->qk_norm) {
+			/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
+			ops->linear_fwd(a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
+			ops->linear_fwd(a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
+			hp_rmsnorm_fwd(a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
+			hp_rmsnorm_fwd(a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
+		} else {
+			ops->linear_fwd(a->q, a->xn1, w->wq, w->bq, N, C, QD);
+			ops->linear_fwd(a->k, a->xn1, w->wk, w->bk, N, C, KD);
+		}
+		ops->linear_fwd(a->v, a->xn1, w->wv, w->bv, N, C, KD);
 		hp_rope_fwd(a->q, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_fwd(a->k, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
 		ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, s->n_heads, s->n_kv_heads, D);
-		ops->linear_fwd(a->x_mid, a->att, w->wo, NULL, N, QD, C);
+		ops->linear_fwd(a->x_mid, a->att, w->wo, w->bo, N, QD, C);
 		for (long i = 0; i < N * C; i++)
 			a->x_mid[i] = a->x_in[i] + a->x_mid[i];
 		hp_rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, w->post_norm, N, C, eps);
-		ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
-		ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
-		ops->swiglu_fwd(a->h, a->g, a->u, N * I);
-		ops->linear_fwd(next, a->h, w->wd, NULL, N, I, C);
+		if (w->moe) {
+			moe_forward(m, l, a->moe_out);
+			mlp_out = a->moe_out;
+		} else {
+			ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
+			ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
+			ops->swiglu_fwd(a->h, a->g, a->u, N * I);
+			ops->linear_fwd(next, a->h, w->wd, NULL, N, I, C);
+			mlp_out = next;
+		}
 		for (long i = 0; i < N * C; i++)
-			next[i] = a->x_mid[i] + next[i];
+			next[i] = a->x_mid[i] + mlp_out[i];
 	}
+	m->aux_loss = 0;
+	if (m->n_moe && s->output_router_logits)
+		moe_aux(m);
 	hp_rmsnorm_fwd(m->xf, m->rstd_f, m->x_final, m->final_norm, N, C, eps);
 	ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
 	if (targets)
@@ -342,7 +705,8 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	return 0;
 }
 
-void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count)
+void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		       double aux_weight)
 {
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_cpu_ops *ops = m->ops;
@@ -350,9 +714,12 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	int C = s->hidden, I = s->intermediate, D = s->head_dim, V = s->vocab;
 	int QD = s->n_heads * D, KD = s->n_kv_heads * D;
 	float *dlogits = m->logits;   /* overwritten in place */
+	/* d(coef * aux)/dP_e(token) = coef * E * F_e / n, n the MoE tokens of this forward */
+	double aux_grad = m->n_moe && s->output_router_logits ?
+		aux_weight * s->router_aux_loss_coef * s->n_experts / ((double)N * m->n_moe) : 0;
 
 	ops->cross_entropy_bwd(dlogits, m->logits, targets, N, V,
-			     total_count > 0 ? (float)(1.0 / total_count) : 0.0f);
+			       total_count > 0 ? (float)(1.0 / total_count) : 0.0f);
 	ops->linear_bwd(m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
 	hp_rmsnorm_bwd(m->dx, m->d_final_norm, m->dxn, m->x_final, m->final_norm, m->rstd_f, N, C, 0);
 	for (int l = s->n_layers - 1; l >= 0; l--) {
@@ -360,21 +727,32 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		const struct hp_layer_w *w = &m->lw[l];
 		struct hp_layer_w *g = &m->lg[l];
 
-		/* MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)) */
-		ops->linear_bwd(m->dh, g->wd, NULL, m->dx, a->h, w->wd, N, I, C, 0);
-		ops->swiglu_bwd(m->dg, m->du, m->dh, a->g, a->u, N * I);
-		ops->linear_bwd(m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
-		ops->linear_bwd(m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
+		/* MLP: x_out = x_mid + mlp(xn2) */
+		if (w->moe) {
+			moe_backward(m, l, m->dx, m->dxn, aux_grad);
+		} else {
+			ops->linear_bwd(m->dh, g->wd, NULL, m->dx, a->h, w->wd, N, I, C, 0);
+			ops->swiglu_bwd(m->dg, m->du, m->dh, a->g, a->u, N * I);
+			ops->linear_bwd(m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
+			ops->linear_bwd(m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
+		}
 		hp_rmsnorm_bwd(m->dx, g->post_norm, m->dxn, a->x_mid, w->post_norm, a->rstd2, N, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
-		ops->linear_bwd(m->datt, g->wo, NULL, m->dx, a->att, w->wo, N, QD, C, 0);
+		ops->linear_bwd(m->datt, g->wo, g->bo, m->dx, a->att, w->wo, N, QD, C, 0);
 		ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg, m->dscratch,
 				   m->B, m->T, s->n_heads, s->n_kv_heads, D);
 		hp_rope_bwd(m->dq, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_bwd(m->dk, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
-		ops->linear_bwd(m->dxn, g->wq, NULL, m->dq, a->xn1, w->wq, N, C, QD, 0);
-		ops->linear_bwd(m->dxn, g->wk, NULL, m->dk, a->xn1, w->wk, N, C, KD, 1);
-		ops->linear_bwd(m->dxn, g->wv, NULL, m->dv, a->xn1, w->wv, N, C, KD, 1);
+		const float *dqp = m->dq, *dkp = m->dk;
+		if (s->qk_norm) {
+			hp_rmsnorm_bwd(m->dq2, g->q_norm, m->dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
+			hp_rmsnorm_bwd(m->dk2, g->k_norm, m->dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads, D, 0);
+			dqp = m->dq2;
+			dkp = m->dk2;
+		}
+		ops->linear_bwd(m->dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+		ops->linear_bwd(m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
+		ops->linear_bwd(m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
 		hp_rmsnorm_bwd(m->dx, g->in_norm, m->dxn, a->x_in, w->in_norm, a->rstd1, N, C, 1);
 	}
 	hp_embedding_bwd(m->d_embed, m->dx, ids, N, C);

@@ -1,11 +1,14 @@
 /*
- * model.h - a decoder-only transformer (HF LlamaForCausalLM) in F32 on the
- * CPU: parameters, gradients and activations in arenas, forward, backward.
+ * model.h - a decoder-only transformer (HF LlamaForCausalLM,
+ * Qwen3ForCausalLM, Qwen3MoeForCausalLM) in F32 on the CPU: parameters,
+ * gradients and activations in arenas, forward, backward.
  *
  * Invariants:
  *  - Parameters are a flat list in a fixed order (embed, per layer
- *    input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down,
- *    then model.norm and lm_head unless tied), each under its HF name, all in
+ *    input_layernorm, q, k, v, o (with biases), q_norm, k_norm,
+ *    post_attention_layernorm, then the dense MLP or the router and the
+ *    experts one by one, then model.norm and lm_head unless tied), each
+ *    under its HF name (experts per expert, as hub files name them), all in
  *    one arena; gradients mirror that layout in a second arena, so a flat
  *    index i means the same element in both.
  *  - With tie_word_embeddings there is no lm_head parameter: the LM head
@@ -33,29 +36,50 @@ struct hp_param {
 	size_t numel;
 	size_t offset;          /* element offset in the flat parameter/gradient arrays */
 	float *w, *g;           /* views into the arenas */
+	float **wslot, **gslot; /* where the model keeps its pointer to w and g */
 	int decay;              /* weight decay applies (set by the optimizer setup) */
 };
 
+struct hp_expert_w {
+	float *wg, *wu, *wd;    /* [Im,C], [Im,C], [C,Im] */
+};
+
 struct hp_layer_w {
-	float *in_norm, *wq, *wk, *wv, *wo, *post_norm, *wg, *wu, *wd;
+	float *in_norm, *post_norm;
+	float *wq, *wk, *wv, *wo;
+	float *bq, *bk, *bv, *bo;     /* attention_bias, else NULL */
+	float *q_norm, *k_norm;       /* Qwen3, else NULL */
+	float *wg, *wu, *wd;          /* dense MLP, else NULL */
+	float *router;                /* MoE: mlp.gate.weight [E,C] */
+	struct hp_expert_w *ex;       /* MoE: [E] */
+	int moe;
 };
 
 struct hp_layer_act {
 	float *x_in;       /* [N,C] residual stream entering the layer */
 	float *rstd1;      /* [N] */
 	float *xn1;        /* [N,C] */
-	float *q, *k, *v;  /* [N,Hq*D], [N,Hkv*D] after RoPE (q, k) */
+	float *q_raw, *k_raw, *rstd_q, *rstd_k;   /* qk_norm: projections before the norm */
+	float *q, *k, *v;  /* [N,Hq*D], [N,Hkv*D] after norm and RoPE (q, k) */
 	float *P;          /* [B,Hq,T,T] */
 	float *att;        /* [N,Hq*D] attention output before o_proj */
 	float *x_mid;      /* [N,C] residual after attention */
 	float *rstd2;      /* [N] */
 	float *xn2;        /* [N,C] */
-	float *g, *u, *h;  /* [N,I] */
+	float *g, *u, *h;  /* dense: [N,I] */
+	/* MoE: router and the expert-major rows (N*k of them) */
+	float *probs;      /* [N,E] softmax of the router logits, fp32 */
+	int32_t *sel;      /* [N,k] chosen experts, by falling probability */
+	float *wsel;       /* [N,k] their weights (renormalized if norm_topk_prob) */
+	int32_t *row_tok, *row_slot;   /* [N*k] token and slot of each row */
+	int32_t *ex_off;   /* [E+1] first row of each expert */
+	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C] */
+	float *moe_out;    /* [N,C] weighted sum of the experts */
 };
 
 struct hp_model {
 	struct hp_model_spec spec;
-	int nparams;
+	int nparams, cap_params;
 	struct hp_param *params;
 	size_t numel;                 /* total parameter elements */
 	float *flat_w, *flat_g;       /* all parameters / gradients, numel each */
@@ -74,6 +98,13 @@ struct hp_model {
 	const int32_t *seg;                       /* the last forward's segments (borrowed) */
 	/* backward scratch */
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
+	float *dq2, *dk2;                         /* qk_norm */
+	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
+	int32_t *moe_fill;                        /* [E] row cursor while grouping */
+	int n_moe;                                /* MoE layers */
+	/* the load-balancing loss of the last forward (output_router_logits) */
+	double aux_loss;
+	double *aux_frac;                         /* [E] fraction of routed slots per expert */
 
 	const struct hp_cpu_ops *ops;
 };
@@ -106,16 +137,22 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
  * only within its document and its RoPE position counts from the
  * document's start, so a packed document computes what it computes alone.
  * seg is borrowed until the matching backward.
- * The logits stay in m->logits [B*T, V] until the next call.
+ * The logits stay in m->logits [B*T, V] until the next call.  With MoE
+ * layers and output_router_logits, m->aux_loss is HF's load-balancing loss
+ * over all MoE layers of this forward (not scaled by its coefficient).
  */
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double *loss_sum, long *count);
 
 /*
- * Backward of the last forward with loss = sum / loss_scale_count: gradients
- * are ADDED to m->flat_g (zero them with hp_model_zero_grad).
+ * Backward of the last forward for the loss
+ *   sum(CE) / total_count + aux_weight * router_aux_loss_coef * aux_loss
+ * (aux_weight is this micro-batch's share of the averaged aux loss; 0 when
+ * the model has no aux loss).  Gradients are ADDED to m->flat_g (zero them
+ * with hp_model_zero_grad).  m->logits is overwritten.
  */
-void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count);
+void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		       double aux_weight);
 
 void hp_model_zero_grad(struct hp_model *m);
 

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "cpu/gemm.h"
 #include "hfconfig.h"
+#include "init.h"
 #include "log.h"
 #include "model.h"
 #include "online.h"
@@ -74,6 +75,17 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 	fprintf(out, "%-40s %g\n", "spec.rope_theta", s->rope_theta);
 	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");
 	fprintf(out, "%-40s %s\n", "spec.checkpoint_dtype", hp_dtype_name(s->torch_dtype));
+	if (s->qk_norm)
+		fprintf(out, "%-40s %s\n", "spec.qk_norm", "true");
+	if (s->n_experts) {
+		fprintf(out, "%-40s %d\n", "spec.num_experts", s->n_experts);
+		fprintf(out, "%-40s %d\n", "spec.num_experts_per_tok", s->top_k);
+		fprintf(out, "%-40s %d\n", "spec.moe_intermediate_size", s->moe_intermediate);
+		fprintf(out, "%-40s %d of %d\n", "spec.moe_layers", m->n_moe, s->n_layers);
+		fprintf(out, "%-40s %s\n", "spec.norm_topk_prob", s->norm_topk_prob ? "true" : "false");
+		fprintf(out, "%-40s %s\n", "spec.output_router_logits", s->output_router_logits ? "true" : "false");
+		fprintf(out, "%-40s %g\n", "spec.router_aux_loss_coef", s->router_aux_loss_coef);
+	}
 	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
 	fprintf(out, "%-40s %d\n", "run.world_size", 1);
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
@@ -114,9 +126,6 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 	    c->accelerator.pp_size != 1)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator: tp/cp/ep/pp sizes must be 1 "
 				  "at world size 1", p);
-	if (c->model.source == HP_MODEL_FROM_CONFIG)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.model._target_: from_config (random init) "
-				  "is not implemented yet; use from_pretrained", p);
 	if (c->dataset.kind == HP_DATASET_NONE)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
 	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
@@ -210,7 +219,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	if (!o->quiet)
 		print_table(out, c, m, accum, m->ops->name, r->online);
 	for (long step = 1; step <= c->training.train_iters; step++) {
-		double t0 = now_s(), loss_sum = 0, total = 0, norm, lr, loss;
+		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm, lr, loss;
+		int has_aux = m->n_moe && m->spec.output_router_logits;
 
 		for (long a = 0; a < accum; a++) {
 			long at = a * B * T;
@@ -234,9 +244,13 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 			hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
 			loss_sum += ls;
-			hp_model_backward(m, in, lb, total);
+			aux_sum += m->aux_loss;
+			/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
+			hp_model_backward(m, in, lb, total, 1.0 / accum);
 		}
 		loss = total > 0 ? loss_sum / total : 0.0;
+		if (has_aux)
+			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
 		if (step == 1 && o->dump_grads) {
 			if ((rc = dump_grads(m, o->dump_grads, e)))
 				return rc;
@@ -255,10 +269,14 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				step, c->training.train_iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
 			fflush(out);
 		}
-		if (r->metrics)
+		if (r->metrics) {
 			fprintf(r->metrics, "{\"step\": %ld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-				"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f}\n",
+				"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f",
 				step, loss, norm, lr, step_tokens, step_tokens / dt, dt);
+			if (has_aux)
+				fprintf(r->metrics, ", \"aux_loss\": %.9g", aux_sum / accum);
+			fprintf(r->metrics, "}\n");
+		}
 	}
 	return 0;
 }
@@ -276,11 +294,34 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	if ((rc = hp_hfconfig_load(&r.spec, r.cfg.model.path, e)))
 		goto out;
+	if (r.cfg.model.num_hidden_layers > 0) {
+		/* HyperParallel's crop: the first N layers of the config */
+		if (r.cfg.model.source != HP_MODEL_FROM_CONFIG) {
+			rc = hp_err_set(e, HP_ECONFIG, "'%s': $.model.num_hidden_layers: cropping applies to "
+					"from_config models only", r.cfg.path);
+			goto out;
+		}
+		if (r.cfg.model.num_hidden_layers < r.spec.n_layers)
+			r.spec.n_layers = r.cfg.model.num_hidden_layers;
+	}
 	if ((rc = hp_model_init(&r.model, &r.spec, (int)r.cfg.training.micro_batch_size,
 				(int)seq_length(&r.cfg), e)))
 		goto out;
-	if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e)))
+	if (r.cfg.model.source == HP_MODEL_FROM_CONFIG) {
+		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
+		 * norms, zero biases; each tensor from (seed, name) alone */
+		for (int i = 0; i < r.model.nparams; i++) {
+			struct hp_param *p = &r.model.params[i];
+			hp_init_tensor(p->w, (uint64_t)r.cfg.training.seed, p->name, p->numel,
+				       (float)r.spec.initializer_range);
+		}
+		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero */
+		if (r.spec.pad_token_id >= 0 && r.spec.pad_token_id < r.spec.vocab)
+			hp_init_zero_row_slice(r.model.embed, 0, (size_t)r.spec.vocab * r.spec.hidden,
+					       r.spec.pad_token_id, r.spec.hidden);
+	} else if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e))) {
 		goto out;
+	}
 	if (r.cfg.dataset.kind == HP_DATASET_INDEXED) {
 		rc = hp_batcher_open(&r.data, r.cfg.dataset.data_path[0], seq_length(&r.cfg),
 				     r.cfg.dataset.is_dataset_from_mr, e);

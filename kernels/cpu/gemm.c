@@ -385,8 +385,14 @@ static int sgemm_mode(void)
 
 		mode = 0;
 #ifdef HP_GEMM_X86
-		if (!(s && !strcmp(s, "openblas")) && has_avx512())
+		if (!(s && !strcmp(s, "openblas")) && has_avx512()) {
 			mode = 1;
+			/* The products left to OpenBLAS are small; OpenBLAS's own
+			 * threading changes their rounding with the thread count,
+			 * hp's row split does not.  One OpenBLAS thread keeps a run's
+			 * numbers independent of HP_NUM_THREADS/OPENBLAS_NUM_THREADS. */
+			openblas_set_num_threads(1);
+		}
 #else
 		(void)s;
 #endif

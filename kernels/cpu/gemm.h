@@ -21,6 +21,10 @@
  * large enough to pay for packing (see HP_SGEMM_MIN_* in gemm.c), else the
  * call goes to cblas_sgemm.  On non-x86-64 builds there is no AVX-512 path.
  *
+ * When the AVX-512 path is on, OpenBLAS is set to one thread
+ * (openblas_set_num_threads(1)): the products it still gets are small, and
+ * its threading would make their rounding depend on the thread count.
+ *
  * Environment:
  *   HP_GEMM=openblas   every call goes to cblas_sgemm (read once)
  */
