@@ -12,12 +12,14 @@
  *       absolute difference and the relative L2 error ||a-b||/||b||; exit 1
  *       when a bound is exceeded or the name sets differ
  */
+#include <jansson.h>
 #include <math.h>
 
 #include "alloc.h"
 #include "hfconfig.h"
 #include "model.h"
 #include "online.h"
+#include "optim.h"
 #include "safetensors.h"
 
 int cmd_logits(int argc, char **argv);
@@ -259,5 +261,179 @@ done:
 	hp_free(in);
 	hp_free(lb);
 	hp_free(sg);
+	return rc;
+}
+
+/*
+ * refstep [--steps K] [--dump-grads F] [--no-router-logits] MODEL_DIR REFERENCE.json
+ *     the reference batch of REFERENCE.json (batch.input_ids, batch.target_ids,
+ *     -100 allowed) trained for K steps (default 5) through the library's
+ *     model and optimizer exactly as hp-train runs them: AdamW lr 1e-3,
+ *     betas (0.9, 0.95), eps 1e-8, weight decay 0.1 except names holding
+ *     "norm" or "bias", clipping at 1.0, constant LR.  One JSON line a step:
+ *     {"step", "loss", "ce", "aux", "grad_norm"}; --dump-grads writes step 1's
+ *     gradients.  hp-train itself cannot take -100 targets from a Megatron
+ *     file, hence this door for the Qwen3 goldens.
+ */
+int cmd_refstep(int argc, char **argv);
+
+int cmd_refstep(int argc, char **argv)
+{
+	const char *dump = NULL;
+	int steps = 5, no_aux = 0, i = 1, B = 0, T = 0, rc = 1;
+	struct hp_model_spec spec;
+	struct hp_model m;
+	struct hp_optim opt;
+	struct hp_config cfg;
+	struct hp_err e;
+	json_t *root = NULL, *in, *tg;
+	json_error_t jerr;
+	int32_t *ids = NULL, *tgt = NULL;
+	static char *no_decay[] = { "norm", "bias" };
+
+	for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+			steps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--dump-grads") && i + 1 < argc)
+			dump = argv[++i];
+		else if (!strcmp(argv[i], "--no-router-logits"))
+			no_aux = 1;
+		else
+			break;
+	}
+	if (argc - i != 2) {
+		fprintf(stderr, "usage: hp-test-tool refstep [--steps K] [--dump-grads F] [--no-router-logits] "
+			"MODEL_DIR REFERENCE.json\n");
+		return 2;
+	}
+	hp_err_clear(&e);
+	memset(&m, 0, sizeof(m));
+	memset(&opt, 0, sizeof(opt));
+	if (!(root = json_load_file(argv[i + 1], 0, &jerr)) ||
+	    !(in = json_object_get(json_object_get(root, "batch"), "input_ids")) ||
+	    !(tg = json_object_get(json_object_get(root, "batch"), "target_ids")) ||
+	    !json_is_array(in) || !(B = (int)json_array_size(in)) ||
+	    !(T = (int)json_array_size(json_array_get(in, 0)))) {
+		fprintf(stderr, "hp-test-tool: '%s': no batch.input_ids/target_ids\n", argv[i + 1]);
+		goto done;
+	}
+	ids = hp_malloc((size_t)B * T * 4);
+	tgt = hp_malloc((size_t)B * T * 4);
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			ids[b * T + t] = (int32_t)json_integer_value(json_array_get(json_array_get(in, b), (size_t)t));
+			tgt[b * T + t] = (int32_t)json_integer_value(json_array_get(json_array_get(tg, b), (size_t)t));
+		}
+	if (hp_hfconfig_load(&spec, argv[i], &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		goto done;
+	}
+	if (no_aux)
+		spec.output_router_logits = 0;
+	if (hp_model_init(&m, &spec, B, T, &e) || hp_model_load_hf(&m, argv[i], &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		goto done;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.optimizer.lr = 1e-3;
+	cfg.optimizer.beta1 = 0.9;
+	cfg.optimizer.beta2 = 0.95;
+	cfg.optimizer.eps = 1e-8;
+	cfg.optimizer.weight_decay = 0.1;
+	cfg.optimizer.no_decay_params = no_decay;
+	cfg.optimizer.nno_decay_params = 2;
+	cfg.lr_scheduler.style = HP_LR_CONSTANT;
+	cfg.lr_scheduler.lr = -1;
+	cfg.training.train_iters = steps;
+	cfg.training.max_grad_norm = 1.0;
+	if (hp_optim_init(&opt, &m, &cfg, &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		goto done;
+	}
+	for (int s = 1; s <= steps; s++) {
+		double ce_sum;
+		long cnt;
+		hp_model_zero_grad(&m);
+		hp_model_forward(&m, ids, tgt, NULL, &ce_sum, &cnt);
+		double ce = ce_sum / cnt, aux = m.aux_loss;
+		double loss = ce + (spec.output_router_logits && m.n_moe ? spec.router_aux_loss_coef * aux : 0);
+		hp_model_backward(&m, ids, tgt, (double)cnt, 1.0);
+		if (s == 1 && dump) {
+			struct hp_st_entry *ent = hp_calloc((size_t)m.nparams, sizeof(*ent));
+			for (int k = 0; k < m.nparams; k++) {
+				ent[k].name = m.params[k].name;
+				ent[k].dtype = HP_DTYPE_F32;
+				ent[k].ndim = m.params[k].ndim;
+				ent[k].shape[0] = m.params[k].shape[0];
+				ent[k].shape[1] = m.params[k].shape[1];
+				ent[k].data = m.params[k].g;
+			}
+			if (hp_st_write(dump, (size_t)m.nparams, ent, 0, NULL, NULL, &e)) {
+				fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+				hp_free(ent);
+				goto done;
+			}
+			hp_free(ent);
+		}
+		double norm = hp_grad_norm(&m);
+		printf("{\"step\": %d, \"loss\": %.10g, \"ce\": %.10g, \"aux\": %.10g, \"grad_norm\": %.10g}\n",
+		       s, loss, ce, aux, norm);
+		hp_clip_grads(&m, norm, 1.0);
+		hp_optim_step(&opt, &m, hp_lr_at(&opt, s));
+	}
+	rc = 0;
+done:
+	hp_optim_release(&opt);
+	hp_model_release(&m);
+	hp_free(ids);
+	hp_free(tgt);
+	json_decref(root);
+	return rc;
+}
+
+/*
+ * stdrop IN.safetensors OUT.safetensors NAME...
+ *     copy a safetensors file without the named tensors (for bad-input tests)
+ */
+int cmd_stdrop(int argc, char **argv);
+
+int cmd_stdrop(int argc, char **argv)
+{
+	struct hp_st_file f = { 0 };
+	struct hp_st_entry *ent;
+	struct hp_err e;
+	size_t n = 0;
+	int rc = 1;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: hp-test-tool stdrop IN OUT NAME...\n");
+		return 2;
+	}
+	hp_err_clear(&e);
+	if (hp_st_open(&f, argv[1], &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		return 1;
+	}
+	ent = hp_calloc(f.ntensors + 1, sizeof(*ent));
+	for (size_t i = 0; ent && i < f.ntensors; i++) {
+		const struct hp_st_tensor *t = &f.tensors[i];
+		int drop = 0;
+		for (int k = 3; k < argc; k++)
+			drop |= !strcmp(t->name, argv[k]);
+		if (drop)
+			continue;
+		ent[n].name = t->name;
+		ent[n].dtype = t->dtype;
+		ent[n].ndim = t->ndim;
+		memcpy(ent[n].shape, t->shape, sizeof(t->shape));
+		ent[n].data = t->data;
+		n++;
+	}
+	if (ent && !hp_st_write(argv[2], n, ent, 0, NULL, NULL, &e))
+		rc = 0;
+	else
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+	hp_free(ent);
+	hp_st_close(&f);
 	return rc;
 }

@@ -18,6 +18,8 @@ int cmd_dumpidx(int argc, char **argv);    /* test-mkidx.c */
 int cmd_logits(int argc, char **argv);     /* test-model.c */
 int cmd_mkidx(int argc, char **argv);      /* test-mkidx.c */
 int cmd_packcheck(int argc, char **argv);  /* test-model.c */
+int cmd_refstep(int argc, char **argv);    /* test-model.c */
+int cmd_stdrop(int argc, char **argv);     /* test-model.c */
 int cmd_teacher(int argc, char **argv);
 int cmd_tokbench(int argc, char **argv);  /* test-tokbench.c */    /* test-model.c */
 
@@ -31,6 +33,8 @@ static const struct {
 	{ "logits", cmd_logits, "logits -o OUT.safetensors MODEL_DIR ID..." },
 	{ "mkidx", cmd_mkidx, "mkidx --vocab V [--records-of N] [--max-records K] -o PREFIX INPUT.jsonl" },
 	{ "packcheck", cmd_packcheck, "packcheck MODEL_DIR DATA T" },
+	{ "refstep", cmd_refstep, "refstep [--steps K] [--dump-grads F] [--no-router-logits] MODEL_DIR REFERENCE.json" },
+	{ "stdrop", cmd_stdrop, "stdrop IN.safetensors OUT.safetensors NAME..." },
 	{ "teacher", cmd_teacher, "teacher MODEL_DIR ID..." },
 	{ "tokbench", cmd_tokbench, "tokbench TOKENIZER FILE [REPEAT]" },
 };
