@@ -161,6 +161,7 @@ check: all $(if $(filter 1,$(HAVE_CLANG)),fuzz)
 
 bench: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/run.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/moe-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/tok-bench.sh
 
 demo: all

@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""moe_torch.py - the PyTorch side of bench/moe-bench.sh.
+
+  /usr/bin/python3 bench/moe_torch.py make DIR          write the benchmark's
+      Qwen3-MoE as an HF folder (hidden 256, 4 layers, 16 experts, top-4,
+      moe_intermediate_size 128, vocab 512; normal(0, 0.02) weights, seeded)
+  /usr/bin/python3 bench/moe_torch.py train DIR PREFIX THREADS STEPS BATCH SEQ
+      train it in float32 with t/ref/qwen3_ref.py (the faithful port of HF's
+      modeling_qwen3_moe.py: per-expert loop with index_add, as HF's eager
+      code) and torch.optim.AdamW, on the records of a Megatron dataset, and
+      print one JSON line like bench/torch_llama.py (first 2 steps untimed).
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "t", "ref"))
+sys.path.insert(0, HERE)
+import qwen3_ref as Q  # noqa: E402
+from torch_llama import read_indexed  # noqa: E402
+
+CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "vocab_size": 512, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "tie_word_embeddings": False, "attention_bias": False,
+    "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 128,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+    "output_router_logits": False, "router_aux_loss_coef": 0.001,
+    "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "float32",
+}
+
+
+def make(folder):
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.RandomState(1234)
+    w = {}
+    for name, shape, kind in Q.parameter_shapes(CONFIG):
+        w[name] = (np.ones(shape) if kind == "norm" else rng.normal(0, 0.02, size=shape)).astype(np.float32)
+    Q.write_safetensors(os.path.join(folder, "model.safetensors"), w)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=2)
+
+
+def train(folder, prefix, threads, steps, batch, seq):
+    torch.set_num_threads(threads)
+    cfg, w = Q.load_folder(folder)
+    m = Q.Qwen3Ref(cfg, w, torch.float32)
+    params = [t for _, t in m.named_parameters()]
+    names = [n for n, _ in m.named_parameters()]
+    decay = [t for n, t in zip(names, params) if "norm" not in n and "bias" not in n]
+    nodecay = [t for n, t in zip(names, params) if "norm" in n or "bias" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    recs = read_indexed(prefix)
+    times, losses = [], []
+    for step in range(steps):
+        rec = torch.from_numpy(np.stack([recs[(step * batch + i) % len(recs)] for i in range(batch)]))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = m.loss(rec[:, :-1], rec[:, 1:])[0]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    timed = times[2:]
+    print(json.dumps({"impl": "torch", "tokens_per_s": batch * seq * len(timed) / sum(timed),
+                      "step_time_s": sum(timed) / len(timed), "first_loss": losses[0],
+                      "threads": threads}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+    else:
+        train(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
