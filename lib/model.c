@@ -1,13 +1,15 @@
 /*
- * model.c - LlamaForCausalLM in F32: parameter table, HF loading, forward
- * and backward through the CPU op table.
+ * model.c - LlamaForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM in
+ * F32: parameter table, HF loading, forward and backward through the CPU op
+ * table.
  *
  * This is the single-process model every parallel layout is checked
- * against, so it follows transformers' modeling_llama.py step by step
- * rather than fusing anything: embedding, for each layer
- * x += o_proj(attn(rope(q_proj(norm(x))), rope(k_proj(..)), v_proj(..)))
- * and x += down(silu(gate(norm(x))) * up(norm(x))), final norm, LM head,
- * cross-entropy.  Fused and parallel variants live elsewhere.
+ * against, so it follows transformers' modeling code step by step rather
+ * than fusing anything: embedding, for each layer
+ * x += o_proj(attn(rope(qk_norm(q_proj(norm(x)))), rope(..k..), v_proj(..)))
+ * and x += mlp(norm(x)), the mlp dense SwiGLU or the sparse MoE block,
+ * final norm, LM head, cross-entropy (+ the router's load-balancing loss).
+ * Fused and parallel variants live elsewhere.
  */
 #include <math.h>
 
