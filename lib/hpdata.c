@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "fileio.h"
 #include "hpdata.h"
 #include "indexed.h"
 #include "tokenizer.h"
@@ -276,18 +277,8 @@ struct part {
 
 static int part_flush(struct part *w, struct hp_err *e)
 {
-	size_t off = 0;
-
-	while (off < w->used) {
-		ssize_t n = write(w->fd, w->buf + off, w->used - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->path,
-					  n < 0 ? strerror(errno) : "no progress");
-		off += (size_t)n;
-	}
+	if (hp_write_all(w->fd, w->buf, w->used))
+		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->path, strerror(errno));
 	w->used = 0;
 	return 0;
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "fileio.h"
 #include "indexed.h"
 
 static const unsigned char magic[9] = { 'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0 };
@@ -360,18 +361,8 @@ static int create_tmp(struct hp_indexed_writer *w, const char *path, struct hp_e
 
 static int flush(struct hp_indexed_writer *w, struct hp_err *e)
 {
-	size_t off = 0;
-
-	while (off < w->used) {
-		ssize_t n = write(w->fd, w->buf + off, w->used - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->fd_path,
-					  n < 0 ? strerror(errno) : "no progress");
-		off += (size_t)n;
-	}
+	if (hp_write_all(w->fd, w->buf, w->used))
+		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->fd_path, strerror(errno));
 	w->used = 0;
 	return 0;
 }

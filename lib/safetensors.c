@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "fileio.h"
 #include "safetensors.h"
 
 /*
@@ -984,24 +985,6 @@ static int build_header(struct sbuf *b, const char *path, size_t n,
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const unsigned char *p = buf;
-
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* After the rename the new file is in place; syncing its folder makes that
  * survive a crash, but a failure here cannot undo it, so it is ignored. */
 static void sync_dir_of(const char *path)
@@ -1073,14 +1056,14 @@ int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
 	created = 1;
 	for (int i = 0; i < 8; i++)
 		len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-	if (write_all(fd, len8, 8) || write_all(fd, hdr.p, hdr.len))
+	if (hp_write_all(fd, len8, 8) || hp_write_all(fd, hdr.p, hdr.len))
 		goto write_failed;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t nbytes;
 
 		/* checked while building the header; cannot fail here */
 		entry_nbytes(path, ord[i], &nbytes, NULL);
-		if (nbytes && write_all(fd, ord[i]->data, (size_t)nbytes))
+		if (nbytes && hp_write_all(fd, ord[i]->data, (size_t)nbytes))
 			goto write_failed;
 	}
 	if (fsync(fd)) {
