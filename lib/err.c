@@ -17,6 +17,15 @@ void hp_err_clear(struct hp_err *e)
 	e->src_line = 0;
 }
 
+/* Messages are one line by contract, even when they quote input that holds
+ * newlines or other control characters: those become '?'. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 int hp_err_set_at(struct hp_err *e, int code, const char *file, int line,
 		  const char *fmt, ...)
 {
@@ -30,6 +39,7 @@ int hp_err_set_at(struct hp_err *e, int code, const char *file, int line,
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
 	va_end(ap);
+	one_line(e->msg);
 	return code;
 }
 
@@ -51,6 +61,7 @@ int hp_err_prefix(struct hp_err *e, const char *fmt, ...)
 	size_t m = strnlen(old, sizeof(e->msg) - n - 3);
 	memcpy(e->msg + n + 2, old, m);
 	e->msg[n + 2 + m] = '\0';
+	one_line(e->msg);
 	return e->code;
 }
 

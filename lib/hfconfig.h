@@ -56,6 +56,10 @@ int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l);
 /* Read DIR/config.json (or the file itself if path ends in .json). */
 int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e);
 
+/* The same from a config.json held in memory; name is used in messages. */
+int hp_hfconfig_load_buf(struct hp_model_spec *s, const char *name, const char *buf, size_t len,
+			 struct hp_err *e);
+
 /* Number of parameters the spec implies (tied embeddings counted once). */
 long long hp_model_spec_nparams(const struct hp_model_spec *s);
 

@@ -41,14 +41,14 @@ for src in "$HP_SRC_DIR"/fuzz/fuzz-*.c; do
 	'
 
 	test_expect_success "$prereq" "$name: fuzz for $HP_FUZZ_SECONDS seconds without a finding" '
-		rm -rf corpus artifacts &&
-		mkdir artifacts &&
-		cp -R "$corpus" corpus &&
+		rm -rf corpus-$name artifacts-$name &&
+		mkdir artifacts-$name &&
+		cp -R "$corpus" corpus-$name &&
 		"$fuzzer" -max_total_time=$HP_FUZZ_SECONDS -print_final_stats=1 \
-			-artifact_prefix=artifacts/ corpus >fuzz.log 2>&1 &&
-		test_no_sanitizer_report fuzz.log &&
-		test -z "$(ls artifacts)" &&
-		grep "^Done [0-9]* runs" fuzz.log >&2
+			-artifact_prefix=artifacts-$name/ corpus-$name >fuzz-$name.log 2>&1 &&
+		test_no_sanitizer_report fuzz-$name.log &&
+		test -z "$(ls artifacts-$name)" &&
+		grep "^Done [0-9]* runs" fuzz-$name.log >&2
 	'
 done
 
