@@ -1,0 +1,788 @@
+/*
+ * plan.c - hp_plan_resolve(): meshes, placements, FSDP units and kernel
+ * bindings from a config and a model spec, and the "hp-plan/1" writer.
+ *
+ * The parameter list mirrors lib/model.c's build_params name for name and in
+ * the same order, so that a plan and a model can be walked side by side.
+ * Nothing here reads files or talks MPI: the world size is given, which
+ * keeps plans reproducible on a laptop for a cluster run.  Not here yet:
+ * memory and traffic estimates, and the resolved config in the plan.
+ */
+#include <jansson.h>
+
+#include "alloc.h"
+#include "plan.h"
+#include "sha256.h"
+
+/* Each dim: its mesh and its axis in that mesh (see plan.h). */
+static const struct { const char *name; enum hp_mesh mesh; int axis; } dims[HP_NDIM] = {
+	[HP_DIM_DP] = { "dp", HP_MESH_DENSE, 0 },
+	[HP_DIM_CP] = { "cp", HP_MESH_DENSE, 1 },
+	[HP_DIM_TP] = { "tp", HP_MESH_DENSE, 2 },
+	[HP_DIM_DP_REPLICATE] = { "dp_replicate", HP_MESH_FSDP, 0 },
+	[HP_DIM_DP_SHARD] = { "dp_shard", HP_MESH_FSDP, 1 },
+	[HP_DIM_EDP_REPLICATE] = { "edp_replicate", HP_MESH_EXPERT, 0 },
+	[HP_DIM_EDP_SHARD] = { "edp_shard", HP_MESH_EXPERT, 1 },
+	[HP_DIM_EP] = { "ep", HP_MESH_EXPERT, 2 },
+};
+
+static const char *const mesh_names[HP_NMESH] = { "dense", "fsdp", "expert" };
+
+const char *hp_dim_name(enum hp_dim d)
+{
+	return (unsigned)d < HP_NDIM ? dims[d].name : "?";
+}
+
+const char *hp_mesh_name(enum hp_mesh m)
+{
+	return (unsigned)m < HP_NMESH ? mesh_names[m] : "?";
+}
+
+enum hp_mesh hp_dim_mesh(enum hp_dim d)
+{
+	return dims[d].mesh;
+}
+
+/* The three axis sizes of mesh m; the fsdp mesh's third axis is tp. */
+static void mesh_axes(const struct hp_plan *p, enum hp_mesh m, long ax[3])
+{
+	switch (m) {
+	case HP_MESH_DENSE: ax[0] = p->dp; ax[1] = p->cp; ax[2] = p->tp; break;
+	case HP_MESH_FSDP: ax[0] = p->dp_replicate; ax[1] = p->dp_shard; ax[2] = p->tp; break;
+	default: ax[0] = p->edp_replicate; ax[1] = p->edp_shard; ax[2] = p->ep; break;
+	}
+}
+
+static long dim_stride(const struct hp_plan *p, enum hp_dim d)
+{
+	long ax[3], s = 1;
+
+	mesh_axes(p, dims[d].mesh, ax);
+	for (int a = dims[d].axis + 1; a < 3; a++)
+		s *= ax[a];
+	return s;
+}
+
+int hp_plan_coord(const struct hp_plan *p, enum hp_dim d, int rank)
+{
+	return (int)((rank / dim_stride(p, d)) % p->size[d]);
+}
+
+int hp_plan_group(const struct hp_plan *p, enum hp_dim d, int rank, int *ranks)
+{
+	long st = dim_stride(p, d);
+	long base = rank - (long)hp_plan_coord(p, d, rank) * st;
+
+	for (int i = 0; i < p->size[d]; i++)
+		ranks[i] = (int)(base + i * st);
+	return p->size[d];
+}
+
+const char *hp_placement_str(struct hp_placement pl, char *buf, size_t n)
+{
+	switch (pl.kind) {
+	case HP_PL_REPLICATE: snprintf(buf, n, "replicate"); break;
+	case HP_PL_SHARD: snprintf(buf, n, "shard(%d)", pl.dim); break;
+	case HP_PL_PARTIAL: snprintf(buf, n, "partial"); break;
+	default: snprintf(buf, n, "-"); break;
+	}
+	return buf;
+}
+
+const struct hp_plan_param *hp_plan_find_param(const struct hp_plan *p, const char *name)
+{
+	for (int i = 0; i < p->nparams; i++)
+		if (!strcmp(p->params[i].name, name))
+			return &p->params[i];
+	return NULL;
+}
+
+const struct hp_plan_module *hp_plan_find_module(const struct hp_plan *p, const char *name)
+{
+	for (int i = 0; i < p->nmodules; i++)
+		if (!strcmp(p->modules[i].name, name))
+			return &p->modules[i];
+	return NULL;
+}
+
+void hp_plan_free(struct hp_plan *p)
+{
+	if (!p)
+		return;
+	for (int i = 0; i < p->nparams; i++)
+		hp_free(p->params[i].name);
+	for (int i = 0; i < p->nunits; i++)
+		hp_free(p->units[i].name);
+	for (int i = 0; i < p->nmodules; i++) {
+		hp_free(p->modules[i].name);
+		hp_free(p->modules[i].cls);
+		hp_free(p->modules[i].kernel);
+	}
+	for (int i = 0; i < p->nwarnings; i++)
+		hp_free(p->warnings[i]);
+	hp_free(p->params);
+	hp_free(p->units);
+	hp_free(p->modules);
+	hp_free(p->warnings);
+	hp_free(p);
+}
+
+/* --- checks ---------------------------------------------------------------- */
+
+static int check(struct hp_plan *p, const struct hp_config *c, int world, struct hp_err *e)
+{
+	const char *f = c->path ? c->path : "config";
+	const struct hp_model_spec *s = &p->spec;
+	long seq = c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
+	long sq;
+
+	if (world < 1)
+		return hp_err_set(e, HP_ECONFIG, "world size %d: must be at least 1", world);
+	if (p->tp < 1 || p->cp < 1 || p->ep < 1 || p->pp < 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator: tp_size, cp_size, ep_size and "
+				  "pp_size must be at least 1", f);
+	if (p->dp_shard < 1 || p->edp_shard < 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config: dp_shard_size and edp_shard_size "
+				  "must be at least 1", f);
+	if (p->pp > 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld: pipeline parallelism "
+				  "is not supported (set 1)", f, p->pp);
+	if (world % (p->tp * p->cp))
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator: world size %d is not divisible by "
+				  "tp_size*cp_size = %ld; pick a world size that is a multiple", f, world,
+				  p->tp * p->cp);
+	if ((p->dp * p->cp) % p->dp_shard)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.dp_shard_size: %ld does not divide "
+				  "dp*cp = %ld; pick a divisor", f, p->dp_shard, p->dp * p->cp);
+	if (world % p->ep)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.ep_size: %ld does not divide the "
+				  "world size %d", f, p->ep, world);
+	if (p->edp % p->edp_shard)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.edp_shard_size: %ld does not divide "
+				  "edp = world/ep_size = %ld; pick a divisor", f, p->edp_shard, p->edp);
+	if (s->n_heads % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
+				  "num_attention_heads %d", f, p->tp, s->n_heads);
+	if (s->n_kv_heads % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
+				  "num_key_value_heads %d", f, p->tp, s->n_kv_heads);
+	if (s->n_experts > 0 && s->n_experts % p->ep)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.ep_size: %ld does not divide "
+				  "num_experts %d", f, p->ep, s->n_experts);
+	/* CP cuts the sequence in cp chunks; sequence parallel cuts each again over tp */
+	sq = p->cp * (p->sequence_parallel ? p->tp : 1);
+	if (seq > 0 && seq % sq)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: %ld is not "
+				  "divisible by cp_size%s = %ld", f, seq,
+				  p->sequence_parallel ? "*tp_size (sequence_parallel)" : "", sq);
+	return 0;
+}
+
+/* --- parameters and units --------------------------------------------------- */
+
+static int add_unit(struct hp_plan *p, int cap, enum hp_mesh mesh, const char *fmt, int l)
+{
+	char name[96];
+
+	if (p->nunits >= cap)
+		return -1;
+	snprintf(name, sizeof(name), fmt, l);
+	if (!(p->units[p->nunits].name = hp_strdup(name)))
+		return -1;
+	p->units[p->nunits].mesh = mesh;
+	return p->nunits++;
+}
+
+enum role { R_REPL, R_COL, R_ROW, R_EXPERT };
+
+static int add_param(struct hp_plan *p, int cap, const char *name, int nd, long a, long b,
+		     enum role r, int unit, int expert)
+{
+	struct hp_plan_param *q;
+
+	if (p->nparams >= cap || !(name = hp_strdup(name)))
+		return -1;
+	q = &p->params[p->nparams++];
+	memset(q, 0, sizeof(*q));
+	q->name = (char *)name;
+	q->ndim = nd;
+	q->shape[0] = a;
+	q->shape[1] = nd > 1 ? b : 0;
+	q->unit = unit;
+	q->ep_owner = -1;
+	if (r == R_EXPERT) {
+		q->mesh = HP_MESH_EXPERT;
+		q->pl[HP_DIM_EDP_REPLICATE].kind = HP_PL_REPLICATE;
+		q->pl[HP_DIM_EDP_SHARD] = (struct hp_placement){ HP_PL_SHARD, 0 };
+		/* the experts are split over ep; hp names them one by one, so each
+		 * tensor records the ep rank that holds it */
+		q->pl[HP_DIM_EP] = (struct hp_placement){ HP_PL_SHARD, 0 };
+		q->ep_owner = (int)(expert / (p->spec.n_experts / p->ep));
+		return 0;
+	}
+	q->mesh = HP_MESH_DENSE;
+	q->pl[HP_DIM_DP].kind = HP_PL_REPLICATE;
+	q->pl[HP_DIM_CP].kind = HP_PL_REPLICATE;
+	q->pl[HP_DIM_TP].kind = HP_PL_REPLICATE;
+	if (r == R_COL)
+		q->pl[HP_DIM_TP] = (struct hp_placement){ HP_PL_SHARD, 0 };
+	else if (r == R_ROW)
+		q->pl[HP_DIM_TP] = (struct hp_placement){ HP_PL_SHARD, 1 };
+	q->pl[HP_DIM_DP_REPLICATE].kind = HP_PL_REPLICATE;
+	q->pl[HP_DIM_DP_SHARD] = (struct hp_placement){ HP_PL_SHARD, 0 };
+	return 0;
+}
+
+static int build_params(struct hp_plan *p)
+{
+	const struct hp_model_spec *s = &p->spec;
+	long C = s->hidden, I = s->intermediate, D = s->head_dim, E = s->n_experts, Im = s->moe_intermediate;
+	long QD = s->n_heads * D, KD = s->n_kv_heads * D;
+	int cap = 3, ucap = 1 + 2 * s->n_layers, root, u;
+	char name[128];
+	int bad = 0;
+
+	for (int l = 0; l < s->n_layers; l++)
+		cap += 16 + (hp_model_spec_layer_is_moe(s, l) ? 1 + 3 * s->n_experts : 0);
+	p->params = hp_calloc((size_t)cap, sizeof(*p->params));
+	p->units = hp_calloc((size_t)ucap, sizeof(*p->units));
+	if (!p->params || !p->units || (root = add_unit(p, ucap, HP_MESH_FSDP, "model", 0)) < 0)
+		return -1;
+	bad |= add_param(p, cap, "model.embed_tokens.weight", 2, s->vocab, C, R_COL, root, 0);
+	for (int l = 0; l < s->n_layers && !bad; l++) {
+		if ((u = add_unit(p, ucap, HP_MESH_FSDP, "model.layers.%d", l)) < 0)
+			return -1;
+#define P(suffix, nd, a, b, role) do { \
+		snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix); \
+		bad |= add_param(p, cap, name, nd, a, b, role, u, 0); } while (0)
+		P("input_layernorm.weight", 1, C, 1, R_REPL);
+		P("self_attn.q_proj.weight", 2, QD, C, R_COL);
+		if (s->attention_bias)
+			P("self_attn.q_proj.bias", 1, QD, 1, R_COL);
+		P("self_attn.k_proj.weight", 2, KD, C, R_COL);
+		if (s->attention_bias)
+			P("self_attn.k_proj.bias", 1, KD, 1, R_COL);
+		P("self_attn.v_proj.weight", 2, KD, C, R_COL);
+		if (s->attention_bias)
+			P("self_attn.v_proj.bias", 1, KD, 1, R_COL);
+		P("self_attn.o_proj.weight", 2, C, QD, R_ROW);
+		if (s->attention_bias)
+			P("self_attn.o_proj.bias", 1, C, 1, R_REPL);
+		if (s->qk_norm) {
+			P("self_attn.q_norm.weight", 1, D, 1, R_REPL);
+			P("self_attn.k_norm.weight", 1, D, 1, R_REPL);
+		}
+		P("post_attention_layernorm.weight", 1, C, 1, R_REPL);
+		if (hp_model_spec_layer_is_moe(s, l)) {
+			int xu;
+
+			P("mlp.gate.weight", 2, E, C, R_REPL);
+			if ((xu = add_unit(p, ucap, HP_MESH_EXPERT, "model.layers.%d.mlp.experts", l)) < 0)
+				return -1;
+			for (int x = 0; x < E; x++) {
+				static const char *const proj[3] = { "gate_proj", "up_proj", "down_proj" };
+
+				for (int k = 0; k < 3; k++) {
+					snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.%s.weight",
+						 l, x, proj[k]);
+					bad |= add_param(p, cap, name, 2, k < 2 ? Im : C, k < 2 ? C : Im,
+							 R_EXPERT, xu, x);
+				}
+			}
+		} else {
+			P("mlp.gate_proj.weight", 2, I, C, R_COL);
+			P("mlp.up_proj.weight", 2, I, C, R_COL);
+			P("mlp.down_proj.weight", 2, C, I, R_ROW);
+		}
+#undef P
+	}
+	bad |= add_param(p, cap, "model.norm.weight", 1, C, 1, R_REPL, root, 0);
+	if (!s->tie_word_embeddings)
+		bad |= add_param(p, cap, "lm_head.weight", 2, s->vocab, C, R_COL, root, 0);
+	return bad ? -1 : 0;
+}
+
+/* --- modules and kernels ---------------------------------------------------- */
+
+/* The kernels an override may bind, with the HyperParallel factories that
+ * do the same job (both spellings of their module path). */
+static const struct kernel {
+	const char *name, *op;
+	const char *targets[2];
+} kernels[] = {
+	{ "fused_rmsnorm", "rmsnorm", {
+		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_rms_norm",
+		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_rms_norm" } },
+	{ "flash_attention", "attention", {
+		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_flash_attention",
+		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_flash_attention" } },
+	{ "grouped_experts", "experts", {
+		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_grouped_experts",
+		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_grouped_experts" } },
+};
+#define NKERNELS ((int)(sizeof(kernels) / sizeof(kernels[0])))
+
+/* A target may be a HyperParallel factory or hp's own kernel name. */
+static const struct kernel *find_kernel(const char *target)
+{
+	for (int i = 0; i < NKERNELS; i++)
+		if (!strcmp(target, kernels[i].name) || !strcmp(target, kernels[i].targets[0]) ||
+		    !strcmp(target, kernels[i].targets[1]))
+			return &kernels[i];
+	return NULL;
+}
+
+static int add_module(struct hp_plan *p, int cap, const char *name, const char *prefix,
+		      const char *cls, const char *op)
+{
+	struct hp_plan_module *m;
+	char buf[96];
+
+	if (p->nmodules >= cap)
+		return -1;
+	m = &p->modules[p->nmodules++];
+	m->override = -1;
+	m->name = hp_strdup(name);
+	snprintf(buf, sizeof(buf), "%s%s", prefix, cls);
+	m->cls = hp_strdup(buf);
+	snprintf(buf, sizeof(buf), "reference.%s", op);
+	m->kernel = hp_strdup(buf);
+	return m->name && m->cls && m->kernel ? 0 : -1;
+}
+
+static int build_modules(struct hp_plan *p)
+{
+	const struct hp_model_spec *s = &p->spec;
+	const char *pre = !strcmp(s->model_type, "qwen3_moe") ? "Qwen3Moe" :
+			  !strcmp(s->model_type, "qwen3") ? "Qwen3" : "Llama";
+	int cap = 3 + 10 * s->n_layers, bad = 0;
+	char name[96];
+
+	if (!(p->modules = hp_calloc((size_t)cap, sizeof(*p->modules))))
+		return -1;
+	bad |= add_module(p, cap, "model.embed_tokens", "", "Embedding", "embedding");
+	for (int l = 0; l < s->n_layers; l++) {
+		int moe = hp_model_spec_layer_is_moe(s, l);
+#define M(suffix, cpre, cls, op) do { \
+		snprintf(name, sizeof(name), "model.layers.%d%s", l, suffix); \
+		bad |= add_module(p, cap, name, cpre, cls, op); } while (0)
+		M("", pre, "DecoderLayer", "decoder_layer");
+		M(".input_layernorm", pre, "RMSNorm", "rmsnorm");
+		M(".self_attn", pre, "Attention", "attention");
+		if (s->qk_norm) {
+			M(".self_attn.q_norm", pre, "RMSNorm", "rmsnorm");
+			M(".self_attn.k_norm", pre, "RMSNorm", "rmsnorm");
+		}
+		M(".post_attention_layernorm", pre, "RMSNorm", "rmsnorm");
+		if (moe) {
+			M(".mlp", pre, "SparseMoeBlock", "moe");
+			M(".mlp.gate", "", "Linear", "router");
+			M(".mlp.experts", pre, "Experts", "experts");
+		} else {
+			M(".mlp", pre, "MLP", "mlp");
+		}
+#undef M
+	}
+	bad |= add_module(p, cap, "model.norm", pre, "RMSNorm", "rmsnorm");
+	bad |= add_module(p, cap, "lm_head", "", "Linear", "lm_head");
+	return bad ? -1 : 0;
+}
+
+/* Glob over a whole name: '*' matches any run of characters, dots included;
+ * '?' one character. */
+static int glob_match(const char *g, const char *s)
+{
+	for (; *g; g++, s++) {
+		if (*g == '*') {
+			while (g[1] == '*')
+				g++;
+			if (!g[1])
+				return 1;
+			for (; *s; s++)
+				if (glob_match(g + 1, s))
+					return 1;
+			return 0;
+		}
+		if (!*s || (*g != '?' && *g != *s))
+			return 0;
+	}
+	return !*s;
+}
+
+static int same_match(const struct hp_plan_override *a, const struct hp_plan_override *b)
+{
+	if (a->nmatch != b->nmatch)
+		return 0;
+	for (int i = 0; i < a->nmatch; i++)
+		if (strcmp(a->match[i], b->match[i]))
+			return 0;
+	return 1;
+}
+
+static int warn(struct hp_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int warn(struct hp_plan *p, const char *fmt, ...)
+{
+	char buf[512], **w, *d;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (!(w = hp_realloc(p->warnings, (size_t)(p->nwarnings + 1) * sizeof(*w))))
+		return -1;
+	p->warnings = w;
+	if (!(d = hp_strdup(buf)))
+		return -1;
+	w[p->nwarnings++] = d;
+	return 0;
+}
+
+static const char *last_component(const char *s)
+{
+	const char *dot = strrchr(s, '.');
+
+	return dot ? dot + 1 : s;
+}
+
+/*
+ * Bind kernels.  Entries with the same match list merge (a later field
+ * replaces an earlier one), as HyperParallel merges them; an entry whose
+ * "when" names a dim of size 1 does not apply; an entry without
+ * replace_module only shapes CP/EP regions, which hp decides by itself.
+ */
+static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct hp_err *e)
+{
+	const char *f = c->path ? c->path : "config";
+
+	for (int i = 0; i < c->noverrides; i++) {
+		const struct hp_plan_override *o = &c->overrides[i];
+		const char *when = o->when, *type = o->module_type, *target = o->replace_target;
+		int tidx = target ? i : -1;
+		const struct kernel *k;
+
+		/* merge every entry with this match list into the first one */
+		int first = 1;
+		for (int j = 0; j < i && first; j++)
+			first = !same_match(&c->overrides[j], o);
+		if (!first)
+			continue;
+		for (int j = i + 1; j < c->noverrides; j++) {
+			const struct hp_plan_override *q = &c->overrides[j];
+
+			if (!same_match(q, o))
+				continue;
+			if (q->when)
+				when = q->when;
+			if (q->module_type)
+				type = q->module_type;
+			if (q->replace_target) {
+				target = q->replace_target;
+				tidx = j;
+			}
+		}
+		if (!target)
+			continue;
+		if (!(k = find_kernel(target))) {
+			char known[2048];
+			size_t n = 0;
+
+			for (int x = 0; x < NKERNELS; x++)
+				for (int y = -1; y < 2; y++)
+					n += (size_t)snprintf(known + n, n < sizeof(known) ? sizeof(known) - n : 0,
+							      "%s%s", n ? ", " : "",
+							      y < 0 ? kernels[x].name : kernels[x].targets[y]);
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d].replace_module._target_: "
+					  "unknown '%s'; known: %s", f, tidx, target, known);
+		}
+		if (when && ((!strcmp(when, "cp") && p->cp <= 1) || (!strcmp(when, "ep") && p->ep <= 1)))
+			continue;
+		for (int g = 0; g < o->nmatch; g++) {
+			int hits = 0;
+
+			for (int m = 0; m < p->nmodules; m++) {
+				struct hp_plan_module *mod = &p->modules[m];
+				char *kn;
+
+				if (!glob_match(o->match[g], mod->name))
+					continue;
+				hits++;
+				if (type && strcmp(last_component(type), mod->cls))
+					return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d].module_type: "
+							  "'%s' matches '%s', which is a %s, not a %s", f, i,
+							  o->match[g], mod->name, mod->cls, last_component(type));
+				if (strncmp(mod->kernel, "reference.", 10) == 0 &&
+				    strcmp(mod->kernel + 10, k->op))
+					return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d]: kernel '%s' "
+							  "computes %s, but '%s' is a %s (%s)", f, tidx, k->name,
+							  k->op, mod->name, mod->cls, mod->kernel + 10);
+				if (!(kn = hp_strdup(k->name)))
+					return hp_err_set(e, HP_ENOMEM, "out of memory");
+				hp_free(mod->kernel);
+				mod->kernel = kn;
+				mod->override = tidx;
+			}
+			if (!hits && warn(p, "'%s': $.plan_overrides[%d].match: '%s' matches no module",
+					  f, i, o->match[g]))
+				return hp_err_set(e, HP_ENOMEM, "out of memory");
+		}
+	}
+	return 0;
+}
+
+int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct hp_model_spec *s,
+		    int world, struct hp_err *e)
+{
+	struct hp_plan *p;
+	int rc;
+
+	*pp = NULL;
+	if (!(p = hp_calloc(1, sizeof(*p))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	p->world = world;
+	p->spec = *s;
+	p->tp = c->accelerator.tp_size;
+	p->cp = c->accelerator.cp_size;
+	p->ep = c->accelerator.ep_size;
+	p->pp = c->accelerator.pp_size;
+	p->sequence_parallel = c->accelerator.sequence_parallel;
+	p->loss_parallel = c->accelerator.loss_parallel;
+	p->dp_shard = c->fsdp.dp_shard_size;
+	p->edp_shard = c->fsdp.edp_shard_size;
+	if (p->tp > 0 && p->cp > 0)
+		p->dp = world / (p->tp * p->cp);
+	if (p->ep > 0)
+		p->edp = world / p->ep;
+	if ((rc = check(p, c, world, e)))
+		goto fail;
+	p->dp_replicate = p->dp * p->cp / p->dp_shard;
+	p->edp_replicate = p->edp / p->edp_shard;
+	p->size[HP_DIM_DP] = (int)p->dp;
+	p->size[HP_DIM_CP] = (int)p->cp;
+	p->size[HP_DIM_TP] = (int)p->tp;
+	p->size[HP_DIM_DP_REPLICATE] = (int)p->dp_replicate;
+	p->size[HP_DIM_DP_SHARD] = (int)p->dp_shard;
+	p->size[HP_DIM_EDP_REPLICATE] = (int)p->edp_replicate;
+	p->size[HP_DIM_EDP_SHARD] = (int)p->edp_shard;
+	p->size[HP_DIM_EP] = (int)p->ep;
+	if (build_params(p) || build_modules(p)) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
+		goto fail;
+	}
+	if ((rc = bind_overrides(p, c, e)))
+		goto fail;
+	*pp = p;
+	return 0;
+fail:
+	hp_plan_free(p);
+	return rc;
+}
+
+/* --- JSON -------------------------------------------------------------------- */
+
+/* Set k to v (a new reference) in o; remember a failure in *bad. */
+static void set(json_t *o, const char *k, json_t *v, int *bad)
+{
+	if (!v || json_object_set_new(o, k, v))
+		*bad = 1;
+}
+
+static void push(json_t *a, json_t *v, int *bad)
+{
+	if (!v || json_array_append_new(a, v))
+		*bad = 1;
+}
+
+static json_t *model_json(const struct hp_plan *p, int *bad)
+{
+	const struct hp_model_spec *s = &p->spec;
+	json_t *m = json_object(), *ml;
+
+	if (!m)
+		return NULL;
+	set(m, "model_type", json_string(s->model_type), bad);
+	set(m, "architecture", json_string(s->architecture), bad);
+	set(m, "hidden_size", json_integer(s->hidden), bad);
+	set(m, "intermediate_size", json_integer(s->intermediate), bad);
+	set(m, "num_hidden_layers", json_integer(s->n_layers), bad);
+	set(m, "num_attention_heads", json_integer(s->n_heads), bad);
+	set(m, "num_key_value_heads", json_integer(s->n_kv_heads), bad);
+	set(m, "head_dim", json_integer(s->head_dim), bad);
+	set(m, "vocab_size", json_integer(s->vocab), bad);
+	set(m, "tie_word_embeddings", json_boolean(s->tie_word_embeddings), bad);
+	set(m, "attention_bias", json_boolean(s->attention_bias), bad);
+	set(m, "qk_norm", json_boolean(s->qk_norm), bad);
+	if (s->n_experts > 0) {
+		set(m, "num_experts", json_integer(s->n_experts), bad);
+		set(m, "num_experts_per_tok", json_integer(s->top_k), bad);
+		set(m, "moe_intermediate_size", json_integer(s->moe_intermediate), bad);
+		set(m, "decoder_sparse_step", json_integer(s->decoder_sparse_step), bad);
+		set(m, "moe_layers", ml = json_array(), bad);
+		for (int l = 0; ml && l < s->n_layers; l++)
+			if (hp_model_spec_layer_is_moe(s, l))
+				push(ml, json_integer(l), bad);
+	}
+	return m;
+}
+
+static json_t *mesh_json(const struct hp_plan *p, enum hp_mesh mesh, int *bad)
+{
+	json_t *m = json_object(), *names = json_array(), *sizes = json_array(), *groups = json_object();
+	int *g = hp_calloc((size_t)p->world, sizeof(int));
+
+	set(m, "dims", names, bad);
+	set(m, "sizes", sizes, bad);
+	set(m, "groups", groups, bad);
+	if (!m || !names || !sizes || !groups || !g) {
+		*bad = 1;
+		hp_free(g);
+		return m;
+	}
+	for (int d = 0; d < HP_NDIM; d++) {
+		json_t *list;
+
+		if (dims[d].mesh != mesh)
+			continue;
+		push(names, json_string(dims[d].name), bad);
+		push(sizes, json_integer(p->size[d]), bad);
+		set(groups, dims[d].name, list = json_array(), bad);
+		/* a group is emitted at its smallest rank, coordinate 0 along d */
+		for (int r = 0; list && r < p->world; r++) {
+			json_t *one;
+			int n;
+
+			if (hp_plan_coord(p, (enum hp_dim)d, r))
+				continue;
+			n = hp_plan_group(p, (enum hp_dim)d, r, g);
+			push(list, one = json_array(), bad);
+			for (int i = 0; one && i < n; i++)
+				push(one, json_integer(g[i]), bad);
+		}
+	}
+	hp_free(g);
+	return m;
+}
+
+static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
+{
+	json_t *root = json_object(), *par, *meshes, *units, *params, *mods;
+	char buf[32];
+
+	if (!root)
+		return NULL;
+	set(root, "format", json_string(HP_PLAN_FORMAT), bad);
+	set(root, "hash", json_string(hash), bad);
+	set(root, "world_size", json_integer(p->world), bad);
+	set(root, "model", model_json(p, bad), bad);
+	set(root, "parallel", par = json_object(), bad);
+	if (par) {
+		set(par, "tp", json_integer(p->tp), bad);
+		set(par, "cp", json_integer(p->cp), bad);
+		set(par, "ep", json_integer(p->ep), bad);
+		set(par, "pp", json_integer(p->pp), bad);
+		set(par, "dp", json_integer(p->dp), bad);
+		set(par, "sequence_parallel", json_boolean(p->sequence_parallel), bad);
+		set(par, "loss_parallel", json_boolean(p->loss_parallel), bad);
+		set(par, "dp_shard", json_integer(p->dp_shard), bad);
+		set(par, "dp_replicate", json_integer(p->dp_replicate), bad);
+		set(par, "edp", json_integer(p->edp), bad);
+		set(par, "edp_shard", json_integer(p->edp_shard), bad);
+		set(par, "edp_replicate", json_integer(p->edp_replicate), bad);
+	}
+	set(root, "meshes", meshes = json_object(), bad);
+	for (int m = 0; meshes && m < HP_NMESH; m++)
+		set(meshes, mesh_names[m], mesh_json(p, (enum hp_mesh)m, bad), bad);
+	set(root, "fsdp_units", units = json_array(), bad);
+	for (int u = 0; units && u < p->nunits; u++) {
+		json_t *o = json_object(), *names = json_array();
+
+		push(units, o, bad);
+		if (!o)
+			break;
+		set(o, "name", json_string(p->units[u].name), bad);
+		set(o, "mesh", json_string(mesh_names[p->units[u].mesh]), bad);
+		set(o, "params", names, bad);
+		for (int i = 0; names && i < p->nparams; i++)
+			if (p->params[i].unit == u)
+				push(names, json_string(p->params[i].name), bad);
+	}
+	set(root, "params", params = json_array(), bad);
+	for (int i = 0; params && i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+		json_t *o = json_object(), *shape = json_array(), *pl = json_object();
+		enum hp_mesh fm = q->mesh == HP_MESH_DENSE ? HP_MESH_FSDP : HP_MESH_EXPERT;
+
+		push(params, o, bad);
+		if (!o) {
+			json_decref(shape);
+			json_decref(pl);
+			break;
+		}
+		set(o, "name", json_string(q->name), bad);
+		set(o, "shape", shape, bad);
+		for (int d = 0; shape && d < q->ndim; d++)
+			push(shape, json_integer(q->shape[d]), bad);
+		set(o, "dtype", json_string("F32"), bad);
+		set(o, "mesh", json_string(mesh_names[q->mesh]), bad);
+		set(o, "placements", pl, bad);
+		for (int d = 0; pl && d < HP_NDIM; d++)
+			if ((dims[d].mesh == q->mesh || dims[d].mesh == fm) && q->pl[d].kind != HP_PL_NONE)
+				set(pl, dims[d].name, json_string(hp_placement_str(q->pl[d], buf, sizeof(buf))), bad);
+		if (q->ep_owner >= 0)
+			set(o, "ep_owner", json_integer(q->ep_owner), bad);
+		set(o, "fsdp_unit", json_string(p->units[q->unit].name), bad);
+	}
+	set(root, "modules", mods = json_array(), bad);
+	for (int i = 0; mods && i < p->nmodules; i++) {
+		const struct hp_plan_module *m = &p->modules[i];
+		json_t *o = json_object();
+
+		push(mods, o, bad);
+		if (!o)
+			break;
+		set(o, "name", json_string(m->name), bad);
+		set(o, "class", json_string(m->cls), bad);
+		set(o, "kernel", json_string(m->kernel), bad);
+		set(o, "override", m->override >= 0 ? json_integer(m->override) : json_null(), bad);
+	}
+	return root;
+}
+
+#define DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
+
+/* The plan's text with the given hash (malloc'd by jansson: free()). */
+static char *plan_text(const struct hp_plan *p, const char *hash)
+{
+	int bad = 0;
+	json_t *root = plan_json(p, hash, &bad);
+	char *t = root && !bad ? json_dumps(root, DUMP_FLAGS) : NULL;
+
+	json_decref(root);
+	return t;
+}
+
+int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e)
+{
+	char *t = plan_text(p, "");
+
+	if (!t)
+		return hp_err_set(e, HP_ENOMEM, "out of memory writing the plan");
+	hp_sha256_hex(t, strlen(t), out);
+	free(t);
+	return 0;
+}
+
+int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e)
+{
+	char hash[65], *t;
+	int rc;
+
+	if ((rc = hp_plan_hash(p, hash, e)))
+		return rc;
+	if (!(t = plan_text(p, hash)))
+		return hp_err_set(e, HP_ENOMEM, "out of memory writing the plan");
+	rc = fputs(t, f) < 0 || fputc('\n', f) == EOF;
+	free(t);
+	if (rc)
+		return hp_err_set(e, HP_EIO, "writing the plan: %s", strerror(errno));
+	return 0;
+}

@@ -1,0 +1,186 @@
+#!/bin/sh
+test_description='hp-plan: meshes, placements, overrides and checks of a resolved plan'
+. "$(dirname "$0")/test-lib.sh"
+
+PLANS=$TEST_DIR/plan
+
+# The seed's 8-rank example on the small Qwen3-MoE fixture (4 heads, 2 KV heads).
+seed_config () {
+	sed -e "s|^  pretrained_model_name_or_path: .*|  pretrained_model_name_or_path: $DATA/ref/qwen3-moe-a|" \
+		"$TEST_DIR/config/seed-8rank.yaml" >"$1"
+}
+
+# jq_is EXPR FILE WANT: jq -c EXPR FILE prints exactly WANT
+jq_is () {
+	got=$(jq -c "$1" "$2") &&
+	if [ "$got" != "$3" ]; then echo "$1: got $got, want $3" >&2; return 1; fi
+}
+
+test_expect_success 'the 8-rank example gives the groups of DESIGN.md §3' '
+	seed_config s8.yaml &&
+	hp-plan s8.yaml --world 8 >p8.json &&
+	jq_is .meshes.dense.groups.tp p8.json "[[0,1],[2,3],[4,5],[6,7]]" &&
+	jq_is .meshes.dense.groups.cp p8.json "[[0,2],[1,3],[4,6],[5,7]]" &&
+	jq_is .meshes.dense.groups.dp p8.json "[[0,4],[1,5],[2,6],[3,7]]" &&
+	jq_is .meshes.fsdp.groups.dp_shard p8.json "[[0,2],[1,3],[4,6],[5,7]]" &&
+	jq_is .meshes.fsdp.groups.dp_replicate p8.json "[[0,4],[1,5],[2,6],[3,7]]" &&
+	jq_is .meshes.expert.groups.ep p8.json "[[0,1],[2,3],[4,5],[6,7]]" &&
+	jq_is .meshes.expert.groups.edp_shard p8.json "[[0,2],[1,3],[4,6],[5,7]]" &&
+	jq_is .meshes.expert.groups.edp_replicate p8.json "[[0,4],[1,5],[2,6],[3,7]]" &&
+	jq_is ".parallel | [.dp, .dp_shard, .dp_replicate, .edp, .edp_shard, .edp_replicate]" p8.json "[2,2,2,4,2,2]"
+'
+
+# placement NAME: the placements of parameter NAME in p8.json
+pl () {
+	jq -c --arg n "$1" ".params[] | select(.name == \$n) | .placements" p8.json
+}
+
+test_expect_success 'the 8-rank example gives the placements of DESIGN.md §4' '
+	d="\"dp\":\"replicate\",\"cp\":\"replicate\"" &&
+	f="\"dp_replicate\":\"replicate\",\"dp_shard\":\"shard(0)\"" &&
+	test "$(pl model.embed_tokens.weight)" = "{$d,\"tp\":\"shard(0)\",$f}" &&
+	test "$(pl model.layers.1.self_attn.q_proj.weight)" = "{$d,\"tp\":\"shard(0)\",$f}" &&
+	test "$(pl model.layers.1.self_attn.k_proj.weight)" = "{$d,\"tp\":\"shard(0)\",$f}" &&
+	test "$(pl model.layers.1.self_attn.o_proj.weight)" = "{$d,\"tp\":\"shard(1)\",$f}" &&
+	test "$(pl model.layers.0.mlp.gate_proj.weight)" = "{$d,\"tp\":\"shard(0)\",$f}" &&
+	test "$(pl model.layers.0.mlp.down_proj.weight)" = "{$d,\"tp\":\"shard(1)\",$f}" &&
+	test "$(pl model.layers.1.self_attn.q_norm.weight)" = "{$d,\"tp\":\"replicate\",$f}" &&
+	test "$(pl model.layers.1.input_layernorm.weight)" = "{$d,\"tp\":\"replicate\",$f}" &&
+	test "$(pl model.layers.1.mlp.gate.weight)" = "{$d,\"tp\":\"replicate\",$f}" &&
+	test "$(pl model.norm.weight)" = "{$d,\"tp\":\"replicate\",$f}" &&
+	test "$(pl model.layers.2.mlp.experts.5.up_proj.weight)" = \
+		"{\"edp_replicate\":\"replicate\",\"edp_shard\":\"shard(0)\",\"ep\":\"shard(0)\"}" &&
+	jq_is "[.params[] | select(.name | test(\"layers.1.mlp.experts.[0-9]+.gate_proj\")) | .ep_owner]" \
+		p8.json "[0,0,0,0,1,1,1,1]" &&
+	jq_is "[.params[] | select(.name | test(\"experts\")) | .mesh] | unique" p8.json "[\"expert\"]"
+'
+
+test_expect_success 'the parameter list is the model'\''s, and the units cover it once' '
+	jq -r ".params[].name" p8.json >names &&
+	test $(wc -l <names) = $(jq "[.fsdp_units[].params[]] | length" p8.json) &&
+	jq -r ".fsdp_units[].params[]" p8.json | sort >unit-names &&
+	sort names | cmp - unit-names &&
+	jq_is "[.fsdp_units[] | [.name, .mesh]]" p8.json \
+		"[[\"model\",\"fsdp\"],[\"model.layers.0\",\"fsdp\"],[\"model.layers.1\",\"fsdp\"],[\"model.layers.1.mlp.experts\",\"expert\"],[\"model.layers.2\",\"fsdp\"],[\"model.layers.2.mlp.experts\",\"expert\"]]"
+'
+
+test_expect_success 'plan_overrides bind the three kernels; the rest stay on the reference' '
+	jq_is "[.modules[] | select(.name == \"model.norm\" or .name == \"model.layers.2.self_attn\" or .name == \"model.layers.2.mlp.experts\" or .name == \"model.layers.2.self_attn.q_norm\") | [.kernel, .override]]" \
+		p8.json "[[\"flash_attention\",1],[\"reference.rmsnorm\",null],[\"grouped_experts\",2],[\"fused_rmsnorm\",0]]" &&
+	jq_is "[.modules[] | select(.name == \"model.layers.0.mlp\") | .class]" p8.json "[\"Qwen3MoeMLP\"]"
+'
+
+test_expect_success 'the newer module_replacement spelling of the targets binds the same kernels' '
+	sed -e "s|adapter.replacements|adapter.conversion.module_replacement|" s8.yaml >new.yaml &&
+	hp-plan new.yaml --world 8 >pn.json &&
+	cmp p8.json pn.json
+'
+
+test_expect_success 'a plan is byte-identical from run to run, and its hash checks out' '
+	hp-plan s8.yaml --world 8 >again.json &&
+	cmp p8.json again.json &&
+	test "$(jq ".hash = \"\"" p8.json | head -c -1 | sha256sum | cut -d" " -f1)" = "$(jq -r .hash p8.json)"
+'
+
+test_expect_success 'the world size comes from SLURM_NTASKS, and is required' '
+	SLURM_NTASKS=8 hp-plan s8.yaml >slurm.json &&
+	cmp p8.json slurm.json &&
+	(unset SLURM_NTASKS; test_must_fail_with 2 hp-plan s8.yaml >/dev/null 2>err) &&
+	grep -q "no world size" err
+'
+
+# bad_plan CODE SUBSTRING ARGS...: hp-plan fails with CODE, one line naming SUBSTRING
+bad_plan () {
+	code=$1; msg=$2; shift 2
+	test_must_fail_with "$code" hp-plan "$@" >out 2>err &&
+	test_one_line err && grep -F -q -e "$msg" err && ! test -s out
+}
+
+test_expect_success 'checks: tp*cp must divide the world' '
+	bad_plan 3 "world size 6 is not divisible by tp_size*cp_size = 4" s8.yaml --world 6
+'
+test_expect_success 'checks: dp_shard_size must divide dp*cp' '
+	bad_plan 3 "\$.fsdp_config.dp_shard_size: 3 does not divide dp*cp = 4" s8.yaml --world 8 --fsdp_config.dp_shard_size=3
+'
+test_expect_success 'checks: ep_size must divide the world' '
+	bad_plan 3 "\$.accelerator.ep_size: 3 does not divide the world size 8" s8.yaml --world 8 --accelerator.ep_size=3
+'
+test_expect_success 'checks: edp_shard_size must divide edp' '
+	bad_plan 3 "\$.fsdp_config.edp_shard_size: 3 does not divide edp" s8.yaml --world 8 --fsdp_config.edp_shard_size=3
+'
+test_expect_success 'checks: tp_size must divide the attention and KV heads' '
+	bad_plan 3 "does not divide num_attention_heads 4" s8.yaml --world 8 --accelerator.tp_size=8 --accelerator.cp_size=1 --fsdp_config.dp_shard_size=1 &&
+	bad_plan 3 "does not divide num_key_value_heads 2" s8.yaml --world 8 --accelerator.tp_size=4 --accelerator.cp_size=1 --fsdp_config.dp_shard_size=1
+'
+test_expect_success 'checks: ep_size must divide num_experts' '
+	bad_plan 3 "\$.accelerator.ep_size: 16 does not divide num_experts 8" s8.yaml --world 16 --accelerator.ep_size=16 --fsdp_config.edp_shard_size=1
+'
+test_expect_success 'checks: seq_length must be divisible by cp (times tp with sequence parallel)' '
+	bad_plan 3 "seq_length: 4094 is not divisible by cp_size*tp_size (sequence_parallel) = 4" s8.yaml --world 8 --dataset.data_config.seq_length=4094 &&
+	hp-plan s8.yaml --world 8 --dataset.data_config.seq_length=4094 --accelerator.sequence_parallel=false >/dev/null
+'
+# The config loader refuses pp_size > 1 already; hp_plan_resolve checks again
+# for callers that fill struct hp_config themselves.
+test_expect_success 'checks: pipeline parallelism is refused' '
+	bad_plan 3 "pp_size" s8.yaml --world 8 --accelerator.pp_size=2 &&
+	grep -q "pipeline parallelism" err
+'
+
+test_expect_success 'an unknown _target_ lists the known ones' '
+	sed -e "s|replace_qwen3_moe_rms_norm|replace_rms_norm_typo|" s8.yaml >typo.yaml &&
+	bad_plan 3 "\$.plan_overrides[0].replace_module._target_: unknown" typo.yaml --world 8 &&
+	grep -q "known: fused_rmsnorm, hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_rms_norm" err &&
+	grep -q "grouped_experts" err
+'
+
+test_expect_success 'a module_type that is not the matched module'\''s class is an error naming both' '
+	sed -e "s|modeling_qwen3_moe.Qwen3MoeAttention|modeling_qwen3_moe.Qwen3MoeRMSNorm|" s8.yaml >mt.yaml &&
+	bad_plan 3 "which is a Qwen3MoeAttention, not a Qwen3MoeRMSNorm" mt.yaml --world 8
+'
+
+test_expect_success 'a match that hits nothing is a warning, and the plan is still made' '
+	sed -e "s|\"model.norm\"|\"model.final_norm\"|" s8.yaml >warn.yaml &&
+	hp-plan warn.yaml --world 8 >pw.json 2>err &&
+	grep -q "plan_overrides\[0\].match: .model.final_norm. matches no module" err &&
+	jq_is "[.modules[] | select(.name == \"model.norm\") | .kernel]" pw.json "[\"reference.rmsnorm\"]"
+'
+
+test_expect_success '-o writes the plan atomically; a failure leaves no file' '
+	hp-plan s8.yaml --world 8 -o out.json &&
+	cmp p8.json out.json &&
+	! ls | grep -q "\.tmp\." &&
+	test_must_fail_with 3 hp-plan s8.yaml --world 6 -o bad.json 2>/dev/null &&
+	! test -e bad.json && ! ls | grep -q "\.tmp\." &&
+	test_must_fail_with 5 hp-plan s8.yaml --world 8 -o no/such/dir/p.json 2>err &&
+	! test -e no
+'
+
+test_expect_success '--explain shows meshes, placements and kernels, from a plan or a config' '
+	hp-plan --explain p8.json >ex1 &&
+	hp-plan --explain s8.yaml --world 8 >ex2 &&
+	cmp ex1 ex2 &&
+	grep -q "^  ep  *{0,1} {2,3} {4,5} {6,7}$" ex1 &&
+	grep -q "model.layers.1.self_attn.o_proj.weight .*tp=shard(1)" ex1 &&
+	grep -q "model.layers.2.mlp.experts .*grouped_experts  *plan_overrides\[2\]" ex1
+'
+
+test_expect_success '--explain refuses a plan whose hash does not match' '
+	sed -e "s/\"shard(1)\"/\"shard(0)\"/" p8.json >edited.json &&
+	bad_plan 4 "hash does not match" --explain edited.json
+'
+
+test_expect_success 'hp-plan -h and bad command lines' '
+	hp-plan -h >help && grep -q "^usage: hp-plan CONFIG.yaml" help &&
+	test_must_fail_with 2 hp-plan 2>/dev/null &&
+	test_must_fail_with 2 hp-plan s8.yaml --world zero 2>/dev/null
+'
+
+for y in "$PLANS"/*.yaml; do
+	n=$(basename "$y" .yaml)
+	test_expect_success "golden plan $n" '
+		hp-plan "$y" --world "${n##*-}" >"$n.json" &&
+		cmp "$PLANS/$n.json" "$n.json"
+	'
+done
+
+test_done

@@ -1,0 +1,377 @@
+/*
+ * hp-plan - resolve a YAML config into a placement plan ("hp-plan/1" JSON),
+ * or explain a plan as tables.
+ *
+ * Thin client of lib/plan.h: load the config and the model's config.json,
+ * call hp_plan_resolve() and write the plan.  The world size is an input,
+ * not a property of this process, so a plan for 64 ranks can be made on a
+ * laptop.  --explain reads either a plan (checking its hash) or a config,
+ * and prints from the JSON text in both cases, so what it shows is exactly
+ * what the file holds.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "common-main.h"
+#include "config.h"
+#include "hfconfig.h"
+#include "log.h"
+#include "plan.h"
+#include "sha256.h"
+
+const char hp_tool_name[] = "hp-plan";
+
+static const char usage_str[] =
+	"hp-plan CONFIG.yaml [--world N] [--a.b=c ...] [-o PLAN.json]\n"
+	"   or: hp-plan --explain PLAN.json|CONFIG.yaml [--world N] [--a.b=c ...]";
+
+static void help(void)
+{
+	printf("usage: %s\n\n"
+	       "Resolve a HyperParallel-style YAML config into a placement plan.\n\n"
+	       "  --world N             the number of ranks (else the MPI world when > 1,\n"
+	       "                        else SLURM_NTASKS)\n"
+	       "  --a.b=c               override config key a.b with the YAML value c\n"
+	       "  -o, --output FILE     write the plan to FILE (atomically); '-' or absent: stdout\n"
+	       "  --explain             print meshes, placements and kernels as tables\n"
+	       "  -h, --help            show this help\n"
+	       "      --version         show the version\n\n"
+	       "See hp-plan(1) and hp-plan(5).\n", usage_str);
+}
+
+/* "--key=value" where key is not one of our own long options. */
+static int is_override(const char *a, const struct option *opts)
+{
+	const char *eq;
+
+	if (strncmp(a, "--", 2) || !(eq = strchr(a, '=')) || eq == a + 2)
+		return 0;
+	for (; opts->name; opts++)
+		if (strlen(opts->name) == (size_t)(eq - a - 2) && !strncmp(opts->name, a + 2, (size_t)(eq - a - 2)))
+			return 0;
+	return 1;
+}
+
+static int parse_world(const char *s, int *w)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > 1 << 20)
+		return -1;
+	*w = (int)v;
+	return 0;
+}
+
+/* Config and spec to plan, the model crop applied as lib/train.c does. */
+static int resolve(struct hp_plan **p, const char *path, int novr, char **ovr, int world,
+		   struct hp_err *e)
+{
+	struct hp_config c;
+	struct hp_model_spec s;
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	if ((rc = hp_config_load(&c, path, novr, ovr, e)))
+		return rc;
+	if ((rc = hp_hfconfig_load(&s, c.model.path, e)))
+		goto out;
+	if (c.model.num_hidden_layers > 0) {
+		if (c.model.source != HP_MODEL_FROM_CONFIG) {
+			rc = hp_err_set(e, HP_ECONFIG, "'%s': $.model.num_hidden_layers: cropping applies to "
+					"from_config models only", c.path);
+			goto out;
+		}
+		if (c.model.num_hidden_layers < s.n_layers)
+			s.n_layers = (int)c.model.num_hidden_layers;
+	}
+	rc = hp_plan_resolve(p, &c, &s, world, e);
+out:
+	hp_config_release(&c);
+	return rc;
+}
+
+/* Write to a temporary name beside path, then rename: a reader never sees
+ * half a plan and a failure leaves nothing behind. */
+static int write_atomic(const struct hp_plan *p, const char *path, struct hp_err *e)
+{
+	char tmp[4096];
+	FILE *f;
+	int rc;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	if (!(f = fopen(tmp, "w")))
+		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
+	rc = hp_plan_write_json(p, f, e);
+	if (!rc && (fflush(f) || fsync(fileno(f))))
+		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
+	if (fclose(f) && !rc)
+		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
+	if (!rc && rename(tmp, path))
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename to '%s': %s", tmp, path, strerror(errno));
+	if (rc)
+		unlink(tmp);
+	return rc;
+}
+
+/* --- explain ------------------------------------------------------------------ */
+
+static void print_groups(json_t *groups)
+{
+	const char *dim;
+	json_t *list;
+
+	json_object_foreach(groups, dim, list) {
+		size_t i, j;
+		json_t *g, *r;
+
+		printf("  %-14s", dim);
+		json_array_foreach(list, i, g) {
+			printf(" {");
+			json_array_foreach(g, j, r)
+				printf("%s%lld", j ? "," : "", (long long)json_integer_value(r));
+			printf("}");
+		}
+		printf("\n");
+	}
+}
+
+static void explain(json_t *plan, struct hp_plan *p)
+{
+	json_t *v, *x, *mesh;
+	const char *k;
+	size_t i;
+
+	printf("plan %s  world %lld\n\n", json_string_value(json_object_get(plan, "hash")),
+	       (long long)json_integer_value(json_object_get(plan, "world_size")));
+	printf("parallel\n");
+	json_object_foreach(json_object_get(plan, "parallel"), k, v)
+		if (json_is_boolean(v))
+			printf("  %-18s %s\n", k, json_is_true(v) ? "true" : "false");
+		else
+			printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
+	printf("\nmeshes\n");
+	json_object_foreach(json_object_get(plan, "meshes"), k, mesh) {
+		size_t j;
+		json_t *d;
+
+		printf("%s (", k);
+		json_array_foreach(json_object_get(mesh, "dims"), j, d)
+			printf("%s%s=%lld", j ? ", " : "", json_string_value(d),
+			       (long long)json_integer_value(json_array_get(json_object_get(mesh, "sizes"), j)));
+		printf(")\n");
+		print_groups(json_object_get(mesh, "groups"));
+	}
+	printf("\nparams\n  %-48s %-12s %-7s %-s\n", "name", "shape", "mesh", "placements  [fsdp unit]");
+	json_array_foreach(json_object_get(plan, "params"), i, v) {
+		char shape[48], pls[256];
+		size_t n = 0, j;
+
+		shape[0] = pls[0] = '\0';
+		json_array_foreach(json_object_get(v, "shape"), j, x)
+			n += (size_t)snprintf(shape + n, n < sizeof(shape) ? sizeof(shape) - n : 0, "%s%lld",
+					      j ? "x" : "", (long long)json_integer_value(x));
+		n = 0;
+		json_object_foreach(json_object_get(v, "placements"), k, x)
+			n += (size_t)snprintf(pls + n, n < sizeof(pls) ? sizeof(pls) - n : 0, "%s%s=%s",
+					      n ? " " : "", k, json_string_value(x));
+		if ((x = json_object_get(v, "ep_owner")))
+			n += (size_t)snprintf(pls + n, n < sizeof(pls) ? sizeof(pls) - n : 0, " ep_owner=%lld",
+					      (long long)json_integer_value(x));
+		printf("  %-48s %-12s %-7s %s  [%s]\n", json_string_value(json_object_get(v, "name")), shape,
+		       json_string_value(json_object_get(v, "mesh")), pls,
+		       json_string_value(json_object_get(v, "fsdp_unit")));
+	}
+	printf("\nmodules\n  %-36s %-24s %-22s %s\n", "name", "class", "kernel", "override");
+	json_array_foreach(json_object_get(plan, "modules"), i, v) {
+		x = json_object_get(v, "override");
+		printf("  %-36s %-24s %-22s ", json_string_value(json_object_get(v, "name")),
+		       json_string_value(json_object_get(v, "class")),
+		       json_string_value(json_object_get(v, "kernel")));
+		if (json_is_integer(x))
+			printf("plan_overrides[%lld]\n", (long long)json_integer_value(x));
+		else
+			printf("-\n");
+	}
+	printf("\nwarnings\n");
+	for (int w = 0; p && w < p->nwarnings; w++)
+		printf("  %s\n", p->warnings[w]);
+	if (!p || !p->nwarnings)
+		printf("  none\n");
+}
+
+/* A plan file: the format and the hash must hold. */
+static json_t *load_plan(const char *path, struct hp_err *e)
+{
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je), *h;
+	char want[65], *t;
+
+	if (!j) {
+		hp_err_set(e, HP_EFORMAT, "'%s': line %d: %s", path, je.line, je.text);
+		return NULL;
+	}
+	if (!json_is_object(j) || !json_is_string(json_object_get(j, "format")) ||
+	    strcmp(json_string_value(json_object_get(j, "format")), HP_PLAN_FORMAT) ||
+	    !json_is_string(h = json_object_get(j, "hash"))) {
+		hp_err_set(e, HP_EFORMAT, "'%s': not an %s plan", path, HP_PLAN_FORMAT);
+		json_decref(j);
+		return NULL;
+	}
+	h = json_string(json_string_value(h));
+	json_object_set_new(j, "hash", json_string(""));
+	t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	if (t)
+		hp_sha256_hex(t, strlen(t), want);
+	free(t);
+	json_object_set_new(j, "hash", h);
+	if (!t || !h || strcmp(want, json_string_value(h))) {
+		hp_err_set(e, HP_EFORMAT, "'%s': the plan's hash does not match its contents "
+			   "(edited by hand?); make it again with hp-plan", path);
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+static int is_json_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int ch = EOF;
+
+	if (!f)
+		return 0;
+	do
+		ch = fgetc(f);
+	while (ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r');
+	fclose(f);
+	return ch == '{';
+}
+
+static int run_explain(const char *path, int novr, char **ovr, int world, struct hp_err *e)
+{
+	struct hp_plan *p = NULL;
+	json_t *j = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (is_json_file(path)) {
+		if (!(j = load_plan(path, e)))
+			return e->code;
+	} else {
+		FILE *m;
+		json_error_t je;
+
+		if ((rc = resolve(&p, path, novr, ovr, world, e)))
+			return rc;
+		if (!(m = open_memstream(&buf, &len))) {
+			hp_plan_free(p);
+			return hp_err_set(e, HP_ENOMEM, "out of memory");
+		}
+		rc = hp_plan_write_json(p, m, e);
+		fclose(m);
+		if (!rc && !(j = json_loadb(buf, len, 0, &je)))
+			rc = hp_err_set(e, HP_EINVAL, "the plan does not parse back: %s", je.text);
+		free(buf);
+		if (rc) {
+			hp_plan_free(p);
+			return rc;
+		}
+	}
+	explain(j, p);
+	json_decref(j);
+	hp_plan_free(p);
+	return 0;
+}
+
+int cmd_main(int argc, char **argv, MPI_Comm comm)
+{
+	static const struct option longopts[] = {
+		{ "world", required_argument, NULL, 'w' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "explain", no_argument, NULL, 'x' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *out = NULL;
+	struct hp_plan *p = NULL;
+	struct hp_err err;
+	char **rest, **ovr;
+	int nrest = 0, novr = 0, rank = 0, nproc = 1, world = 0, expl = 0, rc, c;
+
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &nproc);
+	hp_err_clear(&err);
+	rest = hp_calloc((size_t)argc + 1, sizeof(char *));
+	ovr = hp_calloc((size_t)argc + 1, sizeof(char *));
+	if (!rest || !ovr) {
+		hp_free(rest);
+		hp_free(ovr);
+		hp_err_set(&err, HP_ENOMEM, "out of memory");
+		return die_err(&err);
+	}
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && is_override(argv[i], longopts))
+			ovr[novr++] = argv[i];
+		else
+			rest[nrest++] = argv[i];
+	}
+	opterr = 0;
+	rc = -1;
+	while (rc < 0 && (c = getopt_long(nrest, rest, "o:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'w':
+			if (parse_world(optarg, &world))
+				rc = usage_error(usage_str, "--world: '%s' is not a positive integer", optarg);
+			break;
+		case 'o': out = optarg; break;
+		case 'x': expl = 1; break;
+		case 'h': if (!rank) help(); rc = 0; break;
+		case 'V': if (!rank) printf("hp-plan %s\n", HP_VERSION); rc = 0; break;
+		default:
+			rc = usage_error(usage_str, "unknown option '%s'", rest[optind - 1]);
+		}
+	}
+	if (rc < 0) {
+		if (optind >= nrest)
+			rc = usage_error(usage_str, "missing %s", expl ? "PLAN.json or CONFIG.yaml" : "CONFIG.yaml");
+		else if (optind + 1 < nrest)
+			rc = usage_error(usage_str, "unexpected argument '%s' (overrides look like --a.b=c)",
+					 rest[optind + 1]);
+	}
+	if (rc < 0 && !world) {
+		const char *st = getenv("SLURM_NTASKS");
+
+		if (nproc > 1)
+			world = nproc;
+		else if (st && *st && parse_world(st, &world))
+			rc = usage_error(usage_str, "SLURM_NTASKS: '%s' is not a positive integer", st);
+	}
+	if (rc < 0 && !world && !(expl && is_json_file(rest[optind])))
+		rc = usage_error(usage_str, "no world size: give --world N, run under mpiexec or set SLURM_NTASKS");
+	if (rc < 0 && expl) {
+		rc = rank ? 0 : run_explain(rest[optind], novr, ovr, world, &err);
+		rc = rc ? die_err(&err) : 0;
+	} else if (rc < 0) {
+		if ((rc = resolve(&p, rest[optind], novr, ovr, world, &err)) == 0) {
+			for (int i = 0; i < p->nwarnings; i++)
+				hp_warn("%s", p->warnings[i]);
+			/* the plan is the same on every rank; one writes it */
+			if (rank == 0)
+				rc = !out || !strcmp(out, "-") ? hp_plan_write_json(p, stdout, &err)
+							       : write_atomic(p, out, &err);
+		}
+		rc = rc ? die_err(&err) : 0;
+	}
+	hp_plan_free(p);
+	hp_free(rest);
+	hp_free(ovr);
+	return rc;
+}
