@@ -29,14 +29,17 @@ test_expect_success MANDOC 'each page has the sections users look for' '
 	mandoc -Tascii "$MAN/hp-config.5" | col -b | grep -q "^EXIT STATUS\|^EXAMPLES"
 '
 
-test_expect_success MANDOC 'hp-train --help shows the SYNOPSIS of hp-train(1)' '
-	hp-train --help | sed -n "s/^usage: //p" | tr -s " " >help &&
-	mandoc -Tascii "$MAN/hp-train.1" | col -b |
-		sed -n "/^SYNOPSIS/,/^DESCRIPTION/p" | grep -v "^[A-Z]" | tr -s " \n" "  " |
-		sed "s/^ //; s/ $//" >syn &&
-	cat help syn &&
-	for w in $(cat help); do grep -q -F -- "$w" syn || { echo "--help word $w not in SYNOPSIS"; return 1; }; done
-'
+for tool in hp-train hp-data hp-plan; do
+	test_expect_success MANDOC "$tool --help shows the SYNOPSIS of $tool(1)" '
+		"$tool" --help | sed -n "s/^ *usage: //p; s/^ *or: //p" | tr -s " " >help &&
+		test -s help &&
+		mandoc -Tascii "$MAN/$tool.1" | col -b |
+			sed -n "/^SYNOPSIS/,/^DESCRIPTION/p" | grep -v "^[A-Z]" | tr -s " \n" "  " |
+			sed "s/^ //; s/ $//" >syn &&
+		cat help syn &&
+		for w in $(cat help); do grep -q -F -- "$w" syn || { echo "--help word $w not in SYNOPSIS"; return 1; }; done
+	'
+done
 
 test_expect_success 'the exit statuses of hp-train(1) are those of lib/err.h' '
 	for code in 0 1 2 3 4 5 70; do
