@@ -5,6 +5,9 @@
  * singleton of world size 1, so the same binary works by hand, under
  * mpiexec and under srun.  Exit statuses are those of lib/err.h.
  */
+#include <getopt.h>
+
+#include "alloc.h"
 #include "common-main.h"
 #include "log.h"
 
@@ -29,6 +32,39 @@ int usage_error(const char *usage, const char *fmt, ...)
 		fprintf(stderr, "usage: %s\n", usage);
 	}
 	return HP_EXIT_USAGE;
+}
+
+static int is_override(const char *a, const struct option *opts)
+{
+	const char *eq;
+
+	if (strncmp(a, "--", 2) || !(eq = strchr(a, '=')) || eq == a + 2)
+		return 0;
+	for (; opts->name; opts++)
+		if (strlen(opts->name) == (size_t)(eq - a - 2) && !strncmp(opts->name, a + 2, (size_t)(eq - a - 2)))
+			return 0;
+	return 1;
+}
+
+int hp_split_overrides(int argc, char **argv, const struct option *opts,
+		       char ***rest, int *nrest, char ***ovr, int *novr)
+{
+	*nrest = *novr = 0;
+	*rest = hp_calloc((size_t)argc + 1, sizeof(char *));
+	*ovr = hp_calloc((size_t)argc + 1, sizeof(char *));
+	if (!*rest || !*ovr) {
+		hp_free(*rest);
+		hp_free(*ovr);
+		*rest = *ovr = NULL;
+		return HP_ENOMEM;
+	}
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && is_override(argv[i], opts))
+			(*ovr)[(*novr)++] = argv[i];
+		else
+			(*rest)[(*nrest)++] = argv[i];
+	}
+	return 0;
 }
 
 int hp_agree_status(MPI_Comm comm, int status)

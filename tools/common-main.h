@@ -27,6 +27,17 @@ int die_err(const struct hp_err *e);
 int usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
+ * Split argv into the tool's own arguments (*rest, argv[0] first) and
+ * config overrides (*ovr): "--key=value" where key is not one of opts'
+ * long option names (so --a.b=c and --lr_scheduler=null both are).  Both
+ * arrays are NULL-terminated, borrow argv's strings, and are freed with
+ * hp_free.  Returns 0, or HP_ENOMEM.
+ */
+struct option;
+int hp_split_overrides(int argc, char **argv, const struct option *opts,
+		       char ***rest, int *nrest, char ***ovr, int *novr);
+
+/*
  * Collective failure decision at a phase boundary: all ranks of comm
  * all-reduce their exit status (max); returns it.  Keeps one rank's error
  * from leaving the others waiting forever.

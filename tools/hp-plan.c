@@ -42,19 +42,6 @@ static void help(void)
 	       "See hp-plan(1) and hp-plan(5).\n", usage_str);
 }
 
-/* "--key=value" where key is not one of our own long options. */
-static int is_override(const char *a, const struct option *opts)
-{
-	const char *eq;
-
-	if (strncmp(a, "--", 2) || !(eq = strchr(a, '=')) || eq == a + 2)
-		return 0;
-	for (; opts->name; opts++)
-		if (strlen(opts->name) == (size_t)(eq - a - 2) && !strncmp(opts->name, a + 2, (size_t)(eq - a - 2)))
-			return 0;
-	return 1;
-}
-
 static int parse_world(const char *s, int *w)
 {
 	char *end;
@@ -309,19 +296,9 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &nproc);
 	hp_err_clear(&err);
-	rest = hp_calloc((size_t)argc + 1, sizeof(char *));
-	ovr = hp_calloc((size_t)argc + 1, sizeof(char *));
-	if (!rest || !ovr) {
-		hp_free(rest);
-		hp_free(ovr);
+	if (hp_split_overrides(argc, argv, longopts, &rest, &nrest, &ovr, &novr)) {
 		hp_err_set(&err, HP_ENOMEM, "out of memory");
 		return die_err(&err);
-	}
-	for (int i = 0; i < argc; i++) {
-		if (i > 0 && is_override(argv[i], longopts))
-			ovr[novr++] = argv[i];
-		else
-			rest[nrest++] = argv[i];
 	}
 	opterr = 0;
 	rc = -1;

@@ -31,19 +31,6 @@ static void help(void)
 	       "See hp-train(1) and hp-config(5).\n", usage_str);
 }
 
-/* "--key=value" where key is not one of our own long options. */
-static int is_override(const char *a, const struct option *opts)
-{
-	const char *eq;
-
-	if (strncmp(a, "--", 2) || !(eq = strchr(a, '=')) || eq == a + 2)
-		return 0;
-	for (; opts->name; opts++)
-		if (strlen(opts->name) == (size_t)(eq - a - 2) && !strncmp(opts->name, a + 2, (size_t)(eq - a - 2)))
-			return 0;
-	return 1;
-}
-
 int cmd_main(int argc, char **argv, MPI_Comm comm)
 {
 	static const struct option longopts[] = {
@@ -62,19 +49,9 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 	MPI_Comm_rank(comm, &rank);
 	hp_err_clear(&err);
 	/* Pull --a.b=c overrides out before getopt sees them. */
-	rest = hp_calloc((size_t)argc + 1, sizeof(char *));
-	ovr = hp_calloc((size_t)argc + 1, sizeof(char *));
-	if (!rest || !ovr) {
-		hp_free(rest);
-		hp_free(ovr);
+	if (hp_split_overrides(argc, argv, longopts, &rest, &nrest, &ovr, &novr)) {
 		hp_err_set(&err, HP_ENOMEM, "out of memory");
 		return die_err(&err);
-	}
-	for (int i = 0; i < argc; i++) {
-		if (i > 0 && is_override(argv[i], longopts))
-			ovr[novr++] = argv[i];
-		else
-			rest[nrest++] = argv[i];
 	}
 	opterr = 0;
 	rc = -1;
