@@ -15,6 +15,7 @@
 
 #include "alloc.h"
 #include "model.h"
+#include "params.h"
 #include "safetensors.h"
 
 static void add_param(struct hp_model *m, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
@@ -35,74 +36,60 @@ static void add_param(struct hp_model *m, size_t *off, const char *name, int ndi
 	*off += p->numel;
 }
 
-static int count_params(const struct hp_model_spec *s)
+static int count_one(void *ctx, const struct hp_param_desc *d)
 {
-	int n = 2 + !s->tie_word_embeddings;
+	(void)d;
+	(*(int *)ctx)++;
+	return 0;
+}
 
-	for (int l = 0; l < s->n_layers; l++) {
-		n += 6 + (s->attention_bias ? 4 : 0) + (s->qk_norm ? 2 : 0);
-		n += hp_model_spec_layer_is_moe(s, l) ? 1 + 3 * s->n_experts : 3;
+/* Where the model keeps the pointers of the parameter d describes. */
+static int add_one(void *ctx, const struct hp_param_desc *d)
+{
+	struct hp_model *m = ctx;
+	struct hp_layer_w *w = d->layer >= 0 ? &m->lw[d->layer] : NULL, *g = d->layer >= 0 ? &m->lg[d->layer] : NULL;
+	float **ws = NULL, **gs = NULL;
+
+#define SLOT(f) do { ws = &w->f; gs = &g->f; } while (0)
+	switch (d->field) {
+	case HP_PF_EMBED: ws = &m->embed; gs = &m->d_embed; break;
+	case HP_PF_FINAL_NORM: ws = &m->final_norm; gs = &m->d_final_norm; break;
+	case HP_PF_LM_HEAD: ws = &m->lm_head; gs = &m->d_lm_head; break;
+	case HP_PF_IN_NORM: SLOT(in_norm); break;
+	case HP_PF_WQ: SLOT(wq); break;
+	case HP_PF_BQ: SLOT(bq); break;
+	case HP_PF_WK: SLOT(wk); break;
+	case HP_PF_BK: SLOT(bk); break;
+	case HP_PF_WV: SLOT(wv); break;
+	case HP_PF_BV: SLOT(bv); break;
+	case HP_PF_WO: SLOT(wo); break;
+	case HP_PF_BO: SLOT(bo); break;
+	case HP_PF_Q_NORM: SLOT(q_norm); break;
+	case HP_PF_K_NORM: SLOT(k_norm); break;
+	case HP_PF_POST_NORM: SLOT(post_norm); break;
+	case HP_PF_WG: SLOT(wg); break;
+	case HP_PF_WU: SLOT(wu); break;
+	case HP_PF_WD: SLOT(wd); break;
+	case HP_PF_ROUTER: SLOT(router); break;
+	case HP_PF_EX_GATE: ws = &w->ex[d->expert].wg; gs = &g->ex[d->expert].wg; break;
+	case HP_PF_EX_UP: ws = &w->ex[d->expert].wu; gs = &g->ex[d->expert].wu; break;
+	case HP_PF_EX_DOWN: ws = &w->ex[d->expert].wd; gs = &g->ex[d->expert].wd; break;
 	}
-	return n;
+#undef SLOT
+	add_param(m, &m->numel, d->name, d->ndim, d->shape[0], d->shape[1], ws, gs);
+	return 0;
 }
 
 static int build_params(struct hp_model *m, struct hp_err *e)
 {
-	const struct hp_model_spec *s = &m->spec;
-	int C = s->hidden, I = s->intermediate, D = s->head_dim, E = s->n_experts, Im = s->moe_intermediate;
-	int QD = s->n_heads * D, KD = s->n_kv_heads * D;
-	char name[96];
-	size_t off = 0;
-
-	m->cap_params = count_params(s);
+	m->cap_params = 0;
+	hp_model_spec_params(&m->spec, count_one, &m->cap_params);
 	m->params = hp_calloc((size_t)m->cap_params, sizeof(*m->params));
 	if (!m->params)
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the parameter table");
-	add_param(m, &off, "model.embed_tokens.weight", 2, s->vocab, C, &m->embed, &m->d_embed);
-	for (int l = 0; l < s->n_layers; l++) {
-		struct hp_layer_w *w = &m->lw[l], *g = &m->lg[l];
-#define P(field, suffix, nd, a, b) do { \
-		snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix); \
-		add_param(m, &off, name, nd, a, b, &w->field, &g->field); } while (0)
-		P(in_norm, "input_layernorm.weight", 1, C, 1);
-		P(wq, "self_attn.q_proj.weight", 2, QD, C);
-		if (s->attention_bias)
-			P(bq, "self_attn.q_proj.bias", 1, QD, 1);
-		P(wk, "self_attn.k_proj.weight", 2, KD, C);
-		if (s->attention_bias)
-			P(bk, "self_attn.k_proj.bias", 1, KD, 1);
-		P(wv, "self_attn.v_proj.weight", 2, KD, C);
-		if (s->attention_bias)
-			P(bv, "self_attn.v_proj.bias", 1, KD, 1);
-		P(wo, "self_attn.o_proj.weight", 2, C, QD);
-		if (s->attention_bias)
-			P(bo, "self_attn.o_proj.bias", 1, C, 1);
-		if (s->qk_norm) {
-			P(q_norm, "self_attn.q_norm.weight", 1, D, 1);
-			P(k_norm, "self_attn.k_norm.weight", 1, D, 1);
-		}
-		P(post_norm, "post_attention_layernorm.weight", 1, C, 1);
-		if (w->moe) {
-			P(router, "mlp.gate.weight", 2, E, C);
-			for (int x = 0; x < E; x++) {
-				snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, x);
-				add_param(m, &off, name, 2, Im, C, &w->ex[x].wg, &g->ex[x].wg);
-				snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.up_proj.weight", l, x);
-				add_param(m, &off, name, 2, Im, C, &w->ex[x].wu, &g->ex[x].wu);
-				snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, x);
-				add_param(m, &off, name, 2, C, Im, &w->ex[x].wd, &g->ex[x].wd);
-			}
-		} else {
-			P(wg, "mlp.gate_proj.weight", 2, I, C);
-			P(wu, "mlp.up_proj.weight", 2, I, C);
-			P(wd, "mlp.down_proj.weight", 2, C, I);
-		}
-#undef P
-	}
-	add_param(m, &off, "model.norm.weight", 1, C, 1, &m->final_norm, &m->d_final_norm);
-	if (!s->tie_word_embeddings)
-		add_param(m, &off, "lm_head.weight", 2, s->vocab, C, &m->lm_head, &m->d_lm_head);
-	m->numel = (off + 15) & ~(size_t)15;
+	m->numel = 0;
+	hp_model_spec_params(&m->spec, add_one, m);
+	m->numel = (m->numel + 15) & ~(size_t)15;
 	return 0;
 }
 

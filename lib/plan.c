@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "params.h"
 #include "plan.h"
 #include "sha256.h"
 
@@ -193,10 +194,9 @@ static int add_unit(struct hp_plan *p, int cap, enum hp_mesh mesh, const char *f
 	return p->nunits++;
 }
 
-enum role { R_REPL, R_COL, R_ROW, R_EXPERT };
 
 static int add_param(struct hp_plan *p, int cap, const char *name, int nd, long a, long b,
-		     enum role r, int unit, int expert)
+		     enum hp_param_role r, int unit, int expert)
 {
 	struct hp_plan_param *q;
 
@@ -210,7 +210,7 @@ static int add_param(struct hp_plan *p, int cap, const char *name, int nd, long 
 	q->shape[1] = nd > 1 ? b : 0;
 	q->unit = unit;
 	q->ep_owner = -1;
-	if (r == R_EXPERT) {
+	if (r == HP_ROLE_EXPERT) {
 		q->mesh = HP_MESH_EXPERT;
 		q->pl[HP_DIM_EDP_REPLICATE].kind = HP_PL_REPLICATE;
 		q->pl[HP_DIM_EDP_SHARD] = (struct hp_placement){ HP_PL_SHARD, 0 };
@@ -224,82 +224,68 @@ static int add_param(struct hp_plan *p, int cap, const char *name, int nd, long 
 	q->pl[HP_DIM_DP].kind = HP_PL_REPLICATE;
 	q->pl[HP_DIM_CP].kind = HP_PL_REPLICATE;
 	q->pl[HP_DIM_TP].kind = HP_PL_REPLICATE;
-	if (r == R_COL)
+	if (r == HP_ROLE_COLUMN)
 		q->pl[HP_DIM_TP] = (struct hp_placement){ HP_PL_SHARD, 0 };
-	else if (r == R_ROW)
+	else if (r == HP_ROLE_ROW)
 		q->pl[HP_DIM_TP] = (struct hp_placement){ HP_PL_SHARD, 1 };
 	q->pl[HP_DIM_DP_REPLICATE].kind = HP_PL_REPLICATE;
 	q->pl[HP_DIM_DP_SHARD] = (struct hp_placement){ HP_PL_SHARD, 0 };
 	return 0;
 }
 
+/* The walk over lib/params.c's list: FSDP units are opened as their first
+ * parameter arrives (a layer's, then its experts'), the root unit holds
+ * everything outside the layers. */
+struct pwalk {
+	struct hp_plan *p;
+	int cap, ucap, root, layer_unit, expert_unit, layer, expert_layer;
+};
+
+static int plan_one(void *ctx, const struct hp_param_desc *d)
+{
+	struct pwalk *w = ctx;
+	int unit = w->root;
+
+	if (d->layer >= 0) {
+		if (d->layer != w->layer) {
+			if ((w->layer_unit = add_unit(w->p, w->ucap, HP_MESH_FSDP, "model.layers.%d", d->layer)) < 0)
+				return -1;
+			w->layer = d->layer;
+		}
+		unit = w->layer_unit;
+		if (d->role == HP_ROLE_EXPERT) {
+			if (d->layer != w->expert_layer) {
+				w->expert_unit = add_unit(w->p, w->ucap, HP_MESH_EXPERT, "model.layers.%d.mlp.experts",
+							  d->layer);
+				if (w->expert_unit < 0)
+					return -1;
+				w->expert_layer = d->layer;
+			}
+			unit = w->expert_unit;
+		}
+	}
+	return add_param(w->p, w->cap, d->name, d->ndim, (long)d->shape[0], (long)d->shape[1], d->role, unit,
+			 d->expert > 0 ? d->expert : 0) ? -1 : 0;
+}
+
+static int count_plan(void *ctx, const struct hp_param_desc *d)
+{
+	(void)d;
+	(*(int *)ctx)++;
+	return 0;
+}
+
 static int build_params(struct hp_plan *p)
 {
 	const struct hp_model_spec *s = &p->spec;
-	long C = s->hidden, I = s->intermediate, D = s->head_dim, E = s->n_experts, Im = s->moe_intermediate;
-	long QD = s->n_heads * D, KD = s->n_kv_heads * D;
-	int cap = 3, ucap = 1 + 2 * s->n_layers, root, u;
-	char name[128];
-	int bad = 0;
+	struct pwalk w = { .p = p, .ucap = 1 + 2 * s->n_layers, .layer = -1, .expert_layer = -1 };
 
-	for (int l = 0; l < s->n_layers; l++)
-		cap += 16 + (hp_model_spec_layer_is_moe(s, l) ? 1 + 3 * s->n_experts : 0);
-	p->params = hp_calloc((size_t)cap, sizeof(*p->params));
-	p->units = hp_calloc((size_t)ucap, sizeof(*p->units));
-	if (!p->params || !p->units || (root = add_unit(p, ucap, HP_MESH_FSDP, "model", 0)) < 0)
+	hp_model_spec_params(s, count_plan, &w.cap);
+	p->params = hp_calloc((size_t)w.cap, sizeof(*p->params));
+	p->units = hp_calloc((size_t)w.ucap, sizeof(*p->units));
+	if (!p->params || !p->units || (w.root = add_unit(p, w.ucap, HP_MESH_FSDP, "model", 0)) < 0)
 		return -1;
-	bad |= add_param(p, cap, "model.embed_tokens.weight", 2, s->vocab, C, R_COL, root, 0);
-	for (int l = 0; l < s->n_layers && !bad; l++) {
-		if ((u = add_unit(p, ucap, HP_MESH_FSDP, "model.layers.%d", l)) < 0)
-			return -1;
-#define P(suffix, nd, a, b, role) do { \
-		snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix); \
-		bad |= add_param(p, cap, name, nd, a, b, role, u, 0); } while (0)
-		P("input_layernorm.weight", 1, C, 1, R_REPL);
-		P("self_attn.q_proj.weight", 2, QD, C, R_COL);
-		if (s->attention_bias)
-			P("self_attn.q_proj.bias", 1, QD, 1, R_COL);
-		P("self_attn.k_proj.weight", 2, KD, C, R_COL);
-		if (s->attention_bias)
-			P("self_attn.k_proj.bias", 1, KD, 1, R_COL);
-		P("self_attn.v_proj.weight", 2, KD, C, R_COL);
-		if (s->attention_bias)
-			P("self_attn.v_proj.bias", 1, KD, 1, R_COL);
-		P("self_attn.o_proj.weight", 2, C, QD, R_ROW);
-		if (s->attention_bias)
-			P("self_attn.o_proj.bias", 1, C, 1, R_REPL);
-		if (s->qk_norm) {
-			P("self_attn.q_norm.weight", 1, D, 1, R_REPL);
-			P("self_attn.k_norm.weight", 1, D, 1, R_REPL);
-		}
-		P("post_attention_layernorm.weight", 1, C, 1, R_REPL);
-		if (hp_model_spec_layer_is_moe(s, l)) {
-			int xu;
-
-			P("mlp.gate.weight", 2, E, C, R_REPL);
-			if ((xu = add_unit(p, ucap, HP_MESH_EXPERT, "model.layers.%d.mlp.experts", l)) < 0)
-				return -1;
-			for (int x = 0; x < E; x++) {
-				static const char *const proj[3] = { "gate_proj", "up_proj", "down_proj" };
-
-				for (int k = 0; k < 3; k++) {
-					snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.%s.weight",
-						 l, x, proj[k]);
-					bad |= add_param(p, cap, name, 2, k < 2 ? Im : C, k < 2 ? C : Im,
-							 R_EXPERT, xu, x);
-				}
-			}
-		} else {
-			P("mlp.gate_proj.weight", 2, I, C, R_COL);
-			P("mlp.up_proj.weight", 2, I, C, R_COL);
-			P("mlp.down_proj.weight", 2, C, I, R_ROW);
-		}
-#undef P
-	}
-	bad |= add_param(p, cap, "model.norm.weight", 1, C, 1, R_REPL, root, 0);
-	if (!s->tie_word_embeddings)
-		bad |= add_param(p, cap, "lm_head.weight", 2, s->vocab, C, R_COL, root, 0);
-	return bad ? -1 : 0;
+	return hp_model_spec_params(s, plan_one, &w) ? -1 : 0;
 }
 
 /* --- modules and kernels ---------------------------------------------------- */
