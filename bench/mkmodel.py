@@ -19,10 +19,13 @@ Usage: /usr/bin/python3 bench/mkmodel.py -o DIR [--hidden 512] [--layers 8]
 import argparse
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+# the safetensors writer shared with the Qwen3 reference (t/ref/qwen3_ref.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "t", "ref"))
+import qwen3_ref as Q  # noqa: E402
 
 
 def llama_tensors(a):
@@ -46,27 +49,6 @@ def llama_tensors(a):
     if not a.tied:
         out.append(("lm_head.weight", (a.vocab, a.hidden), "matrix"))
     return out
-
-
-def write_safetensors(path, tensors):
-    """tensors: dict name -> float32 ndarray.  Written atomically."""
-    names = sorted(tensors)
-    header = {}
-    off = 0
-    for n in names:
-        t = tensors[n]
-        header[n] = {"dtype": "F32", "shape": list(t.shape),
-                     "data_offsets": [off, off + t.nbytes]}
-        off += t.nbytes
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for n in names:
-            f.write(np.ascontiguousarray(tensors[n], dtype="<f4").tobytes())
-    os.replace(tmp, path)
 
 
 def main():
@@ -119,7 +101,7 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
-    write_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
+    Q.write_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
 
 
 if __name__ == "__main__":

@@ -39,49 +39,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# the safetensors reader shared with the Qwen3 reference
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "t", "ref"))
+import qwen3_ref as Q  # noqa: E402
+
 
 # --- loading ---------------------------------------------------------------
 
-def read_safetensors(path):
-    """dict name -> float32 tensor (F32, BF16 or F16 on disk)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + hlen])
-    base = 8 + hlen
-    out = {}
-    for name, d in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = d["data_offsets"]
-        buf = raw[base + a:base + b]
-        if d["dtype"] == "F32":
-            arr = np.frombuffer(buf, dtype="<f4")
-        elif d["dtype"] == "F16":
-            arr = np.frombuffer(buf, dtype="<f2").astype(np.float32)
-        elif d["dtype"] == "BF16":
-            arr = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            sys.exit("torch_llama: '%s': tensor '%s': unsupported dtype %s"
-                     % (path, name, d["dtype"]))
-        out[name] = torch.from_numpy(arr.copy()).reshape(d["shape"])
-    return out
-
-
 def load_hf(folder):
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = json.load(f)
+    cfg, w = Q.load_folder(folder)
     if cfg.get("model_type") != "llama":
         sys.exit("torch_llama: '%s': model_type %r is not llama" % (folder, cfg.get("model_type")))
-    single = os.path.join(folder, "model.safetensors")
-    if os.path.exists(single):
-        w = read_safetensors(single)
-    else:
-        with open(os.path.join(folder, "model.safetensors.index.json")) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-        w = {}
-        for fn in files:
-            w.update(read_safetensors(os.path.join(folder, fn)))
     return cfg, w
 
 
@@ -180,7 +148,7 @@ def check_reference(ref_dir, model_dir):
     m = Llama(cfg, w, ids.shape[1])
     loss = m.loss(ids, labels)
     loss.backward()
-    golden = read_safetensors(os.path.join(ref_dir, "grads_batch.safetensors"))
+    golden = Q.read_safetensors(os.path.join(ref_dir, "grads_batch.safetensors"))
     worst = max((m.p[n].grad - g).abs().max().item() for n, g in golden.items())
     dloss = abs(loss.item() - ref["loss_f64"])
     # f32 against f64: the reference itself measured 5.8e-7 on the gradients;

@@ -63,18 +63,6 @@ static int get_bool(struct ctx *c, const char *key, int dflt, int *out)
 	return 0;
 }
 
-/* A value from the file as it may appear in a one-line message: control
- * characters become '?', and long values are cut. */
-static const char *quoted(const char *v, char *buf, size_t n)
-{
-	size_t i = 0;
-
-	for (; v[i] && i + 1 < n; i++)
-		buf[i] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];
-	buf[i] = '\0';
-	return buf;
-}
-
 static int parse_moe(struct ctx *c, struct hp_model_spec *s)
 {
 	json_t *v;
@@ -121,7 +109,6 @@ int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l)
 
 static int parse(struct ctx *c, struct hp_model_spec *s)
 {
-	char q[64];
 	json_t *v;
 	int rc = 0;
 
@@ -133,7 +120,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	if (strcmp(json_string_value(v), "llama") && strcmp(json_string_value(v), "qwen3") &&
 	    strcmp(json_string_value(v), "qwen3_moe"))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
-				  "llama, qwen3, qwen3_moe", c->path, quoted(json_string_value(v), q, sizeof(q)));
+				  "llama, qwen3, qwen3_moe", c->path, json_string_value(v));
 	int qwen = strncmp(json_string_value(v), "qwen3", 5) == 0;
 	int moe = !strcmp(json_string_value(v), "qwen3_moe");
 	snprintf(s->model_type, sizeof(s->model_type), "%s", json_string_value(v));
@@ -210,8 +197,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		s->torch_dtype = hp_dtype_parse_torch(json_string_value(v));
 		if (s->torch_dtype == HP_DTYPE_INVALID)
 			return hp_err_set(c->e, HP_EUNSUP, "'%s': torch_dtype '%s' is not supported; "
-					  "supported: float32, bfloat16, float16", c->path,
-					  quoted(json_string_value(v), q, sizeof(q)));
+					  "supported: float32, bfloat16, float16", c->path, json_string_value(v));
 	}
 	return 0;
 }
@@ -235,10 +221,6 @@ int hp_hfconfig_load_buf(struct hp_model_spec *s, const char *name, const char *
 	memset(s, 0, sizeof(*s));
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		/* jansson's text may quote the input: keep the message on one line */
-		for (char *p = jerr.text; *p; p++)
-			if (*p == '\n' || *p == '\r')
-				*p = ' ';
 		return hp_err_set(e, HP_ECONFIG, "'%s' line %d: invalid JSON: %s", name, jerr.line, jerr.text);
 	}
 	rc = load_json(s, name, root, e);
@@ -265,9 +247,6 @@ int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e
 	root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
 	fclose(f);
 	if (!root) {
-		for (char *p = jerr.text; *p; p++)
-			if (*p == '\n' || *p == '\r')
-				*p = ' ';
 		return hp_err_set(e, HP_ECONFIG, "'%s' line %d: invalid JSON: %s", file, jerr.line, jerr.text);
 	}
 	rc = load_json(s, file, root, e);

@@ -112,11 +112,4 @@ int hp_data_encode_run(const struct hp_data_opts *o, MPI_Comm comm, FILE *out,
 int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_data_stats *st,
 		      struct hp_err *e);
 
-/*
- * Check that s[0, n) is UTF-8 as Rust's str accepts it (no overlong
- * forms, no surrogates, nothing above U+10FFFF).  Returns n when valid,
- * else the offset of the first byte of the first bad sequence.
- */
-size_t hp_data_utf8_valid_prefix(const char *s, size_t n);
-
 #endif

@@ -427,6 +427,28 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 	return rc;
 }
 
+int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
+			const char *const *keys, const char *const *vals, struct hp_err *e)
+{
+	struct hp_st_entry *ent = hp_calloc((size_t)m->nparams, sizeof(*ent));
+	int rc;
+
+	if (!ent)
+		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+	for (int i = 0; i < m->nparams; i++) {
+		const struct hp_param *p = &m->params[i];
+		ent[i].name = p->name;
+		ent[i].dtype = HP_DTYPE_F32;
+		ent[i].ndim = p->ndim;
+		ent[i].shape[0] = p->shape[0];
+		ent[i].shape[1] = p->shape[1];
+		ent[i].data = p->g;
+	}
+	rc = hp_st_write(path, (size_t)m->nparams, ent, nmeta, keys, vals, e);
+	hp_free(ent);
+	return rc;
+}
+
 void hp_model_zero_grad(struct hp_model *m)
 {
 	memset(m->flat_g, 0, m->numel * sizeof(float));

@@ -17,6 +17,7 @@
 #include "alloc.h"
 #include "online.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 struct src_file {
 	char *path;
@@ -54,45 +55,6 @@ struct hp_online {
 	char *text;          /* scratch for JSONL text */
 	size_t captext;
 };
-
-/* ---- UTF-8 ---- */
-
-/* Length of the valid UTF-8 prefix (RFC 3629: no overlongs, surrogates or
- * code points past U+10FFFF). */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned c = s[i];
-		size_t len;
-		uint32_t cp, min;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if ((c & 0xe0) == 0xc0) {
-			len = 2; cp = c & 0x1f; min = 0x80;
-		} else if ((c & 0xf0) == 0xe0) {
-			len = 3; cp = c & 0x0f; min = 0x800;
-		} else if ((c & 0xf8) == 0xf0) {
-			len = 4; cp = c & 0x07; min = 0x10000;
-		} else {
-			return i;
-		}
-		if (i + len > n)
-			return i;
-		for (size_t k = 1; k < len; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return i;
-			cp = (cp << 6) | (s[i + k] & 0x3f);
-		}
-		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return i;
-		i += len;
-	}
-	return n;
-}
 
 /* ---- files ---- */
 
@@ -259,7 +221,7 @@ static int doc_text(struct hp_online *o, const struct doc *d, const char **text,
 		*text = o->text;
 		*len = used;
 	}
-	ok = utf8_valid_prefix((const unsigned char *)*text, *len);
+	ok = hp_utf8_valid_prefix(*text, *len);
 	if (ok != *len)
 		return hp_err_set(e, HP_EFORMAT, "'%s' line %u: invalid UTF-8 at byte %zu of the text",
 				  f->path, d->line, ok);

@@ -26,21 +26,11 @@
 #include "alloc.h"
 #include "fileio.h"
 #include "safetensors.h"
+#include "utf8.h"
 
-/*
- * Messages quote tensor names, metadata keys and jansson's excerpts of the
- * header, any of which may hold a newline or other control byte; err.h
- * promises one line, so every message raised here is flattened.
- */
-static int one_line(struct hp_err *e, int code)
-{
-	if (e)
-		for (char *p = e->msg; *p; p++)
-			if ((unsigned char)*p < 0x20 || *p == 0x7f)
-				*p = '?';
-	return code;
-}
-#define st_err(e, code, ...) one_line((e), hp_err_set((e), (code), __VA_ARGS__))
+/* Messages quote tensor names and jansson's excerpts of the header, which
+ * may hold newlines; hp_err_set keeps every message on one line. */
+#define st_err(e, code, ...) hp_err_set((e), (code), __VA_ARGS__)
 
 /* Room for "[d0, d1, ...]" with HP_ST_MAX_DIMS 20-digit dims. */
 #define SHAPE_BUF 256
@@ -858,40 +848,12 @@ static void sb_json_str(struct sbuf *b, const char *s)
 	sb_add(b, "\"", 1);
 }
 
-/* Well-formed UTF-8: no overlongs, no surrogates, nothing past U+10FFFF.
- * jansson rejects anything else when the file is read back. */
+/* Well-formed UTF-8: jansson rejects anything else when the file is read back. */
 static int utf8_valid(const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
+	size_t n = strlen(s);
 
-	while (*p) {
-		unsigned c = *p, n;
-		uint32_t cp;
-
-		if (c < 0x80) {
-			p++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf)
-			n = 1, cp = c & 0x1f;
-		else if (c >= 0xe0 && c <= 0xef)
-			n = 2, cp = c & 0x0f;
-		else if (c >= 0xf0 && c <= 0xf4)
-			n = 3, cp = c & 0x07;
-		else
-			return 0;
-		/* a NUL ends the loop early, so no read runs past the string */
-		for (unsigned i = 1; i <= n; i++) {
-			if ((p[i] & 0xc0) != 0x80)
-				return 0;
-			cp = (cp << 6) | (p[i] & 0x3f);
-		}
-		if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-		p += n + 1;
-	}
-	return 1;
+	return hp_utf8_valid_prefix(s, n) == n;
 }
 
 static int cmp_entry_ptr_name(const void *a, const void *b)

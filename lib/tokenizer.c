@@ -178,31 +178,6 @@ static char *dupn(const char *s, size_t n)
 	return p;
 }
 
-/*
- * Messages quote the file's strings (tokens, types, patterns; jansson quotes
- * the text near a syntax error), which may hold newlines or other control
- * characters: escape them as \xNN so that every message stays one line.
- */
-static int one_line(struct hp_err *e, int rc)
-{
-	char msg[HP_ERR_MSG_MAX];
-	size_t k = 0;
-
-	if (!rc || !e)
-		return rc;
-	for (const char *p = e->msg; *p && k + 5 < sizeof(msg); p++) {
-		unsigned char c = (unsigned char)*p;
-
-		if (c >= 0x20 && c != 0x7F)
-			msg[k++] = (char)c;
-		else
-			k += (size_t)snprintf(msg + k, sizeof(msg) - k, "\\x%02x", c);
-	}
-	msg[k] = '\0';
-	memcpy(e->msg, msg, k + 1);
-	return rc;
-}
-
 /* ------------------------------------------------------------------ */
 /* patterns                                                            */
 
@@ -972,7 +947,7 @@ int hp_tok_encode(struct hp_tokenizer *t, const char *text, size_t len, int32_t 
 		*n = n0;
 	if (rc == HP_ENOMEM)   /* raised deep down without a message */
 		hp_err_set(e, HP_ENOMEM, "out of memory encoding %zu bytes", len);
-	return one_line(e, rc);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1279,7 +1254,7 @@ int hp_tok_decode(const struct hp_tokenizer *t, const int32_t *ids, size_t n, ch
 	sl_release(&l[1]);
 	if (rc == HP_ENOMEM)
 		hp_err_set(e, HP_ENOMEM, "out of memory decoding %zu ids", n);
-	return one_line(e, rc);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1957,7 +1932,7 @@ int hp_tok_load(struct hp_tokenizer **tp, const char *path, struct hp_err *e)
 	}
 	if (rc) {
 		hp_tok_free(t);
-		return one_line(e, rc);
+		return rc;
 	}
 	*tp = t;
 	return 0;
@@ -1976,7 +1951,7 @@ int hp_tok_load_buf(struct hp_tokenizer **tp, const char *name, const char *json
 		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory", name);
 	if ((rc = tok_parse(t, json ? json : "", len, 0, e))) {
 		hp_tok_free(t);
-		return one_line(e, rc);
+		return rc;
 	}
 	*tp = t;
 	return 0;

@@ -34,25 +34,10 @@ static double now_s(void)
 
 static int dump_grads(const struct hp_model *m, const char *path, struct hp_err *e)
 {
-	struct hp_st_entry *ent = hp_calloc((size_t)m->nparams, sizeof(*ent));
 	const char *keys[] = { "format", "producer" };
 	const char *vals[] = { "pt", "hp-train --dump-grads (step 1, before clipping and update)" };
-	int rc;
 
-	if (!ent)
-		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
-	for (int i = 0; i < m->nparams; i++) {
-		const struct hp_param *p = &m->params[i];
-		ent[i].name = p->name;
-		ent[i].dtype = HP_DTYPE_F32;
-		ent[i].ndim = p->ndim;
-		ent[i].shape[0] = p->shape[0];
-		ent[i].shape[1] = p->shape[1];
-		ent[i].data = p->g;
-	}
-	rc = hp_st_write(path, (size_t)m->nparams, ent, 2, keys, vals, e);
-	hp_free(ent);
-	return rc;
+	return hp_model_save_grads(m, path, 2, keys, vals, e);
 }
 
 static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,

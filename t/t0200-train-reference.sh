@@ -43,7 +43,9 @@ test_expect_success 'the BF16 two-file copy loads through its index and matches 
 	d=$(awk "/^logits/ { print \$3 }" cmp) &&
 	want=$(jq .bf16_sharded_variant.max_abs_logit_diff_vs_f32_weights "$REF/reference.json") &&
 	echo "max |bf16 - f32| = $d, reference $want" &&
-	float_close "$d" "$want" 1e-3
+	# both runs use the same BF16-rounded weights; ours computes in float32,
+	# whose logits sit within 1e-5 of the float64 reference (test 1)
+	float_close "$d" "$want" 1e-4
 '
 
 test_expect_success 'BF16 argmax per position equals the reference' '

@@ -137,12 +137,18 @@ test_expect_success 'an unwritable metrics path fails before training' '
 '
 
 test_expect_success 'a failed allocation is reported, not a crash' '
+	failed=0 &&
 	for n in 1 7 50 200; do
 		HP_FAIL_ALLOC=$n hp-train -q good.yaml 2>err
 		rc=$?
+		# a late N may land in an allocation with a fallback (the hp_sgemm
+		# pack buffer goes to OpenBLAS), so 0 is allowed; anything else is 5
 		test $rc = 5 -o $rc = 0 || { echo "HP_FAIL_ALLOC=$n exit $rc"; cat err; return 1; }
+		test $rc = 0 || { test_one_line err && failed=$((failed + 1)); } || return 1
 		test_no_sanitizer_report err || return 1
-	done
+	done &&
+	echo "$failed of 4 injected failures reported" &&
+	test $failed -ge 3
 '
 
 test_done

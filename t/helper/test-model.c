@@ -189,16 +189,14 @@ int cmd_cmpst(int argc, char **argv)
  */
 int cmd_packcheck(int argc, char **argv);
 
-static double token_loss(const float *l, int V, int t)
+/* The reference cross-entropy of one position. */
+static double token_loss(const float *l, int V, int32_t t)
 {
-	double mx = l[0], se = 0;
+	double loss;
+	long n;
 
-	for (int v = 1; v < V; v++)
-		if (l[v] > mx)
-			mx = l[v];
-	for (int v = 0; v < V; v++)
-		se += exp((double)l[v] - mx);
-	return log(se) + mx - l[t];
+	hp_cross_entropy_fwd(&loss, &n, l, &t, 1, V);
+	return loss;
 }
 
 int cmd_packcheck(int argc, char **argv)
@@ -358,22 +356,9 @@ int cmd_refstep(int argc, char **argv)
 		double ce = ce_sum / cnt, aux = m.aux_loss;
 		double loss = ce + (spec.output_router_logits && m.n_moe ? spec.router_aux_loss_coef * aux : 0);
 		hp_model_backward(&m, ids, tgt, (double)cnt, 1.0);
-		if (s == 1 && dump) {
-			struct hp_st_entry *ent = hp_calloc((size_t)m.nparams, sizeof(*ent));
-			for (int k = 0; k < m.nparams; k++) {
-				ent[k].name = m.params[k].name;
-				ent[k].dtype = HP_DTYPE_F32;
-				ent[k].ndim = m.params[k].ndim;
-				ent[k].shape[0] = m.params[k].shape[0];
-				ent[k].shape[1] = m.params[k].shape[1];
-				ent[k].data = m.params[k].g;
-			}
-			if (hp_st_write(dump, (size_t)m.nparams, ent, 0, NULL, NULL, &e)) {
-				fprintf(stderr, "hp-test-tool: %s\n", e.msg);
-				hp_free(ent);
-				goto done;
-			}
-			hp_free(ent);
+		if (s == 1 && dump && hp_model_save_grads(&m, dump, 0, NULL, NULL, &e)) {
+			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+			goto done;
 		}
 		double norm = hp_grad_norm(&m);
 		printf("{\"step\": %d, \"loss\": %.10g, \"ce\": %.10g, \"aux\": %.10g, \"grad_norm\": %.10g}\n",

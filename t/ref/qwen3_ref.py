@@ -72,7 +72,8 @@ import torch.nn.functional as F
 # --- safetensors by hand ---------------------------------------------------
 
 def read_safetensors(path):
-    """dict name -> float32 tensor (F32 or BF16 on disk); __metadata__ skipped."""
+    """dict name -> float32 tensor (F32, BF16 or F16 on disk); __metadata__ skipped.
+    Also the reader of bench/torch_llama.py and bench/moe_torch.py."""
     with open(path, "rb") as f:
         raw = f.read()
     (hlen,) = struct.unpack("<Q", raw[:8])
@@ -86,6 +87,8 @@ def read_safetensors(path):
         buf = raw[base + a:base + b]
         if d["dtype"] == "F32":
             arr = np.frombuffer(buf, dtype="<f4")
+        elif d["dtype"] == "F16":
+            arr = np.frombuffer(buf, dtype="<f2").astype(np.float32)
         elif d["dtype"] == "BF16":
             arr = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:
