@@ -279,6 +279,11 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name)
 	return NULL;
 }
 
+static int cmp_param_name(const void *a, const void *b)
+{
+	return strcmp((*(struct hp_param *const *)a)->name, (*(struct hp_param *const *)b)->name);
+}
+
 static int shape_matches(const struct hp_st_tensor *t, const struct hp_param *p)
 {
 	if (t->ndim != p->ndim)
@@ -392,10 +397,23 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 		}
 		rc = hp_st_read_f32(t, p->w, e);
 	}
-	/* Every tensor in the checkpoint must be one the model uses. */
+	/* Every tensor in the checkpoint must be one the model uses: a sorted
+	 * index of the parameter names keeps this O(n log n) for checkpoints of
+	 * tens of thousands of expert tensors. */
+	struct hp_param **byname = rc ? NULL : hp_malloc((size_t)m->nparams * sizeof(*byname));
+	if (!rc && !byname)
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", dir);
+	for (int i = 0; byname && i < m->nparams; i++)
+		byname[i] = &m->params[i];
+	if (byname)
+		qsort(byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name);
 	for (size_t j = 0; j < st.ntensors && !rc; j++) {
 		const struct hp_st_tensor *t = st.tensors[j];
-		if (hp_model_param(m, t->name) || (m->n_moe && is_stacked_name(t->name)))
+		struct hp_param key, *kp = &key;
+		snprintf(key.name, sizeof(key.name), "%s", t->name);
+		if ((strlen(t->name) < sizeof(key.name) &&
+		     bsearch(&kp, byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name)) ||
+		    (m->n_moe && is_stacked_name(t->name)))
 			continue;
 		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
 			/* some exporters write the tied head out; accept it only if it is the embedding */
@@ -422,6 +440,7 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 		rc = hp_err_set(e, HP_EFORMAT, "'%s': unexpected tensor '%s' for model_type %s",
 				dir, t->name, m->spec.model_type);
 	}
+	hp_free(byname);
 	hp_free(cache);
 	hp_st_model_close(&st);
 	return rc;

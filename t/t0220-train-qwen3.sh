@@ -118,6 +118,30 @@ test_expect_success 'bad input: a shape mismatch names the tensor' '
 	test_one_line err && grep -q "experts.0.gate_proj.weight. has shape" err
 '
 
+test_expect_success 'bad input: a stacked expert tensor of the wrong shape names it' '
+	mkdir -p stk && cp "$REFS/qwen3-moe-b-stacked/"*.safetensors stk/ &&
+	jq ".moe_intermediate_size = 20" "$REFS/qwen3-moe-b-stacked/config.json" >stk/config.json &&
+	write_config st.yaml "$PWD/stk" ts 64 2 2 1 &&
+	test_must_fail_with 4 hp-train -q st.yaml 2>err &&
+	test_one_line err && grep -q "experts.gate_up_proj. has the wrong shape" err
+'
+
+test_expect_success 'bad input: a tensor the config does not use names it' '
+	mkdir -p nob && cp "$REFS/qwen3-dense/model.safetensors" nob/ &&
+	jq ".attention_bias = false" "$REFS/qwen3-dense/config.json" >nob/config.json &&
+	write_config nb.yaml "$PWD/nob" ts 64 2 2 1 &&
+	test_must_fail_with 4 hp-train -q nb.yaml 2>err &&
+	test_one_line err && grep -q "unexpected tensor .model.layers.0.self_attn.[a-z]*_proj.bias." err
+'
+
+test_expect_success 'bad input: a tied config whose lm_head differs from the embedding' '
+	mkdir -p tie && cp "$REFS/qwen3-dense/model.safetensors" tie/ &&
+	jq ".tie_word_embeddings = true" "$REFS/qwen3-dense/config.json" >tie/config.json &&
+	write_config ti.yaml "$PWD/tie" ts 64 2 2 1 &&
+	test_must_fail_with 4 hp-train -q ti.yaml 2>err &&
+	test_one_line err && grep -q "lm_head.weight. differs from the embedding" err
+'
+
 test_expect_success 'bad input: rope_scaling is refused, naming the key' '
 	mkdir -p rs && cp "$REFS/qwen3-dense/"*.safetensors rs/ &&
 	jq ".rope_scaling = {\"rope_type\": \"yarn\", \"factor\": 4.0}" "$REFS/qwen3-dense/config.json" >rs/config.json &&
