@@ -1348,6 +1348,28 @@ static int check_object(struct hp_tokenizer *t, json_t *j, const char *where, co
 	return 0;
 }
 
+typedef int (*parse_fn)(struct hp_tokenizer *t, json_t *j, const char *where, struct hp_err *e);
+
+/* A "Sequence" normalizer, pre-tokenizer or decoder: each element of
+ * j[key] parsed by fn, with its path for messages. */
+static int parse_sequence(struct hp_tokenizer *t, json_t *j, const char *key, const char *where,
+			  parse_fn fn, struct hp_err *e)
+{
+	json_t *a = json_object_get(j, key);
+	int rc;
+
+	if (!json_is_array(a))
+		return FERR(HP_EFORMAT, "%s.%s is not an array", t->file, where, key);
+	for (size_t i = 0; i < json_array_size(a); i++) {
+		char w[256];
+
+		snprintf(w, sizeof(w), "%s.%s[%zu]", where, key, i);
+		if ((rc = fn(t, json_array_get(a, i), w, e)))
+			return rc;
+	}
+	return 0;
+}
+
 static int parse_norm(struct hp_tokenizer *t, json_t *j, const char *where, struct hp_err *e)
 {
 	struct tok_norm *nm;
@@ -1358,20 +1380,8 @@ static int parse_norm(struct hp_tokenizer *t, json_t *j, const char *where, stru
 		return 0;
 	if ((rc = check_object(t, j, where, &type, e)))
 		return rc;
-	if (!strcmp(type, "Sequence")) {
-		json_t *a = json_object_get(j, "normalizers");
-
-		if (!json_is_array(a))
-			return FERR(HP_EFORMAT, "%s.normalizers is not an array", t->file, where);
-		for (size_t i = 0; i < json_array_size(a); i++) {
-			char w[256];
-
-			snprintf(w, sizeof(w), "%s.normalizers[%zu]", where, i);
-			if ((rc = parse_norm(t, json_array_get(a, i), w, e)))
-				return rc;
-		}
-		return 0;
-	}
+	if (!strcmp(type, "Sequence"))
+		return parse_sequence(t, j, "normalizers", where, parse_norm, e);
 	{
 		size_t cap = t->nnorm;   /* grown one by one: a handful at most */
 		struct tok_norm *p = hp_realloc(t->norm, (cap + 1) * sizeof(*p));
@@ -1424,20 +1434,8 @@ static int parse_pre(struct hp_tokenizer *t, json_t *j, const char *where, struc
 		return 0;
 	if ((rc = check_object(t, j, where, &type, e)))
 		return rc;
-	if (!strcmp(type, "Sequence")) {
-		json_t *a = json_object_get(j, "pretokenizers");
-
-		if (!json_is_array(a))
-			return FERR(HP_EFORMAT, "%s.pretokenizers is not an array", t->file, where);
-		for (size_t i = 0; i < json_array_size(a); i++) {
-			char w[256];
-
-			snprintf(w, sizeof(w), "%s.pretokenizers[%zu]", where, i);
-			if ((rc = parse_pre(t, json_array_get(a, i), w, e)))
-				return rc;
-		}
-		return 0;
-	}
+	if (!strcmp(type, "Sequence"))
+		return parse_sequence(t, j, "pretokenizers", where, parse_pre, e);
 	if (strcmp(type, "Split") && strcmp(type, "ByteLevel") && strcmp(type, "Metaspace"))
 		return FERR(HP_EUNSUP, "%s.type '%s' is not supported; supported: Split, ByteLevel, "
 			    "Metaspace, Sequence", t->file, where, type);
@@ -1500,20 +1498,8 @@ static int parse_dec(struct hp_tokenizer *t, json_t *j, const char *where, struc
 
 	if ((rc = check_object(t, j, where, &type, e)))
 		return rc;
-	if (!strcmp(type, "Sequence")) {
-		json_t *a = json_object_get(j, "decoders");
-
-		if (!json_is_array(a))
-			return FERR(HP_EFORMAT, "%s.decoders is not an array", t->file, where);
-		for (size_t i = 0; i < json_array_size(a); i++) {
-			char w[256];
-
-			snprintf(w, sizeof(w), "%s.decoders[%zu]", where, i);
-			if ((rc = parse_dec(t, json_array_get(a, i), w, e)))
-				return rc;
-		}
-		return 0;
-	}
+	if (!strcmp(type, "Sequence"))
+		return parse_sequence(t, j, "decoders", where, parse_dec, e);
 	if (strcmp(type, "ByteLevel") && strcmp(type, "Replace") && strcmp(type, "ByteFallback") &&
 	    strcmp(type, "Fuse") && strcmp(type, "Strip") && strcmp(type, "Metaspace"))
 		return FERR(HP_EUNSUP, "%s.type '%s' is not supported; supported: ByteLevel, Replace, "
