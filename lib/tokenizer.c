@@ -35,6 +35,7 @@
 
 #include "alloc.h"
 #include "tokenizer.h"
+#include "utf8.h"
 #include "tokint.h"
 
 /* ------------------------------------------------------------------ */
@@ -353,7 +354,8 @@ static size_t utf8_check(const uint8_t *s, size_t len, int *max)
 	uint8_t hi = 0;
 
 	while (i < len) {
-		uint8_t c = s[i], lo = 0x80, top = 0xBF;
+		uint8_t c = s[i];
+		unsigned lo, top;
 		size_t need;
 		uint64_t w;
 
@@ -368,21 +370,7 @@ static size_t utf8_check(const uint8_t *s, size_t len, int *max)
 		}
 		if (c > hi)
 			hi = c;
-		if (c >= 0xC2 && c <= 0xDF)
-			need = 1;
-		else if (c == 0xE0)
-			need = 2, lo = 0xA0;
-		else if (c == 0xED)
-			need = 2, top = 0x9F;
-		else if (c >= 0xE1 && c <= 0xEF)
-			need = 2;
-		else if (c == 0xF0)
-			need = 3, lo = 0x90;
-		else if (c == 0xF4)
-			need = 3, top = 0x8F;
-		else if (c >= 0xF1 && c <= 0xF3)
-			need = 3;
-		else
+		if (!(need = hp_utf8_lead(c, &lo, &top)))
 			return i;
 		if (i + need >= len)   /* truncated at the end */
 			return i;
@@ -407,7 +395,8 @@ static int utf8_lossy(const uint8_t *s, size_t n, char **out, size_t *olen, size
 	if (rc)
 		return rc;
 	while (i < n) {
-		uint8_t c = s[i], lo = 0x80, top = 0xBF;
+		uint8_t c = s[i];
+		unsigned lo, top;
 		size_t need, got = 1;
 
 		if (c < 0x80) {
@@ -415,22 +404,7 @@ static int utf8_lossy(const uint8_t *s, size_t n, char **out, size_t *olen, size
 			i++;
 			continue;
 		}
-		if (c >= 0xC2 && c <= 0xDF)
-			need = 1;
-		else if (c == 0xE0)
-			need = 2, lo = 0xA0;
-		else if (c == 0xED)
-			need = 2, top = 0x9F;
-		else if (c >= 0xE1 && c <= 0xEF)
-			need = 2;
-		else if (c == 0xF0)
-			need = 3, lo = 0x90;
-		else if (c == 0xF4)
-			need = 3, top = 0x8F;
-		else if (c >= 0xF1 && c <= 0xF3)
-			need = 3;
-		else
-			need = 0;
+		need = hp_utf8_lead(c, &lo, &top);
 		if (need && i + 1 < n && s[i + 1] >= lo && s[i + 1] <= top) {
 			got = 2;
 			while (got <= need && i + got < n && (s[i + got] & 0xC0) == 0x80)

@@ -9,7 +9,7 @@ size_t hp_utf8_valid_prefix(const char *str, size_t n)
 	size_t i = 0;
 
 	while (i < n) {
-		unsigned c = s[i], need, lo = 0x80, hi = 0xBF;
+		unsigned c = s[i], need, lo, hi;
 
 		/* Most text is ASCII: skip eight bytes at a time while it is. */
 		if (c < 0x80) {
@@ -25,24 +25,8 @@ size_t hp_utf8_valid_prefix(const char *str, size_t n)
 				i++;
 			continue;
 		}
-		/* The table of RFC 3629 section 4, which Rust's str follows. */
-		if (c >= 0xC2 && c <= 0xDF) {
-			need = 1;
-		} else if (c >= 0xE0 && c <= 0xEF) {
-			need = 2;
-			if (c == 0xE0)
-				lo = 0xA0;        /* overlong */
-			else if (c == 0xED)
-				hi = 0x9F;        /* surrogates */
-		} else if (c >= 0xF0 && c <= 0xF4) {
-			need = 3;
-			if (c == 0xF0)
-				lo = 0x90;        /* overlong */
-			else if (c == 0xF4)
-				hi = 0x8F;        /* above U+10FFFF */
-		} else {
+		if (!(need = hp_utf8_lead(c, &lo, &hi)))
 			return i;
-		}
 		if (n - i <= need || s[i + 1] < lo || s[i + 1] > hi)
 			return i;
 		for (unsigned k = 2; k <= need; k++)

@@ -14,4 +14,34 @@
  */
 size_t hp_utf8_valid_prefix(const char *s, size_t n);
 
+/*
+ * The table of RFC 3629 section 4 for a non-ASCII lead byte c: returns the
+ * number of continuation bytes (1 to 3), with the allowed range of the
+ * first of them in [*lo, *hi] (narrower than 80..BF where overlongs,
+ * surrogates or code points above U+10FFFF would start); 0 when c cannot
+ * start a sequence.
+ */
+static inline unsigned hp_utf8_lead(unsigned c, unsigned *lo, unsigned *hi)
+{
+	*lo = 0x80;
+	*hi = 0xBF;
+	if (c >= 0xC2 && c <= 0xDF)
+		return 1;
+	if (c >= 0xE0 && c <= 0xEF) {
+		if (c == 0xE0)
+			*lo = 0xA0;        /* overlong */
+		else if (c == 0xED)
+			*hi = 0x9F;        /* surrogates */
+		return 2;
+	}
+	if (c >= 0xF0 && c <= 0xF4) {
+		if (c == 0xF0)
+			*lo = 0x90;        /* overlong */
+		else if (c == 0xF4)
+			*hi = 0x8F;        /* above U+10FFFF */
+		return 3;
+	}
+	return 0;
+}
+
 #endif
