@@ -24,3 +24,25 @@ int hp_write_all(int fd, const void *buf, size_t n)
 	}
 	return 0;
 }
+
+int hp_buffered_put(int fd, unsigned char *buf, size_t cap, size_t *used, const void *src, size_t n)
+{
+	const unsigned char *s = src;
+
+	while (n) {
+		size_t k = cap - *used;
+
+		if (k > n)
+			k = n;
+		memcpy(buf + *used, s, k);
+		*used += k;
+		s += k;
+		n -= k;
+		if (*used == cap) {
+			if (hp_write_all(fd, buf, cap))
+				return -1;
+			*used = 0;
+		}
+	}
+	return 0;
+}

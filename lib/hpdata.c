@@ -234,21 +234,8 @@ static int part_flush(struct part *w, struct hp_err *e)
 
 static int part_put(struct part *w, const void *src, size_t n, struct hp_err *e)
 {
-	const unsigned char *s = src;
-	int rc;
-
-	while (n) {
-		size_t k = PART_BUF - w->used;
-
-		if (k > n)
-			k = n;
-		memcpy(w->buf + w->used, s, k);
-		w->used += k;
-		s += k;
-		n -= k;
-		if (w->used == PART_BUF && (rc = part_flush(w, e)))
-			return rc;
-	}
+	if (hp_buffered_put(w->fd, w->buf, PART_BUF, &w->used, src, n))
+		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->path, strerror(errno));
 	return 0;
 }
 

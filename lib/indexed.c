@@ -383,21 +383,8 @@ static int close_tmp(struct hp_indexed_writer *w, struct hp_err *e)
 
 static int put(struct hp_indexed_writer *w, const void *src, size_t n, struct hp_err *e)
 {
-	const unsigned char *s = src;
-
-	while (n) {
-		size_t k = WBUF_SIZE - w->used;
-		int rc;
-
-		if (k > n)
-			k = n;
-		memcpy(w->buf + w->used, s, k);
-		w->used += k;
-		s += k;
-		n -= k;
-		if (w->used == WBUF_SIZE && (rc = flush(w, e)))
-			return rc;
-	}
+	if (hp_buffered_put(w->fd, w->buf, WBUF_SIZE, &w->used, src, n))
+		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->fd_path, strerror(errno));
 	return 0;
 }
 
