@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <math.h>
 #include <unistd.h>
+#include <jansson.h>
 #include <yaml.h>
 
 #include "alloc.h"
@@ -969,6 +970,7 @@ struct walk {
 	struct hp_err *e;
 	char path[512];          /* "$.dataset.data_path[1]" of the node in hand */
 	size_t plen;
+	int keep_paths;          /* paths were resolved already (a plan's config) */
 };
 
 static void path_push(struct walk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1068,7 +1070,7 @@ static char *resolve_path(const struct walk *w, const struct node *n, const char
 	size_t dlen;
 	char *r;
 
-	if (n->origin || s[0] == '/' || !s[0] || !slash ||
+	if (w->keep_paths || n->origin || s[0] == '/' || !s[0] || !slash ||
 	    path_exists(s, "") || path_exists(s, ".bin") || path_exists(s, ".idx"))
 		return hp_strdup(s);
 	while (s[0] == '.' && s[1] == '/')
@@ -1672,8 +1674,8 @@ oom:
 
 /* ---- entry points ---------------------------------------------------------- */
 
-int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, size_t len,
-		       int noverrides, char *const *overrides, struct hp_err *e)
+static int load_buf(struct hp_config *c, const char *name, const char *buf, size_t len,
+		    int noverrides, char *const *overrides, int keep_paths, struct hp_err *e)
 {
 	struct node *root = NULL;
 	struct walk w;
@@ -1694,6 +1696,7 @@ int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, s
 		w.c = c;
 		w.file = c->path;
 		w.e = e;
+		w.keep_paths = keep_paths;
 		path_push(&w, "$");
 		if (root->kind != NODE_MAP)
 			rc = werr(&w, root, "expected mapping, got %s", got(root));
@@ -1708,6 +1711,18 @@ int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, s
 	if (rc)
 		hp_config_release(c);
 	return rc;
+}
+
+int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, size_t len,
+		       int noverrides, char *const *overrides, struct hp_err *e)
+{
+	return load_buf(c, name, buf, len, noverrides, overrides, 0, e);
+}
+
+int hp_config_load_resolved(struct hp_config *c, const char *name, const char *buf, size_t len,
+			    struct hp_err *e)
+{
+	return load_buf(c, name, buf, len, 0, NULL, 1, e);
 }
 
 int hp_config_load(struct hp_config *c, const char *path,
@@ -1908,4 +1923,137 @@ void hp_config_print(const struct hp_config *c, FILE *f)
 		print_keys(&p, root_keys, c, "");
 		p.measure = 0;
 	}
+}
+
+/* ---- the resolved config as JSON ------------------------------------------- */
+
+static void jput(json_t *o, const char *k, json_t *v, int *bad)
+{
+	if (!v || json_object_set_new(o, k, v))
+		*bad = 1;
+}
+
+static json_t *strv_json(char *const *v, int n, int *bad)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; a && i < n; i++)
+		if (json_array_append_new(a, json_string(v[i])))
+			*bad = 1;
+	return a;
+}
+
+/* A mapping with a required key left unset (an absent dataset, a plan
+ * override without replace_module) is left out, as it was in the file. */
+static int map_absent(const struct key *tab, const void *base)
+{
+	for (const struct key *k = tab; k->name; k++)
+		if ((k->flags & F_REQ) && k->pname &&
+		    (k->type == T_STR || k->type == T_TARGET) &&
+		    !*(char *const *)((const char *)base + k->off))
+			return 1;
+	return 0;
+}
+
+static json_t *keys_json(const struct key *tab, const void *base, int *bad)
+{
+	json_t *o = json_object();
+
+	if (!o) {
+		*bad = 1;
+		return NULL;
+	}
+	for (const struct key *k = tab; k->name; k++) {
+		const void *f = (const char *)base + k->off;
+		const struct hp_config *c = base;
+
+		/* the model's path lands in one field under either key */
+		if (tab == model_keys && !strcmp(k->name, "pretrained_model_name_or_path")) {
+			if (c->model.path && c->model.source == HP_MODEL_FROM_PRETRAINED)
+				jput(o, k->name, json_string(c->model.path), bad);
+			continue;
+		}
+		if (tab == model_keys && !strcmp(k->name, "config_path")) {
+			if (c->model.path && c->model.source == HP_MODEL_FROM_CONFIG)
+				jput(o, k->name, json_string(c->model.path), bad);
+			continue;
+		}
+		if (k->type == T_MAP) {
+			if (!map_absent(k->sub, base))
+				jput(o, k->name, keys_json(k->sub, base, bad), bad);
+			continue;
+		}
+		if (!k->pname)
+			continue;
+		switch (k->type) {
+		case T_INT:
+			jput(o, k->name, json_integer(get_int(base, k)), bad);
+			break;
+		case T_BOOL:
+			if (get_int(base, k) >= 0)
+				jput(o, k->name, json_boolean(get_int(base, k)), bad);
+			break;
+		case T_ENUM:
+			jput(o, k->name, json_string(k->vals[get_int(base, k)]), bad);
+			break;
+		case T_FLOAT: {
+			double d;
+
+			memcpy(&d, f, sizeof(d));
+			/* a negative default marks "unset" (lr_config.lr) */
+			if (!(k->fdef < 0 && d == k->fdef))
+				jput(o, k->name, json_real(d), bad);
+			break;
+		}
+		case T_PAIR: {
+			double d0, d1;
+
+			memcpy(&d0, f, sizeof(d0));
+			memcpy(&d1, (const char *)base + k->noff, sizeof(d1));
+			jput(o, k->name, json_pack("[ff]", d0, d1), bad);
+			break;
+		}
+		case T_STR:
+		case T_STR_NULL:
+		case T_TARGET: {
+			const char *v = *(char *const *)f;
+
+			if (v)
+				jput(o, k->name, json_string(v), bad);
+			else if (k->type == T_STR_NULL)
+				jput(o, k->name, json_null(), bad);
+			break;
+		}
+		case T_STRLIST:
+			jput(o, k->name, strv_json(*(char **const *)f,
+						  *(const int *)((const char *)base + k->noff), bad), bad);
+			break;
+		case T_LIST: {
+			const char *items = *(char *const *)f;
+			int n = *(const int *)((const char *)base + k->noff);
+			json_t *a = json_array();
+
+			jput(o, k->name, a, bad);
+			for (int i = 0; a && i < n; i++)
+				if (json_array_append_new(a, keys_json(k->sub, items + (size_t)i * k->isz, bad)))
+					*bad = 1;
+			break;
+		}
+		default:
+			break;
+		}
+	}
+	return o;
+}
+
+json_t *hp_config_json(const struct hp_config *c)
+{
+	int bad = 0;
+	json_t *o = keys_json(root_keys, c, &bad);
+
+	if (bad) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }

@@ -180,6 +180,24 @@ int hp_config_load(struct hp_config *c, const char *path,
 int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, size_t len,
 		       int noverrides, char *const *overrides, struct hp_err *e);
 
+/*
+ * The same for a config that hp_config_json() wrote (a plan's "config"):
+ * its paths were resolved when it was first loaded and are kept as they are.
+ */
+int hp_config_load_resolved(struct hp_config *c, const char *name, const char *buf, size_t len,
+			    struct hp_err *e);
+
+/*
+ * The resolved config as a JSON object in the YAML schema's shape (a new
+ * reference; NULL when out of memory): every section hp reads with every
+ * key, defaults filled in and paths as resolved, so that
+ * hp_config_load_resolved() of its text gives back the same config.
+ * profiling, wandb, compile and mixed_precision are left out (hp reads
+ * none of their keys), and so are builder keywords of local_compute_fn.
+ */
+struct json_t;
+struct json_t *hp_config_json(const struct hp_config *c);
+
 /* Free everything owned by c (safe on a zeroed or released config). */
 void hp_config_release(struct hp_config *c);
 

@@ -254,6 +254,64 @@ int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e
 	return rc;
 }
 
+/* Set k to v in o (v a new reference); remember a failure in *bad. */
+static void put(json_t *o, const char *k, json_t *v, int *bad)
+{
+	if (!v || json_object_set_new(o, k, v))
+		*bad = 1;
+}
+
+json_t *hp_model_spec_json(const struct hp_model_spec *s)
+{
+	json_t *o = json_object(), *a;
+	int bad = !o;
+
+	if (bad)
+		return NULL;
+	put(o, "architectures", a = json_array(), &bad);
+	if (a && json_array_append_new(a, json_string(s->architecture)))
+		bad = 1;
+	put(o, "model_type", json_string(s->model_type), &bad);
+	put(o, "hidden_size", json_integer(s->hidden), &bad);
+	put(o, "intermediate_size", json_integer(s->intermediate), &bad);
+	put(o, "num_hidden_layers", json_integer(s->n_layers), &bad);
+	put(o, "num_attention_heads", json_integer(s->n_heads), &bad);
+	put(o, "num_key_value_heads", json_integer(s->n_kv_heads), &bad);
+	put(o, "head_dim", json_integer(s->head_dim), &bad);
+	put(o, "vocab_size", json_integer(s->vocab), &bad);
+	put(o, "max_position_embeddings", json_integer(s->max_pos), &bad);
+	put(o, "rms_norm_eps", json_real(s->rms_eps), &bad);
+	put(o, "rope_theta", json_real(s->rope_theta), &bad);
+	put(o, "hidden_act", json_string("silu"), &bad);
+	put(o, "tie_word_embeddings", json_boolean(s->tie_word_embeddings), &bad);
+	put(o, "attention_bias", json_boolean(s->attention_bias), &bad);
+	put(o, "mlp_bias", json_boolean(s->mlp_bias), &bad);
+	put(o, "initializer_range", json_real(s->initializer_range), &bad);
+	put(o, "torch_dtype", json_string(s->torch_dtype == HP_DTYPE_BF16 ? "bfloat16" :
+					  s->torch_dtype == HP_DTYPE_F16 ? "float16" : "float32"), &bad);
+	put(o, "bos_token_id", s->bos_token_id >= 0 ? json_integer(s->bos_token_id) : json_null(), &bad);
+	put(o, "eos_token_id", s->eos_token_id >= 0 ? json_integer(s->eos_token_id) : json_null(), &bad);
+	put(o, "pad_token_id", s->pad_token_id >= 0 ? json_integer(s->pad_token_id) : json_null(), &bad);
+	if (!strcmp(s->model_type, "qwen3_moe")) {
+		put(o, "num_experts", json_integer(s->n_experts), &bad);
+		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
+		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
+		put(o, "decoder_sparse_step", json_integer(s->decoder_sparse_step), &bad);
+		put(o, "norm_topk_prob", json_boolean(s->norm_topk_prob), &bad);
+		put(o, "output_router_logits", json_boolean(s->output_router_logits), &bad);
+		put(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef), &bad);
+		put(o, "mlp_only_layers", a = json_array(), &bad);
+		for (int l = 0; a && l < HP_MAX_LAYERS; l++)
+			if (s->mlp_only[l] && json_array_append_new(a, json_integer(l)))
+				bad = 1;
+	}
+	if (bad) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 long long hp_model_spec_nparams(const struct hp_model_spec *s)
 {
 	long long C = s->hidden, I = s->intermediate, hd = s->head_dim;

@@ -60,6 +60,15 @@ int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e
 int hp_hfconfig_load_buf(struct hp_model_spec *s, const char *name, const char *buf, size_t len,
 			 struct hp_err *e);
 
+/*
+ * The spec as an HF config.json object (a new reference, NULL when out of
+ * memory): every key hp reads, in a fixed order, so that
+ * hp_hfconfig_load_buf() of its text gives back the same spec.  Used for the
+ * plan's "model" section and for exported HF folders.
+ */
+struct json_t;
+struct json_t *hp_model_spec_json(const struct hp_model_spec *s);
+
 /* Number of parameters the spec implies (tied embeddings counted once). */
 long long hp_model_spec_nparams(const struct hp_model_spec *s);
 

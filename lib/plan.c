@@ -4,11 +4,12 @@
  *
  * The parameter list mirrors lib/model.c's build_params name for name and in
  * the same order, so that a plan and a model can be walked side by side.
- * Nothing here reads files or talks MPI: the world size is given, which
- * keeps plans reproducible on a laptop for a cluster run.  Not here yet:
- * memory and traffic estimates, and the resolved config in the plan.
+ * Nothing here talks MPI: the world size is given, which keeps plans
+ * reproducible on a laptop for a cluster run.  hp_plan_load reads a plan
+ * file back by making it again from the config and model it carries.
  */
 #include <jansson.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "params.h"
@@ -125,6 +126,7 @@ void hp_plan_free(struct hp_plan *p)
 	hp_free(p->units);
 	hp_free(p->modules);
 	hp_free(p->warnings);
+	json_decref(p->config);
 	hp_free(p);
 }
 
@@ -167,9 +169,24 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 	if (s->n_kv_heads % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
 				  "num_key_value_heads %d", f, p->tp, s->n_kv_heads);
+	if (s->vocab % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
+				  "vocab_size %d (the embedding and LM head are split over the "
+				  "vocabulary); pad the vocabulary or pick a divisor", f, p->tp, s->vocab);
+	if (s->intermediate % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
+				  "intermediate_size %d", f, p->tp, s->intermediate);
+	if (s->n_experts > 0 && p->tp > 1 && !p->sequence_parallel)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.sequence_parallel: a MoE model with "
+				  "tp_size %ld needs sequence_parallel: true (as Megatron-LM), so that "
+				  "each tp rank routes its own tokens", f, p->tp);
 	if (s->n_experts > 0 && s->n_experts % p->ep)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.ep_size: %ld does not divide "
 				  "num_experts %d", f, p->ep, s->n_experts);
+	if (c->training.global_batch_size % (c->training.micro_batch_size * p->dp))
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.global_batch_size: %ld is not a "
+				  "multiple of micro_batch_size*dp = %ld*%ld", f,
+				  c->training.global_batch_size, c->training.micro_batch_size, p->dp);
 	/* CP cuts the sequence in cp chunks; sequence parallel cuts each again over tp */
 	sq = p->cp * (p->sequence_parallel ? p->tp : 1);
 	if (seq > 0 && seq % sq)
@@ -302,6 +319,8 @@ static const struct kernel {
 	{ "flash_attention", "attention", {
 		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_flash_attention",
 		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_flash_attention" } },
+	/* hp's own: context parallel by all-to-all of heads (DeepSpeed-Ulysses) */
+	{ "ulysses_attention", "attention", { NULL, NULL } },
 	{ "grouped_experts", "experts", {
 		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_grouped_experts",
 		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_grouped_experts" } },
@@ -312,8 +331,9 @@ static const struct kernel {
 static const struct kernel *find_kernel(const char *target)
 {
 	for (int i = 0; i < NKERNELS; i++)
-		if (!strcmp(target, kernels[i].name) || !strcmp(target, kernels[i].targets[0]) ||
-		    !strcmp(target, kernels[i].targets[1]))
+		if (!strcmp(target, kernels[i].name) ||
+		    (kernels[i].targets[0] && !strcmp(target, kernels[i].targets[0])) ||
+		    (kernels[i].targets[1] && !strcmp(target, kernels[i].targets[1])))
 			return &kernels[i];
 	return NULL;
 }
@@ -474,9 +494,10 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 
 			for (int x = 0; x < NKERNELS; x++)
 				for (int y = -1; y < 2; y++)
-					n += (size_t)snprintf(known + n, n < sizeof(known) ? sizeof(known) - n : 0,
-							      "%s%s", n ? ", " : "",
-							      y < 0 ? kernels[x].name : kernels[x].targets[y]);
+					if (y < 0 || kernels[x].targets[y])
+						n += (size_t)snprintf(known + n, n < sizeof(known) ? sizeof(known) - n : 0,
+								      "%s%s", n ? ", " : "",
+								      y < 0 ? kernels[x].name : kernels[x].targets[y]);
 			return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d].replace_module._target_: "
 					  "unknown '%s'; known: %s", f, tidx, target, known);
 		}
@@ -512,6 +533,56 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 				return hp_err_set(e, HP_ENOMEM, "out of memory");
 		}
 	}
+	return 0;
+}
+
+/*
+ * What the estimates need from the config, the CP mode from the kernel
+ * bound to attention, and the resolved config itself.
+ */
+static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_err *e)
+{
+	const char *f = c->path ? c->path : "config";
+	const struct hp_model_spec *s = &p->spec;
+	int ulysses = 0, other = 0;
+
+	p->micro = c->training.micro_batch_size;
+	p->seq = c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
+	p->accum = c->training.global_batch_size / (p->micro * p->dp);
+	p->reshard_after_forward = c->fsdp.reshard_after_forward;
+	p->reshard_after_backward = c->fsdp.reshard_after_backward;
+	p->forward_prefetch = c->fsdp.forward_prefetch_depth;
+	p->backward_prefetch = c->fsdp.backward_prefetch_depth;
+	snprintf(p->param_dtype, sizeof(p->param_dtype), "%s",
+		 c->fsdp.param_dtype ? c->fsdp.param_dtype : "float32");
+	snprintf(p->reduce_dtype, sizeof(p->reduce_dtype), "%s",
+		 c->fsdp.reduce_dtype ? c->fsdp.reduce_dtype : p->param_dtype);
+	p->act_ckpt = !c->activation_checkpoint.mode || !strcmp(c->activation_checkpoint.mode, "off") ?
+		      HP_ACT_CKPT_OFF : !strcmp(c->activation_checkpoint.mode, "full") ?
+		      HP_ACT_CKPT_FULL : HP_ACT_CKPT_SELECTIVE;
+	p->max_grad_norm = c->training.max_grad_norm;
+	for (int i = 0; i < p->nmodules; i++)
+		if (strlen(p->modules[i].cls) > 9 &&
+		    !strcmp(p->modules[i].cls + strlen(p->modules[i].cls) - 9, "Attention")) {
+			if (!strcmp(p->modules[i].kernel, "ulysses_attention"))
+				ulysses = i + 1;
+			else
+				other = 1;
+		}
+	if (ulysses && other && p->cp > 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d]: ulysses_attention is bound to "
+				  "some attention modules only; context parallelism needs one mode for "
+				  "every layer", f, p->modules[ulysses - 1].override);
+	if (ulysses && p->cp > 1) {
+		p->cp_mode = HP_CP_ULYSSES;
+		if ((s->n_heads / p->tp) % p->cp || (s->n_kv_heads / p->tp) % p->cp)
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.cp_size: %ld does not divide the "
+					  "heads per tp rank (%d attention, %d KV), which ulysses_attention "
+					  "spreads over cp", f, p->cp, s->n_heads / (int)p->tp,
+					  s->n_kv_heads / (int)p->tp);
+	}
+	if (!(p->config = hp_config_json(c)))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
 	return 0;
 }
 
@@ -554,7 +625,7 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
 		goto fail;
 	}
-	if ((rc = bind_overrides(p, c, e)))
+	if ((rc = bind_overrides(p, c, e)) || (rc = step_facts(p, c, e)))
 		goto fail;
 	*pp = p;
 	return 0;
@@ -576,38 +647,6 @@ static void push(json_t *a, json_t *v, int *bad)
 {
 	if (!v || json_array_append_new(a, v))
 		*bad = 1;
-}
-
-static json_t *model_json(const struct hp_plan *p, int *bad)
-{
-	const struct hp_model_spec *s = &p->spec;
-	json_t *m = json_object(), *ml;
-
-	if (!m)
-		return NULL;
-	set(m, "model_type", json_string(s->model_type), bad);
-	set(m, "architecture", json_string(s->architecture), bad);
-	set(m, "hidden_size", json_integer(s->hidden), bad);
-	set(m, "intermediate_size", json_integer(s->intermediate), bad);
-	set(m, "num_hidden_layers", json_integer(s->n_layers), bad);
-	set(m, "num_attention_heads", json_integer(s->n_heads), bad);
-	set(m, "num_key_value_heads", json_integer(s->n_kv_heads), bad);
-	set(m, "head_dim", json_integer(s->head_dim), bad);
-	set(m, "vocab_size", json_integer(s->vocab), bad);
-	set(m, "tie_word_embeddings", json_boolean(s->tie_word_embeddings), bad);
-	set(m, "attention_bias", json_boolean(s->attention_bias), bad);
-	set(m, "qk_norm", json_boolean(s->qk_norm), bad);
-	if (s->n_experts > 0) {
-		set(m, "num_experts", json_integer(s->n_experts), bad);
-		set(m, "num_experts_per_tok", json_integer(s->top_k), bad);
-		set(m, "moe_intermediate_size", json_integer(s->moe_intermediate), bad);
-		set(m, "decoder_sparse_step", json_integer(s->decoder_sparse_step), bad);
-		set(m, "moe_layers", ml = json_array(), bad);
-		for (int l = 0; ml && l < s->n_layers; l++)
-			if (hp_model_spec_layer_is_moe(s, l))
-				push(ml, json_integer(l), bad);
-	}
-	return m;
 }
 
 static json_t *mesh_json(const struct hp_plan *p, enum hp_mesh mesh, int *bad)
@@ -648,6 +687,83 @@ static json_t *mesh_json(const struct hp_plan *p, enum hp_mesh mesh, int *bad)
 	return m;
 }
 
+static json_t *rank_est_json(const struct hp_rank_est *r, json_t *ranks, int *bad)
+{
+	json_t *o = json_object(), *comm = json_array();
+
+	set(o, "ranks", ranks, bad);
+	set(o, "param_bytes", json_integer(r->param_bytes), bad);
+	set(o, "grad_bytes", json_integer(r->grad_bytes), bad);
+	set(o, "optimizer_bytes", json_integer(r->optim_bytes), bad);
+	set(o, "activation_bytes", json_integer(r->act_bytes), bad);
+	set(o, "gathered_bytes", json_integer(r->gathered_bytes), bad);
+	set(o, "comm", comm, bad);
+	for (int d = 0; comm && d <= HP_NDIM; d++)
+		for (int c = 0; c < HP_NCOLL; c++) {
+			const struct hp_comm_est *x = &r->comm[d][c];
+			json_t *one;
+
+			if (!x->calls)
+				continue;
+			push(comm, one = json_object(), bad);
+			if (!one)
+				break;
+			set(one, "dim", json_string(hp_comm_dim_name(d)), bad);
+			set(one, "op", json_string(hp_coll_name((enum hp_coll)c)), bad);
+			set(one, "calls", json_integer(x->calls), bad);
+			set(one, "bytes", json_integer(x->bytes), bad);
+			if (x->routed)
+				set(one, "routed_bytes", json_integer(x->routed), bad);
+		}
+	return o;
+}
+
+/* Ranks with the same figures share one entry, listed at its first rank. */
+static json_t *estimates_json(const struct hp_plan *p, int *bad)
+{
+	static const char *const ckpt[] = { "off", "full", "selective" };
+	json_t *o = json_object(), *step = json_object(), *per = json_array();
+	struct hp_rank_est *est = hp_calloc((size_t)p->world, sizeof(*est));
+	char *done = hp_calloc((size_t)p->world, 1);
+
+	set(o, "step", step, bad);
+	set(o, "per_rank", per, bad);
+	if (!o || !step || !per || !est || !done) {
+		*bad = 1;
+		goto out;
+	}
+	set(step, "micro_batch_size", json_integer(p->micro), bad);
+	set(step, "seq_length", json_integer(p->seq), bad);
+	set(step, "grad_accumulation", json_integer(p->accum), bad);
+	set(step, "param_dtype", json_string(p->param_dtype), bad);
+	set(step, "reduce_dtype", json_string(p->reduce_dtype), bad);
+	set(step, "activation_checkpoint", json_string(ckpt[p->act_ckpt]), bad);
+	set(step, "cp_mode", json_string(p->cp_mode == HP_CP_ULYSSES ? "ulysses" : "allgather_kv"), bad);
+	for (int r = 0; r < p->world; r++)
+		if (hp_plan_estimate(p, r, &est[r]))
+			*bad = 1;
+	for (int r = 0; !*bad && r < p->world; r++) {
+		json_t *ranks;
+
+		if (done[r])
+			continue;
+		if (!(ranks = json_array())) {
+			*bad = 1;
+			break;
+		}
+		for (int q = r; q < p->world; q++)
+			if (!done[q] && !memcmp(&est[q], &est[r], sizeof(est[r]))) {
+				done[q] = 1;
+				push(ranks, json_integer(q), bad);
+			}
+		push(per, rank_est_json(&est[r], ranks, bad), bad);
+	}
+out:
+	hp_free(est);
+	hp_free(done);
+	return o;
+}
+
 static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 {
 	json_t *root = json_object(), *par, *meshes, *units, *params, *mods;
@@ -658,7 +774,8 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 	set(root, "format", json_string(HP_PLAN_FORMAT), bad);
 	set(root, "hash", json_string(hash), bad);
 	set(root, "world_size", json_integer(p->world), bad);
-	set(root, "model", model_json(p, bad), bad);
+	set(root, "model", hp_model_spec_json(&p->spec), bad);
+	set(root, "config", json_deep_copy(p->config), bad);
 	set(root, "parallel", par = json_object(), bad);
 	if (par) {
 		set(par, "tp", json_integer(p->tp), bad);
@@ -730,17 +847,49 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 		set(o, "kernel", json_string(m->kernel), bad);
 		set(o, "override", m->override >= 0 ? json_integer(m->override) : json_null(), bad);
 	}
+	set(root, "estimates", estimates_json(p, bad), bad);
 	return root;
 }
 
-#define DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
+/* The fewest significant digits, from 15 up, that give back every real in
+ * j: "0.1" rather than "0.10000000000000001", and still exact. */
+static int real_digits(json_t *j, int digits)
+{
+	const char *k;
+	json_t *v;
+	size_t i;
+
+	if (json_is_real(j)) {
+		double x = json_real_value(j);
+		char buf[40];
+
+		for (; digits < 17; digits++) {
+			snprintf(buf, sizeof(buf), "%.*g", digits, x);
+			if (strtod(buf, NULL) == x)
+				break;
+		}
+	} else if (json_is_object(j)) {
+		json_object_foreach(j, k, v)
+			digits = real_digits(v, digits);
+	} else if (json_is_array(j)) {
+		json_array_foreach(j, i, v)
+			digits = real_digits(v, digits);
+	}
+	return digits;
+}
+
+/* The plan's text: pretty-printed, keys in order, reals exact (free()). */
+static char *dump(json_t *j)
+{
+	return json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(real_digits(j, 15)));
+}
 
 /* The plan's text with the given hash (malloc'd by jansson: free()). */
 static char *plan_text(const struct hp_plan *p, const char *hash)
 {
 	int bad = 0;
 	json_t *root = plan_json(p, hash, &bad);
-	char *t = root && !bad ? json_dumps(root, DUMP_FLAGS) : NULL;
+	char *t = root && !bad ? dump(root) : NULL;
 
 	json_decref(root);
 	return t;
@@ -771,4 +920,85 @@ int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e)
 	if (rc)
 		return hp_err_set(e, HP_EIO, "writing the plan: %s", strerror(errno));
 	return 0;
+}
+
+/* --- loading ------------------------------------------------------------------ */
+
+/* A section of the plan as text, to go back through its own loader. */
+static char *section_text(json_t *j, const char *key)
+{
+	json_t *v = json_object_get(j, key);
+
+	return json_is_object(v) ? json_dumps(v, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+}
+
+int hp_plan_load(struct hp_plan **pp, struct hp_config *cfg, const char *path, struct hp_err *e)
+{
+	struct hp_config c;
+	struct hp_model_spec s;
+	struct hp_plan *p = NULL;
+	json_error_t je;
+	json_t *j, *h, *w;
+	char want[65], got[65], *t = NULL, *ct = NULL, *mt = NULL;
+	int rc;
+
+	*pp = NULL;
+	memset(&c, 0, sizeof(c));
+	if (access(path, R_OK))
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+	if (!(j = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+		return hp_err_set(e, HP_EFORMAT, "'%s': line %d: %s", path, je.line, je.text);
+	h = json_object_get(j, "hash");
+	w = json_object_get(j, "world_size");
+	if (!json_is_object(j) || !json_is_string(json_object_get(j, "format")) ||
+	    strcmp(json_string_value(json_object_get(j, "format")), HP_PLAN_FORMAT) ||
+	    !json_is_string(h) || !json_is_integer(w) || json_integer_value(w) < 1 ||
+	    json_integer_value(w) > 1 << 20) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': not an %s plan", path, HP_PLAN_FORMAT);
+		goto out;
+	}
+	/* the hash covers the text with "hash" blank */
+	snprintf(want, sizeof(want), "%s", json_string_value(h));
+	if (json_object_set_new(j, "hash", json_string("")) || !(t = dump(j))) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path);
+		goto out;
+	}
+	hp_sha256_hex(t, strlen(t), got);
+	if (strcmp(want, got)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': the plan's hash does not match its contents "
+				"(edited by hand?); make it again with hp-plan", path);
+		goto out;
+	}
+	/* the plan is remade from its own config and model: what a tool runs is
+	 * what hp_plan_resolve makes, never a hand-edited placement */
+	if (!(ct = section_text(j, "config")) || !(mt = section_text(j, "model"))) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': the plan has no config or model section", path);
+		goto out;
+	}
+	if ((rc = hp_config_load_resolved(&c, path, ct, strlen(ct), e)) ||
+	    (rc = hp_hfconfig_load_buf(&s, path, mt, strlen(mt), e)) ||
+	    (rc = hp_plan_resolve(&p, &c, &s, (int)json_integer_value(w), e)))
+		goto out;
+	if ((rc = hp_plan_hash(p, got, e)))
+		goto out;
+	if (strcmp(want, got)) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': this hp makes a different plan of the plan's own "
+				"config (made by another version of hp-plan?); make it again with hp-plan",
+				path);
+		goto out;
+	}
+	*pp = p;
+	p = NULL;
+	if (cfg) {
+		*cfg = c;
+		memset(&c, 0, sizeof(c));
+	}
+out:
+	hp_plan_free(p);
+	hp_config_release(&c);
+	json_decref(j);
+	free(t);
+	free(ct);
+	free(mt);
+	return rc;
 }

@@ -5,8 +5,8 @@
  * degrees against the world size and the model, lays out the meshes of
  * DESIGN.md §3 (identical to HyperParallel's), gives every parameter its
  * placement per mesh dim (§4), groups parameters into FSDP units and binds
- * every module to a kernel (plan_overrides).  It does not estimate memory
- * or traffic yet, and it does not copy the resolved config into the plan.
+ * every module to a kernel (plan_overrides); planest.c estimates what each
+ * rank holds and sends per step, by the rules of hp-plan(5), ESTIMATES.
  *
  * Meshes.  Every mesh is a row-major reshape of the ranks 0..world-1 into
  * three axes, the last innermost:
@@ -24,13 +24,8 @@
  *                 same plan with "hash" set to "": the exact bytes
  *                 hp_plan_write_json writes, less the final newline
  *   "world_size"  int
- *   "model"       model_type, architecture, hidden_size, intermediate_size,
- *                 num_hidden_layers (after any crop), num_attention_heads,
- *                 num_key_value_heads, head_dim, vocab_size,
- *                 tie_word_embeddings, attention_bias, qk_norm; for MoE
- *                 models also num_experts, num_experts_per_tok,
- *                 moe_intermediate_size, decoder_sparse_step, moe_layers
- *                 (the indices of the sparse layers)
+ *   "model"       the spec as a config.json (hp_model_spec_json)
+ *   "config"      the resolved config (hp_config_json)
  *   "parallel"    tp, cp, ep, pp, dp, sequence_parallel, loss_parallel (bools),
  *                 dp_shard, dp_replicate, edp, edp_shard, edp_replicate
  *   "meshes"      {"dense", "fsdp", "expert"}, each {"dims": [names],
@@ -48,6 +43,12 @@
  *   "modules"     [{"name", "class" (HF class), "kernel", "override" (index
  *                 into plan_overrides of the entry that bound the kernel,
  *                 or null)}], in forward order
+ *   "estimates"   {"step": {...}, "per_rank": [{"ranks", "param_bytes",
+ *                 "grad_bytes", "optimizer_bytes", "activation_bytes",
+ *                 "gathered_bytes", "comm": [{"dim", "op", "calls", "bytes"
+ *                 [, "routed_bytes"]}]}]}, ranks with equal figures merged
+ * Reals are written with the fewest digits (15 to 17) that give every one
+ * of them back exactly.
  *
  * Ownership: a struct hp_plan and everything it points to belong to the
  * plan (hp_plan_free).  Accessors return borrowed pointers.
@@ -103,12 +104,26 @@ struct hp_plan_module {
 	int override;                  /* plan_overrides index, or -1 */
 };
 
+enum hp_act_ckpt { HP_ACT_CKPT_OFF = 0, HP_ACT_CKPT_FULL, HP_ACT_CKPT_SELECTIVE };
+enum hp_cp_mode { HP_CP_ALLGATHER = 0, HP_CP_ULYSSES };
+
 struct hp_plan {
 	int world;
 	struct hp_model_spec spec;     /* a copy, after any crop */
 	long tp, cp, ep, pp, dp, dp_shard, dp_replicate, edp, edp_shard, edp_replicate;
 	int sequence_parallel, loss_parallel;
 	int size[HP_NDIM];             /* each dim's size */
+
+	/* what the estimates need from the config */
+	long micro, seq, accum;        /* micro-batch rows, tokens per row (0: unknown),
+					  micro-batches per step on each rank */
+	int reshard_after_forward, reshard_after_backward;
+	long forward_prefetch, backward_prefetch;
+	char param_dtype[16], reduce_dtype[16];   /* mix_precision; "" = float32 */
+	enum hp_act_ckpt act_ckpt;
+	enum hp_cp_mode cp_mode;       /* from the kernel bound to attention */
+	double max_grad_norm;
+	struct json_t *config;         /* the resolved config (hp_config_json) */
 
 	struct hp_plan_param *params;
 	int nparams;
@@ -132,6 +147,16 @@ int hp_plan_resolve(struct hp_plan **p, const struct hp_config *c, const struct 
 /* Write the plan as "hp-plan/1" JSON plus a newline to f (HP_EIO, HP_ENOMEM). */
 int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e);
 
+/*
+ * Read a plan file: the format and the hash must hold, and the plan is made
+ * again from the config and model it carries (so every tool works from what
+ * hp_plan_resolve makes, and a plan from another hp version is refused
+ * rather than misread).  HP_EFORMAT for a file that is not a plan or fails
+ * those checks, HP_EIO when it cannot be read.  When cfg is not NULL it
+ * receives the plan's config (hp_config_release it).
+ */
+int hp_plan_load(struct hp_plan **p, struct hp_config *cfg, const char *path, struct hp_err *e);
+
 /* The plan's hash (64 hex digits and a NUL), as in its JSON. */
 int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e);
 
@@ -150,6 +175,50 @@ int hp_plan_group(const struct hp_plan *p, enum hp_dim d, int rank, int *ranks);
 /* The parameter or module of that name, or NULL. */
 const struct hp_plan_param *hp_plan_find_param(const struct hp_plan *p, const char *name);
 const struct hp_plan_module *hp_plan_find_module(const struct hp_plan *p, const char *name);
+
+/*
+ * A rank's piece of a parameter.  Tensor parallelism cuts dim 0 or 1 of the
+ * global tensor evenly; FSDP then cuts dim 0 of that as torch.chunk does:
+ * chunks of ceil(rows / k) rows, the last ones short or empty, and the
+ * collectives move whole chunks (padded).
+ */
+struct hp_piece {
+	int64_t rows, cols;     /* the tp-local tensor (cols 1 for a vector) */
+	int64_t row0, col0;     /* where this rank's rows start in the global tensor */
+	int64_t chunk;          /* FSDP chunk rows (the padded piece) */
+	int64_t first, nrows;   /* this rank's rows of the tp-local tensor */
+};
+void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
+		   struct hp_piece *pc);
+/* Whether rank holds any of q (an expert lives on one ep rank). */
+int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
+
+/* Collectives, for the traffic estimate and hp-train's counters. */
+enum hp_coll {
+	HP_COLL_ALL_GATHER = 0, HP_COLL_REDUCE_SCATTER, HP_COLL_ALL_REDUCE,
+	HP_COLL_ALL_TO_ALL, HP_COLL_ALL_TO_ALLV, HP_NCOLL
+};
+#define HP_COMM_WORLD HP_NDIM       /* the whole world, for global sums */
+
+struct hp_comm_est {
+	int64_t calls, bytes;       /* per step: calls, and bytes of the send buffers */
+	int64_t routed;             /* the part of bytes that depends on the routing,
+				       given for even routing */
+};
+
+/* What one rank holds and sends per step (hp-plan(5), ESTIMATES). */
+struct hp_rank_est {
+	int size[HP_NDIM];
+	int64_t param_bytes, grad_bytes, optim_bytes;   /* F32 master weights, AdamW m and v */
+	int64_t act_bytes;          /* saved activations and scratch of one micro-batch */
+	int64_t gathered_bytes;     /* FSDP's unsharded buffers at their peak */
+	struct hp_comm_est comm[HP_NDIM + 1][HP_NCOLL];
+};
+int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r);
+int64_t hp_plan_act_bytes(const struct hp_plan *p);
+const char *hp_coll_name(enum hp_coll c);
+/* A dim's name, or "world" for HP_COMM_WORLD. */
+const char *hp_comm_dim_name(int d);
 
 /* "replicate", "shard(0)", "partial" into buf; returns buf. */
 const char *hp_placement_str(struct hp_placement pl, char *buf, size_t n);

@@ -20,7 +20,6 @@
 #include "hfconfig.h"
 #include "log.h"
 #include "plan.h"
-#include "sha256.h"
 
 const char hp_tool_name[] = "hp-plan";
 
@@ -128,6 +127,83 @@ static void print_groups(json_t *groups)
 	}
 }
 
+/* 1536 -> "1.5 KiB" */
+static const char *human(long long b, char *buf, size_t n)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double x = (double)b;
+	int u = 0;
+
+	while (x >= 1024 && u < 4) {
+		x /= 1024;
+		u++;
+	}
+	snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", x, unit[u]);
+	return buf;
+}
+
+/* "0-3,6" from a list of ranks */
+static const char *rank_list(json_t *ranks, char *buf, size_t n)
+{
+	size_t i, at = 0, len = json_array_size(ranks);
+
+	buf[0] = '\0';
+	for (i = 0; i < len && at < n; ) {
+		long long a = json_integer_value(json_array_get(ranks, i)), b = a;
+		size_t j = i + 1;
+
+		while (j < len && json_integer_value(json_array_get(ranks, j)) == b + 1)
+			b = json_integer_value(json_array_get(ranks, j++));
+		at += (size_t)snprintf(buf + at, n - at, b > a ? "%s%lld-%lld" : "%s%lld", at ? "," : "", a, b);
+		i = j;
+	}
+	return buf;
+}
+
+static void explain_estimates(json_t *est)
+{
+	json_t *step = json_object_get(est, "step"), *r, *c;
+	char h[5][32], rl[256];
+	size_t i, j;
+
+	printf("\nestimates per rank: one step is %lld micro-batch(es) of %lld x %lld tokens; "
+	       "params %s, reduce %s, activation checkpoint %s, cp %s\n",
+	       (long long)json_integer_value(json_object_get(step, "grad_accumulation")),
+	       (long long)json_integer_value(json_object_get(step, "micro_batch_size")),
+	       (long long)json_integer_value(json_object_get(step, "seq_length")),
+	       json_string_value(json_object_get(step, "param_dtype")),
+	       json_string_value(json_object_get(step, "reduce_dtype")),
+	       json_string_value(json_object_get(step, "activation_checkpoint")),
+	       json_string_value(json_object_get(step, "cp_mode")));
+	printf("  %-16s %12s %12s %12s %12s %12s\n", "ranks", "params", "grads", "optimizer",
+	       "activations", "fsdp gather");
+	json_array_foreach(json_object_get(est, "per_rank"), i, r)
+		printf("  %-16s %12s %12s %12s %12s %12s\n", rank_list(json_object_get(r, "ranks"), rl, sizeof(rl)),
+		       human(json_integer_value(json_object_get(r, "param_bytes")), h[0], sizeof(h[0])),
+		       human(json_integer_value(json_object_get(r, "grad_bytes")), h[1], sizeof(h[1])),
+		       human(json_integer_value(json_object_get(r, "optimizer_bytes")), h[2], sizeof(h[2])),
+		       human(json_integer_value(json_object_get(r, "activation_bytes")), h[3], sizeof(h[3])),
+		       human(json_integer_value(json_object_get(r, "gathered_bytes")), h[4], sizeof(h[4])));
+	json_array_foreach(json_object_get(est, "per_rank"), i, r) {
+		printf("\ntraffic per step, ranks %s (bytes of each rank's send buffers)\n",
+		       rank_list(json_object_get(r, "ranks"), rl, sizeof(rl)));
+		printf("  %-14s %-15s %8s %16s\n", "dim", "collective", "calls", "bytes");
+		json_array_foreach(json_object_get(r, "comm"), j, c) {
+			json_t *rb = json_object_get(c, "routed_bytes");
+
+			printf("  %-14s %-15s %8lld %16lld", json_string_value(json_object_get(c, "dim")),
+			       json_string_value(json_object_get(c, "op")),
+			       (long long)json_integer_value(json_object_get(c, "calls")),
+			       (long long)json_integer_value(json_object_get(c, "bytes")));
+			if (rb)
+				printf("  (%lld of them for even routing)", (long long)json_integer_value(rb));
+			printf("\n");
+		}
+		if (!json_array_size(json_object_get(r, "comm")))
+			printf("  none\n");
+	}
+}
+
 static void explain(json_t *plan, struct hp_plan *p)
 {
 	json_t *v, *x, *mesh;
@@ -185,45 +261,12 @@ static void explain(json_t *plan, struct hp_plan *p)
 		else
 			printf("-\n");
 	}
+	explain_estimates(json_object_get(plan, "estimates"));
 	printf("\nwarnings\n");
 	for (int w = 0; p && w < p->nwarnings; w++)
 		printf("  %s\n", p->warnings[w]);
 	if (!p || !p->nwarnings)
 		printf("  none\n");
-}
-
-/* A plan file: the format and the hash must hold. */
-static json_t *load_plan(const char *path, struct hp_err *e)
-{
-	json_error_t je;
-	json_t *j = json_load_file(path, 0, &je), *h;
-	char want[65], *t;
-
-	if (!j) {
-		hp_err_set(e, HP_EFORMAT, "'%s': line %d: %s", path, je.line, je.text);
-		return NULL;
-	}
-	if (!json_is_object(j) || !json_is_string(json_object_get(j, "format")) ||
-	    strcmp(json_string_value(json_object_get(j, "format")), HP_PLAN_FORMAT) ||
-	    !json_is_string(h = json_object_get(j, "hash"))) {
-		hp_err_set(e, HP_EFORMAT, "'%s': not an %s plan", path, HP_PLAN_FORMAT);
-		json_decref(j);
-		return NULL;
-	}
-	h = json_string(json_string_value(h));
-	json_object_set_new(j, "hash", json_string(""));
-	t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	if (t)
-		hp_sha256_hex(t, strlen(t), want);
-	free(t);
-	json_object_set_new(j, "hash", h);
-	if (!t || !h || strcmp(want, json_string_value(h))) {
-		hp_err_set(e, HP_EFORMAT, "'%s': the plan's hash does not match its contents "
-			   "(edited by hand?); make it again with hp-plan", path);
-		json_decref(j);
-		return NULL;
-	}
-	return j;
 }
 
 static int is_json_file(const char *path)
@@ -246,35 +289,31 @@ static int run_explain(const char *path, int novr, char **ovr, int world, struct
 	json_t *j = NULL;
 	char *buf = NULL;
 	size_t len = 0;
+	json_error_t je;
+	FILE *m;
 	int rc;
 
-	if (is_json_file(path)) {
-		if (!(j = load_plan(path, e)))
-			return e->code;
-	} else {
-		FILE *m;
-		json_error_t je;
-
-		if ((rc = resolve(&p, path, novr, ovr, world, e)))
-			return rc;
-		if (!(m = open_memstream(&buf, &len))) {
-			hp_plan_free(p);
-			return hp_err_set(e, HP_ENOMEM, "out of memory");
-		}
-		rc = hp_plan_write_json(p, m, e);
-		fclose(m);
-		if (!rc && !(j = json_loadb(buf, len, 0, &je)))
-			rc = hp_err_set(e, HP_EINVAL, "the plan does not parse back: %s", je.text);
-		free(buf);
-		if (rc) {
-			hp_plan_free(p);
-			return rc;
-		}
+	if (is_json_file(path))
+		rc = hp_plan_load(&p, NULL, path, e);
+	else
+		rc = resolve(&p, path, novr, ovr, world, e);
+	if (rc)
+		return rc;
+	/* print from the plan's JSON, so the tables show exactly what the file holds */
+	if (!(m = open_memstream(&buf, &len))) {
+		hp_plan_free(p);
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
 	}
-	explain(j, p);
+	rc = hp_plan_write_json(p, m, e);
+	fclose(m);
+	if (!rc && !(j = json_loadb(buf, len, 0, &je)))
+		rc = hp_err_set(e, HP_EINVAL, "the plan does not parse back: %s", je.text);
+	free(buf);
+	if (!rc)
+		explain(j, p);
 	json_decref(j);
 	hp_plan_free(p);
-	return 0;
+	return rc;
 }
 
 int cmd_main(int argc, char **argv, MPI_Comm comm)
