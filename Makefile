@@ -96,7 +96,7 @@ UNITS := $(UNIT_SRC:t/unit/%.c=$(O)/t/%)
 HELPER := $(O)/bin/hp-test-tool
 FUZZERS := $(FUZZ_SRC:fuzz/%.c=$(O)/fuzz/%)
 
-all: $(TOOLS) $(UNITS) $(if $(HELPER_SRC),$(HELPER)) config-report
+all: $(TOOLS) $(UNITS) $(if $(HELPER_SRC),$(HELPER)) $(O)/t/libenospc.so config-report
 
 config-report:
 	@printf '  %-7s %s\n' "" "MPI: $$(command -v mpiexec >/dev/null && echo ✓ || echo ✗)  CUDA: $(if $(filter 1,$(HAVE_CUDA)),✓ ($(NVCC)),✗)  NCCL: $(if $(NCCL_LIBDIR),✓,✗)"
@@ -140,6 +140,13 @@ $(HELPER): $(HELPER_SRC:%.c=$(O)/%.o) $(LIBHP)
 	@mkdir -p $(dir $@)
 	$(quiet) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The ENOSPC shim is preloaded into other programs, so it is built alone:
+# no compat.h, no sanitizers, no libhp (see t/shim/enospc.c).
+$(O)/t/libenospc.so: t/shim/enospc.c
+	@mkdir -p $(dir $@)
+	$(quiet) CC $@
+	$(Q)$(CC) -shared -fPIC -O2 -Wall -Wextra -Werror -o $@ $< -ldl
 
 # libFuzzer targets: clang, ASan+UBSan, the library sources compiled in.
 FUZZ_LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
