@@ -10,6 +10,9 @@
  * Returns 0, or -1 with errno set (EIO when write makes no progress). */
 int hp_write_all(int fd, const void *buf, size_t n);
 
+/* The same at file offset off (pwrite), leaving the file offset alone. */
+int hp_pwrite_all(int fd, const void *buf, size_t n, long long off);
+
 /* Stage n bytes of src in buf (cap bytes, *used of them filled), writing
  * buf to fd each time it fills.  Returns 0, or -1 with errno set by the
  * failed write (the bytes staged so far stay in buf). */

@@ -350,12 +350,36 @@ static uint64_t get_le64(const unsigned char *p)
 	return v;
 }
 
-int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
+/* Read exactly n bytes at off, or fail: a short file is malformed. */
+static int pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path, struct hp_err *e)
+{
+	unsigned char *p = buf;
+
+	while (n) {
+		ssize_t got = pread(fd, p, n, (off_t)off);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return st_err(e, HP_EIO, "'%s': cannot read: %s", path, strerror(errno));
+		if (got == 0)
+			return st_err(e, HP_EFORMAT, "'%s': truncated: ends before byte %llu", path,
+				      (unsigned long long)off);
+		p += got;
+		n -= (size_t)got;
+		off += (uint64_t)got;
+	}
+	return 0;
+}
+
+int hp_st_open_flags(struct hp_st_file *f, const char *path, unsigned flags, struct hp_err *e)
 {
 	struct stat st;
+	unsigned char len8[8];
 	uint64_t n;
 	size_t size;
 	void *map;
+	char *hdr = NULL;
 	int fd = -1, rc;
 
 	memset(f, 0, sizeof(*f));
@@ -383,16 +407,23 @@ int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
 		goto fail;
 	}
 	size = (size_t)st.st_size;
-	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (map == MAP_FAILED) {
-		rc = st_err(e, HP_EIO, "'%s': cannot map %zu bytes: %s", path, size, strerror(errno));
-		goto fail;
+	if (flags & HP_ST_PREAD) {
+		if ((rc = pread_full(fd, len8, 8, 0, path, e)))
+			goto fail;
+		f->fd = fd;
+	} else {
+		map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			rc = st_err(e, HP_EIO, "'%s': cannot map %zu bytes: %s", path, size, strerror(errno));
+			goto fail;
+		}
+		f->map = map;
+		f->fd = fd;
+		memcpy(len8, map, 8);
 	}
-	f->map = map;
-	f->fd = fd;
 	f->size = size;
 
-	n = get_le64(map);
+	n = get_le64(len8);
 	if (n > HP_ST_MAX_HEADER) {
 		rc = st_err(e, HP_EFORMAT, "'%s': header length %llu is absurd (over %u bytes)",
 				path, (unsigned long long)n, HP_ST_MAX_HEADER);
@@ -404,17 +435,48 @@ int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
 				path, (unsigned long long)n, size);
 		goto fail;
 	}
-	rc = hp_st_parse_header(f, path, (const char *)map + 8, (size_t)n, size - 8 - n, e);
+	if (f->map) {
+		rc = hp_st_parse_header(f, path, (const char *)f->map + 8, (size_t)n, size - 8 - n, e);
+	} else if (!(hdr = hp_malloc((size_t)n + 1))) {
+		rc = st_err(e, HP_ENOMEM, "'%s': out of memory", path);
+	} else if (!(rc = pread_full(fd, hdr, (size_t)n, 8, path, e))) {
+		rc = hp_st_parse_header(f, path, hdr, (size_t)n, size - 8 - n, e);
+	}
+	hp_free(hdr);
 	if (rc)
 		goto fail;
-	for (size_t i = 0; i < f->ntensors; i++)
-		f->tensors[i].data = (const unsigned char *)map + 8 + n + f->tensors[i].begin;
+	for (size_t i = 0; i < f->ntensors; i++) {
+		struct hp_st_tensor *t = &f->tensors[i];
+
+		t->fd = fd;
+		t->file_off = 8 + n + t->begin;
+		t->path = f->path;
+		if (f->map)
+			t->data = (const unsigned char *)f->map + t->file_off;
+	}
 	return 0;
 fail:
-	if (fd >= 0 && !f->map)
+	if (fd >= 0 && f->fd < 0)
 		close(fd);
 	hp_st_close(f);
 	return rc;
+}
+
+int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e)
+{
+	return hp_st_open_flags(f, path, 0, e);
+}
+
+int hp_st_pread(const struct hp_st_tensor *t, uint64_t off, void *buf, size_t n, struct hp_err *e)
+{
+	if (t->fd < 0 || off > t->nbytes || n > t->nbytes - off)
+		return st_err(e, HP_EINVAL, "'%s': bytes %llu+%zu of tensor '%s' (%zu bytes)",
+			      t->path ? t->path : "?", (unsigned long long)off, n, t->name, t->nbytes);
+	if (t->data) {
+		memcpy(buf, (const unsigned char *)t->data + off, n);
+		return 0;
+	}
+	return pread_full(t->fd, buf, n, t->file_off + off, t->path, e);
 }
 
 void hp_st_close(struct hp_st_file *f)
@@ -422,10 +484,10 @@ void hp_st_close(struct hp_st_file *f)
 	if (!f)
 		return;
 	release_parsed(f);
-	if (f->map) {
+	if (f->map)
 		munmap(f->map, f->size);
+	if (f->fd >= 0 && (f->map || f->path))
 		close(f->fd);
-	}
 	hp_free(f->path);
 	memset(f, 0, sizeof(*f));
 	f->fd = -1;
@@ -512,14 +574,15 @@ static int model_index_tensors(struct hp_st_model *m, const char *what, struct h
 	return 0;
 }
 
-static int model_open_single(struct hp_st_model *m, const char *path, struct hp_err *e)
+static int model_open_single(struct hp_st_model *m, const char *path, unsigned flags,
+			     struct hp_err *e)
 {
 	int rc;
 
 	m->files = hp_calloc(1, sizeof(*m->files));
 	if (!m->files)
 		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
-	rc = hp_st_open(&m->files[0], path, e);
+	rc = hp_st_open_flags(&m->files[0], path, flags, e);
 	if (rc)
 		return rc;
 	m->nfiles = 1;
@@ -544,7 +607,8 @@ static long shard_index(const char **names, size_t n, const char *name)
  * cross-checks between weight_map and the shards follow once all are open,
  * so that a missing shard is reported before any mismatch it causes.
  */
-static int model_open_index(struct hp_st_model *m, const char *index, struct hp_err *e)
+static int model_open_index(struct hp_st_model *m, const char *index, unsigned flags,
+			    struct hp_err *e)
 {
 	const char **names = NULL;
 	json_error_t je;
@@ -622,7 +686,7 @@ static int model_open_index(struct hp_st_model *m, const char *index, struct hp_
 			hp_free(path);
 			goto out;
 		}
-		rc = hp_st_open(&m->files[i], path, e);
+		rc = hp_st_open_flags(&m->files[i], path, flags, e);
 		hp_free(path);
 		if (rc)
 			goto out;
@@ -674,6 +738,12 @@ out:
 
 int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_err *e)
 {
+	return hp_st_model_open_flags(m, dir_or_file, 0, e);
+}
+
+int hp_st_model_open_flags(struct hp_st_model *m, const char *dir_or_file, unsigned flags,
+			   struct hp_err *e)
+{
 	static const char single[] = "model.safetensors";
 	static const char index[] = "model.safetensors.index.json";
 	struct stat st;
@@ -697,7 +767,7 @@ int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_e
 			goto out;
 		}
 		if (is_file(path)) {
-			rc = model_open_single(m, path, e);
+			rc = model_open_single(m, path, flags, e);
 			goto out;
 		}
 		hp_free(path);
@@ -706,7 +776,7 @@ int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_e
 			goto out;
 		}
 		if (is_file(path)) {
-			rc = model_open_index(m, path, e);
+			rc = model_open_index(m, path, flags, e);
 			goto out;
 		}
 		rc = st_err(e, HP_EIO, "'%s': folder has neither %s nor %s",
@@ -719,9 +789,9 @@ int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_e
 	if (!m->dir)
 		return st_err(e, HP_ENOMEM, "'%s': out of memory", dir_or_file);
 	if (ends_with(dir_or_file, ".index.json"))
-		rc = model_open_index(m, dir_or_file, e);
+		rc = model_open_index(m, dir_or_file, flags, e);
 	else
-		rc = model_open_single(m, dir_or_file, e);
+		rc = model_open_single(m, dir_or_file, flags, e);
 out:
 	hp_free(path);
 	if (rc)
@@ -866,7 +936,7 @@ static int cmp_entry_ptr_name(const void *a, const void *b)
 
 /* Bytes of one entry, or -1 with a message for a caller bug. */
 static int entry_nbytes(const char *path, const struct hp_st_entry *en, uint64_t *nbytes,
-			struct hp_err *e)
+			int need_data, struct hp_err *e)
 {
 	int64_t numel = 1;
 
@@ -884,7 +954,7 @@ static int entry_nbytes(const char *path, const struct hp_st_entry *en, uint64_t
 					  en->name);
 	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)hp_dtype_size(en->dtype), nbytes))
 		return st_err(e, HP_EINVAL, "'%s': tensor '%s' is too large", path, en->name);
-	if (*nbytes && !en->data)
+	if (need_data && *nbytes && !en->data)
 		return st_err(e, HP_EINVAL, "'%s': tensor '%s' has no data", path, en->name);
 	return 0;
 }
@@ -897,7 +967,7 @@ static int entry_nbytes(const char *path, const struct hp_st_entry *en, uint64_t
 static int build_header(struct sbuf *b, const char *path, size_t n,
 			const struct hp_st_entry *const *ord, size_t nmeta,
 			const char *const *meta_keys, const char *const *meta_vals,
-			struct hp_err *e)
+			int need_data, struct hp_err *e)
 {
 	uint64_t off = 0;
 	int first = 1;
@@ -917,7 +987,7 @@ static int build_header(struct sbuf *b, const char *path, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct hp_st_entry *en = ord[i];
 		uint64_t nbytes;
-		int rc = entry_nbytes(path, en, &nbytes, e);
+		int rc = entry_nbytes(path, en, &nbytes, need_data, e);
 
 		if (rc)
 			return rc;
@@ -964,96 +1034,197 @@ static void sync_dir_of(const char *path)
 	hp_free(dir);
 }
 
+static int check_meta(const char *path, size_t nmeta, const char *const *keys,
+		      const char *const *vals, struct hp_err *e)
+{
+	for (size_t i = 0; i < nmeta; i++) {
+		if (!keys || !vals || !keys[i] || !vals[i] || !utf8_valid(keys[i]) || !utf8_valid(vals[i]))
+			return st_err(e, HP_EINVAL, "'%s': metadata entry %zu cannot be written", path, i);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(keys[i], keys[j]))
+				return st_err(e, HP_EINVAL, "'%s': metadata key '%s' given twice",
+					      path, keys[i]);
+	}
+	return 0;
+}
+
+static int writer_fail(struct hp_st_writer *w, struct hp_err *e, const char *what)
+{
+	int rc = st_err(e, HP_EIO, "'%s': cannot %s '%s': %s", w->path, what, w->tmp, strerror(errno));
+
+	hp_st_writer_abort(w);
+	return rc;
+}
+
+int hp_st_writer_open(struct hp_st_writer *w, const char *path, size_t n,
+		      const struct hp_st_entry *entries, size_t nmeta, const char *const *meta_keys,
+		      const char *const *meta_vals, struct hp_err *e)
+{
+	struct sbuf hdr = { 0 };
+	unsigned char len8[8];
+	size_t tmplen;
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	w->fd = -1;
+	if ((rc = check_meta(path, nmeta, meta_keys, meta_vals, e)))
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		if (!entries[i].name)
+			return st_err(e, HP_EINVAL, "'%s': tensor %zu has no name", path, i);
+	w->n = n;
+	w->entries = entries;
+	w->ord = hp_calloc(n ? n : 1, sizeof(*w->ord));
+	w->path = hp_strdup(path);
+	tmplen = strlen(path) + 32;
+	w->tmp = hp_malloc(tmplen);
+	if (!w->ord || !w->path || !w->tmp) {
+		hp_st_writer_abort(w);
+		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
+	}
+	for (size_t i = 0; i < n; i++)
+		w->ord[i] = &entries[i];
+	qsort(w->ord, n, sizeof(*w->ord), cmp_entry_ptr_name);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(w->ord[i]->name, w->ord[i - 1]->name)) {
+			rc = st_err(e, HP_EINVAL, "'%s': tensor '%s' given twice", path, w->ord[i]->name);
+			hp_st_writer_abort(w);
+			return rc;
+		}
+	if ((rc = build_header(&hdr, path, n, w->ord, nmeta, meta_keys, meta_vals, 0, e))) {
+		hp_free(hdr.p);
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	w->hdr_len = hdr.len;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t nb;
+
+		entry_nbytes(path, w->ord[i], &nb, 0, NULL);
+		w->total += nb;
+	}
+	snprintf(w->tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (w->fd < 0) {
+		rc = st_err(e, HP_EIO, "'%s': cannot create '%s': %s", path, w->tmp, strerror(errno));
+		hp_free(hdr.p);
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	w->created = 1;
+	for (int i = 0; i < 8; i++)
+		len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
+	rc = hp_write_all(w->fd, len8, 8) || hp_write_all(w->fd, hdr.p, hdr.len);
+	hp_free(hdr.p);
+	return rc ? writer_fail(w, e, "write") : 0;
+}
+
+size_t hp_st_writer_index(const struct hp_st_writer *w, size_t i)
+{
+	return (size_t)(w->ord[i] - w->entries);
+}
+
+int hp_st_writer_put(struct hp_st_writer *w, const void *buf, size_t n, struct hp_err *e)
+{
+	if (n > w->total - w->done) {
+		int rc = st_err(e, HP_EINVAL, "'%s': %zu bytes more than the header's tensors hold",
+				w->path, n);
+
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	if (n && hp_write_all(w->fd, buf, n))
+		return writer_fail(w, e, "write");
+	w->done += n;
+	return 0;
+}
+
+int hp_st_writer_set_meta(struct hp_st_writer *w, size_t nmeta, const char *const *meta_keys,
+			  const char *const *meta_vals, struct hp_err *e)
+{
+	struct sbuf hdr = { 0 };
+	int rc;
+
+	if ((rc = check_meta(w->path, nmeta, meta_keys, meta_vals, e)) ||
+	    (rc = build_header(&hdr, w->path, w->n, w->ord, nmeta, meta_keys, meta_vals, 0, e))) {
+		hp_free(hdr.p);
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	if (hdr.len != w->hdr_len) {
+		hp_free(hdr.p);
+		rc = st_err(e, HP_EINVAL, "'%s': new metadata changes the header's length", w->path);
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	rc = hp_pwrite_all(w->fd, hdr.p, hdr.len, 8);
+	hp_free(hdr.p);
+	return rc ? writer_fail(w, e, "write") : 0;
+}
+
+int hp_st_writer_commit(struct hp_st_writer *w, struct hp_err *e)
+{
+	int rc;
+
+	if (w->done != w->total) {
+		rc = st_err(e, HP_EINVAL, "'%s': %llu of %llu data bytes written", w->path,
+			    (unsigned long long)w->done, (unsigned long long)w->total);
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	if (fsync(w->fd))
+		return writer_fail(w, e, "sync");
+	rc = close(w->fd);
+	w->fd = -1;
+	if (rc)
+		return writer_fail(w, e, "close");
+	if (rename(w->tmp, w->path)) {
+		rc = st_err(e, HP_EIO, "'%s': cannot rename '%s' over it: %s", w->path, w->tmp,
+			    strerror(errno));
+		hp_st_writer_abort(w);
+		return rc;
+	}
+	sync_dir_of(w->path);
+	w->created = 0;
+	hp_st_writer_abort(w);
+	return 0;
+}
+
+void hp_st_writer_abort(struct hp_st_writer *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->created && w->tmp)
+		unlink(w->tmp);
+	hp_free(w->ord);
+	hp_free(w->path);
+	hp_free(w->tmp);
+	memset(w, 0, sizeof(*w));
+	w->fd = -1;
+}
+
 int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
 		size_t nmeta, const char *const *meta_keys, const char *const *meta_vals,
 		struct hp_err *e)
 {
-	const struct hp_st_entry **ord = NULL;
-	struct sbuf hdr = { 0 };
-	unsigned char len8[8];
-	char *tmp = NULL;
-	size_t tmplen;
-	int fd = -1, created = 0, rc = 0;
+	struct hp_st_writer w;
+	int rc;
 
-	for (size_t i = 0; i < nmeta; i++) {
-		if (!meta_keys || !meta_vals || !meta_keys[i] || !meta_vals[i] ||
-		    !utf8_valid(meta_keys[i]) || !utf8_valid(meta_vals[i]))
-			return st_err(e, HP_EINVAL, "'%s': metadata entry %zu cannot be written",
-					  path, i);
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(meta_keys[i], meta_keys[j]))
-				return st_err(e, HP_EINVAL, "'%s': metadata key '%s' given twice",
-						  path, meta_keys[i]);
-	}
-	for (size_t i = 0; i < n; i++)
-		if (!entries[i].name)
-			return st_err(e, HP_EINVAL, "'%s': tensor %zu has no name", path, i);
-	ord = hp_calloc(n, sizeof(*ord));
-	if (!ord)
-		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
-	for (size_t i = 0; i < n; i++)
-		ord[i] = &entries[i];
-	qsort(ord, n, sizeof(*ord), cmp_entry_ptr_name);
-	for (size_t i = 1; i < n; i++) {
-		if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
-			rc = st_err(e, HP_EINVAL, "'%s': tensor '%s' given twice", path, ord[i]->name);
-			goto out;
-		}
-	}
-	if ((rc = build_header(&hdr, path, n, ord, nmeta, meta_keys, meta_vals, e)))
-		goto out;
-
-	tmplen = strlen(path) + 32;
-	tmp = hp_malloc(tmplen);
-	if (!tmp) {
-		rc = st_err(e, HP_ENOMEM, "'%s': out of memory", path);
-		goto out;
-	}
-	snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = st_err(e, HP_EIO, "'%s': cannot create '%s': %s", path, tmp, strerror(errno));
-		goto out;
-	}
-	created = 1;
-	for (int i = 0; i < 8; i++)
-		len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-	if (hp_write_all(fd, len8, 8) || hp_write_all(fd, hdr.p, hdr.len))
-		goto write_failed;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t nbytes;
+		uint64_t nb;
 
-		/* checked while building the header; cannot fail here */
-		entry_nbytes(path, ord[i], &nbytes, NULL);
-		if (nbytes && hp_write_all(fd, ord[i]->data, (size_t)nbytes))
-			goto write_failed;
+		if (entries[i].name && (rc = entry_nbytes(path, &entries[i], &nb, 1, e)))
+			return rc;
 	}
-	if (fsync(fd)) {
-		rc = st_err(e, HP_EIO, "'%s': cannot sync '%s': %s", path, tmp, strerror(errno));
-		goto out;
+	if ((rc = hp_st_writer_open(&w, path, n, entries, nmeta, meta_keys, meta_vals, e)))
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_st_entry *en = &entries[hp_st_writer_index(&w, i)];
+		uint64_t nb;
+
+		entry_nbytes(path, en, &nb, 1, NULL);
+		if ((rc = hp_st_writer_put(&w, en->data, (size_t)nb, e)))
+			return rc;
 	}
-	rc = close(fd);
-	fd = -1;
-	if (rc) {
-		rc = st_err(e, HP_EIO, "'%s': cannot close '%s': %s", path, tmp, strerror(errno));
-		goto out;
-	}
-	if (rename(tmp, path)) {
-		rc = st_err(e, HP_EIO, "'%s': cannot rename '%s' over it: %s", path, tmp,
-				strerror(errno));
-		goto out;
-	}
-	sync_dir_of(path);
-	goto out;
-write_failed:
-	rc = st_err(e, HP_EIO, "'%s': cannot write '%s': %s", path, tmp, strerror(errno));
-out:
-	if (fd >= 0)
-		close(fd);
-	if (rc && created)
-		unlink(tmp);
-	hp_free(tmp);
-	hp_free(hdr.p);
-	hp_free(ord);
-	return rc;
+	return hp_st_writer_commit(&w, e);
 }

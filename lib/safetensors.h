@@ -63,9 +63,13 @@ struct hp_st_tensor {
 	int ndim;
 	int64_t shape[HP_ST_MAX_DIMS];
 	uint64_t begin, end;        /* offsets within the data section */
-	const void *data;           /* points into the mapping; NULL when parsed from a buffer only */
+	const void *data;           /* points into the mapping; NULL when parsed from a buffer
+				       only or opened with HP_ST_PREAD */
 	size_t nbytes;
 	int64_t numel;
+	int fd;                     /* the open file (hp_st_pread), -1 or 0 when none */
+	uint64_t file_off;          /* where the data starts in the file */
+	const char *path;           /* borrowed from the file, for messages */
 };
 
 struct hp_st_file {
@@ -104,6 +108,19 @@ int hp_st_parse_header(struct hp_st_file *f, const char *name, const char *json,
  */
 int hp_st_open(struct hp_st_file *f, const char *path, struct hp_err *e);
 
+/*
+ * The same with flags.  HP_ST_PREAD: do not map the file; read the header
+ * with pread, keep the descriptor, and leave every tensor's data NULL: read
+ * tensors with hp_st_pread, so that a process touching a slice of a 60 GB
+ * checkpoint keeps only that slice resident.
+ */
+#define HP_ST_PREAD 1u
+int hp_st_open_flags(struct hp_st_file *f, const char *path, unsigned flags, struct hp_err *e);
+
+/* n bytes of tensor t from byte off of its data (a mapped or a pread file);
+ * HP_EFORMAT if the file was truncated since it was opened. */
+int hp_st_pread(const struct hp_st_tensor *t, uint64_t off, void *buf, size_t n, struct hp_err *e);
+
 /* Release everything and leave f zeroed with fd -1.  Safe on a zeroed,
  * failed or already closed struct. */
 void hp_st_close(struct hp_st_file *f);
@@ -140,6 +157,9 @@ struct hp_st_model {
  * name the shard.  On failure m is left closed.
  */
 int hp_st_model_open(struct hp_st_model *m, const char *dir_or_file, struct hp_err *e);
+/* The same with hp_st_open_flags' flags for every file. */
+int hp_st_model_open_flags(struct hp_st_model *m, const char *dir_or_file, unsigned flags,
+			   struct hp_err *e);
 
 /* Close every shard and leave m zeroed.  Safe on a zeroed or closed struct. */
 void hp_st_model_close(struct hp_st_model *m);
@@ -183,5 +203,35 @@ struct hp_st_entry {
 int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
 		size_t nmeta, const char *const *meta_keys, const char *const *meta_vals,
 		struct hp_err *e);
+
+/*
+ * The same, streamed: the header is written from the entries' names,
+ * dtypes and shapes (data is not used), then the data section arrives in
+ * any number of hp_st_writer_put calls, tensor after tensor in name order
+ * (hp_st_writer_index(w, i) is the entries[] index of the i-th), so a
+ * shard of any size is written with a bounded buffer.  Metadata can be
+ * replaced before the commit by values that keep the header's length
+ * (checksums written as fixed-width placeholders first).  Commit checks
+ * that every byte came, fsyncs and renames; any failure removes the
+ * temporary and leaves w closed.  entries is borrowed until the commit.
+ */
+struct hp_st_writer {
+	char *path, *tmp;
+	int fd, created;
+	size_t n, hdr_len;
+	const struct hp_st_entry *entries;
+	const struct hp_st_entry **ord;
+	uint64_t total, done;
+};
+int hp_st_writer_open(struct hp_st_writer *w, const char *path, size_t n,
+		      const struct hp_st_entry *entries, size_t nmeta, const char *const *meta_keys,
+		      const char *const *meta_vals, struct hp_err *e);
+size_t hp_st_writer_index(const struct hp_st_writer *w, size_t i);
+int hp_st_writer_put(struct hp_st_writer *w, const void *buf, size_t n, struct hp_err *e);
+int hp_st_writer_set_meta(struct hp_st_writer *w, size_t nmeta, const char *const *meta_keys,
+			  const char *const *meta_vals, struct hp_err *e);
+int hp_st_writer_commit(struct hp_st_writer *w, struct hp_err *e);
+/* Close and remove the temporary; safe on a closed writer. */
+void hp_st_writer_abort(struct hp_st_writer *w);
 
 #endif
