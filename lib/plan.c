@@ -9,7 +9,6 @@
  * file back by making it again from the config and model it carries.
  */
 #include <jansson.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "params.h"
@@ -934,6 +933,43 @@ static char *section_text(json_t *j, const char *key)
 
 int hp_plan_load(struct hp_plan **pp, struct hp_config *cfg, const char *path, struct hp_err *e)
 {
+	FILE *f;
+	char *buf = NULL;
+	size_t len = 0, cap = 0, got;
+	int rc;
+
+	*pp = NULL;
+	if (!(f = fopen(path, "rb")))
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+	do {
+		if (cap - len < 65536) {
+			char *nb = hp_realloc(buf, cap ? 2 * cap : 65536);
+
+			if (!nb) {
+				hp_free(buf);
+				fclose(f);
+				return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path);
+			}
+			buf = nb;
+			cap = cap ? 2 * cap : 65536;
+		}
+		got = fread(buf + len, 1, cap - len, f);
+		len += got;
+	} while (got);
+	rc = ferror(f);
+	fclose(f);
+	if (rc) {
+		hp_free(buf);
+		return hp_err_set(e, HP_EIO, "'%s': cannot read", path);
+	}
+	rc = hp_plan_load_text(pp, cfg, path, buf, len, e);
+	hp_free(buf);
+	return rc;
+}
+
+int hp_plan_load_text(struct hp_plan **pp, struct hp_config *cfg, const char *path, const char *text,
+		      size_t len, struct hp_err *e)
+{
 	struct hp_config c;
 	struct hp_model_spec s;
 	struct hp_plan *p = NULL;
@@ -944,9 +980,7 @@ int hp_plan_load(struct hp_plan **pp, struct hp_config *cfg, const char *path, s
 
 	*pp = NULL;
 	memset(&c, 0, sizeof(c));
-	if (access(path, R_OK))
-		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
-	if (!(j = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+	if (!(j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)))
 		return hp_err_set(e, HP_EFORMAT, "'%s': line %d: %s", path, je.line, je.text);
 	h = json_object_get(j, "hash");
 	w = json_object_get(j, "world_size");

@@ -156,6 +156,9 @@ int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e);
  * receives the plan's config (hp_config_release it).
  */
 int hp_plan_load(struct hp_plan **p, struct hp_config *cfg, const char *path, struct hp_err *e);
+/* The same from len bytes of text (stdin, a broadcast); name for messages. */
+int hp_plan_load_text(struct hp_plan **p, struct hp_config *cfg, const char *name, const char *text,
+		      size_t len, struct hp_err *e);
 
 /* The plan's hash (64 hex digits and a NUL), as in its JSON. */
 int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e);

@@ -29,7 +29,7 @@ test_expect_success MANDOC 'each page has the sections users look for' '
 	mandoc -Tascii "$MAN/hp-config.5" | col -b | grep -q "^EXIT STATUS\|^EXAMPLES"
 '
 
-for tool in hp-train hp-data hp-plan; do
+for tool in hp-train hp-data hp-plan hp-convert; do
 	test_expect_success MANDOC "$tool --help shows the SYNOPSIS of $tool(1)" '
 		"$tool" --help | sed -n "s/^ *usage: //p; s/^ *or: //p" | tr -s " " >help &&
 		test -s help &&
