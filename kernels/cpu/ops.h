@@ -33,6 +33,15 @@ void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long 
 void hp_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
 		    const float *rstd, long N, int C, int accumulate);
 
+/* fused_rmsnorm: h = a + b (b NULL: h = a), y = w * h * rstd, one pass;
+ * h may alias a or b.  Its backward is hp_rmsnorm_bwd_vec with accumulate
+ * (dx holds the residual's gradient).  Vector paths, results within a
+ * float ulp of the reference's. */
+void hp_rmsnorm_res_fwd(float *h, float *y, float *rstd, const float *a, const float *b,
+			const float *w, long N, int C, float eps);
+void hp_rmsnorm_bwd_vec(float *dx, float *dw, const float *dy, const float *x, const float *w,
+			const float *rstd, long N, int C, int accumulate);
+
 /* ---- RoPE (HF rotate_half form) ---- */
 /* cos/sin tables [T, head_dim/2] for positions 0..T-1: angle = pos * theta^(-2i/head_dim). */
 void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, double theta);
@@ -46,6 +55,12 @@ void hp_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float 
 /* ---- SwiGLU: h = silu(g) * u ---- */
 void hp_swiglu_fwd(float *h, const float *g, const float *u, long n);
 void hp_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
+/* grouped experts' fused SwiGLU on rows of [gate | up] (2*I floats each):
+ * h[r, i] = silu(gu[r, i]) * gu[r, I + i]; the backward writes dgu in the
+ * same layout.  Element for element the same arithmetic as the op table's
+ * swiglu_fwd / swiglu_bwd (the vector variants). */
+void hp_swiglu_rows_fwd(float *h, const float *gu, long rows, int I);
+void hp_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long rows, int I);
 
 /* ---- cross-entropy over logits[N, V] ---- */
 #define HP_IGNORE_INDEX (-100)
@@ -123,5 +138,42 @@ int hp_cross_entropy_fwd_vec(double *loss_sum, long *count, const float *logits,
 			     long N, int V);
 void hp_cross_entropy_bwd_vec(float *dlogits, const float *logits, const int32_t *targets,
 			      long N, int V, float scale);
+
+/* ---- flash attention (kernels/cpu/flashattn.c) ------------------------
+ * The causal GQA attention of attention_fwd/attention_bwd above - same
+ * layouts, same seg, same HF semantics - computed FlashAttention-2 style in
+ * tiles, so that nothing of size T x T is ever stored.  Instead of P the
+ * forward saves lse[B, n_heads, T]: for query i of head h in row b,
+ * lse = log(sum_j exp(scale * q_i . k_j)) (natural log, scale =
+ * 1/sqrt(head_dim), j over the keys the mask lets i see); the backward
+ * recomputes P from it.
+ * Preconditions: n_heads a multiple of n_kv_heads, and
+ * hp_flash_attention_supports(head_dim); a call that breaks them is the
+ * caller's bug and fills the outputs with NaN.  Results match the eager
+ * kernels to float rounding and are bit-identical for any thread count
+ * (work is split over hp_sgemm_threads() threads, or the number set with
+ * hp_flash_attention_set_threads, when a call is large enough) and on
+ * every x86-64 level.  Tiles live on the stack: up to about 300 KiB of the
+ * calling thread's.
+ * Environment: HP_FLASH=avx2 or HP_FLASH=baseline caps the compiled
+ * version used (read on every call; for tests and benchmarks). */
+#define HP_FLASH_ATTENTION_MAX_HEAD_DIM 512
+int hp_flash_attention_supports(int head_dim);
+/* out[B*T, n_heads*head_dim] and lse[B, n_heads, T] are overwritten. */
+void hp_flash_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+			    const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
+/* dq, dk, dv overwritten (same layouts as q, k, v); out and lse are the
+ * forward's.  scratch: at least hp_flash_attention_scratch(T, n_heads,
+ * head_dim) floats (may be NULL when that is 0). */
+void hp_flash_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+			    const float *lse, const float *q, const float *k, const float *v,
+			    const int32_t *seg, float *scratch, int B, int T, int n_heads,
+			    int n_kv_heads, int head_dim);
+/* Floats of scratch the backward needs: 0 in this version (tiles live on
+ * each thread's stack); callers size the buffer through it all the same. */
+size_t hp_flash_attention_scratch(int T, int n_heads, int head_dim);
+/* Threads for the flash kernels: n > 0 fixes the count (tests, benchmarks),
+ * 0 restores the default, hp_sgemm_threads(). */
+void hp_flash_attention_set_threads(int n);
 
 #endif
