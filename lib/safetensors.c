@@ -1135,6 +1135,12 @@ int hp_st_writer_put(struct hp_st_writer *w, const void *buf, size_t n, struct h
 	}
 	if (n && hp_write_all(w->fd, buf, n))
 		return writer_fail(w, e, "write");
+#ifdef SYNC_FILE_RANGE_WRITE
+	/* start writeback now, so that the commit's fsync finds little left to
+	 * write: it halves the time of writing a shard (bench/convert-bench.sh) */
+	if (n >= (1u << 20))
+		sync_file_range(w->fd, (off_t)(8 + w->hdr_len + w->done), (off_t)n, SYNC_FILE_RANGE_WRITE);
+#endif
 	w->done += n;
 	return 0;
 }
