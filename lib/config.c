@@ -633,6 +633,18 @@ static const struct key model_keys[] = {
 	{ NULL },
 };
 
+static const char *const loss_targets[] = { "ChunkedCausalLMLoss", "CausalLMLoss", NULL };
+
+/* hp's extension: the LM head and cross-entropy in chunks of tokens, never
+ * the whole [tokens, vocab] logits (the chunked_ce kernel of hp-plan(1)) */
+static const struct key lossfn_keys[] = {
+	{ .name = "_target_", .type = T_TARGET, .flags = F_REQ, .pname = "training.loss_fn",
+	  CF(training.loss_fn), .vals = loss_targets },
+	{ .name = "chunk_size", .type = T_INT, .pname = "training.loss_chunk_size",
+	  CF(training.loss_chunk_size), .idef = 1024, MIN(1) },
+	{ NULL },
+};
+
 static const struct key training_keys[] = {
 	{ .name = "train_iters", .type = T_INT, .flags = F_REQ, .pname = "training.train_iters",
 	  CF(training.train_iters), MIN(0) },
@@ -651,6 +663,7 @@ static const struct key training_keys[] = {
 	  CF(training.loss_aggregation), .vals = loss_aggs },
 	{ .name = "init_device", .type = T_STR_NULL, .pname = "training.init_device",
 	  CF(training.init_device) },
+	{ .name = "loss_fn", .type = T_MAP, .sub = lossfn_keys },
 	{ NULL },
 };
 

@@ -86,6 +86,8 @@ struct hp_config {
 		long logging_steps;          /* 1 */
 		enum hp_loss_agg loss_aggregation;
 		char *init_device;           /* NULL */
+		char *loss_fn;               /* loss_fn._target_: ...ChunkedCausalLMLoss or NULL */
+		long loss_chunk_size;        /* loss_fn.chunk_size: tokens per chunk (1024) */
 	} training;
 
 	struct {

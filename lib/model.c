@@ -94,6 +94,29 @@ static int build_params(struct hp_model *m, struct hp_err *e)
 }
 
 /* Take every activation buffer from the arena; with base NULL this only measures. */
+static int any_grouped(const struct hp_model *m)
+{
+	for (int l = 0; l < m->spec.n_layers; l++)
+		if (m->lw[l].moe && m->k.grouped[l])
+			return 1;
+	return 0;
+}
+
+/* The attention backward's scratch: a T x T row block for HF's algorithm,
+ * the flash kernel's own for flash layers. */
+static size_t scratch_floats(const struct hp_model *m)
+{
+	size_t n = 0, fl = hp_flash_attention_scratch(m->T, m->spec.n_heads, m->spec.head_dim);
+
+	for (int l = 0; l < m->spec.n_layers; l++) {
+		size_t x = m->k.flash[l] ? fl : (size_t)m->T * m->T;
+
+		if (x > n)
+			n = x;
+	}
+	return n ? n : 1;
+}
+
 static int take_acts(struct hp_model *m)
 {
 	const struct hp_model_spec *s = &m->spec;
@@ -120,7 +143,10 @@ static int take_acts(struct hp_model *m)
 		TAKE(t->q, N * QD * f);
 		TAKE(t->k, N * KD * f);
 		TAKE(t->v, N * KD * f);
-		TAKE(t->P, (size_t)m->B * s->n_heads * TT * f);
+		if (m->k.flash[l])
+			TAKE(t->P, (size_t)m->B * s->n_heads * m->T * f);
+		else
+			TAKE(t->P, (size_t)m->B * s->n_heads * TT * f);
 		TAKE(t->att, N * QD * f);
 		TAKE(t->x_mid, N * C * f);
 		TAKE(t->rstd2, N * f);
@@ -133,9 +159,14 @@ static int take_acts(struct hp_model *m)
 			TAKE(t->row_slot, NK * i4);
 			TAKE(t->ex_off, (E + 1) * i4);
 			TAKE(t->xe, NK * C * f);
-			TAKE(t->ge, NK * Im * f);
-			TAKE(t->ue, NK * Im * f);
-			TAKE(t->he, NK * Im * f);
+			if (m->k.grouped[l]) {
+				TAKE(t->ge, NK * 2 * Im * f);
+				t->ue = t->he = NULL;
+			} else {
+				TAKE(t->ge, NK * Im * f);
+				TAKE(t->ue, NK * Im * f);
+				TAKE(t->he, NK * Im * f);
+			}
 			TAKE(t->ye, NK * C * f);
 			TAKE(t->moe_out, N * C * f);
 		} else {
@@ -147,7 +178,7 @@ static int take_acts(struct hp_model *m)
 	TAKE(m->x_final, N * C * f);
 	TAKE(m->rstd_f, N * f);
 	TAKE(m->xf, N * C * f);
-	TAKE(m->logits, N * V * f);
+	TAKE(m->logits, (m->k.ce_chunk > 0 && m->k.ce_chunk < N ? (size_t)m->k.ce_chunk : (size_t)N) * V * f);
 	TAKE(m->cos_t, (size_t)m->T * s->head_dim / 2 * f);
 	TAKE(m->sin_t, (size_t)m->T * s->head_dim / 2 * f);
 	TAKE(m->pos, N * i4);
@@ -160,7 +191,7 @@ static int take_acts(struct hp_model *m)
 	TAKE(m->dg, N * I * f);
 	TAKE(m->du, N * I * f);
 	TAKE(m->dh, N * I * f);
-	TAKE(m->dscratch, TT * f);
+	TAKE(m->dscratch, scratch_floats(m) * f);
 	if (s->qk_norm) {
 		TAKE(m->dq2, N * QD * f);
 		TAKE(m->dk2, N * KD * f);
@@ -168,13 +199,15 @@ static int take_acts(struct hp_model *m)
 	if (m->n_moe) {
 		TAKE(m->dye, NK * C * f);
 		TAKE(m->dxe, NK * C * f);
-		TAKE(m->dge, NK * Im * f);
+		TAKE(m->dge, NK * (any_grouped(m) ? 2 : 1) * Im * f);
 		TAKE(m->due, NK * Im * f);
 		TAKE(m->dhe, NK * Im * f);
 		TAKE(m->dprob, N * E * f);
 		TAKE(m->dwsel, NK * f);
 		TAKE(m->moe_fill, E * i4);
 		TAKE(m->aux_frac, E * sizeof(double));
+		if (any_grouped(m))
+			TAKE(m->hrec, NK * Im * f);
 	}
 #undef TAKE
 	return ok;
@@ -182,9 +215,17 @@ static int take_acts(struct hp_model *m)
 
 int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e)
 {
+	return hp_model_init_kernels(m, spec, NULL, B, T, e);
+}
+
+int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
+			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e)
+{
 	int rc;
 
 	memset(m, 0, sizeof(*m));
+	if (k)
+		m->k = *k;
 	hp_arena_init(&m->warena);
 	hp_arena_init(&m->garena);
 	hp_arena_init(&m->aarena);
@@ -238,6 +279,19 @@ int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, i
 		m->lm_head = m->embed;
 		m->d_lm_head = m->d_embed;
 	}
+	for (int l = 0; l < spec->n_layers; l++)
+		if (m->k.flash[l] && !hp_flash_attention_supports(spec->head_dim)) {
+			rc = hp_err_set(e, HP_ECONFIG, "flash_attention takes head_dim up to %d, the model has %d; "
+					"leave its attention on the reference", HP_FLASH_ATTENTION_MAX_HEAD_DIM,
+					spec->head_dim);
+			goto fail;
+		}
+	/* grouped experts read gate and up as one [2*Im, C] matrix */
+	for (int l = 0; l < spec->n_layers; l++)
+		for (int x = 0; m->k.grouped[l] && m->lw[l].moe && x < spec->n_experts; x++)
+			if (m->lw[l].ex[x].wu != m->lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
+			    m->lg[l].ex[x].wu != m->lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
+				m->k.grouped[l] = 0;
 	take_acts(m);                       /* measure */
 	if (hp_arena_alloc(&m->aarena, m->aarena.used)) {
 		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens)",
@@ -545,6 +599,13 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (!n)
 			continue;
+		if (m->k.grouped[l]) {
+			/* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
+			ops->linear_fwd(a->ge + r0 * 2 * Im, a->xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
+			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
+			ops->linear_fwd(a->ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+			continue;
+		}
 		ops->linear_fwd(a->ge + r0 * Im, a->xe + r0 * C, w->ex[x].wg, NULL, n, C, Im);
 		ops->linear_fwd(a->ue + r0 * Im, a->xe + r0 * C, w->ex[x].wu, NULL, n, C, Im);
 		ops->swiglu_fwd(a->he + r0 * Im, a->ge + r0 * Im, a->ue + r0 * Im, n * Im);
@@ -625,6 +686,16 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (!n)
 			continue;
+		if (m->k.grouped[l]) {
+			/* the SwiGLU output is recomputed rather than kept */
+			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
+			ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, m->dye + r0 * C, m->hrec + r0 * Im,
+					w->ex[x].wd, n, Im, C, 0);
+			hp_swiglu_rows_bwd(m->dge + r0 * 2 * Im, m->dhe + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
+			ops->linear_bwd(m->dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, a->xe + r0 * C,
+					w->ex[x].wg, n, C, 2 * Im, 0);
+			continue;
+		}
 		ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, m->dye + r0 * C, a->he + r0 * Im,
 				w->ex[x].wd, n, Im, C, 0);
 		ops->swiglu_bwd(m->dge + r0 * Im, m->due + r0 * Im, m->dhe + r0 * Im, a->ge + r0 * Im,
@@ -673,9 +744,33 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	}
 }
 
+static int chunked(const struct hp_model *m)
+{
+	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->B * m->T;
+}
+
+/*
+ * A norm's input x is the residual a + b (b NULL: x already holds it; a
+ * NULL: nothing owed), then y = rmsnorm(x): in one pass with the fused
+ * kernel, else HF's add then norm.
+ */
+static void norm_in(int fused, float *x, float *y, float *rstd, const float *a, const float *b,
+		    const float *w, long N, int C, float eps)
+{
+	if (fused) {
+		hp_rmsnorm_res_fwd(x, y, rstd, a ? a : x, a ? b : NULL, w, N, C, eps);
+		return;
+	}
+	if (a)
+		for (long i = 0; i < N * C; i++)
+			x[i] = a[i] + b[i];
+	hp_rmsnorm_fwd(y, rstd, x, w, N, C, eps);
+}
+
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double *loss_sum, long *count)
 {
+	const float *ra = NULL, *rb = NULL;
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_cpu_ops *ops = m->ops;
 	long N = (long)m->B * m->T;
@@ -693,7 +788,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
 		float *mlp_out;
 
-		hp_rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, w->in_norm, N, C, eps);
+		norm_in(m->k.fused_in[l], a->x_in, a->xn1, a->rstd1, ra, rb, w->in_norm, N, C, eps);
 		if (s->qk_norm) {
 			/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
 			ops->linear_fwd(a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
@@ -707,11 +802,14 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		ops->linear_fwd(a->v, a->xn1, w->wv, w->bv, N, C, KD);
 		hp_rope_fwd(a->q, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_fwd(a->k, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
-		ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, s->n_heads, s->n_kv_heads, D);
+		if (m->k.flash[l])
+			hp_flash_attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, s->n_heads,
+					       s->n_kv_heads, D);
+		else
+			ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, s->n_heads,
+					   s->n_kv_heads, D);
 		ops->linear_fwd(a->x_mid, a->att, w->wo, w->bo, N, QD, C);
-		for (long i = 0; i < N * C; i++)
-			a->x_mid[i] = a->x_in[i] + a->x_mid[i];
-		hp_rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, w->post_norm, N, C, eps);
+		norm_in(m->k.fused_post[l], a->x_mid, a->xn2, a->rstd2, a->x_in, a->x_mid, w->post_norm, N, C, eps);
 		if (w->moe) {
 			moe_forward(m, l, a->moe_out);
 			mlp_out = a->moe_out;
@@ -722,17 +820,44 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			ops->linear_fwd(next, a->h, w->wd, NULL, N, I, C);
 			mlp_out = next;
 		}
-		for (long i = 0; i < N * C; i++)
-			next[i] = a->x_mid[i] + mlp_out[i];
+		/* the residual add x_mid + mlp_out is owed to the next norm's input */
+		ra = a->x_mid;
+		rb = mlp_out;
 	}
 	m->aux_loss = 0;
 	if (m->n_moe && s->output_router_logits)
 		moe_aux(m);
-	hp_rmsnorm_fwd(m->xf, m->rstd_f, m->x_final, m->final_norm, N, C, eps);
+	norm_in(m->k.fused_final, m->x_final, m->xf, m->rstd_f, ra, rb, m->final_norm, N, C, eps);
+	if (chunked(m)) {
+		long ch = m->k.ce_chunk;
+
+		*loss_sum = 0;
+		*count = 0;
+		for (long c0 = 0; targets && c0 < N; c0 += ch) {
+			long n = N - c0 < ch ? N - c0 : ch, cnt;
+			double ls;
+
+			ops->linear_fwd(m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
+			if (ops->cross_entropy_fwd(&ls, &cnt, m->logits, targets + c0, n, V))
+				return -1;
+			*loss_sum += ls;
+			*count += cnt;
+		}
+		return 0;
+	}
 	ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
 	if (targets)
 		return ops->cross_entropy_fwd(loss_sum, count, m->logits, targets, N, V);
 	return 0;
+}
+
+static void norm_bwd(int fused, float *dx, float *dw, const float *dy, const float *x, const float *w,
+		     const float *rstd, long N, int C, int accumulate)
+{
+	if (fused)
+		hp_rmsnorm_bwd_vec(dx, dw, dy, x, w, rstd, N, C, accumulate);
+	else
+		hp_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, accumulate);
 }
 
 void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
@@ -748,10 +873,23 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	double aux_grad = m->n_moe && s->output_router_logits ?
 		aux_weight * s->router_aux_loss_coef * s->n_experts / ((double)N * m->n_moe) : 0;
 
-	ops->cross_entropy_bwd(dlogits, m->logits, targets, N, V,
-			       total_count > 0 ? (float)(1.0 / total_count) : 0.0f);
-	ops->linear_bwd(m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
-	hp_rmsnorm_bwd(m->dx, m->d_final_norm, m->dxn, m->x_final, m->final_norm, m->rstd_f, N, C, 0);
+	float scale = total_count > 0 ? (float)(1.0 / total_count) : 0.0f;
+
+	if (chunked(m)) {
+		/* the logits of each chunk again, never all of them at once */
+		for (long c0 = 0; c0 < N; c0 += m->k.ce_chunk) {
+			long n = N - c0 < m->k.ce_chunk ? N - c0 : m->k.ce_chunk;
+
+			ops->linear_fwd(m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
+			ops->cross_entropy_bwd(m->logits, m->logits, targets + c0, n, V, scale);
+			ops->linear_bwd(m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
+					m->lm_head, n, C, V, 0);
+		}
+	} else {
+		ops->cross_entropy_bwd(dlogits, m->logits, targets, N, V, scale);
+		ops->linear_bwd(m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+	}
+	norm_bwd(m->k.fused_final, m->dx, m->d_final_norm, m->dxn, m->x_final, m->final_norm, m->rstd_f, N, C, 0);
 	for (int l = s->n_layers - 1; l >= 0; l--) {
 		struct hp_layer_act *a = &m->act[l];
 		const struct hp_layer_w *w = &m->lw[l];
@@ -766,11 +904,15 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 			ops->linear_bwd(m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
 			ops->linear_bwd(m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
 		}
-		hp_rmsnorm_bwd(m->dx, g->post_norm, m->dxn, a->x_mid, w->post_norm, a->rstd2, N, C, 1);
+		norm_bwd(m->k.fused_post[l], m->dx, g->post_norm, m->dxn, a->x_mid, w->post_norm, a->rstd2, N, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
 		ops->linear_bwd(m->datt, g->wo, g->bo, m->dx, a->att, w->wo, N, QD, C, 0);
-		ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg, m->dscratch,
-				   m->B, m->T, s->n_heads, s->n_kv_heads, D);
+		if (m->k.flash[l])
+			hp_flash_attention_bwd(m->dq, m->dk, m->dv, m->datt, a->att, a->P, a->q, a->k, a->v,
+					       m->seg, m->dscratch, m->B, m->T, s->n_heads, s->n_kv_heads, D);
+		else
+			ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
+					   m->dscratch, m->B, m->T, s->n_heads, s->n_kv_heads, D);
 		hp_rope_bwd(m->dq, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_bwd(m->dk, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
 		const float *dqp = m->dq, *dkp = m->dk;
@@ -783,7 +925,7 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		ops->linear_bwd(m->dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
 		ops->linear_bwd(m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
 		ops->linear_bwd(m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
-		hp_rmsnorm_bwd(m->dx, g->in_norm, m->dxn, a->x_in, w->in_norm, a->rstd1, N, C, 1);
+		norm_bwd(m->k.fused_in[l], m->dx, g->in_norm, m->dxn, a->x_in, w->in_norm, a->rstd1, N, C, 1);
 	}
 	hp_embedding_bwd(m->d_embed, m->dx, ids, N, C);
 }

@@ -55,13 +55,36 @@ struct hp_layer_w {
 	int moe;
 };
 
+/*
+ * Which kernel computes each module, from the plan's bindings (hp-plan(1));
+ * zero everywhere is HF's algorithm with the default op table.
+ *   flash[l]       attention by tiled online softmax: keeps the log-sum-exp
+ *                  [B, heads, T] instead of P [B, heads, T, T] and recomputes
+ *                  P block by block in the backward;
+ *   fused_in[l], fused_post[l], fused_final
+ *                  RMSNorm with the residual add that makes its input, in
+ *                  one pass;
+ *   grouped[l]     experts: one GEMM for gate and up together (their weights
+ *                  are adjacent), a fused SwiGLU, the SwiGLU output recomputed
+ *                  in the backward instead of kept;
+ *   ce_chunk       LM head and cross-entropy over chunks of this many tokens,
+ *                  never the whole [tokens, vocab] logits (recomputed in the
+ *                  backward); 0: whole.
+ */
+struct hp_model_kernels {
+	unsigned char flash[HP_MAX_LAYERS], fused_in[HP_MAX_LAYERS], fused_post[HP_MAX_LAYERS];
+	unsigned char grouped[HP_MAX_LAYERS];
+	unsigned char fused_final;
+	long ce_chunk;
+};
+
 struct hp_layer_act {
 	float *x_in;       /* [N,C] residual stream entering the layer */
 	float *rstd1;      /* [N] */
 	float *xn1;        /* [N,C] */
 	float *q_raw, *k_raw, *rstd_q, *rstd_k;   /* qk_norm: projections before the norm */
 	float *q, *k, *v;  /* [N,Hq*D], [N,Hkv*D] after norm and RoPE (q, k) */
-	float *P;          /* [B,Hq,T,T] */
+	float *P;          /* [B,Hq,T,T]; flash: the log-sum-exp [B,Hq,T] */
 	float *att;        /* [N,Hq*D] attention output before o_proj */
 	float *x_mid;      /* [N,C] residual after attention */
 	float *rstd2;      /* [N] */
@@ -73,7 +96,8 @@ struct hp_layer_act {
 	float *wsel;       /* [N,k] their weights (renormalized if norm_topk_prob) */
 	int32_t *row_tok, *row_slot;   /* [N*k] token and slot of each row */
 	int32_t *ex_off;   /* [E+1] first row of each expert */
-	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C] */
+	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
+					  [N*k, 2*Im] (gate | up per row), ue and he NULL */
 	float *moe_out;    /* [N,C] weighted sum of the experts */
 };
 
@@ -89,10 +113,12 @@ struct hp_model {
 	float *d_embed, *d_final_norm, *d_lm_head;
 	struct hp_layer_w *lw, *lg;               /* weights and grads per layer */
 
+	struct hp_model_kernels k;
+
 	/* activations for one micro-batch */
 	int B, T;
 	struct hp_layer_act *act;
-	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V] */
+	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V]; chunked: [ce_chunk,V] */
 	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
 	int32_t *pos;                             /* [N] RoPE position of each token */
 	const int32_t *seg;                       /* the last forward's segments (borrowed) */
@@ -100,6 +126,7 @@ struct hp_model {
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
+	float *hrec;                              /* grouped experts: SwiGLU recomputed */
 	int32_t *moe_fill;                        /* [E] row cursor while grouping */
 	int n_moe;                                /* MoE layers */
 	/* the load-balancing loss of the last forward (output_router_logits) */
@@ -114,6 +141,9 @@ struct hp_model {
  * micro-batches of B sequences of T tokens.  Parameters start at zero.
  */
 int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e);
+/* The same with the kernels k (NULL: all HF's). */
+int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
+			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e);
 void hp_model_release(struct hp_model *m);
 
 /*
@@ -137,7 +167,8 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
  * only within its document and its RoPE position counts from the
  * document's start, so a packed document computes what it computes alone.
  * seg is borrowed until the matching backward.
- * The logits stay in m->logits [B*T, V] until the next call.  With MoE
+ * The logits stay in m->logits [B*T, V] until the next call (not with
+ * chunked cross-entropy, which keeps none).  With MoE
  * layers and output_router_logits, m->aux_loss is HF's load-balancing loss
  * over all MoE layers of this forward (not scaled by its coefficient).
  */

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "model.h"
 #include "params.h"
 #include "plan.h"
 #include "sha256.h"
@@ -560,6 +561,19 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 		      HP_ACT_CKPT_OFF : !strcmp(c->activation_checkpoint.mode, "full") ?
 		      HP_ACT_CKPT_FULL : HP_ACT_CKPT_SELECTIVE;
 	p->max_grad_norm = c->training.max_grad_norm;
+	/* hp's loss_fn extension binds the LM head to the chunked kernel */
+	if (c->training.loss_fn && strstr(c->training.loss_fn, "ChunkedCausalLMLoss")) {
+		struct hp_plan_module *m = (struct hp_plan_module *)hp_plan_find_module(p, "lm_head");
+		char *kn = hp_strdup("chunked_ce");
+
+		if (!m || !kn) {
+			hp_free(kn);
+			return hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
+		}
+		hp_free(m->kernel);
+		m->kernel = kn;
+		p->ce_chunk = c->training.loss_chunk_size;
+	}
 	for (int i = 0; i < p->nmodules; i++)
 		if (strlen(p->modules[i].cls) > 9 &&
 		    !strcmp(p->modules[i].cls + strlen(p->modules[i].cls) - 9, "Attention")) {
@@ -631,6 +645,32 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 fail:
 	hp_plan_free(p);
 	return rc;
+}
+
+void hp_plan_model_kernels(const struct hp_plan *p, struct hp_model_kernels *k)
+{
+	memset(k, 0, sizeof(*k));
+	for (int i = 0; i < p->nmodules; i++) {
+		const struct hp_plan_module *m = &p->modules[i];
+		int l = -1, n = 0;
+		char sub[64] = "";
+
+		if (sscanf(m->name, "model.layers.%d.%63s%n", &l, sub, &n) == 2 && l >= 0 && l < HP_MAX_LAYERS) {
+			if (!strcmp(sub, "self_attn"))
+				k->flash[l] = !strcmp(m->kernel, "flash_attention") ||
+					      !strcmp(m->kernel, "ulysses_attention");
+			else if (!strcmp(sub, "input_layernorm"))
+				k->fused_in[l] = !strcmp(m->kernel, "fused_rmsnorm");
+			else if (!strcmp(sub, "post_attention_layernorm"))
+				k->fused_post[l] = !strcmp(m->kernel, "fused_rmsnorm");
+			else if (!strcmp(sub, "mlp.experts"))
+				k->grouped[l] = !strcmp(m->kernel, "grouped_experts");
+		} else if (!strcmp(m->name, "model.norm")) {
+			k->fused_final = !strcmp(m->kernel, "fused_rmsnorm");
+		} else if (!strcmp(m->name, "lm_head") && !strcmp(m->kernel, "chunked_ce")) {
+			k->ce_chunk = p->ce_chunk;
+		}
+	}
 }
 
 /* --- JSON -------------------------------------------------------------------- */

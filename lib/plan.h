@@ -123,6 +123,7 @@ struct hp_plan {
 	enum hp_act_ckpt act_ckpt;
 	enum hp_cp_mode cp_mode;       /* from the kernel bound to attention */
 	double max_grad_norm;
+	long ce_chunk;                 /* lm_head bound to chunked_ce: tokens per chunk */
 	struct json_t *config;         /* the resolved config (hp_config_json) */
 
 	struct hp_plan_param *params;
@@ -222,6 +223,10 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p);
 const char *hp_coll_name(enum hp_coll c);
 /* A dim's name, or "world" for HP_COMM_WORLD. */
 const char *hp_comm_dim_name(int d);
+
+/* The kernels the plan binds, as the CPU model takes them (lib/model.h). */
+struct hp_model_kernels;
+void hp_plan_model_kernels(const struct hp_plan *p, struct hp_model_kernels *k);
 
 /* "replicate", "shard(0)", "partial" into buf; returns buf. */
 const char *hp_placement_str(struct hp_placement pl, char *buf, size_t n);

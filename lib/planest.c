@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "alloc.h"
+#include "cpu/ops.h"
 #include "plan.h"
 
 static const char *const coll_names[HP_NCOLL] = {
@@ -94,7 +95,8 @@ struct dims {
 	int64_t B, T, S, N, Ns, Nm, C, QD, KD, Hq, Hkv, I, V, E, K, Im, NK, D;
 };
 
-static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, int flash, int noP)
+static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, int flash, int grouped,
+			  int noP)
 {
 	const int64_t f = 4, i4 = 4;
 	int64_t b = 0;
@@ -113,7 +115,8 @@ static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, 
 		b += A64(d->Nm * d->C * f);
 		b += A64(d->Nm * d->E * f) + A64(d->Nm * d->K * i4) + A64(d->Nm * d->K * f) +
 		     2 * A64(d->NK * i4) + A64((d->E + 1) * i4) + A64(d->NK * d->C * f) +
-		     3 * A64(d->NK * d->Im * f) + A64(d->NK * d->C * f) + A64(d->Nm * d->C * f);
+		     (grouped ? A64(d->NK * 2 * d->Im * f) : 3 * A64(d->NK * d->Im * f)) +
+		     A64(d->NK * d->C * f) + A64(d->Nm * d->C * f);
 	} else {
 		b += A64(d->N * d->C * f) + 3 * A64(d->N * d->I * f);
 	}
@@ -132,7 +135,7 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 	const struct hp_model_spec *s = &p->spec;
 	const int64_t f = 4, i4 = 4;
 	struct dims d;
-	int64_t b = 0, maxl = 0, maxP = 0, nm = 0;
+	int64_t b = 0, maxl = 0, maxP = 0, nm = 0, ngrouped = 0, scratch = 1, N;
 	char name[96];
 
 	if (p->seq <= 0)
@@ -159,11 +162,20 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 		int flash;
 		int64_t full, noP;
 
+		int grouped;
+		int64_t sc;
+
 		snprintf(name, sizeof(name), "model.layers.%d.self_attn", l);
 		flash = bound(p, name, "flash_attention") || bound(p, name, "ulysses_attention");
-		full = layer_acts(p, &d, l, flash, 0);
-		noP = layer_acts(p, &d, l, flash, 1);
+		snprintf(name, sizeof(name), "model.layers.%d.mlp.experts", l);
+		grouped = hp_model_spec_layer_is_moe(s, l) && bound(p, name, "grouped_experts");
+		full = layer_acts(p, &d, l, flash, grouped, 0);
+		noP = layer_acts(p, &d, l, flash, grouped, 1);
 		nm += hp_model_spec_layer_is_moe(s, l);
+		ngrouped += grouped;
+		sc = flash ? (int64_t)hp_flash_attention_scratch((int)d.T, (int)d.Hq, (int)d.D) : d.T * d.S;
+		if (sc > scratch)
+			scratch = sc;
 		switch (p->act_ckpt) {
 		case HP_ACT_CKPT_FULL:      /* keep the layer input; recompute one layer at a time */
 			b += A64(d.Ns * d.C * f);
@@ -181,18 +193,20 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 	}
 	b += maxl + maxP;
 	/* the tail: final norm, LM head, RoPE tables, positions */
-	b += A64(d.Ns * d.C * f) + A64(d.Ns * f) + A64(d.N * d.C * f) + A64(d.N * d.V * f);
+	N = bound(p, "lm_head", "chunked_ce") && p->ce_chunk < d.N ? p->ce_chunk : d.N;
+	b += A64(d.Ns * d.C * f) + A64(d.Ns * f) + A64(d.N * d.C * f) + A64(N * d.V * f);
 	if (p->tp > 1 && !p->loss_parallel)   /* logits gathered over the vocabulary */
 		b += A64(d.N * s->vocab * f);
 	b += 2 * A64(d.T * d.D / 2 * f) + A64(d.N * i4);
 	/* backward scratch */
 	b += 2 * A64(d.N * d.C * f) + A64(d.N * d.QD * f) + 2 * A64(d.N * d.KD * f) +
-	     A64(d.N * d.QD * f) + 3 * A64(d.N * d.I * f) + A64(d.T * d.S * f);
+	     A64(d.N * d.QD * f) + 3 * A64(d.N * d.I * f) + A64(scratch * f);
 	if (s->qk_norm)
 		b += A64(d.N * d.QD * f) + A64(d.N * d.KD * f);
 	if (nm)
-		b += 2 * A64(d.NK * d.C * f) + 3 * A64(d.NK * d.Im * f) + A64(d.Nm * d.E * f) +
-		     A64(d.NK * f) + A64(d.E * i4) + A64(d.E * 8);
+		b += 2 * A64(d.NK * d.C * f) + A64(d.NK * (ngrouped ? 2 : 1) * d.Im * f) +
+		     2 * A64(d.NK * d.Im * f) + A64(d.Nm * d.E * f) + A64(d.NK * f) + A64(d.E * i4) +
+		     A64(d.E * 8) + (ngrouped ? A64(d.NK * d.Im * f) : 0);
 	return b;
 }
 

@@ -22,6 +22,7 @@
 #include "online.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "plan.h"
 #include "train.h"
 
 static double now_s(void)
@@ -87,6 +88,18 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 		fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
 	}
 	fprintf(out, "%-40s %s\n", "run.kernels", kernels);
+	{
+		int nf = 0, ng = 0, nn = m->k.fused_final;
+
+		for (int l = 0; l < s->n_layers; l++) {
+			nf += m->k.flash[l];
+			ng += m->k.grouped[l] && m->lw[l].moe;
+			nn += m->k.fused_in[l] + m->k.fused_post[l];
+		}
+		fprintf(out, "%-40s flash_attention %d/%d layers, fused_rmsnorm %d/%d norms, "
+			"grouped_experts %d/%d MoE layers, chunked_ce %ld\n", "run.module_kernels", nf,
+			s->n_layers, nn, 2 * s->n_layers + 1, ng, m->n_moe, m->k.ce_chunk);
+	}
 	fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
 		hp_sgemm_threads() == 1 ? "" : "s");
 	fflush(out);
@@ -145,6 +158,9 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 struct run {
 	struct hp_config cfg;
 	struct hp_model_spec spec;
+	struct hp_plan *plan;           /* at this world size: the kernel bindings */
+	struct hp_model_kernels kernels;
+	int reference;                  /* HP_KERNELS=reference */
 	struct hp_model model;
 	struct hp_optim opt;
 	struct hp_batcher *data;        /* offline */
@@ -273,6 +289,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 
 	memset(&r, 0, sizeof(r));
 	MPI_Comm_size(comm, &world);
+	r.reference = !strcmp(hp_cpu_ops_get()->name, "reference");
 	if ((rc = hp_config_load(&r.cfg, o->config, o->noverrides, o->overrides, e)))
 		return rc;
 	if ((rc = check_supported(&r.cfg, world, e)))
@@ -289,8 +306,15 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		if (r.cfg.model.num_hidden_layers < r.spec.n_layers)
 			r.spec.n_layers = r.cfg.model.num_hidden_layers;
 	}
-	if ((rc = hp_model_init(&r.model, &r.spec, (int)r.cfg.training.micro_batch_size,
-				(int)seq_length(&r.cfg), e)))
+	/* the plan's kernel bindings; HP_KERNELS=reference keeps HF's algorithms */
+	if ((rc = hp_plan_resolve(&r.plan, &r.cfg, &r.spec, world, e)))
+		goto out;
+	for (int i = 0; i < r.plan->nwarnings; i++)
+		hp_warn("%s", r.plan->warnings[i]);
+	if (!r.reference)
+		hp_plan_model_kernels(r.plan, &r.kernels);
+	if ((rc = hp_model_init_kernels(&r.model, &r.spec, &r.kernels, (int)r.cfg.training.micro_batch_size,
+					(int)seq_length(&r.cfg), e)))
 		goto out;
 	if (r.cfg.model.source == HP_MODEL_FROM_CONFIG) {
 		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
@@ -344,6 +368,7 @@ out:
 	hp_online_free(r.online);
 	hp_optim_release(&r.opt);
 	hp_model_release(&r.model);
+	hp_plan_free(r.plan);
 	hp_config_release(&r.cfg);
 	return rc;
 }

@@ -41,6 +41,35 @@ for tool in hp-train hp-data hp-plan hp-convert; do
 	'
 done
 
+# list_kernels: the rows of hp-train --list-kernels as op|backend|kernel|status,
+# cut at the header's column starts (an op may hold a space: "other ops")
+list_kernels () {
+	hp-train --list-kernels | awk '
+		NR == 1 { b = index($0, "backend"); k = index($0, "kernel"); s = index($0, "status")
+			  w = index($0, "selected by")
+			  if (!(1 < b && b < k && k < s && s < w)) { print "bad header: " $0 >"/dev/stderr"; exit 1 }
+			  next }
+		function f(x) { sub(/^ +/, "", x); sub(/ +$/, "", x); return x }
+		{ print f(substr($0, 1, b - 1)) "|" f(substr($0, b, k - b)) "|" f(substr($0, k, s - k)) "|" \
+			f(substr($0, s, w - s)) }'
+}
+
+test_expect_success MANDOC 'hp-kernels(7) is clean and has an entry for every kernel hp-train --list-kernels prints' '
+	mandoc -Tlint -W warning "$MAN/hp-kernels.7" &&
+	list_kernels >rows &&
+	test $(wc -l <rows) -ge 10 &&
+	mandoc -Tascii -Owidth=300 "$MAN/hp-kernels.7" | col -bx >page &&
+	for s in NAME DESCRIPTION KERNELS EXAMPLES "SEE ALSO"; do
+		grep -q "^$s" page || { echo "hp-kernels(7) lacks $s"; return 1; }
+	done &&
+	sed -n "/^KERNELS/,/^[A-Z]/p" page >kernels &&
+	while IFS="|" read -r op be k st; do
+		test "$k" = - || grep -q -w -F -- "$k" page || { echo "kernel $k not in hp-kernels(7)"; return 1; }
+		grep -q -x -F -- "       $op / $be / $k ($st)" kernels ||
+			{ echo "KERNELS has no entry \"$op / $be / $k ($st)\""; return 1; }
+	done <rows
+'
+
 test_expect_success 'the exit statuses of hp-train(1) are those of lib/err.h' '
 	for code in 0 1 2 3 4 5 70; do
 		grep -q "^\.It $code\$\|^\.IP $code\|^\.TP\$" "$MAN/hp-train.1" || return 1

@@ -10,13 +10,15 @@
 
 #include "alloc.h"
 #include "common-main.h"
+#include "kernels.h"
 #include "log.h"
 #include "train.h"
 
 const char hp_tool_name[] = "hp-train";
 
 static const char usage_str[] =
-	"hp-train CONFIG.yaml [--a.b=c ...] [--metrics FILE.jsonl] [--dump-grads FILE.safetensors] [-q]";
+	"hp-train CONFIG.yaml [--a.b=c ...] [--metrics FILE.jsonl] [--dump-grads FILE.safetensors] [-q]\n"
+	"   or: hp-train --list-kernels";
 
 static void help(void)
 {
@@ -26,6 +28,7 @@ static void help(void)
 	       "  --metrics FILE.jsonl      write one JSON object per step\n"
 	       "  --dump-grads FILE         write step 1's gradients (F32 safetensors, HF names)\n"
 	       "  -q, --quiet               print no table and no step lines\n"
+	       "  --list-kernels            print every op x backend and how a run selects it\n"
 	       "  -h, --help                show this help\n"
 	       "      --version             show the version\n\n"
 	       "See hp-train(1) and hp-config(5).\n", usage_str);
@@ -37,6 +40,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		{ "metrics", required_argument, NULL, 'm' },
 		{ "dump-grads", required_argument, NULL, 'g' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "list-kernels", no_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -60,6 +64,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		case 'm': o.metrics = optarg; break;
 		case 'g': o.dump_grads = optarg; break;
 		case 'q': o.quiet = 1; break;
+		case 'k': if (!rank) hp_kernels_print(stdout); rc = 0; break;
 		case 'h': if (!rank) help(); rc = 0; break;
 		case 'V': if (!rank) printf("hp-train %s\n", HP_VERSION); rc = 0; break;
 		default:

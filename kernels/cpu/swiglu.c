@@ -65,3 +65,16 @@ void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, co
 	}
 	hp_swiglu_bwd(dg + i, du + i, dh + i, g + i, u + i, n - i);
 }
+
+void hp_swiglu_rows_fwd(float *h, const float *gu, long rows, int I)
+{
+	for (long r = 0; r < rows; r++)
+		hp_swiglu_fwd_vec(h + r * I, gu + r * 2 * I, gu + r * 2 * I + I, I);
+}
+
+void hp_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long rows, int I)
+{
+	for (long r = 0; r < rows; r++)
+		hp_swiglu_bwd_vec(dgu + r * 2 * I, dgu + r * 2 * I + I, dh + r * I, gu + r * 2 * I,
+				  gu + r * 2 * I + I, I);
+}

@@ -1,0 +1,206 @@
+/*
+ * test-modelk.c - the substituted module kernels (flash attention, fused
+ * RMSNorm, grouped experts, chunked cross-entropy) against HF's algorithms,
+ * inside the whole model: loss and every gradient, one kernel at a time and
+ * all together, on the Llama, Qwen3 and Qwen3-MoE fixtures, with packed
+ * rows, odd lengths and chunks that do not divide the tokens.  And the
+ * plan's activation estimate equals the model's arena with every kernel
+ * choice (lib/planest.c mirrors lib/model.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "model.h"
+#include "plan.h"
+#include "tap.h"
+
+static char src[4096];
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+	double d = 0, r = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		r += (double)b[i] * b[i];
+	}
+	return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+struct result {
+	double loss;
+	long count;
+	float *grads;
+	size_t n;
+};
+
+static uint32_t rng = 12345;
+static uint32_t rnd(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return rng >> 8;
+}
+
+/* One forward and backward of the fixture with kernels k; grads copied out. */
+static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, const int32_t *ids,
+	       const int32_t *tg, const int32_t *seg, struct result *r)
+{
+	struct hp_model_spec s;
+	struct hp_model m;
+	struct hp_err e;
+
+	hp_err_clear(&e);
+	if (hp_hfconfig_load(&s, dir, &e) || hp_model_init_kernels(&m, &s, k, B, T, &e) ||
+	    hp_model_load_hf(&m, dir, &e)) {
+		tap_diag("  %s", e.msg);
+		return -1;
+	}
+	hp_model_zero_grad(&m);
+	if (hp_model_forward(&m, ids, tg, seg, &r->loss, &r->count)) {
+		hp_model_release(&m);
+		return -1;
+	}
+	hp_model_backward(&m, ids, tg, (double)r->count, 1.0);
+	r->n = m.numel;
+	r->grads = malloc(m.numel * sizeof(float));
+	if (r->grads)
+		memcpy(r->grads, m.flat_g, m.numel * sizeof(float));
+	hp_model_release(&m);
+	return r->grads ? 0 : -1;
+}
+
+static void compare(const char *model, const char *what, const struct hp_model_kernels *k, int B, int T,
+		    int packed)
+{
+	char dir[4200];
+	struct hp_model_spec s;
+	struct hp_err e;
+	struct result ref = { 0 }, got = { 0 };
+	int32_t *ids, *tg, *seg = NULL;
+	long N = (long)B * T;
+
+	snprintf(dir, sizeof(dir), "%s/data/%s", src, model);
+	hp_err_clear(&e);
+	if (hp_hfconfig_load(&s, dir, &e)) {
+		ok(0, "%s: %s", model, e.msg);
+		return;
+	}
+	ids = malloc((size_t)N * sizeof(*ids));
+	tg = malloc((size_t)N * sizeof(*tg));
+	if (packed)
+		seg = malloc((size_t)N * sizeof(*seg));
+	for (long i = 0; i < N; i++) {
+		ids[i] = (int32_t)(rnd() % (uint32_t)s.vocab);
+		tg[i] = i % 11 == 3 ? -100 : (int32_t)(rnd() % (uint32_t)s.vocab);
+	}
+	/* documents of 1, 6 and the rest tokens in every row */
+	for (long i = 0; seg && i < N; i++) {
+		int t = (int)(i % T);
+		seg[i] = t < 1 ? 0 : t < 7 ? 1 : 7;
+	}
+	if (run(dir, NULL, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
+		ok(0, "%s %s: runs", model, what);
+	} else {
+		double dl = fabs(got.loss - ref.loss) / fabs(ref.loss), dg = rel_l2(got.grads, ref.grads, ref.n);
+
+		ok(got.count == ref.count && dl < 1e-6 && dg < 1e-5,
+		   "%s, %s, B=%d T=%d%s: loss within %.1e, grads within %.1e (rel L2)", model, what, B, T,
+		   packed ? " packed" : "", dl, dg);
+	}
+	free(ref.grads);
+	free(got.grads);
+	free(ids);
+	free(tg);
+	free(seg);
+}
+
+static void all_layers(struct hp_model_kernels *k, int flash, int norm, int grouped, long chunk)
+{
+	memset(k, 0, sizeof(*k));
+	for (int l = 0; l < HP_MAX_LAYERS; l++) {
+		k->flash[l] = (unsigned char)flash;
+		k->fused_in[l] = k->fused_post[l] = (unsigned char)norm;
+		k->grouped[l] = (unsigned char)grouped;
+	}
+	k->fused_final = (unsigned char)norm;
+	k->ce_chunk = chunk;
+}
+
+/* The plan's estimate at one rank equals the model's activation arena for
+ * the kernels the plan binds. */
+static void estimate_is_arena(const char *model, const char *extra)
+{
+	char dir[4200], y[8192];
+	struct hp_config c;
+	struct hp_model_spec s;
+	struct hp_plan *p = NULL;
+	struct hp_model_kernels k;
+	struct hp_model m;
+	struct hp_rank_est r;
+	struct hp_err e;
+
+	snprintf(dir, sizeof(dir), "%s/data/%s", src, model);
+	snprintf(y, sizeof(y),
+		 "model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained,\n"
+		 "        pretrained_model_name_or_path: %s}\n"
+		 "training: {train_iters: 1, micro_batch_size: 2, global_batch_size: 2%s}\n"
+		 "dataset: {_target_: hyper_parallel.data.build_online_text_dataset, data_path: x,\n"
+		 "          data_config: {seq_length: 40}}\n"
+		 "plan_overrides:\n"
+		 "  - {match: [\"*norm\"], replace_module: {_target_: fused_rmsnorm}}\n"
+		 "  - {match: \"*.self_attn\", replace_module: {_target_: flash_attention}}\n"
+		 "  - {match: \"*.mlp.experts\", replace_module: {_target_: grouped_experts}}\n",
+		 dir, extra);
+	hp_err_clear(&e);
+	if (hp_config_load_buf(&c, "k.yaml", y, strlen(y), 0, NULL, &e) || hp_hfconfig_load(&s, dir, &e) ||
+	    hp_plan_resolve(&p, &c, &s, 1, &e)) {
+		ok(0, "%s: plan: %s", model, e.msg);
+		hp_config_release(&c);
+		return;
+	}
+	hp_plan_model_kernels(p, &k);
+	ok(k.flash[0] && k.fused_in[0] && k.fused_post[s.n_layers - 1] && k.fused_final &&
+	   (!s.n_experts || k.grouped[s.n_layers - 1]) && k.ce_chunk == (*extra ? 16 : 0),
+	   "%s%s: the plan binds the kernels", model, extra);
+	if (!hp_model_init_kernels(&m, &s, &k, 2, 40, &e)) {
+		hp_plan_estimate(p, 0, &r);
+		is_int(r.act_bytes, (long long)((m.aarena.used + 63) & ~(size_t)63),
+		       "%s%s: the activation estimate is the arena with the bound kernels", model, extra);
+		hp_model_release(&m);
+	} else {
+		ok(0, "%s: model: %s", model, e.msg);
+	}
+	hp_plan_free(p);
+	hp_config_release(&c);
+}
+
+int main(void)
+{
+	const char *sd = getenv("HP_SRC_DIR");
+	static const char *const models[] = { "stories260K/hf", "ref/qwen3-dense", "ref/qwen3-moe-a",
+					      "ref/qwen3-moe-b" };
+	struct hp_model_kernels k;
+
+	snprintf(src, sizeof(src), "%s", sd ? sd : ".");
+	for (int i = 0; i < 4; i++) {
+		all_layers(&k, 1, 0, 0, 0);
+		compare(models[i], "flash attention", &k, 2, 37, 0);
+		all_layers(&k, 0, 1, 0, 0);
+		compare(models[i], "fused rmsnorm", &k, 2, 37, 0);
+		all_layers(&k, 0, 0, 0, 13);
+		compare(models[i], "chunked cross-entropy (13)", &k, 2, 37, 0);
+		if (strstr(models[i], "moe")) {
+			all_layers(&k, 0, 0, 1, 0);
+			compare(models[i], "grouped experts", &k, 2, 37, 0);
+		}
+		all_layers(&k, 1, 1, 1, 16);
+		compare(models[i], "all together", &k, 2, 37, 1);
+		compare(models[i], "all together", &k, 1, 1, 0);
+		estimate_is_arena(models[i], "");
+		estimate_is_arena(models[i], ", loss_fn: {_target_: ChunkedCausalLMLoss, chunk_size: 16}");
+	}
+	return tap_done();
+}
