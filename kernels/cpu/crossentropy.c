@@ -115,3 +115,86 @@ void hp_cross_entropy_bwd_vec(float *dlogits, const float *logits, const int32_t
 		d[t] -= scale;
 	}
 }
+
+/*
+ * Vocab-parallel cross-entropy (loss_parallel): each tp rank holds the
+ * logits of its vocabulary range [v0, v0 + Vl) and never the whole row.
+ * Three local passes with two reductions between them, which the caller
+ * performs over the tp group:
+ *   1. hp_vp_ce_max: each row's local max      -> all-reduce MAX -> m
+ *   2. hp_vp_ce_sums: sum_v exp(l - m) over the local range, and the
+ *      target's logit when the target is local (else 0)
+ *                                              -> all-reduce SUM
+ *   3. hp_vp_ce_loss: loss = log(sum) + m - target logit, summed over
+ *      counted rows; hp_vp_ce_bwd: the local slice of
+ *      scale * (softmax - onehot), from m and the global sum.
+ * stats holds 2 doubles per row (sum, target logit).  The results equal
+ * hp_cross_entropy_* on the gathered row up to the order of the sum.
+ */
+void hp_vp_ce_max(float *mx, const float *logits, long N, int Vl)
+{
+	for (long n = 0; n < N; n++) {
+		const float *l = logits + n * Vl;
+		float m = -INFINITY;
+
+		for (int v = 0; v < Vl; v++)
+			if (l[v] > m)
+				m = l[v];
+		mx[n] = m;
+	}
+}
+
+void hp_vp_ce_sums(double *stats, const float *logits, const float *mx, const int32_t *targets,
+		   long N, int Vl, int v0)
+{
+	for (long n = 0; n < N; n++) {
+		const float *l = logits + n * Vl;
+		int t = targets[n] - v0;
+		double se = 0;
+
+		for (int v = 0; v < Vl; v++)
+			se += expf(l[v] - mx[n]);
+		stats[2 * n] = se;
+		stats[2 * n + 1] = targets[n] != HP_IGNORE_INDEX && t >= 0 && t < Vl ? l[t] : 0;
+	}
+}
+
+int hp_vp_ce_loss(double *loss_sum, long *count, const double *stats, const float *mx,
+		  const int32_t *targets, long N, int V)
+{
+	double sum = 0;
+	long cnt = 0;
+
+	for (long n = 0; n < N; n++) {
+		if (targets[n] == HP_IGNORE_INDEX)
+			continue;
+		if (targets[n] < 0 || targets[n] >= V)
+			return -1;
+		sum += log(stats[2 * n]) + mx[n] - stats[2 * n + 1];
+		cnt++;
+	}
+	*loss_sum = sum;
+	*count = cnt;
+	return 0;
+}
+
+void hp_vp_ce_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
+		  const int32_t *targets, long N, int Vl, int v0, float scale)
+{
+	for (long n = 0; n < N; n++) {
+		const float *l = logits + n * Vl;
+		float *d = dlogits + n * Vl;
+		int t = targets[n] - v0;
+		double inv;
+
+		if (targets[n] == HP_IGNORE_INDEX) {
+			memset(d, 0, (size_t)Vl * sizeof(float));
+			continue;
+		}
+		inv = 1.0 / stats[2 * n];
+		for (int v = 0; v < Vl; v++)
+			d[v] = (float)(expf(l[v] - mx[n]) * inv) * scale;
+		if (t >= 0 && t < Vl)
+			d[t] -= scale;
+	}
+}

@@ -74,6 +74,17 @@ int hp_cross_entropy_fwd(double *loss_sum, long *count, const float *logits, con
 void hp_cross_entropy_bwd(float *dlogits, const float *logits, const int32_t *targets,
 			  long N, int V, float scale);
 
+/* Vocab-parallel cross-entropy over a rank's vocabulary range [v0, v0+Vl)
+ * (loss_parallel): the caller all-reduces mx (MAX) after hp_vp_ce_max and
+ * stats (SUM, 2 doubles per row) after hp_vp_ce_sums; see crossentropy.c. */
+void hp_vp_ce_max(float *mx, const float *logits, long N, int Vl);
+void hp_vp_ce_sums(double *stats, const float *logits, const float *mx, const int32_t *targets,
+		   long N, int Vl, int v0);
+int hp_vp_ce_loss(double *loss_sum, long *count, const double *stats, const float *mx,
+		  const int32_t *targets, long N, int V);
+void hp_vp_ce_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
+		  const int32_t *targets, long N, int Vl, int v0, float scale);
+
 /* ---- AdamW, exactly torch.optim.AdamW (decoupled weight decay) ---- */
 struct hp_adamw_hparams {
 	double lr, beta1, beta2, eps, weight_decay;   /* as Python floats */

@@ -421,6 +421,62 @@ static void test_vec_paths(void)
 	free(l); free(d1); free(d2);
 }
 
+/* Vocab-parallel cross-entropy: the logits cut into tp ranges, the two
+ * reductions done here by hand, against the CE of whole rows. */
+static void test_vocab_parallel_ce(void)
+{
+	enum { N = 9, V = 103 };
+	float *l = rnd((size_t)N * V), dref[N * V], dvp[N * V], mx[N], part[4][N];
+	double st[N * 2], pst[4][N * 2], ref, got;
+	int32_t tg[N] = { 0, 102, 51, -100, 7, 25, 26, 77, 101 };
+	long cr, cg;
+
+	for (int i = 0; i < N * V; i++)
+		l[i] *= 4;
+	hp_cross_entropy_fwd(&ref, &cr, l, tg, N, V);
+	hp_cross_entropy_bwd(dref, l, tg, N, V, 1.0f / (float)cr);
+	for (int tp = 1; tp <= 4; tp++) {
+		int w = (V + tp - 1) / tp, bad = 0;
+		float sl[N * V];
+
+		/* pass 1 and the MAX all-reduce */
+		for (int r = 0; r < tp; r++) {
+			int v0 = r * w, vl = v0 + w > V ? V - v0 : w;
+			for (int n = 0; n < N; n++)
+				memcpy(sl + n * vl, l + n * V + v0, sizeof(float) * (size_t)vl);
+			hp_vp_ce_max(part[r], sl, N, vl);
+		}
+		for (int n = 0; n < N; n++) {
+			mx[n] = part[0][n];
+			for (int r = 1; r < tp; r++)
+				mx[n] = part[r][n] > mx[n] ? part[r][n] : mx[n];
+		}
+		/* pass 2 and the SUM all-reduce */
+		memset(st, 0, sizeof(st));
+		for (int r = 0; r < tp; r++) {
+			int v0 = r * w, vl = v0 + w > V ? V - v0 : w;
+			for (int n = 0; n < N; n++)
+				memcpy(sl + n * vl, l + n * V + v0, sizeof(float) * (size_t)vl);
+			hp_vp_ce_sums(pst[r], sl, mx, tg, N, vl, v0);
+			for (int i = 0; i < 2 * N; i++)
+				st[i] += pst[r][i];
+		}
+		bad |= hp_vp_ce_loss(&got, &cg, st, mx, tg, N, V);
+		for (int r = 0; r < tp; r++) {
+			int v0 = r * w, vl = v0 + w > V ? V - v0 : w;
+			for (int n = 0; n < N; n++)
+				memcpy(sl + n * vl, l + n * V + v0, sizeof(float) * (size_t)vl);
+			hp_vp_ce_bwd(sl, sl, st, mx, tg, N, vl, v0, 1.0f / (float)cg);
+			for (int n = 0; n < N; n++)
+				memcpy(dvp + n * V + v0, sl + n * vl, sizeof(float) * (size_t)vl);
+		}
+		ok(!bad && cg == cr && fabs(got - ref) < 1e-9 * fabs(ref) && rel_l2(dvp, dref, N * V) < 1e-6,
+		   "vocab-parallel cross-entropy over %d ranks equals the whole rows' (loss %.3e, grad %.1e)",
+		   tp, fabs(got - ref) / fabs(ref), rel_l2(dvp, dref, N * V));
+	}
+	free(l);
+}
+
 int main(void)
 {
 	test_embedding();
@@ -432,5 +488,6 @@ int main(void)
 	test_attention();
 	test_attention_segments();
 	test_vec_paths();
+	test_vocab_parallel_ce();
 	return tap_done();
 }
