@@ -166,10 +166,18 @@ check: all $(if $(filter 1,$(HAVE_CLANG)),fuzz)
 	@HP_BUILD_DIR=$(abspath $(O)) HP_HAVE_CUDA=$(HAVE_CUDA) HP_SRC_DIR=$(CURDIR) \
 		prove -j$(PROVE_JOBS) $(UNITS) $(TEST_SCRIPTS)
 
-bench: all
+# bench C programs link against libhp as the unit tests do
+$(O)/bench/kernel-bench: $(O)/bench/kernel-bench.o $(LIBHP)
+	@mkdir -p $(dir $@)
+	$(quiet) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+bench: all $(O)/bench/kernel-bench
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/run.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/moe-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/tok-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/convert-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/kernels-bench.sh
 
 demo: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh examples/stories260K/run.sh
