@@ -6,12 +6,14 @@
 #    called directly): time and memory of flash attention at seq 2048,
 #    grouped experts at 64 experts, chunked cross-entropy at vocab 151936.
 #    See the comment at the top of kernel-bench.c for what each line holds.
-# 2. The whole step: hp-train on a random Qwen3-MoE (hidden 512, 8 layers,
-#    8 heads / 4 kv heads of 64, intermediate 1024, 64 experts top-8,
-#    moe_intermediate 256, vocab HP_BENCH_KERNELS_VOCAB, untied), batch 1 x
-#    seq 1024, 3 steps, twice: as HF computes it (no plan_overrides), and
-#    with the seed's three plan_overrides (fused RMSNorm, flash attention,
-#    grouped experts) plus training.loss_fn ChunkedCausalLMLoss, chunk 1024.
+# 2. The whole step: hp-train on a random Qwen3-MoE shaped like
+#    Qwen3-30B-A3B scaled down by 4 in width (hidden 512; 32 heads / 4 kv
+#    heads, whose q is twice the hidden size as there; 64 experts top-8,
+#    moe_intermediate 192; 4 layers; vocab HP_BENCH_KERNELS_VOCAB, untied),
+#    batch 1 x seq 1024, 3 steps, twice: as HF computes it (no
+#    plan_overrides), and with the seed's three plan_overrides (fused
+#    RMSNorm, flash attention, grouped experts) plus training.loss_fn
+#    ChunkedCausalLMLoss, chunk 256.
 #    Time: step_time_s of --metrics, the median of steps 2..3 (step 1 faults
 #    the arenas in), the best over HP_BENCH_KERNELS_TRAIN_RUNS runs of each,
 #    the runs of the two interleaved (on a shared 2-core machine one run's
@@ -34,7 +36,7 @@
 #                           the attention lines take the best of 5)
 #   HP_BENCH_KERNELS_TRAIN_RUNS  hp-train runs of each side (default 2)
 #   HP_BENCH_KERNELS_CHUNK  the fast side's ChunkedCausalLMLoss chunk_size
-#                           (default 1024; at or above the 1024 tokens of a
+#                           (default 256; at or above the 1024 tokens of a
 #                           micro-batch the LM head is not chunked at all)
 #   HP_BENCH_QUICK=1        kernel-bench --quick (chunked CE at seq 1024)
 #   TMPDIR                  where the scratch folder goes (default /tmp)
@@ -51,7 +53,7 @@ threads=${HP_BENCH_THREADS:-$(nproc 2>/dev/null || echo 1)}
 vocab=${HP_BENCH_KERNELS_VOCAB:-32000}
 runs=${HP_BENCH_KERNELS_RUNS:-2}
 train_runs=${HP_BENCH_KERNELS_TRAIN_RUNS:-2}
-chunk=${HP_BENCH_KERNELS_CHUNK:-1024}
+chunk=${HP_BENCH_KERNELS_CHUNK:-256}
 seq=1024
 steps=3
 for b in bin/hp-train bin/hp-plan bin/hp-test-tool bench/kernel-bench; do
@@ -82,13 +84,13 @@ cat >"$tmp/model/config.json" <<JSON
   "model_type": "qwen3_moe",
   "hidden_size": 512,
   "intermediate_size": 1024,
-  "num_hidden_layers": 8,
-  "num_attention_heads": 8,
+  "num_hidden_layers": 4,
+  "num_attention_heads": 32,
   "num_key_value_heads": 4,
-  "head_dim": 64,
+  "head_dim": 32,
   "num_experts": 64,
   "num_experts_per_tok": 8,
-  "moe_intermediate_size": 256,
+  "moe_intermediate_size": 192,
   "decoder_sparse_step": 1,
   "mlp_only_layers": [],
   "norm_topk_prob": true,
@@ -184,7 +186,7 @@ for x in "$rt" "$ft" "$ra" "$fa" "$rr" "$fr"; do
 	case $x in ''|null) die "a measurement is missing (metrics, plan or time output)" ;; esac
 done
 
-printf '\n%s\n' "whole step: Qwen3-MoE (hidden 512, 8 layers, 8/4 heads of 64, 64 experts top-8, moe_intermediate 256, vocab $vocab), batch 1 x seq $seq, $threads thread(s), $steps steps, best of $train_runs runs"
+printf '\n%s\n' "whole step: Qwen3-MoE shaped like Qwen3-30B-A3B at 1/4 width (hidden 512, 4 layers, 32/4 heads of 32, 64 experts top-8, moe_intermediate 192, vocab $vocab), batch 1 x seq $seq, $threads thread(s), $steps steps, best of $train_runs runs"
 [ "$chunk" -ge "$seq" ] &&
 	echo "  note: chunk_size $chunk >= the $seq tokens of a micro-batch: the LM head runs unchunked"
 printf '  %s\n' "kernels: $(sed -n 's/^run.module_kernels *//p' "$tmp/ref.out") (without)" \

@@ -158,7 +158,8 @@ static int take_acts(struct hp_model *m)
 			TAKE(t->row_tok, NK * i4);
 			TAKE(t->row_slot, NK * i4);
 			TAKE(t->ex_off, (E + 1) * i4);
-			TAKE(t->xe, NK * C * f);
+			if (!m->k.grouped[l])
+				TAKE(t->xe, NK * C * f);   /* grouped: gathered per expert into m->xg */
 			if (m->k.grouped[l]) {
 				TAKE(t->ge, NK * 2 * Im * f);
 				t->ue = t->he = NULL;
@@ -206,8 +207,10 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->dwsel, NK * f);
 		TAKE(m->moe_fill, E * i4);
 		TAKE(m->aux_frac, E * sizeof(double));
-		if (any_grouped(m))
+		if (any_grouped(m)) {
 			TAKE(m->hrec, NK * Im * f);
+			TAKE(m->xg, NK * C * f);
+		}
 	}
 #undef TAKE
 	return ok;
@@ -593,15 +596,18 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 			a->row_tok[r] = (int32_t)t;
 			a->row_slot[r] = k;
 		}
+	/* HF's index_select: every routed row copied out; the grouped kernel
+	 * gathers rows into one shared buffer instead of keeping a copy */
+	float *xe = m->k.grouped[l] ? m->xg : a->xe;
 	for (long r = 0; r < N * K; r++)
-		memcpy(a->xe + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
+		memcpy(xe + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
 	for (int x = 0; x < E; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (!n)
 			continue;
 		if (m->k.grouped[l]) {
 			/* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
-			ops->linear_fwd(a->ge + r0 * 2 * Im, a->xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
+			ops->linear_fwd(a->ge + r0 * 2 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
 			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
 			ops->linear_fwd(a->ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 			continue;
@@ -682,6 +688,9 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		}
 		dws[t * K + k] = (float)dot;
 	}
+	if (m->k.grouped[l])   /* the routed rows again, for the weight gradients */
+		for (long r = 0; r < N * K; r++)
+			memcpy(m->xg + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
 	for (int x = 0; x < E; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (!n)
@@ -692,7 +701,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 			ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, m->dye + r0 * C, m->hrec + r0 * Im,
 					w->ex[x].wd, n, Im, C, 0);
 			hp_swiglu_rows_bwd(m->dge + r0 * 2 * Im, m->dhe + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
-			ops->linear_bwd(m->dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, a->xe + r0 * C,
+			ops->linear_bwd(m->dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, m->xg + r0 * C,
 					w->ex[x].wg, n, C, 2 * Im, 0);
 			continue;
 		}
@@ -842,7 +851,14 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 				return -1;
 			*loss_sum += ls;
 			*count += cnt;
+			if (m->ce_scale > 0) {
+				/* the scale is known: the head's gradients now, no second pass */
+				ops->cross_entropy_bwd(m->logits, m->logits, targets + c0, n, V, (float)m->ce_scale);
+				ops->linear_bwd(m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
+						m->lm_head, n, C, V, 0);
+			}
 		}
+		m->head_done = targets && m->ce_scale > 0;
 		return 0;
 	}
 	ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
@@ -876,8 +892,9 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	float scale = total_count > 0 ? (float)(1.0 / total_count) : 0.0f;
 
 	if (chunked(m)) {
-		/* the logits of each chunk again, never all of them at once */
-		for (long c0 = 0; c0 < N; c0 += m->k.ce_chunk) {
+		/* the logits of each chunk again, never all of them at once (unless
+		 * the forward already did the head's backward) */
+		for (long c0 = 0; !m->head_done && c0 < N; c0 += m->k.ce_chunk) {
 			long n = N - c0 < m->k.ce_chunk ? N - c0 : m->k.ce_chunk;
 
 			ops->linear_fwd(m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);

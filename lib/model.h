@@ -97,7 +97,7 @@ struct hp_layer_act {
 	int32_t *row_tok, *row_slot;   /* [N*k] token and slot of each row */
 	int32_t *ex_off;   /* [E+1] first row of each expert */
 	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
-					  [N*k, 2*Im] (gate | up per row), ue and he NULL */
+					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL */
 	float *moe_out;    /* [N,C] weighted sum of the experts */
 };
 
@@ -127,6 +127,13 @@ struct hp_model {
 	float *dq2, *dk2;                         /* qk_norm */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
+	float *xg;                                /* grouped experts: routed rows gathered */
+	/* chunked cross-entropy: when the caller sets ce_scale (1 / the step's
+	 * target count) before the forward, the forward also computes the LM
+	 * head's gradients with it, chunk by chunk, and the backward starts from
+	 * them (head_done); else the backward recomputes each chunk's logits */
+	double ce_scale;
+	int head_done;
 	int32_t *moe_fill;                        /* [E] row cursor while grouping */
 	int n_moe;                                /* MoE layers */
 	/* the load-balancing loss of the last forward (output_router_logits) */

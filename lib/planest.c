@@ -114,7 +114,7 @@ static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, 
 	if (hp_model_spec_layer_is_moe(&p->spec, l)) {
 		b += A64(d->Nm * d->C * f);
 		b += A64(d->Nm * d->E * f) + A64(d->Nm * d->K * i4) + A64(d->Nm * d->K * f) +
-		     2 * A64(d->NK * i4) + A64((d->E + 1) * i4) + A64(d->NK * d->C * f) +
+		     2 * A64(d->NK * i4) + A64((d->E + 1) * i4) + (grouped ? 0 : A64(d->NK * d->C * f)) +
 		     (grouped ? A64(d->NK * 2 * d->Im * f) : 3 * A64(d->NK * d->Im * f)) +
 		     A64(d->NK * d->C * f) + A64(d->Nm * d->C * f);
 	} else {
@@ -206,7 +206,7 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 	if (nm)
 		b += 2 * A64(d.NK * d.C * f) + A64(d.NK * (ngrouped ? 2 : 1) * d.Im * f) +
 		     2 * A64(d.NK * d.Im * f) + A64(d.Nm * d.E * f) + A64(d.NK * f) + A64(d.E * i4) +
-		     A64(d.E * 8) + (ngrouped ? A64(d.NK * d.Im * f) : 0);
+		     A64(d.E * 8) + (ngrouped ? A64(d.NK * d.Im * f) + A64(d.NK * d.C * f) : 0);
 	return b;
 }
 

@@ -243,6 +243,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			double ls;
 			long cnt;
 			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+			m->ce_scale = total > 0 ? 1.0 / total : 0;
 			hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
 			loss_sum += ls;
 			aux_sum += m->aux_loss;
