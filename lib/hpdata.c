@@ -24,11 +24,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "comm.h"
 #include "fileio.h"
 #include "hpdata.h"
 #include "indexed.h"
@@ -626,24 +626,6 @@ static void run_release(struct run *r)
 }
 
 /*
- * Wait for a non-blocking collective without spinning inside MPI: Debian's
- * MPICH busy-polls in blocking calls, and a rank that finished its range
- * early would take a core from one still tokenizing when ranks outnumber
- * cores (DESIGN.md, "MPICH trap").
- */
-static void wait_yielding(MPI_Request *req)
-{
-	int done = 0;
-
-	for (;;) {
-		MPI_Test(req, &done, MPI_STATUS_IGNORE);
-		if (done)
-			return;
-		sched_yield();
-	}
-}
-
-/*
  * The collective decision: every rank brings its status; if any failed,
  * every rank leaves with the code and message of the lowest failing rank
  * (the first error in input order).
@@ -656,7 +638,7 @@ static int agree(MPI_Comm comm, int rank, int size, int rc, struct hp_err *e)
 	if (size == 1)
 		return rc;
 	MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
-	wait_yielding(&req);
+	hp_comm_wait(&req);
 	if (first == size)
 		return 0;
 	MPI_Bcast(&code, 1, MPI_INT, first, comm);

@@ -1,0 +1,237 @@
+/*
+ * comm.c - the MPI backend of comm.h: communicators split from the plan's
+ * coordinates, non-blocking collectives waited on with MPI_Test and
+ * sched_yield, and the byte counters hp-plan's estimates are checked
+ * against.
+ */
+#include <limits.h>
+#include <sched.h>
+
+#include "alloc.h"
+#include "comm.h"
+
+void hp_comm_wait(MPI_Request *req)
+{
+	int done = 0;
+
+	for (;;) {
+		MPI_Test(req, &done, MPI_STATUS_IGNORE);
+		if (done)
+			return;
+		sched_yield();
+	}
+}
+
+/* The MPI type of t; 16-bit floats travel as raw 16-bit words (they can be
+ * gathered and exchanged, not reduced). */
+static MPI_Datatype mpi_type(enum hp_dtype t, int reduce)
+{
+	switch (t) {
+	case HP_DTYPE_F32: return MPI_FLOAT;
+	case HP_DTYPE_F64: return MPI_DOUBLE;
+	case HP_DTYPE_I32: return MPI_INT32_T;
+	case HP_DTYPE_I64: return MPI_INT64_T;
+	case HP_DTYPE_U8: return MPI_UINT8_T;
+	case HP_DTYPE_BF16: case HP_DTYPE_F16: return reduce ? MPI_DATATYPE_NULL : MPI_UINT16_T;
+	default: return MPI_DATATYPE_NULL;
+	}
+}
+
+static MPI_Op mpi_op(enum hp_red op)
+{
+	return op == HP_RED_MAX ? MPI_MAX : op == HP_RED_MIN ? MPI_MIN : MPI_SUM;
+}
+
+static int bad_args(struct hp_err *e, const char *what, enum hp_dtype t, size_t n)
+{
+	return hp_err_set(e, HP_EINVAL, "%s of %zu %s: not a type or size MPI takes here", what, n,
+			  hp_dtype_name(t));
+}
+
+static void count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed)
+{
+	c->calls[op]++;
+	c->bytes[op] += (int64_t)bytes;
+	if (routed)
+		c->routed[op] += (int64_t)bytes;
+}
+
+int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const struct hp_plan *p, struct hp_err *e)
+{
+	int rank, size;
+
+	memset(cs, 0, sizeof(*cs));
+	MPI_Comm_rank(world, &rank);
+	MPI_Comm_size(world, &size);
+	if (size != p->world)
+		return hp_err_set(e, HP_EINVAL, "%d processes for a plan of %d ranks", size, p->world);
+	cs->world_rank = rank;
+	cs->world_size = size;
+	for (int d = 0; d <= HP_NDIM; d++) {
+		struct hp_comm *c = &cs->dim[d];
+
+		c->dim = d;
+		c->comm = MPI_COMM_NULL;
+		if (d == HP_COMM_WORLD) {
+			c->rank = rank;
+			c->size = size;
+			if (size > 1)
+				MPI_Comm_dup(world, &c->comm);
+			continue;
+		}
+		/* the group along d is the ranks that differ from this one only in
+		 * d; its smallest member names it, the coordinate orders it */
+		int *g = hp_calloc((size_t)size, sizeof(int));
+
+		if (!g) {
+			hp_comms_free(cs);
+			return hp_err_set(e, HP_ENOMEM, "out of memory");
+		}
+		c->size = hp_plan_group(p, (enum hp_dim)d, rank, g);
+		c->rank = hp_plan_coord(p, (enum hp_dim)d, rank);
+		if (c->size > 1)
+			MPI_Comm_split(world, g[0], c->rank, &c->comm);
+		hp_free(g);
+	}
+	return 0;
+}
+
+void hp_comms_free(struct hp_comms *cs)
+{
+	for (int d = 0; d <= HP_NDIM; d++)
+		if (cs->dim[d].comm != MPI_COMM_NULL && cs->dim[d].comm != 0)
+			MPI_Comm_free(&cs->dim[d].comm);
+	memset(cs, 0, sizeof(*cs));
+}
+
+void hp_comms_reset(struct hp_comms *cs)
+{
+	for (int d = 0; d <= HP_NDIM; d++) {
+		memset(cs->dim[d].calls, 0, sizeof(cs->dim[d].calls));
+		memset(cs->dim[d].bytes, 0, sizeof(cs->dim[d].bytes));
+		memset(cs->dim[d].routed, 0, sizeof(cs->dim[d].routed));
+	}
+}
+
+int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, enum hp_red op,
+		      struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 1);
+	MPI_Request req;
+
+	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
+		return bad_args(e, "all-reduce", t, n);
+	if (c->size <= 1 || !n)
+		return 0;
+	count(c, HP_COLL_ALL_REDUCE, n * hp_dtype_size(t), 0);
+	MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mt, mpi_op(op), c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}
+
+int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		      struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 0);
+	MPI_Request req;
+
+	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
+		return bad_args(e, "all-gather", t, n);
+	if (c->size <= 1) {
+		if (send != recv)
+			memmove(recv, send, n * hp_dtype_size(t));
+		return 0;
+	}
+	count(c, HP_COLL_ALL_GATHER, n * hp_dtype_size(t), 0);
+	MPI_Iallgather(send, (int)n, mt, recv, (int)n, mt, c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}
+
+int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+			   enum hp_red op, struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 1);
+	MPI_Request req;
+
+	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
+		return bad_args(e, "reduce-scatter", t, n);
+	if (c->size <= 1) {
+		if (send != recv)
+			memmove(recv, send, n * hp_dtype_size(t));
+		return 0;
+	}
+	count(c, HP_COLL_REDUCE_SCATTER, (uint64_t)c->size * n * hp_dtype_size(t), 0);
+	MPI_Ireduce_scatter_block(send, recv, (int)n, mt, mpi_op(op), c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}
+
+int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		     struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 0);
+	MPI_Request req;
+
+	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
+		return bad_args(e, "all-to-all", t, n);
+	if (c->size <= 1) {
+		if (send != recv)
+			memmove(recv, send, n * hp_dtype_size(t));
+		return 0;
+	}
+	count(c, HP_COLL_ALL_TO_ALL, (uint64_t)c->size * n * hp_dtype_size(t), 0);
+	MPI_Ialltoall(send, (int)n, mt, recv, (int)n, mt, c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}
+
+int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,
+		      void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t, int routed,
+		      struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 0);
+	MPI_Request req;
+	uint64_t n = 0;
+
+	if (mt == MPI_DATATYPE_NULL)
+		return bad_args(e, "all-to-allv", t, 0);
+	for (int r = 0; r < c->size; r++)
+		n += (uint64_t)scounts[r];
+	if (c->size <= 1) {
+		if (scounts[0])
+			memmove((char *)recv + (size_t)rdispls[0] * hp_dtype_size(t),
+				(const char *)send + (size_t)sdispls[0] * hp_dtype_size(t),
+				(size_t)scounts[0] * hp_dtype_size(t));
+		return 0;
+	}
+	count(c, HP_COLL_ALL_TO_ALLV, n * hp_dtype_size(t), routed);
+	MPI_Ialltoallv(send, scounts, sdispls, mt, recv, rcounts, rdispls, mt, c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}
+
+int hp_comm_bcast(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 0);
+	MPI_Request req;
+
+	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
+		return bad_args(e, "broadcast", t, n);
+	if (c->size <= 1)
+		return 0;
+	MPI_Ibcast(buf, (int)n, mt, root, c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}
+
+int hp_comm_barrier(struct hp_comm *c)
+{
+	MPI_Request req;
+
+	if (c->size <= 1)
+		return 0;
+	MPI_Ibarrier(c->comm, &req);
+	hp_comm_wait(&req);
+	return 0;
+}

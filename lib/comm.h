@@ -1,0 +1,79 @@
+/*
+ * comm.h - the collectives of a plan's mesh dims, with byte counters
+ * (DESIGN.md §7).
+ *
+ * One struct hp_comm per mesh dim of the plan (and one for the world),
+ * split once from MPI_COMM_WORLD by the ranks' coordinates, so that the
+ * group of a rank along dim X is exactly hp_plan_group(p, X, rank).  Every
+ * call counts, per dim and collective, the calls and the bytes of the send
+ * buffer this rank passes — the quantities hp-plan's estimates predict
+ * (hp-plan(5), ESTIMATES) — so that a run can be checked against its plan.
+ *
+ * The MPI backend issues non-blocking calls and waits with MPI_Test and
+ * sched_yield: Debian's MPICH busy-polls inside blocking calls, and with
+ * more ranks than cores a rank waiting in a collective would take the core
+ * of the rank it waits for (DESIGN.md, "MPICH trap").  A dim of size 1
+ * moves nothing and counts nothing.  Buffers are host memory; the NCCL
+ * backend for device memory comes with the CUDA backend.
+ *
+ * Errors: MPI errors are fatal in MPICH's default handler (the job
+ * aborts); the functions return 0 or HP_ENOMEM/HP_EINVAL for caller bugs.
+ */
+#ifndef HP_COMM_H
+#define HP_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "err.h"
+#include "plan.h"
+
+enum hp_red { HP_RED_SUM = 0, HP_RED_MAX, HP_RED_MIN };
+
+struct hp_comm {
+	MPI_Comm comm;              /* MPI_COMM_NULL for a dim of size 1 */
+	int dim;                    /* enum hp_dim, or HP_COMM_WORLD */
+	int rank, size;             /* within the group */
+	int64_t calls[HP_NCOLL];
+	int64_t bytes[HP_NCOLL];    /* send-buffer bytes, as hp-plan(5) counts them */
+	int64_t routed[HP_NCOLL];   /* the part the caller marked routing-dependent */
+};
+
+struct hp_comms {
+	struct hp_comm dim[HP_NDIM + 1];   /* indexed by enum hp_dim; [HP_COMM_WORLD] */
+	int world_rank, world_size;
+};
+
+/* Split world by p's meshes.  world's size must be p->world (HP_EINVAL). */
+int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const struct hp_plan *p, struct hp_err *e);
+void hp_comms_free(struct hp_comms *cs);
+/* Zero every counter. */
+void hp_comms_reset(struct hp_comms *cs);
+
+/* Wait for a request without spinning inside MPI (see above). */
+void hp_comm_wait(MPI_Request *req);
+
+/* In place: buf holds n elements of t, reduced with op over the group. */
+int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, enum hp_red op,
+		      struct hp_err *e);
+/* send: n elements; recv: size * n, in group rank order. */
+int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		      struct hp_err *e);
+/* send: size * n elements (block r for group rank r); recv: n, the sum of
+ * every rank's block for this rank. */
+int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+			   enum hp_red op, struct hp_err *e);
+/* send and recv: size * n elements, block r to / from group rank r. */
+int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		     struct hp_err *e);
+/* Counts and displacements in elements, one per group rank; routed says
+ * whether the bytes count as routing-dependent (hp-plan's routed_bytes). */
+int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,
+		      void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t, int routed,
+		      struct hp_err *e);
+int hp_comm_bcast(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
+int hp_comm_barrier(struct hp_comm *c);
+
+#endif
