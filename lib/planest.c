@@ -392,10 +392,13 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 		return -1;
 	param_traffic(p, rank, r);
 	act_traffic(p, r);
-	/* the loss: the count of target tokens before the step, the sum after */
-	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 2, 8, 1);
-	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 2, 8, 1);
-	if (p->world > 1 && p->max_grad_norm > 0) {   /* the squared gradient norm */
+	/* the loss: the count of target tokens before the step (one double),
+	 * the sums of the loss and the aux loss after it (two) */
+	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 1, 8, 1);
+	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 1, 16, 1);
+	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 8, 1);
+	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 16, 1);
+	if (p->world > 1) {   /* the squared gradient norm, logged even without clipping */
 		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].calls += 1;
 		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].bytes += 8;
 	}

@@ -1,5 +1,6 @@
 /*
- * train.c - single-process training: config -> model + data -> steps.
+ * train.c - training: config -> plan -> model + data -> steps, on one
+ * process or FSDP/HSDP over many (dist_step).
  *
  * The loop per step: read all micro-batches of the step, count the valid
  * targets (the loss is the token-weighted mean over the whole step, as
@@ -22,6 +23,8 @@
 #include "online.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "comm.h"
+#include "fsdp.h"
 #include "plan.h"
 #include "train.h"
 
@@ -42,7 +45,7 @@ static int dump_grads(const struct hp_model *m, const char *path, struct hp_err 
 }
 
 static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,
-			long accum, const char *kernels, const struct hp_online *online)
+			long accum, int world, const char *kernels, const struct hp_online *online)
 {
 	const struct hp_model_spec *s = &m->spec;
 
@@ -73,7 +76,7 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 		fprintf(out, "%-40s %g\n", "spec.router_aux_loss_coef", s->router_aux_loss_coef);
 	}
 	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
-	fprintf(out, "%-40s %d\n", "run.world_size", 1);
+	fprintf(out, "%-40s %d\n", "run.world_size", world);
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
 	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * m->B * m->T);
 	fprintf(out, "%-40s %s\n", "run.compute_dtype", "F32");
@@ -117,13 +120,10 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 {
 	const char *p = c->path;
 
-	if (world != 1)
-		return hp_err_set(e, HP_ECONFIG, "world size %d: parallel training is not implemented yet "
-				  "(run one process)", world);
-	if (c->accelerator.tp_size != 1 || c->accelerator.cp_size != 1 || c->accelerator.ep_size != 1 ||
-	    c->accelerator.pp_size != 1)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator: tp/cp/ep/pp sizes must be 1 "
-				  "at world size 1", p);
+	if (c->accelerator.tp_size != 1 || c->accelerator.cp_size != 1 || c->accelerator.ep_size != 1)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.accelerator: tensor, context and expert parallelism "
+				  "are not implemented in hp-train yet (FSDP and HSDP over %d ranks are: set "
+				  "tp_size, cp_size and ep_size to 1)", p, world);
 	if (c->dataset.kind == HP_DATASET_NONE)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
 	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
@@ -158,9 +158,15 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 struct run {
 	struct hp_config cfg;
 	struct hp_model_spec spec;
-	struct hp_plan *plan;           /* at this world size: the kernel bindings */
+	struct hp_plan *plan;           /* at this world size: layout and kernel bindings */
+	int rank, world;
+	struct hp_comms comms;          /* world > 1 */
+	struct hp_fsdp fsdp;            /* world > 1: the shards the optimizer steps */
+	int dist;
 	struct hp_model_kernels kernels;
 	int reference;                  /* HP_KERNELS=reference */
+	int comm_bad;                   /* a step's traffic differed from the plan */
+	char comm_why[256];
 	struct hp_model model;
 	struct hp_optim opt;
 	struct hp_batcher *data;        /* offline */
@@ -202,6 +208,122 @@ static int close_metrics(struct run *r, const char *path, int ok, struct hp_err 
 	return 0;
 }
 
+/* Write the step's collectives, "comm": {dim: {op: bytes}}, to the metrics. */
+static void metrics_comm(FILE *f, const struct hp_comms *cs)
+{
+	int firstdim = 1;
+
+	fprintf(f, ", \"comm\": {");
+	for (int d = 0; d <= HP_NDIM; d++) {
+		int any = 0;
+
+		for (int c = 0; c < HP_NCOLL; c++) {
+			if (!cs->dim[d].calls[c])
+				continue;
+			if (!any)
+				fprintf(f, "%s\"%s\": {", firstdim ? "" : ", ", hp_comm_dim_name(d));
+			fprintf(f, "%s\"%s\": %lld", any ? ", " : "", hp_coll_name((enum hp_coll)c),
+				(long long)cs->dim[d].bytes[c]);
+			any = 1;
+			firstdim = 0;
+		}
+		if (any)
+			fprintf(f, "}");
+	}
+	fprintf(f, "}");
+}
+
+/* Whether this step's calls and bytes are the plan's estimate for this rank;
+ * the first difference goes to why. */
+static int comm_matches(const struct run *r, char *why, size_t n)
+{
+	struct hp_rank_est est;
+
+	if (hp_plan_estimate(r->plan, r->rank, &est))
+		return 0;
+	for (int d = 0; d <= HP_NDIM; d++)
+		for (int c = 0; c < HP_NCOLL; c++) {
+			const struct hp_comm *m = &r->comms.dim[d];
+
+			if (m->calls[c] != est.comm[d][c].calls || m->bytes[c] != est.comm[d][c].bytes) {
+				snprintf(why, n, "rank %d, %s %s: %lld calls, %lld bytes; the plan says %lld, %lld",
+					 r->rank, hp_comm_dim_name(d), hp_coll_name((enum hp_coll)c),
+					 (long long)m->calls[c], (long long)m->bytes[c],
+					 (long long)est.comm[d][c].calls, (long long)est.comm[d][c].bytes);
+				return 0;
+			}
+		}
+	return 1;
+}
+
+/*
+ * One optimizer step over ranks (FSDP/HSDP): this rank runs its dp share
+ * of the step's micro-batches with the units gathered as hp-plan(5) says,
+ * reduce-scatters each micro-batch's gradients, syncs replicas, and steps
+ * AdamW on its shards.  *loss_sum, *aux_sum and *total come back global.
+ */
+static int dist_step(struct run *r, long step, const struct hp_train_opts *o, double *loss_sum,
+		     double *aux_sum, double *total, double *norm, double lr, struct hp_err *e)
+{
+	struct hp_model *m = &r->model;
+	struct hp_comms *cs = &r->comms;
+	long B = r->cfg.training.micro_batch_size, T = seq_length(&r->cfg), G = r->plan->accum;
+	long first = hp_plan_coord(r->plan, HP_DIM_DP, r->rank) * G;
+	double sums[2] = { 0, 0 };
+	int rc;
+
+	*total = 0;
+	for (long a = first; a < first + G; a++)
+		for (long i = 0; i < B * T; i++)
+			*total += r->labels[a * B * T + i] != HP_IGNORE_INDEX;
+	/* the token-weighted loss needs the count over every dp rank */
+	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)))
+		return rc;
+	hp_fsdp_zero_grad(&r->fsdp);
+	hp_model_zero_grad(m);
+	for (long a = first; a < first + G; a++) {
+		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+		double ls;
+		long cnt;
+
+		if ((a == first || r->plan->reshard_after_backward) && (rc = hp_fsdp_gather(&r->fsdp, 0, e)))
+			return rc;
+		m->ce_scale = *total > 0 ? 1.0 / *total : 0;
+		hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
+		sums[0] += ls;
+		sums[1] += m->aux_loss;
+		if ((rc = hp_fsdp_gather(&r->fsdp, 1, e)))
+			return rc;
+		hp_model_backward(m, in, lb, *total, 1.0 / (double)(G * r->plan->dp));
+		if ((rc = hp_fsdp_reduce_scatter(&r->fsdp, e)))
+			return rc;
+	}
+	if ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) ||
+	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)))
+		return rc;
+	*loss_sum = sums[0];
+	*aux_sum = sums[1];
+	*norm = hp_fsdp_grad_norm(&r->fsdp, e);
+	/* the step's traffic, before anything this run adds for its own checks */
+	if (!comm_matches(r, r->comm_why, sizeof(r->comm_why)))
+		r->comm_bad = 1;
+	if (step == 1 && o->dump_grads) {
+		if ((rc = hp_fsdp_gather_grads(&r->fsdp, e)))
+			return rc;
+		if (r->rank == 0 && (rc = dump_grads(m, o->dump_grads, e)))
+			return rc;
+		r->dumped = r->rank == 0;
+	}
+	hp_fsdp_clip(&r->fsdp, *norm, r->opt.max_grad_norm);
+	r->opt.step++;
+	r->opt.hp.step = r->opt.step;
+	r->opt.hp.lr = lr;
+	hp_fsdp_adamw(&r->fsdp, &r->opt.hp);
+	return 0;
+}
+
 static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
 {
 	struct hp_config *c = &r->cfg;
@@ -209,7 +331,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	long B = c->training.micro_batch_size, T = seq_length(c);
 	long accum = c->training.global_batch_size / B;
 	long step_tokens = accum * B * T;
-	int V = m->spec.vocab, rc;
+	int V = m->spec.vocab, rc, talk = !o->quiet && r->rank == 0;
 	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
 
 	r->inputs = hp_malloc((size_t)step_tokens * sizeof(int32_t));
@@ -217,12 +339,13 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	r->seg = r->online ? hp_malloc((size_t)step_tokens * sizeof(int32_t)) : NULL;
 	if (!r->inputs || !r->labels || (r->online && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
-	if (!o->quiet)
-		print_table(out, c, m, accum, m->ops->name, r->online);
+	if (talk)
+		print_table(out, c, m, accum, r->world, m->ops->name, r->online);
 	for (long step = 1; step <= c->training.train_iters; step++) {
 		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm, lr, loss;
 		int has_aux = m->n_moe && m->spec.output_router_logits;
 
+		/* every rank reads the whole step, so the data cursor is the same on all */
 		for (long a = 0; a < accum; a++) {
 			long at = a * B * T;
 			rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
@@ -238,35 +361,43 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 						  x < 0 || x >= V ? x : t, step, V);
 			total += t != HP_IGNORE_INDEX;
 		}
-		hp_model_zero_grad(m);
-		for (long a = 0; a < accum; a++) {
-			double ls;
-			long cnt;
-			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
-			m->ce_scale = total > 0 ? 1.0 / total : 0;
-			hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
-			loss_sum += ls;
-			aux_sum += m->aux_loss;
-			/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
-			hp_model_backward(m, in, lb, total, 1.0 / accum);
+		lr = hp_lr_at(&r->opt, step);
+		if (r->dist) {
+			hp_comms_reset(&r->comms);
+			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, lr, e)))
+				return rc;
+		} else {
+			hp_model_zero_grad(m);
+			for (long a = 0; a < accum; a++) {
+				double ls;
+				long cnt;
+				const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+				m->ce_scale = total > 0 ? 1.0 / total : 0;
+				hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
+				loss_sum += ls;
+				aux_sum += m->aux_loss;
+				/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
+				hp_model_backward(m, in, lb, total, 1.0 / accum);
+			}
+			if (step == 1 && o->dump_grads) {
+				if ((rc = dump_grads(m, o->dump_grads, e)))
+					return rc;
+				r->dumped = 1;
+			}
+			norm = hp_grad_norm(m);
 		}
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)
 			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
-		if (step == 1 && o->dump_grads) {
-			if ((rc = dump_grads(m, o->dump_grads, e)))
-				return rc;
-			r->dumped = 1;
-		}
-		norm = hp_grad_norm(m);
 		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm)))
 			return hp_err_set(e, HP_ENUM, "step %ld: loss %g, grad norm %g is not finite",
 					  step, loss, norm);
-		hp_clip_grads(m, norm, r->opt.max_grad_norm);
-		lr = hp_lr_at(&r->opt, step);
-		hp_optim_step(&r->opt, m, lr);
+		if (!r->dist) {
+			hp_clip_grads(m, norm, r->opt.max_grad_norm);
+			hp_optim_step(&r->opt, m, lr);
+		}
 		double dt = now_s() - t0;
-		if (!o->quiet && (step % log_every == 0 || step == c->training.train_iters || step == 1)) {
+		if (talk && (step % log_every == 0 || step == c->training.train_iters || step == 1)) {
 			fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
 				step, c->training.train_iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
 			fflush(out);
@@ -277,8 +408,20 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				step, loss, norm, lr, step_tokens, step_tokens / dt, dt);
 			if (has_aux)
 				fprintf(r->metrics, ", \"aux_loss\": %.9g", aux_sum / accum);
+			if (r->dist)
+				metrics_comm(r->metrics, &r->comms);
 			fprintf(r->metrics, "}\n");
 		}
+	}
+	if (r->dist) {
+		/* did every rank move exactly what the plan estimates? */
+		int bad = r->comm_bad, any = 0;
+
+		MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+		if (bad)
+			hp_warn("collectives differ from the plan's estimate: %s", r->comm_why);
+		else if (!any && talk)
+			fprintf(out, "comm: every rank's bytes per collective and mesh dim equal the plan's estimate\n");
 	}
 	return 0;
 }
@@ -290,6 +433,8 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 
 	memset(&r, 0, sizeof(r));
 	MPI_Comm_size(comm, &world);
+	MPI_Comm_rank(comm, &r.rank);
+	r.world = world;
 	r.reference = !strcmp(hp_cpu_ops_get()->name, "reference");
 	if ((rc = hp_config_load(&r.cfg, o->config, o->noverrides, o->overrides, e)))
 		return rc;
@@ -349,7 +494,14 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
 		goto out;
-	if (o->metrics && (rc = open_metrics(&r, o->metrics, e)))
+	if (world > 1) {
+		/* FSDP/HSDP: every rank loaded the same weights; each keeps its shards */
+		r.dist = 1;
+		if ((rc = hp_comms_init(&r.comms, comm, r.plan, e)) ||
+		    (rc = hp_fsdp_init(&r.fsdp, r.plan, &r.comms, &r.model, e)))
+			goto out;
+	}
+	if (o->metrics && r.rank == 0 && (rc = open_metrics(&r, o->metrics, e)))
 		goto out;
 	rc = train_loop(&r, o, out, e);
 	{
@@ -369,6 +521,9 @@ out:
 	hp_online_free(r.online);
 	hp_optim_release(&r.opt);
 	hp_model_release(&r.model);
+	hp_fsdp_release(&r.fsdp);
+	if (r.dist)
+		hp_comms_free(&r.comms);
 	hp_plan_free(r.plan);
 	hp_config_release(&r.cfg);
 	return rc;

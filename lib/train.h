@@ -4,8 +4,10 @@
  * hp_train_run() resolves the config, loads the model and data, and runs
  * train_iters optimizer steps of global_batch_size sequences each (gradient
  * accumulation over micro-batches), printing the resolved-parameter table
- * and one line per logged step to `out` on rank 0.  Only world size 1 is
- * implemented at this stage; a larger communicator is refused.
+ * and one line per logged step to `out` on rank 0.  On more than one rank
+ * it runs FSDP/HSDP over the plan's dp_shard and dp_replicate dims (lib/fsdp.h),
+ * checks each step's traffic against the plan's estimate, and adds it to the
+ * metrics; tensor, context and expert parallelism are refused until they land.
  *
  * Output files (--metrics, --dump-grads) are written under temporary names
  * and renamed when complete; on failure they are removed.

@@ -59,9 +59,9 @@ test_expect_success MPI 'mpiexec -n 1 gives the same losses as a plain run' '
 	jq -r .loss s1.jsonl >a && jq -r .loss s2.jsonl >b && cmp a b
 '
 
-test_expect_success MPI 'a world of 2 is refused with a clear error and exit 3' '
-	test_must_fail_with 3 mpiexec -n 2 hp-train -q short.yaml --metrics w.jsonl 2>err &&
-	grep -q "world size 2: parallel training is not implemented yet" err &&
+test_expect_success MPI 'a world the config cannot split is refused with the key and exit 3' '
+	test_must_fail_with 3 mpiexec -n 3 hp-train -q short.yaml --metrics w.jsonl 2>err &&
+	grep -q "global_batch_size: 8 is not a multiple of micro_batch_size\*dp = 4\*3" err &&
 	test ! -e w.jsonl
 '
 

@@ -1,0 +1,252 @@
+/*
+ * fsdp.c - sharded parameters, gradients and optimizer state over the FSDP
+ * dims of a plan (see fsdp.h).  The shard arrays hold, unit after unit,
+ * each parameter's chunk of rows padded to the chunk (padding stays zero),
+ * so that a unit's shard is one contiguous run: the send buffer of its
+ * all-gather and the target of its replica all-reduce.
+ */
+#include <math.h>
+
+#include "alloc.h"
+#include "fsdp.h"
+
+static int64_t cols_of(const struct hp_plan_param *q)
+{
+	return q->ndim > 1 ? q->shape[1] : 1;
+}
+
+int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
+		 struct hp_err *e)
+{
+	size_t maxbuf = 0;
+	int at = 0;
+
+	memset(f, 0, sizeof(*f));
+	f->p = p;
+	f->cs = cs;
+	f->m = m;
+	f->rank = cs->world_rank;
+	if (m->nparams != p->nparams)
+		return hp_err_set(e, HP_EINVAL, "the model has %d parameters, the plan %d", m->nparams, p->nparams);
+	for (int i = 0; i < p->nparams; i++)
+		if (strcmp(m->params[i].name, p->params[i].name))
+			return hp_err_set(e, HP_EINVAL, "parameter %d is '%s' in the model, '%s' in the plan", i,
+					  m->params[i].name, p->params[i].name);
+	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
+	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
+	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
+	if (!f->units || !f->order || !f->poff)
+		goto oom;
+	f->nunits = p->nunits;
+	for (int u = 0; u < p->nunits; u++) {
+		struct hp_fsdp_unit *un = &f->units[u];
+		int k;
+
+		un->shard_dim = p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD;
+		un->rep_dim = p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_REPLICATE : HP_DIM_DP_REPLICATE;
+		un->root = u == 0;
+		un->first = at;
+		un->off = f->total;
+		k = p->size[un->shard_dim];
+		for (int i = 0; i < p->nparams; i++) {
+			struct hp_piece pc;
+
+			if (p->params[i].unit != u)
+				continue;
+			hp_plan_piece(p, &p->params[i], f->rank, &pc);
+			f->order[at++] = i;
+			f->poff[i] = f->total;
+			f->total += (size_t)(pc.chunk * pc.cols);
+		}
+		un->n = at - un->first;
+		un->padded = f->total - un->off;
+		if ((size_t)(k + 1) * un->padded > maxbuf)
+			maxbuf = (size_t)(k + 1) * un->padded;
+	}
+	f->w = hp_calloc(f->total + 1, sizeof(float));
+	f->g = hp_calloc(f->total + 1, sizeof(float));
+	f->m1 = hp_calloc(f->total + 1, sizeof(float));
+	f->m2 = hp_calloc(f->total + 1, sizeof(float));
+	f->buf = hp_calloc(maxbuf + 1, sizeof(float));
+	if (!f->w || !f->g || !f->m1 || !f->m2 || !f->buf)
+		goto oom;
+	/* this rank's rows of the weights every rank loaded alike */
+	for (int i = 0; i < p->nparams; i++) {
+		struct hp_piece pc;
+
+		hp_plan_piece(p, &p->params[i], f->rank, &pc);
+		memcpy(f->w + f->poff[i], m->params[i].w + pc.first * pc.cols,
+		       (size_t)(pc.nrows * pc.cols) * sizeof(float));
+	}
+	return 0;
+oom:
+	hp_fsdp_release(f);
+	return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP shards");
+}
+
+void hp_fsdp_release(struct hp_fsdp *f)
+{
+	hp_free(f->units);
+	hp_free(f->order);
+	hp_free(f->poff);
+	hp_free(f->w);
+	hp_free(f->g);
+	hp_free(f->m1);
+	hp_free(f->m2);
+	hp_free(f->buf);
+	memset(f, 0, sizeof(*f));
+}
+
+/* Rows of the chunk group rank s holds of plan param i, in a group of k. */
+static int64_t rows_of(const struct hp_plan_param *q, int64_t chunk, int s)
+{
+	int64_t r = q->shape[0] - (int64_t)s * chunk;
+
+	return r < 0 ? 0 : r > chunk ? chunk : r;
+}
+
+static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *const *dst,
+		       const float *src, struct hp_err *e)
+{
+	const struct hp_plan *p = f->p;
+	struct hp_comm *c = &f->cs->dim[un->shard_dim];
+	int k = c->size, rc;
+
+	if ((rc = hp_comm_allgather(c, src + un->off, f->buf, un->padded, HP_DTYPE_F32, e)))
+		return rc;
+	for (int s = 0; s < k; s++)
+		for (int j = 0; j < un->n; j++) {
+			int i = f->order[un->first + j];
+			const struct hp_plan_param *q = &p->params[i];
+			int64_t cols = cols_of(q), chunk = (q->shape[0] + k - 1) / k;
+
+			memcpy(dst[i] + (int64_t)s * chunk * cols, f->buf + (size_t)s * un->padded + (f->poff[i] - un->off),
+			       (size_t)(rows_of(q, chunk, s) * cols) * sizeof(float));
+		}
+	return 0;
+}
+
+int hp_fsdp_gather(struct hp_fsdp *f, int backward, struct hp_err *e)
+{
+	float **dst = hp_calloc((size_t)f->p->nparams, sizeof(float *));
+	int rc = 0;
+
+	if (!dst)
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	for (int i = 0; i < f->p->nparams; i++)
+		dst[i] = f->m->params[i].w;
+	for (int u = 0; u < f->nunits && !rc; u++)
+		if (!backward || (!f->units[u].root && f->p->reshard_after_forward))
+			rc = gather_unit(f, &f->units[u], dst, f->w, e);
+	hp_free(dst);
+	return rc;
+}
+
+int hp_fsdp_gather_grads(struct hp_fsdp *f, struct hp_err *e)
+{
+	float **dst = hp_calloc((size_t)f->p->nparams, sizeof(float *));
+	int rc = 0;
+
+	if (!dst)
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	for (int i = 0; i < f->p->nparams; i++)
+		dst[i] = f->m->params[i].g;
+	for (int u = 0; u < f->nunits && !rc; u++)
+		rc = gather_unit(f, &f->units[u], dst, f->g, e);
+	hp_free(dst);
+	return rc;
+}
+
+void hp_fsdp_zero_grad(struct hp_fsdp *f)
+{
+	memset(f->g, 0, f->total * sizeof(float));
+}
+
+int hp_fsdp_reduce_scatter(struct hp_fsdp *f, struct hp_err *e)
+{
+	const struct hp_plan *p = f->p;
+
+	for (int u = 0; u < f->nunits; u++) {
+		const struct hp_fsdp_unit *un = &f->units[u];
+		struct hp_comm *c = &f->cs->dim[un->shard_dim];
+		int k = c->size, rc;
+		float *out = f->buf + (size_t)k * un->padded;
+
+		/* block s: every param's rows of rank s, padded to the chunk */
+		for (int s = 0; s < k; s++)
+			for (int j = 0; j < un->n; j++) {
+				int i = f->order[un->first + j];
+				const struct hp_plan_param *q = &p->params[i];
+				int64_t cols = cols_of(q), chunk = (q->shape[0] + k - 1) / k, r = rows_of(q, chunk, s);
+				float *b = f->buf + (size_t)s * un->padded + (f->poff[i] - un->off);
+
+				memcpy(b, f->m->params[i].g + (int64_t)s * chunk * cols, (size_t)(r * cols) * sizeof(float));
+				memset(b + r * cols, 0, (size_t)((chunk - r) * cols) * sizeof(float));
+			}
+		if ((rc = hp_comm_reduce_scatter(c, f->buf, out, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
+			return rc;
+		for (size_t x = 0; x < un->padded; x++)
+			f->g[un->off + x] += out[x];
+		for (int j = 0; j < un->n; j++) {
+			struct hp_param *mp = &f->m->params[f->order[un->first + j]];
+
+			memset(mp->g, 0, mp->numel * sizeof(float));
+		}
+	}
+	return 0;
+}
+
+int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
+{
+	for (int u = 0; u < f->nunits; u++) {
+		const struct hp_fsdp_unit *un = &f->units[u];
+		int rc = hp_comm_allreduce(&f->cs->dim[un->rep_dim], f->g + un->off, un->padded, HP_DTYPE_F32,
+					   HP_RED_SUM, e);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
+{
+	double ss = 0;
+
+	/* each distinct shard once: replicas hold the same sums */
+	for (int u = 0; u < f->nunits; u++) {
+		const struct hp_fsdp_unit *un = &f->units[u];
+
+		if (f->cs->dim[un->rep_dim].rank)
+			continue;
+		for (size_t x = 0; x < un->padded; x++)
+			ss += (double)f->g[un->off + x] * f->g[un->off + x];
+	}
+	if (hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e))
+		return NAN;
+	return sqrt(ss);
+}
+
+void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
+{
+	float coef;
+
+	if (max_norm <= 0)
+		return;
+	coef = (float)(max_norm / (norm + 1e-6));   /* as hp_clip_grads: clip_grad_norm_ */
+	if (coef >= 1.0f)
+		return;
+	for (size_t x = 0; x < f->total; x++)
+		f->g[x] *= coef;
+}
+
+void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
+{
+	for (int i = 0; i < f->p->nparams; i++) {
+		struct hp_piece pc;
+
+		hp_plan_piece(f->p, &f->p->params[i], f->rank, &pc);
+		hp_adamw_step(f->w + f->poff[i], f->g + f->poff[i], f->m1 + f->poff[i], f->m2 + f->poff[i],
+			      (size_t)(pc.chunk * pc.cols), h, f->m->params[i].decay);
+	}
+}
