@@ -4,21 +4,39 @@
  * sched_yield, and the byte counters hp-plan's estimates are checked
  * against.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "comm.h"
 
+/* Every rank's pid and host (hp_comms_watch_peers), for naming a dead one. */
+static struct { long pid; unsigned long host; } *peers;
+static int npeers, me;
+static unsigned long my_host;
+
+static void check_peers(void);
+
 void hp_comm_wait(MPI_Request *req)
 {
 	int done = 0;
+	double last = MPI_Wtime();
 
 	for (;;) {
 		MPI_Test(req, &done, MPI_STATUS_IGNORE);
 		if (done)
 			return;
 		sched_yield();
+		/* a wait may be for a dead peer: look every half millisecond, before
+		 * the launcher's clean-up ends this process without a word */
+		if (npeers && MPI_Wtime() - last > 5e-4) {
+			check_peers();
+			last = MPI_Wtime();
+		}
 	}
 }
 
@@ -233,5 +251,129 @@ int hp_comm_barrier(struct hp_comm *c)
 		return 0;
 	MPI_Ibarrier(c->comm, &req);
 	hp_comm_wait(&req);
+	return 0;
+}
+
+/* --- naming a dead peer ------------------------------------------------------ */
+
+/*
+ * When a rank dies, MPI's launcher tears the job down (SIGTERM to the
+ * others) or the transport aborts a survivor (SIGABRT); neither says which
+ * rank died.  Every rank learns every rank's pid and host at start-up, and
+ * a survivor's handler, before the process ends, looks for the peers on its
+ * host that no longer exist and names them.  Only async-signal-safe calls
+ * (kill, write, _exit) run in the handler.
+ */
+
+static size_t put_str(char *b, size_t at, const char *s)
+{
+	while (*s && at < 255)
+		b[at++] = *s++;
+	return at;
+}
+
+static size_t put_num(char *b, size_t at, long v)
+{
+	char d[24];
+	int n = 0;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) && n < 23);
+	while (n && at < 255)
+		b[at++] = d[--n];
+	return at;
+}
+
+/* Whether pid has ended: no such process, or a zombie its parent (the
+ * launcher's proxy) has not reaped yet.  Async-signal-safe. */
+static int gone(long pid)
+{
+	char path[40], st[256];
+	size_t at = put_str(path, 0, "/proc/");
+	ssize_t n;
+	int fd;
+
+	if (kill((pid_t)pid, 0) != 0)
+		return errno == ESRCH;
+	at = put_num(path, at, pid);
+	at = put_str(path, at, "/stat");
+	path[at] = '\0';
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return errno == ENOENT;
+	n = read(fd, st, sizeof(st) - 1);
+	close(fd);
+	/* "pid (comm) S ...": the state follows the last ')' */
+	for (ssize_t i = n - 1; i > 0; i--)
+		if (st[i] == ')')
+			return i + 2 < n && (st[i + 2] == 'Z' || st[i + 2] == 'X');
+	return 0;
+}
+
+/* Name the peers of this host that no longer exist; returns how many. */
+static int report_dead(void)
+{
+	char b[256];
+	int n = 0;
+
+	for (int r = 0; r < npeers; r++) {
+		size_t at = 0;
+
+		if (r == me || peers[r].host != my_host || !gone(peers[r].pid))
+			continue;
+		at = put_str(b, at, "hp-train: rank ");
+		at = put_num(b, at, r);
+		at = put_str(b, at, " (pid ");
+		at = put_num(b, at, peers[r].pid);
+		at = put_str(b, at, ") is gone; rank ");
+		at = put_num(b, at, me);
+		at = put_str(b, at, " stops with the job\n");
+		n++;
+		if (write(STDERR_FILENO, b, at) < 0)
+			break;
+	}
+	return n;
+}
+
+static void name_the_dead(int sig)
+{
+	report_dead();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* From the wait loop: a peer that is gone will never answer, so end the job
+ * now, saying who, rather than wait for the launcher to notice. */
+static void check_peers(void)
+{
+	if (npeers && report_dead())
+		MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+int hp_comms_watch_peers(struct hp_comms *cs, struct hp_err *e)
+{
+	char host[256] = "";
+	unsigned long h = 5381;
+	long mine[2];
+	struct sigaction sa;
+
+	if (cs->world_size < 2)
+		return 0;
+	gethostname(host, sizeof(host) - 1);
+	for (const char *c = host; *c; c++)
+		h = h * 33 + (unsigned char)*c;
+	if (!(peers = hp_calloc((size_t)cs->world_size, sizeof(*peers))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	mine[0] = (long)getpid();
+	mine[1] = (long)h;
+	MPI_Allgather(mine, 2, MPI_LONG, peers, 2, MPI_LONG, cs->dim[HP_COMM_WORLD].comm);
+	npeers = cs->world_size;
+	me = cs->world_rank;
+	my_host = h;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = name_the_dead;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGABRT, &sa, NULL);
 	return 0;
 }

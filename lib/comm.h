@@ -76,4 +76,9 @@ int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, c
 int hp_comm_bcast(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
 int hp_comm_barrier(struct hp_comm *c);
 
+/* Learn every rank's pid and host, and on SIGTERM or SIGABRT (the launcher
+ * ending the job, or the transport aborting) name the ranks of this host
+ * that no longer exist, before ending as the signal would. */
+int hp_comms_watch_peers(struct hp_comms *cs, struct hp_err *e);
+
 #endif

@@ -6,6 +6,8 @@
  * all-gather and the target of its replica all-reduce.
  */
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "fsdp.h"
@@ -68,8 +70,23 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->m1 = hp_calloc(f->total + 1, sizeof(float));
 	f->m2 = hp_calloc(f->total + 1, sizeof(float));
 	f->buf = hp_calloc(maxbuf + 1, sizeof(float));
-	if (!f->w || !f->g || !f->m1 || !f->m2 || !f->buf)
+	f->dst = hp_calloc((size_t)p->nparams + 1, sizeof(float *));
+	f->layer_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
+	f->expert_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
+	if (!f->w || !f->g || !f->m1 || !f->m2 || !f->buf || !f->dst || !f->layer_unit || !f->expert_unit)
 		goto oom;
+	for (int l = 0; l < p->spec.n_layers; l++)
+		f->layer_unit[l] = f->expert_unit[l] = -1;
+	for (int u = 1; u < p->nunits; u++) {
+		int l, n = 0;
+
+		if (sscanf(p->units[u].name, "model.layers.%d%n", &l, &n) != 1 || l < 0 || l >= p->spec.n_layers)
+			continue;
+		if (p->units[u].name[n])
+			f->expert_unit[l] = u;
+		else
+			f->layer_unit[l] = u;
+	}
 	/* this rank's rows of the weights every rank loaded alike */
 	for (int i = 0; i < p->nparams; i++) {
 		struct hp_piece pc;
@@ -80,11 +97,11 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	}
 	return 0;
 oom:
-	hp_fsdp_release(f);
+	hp_fsdp_free(f);
 	return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP shards");
 }
 
-void hp_fsdp_release(struct hp_fsdp *f)
+void hp_fsdp_free(struct hp_fsdp *f)
 {
 	hp_free(f->units);
 	hp_free(f->order);
@@ -94,6 +111,9 @@ void hp_fsdp_release(struct hp_fsdp *f)
 	hp_free(f->m1);
 	hp_free(f->m2);
 	hp_free(f->buf);
+	hp_free(f->dst);
+	hp_free(f->layer_unit);
+	hp_free(f->expert_unit);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -128,17 +148,11 @@ static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *
 
 int hp_fsdp_gather(struct hp_fsdp *f, int backward, struct hp_err *e)
 {
-	float **dst = hp_calloc((size_t)f->p->nparams, sizeof(float *));
 	int rc = 0;
 
-	if (!dst)
-		return hp_err_set(e, HP_ENOMEM, "out of memory");
-	for (int i = 0; i < f->p->nparams; i++)
-		dst[i] = f->m->params[i].w;
 	for (int u = 0; u < f->nunits && !rc; u++)
 		if (!backward || (!f->units[u].root && f->p->reshard_after_forward))
-			rc = gather_unit(f, &f->units[u], dst, f->w, e);
-	hp_free(dst);
+			rc = hp_fsdp_gather_unit(f, u, e);
 	return rc;
 }
 
@@ -162,36 +176,40 @@ void hp_fsdp_zero_grad(struct hp_fsdp *f)
 	memset(f->g, 0, f->total * sizeof(float));
 }
 
-int hp_fsdp_reduce_scatter(struct hp_fsdp *f, struct hp_err *e)
+/* Reduce-scatter unit u's gradients into the shard sums. */
+static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
 	const struct hp_plan *p = f->p;
+	const struct hp_fsdp_unit *un = &f->units[u];
+	struct hp_comm *c = &f->cs->dim[un->shard_dim];
+	int k = c->size, rc;
+	float *out = f->buf + (size_t)k * un->padded;
 
-	for (int u = 0; u < f->nunits; u++) {
-		const struct hp_fsdp_unit *un = &f->units[u];
-		struct hp_comm *c = &f->cs->dim[un->shard_dim];
-		int k = c->size, rc;
-		float *out = f->buf + (size_t)k * un->padded;
-
-		/* block s: every param's rows of rank s, padded to the chunk */
-		for (int s = 0; s < k; s++)
-			for (int j = 0; j < un->n; j++) {
-				int i = f->order[un->first + j];
-				const struct hp_plan_param *q = &p->params[i];
-				int64_t cols = cols_of(q), chunk = (q->shape[0] + k - 1) / k, r = rows_of(q, chunk, s);
-				float *b = f->buf + (size_t)s * un->padded + (f->poff[i] - un->off);
-
-				memcpy(b, f->m->params[i].g + (int64_t)s * chunk * cols, (size_t)(r * cols) * sizeof(float));
-				memset(b + r * cols, 0, (size_t)((chunk - r) * cols) * sizeof(float));
-			}
-		if ((rc = hp_comm_reduce_scatter(c, f->buf, out, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
-			return rc;
-		for (size_t x = 0; x < un->padded; x++)
-			f->g[un->off + x] += out[x];
+	/* block s: every param's rows of rank s, padded to the chunk */
+	for (int s = 0; s < k; s++)
 		for (int j = 0; j < un->n; j++) {
-			struct hp_param *mp = &f->m->params[f->order[un->first + j]];
+			int i = f->order[un->first + j];
+			const struct hp_plan_param *q = &p->params[i];
+			int64_t cols = cols_of(q), chunk = (q->shape[0] + k - 1) / k, r = rows_of(q, chunk, s);
+			float *b = f->buf + (size_t)s * un->padded + (f->poff[i] - un->off);
 
-			memset(mp->g, 0, mp->numel * sizeof(float));
+			memcpy(b, f->m->params[i].g + (int64_t)s * chunk * cols, (size_t)(r * cols) * sizeof(float));
+			memset(b + r * cols, 0, (size_t)((chunk - r) * cols) * sizeof(float));
 		}
+	if ((rc = hp_comm_reduce_scatter(c, f->buf, out, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
+		return rc;
+	for (size_t x = 0; x < un->padded; x++)
+		f->g[un->off + x] += out[x];
+	return 0;
+}
+
+int hp_fsdp_reduce_scatter(struct hp_fsdp *f, struct hp_err *e)
+{
+	for (int u = 0; u < f->nunits; u++) {
+		int rc = hp_fsdp_reduce_scatter_unit(f, u, e);
+
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -249,4 +267,108 @@ void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
 		hp_adamw_step(f->w + f->poff[i], f->g + f->poff[i], f->m1 + f->poff[i], f->m2 + f->poff[i],
 			      (size_t)(pc.chunk * pc.cols), h, f->m->params[i].decay);
 	}
+}
+
+/* --- just in time: one unit at a time -------------------------------------- */
+
+/*
+ * Zero n floats at p and give their whole pages back to the system
+ * (MADV_DONTNEED on private anonymous memory reads back as zeros), so a
+ * released unit costs no memory until it is gathered again.
+ */
+static void drop(float *p, size_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = (uintptr_t)(p + n);
+	uintptr_t lo = (a + page - 1) & ~(page - 1), hi = b & ~(page - 1);
+
+	if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED)) {
+		memset(p, 0, n * sizeof(float));
+		return;
+	}
+	memset(p, 0, lo - a);
+	memset((void *)hi, 0, b - hi);
+}
+
+/* The unit's span of the model's flat arrays (its params are contiguous). */
+static void span(const struct hp_fsdp *f, int u, size_t *off, size_t *n)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
+	size_t lo = (size_t)-1, hi = 0;
+
+	for (int j = 0; j < un->n; j++) {
+		const struct hp_param *mp = &f->m->params[f->order[un->first + j]];
+
+		if (mp->offset < lo)
+			lo = mp->offset;
+		if (mp->offset + mp->numel > hi)
+			hi = mp->offset + mp->numel;
+	}
+	*off = un->n ? lo : 0;
+	*n = un->n ? hi - lo : 0;
+}
+
+void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
+{
+	size_t off, n;
+
+	span(f, u, &off, &n);
+	drop((grads ? f->m->flat_g : f->m->flat_w) + off, n);
+}
+
+int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	float **dst = f->dst;
+
+	for (int i = 0; i < f->p->nparams; i++)
+		dst[i] = f->m->params[i].w;
+	return gather_unit(f, &f->units[u], dst, f->w, e);
+}
+
+int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	int rc = rs_unit(f, u, e);
+
+	if (!rc)
+		hp_fsdp_release(f, u, 1);
+	return rc;
+}
+
+/* The units of layer l: its own, then its experts' (or -1). */
+static void layer_units(const struct hp_fsdp *f, int l, int us[2])
+{
+	us[0] = f->layer_unit[l];
+	us[1] = f->expert_unit[l];
+}
+
+int hp_fsdp_hook(void *ctx, int l, int phase)
+{
+	struct hp_fsdp *f = ctx;
+	int us[2], raf = f->p->reshard_after_forward, rab = f->p->reshard_after_backward;
+
+	layer_units(f, l, us);
+	for (int k = 0; k < 2 && !f->rc; k++) {
+		int u = us[k];
+
+		if (u < 0)
+			continue;
+		switch (phase) {
+		case HP_HOOK_PRE_FORWARD:
+			if (f->first_micro || rab)
+				f->rc = hp_fsdp_gather_unit(f, u, f->e);
+			break;
+		case HP_HOOK_POST_FORWARD:
+			if (raf)
+				hp_fsdp_release(f, u, 0);
+			break;
+		case HP_HOOK_PRE_BACKWARD:
+			if (raf)
+				f->rc = hp_fsdp_gather_unit(f, u, f->e);
+			break;
+		default:
+			f->rc = hp_fsdp_reduce_scatter_unit(f, u, f->e);
+			if (!f->rc && rab)
+				hp_fsdp_release(f, u, 0);
+		}
+	}
+	return f->rc;
 }

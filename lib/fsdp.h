@@ -12,10 +12,10 @@
  * hp-plan(5), ESTIMATES, so the byte counters of lib/comm equal the plan's
  * estimate.
  *
- * What this stage does not do yet: free the gathered buffers between units
- * (the model keeps full-size weight and gradient buffers, so parameter
- * memory per rank is not yet 1/N; the optimizer state is), tensor, context
- * and expert parallelism (refused by the caller).
+ * Through the model's layer hook a layer's units are gathered just before
+ * its forward and backward and released after (their pages given back), so
+ * a rank holds its shards, the root unit and the layer in hand.  Not here:
+ * tensor, context and expert parallelism (refused by the caller).
  */
 #ifndef HP_FSDP_H
 #define HP_FSDP_H
@@ -43,12 +43,29 @@ struct hp_fsdp {
 	size_t total;                /* elements of every shard array */
 	float *w, *g, *m1, *m2;      /* shards: weights, gradient sums, AdamW moments */
 	float *buf;                  /* pack/unpack: the largest unit's shard_size * padded */
+	float **dst;                 /* [nparams] scratch of gather targets */
+	int *layer_unit, *expert_unit;   /* [n_layers]: each layer's units (-1: none) */
+	/* the hook's state for the micro-batch in flight */
+	int first_micro;             /* the step's first micro-batch on this rank */
+	int rc;                      /* the first error in a hook; e holds its message */
+	struct hp_err *e;
 };
 
 /* Shards of m's current weights (identical on every rank) for rank. */
 int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
 		 struct hp_err *e);
-void hp_fsdp_release(struct hp_fsdp *f);
+void hp_fsdp_free(struct hp_fsdp *f);
+
+/* One unit (0 is the root: embedding, final norm, LM head): gather its
+ * weights into the model; reduce-scatter its gradients into the shard sums
+ * (and release them); release its gathered weights (grads 0) or gradients
+ * (grads 1), giving their pages back until the next gather. */
+int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e);
+int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e);
+void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);
+/* The model's layer hook (lib/model.h): gathers a layer's units before its
+ * forward and backward and releases them after, as hp-plan(5) says. */
+int hp_fsdp_hook(void *ctx, int layer, int phase);
 
 /* All-gather every unit's shards into the model's weights.  backward: the
  * gather before a backward (layer units only, with reshard_after_forward). */

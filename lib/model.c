@@ -797,6 +797,9 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
 		float *mlp_out;
 
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_FORWARD))
+			return -2;
+
 		norm_in(m->k.fused_in[l], a->x_in, a->xn1, a->rstd1, ra, rb, w->in_norm, N, C, eps);
 		if (s->qk_norm) {
 			/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
@@ -832,6 +835,8 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		/* the residual add x_mid + mlp_out is owed to the next norm's input */
 		ra = a->x_mid;
 		rb = mlp_out;
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_FORWARD))
+			return -2;
 	}
 	m->aux_loss = 0;
 	if (m->n_moe && s->output_router_logits)
@@ -912,6 +917,9 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		const struct hp_layer_w *w = &m->lw[l];
 		struct hp_layer_w *g = &m->lg[l];
 
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_BACKWARD))
+			return;
+
 		/* MLP: x_out = x_mid + mlp(xn2) */
 		if (w->moe) {
 			moe_backward(m, l, m->dx, m->dxn, aux_grad);
@@ -943,6 +951,8 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		ops->linear_bwd(m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
 		ops->linear_bwd(m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
 		norm_bwd(m->k.fused_in[l], m->dx, g->in_norm, m->dxn, a->x_in, w->in_norm, a->rstd1, N, C, 1);
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_BACKWARD))
+			return;
 	}
 	hp_embedding_bwd(m->d_embed, m->dx, ids, N, C);
 }

@@ -78,6 +78,8 @@ struct hp_model_kernels {
 	long ce_chunk;
 };
 
+enum { HP_HOOK_PRE_FORWARD = 0, HP_HOOK_POST_FORWARD, HP_HOOK_PRE_BACKWARD, HP_HOOK_POST_BACKWARD };
+
 struct hp_layer_act {
 	float *x_in;       /* [N,C] residual stream entering the layer */
 	float *rstd1;      /* [N] */
@@ -134,6 +136,12 @@ struct hp_model {
 	 * them (head_done); else the backward recomputes each chunk's logits */
 	double ce_scale;
 	int head_done;
+	/* called before and after each layer's forward and backward (FSDP
+	 * gathers a layer's weights just in time and frees them after); a
+	 * non-zero return stops the pass (the forward returns -2; the backward
+	 * returns early and the hook's owner keeps the error) */
+	int (*hook)(void *ctx, int layer, int phase);
+	void *hook_ctx;
 	int32_t *moe_fill;                        /* [E] row cursor while grouping */
 	int n_moe;                                /* MoE layers */
 	/* the load-balancing loss of the last forward (output_router_logits) */

@@ -50,6 +50,13 @@ void hp_optim_release(struct hp_optim *o)
 	o->m = o->v = NULL;
 }
 
+void hp_optim_drop_moments(struct hp_optim *o)
+{
+	hp_free_aligned(o->m);
+	hp_free_aligned(o->v);
+	o->m = o->v = NULL;
+}
+
 double hp_lr_at(const struct hp_optim *o, long s)
 {
 	double ratio;

@@ -28,6 +28,9 @@ struct hp_optim {
  * lr_scheduler and training sections. */
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e);
 void hp_optim_release(struct hp_optim *o);
+/* Free the model-sized moments: under FSDP they live with the shards
+ * (lib/fsdp.c) and hp_optim_step is not used. */
+void hp_optim_drop_moments(struct hp_optim *o);
 
 /*
  * Learning rate for optimizer step s (1-based): linear warmup from 0 to

@@ -287,17 +287,25 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 		double ls;
 		long cnt;
 
-		if ((a == first || r->plan->reshard_after_backward) && (rc = hp_fsdp_gather(&r->fsdp, 0, e)))
+		/* the root unit (embedding, final norm, LM head) stays gathered through
+		 * the backward; the layers come and go through the model's hook */
+		r->fsdp.first_micro = a == first;
+		r->fsdp.rc = 0;
+		r->fsdp.e = e;
+		if ((a == first || r->plan->reshard_after_backward) && (rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
 			return rc;
 		m->ce_scale = *total > 0 ? 1.0 / *total : 0;
-		hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
+		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
+			return r->fsdp.rc;
 		sums[0] += ls;
 		sums[1] += m->aux_loss;
-		if ((rc = hp_fsdp_gather(&r->fsdp, 1, e)))
-			return rc;
 		hp_model_backward(m, in, lb, *total, 1.0 / (double)(G * r->plan->dp));
-		if ((rc = hp_fsdp_reduce_scatter(&r->fsdp, e)))
+		if (r->fsdp.rc)
+			return r->fsdp.rc;
+		if ((rc = hp_fsdp_reduce_scatter_unit(&r->fsdp, 0, e)))
 			return rc;
+		if (r->plan->reshard_after_backward)
+			hp_fsdp_release(&r->fsdp, 0, 0);
 	}
 	if ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
@@ -342,7 +350,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	if (talk)
 		print_table(out, c, m, accum, r->world, m->ops->name, r->online);
 	for (long step = 1; step <= c->training.train_iters; step++) {
-		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm, lr, loss;
+		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0, lr, loss;
 		int has_aux = m->n_moe && m->spec.output_router_logits;
 
 		/* every rank reads the whole step, so the data cursor is the same on all */
@@ -422,6 +430,20 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			hp_warn("collectives differ from the plan's estimate: %s", r->comm_why);
 		else if (!any && talk)
 			fprintf(out, "comm: every rank's bytes per collective and mesh dim equal the plan's estimate\n");
+		/* what each rank keeps between steps: weights, gradient sums and the
+		 * two AdamW moments of its shards, against the one-process run's */
+		struct hp_rank_est est;
+		long long mine[2] = { (long long)r->fsdp.total * 16, 0 }, most[2] = { 0, 0 };
+		long long one = (long long)m->numel * 16;
+
+		if (!hp_plan_estimate(r->plan, r->rank, &est))
+			mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
+		MPI_Allreduce(mine, most, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+		if (talk)
+			fprintf(out, "memory: weights, gradients and AdamW moments %lld bytes on the largest rank "
+				"(the plan estimated %lld), %lld in one process: %.4f of it over %d ranks "
+				"(1/%d = %.4f)\n", most[0], most[1], one, (double)most[0] / (double)one, r->world,
+				r->world, 1.0 / r->world);
 	}
 	return 0;
 }
@@ -500,6 +522,18 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		if ((rc = hp_comms_init(&r.comms, comm, r.plan, e)) ||
 		    (rc = hp_fsdp_init(&r.fsdp, r.plan, &r.comms, &r.model, e)))
 			goto out;
+		/* from now on the shards are the weights: the model's buffers hold
+		 * only what is gathered, and the moments live with the shards */
+		for (int u = 0; u < r.fsdp.nunits; u++) {
+			hp_fsdp_release(&r.fsdp, u, 0);
+			hp_fsdp_release(&r.fsdp, u, 1);
+		}
+		hp_optim_drop_moments(&r.opt);
+		r.model.hook = hp_fsdp_hook;
+		r.model.hook_ctx = &r.fsdp;
+		/* a rank that dies is named by the survivors (lib/comm.c) */
+		if ((rc = hp_comms_watch_peers(&r.comms, e)))
+			goto out;
 	}
 	if (o->metrics && r.rank == 0 && (rc = open_metrics(&r, o->metrics, e)))
 		goto out;
@@ -521,7 +555,7 @@ out:
 	hp_online_free(r.online);
 	hp_optim_release(&r.opt);
 	hp_model_release(&r.model);
-	hp_fsdp_release(&r.fsdp);
+	hp_fsdp_free(&r.fsdp);
 	if (r.dist)
 		hp_comms_free(&r.comms);
 	hp_plan_free(r.plan);

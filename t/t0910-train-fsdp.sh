@@ -49,6 +49,72 @@ test_expect_success MPI 'the metrics carry each step'\''s bytes, equal to hp-pla
 	test "$(jq -S -c . want)" = "$(jq -S -c . got)"
 '
 
+# memory_ok N: the "memory:" line says the largest rank keeps at most 1/N + 5% of one process's
+memory_ok () {
+	sed -n "s/^memory: weights, gradients and AdamW moments \([0-9]*\) bytes on the largest rank (the plan estimated \([0-9]*\)), .*: \([0-9.]*\) of it .*/\1 \2 \3/p" out |
+	awk -v n=$1 '{ a = $1; est = $2; r = $3 }
+		END {
+			if (r == "" || r > 1.05 / n || r < 0.5 / n) { print "memory ratio " r " over " n " ranks"; exit 1 }
+			# what hp-train allocates is the plan estimate within 1% (the chunks are padded)
+			d = (a - est) / est; if (d < 0) d = -d
+			if (d > 0.01) { print "allocated " a ", estimated " est; exit 1 } }'
+}
+
+test_expect_success MPI 'weights, gradients and AdamW moments per rank are 1/N of one process'\''s, plus at most 5%' '
+	for n in 2 4 8; do
+		mpiexec -n $n hp-train c.yaml --fsdp_config.dp_shard_size=$n --fsdp_config.edp_shard_size=$n >out &&
+		grep "^memory: " out && memory_ok $n || return 1
+	done
+'
+
+# kill_rank2 [MPIEXEC OPTIONS]: start a long run on 4 ranks, SIGKILL rank 2
+# once it trains, wait (at most 60 s) for the job to end; $pid is the victim
+kill_rank2 () {
+	rm -f krc kout kerr &&
+	tag=hp-kill-$$-$1 &&
+	{ (HP_KILL_TAG=$tag timeout 300 mpiexec "$@" -n 4 hp-train c.yaml --fsdp_config.dp_shard_size=4 \
+		--training.train_iters=1000000 >kout 2>kerr; echo $? >krc) & } &&
+	i=0 &&
+	while ! grep -q "^step 1/" kout 2>/dev/null; do
+		sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || { echo "the job did not start"; return 1; }
+	done &&
+	: >pids &&
+	# this job's ranks: the processes with its tag in their environment
+	for p in $(pgrep -x hp-train); do
+		env=$(tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null) || continue
+		echo "$env" | grep -q "^HP_KILL_TAG=$tag$" || continue
+		echo "$(echo "$env" | sed -n "s/^PMI_RANK=//p") $p" >>pids
+	done &&
+	pid=$(awk "\$1 == 2 { print \$2 }" pids) &&
+	test -n "$pid" && test $(wc -l <pids) = 4 &&
+	kill -9 "$pid" && t0=$(date +%s) &&
+	while [ ! -s krc ]; do
+		sleep 0.2; [ $(($(date +%s) - t0)) -lt 60 ] || { echo "still running 60 s after the kill"; return 1; }
+	done &&
+	echo "# ended $(($(date +%s) - t0)) s after the kill with status $(cat krc)" &&
+	test "$(cat krc)" != 0 && test "$(cat krc)" != 124
+}
+
+# gone_lines_true: every "rank R (pid P) is gone" line is true to the
+# rank -> pid map of the run (a neighbour the death took down may be named
+# too: MPICH's shared-memory transport aborts a rank that reads from a dead one)
+gone_lines_true () {
+	sed -n "s/^hp-train: rank \([0-9]*\) (pid \([0-9]*\)) is gone; rank [0-9]* stops with the job$/\1 \2/p" kerr >named &&
+	while read r p; do grep -q "^$r $p$" pids || { echo "named rank $r pid $p: not in the map"; return 1; }; done <named
+}
+
+# A survivor names the dead rank when it gets to: MPICH's default clean-up
+# may end it first, and it never names a wrong one.
+test_expect_success MPI 'a rank killed with SIGKILL ends the job non-zero within 60 s' '
+	kill_rank2 &&
+	gone_lines_true
+'
+
+test_expect_success MPI 'with mpiexec -disable-auto-cleanup the survivors always name a dead rank' '
+	kill_rank2 -disable-auto-cleanup &&
+	gone_lines_true && test -s named
+'
+
 test_expect_success MPI 'tensor, context and expert parallelism are refused, not ignored' '
 	test_must_fail_with 4 mpiexec -n 2 hp-train -q c.yaml --accelerator.ep_size=2 2>err &&
 	grep -q "expert parallelism are not implemented in hp-train yet" err
