@@ -303,10 +303,29 @@ static int gone(long pid)
 		return errno == ENOENT;
 	n = read(fd, st, sizeof(st) - 1);
 	close(fd);
-	/* "pid (comm) S ...": the state follows the last ')' */
-	for (ssize_t i = n - 1; i > 0; i--)
-		if (st[i] == ')')
-			return i + 2 < n && (st[i + 2] == 'Z' || st[i + 2] == 'X');
+	/* "pid (comm) S ppid pgrp session tty tpgid flags ...": after the last
+	 * ')' the state, and six fields on the flags, where PF_EXITING (0x4)
+	 * marks a process already dying of its signal */
+	for (ssize_t i = n - 1; i > 0; i--) {
+		unsigned long flags = 0;
+		int field = 0;
+
+		if (st[i] != ')')
+			continue;
+		if (i + 2 >= n)
+			return 0;
+		if (st[i + 2] == 'Z' || st[i + 2] == 'X')
+			return 1;
+		for (ssize_t j = i + 2; j < n && field < 7; j++) {
+			if (st[j] == ' ') {
+				field++;
+				continue;
+			}
+			if (field == 6 && st[j] >= '0' && st[j] <= '9')
+				flags = flags * 10 + (unsigned long)(st[j] - '0');
+		}
+		return (flags & 0x4) != 0;
+	}
 	return 0;
 }
 

@@ -70,6 +70,11 @@ test_expect_success MPI 'weights, gradients and AdamW moments per rank are 1/N o
 # kill_rank2 [MPIEXEC OPTIONS]: start a long run on 4 ranks, SIGKILL rank 2
 # once it trains, wait (at most 60 s) for the job to end; $pid is the victim
 kill_rank2 () {
+	# the previous job's ranks may still be on their way out
+	i=0 &&
+	while grep -l "^hp-train$" /proc/[0-9]*/comm >/dev/null 2>&1; do
+		sleep 0.2; i=$((i + 1)); [ $i -lt 100 ] || break
+	done &&
 	rm -f krc kout kerr &&
 	tag=hp-kill-$$-$1 &&
 	{ (HP_KILL_TAG=$tag timeout 300 mpiexec "$@" -n 4 hp-train c.yaml --fsdp_config.dp_shard_size=4 \
@@ -80,8 +85,10 @@ kill_rank2 () {
 	done &&
 	: >pids &&
 	# this job's ranks: the processes with its tag in their environment
-	for p in $(pgrep -x hp-train); do
-		env=$(tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null) || continue
+	for d in /proc/[0-9]*; do
+		[ "$(cat "$d/comm" 2>/dev/null)" = hp-train ] || continue
+		p=${d#/proc/}
+		env=$( (tr "\0" "\n" <"$d/environ") 2>/dev/null) || continue
 		echo "$env" | grep -q "^HP_KILL_TAG=$tag$" || continue
 		echo "$(echo "$env" | sed -n "s/^PMI_RANK=//p") $p" >>pids
 	done &&
