@@ -178,6 +178,7 @@ bench: all $(O)/bench/kernel-bench
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/tok-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/convert-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/kernels-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
 
 demo: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh examples/stories260K/run.sh

@@ -21,15 +21,25 @@ static unsigned long my_host;
 
 static void check_peers(void);
 
+/* Seconds spent in hp_comm_wait since the start (hp_comm_waited). */
+static double waited;
+
+double hp_comm_waited(void)
+{
+	return waited;
+}
+
 void hp_comm_wait(MPI_Request *req)
 {
 	int done = 0;
-	double last = MPI_Wtime();
+	double t0 = MPI_Wtime(), last = t0;
 
 	for (;;) {
 		MPI_Test(req, &done, MPI_STATUS_IGNORE);
-		if (done)
+		if (done) {
+			waited += MPI_Wtime() - t0;
 			return;
+		}
 		sched_yield();
 		/* a wait may be for a dead peer: look every half millisecond, before
 		 * the launcher's clean-up ends this process without a word */

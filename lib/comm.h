@@ -54,6 +54,8 @@ void hp_comms_reset(struct hp_comms *cs);
 
 /* Wait for a request without spinning inside MPI (see above). */
 void hp_comm_wait(MPI_Request *req);
+/* Seconds this process has spent waiting in collectives so far. */
+double hp_comm_waited(void);
 
 /* In place: buf holds n elements of t, reduced with op over the group. */
 int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, enum hp_red op,

@@ -370,6 +370,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			total += t != HP_IGNORE_INDEX;
 		}
 		lr = hp_lr_at(&r->opt, step);
+		double w0 = hp_comm_waited();
 		if (r->dist) {
 			hp_comms_reset(&r->comms);
 			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, lr, e)))
@@ -416,8 +417,10 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				step, loss, norm, lr, step_tokens, step_tokens / dt, dt);
 			if (has_aux)
 				fprintf(r->metrics, ", \"aux_loss\": %.9g", aux_sum / accum);
-			if (r->dist)
+			if (r->dist) {
 				metrics_comm(r->metrics, &r->comms);
+				fprintf(r->metrics, ", \"comm_wait_s\": %.6f", hp_comm_waited() - w0);
+			}
 			fprintf(r->metrics, "}\n");
 		}
 	}
