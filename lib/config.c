@@ -29,6 +29,7 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "fileio.h"
 
 /* ---- the generic tree --------------------------------------------------- */
 
@@ -1743,40 +1744,20 @@ int hp_config_load(struct hp_config *c, const char *path,
 {
 	FILE *f = fopen(path, "rb");
 	char *buf = NULL;
-	size_t len = 0, cap = 0;
+	size_t len = 0;
 	int rc;
 
 	memset(c, 0, sizeof(*c));
 	if (!f)
 		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
-	for (;;) {
-		size_t got;
-
-		if (cap - len < 4096) {
-			char *nb = hp_realloc(buf, cap ? 2 * cap : 8192);
-
-			if (!nb) {
-				hp_free(buf);
-				fclose(f);
-				return nomem(e, path);
-			}
-			buf = nb;
-			cap = cap ? 2 * cap : 8192;
-		}
-		got = fread(buf + len, 1, cap - len - 1, f);
-		len += got;
-		if (got == 0)
-			break;
-	}
-	if (ferror(f)) {
+	if (hp_read_stream(f, &buf, &len)) {
 		int err = errno;
 
-		hp_free(buf);
 		fclose(f);
-		return hp_err_set(e, HP_EIO, "'%s': cannot read: %s", path, strerror(err));
+		return err == ENOMEM ? nomem(e, path)
+				     : hp_err_set(e, HP_EIO, "'%s': cannot read: %s", path, strerror(err));
 	}
 	fclose(f);
-	buf[len] = '\0';
 	rc = hp_config_load_buf(c, path, buf, len, noverrides, overrides, e);
 	hp_free(buf);
 	return rc;

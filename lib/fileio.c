@@ -3,14 +3,17 @@
  */
 #include <unistd.h>
 
+#include "alloc.h"
 #include "fileio.h"
 
-int hp_write_all(int fd, const void *buf, size_t n)
+/* write(2) or, with off >= 0, pwrite(2) of all n bytes, retrying short
+ * writes and EINTR. */
+static int put_all(int fd, const void *buf, size_t n, long long off)
 {
 	const unsigned char *p = buf;
 
 	while (n) {
-		ssize_t w = write(fd, p, n);
+		ssize_t w = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off);
 
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -21,28 +24,54 @@ int hp_write_all(int fd, const void *buf, size_t n)
 		}
 		p += w;
 		n -= (size_t)w;
+		if (off >= 0)
+			off += w;
 	}
 	return 0;
 }
 
+int hp_write_all(int fd, const void *buf, size_t n)
+{
+	return put_all(fd, buf, n, -1);
+}
+
 int hp_pwrite_all(int fd, const void *buf, size_t n, long long off)
 {
-	const unsigned char *p = buf;
+	return put_all(fd, buf, n, off < 0 ? 0 : off);
+}
 
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, (off_t)off);
+int hp_read_stream(FILE *f, char **buf, size_t *len)
+{
+	size_t cap = 0, got;
+	char *b = NULL;
 
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			if (w == 0)
-				errno = EIO;
-			return -1;
+	*buf = NULL;
+	*len = 0;
+	do {
+		if (cap - *len < 65536) {
+			char *nb = hp_realloc(b, cap ? 2 * cap : 65536);
+
+			if (!nb) {
+				hp_free(b);
+				errno = ENOMEM;
+				return -1;
+			}
+			b = nb;
+			cap = cap ? 2 * cap : 65536;
 		}
-		p += w;
-		n -= (size_t)w;
-		off += w;
+		got = fread(b + *len, 1, cap - *len - 1, f);
+		*len += got;
+	} while (got);
+	if (ferror(f)) {
+		int err = errno ? errno : EIO;
+
+		hp_free(b);
+		*len = 0;
+		errno = err;
+		return -1;
 	}
+	b[*len] = '\0';
+	*buf = b;
 	return 0;
 }
 

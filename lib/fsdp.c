@@ -146,28 +146,14 @@ static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *
 	return 0;
 }
 
-int hp_fsdp_gather(struct hp_fsdp *f, int backward, struct hp_err *e)
-{
-	int rc = 0;
-
-	for (int u = 0; u < f->nunits && !rc; u++)
-		if (!backward || (!f->units[u].root && f->p->reshard_after_forward))
-			rc = hp_fsdp_gather_unit(f, u, e);
-	return rc;
-}
-
 int hp_fsdp_gather_grads(struct hp_fsdp *f, struct hp_err *e)
 {
-	float **dst = hp_calloc((size_t)f->p->nparams, sizeof(float *));
 	int rc = 0;
 
-	if (!dst)
-		return hp_err_set(e, HP_ENOMEM, "out of memory");
 	for (int i = 0; i < f->p->nparams; i++)
-		dst[i] = f->m->params[i].g;
+		f->dst[i] = f->m->params[i].g;
 	for (int u = 0; u < f->nunits && !rc; u++)
-		rc = gather_unit(f, &f->units[u], dst, f->g, e);
-	hp_free(dst);
+		rc = gather_unit(f, &f->units[u], f->dst, f->g, e);
 	return rc;
 }
 
@@ -200,17 +186,6 @@ static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 		return rc;
 	for (size_t x = 0; x < un->padded; x++)
 		f->g[un->off + x] += out[x];
-	return 0;
-}
-
-int hp_fsdp_reduce_scatter(struct hp_fsdp *f, struct hp_err *e)
-{
-	for (int u = 0; u < f->nunits; u++) {
-		int rc = hp_fsdp_reduce_scatter_unit(f, u, e);
-
-		if (rc)
-			return rc;
-	}
 	return 0;
 }
 
@@ -317,11 +292,9 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
 
 int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
-	float **dst = f->dst;
-
 	for (int i = 0; i < f->p->nparams; i++)
-		dst[i] = f->m->params[i].w;
-	return gather_unit(f, &f->units[u], dst, f->w, e);
+		f->dst[i] = f->m->params[i].w;
+	return gather_unit(f, &f->units[u], f->dst, f->w, e);
 }
 
 int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)

@@ -67,13 +67,8 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);
  * forward and backward and releases them after, as hp-plan(5) says. */
 int hp_fsdp_hook(void *ctx, int layer, int phase);
 
-/* All-gather every unit's shards into the model's weights.  backward: the
- * gather before a backward (layer units only, with reshard_after_forward). */
-int hp_fsdp_gather(struct hp_fsdp *f, int backward, struct hp_err *e);
 /* Zero the shard gradient sums (a step begins). */
 void hp_fsdp_zero_grad(struct hp_fsdp *f);
-/* Reduce-scatter the model's gradients into the shard sums, then zero them. */
-int hp_fsdp_reduce_scatter(struct hp_fsdp *f, struct hp_err *e);
 /* All-reduce the shard sums across replicas (HSDP; once per step). */
 int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e);
 /* The global gradient norm (all-reduced over the world); replicas count once. */

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "fileio.h"
 #include "model.h"
 #include "params.h"
 #include "plan.h"
@@ -975,33 +976,21 @@ int hp_plan_load(struct hp_plan **pp, struct hp_config *cfg, const char *path, s
 {
 	FILE *f;
 	char *buf = NULL;
-	size_t len = 0, cap = 0, got;
+	size_t len = 0;
 	int rc;
 
 	*pp = NULL;
 	if (!(f = fopen(path, "rb")))
 		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
-	do {
-		if (cap - len < 65536) {
-			char *nb = hp_realloc(buf, cap ? 2 * cap : 65536);
-
-			if (!nb) {
-				hp_free(buf);
-				fclose(f);
-				return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path);
-			}
-			buf = nb;
-			cap = cap ? 2 * cap : 65536;
-		}
-		got = fread(buf + len, 1, cap - len, f);
-		len += got;
-	} while (got);
-	rc = ferror(f);
-	fclose(f);
+	rc = hp_read_stream(f, &buf, &len);
 	if (rc) {
-		hp_free(buf);
-		return hp_err_set(e, HP_EIO, "'%s': cannot read", path);
+		int err = errno;
+
+		fclose(f);
+		return err == ENOMEM ? hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path)
+				     : hp_err_set(e, HP_EIO, "'%s': cannot read: %s", path, strerror(err));
 	}
+	fclose(f);
 	rc = hp_plan_load_text(pp, cfg, path, buf, len, e);
 	hp_free(buf);
 	return rc;

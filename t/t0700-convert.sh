@@ -202,7 +202,9 @@ test_expect_success 'command lines' '
 	test_must_fail_with 2 hp-convert --plan a --export b 2>/dev/null &&
 	test_must_fail_with 2 hp-convert --export s-fsdp-2 --dtype f8 2>/dev/null &&
 	test_must_fail_with 2 hp-convert --export s-fsdp-2 --max-shard-size lots 2>/dev/null &&
-	test_must_fail_with 2 hp-convert --plan "$PLANS/fsdp-2.json" --dtype bf16 2>/dev/null
+	test_must_fail_with 2 hp-convert --plan "$PLANS/fsdp-2.json" --dtype bf16 2>/dev/null &&
+	test_must_fail_with 4 hp-convert --plan - -o never <"$PLANS/fsdp-2.yaml" 2>err &&
+	test_one_line err && grep -q "<stdin>" err && ! test -e never
 '
 
 test_done

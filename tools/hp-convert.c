@@ -18,6 +18,7 @@
 
 #include "alloc.h"
 #include "common-main.h"
+#include "fileio.h"
 #include "log.h"
 #include "shard.h"
 
@@ -138,28 +139,16 @@ static int load_plan(struct hp_plan **p, const char *path, MPI_Comm comm, struct
 	if (strcmp(path, "-"))
 		return hp_plan_load(p, NULL, path, e);
 	if (rank == 0) {
-		size_t cap = 0, got;
+		size_t n;
 
-		do {
-			if (cap - (size_t)len < 65536) {
-				char *nb = hp_realloc(buf, cap ? 2 * cap : 65536);
-
-				if (!nb) {
-					len = -1;
-					break;
-				}
-				buf = nb;
-				cap = cap ? 2 * cap : 65536;
-			}
-			got = fread(buf + len, 1, cap - (size_t)len, stdin);
-			len += (long long)got;
-		} while (got);
+		if (hp_read_stream(stdin, &buf, &n))
+			rc = errno == ENOMEM ? hp_err_set(e, HP_ENOMEM, "out of memory reading the plan")
+					     : hp_err_set(e, HP_EIO, "<stdin>: cannot read: %s", strerror(errno));
+		len = rc ? -1 : (long long)n;
 	}
 	MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm);
-	if (len < 0) {
-		hp_free(buf);
-		return hp_err_set(e, HP_ENOMEM, "out of memory reading the plan");
-	}
+	if (len < 0)   /* rank 0 could not read it, and says why */
+		return rc ? rc : hp_err_set(e, HP_EIO, "<stdin>: rank 0 could not read the plan");
 	if (rank && !(buf = hp_malloc((size_t)len + 1)))
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory reading the plan");
 	if (hp_agree_status(comm, rc ? 1 : 0)) {
