@@ -136,18 +136,9 @@ write_yaml() {
 	  adamw_config: {adamw_lr: 1.0e-3, adamw_weight_decay: 0.1, adamw_betas: [0.9, 0.95]}
 	  no_decay_params: [norm, bias]
 	YAML
-	[ "$1" = fast ] && cat <<-YAML
-	plan_overrides:
-	  - match: ["*.input_layernorm", "*.post_attention_layernorm", "model.norm"]
-	    module_type: transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeRMSNorm
-	    replace_module: {_target_: hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_rms_norm}
-	  - match: "*.self_attn"
-	    module_type: transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeAttention
-	    replace_module: {_target_: hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_flash_attention}
-	  - match: "*.mlp.experts"
-	    module_type: transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeExperts
-	    replace_module: {_target_: hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_grouped_experts}
-	YAML
+	# the seed's three plan_overrides, as t/config/seed-8rank.yaml holds them
+	[ "$1" = fast ] && awk '/^plan_overrides:/ { on = 1; print; next } on && /^[^ ]/ { exit } on' \
+		"$src/t/config/seed-8rank.yaml"
 	return 0
 }
 

@@ -5,21 +5,10 @@ test_description='kernel substitution: the plan_overrides kernels train as HF'\'
 
 REFS=$DATA/ref
 
-# The seed's plan_overrides (both spellings of HyperParallel's factories
-# work; t0600 checks that), and hp's chunked LM head + cross-entropy.
+# The seed's plan_overrides, from the seed's config (both spellings of
+# HyperParallel's factories work; t0600 checks that).
 overrides () {
-	cat <<-YAML
-	plan_overrides:
-	  - match: ["*.input_layernorm", "*.post_attention_layernorm", "model.norm"]
-	    module_type: transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeRMSNorm
-	    replace_module: {_target_: hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_rms_norm}
-	  - match: "*.self_attn"
-	    module_type: transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeAttention
-	    replace_module: {_target_: hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_flash_attention}
-	  - match: "*.mlp.experts"
-	    module_type: transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeExperts
-	    replace_module: {_target_: hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_grouped_experts}
-	YAML
+	awk '/^plan_overrides:/ { on = 1; print; next } on && /^[^ ]/ { exit } on' "$TEST_DIR/config/seed-8rank.yaml"
 }
 
 # same_losses A B STEPS TOL: per-step losses of two metrics files agree within TOL relative
