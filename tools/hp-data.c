@@ -8,13 +8,13 @@
  * closing statistics.  Errors are collective, so only rank 0 prints them.
  */
 #include <getopt.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common-main.h"
 #include "hpdata.h"
 #include "indexed.h"
 #include "log.h"
+#include "progress.h"
 
 const char hp_tool_name[] = "hp-data";
 
@@ -41,67 +41,30 @@ static void help(void)
 	       "See hp-data(1).\n", usage_str);
 }
 
-/* ---- progress bar --------------------------------------------------------- */
+/* ---- progress ------------------------------------------------------------- */
 
+/* hp-data's callback reports bytes done so far; lib/progress counts
+ * increments.  It starts at the first call, so that loading the tokenizer
+ * (before it) does not make the first rate estimates absurd. */
 struct bar {
-	double start, last;   /* monotonic seconds of the first call, of the last draw */
-	uint64_t first;       /* bytes done at the first call */
-	int started, drawn;
+	struct hp_progress p;
+	uint64_t seen;
+	int started;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/*
- * "[####......]  42%  12.3/29.0 MB  4.1 MB/s  ETA 0:04", redrawn in place
- * at most every 0.1 s: more often would only cost terminal time.  The rate
- * counts from the first call, so that loading the tokenizer (before it)
- * does not make the first estimates absurd.
- */
 static void bar_draw(void *arg, uint64_t done, uint64_t total, int final)
 {
 	struct bar *b = arg;
-	double t = now_s(), el, mb = (double)done / 1e6, rate;
 
 	if (!b->started) {
 		b->started = 1;
-		b->start = t;
-		b->first = done;
+		hp_progress_start(&b->p, "tokenizing", total, 1);
+		b->seen = done;
 	}
-	if (!final && b->drawn && t - b->last < 0.1)
-		return;
-	b->last = t;
-	b->drawn = 1;
-	el = t - b->start;
-	rate = el > 0 ? (double)(done - b->first) / 1e6 / el : 0;
-	if (total) {
-		int fill = (int)(30.0 * (double)done / (double)total);
-		char head[33];
-
-		head[0] = '[';
-		for (int i = 0; i < 30; i++)
-			head[1 + i] = i < fill ? '#' : '.';
-		head[31] = ']';
-		head[32] = '\0';
-		fprintf(stderr, "\r%s %3d%%  %.1f/%.1f MB  %.2f MB/s", head,
-			(int)(100.0 * (double)done / (double)total), mb, (double)total / 1e6, rate);
-		if (rate > 0) {
-			long eta = (long)(((double)total - (double)done) / 1e6 / rate + 0.5);
-
-			fprintf(stderr, "  ETA %ld:%02ld", eta / 60, eta % 60);
-		}
-		fputs("\033[K", stderr);
-	} else {
-		fprintf(stderr, "\r%.1f MB  %.2f MB/s\033[K", mb, rate);
-	}
+	hp_progress_add(&b->p, done - b->seen);
+	b->seen = done;
 	if (final)
-		fputc('\n', stderr);
-	fflush(stderr);
+		hp_progress_done(&b->p);
 }
 
 /* ---- command line ---------------------------------------------------------- */
@@ -219,7 +182,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		rc = hp_data_build_run(&o, comm, &st, &err);
 	}
 	if (rc) {
-		if (bar.drawn)
+		if (bar.started && bar.p.on)
 			fputs("\r\033[K", stderr);
 		/* Every rank holds the same error: one line, from rank 0. */
 		return rank ? hp_err_exit_code(rc) : die_err(&err);
