@@ -11,11 +11,7 @@
 
 #include "alloc.h"
 #include "fsdp.h"
-
-static int64_t cols_of(const struct hp_plan_param *q)
-{
-	return q->ndim > 1 ? q->shape[1] : 1;
-}
+#include "shard.h"
 
 int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
 		 struct hp_err *e)
@@ -28,17 +24,30 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->cs = cs;
 	f->m = m;
 	f->rank = cs->world_rank;
-	if (m->nparams != p->nparams)
-		return hp_err_set(e, HP_EINVAL, "the model has %d parameters, the plan %d", m->nparams, p->nparams);
-	for (int i = 0; i < p->nparams; i++)
-		if (strcmp(m->params[i].name, p->params[i].name))
-			return hp_err_set(e, HP_EINVAL, "parameter %d is '%s' in the model, '%s' in the plan", i,
-					  m->params[i].name, p->params[i].name);
 	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
 	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
 	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
-	if (!f->units || !f->order || !f->poff)
+	f->mp = hp_calloc((size_t)p->nparams, sizeof(*f->mp));
+	f->pc = hp_calloc((size_t)p->nparams, sizeof(*f->pc));
+	if (!f->units || !f->order || !f->poff || !f->mp || !f->pc)
 		goto oom;
+	/* the model holds this rank's tp-local tensors and its own experts, in
+	 * the plan's order */
+	for (int i = 0, j = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+
+		hp_plan_piece(p, q, f->rank, &f->pc[i]);
+		if (!hp_plan_owns(p, q, f->rank))
+			continue;
+		if (j >= m->nparams || strcmp(m->params[j].name, q->name))
+			return hp_err_set(e, HP_EINVAL, "parameter '%s' of the plan is not the model's "
+					  "parameter %d ('%s')", q->name, j, j < m->nparams ? m->params[j].name : "");
+		if ((int64_t)m->params[j].numel != f->pc[i].rows * f->pc[i].cols)
+			return hp_err_set(e, HP_EINVAL, "parameter '%s': the model holds %zu elements, the "
+					  "plan's piece %lld", q->name, m->params[j].numel,
+					  (long long)(f->pc[i].rows * f->pc[i].cols));
+		f->mp[i] = &m->params[j++];
+	}
 	f->nunits = p->nunits;
 	for (int u = 0; u < p->nunits; u++) {
 		struct hp_fsdp_unit *un = &f->units[u];
@@ -51,20 +60,19 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		un->off = f->total;
 		k = p->size[un->shard_dim];
 		for (int i = 0; i < p->nparams; i++) {
-			struct hp_piece pc;
-
-			if (p->params[i].unit != u)
+			if (p->params[i].unit != u || !f->mp[i])
 				continue;
-			hp_plan_piece(p, &p->params[i], f->rank, &pc);
 			f->order[at++] = i;
 			f->poff[i] = f->total;
-			f->total += (size_t)(pc.chunk * pc.cols);
+			f->total += (size_t)(f->pc[i].chunk * f->pc[i].cols);
 		}
 		un->n = at - un->first;
 		un->padded = f->total - un->off;
 		if ((size_t)(k + 1) * un->padded > maxbuf)
 			maxbuf = (size_t)(k + 1) * un->padded;
 	}
+	if (f->total > maxbuf)
+		maxbuf = f->total;   /* the tp all-reduce of partial gradients packs there */
 	f->w = hp_calloc(f->total + 1, sizeof(float));
 	f->g = hp_calloc(f->total + 1, sizeof(float));
 	f->m1 = hp_calloc(f->total + 1, sizeof(float));
@@ -87,18 +95,35 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		else
 			f->layer_unit[l] = u;
 	}
-	/* this rank's rows of the weights every rank loaded alike */
-	for (int i = 0; i < p->nparams; i++) {
-		struct hp_piece pc;
-
-		hp_plan_piece(p, &p->params[i], f->rank, &pc);
-		memcpy(f->w + f->poff[i], m->params[i].w + pc.first * pc.cols,
-		       (size_t)(pc.nrows * pc.cols) * sizeof(float));
-	}
 	return 0;
 oom:
 	hp_fsdp_free(f);
 	return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP shards");
+}
+
+int hp_fsdp_load(struct hp_fsdp *f, struct hp_src *src, struct hp_err *e)
+{
+	for (int i = 0; i < f->p->nparams; i++) {
+		const struct hp_piece *pc = &f->pc[i];
+		int rc;
+
+		if (f->mp[i] && pc->nrows > 0 &&
+		    (rc = hp_src_read(src, i, pc->row0, pc->nrows, pc->col0, pc->cols, f->w + f->poff[i], e)))
+			return rc;
+	}
+	return 0;
+}
+
+int hp_fsdp_load_model(struct hp_fsdp *f)
+{
+	for (int i = 0; i < f->p->nparams; i++) {
+		const struct hp_piece *pc = &f->pc[i];
+
+		if (f->mp[i])
+			memcpy(f->w + f->poff[i], f->mp[i]->w + pc->first * pc->cols,
+			       (size_t)(pc->nrows * pc->cols) * sizeof(float));
+	}
+	return 0;
 }
 
 void hp_fsdp_free(struct hp_fsdp *f)
@@ -106,6 +131,8 @@ void hp_fsdp_free(struct hp_fsdp *f)
 	hp_free(f->units);
 	hp_free(f->order);
 	hp_free(f->poff);
+	hp_free(f->mp);
+	hp_free(f->pc);
 	hp_free(f->w);
 	hp_free(f->g);
 	hp_free(f->m1);
@@ -117,18 +144,17 @@ void hp_fsdp_free(struct hp_fsdp *f)
 	memset(f, 0, sizeof(*f));
 }
 
-/* Rows of the chunk group rank s holds of plan param i, in a group of k. */
-static int64_t rows_of(const struct hp_plan_param *q, int64_t chunk, int s)
+/* Rows of the chunk group rank s holds of a piece, in a group of k. */
+static int64_t rows_of(const struct hp_piece *pc, int s)
 {
-	int64_t r = q->shape[0] - (int64_t)s * chunk;
+	int64_t r = pc->rows - (int64_t)s * pc->chunk;
 
-	return r < 0 ? 0 : r > chunk ? chunk : r;
+	return r < 0 ? 0 : r > pc->chunk ? pc->chunk : r;
 }
 
 static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *const *dst,
 		       const float *src, struct hp_err *e)
 {
-	const struct hp_plan *p = f->p;
 	struct hp_comm *c = &f->cs->dim[un->shard_dim];
 	int k = c->size, rc;
 
@@ -137,24 +163,13 @@ static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *
 	for (int s = 0; s < k; s++)
 		for (int j = 0; j < un->n; j++) {
 			int i = f->order[un->first + j];
-			const struct hp_plan_param *q = &p->params[i];
-			int64_t cols = cols_of(q), chunk = (q->shape[0] + k - 1) / k;
+			const struct hp_piece *pc = &f->pc[i];
 
-			memcpy(dst[i] + (int64_t)s * chunk * cols, f->buf + (size_t)s * un->padded + (f->poff[i] - un->off),
-			       (size_t)(rows_of(q, chunk, s) * cols) * sizeof(float));
+			memcpy(dst[i] + (int64_t)s * pc->chunk * pc->cols,
+			       f->buf + (size_t)s * un->padded + (f->poff[i] - un->off),
+			       (size_t)(rows_of(pc, s) * pc->cols) * sizeof(float));
 		}
 	return 0;
-}
-
-int hp_fsdp_gather_grads(struct hp_fsdp *f, struct hp_err *e)
-{
-	int rc = 0;
-
-	for (int i = 0; i < f->p->nparams; i++)
-		f->dst[i] = f->m->params[i].g;
-	for (int u = 0; u < f->nunits && !rc; u++)
-		rc = gather_unit(f, &f->units[u], f->dst, f->g, e);
-	return rc;
 }
 
 void hp_fsdp_zero_grad(struct hp_fsdp *f)
@@ -165,7 +180,6 @@ void hp_fsdp_zero_grad(struct hp_fsdp *f)
 /* Reduce-scatter unit u's gradients into the shard sums. */
 static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
-	const struct hp_plan *p = f->p;
 	const struct hp_fsdp_unit *un = &f->units[u];
 	struct hp_comm *c = &f->cs->dim[un->shard_dim];
 	int k = c->size, rc;
@@ -175,12 +189,12 @@ static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 	for (int s = 0; s < k; s++)
 		for (int j = 0; j < un->n; j++) {
 			int i = f->order[un->first + j];
-			const struct hp_plan_param *q = &p->params[i];
-			int64_t cols = cols_of(q), chunk = (q->shape[0] + k - 1) / k, r = rows_of(q, chunk, s);
+			const struct hp_piece *pc = &f->pc[i];
+			int64_t r = rows_of(pc, s);
 			float *b = f->buf + (size_t)s * un->padded + (f->poff[i] - un->off);
 
-			memcpy(b, f->m->params[i].g + (int64_t)s * chunk * cols, (size_t)(r * cols) * sizeof(float));
-			memset(b + r * cols, 0, (size_t)((chunk - r) * cols) * sizeof(float));
+			memcpy(b, f->mp[i]->g + (int64_t)s * pc->chunk * pc->cols, (size_t)(r * pc->cols) * sizeof(float));
+			memset(b + r * pc->cols, 0, (size_t)((pc->chunk - r) * pc->cols) * sizeof(float));
 		}
 	if ((rc = hp_comm_reduce_scatter(c, f->buf, out, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
 		return rc;
@@ -202,22 +216,86 @@ int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
 	return 0;
 }
 
+/* Pack (dir 0) or unpack the shard sums of the tp-partial parameters. */
+static size_t tp_partials(struct hp_fsdp *f, int dir)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < f->p->nparams; i++) {
+		size_t len = (size_t)(f->pc[i].chunk * f->pc[i].cols);
+
+		if (!f->mp[i] || !hp_plan_tp_partial(f->p, &f->p->params[i]))
+			continue;
+		if (dir == 0)
+			memcpy(f->buf + n, f->g + f->poff[i], len * sizeof(float));
+		else
+			memcpy(f->g + f->poff[i], f->buf + n, len * sizeof(float));
+		n += len;
+	}
+	return n;
+}
+
+int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e)
+{
+	size_t n = tp_partials(f, 0);
+	int rc;
+
+	if (!n)
+		return 0;
+	if ((rc = hp_comm_allreduce(&f->cs->dim[HP_DIM_TP], f->buf, n, HP_DTYPE_F32, HP_RED_SUM, e)))
+		return rc;
+	tp_partials(f, 1);
+	return 0;
+}
+
+/* Whether this rank's copy of plan param i is the one that counts (the
+ * others are identical replicas): the first replica, and for a weight
+ * replicated over tp, tp rank 0. */
+static int canonical(const struct hp_fsdp *f, int i)
+{
+	const struct hp_plan *p = f->p;
+	const struct hp_plan_param *q = &p->params[i];
+
+	if (q->mesh == HP_MESH_EXPERT)
+		return hp_plan_coord(p, HP_DIM_EDP_REPLICATE, f->rank) == 0;
+	if (hp_plan_coord(p, HP_DIM_DP_REPLICATE, f->rank))
+		return 0;
+	return q->pl[HP_DIM_TP].kind == HP_PL_SHARD || hp_plan_coord(p, HP_DIM_TP, f->rank) == 0;
+}
+
 double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
 {
 	double ss = 0;
 
-	/* each distinct shard once: replicas hold the same sums */
-	for (int u = 0; u < f->nunits; u++) {
-		const struct hp_fsdp_unit *un = &f->units[u];
+	/* each distinct piece once: replicas hold the same sums */
+	for (int i = 0; i < f->p->nparams; i++) {
+		const float *g = f->g + f->poff[i];
+		size_t n = (size_t)(f->pc[i].chunk * f->pc[i].cols);
 
-		if (f->cs->dim[un->rep_dim].rank)
+		if (!f->mp[i] || !canonical(f, i))
 			continue;
-		for (size_t x = 0; x < un->padded; x++)
-			ss += (double)f->g[un->off + x] * f->g[un->off + x];
+		for (size_t x = 0; x < n; x++)
+			ss += (double)g[x] * g[x];
 	}
 	if (hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e))
 		return NAN;
 	return sqrt(ss);
+}
+
+int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e)
+{
+	const struct hp_plan_param *q = &f->p->params[i];
+	const struct hp_piece *pc = &f->pc[i];
+	int64_t cols = q->ndim > 1 ? q->shape[1] : 1;
+	size_t n = (size_t)(q->shape[0] * cols);
+	const float *src = (grads ? f->g : f->w) + f->poff[i];
+
+	memset(dst, 0, n * sizeof(float));
+	if (f->mp[i] && canonical(f, i))
+		for (int64_t r = 0; r < pc->nrows; r++)
+			memcpy(dst + (pc->row0 + r) * cols + pc->col0, src + r * pc->cols,
+			       (size_t)pc->cols * sizeof(float));
+	return hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], dst, n, HP_DTYPE_F32, HP_RED_SUM, e);
 }
 
 void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
@@ -236,11 +314,11 @@ void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
 void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
 {
 	for (int i = 0; i < f->p->nparams; i++) {
-		struct hp_piece pc;
+		const struct hp_piece *pc = &f->pc[i];
 
-		hp_plan_piece(f->p, &f->p->params[i], f->rank, &pc);
-		hp_adamw_step(f->w + f->poff[i], f->g + f->poff[i], f->m1 + f->poff[i], f->m2 + f->poff[i],
-			      (size_t)(pc.chunk * pc.cols), h, f->m->params[i].decay);
+		if (f->mp[i])
+			hp_adamw_step(f->w + f->poff[i], f->g + f->poff[i], f->m1 + f->poff[i], f->m2 + f->poff[i],
+				      (size_t)(pc->chunk * pc->cols), h, f->mp[i]->decay);
 	}
 }
 
@@ -271,7 +349,7 @@ static void span(const struct hp_fsdp *f, int u, size_t *off, size_t *n)
 	size_t lo = (size_t)-1, hi = 0;
 
 	for (int j = 0; j < un->n; j++) {
-		const struct hp_param *mp = &f->m->params[f->order[un->first + j]];
+		const struct hp_param *mp = f->mp[f->order[un->first + j]];
 
 		if (mp->offset < lo)
 			lo = mp->offset;
@@ -293,7 +371,7 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
 int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
 	for (int i = 0; i < f->p->nparams; i++)
-		f->dst[i] = f->m->params[i].w;
+		f->dst[i] = f->mp[i] ? f->mp[i]->w : NULL;
 	return gather_unit(f, &f->units[u], f->dst, f->w, e);
 }
 

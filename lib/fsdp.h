@@ -14,8 +14,9 @@
  *
  * Through the model's layer hook a layer's units are gathered just before
  * its forward and backward and released after (their pages given back), so
- * a rank holds its shards, the root unit and the layer in hand.  Not here:
- * tensor, context and expert parallelism (refused by the caller).
+ * a rank holds its shards, the root unit and the layer in hand.  With
+ * tensor and expert parallelism the pieces are of the rank's tp-local
+ * tensors and of its own experts only.
  */
 #ifndef HP_FSDP_H
 #define HP_FSDP_H
@@ -40,6 +41,8 @@ struct hp_fsdp {
 	struct hp_fsdp_unit *units;
 	int *order;                  /* plan param indices, grouped unit by unit */
 	size_t *poff;                /* [nparams]: offset of each param's padded chunk */
+	struct hp_param **mp;        /* [nparams]: the model's tensor, NULL for another rank's expert */
+	struct hp_piece *pc;         /* [nparams]: this rank's piece (hp_plan_piece) */
 	size_t total;                /* elements of every shard array */
 	float *w, *g, *m1, *m2;      /* shards: weights, gradient sums, AdamW moments */
 	float *buf;                  /* pack/unpack: the largest unit's shard_size * padded */
@@ -51,9 +54,16 @@ struct hp_fsdp {
 	struct hp_err *e;
 };
 
-/* Shards of m's current weights (identical on every rank) for rank. */
+/* The shards of rank's pieces for the model m (this rank's tp-local
+ * tensors and experts), zero until loaded. */
 int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
 		 struct hp_err *e);
+/* Load the shards from a source (an HF folder, hp-convert's shards, the
+ * random init), reading only this rank's pieces; or from the model's own
+ * tensors when every rank filled them alike. */
+struct hp_src;
+int hp_fsdp_load(struct hp_fsdp *f, struct hp_src *src, struct hp_err *e);
+int hp_fsdp_load_model(struct hp_fsdp *f);
 void hp_fsdp_free(struct hp_fsdp *f);
 
 /* One unit (0 is the root: embedding, final norm, LM head): gather its
@@ -71,12 +81,16 @@ int hp_fsdp_hook(void *ctx, int layer, int phase);
 void hp_fsdp_zero_grad(struct hp_fsdp *f);
 /* All-reduce the shard sums across replicas (HSDP; once per step). */
 int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e);
+/* All-reduce over tp the gradients that are partial sums there
+ * (hp_plan_tp_partial; once per step, after the replicas'). */
+int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e);
+/* Plan param i's whole tensor (weights, or gradient sums with grads) on
+ * every rank, into dst (its global numel): each piece from one holder,
+ * all-reduced over the world.  For dumps; not part of a step's traffic. */
+int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e);
 /* The global gradient norm (all-reduced over the world); replicas count once. */
 double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e);
 void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm);
 /* AdamW on the shards with the model's decay flags, as hp_optim_step. */
 void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h);
-/* All-gather the shard gradient sums into the model's gradients (to dump them). */
-int hp_fsdp_gather_grads(struct hp_fsdp *f, struct hp_err *e);
-
 #endif

@@ -78,6 +78,30 @@ struct hp_model_kernels {
 	long ce_chunk;
 };
 
+/*
+ * This rank's part of a parallel layout (hp-plan(5)); all ones, or a NULL
+ * comms, is the single-process model.
+ *   tp   attention heads, the dense MLP's intermediate rows and the
+ *        vocabulary split over tp ranks (Megatron's column/row-parallel
+ *        linears and vocab-parallel embedding and LM head); with sp the
+ *        residual stream between blocks holds this rank's 1/tp of the
+ *        tokens (all-gather on a block's entry, reduce-scatter on its exit);
+ *        with loss_parallel the cross-entropy runs on the rank's vocabulary
+ *        slice, else the logits are all-gathered.
+ *   cp   each row's tokens split into cp contiguous chunks: attention
+ *        all-gathers K and V (backward: reduce-scatter of dK, dV), or with
+ *        ulysses trades the sequence split for a head split (all-to-all).
+ *   ep   the routed experts split into ep blocks; each MoE layer sends
+ *        every routed row to its expert's rank and the output back.
+ */
+struct hp_comms;
+#define HP_MAX_EP 1024
+struct hp_model_par {
+	int tp, tp_rank, cp, cp_rank, ep, ep_rank;
+	int sp, loss_parallel, ulysses;
+	struct hp_comms *cs;
+};
+
 enum { HP_HOOK_PRE_FORWARD = 0, HP_HOOK_POST_FORWARD, HP_HOOK_PRE_BACKWARD, HP_HOOK_POST_BACKWARD };
 
 struct hp_layer_act {
@@ -101,10 +125,33 @@ struct hp_layer_act {
 	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
 					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL */
 	float *moe_out;    /* [N,C] weighted sum of the experts */
+	/* context parallelism: the whole rows' K and V [B,S,Hkv*D] (all-gather),
+	 * or the attention output in the head-split layout (ulysses) */
+	float *kg, *vg, *att_u;
+	/* expert parallelism: rows received for this rank's experts, grouped
+	 * expert-major, and where each came from */
+	int32_t *ep_scount, *ep_rcount;   /* [ep] rows sent to / received from each rank */
+	int32_t *ep_perm;  /* [rcap] expert-major row -> received row */
+	int32_t *ep_off;   /* [El+1] first expert-major row of each local expert */
+	long ep_rows;      /* rows received */
 };
 
 struct hp_model {
-	struct hp_model_spec spec;
+	/* spec: what this rank computes (heads, intermediate rows and
+	 * vocabulary divided by tp); gspec: the model as config.json has it */
+	struct hp_model_spec spec, gspec;
+	struct hp_model_par par;
+	int S;                        /* tokens per row (T is this rank's chunk: S / cp) */
+	long Ns;                      /* tokens of the residual stream (N / tp with sp) */
+	int v0, e0, El;               /* first vocabulary row, first and number of local experts */
+	long ep_rcap;                 /* rows a rank can receive per MoE layer (no token dropped) */
+	int32_t *ids_l, *tgt_l, *seg_l;   /* this rank's chunk of the micro-batch */
+	float *dfull, *dred;          /* tp: [N,C] gathered gradient, [Ns,C] reduced one */
+	float *glogits;               /* tp without loss_parallel: [N, vocab] */
+	float *vp_mx; double *vp_st;  /* loss_parallel: [N] row maxima, [2N] sums */
+	float *cp_send, *cp_recv;     /* cp: packing buffers */
+	float *ep_send, *ep_recv;     /* ep: rows in flight */
+	int par_rc;                   /* the first error of a collective */
 	int nparams, cap_params;
 	struct hp_param *params;
 	size_t numel;                 /* total parameter elements */
@@ -142,11 +189,12 @@ struct hp_model {
 	 * returns early and the hook's owner keeps the error) */
 	int (*hook)(void *ctx, int layer, int phase);
 	void *hook_ctx;
-	int32_t *moe_fill;                        /* [E] row cursor while grouping */
+	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
 	int n_moe;                                /* MoE layers */
 	/* the load-balancing loss of the last forward (output_router_logits) */
 	double aux_loss;
-	double *aux_frac;                         /* [E] fraction of routed slots per expert */
+	double *aux_frac;                         /* [2E] fraction of routed slots per expert, then
+						     the summed probabilities */
 
 	const struct hp_cpu_ops *ops;
 };
@@ -159,6 +207,13 @@ int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, i
 /* The same with the kernels k (NULL: all HF's). */
 int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
 			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e);
+/* The same for this rank's part of a parallel layout (par NULL: none);
+ * T is the whole row's length.  The parameter table then holds the rank's
+ * tp-local tensors (hp_plan_piece's rows x cols before FSDP) and its own
+ * experts, under their global HF names. */
+int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
+		      const struct hp_model_kernels *k, const struct hp_model_par *par, int B, int T,
+		      struct hp_err *e);
 void hp_model_release(struct hp_model *m);
 
 /*

@@ -194,6 +194,10 @@ struct hp_piece {
 };
 void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
 		   struct hp_piece *pc);
+/* Whether q's gradient on a rank is a partial sum over tp, all-reduced
+ * once per step: a tp-replicated weight that sees only the rank's heads
+ * (q_norm, k_norm) or, with sequence parallelism, only its tokens. */
+int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q);
 /* Whether rank holds any of q (an expert lives on one ep rank). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
 

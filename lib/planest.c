@@ -74,7 +74,7 @@ void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int r
 /* Whether q's gradient is a partial sum over tp: q/k norms see only the
  * rank's heads; with sequence parallel every tp-replicated weight sees
  * only the rank's tokens. */
-static int tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
+int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
 {
 	size_t n = strlen(q->name);
 
@@ -90,11 +90,15 @@ static int tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
 
 #define A64(x) (((int64_t)(x) + 63) & ~(int64_t)63)
 
-/* One layer's saved activations at local sizes (lib/model.c, take_acts). */
+/* A rank's sizes (lib/model.c, set_par): N tokens of its chunk, Ns of them
+ * in the residual stream, the tp-local heads, rows and vocabulary, R the
+ * expert rows it can receive. */
 struct dims {
-	int64_t B, T, S, N, Ns, Nm, C, QD, KD, Hq, Hkv, I, V, E, K, Im, NK, D;
+	int64_t B, T, S, N, Ns, C, QD, KD, Hq, Hkv, I, V, E, K, Im, NK, R, El, D, ep;
+	int cpag, cpul;
 };
 
+/* One layer's saved activations at local sizes (lib/model.c, take_acts). */
 static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, int flash, int grouped,
 			  int noP)
 {
@@ -108,15 +112,19 @@ static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, 
 	b += A64(d->N * d->QD * f) + 2 * A64(d->N * d->KD * f);
 	if (!noP)
 		b += A64(flash ? d->B * d->Hq * d->T * f : d->B * d->Hq * d->T * d->S * f);
-	if (p->cp > 1)   /* the gathered K and V, kept for the backward */
+	if (d->cpag)        /* the gathered K and V, kept for the backward */
 		b += 2 * A64(d->B * d->S * d->KD * f);
+	else if (d->cpul)   /* the output in the head split */
+		b += A64(d->N * d->QD * f);
 	b += A64(d->N * d->QD * f) + A64(d->Ns * d->C * f) + A64(d->Ns * f);
 	if (hp_model_spec_layer_is_moe(&p->spec, l)) {
-		b += A64(d->Nm * d->C * f);
-		b += A64(d->Nm * d->E * f) + A64(d->Nm * d->K * i4) + A64(d->Nm * d->K * f) +
-		     2 * A64(d->NK * i4) + A64((d->E + 1) * i4) + (grouped ? 0 : A64(d->NK * d->C * f)) +
-		     (grouped ? A64(d->NK * 2 * d->Im * f) : 3 * A64(d->NK * d->Im * f)) +
-		     A64(d->NK * d->C * f) + A64(d->Nm * d->C * f);
+		b += A64(d->Ns * d->C * f);
+		b += A64(d->Ns * d->E * f) + A64(d->NK * i4) + A64(d->NK * f) + 2 * A64(d->NK * i4) +
+		     A64((d->E + 1) * i4) + (grouped && d->ep == 1 ? 0 : A64(d->R * d->C * f)) +
+		     (grouped ? A64(d->R * 2 * d->Im * f) : 3 * A64(d->R * d->Im * f)) +
+		     A64(d->NK * d->C * f) + A64(d->Ns * d->C * f);
+		if (d->ep > 1)
+			b += 2 * A64(d->ep * i4) + A64(d->R * i4) + A64((d->El + 1) * i4);
 	} else {
 		b += A64(d->N * d->C * f) + 3 * A64(d->N * d->I * f);
 	}
@@ -145,7 +153,6 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 	d.T = p->seq / p->cp;
 	d.N = d.B * d.T;
 	d.Ns = p->sequence_parallel ? d.N / p->tp : d.N;
-	d.Nm = d.Ns;
 	d.C = s->hidden;
 	d.D = s->head_dim;
 	d.Hq = s->n_heads / p->tp;
@@ -157,13 +164,18 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 	d.E = s->n_experts;
 	d.K = s->top_k;
 	d.Im = s->moe_intermediate;
-	d.NK = d.Nm * d.K;
+	d.NK = d.Ns * d.K;
+	d.ep = p->ep;
+	d.El = d.E / p->ep;
+	d.R = p->ep > 1 ? p->ep * d.Ns * (d.K < d.El ? d.K : d.El) : d.NK;
+	d.cpag = p->cp > 1 && p->cp_mode != HP_CP_ULYSSES;
+	d.cpul = p->cp > 1 && p->cp_mode == HP_CP_ULYSSES;
 	for (int l = 0; l < s->n_layers; l++) {
 		int flash;
 		int64_t full, noP;
 
 		int grouped;
-		int64_t sc;
+		int64_t sc, Tq = d.cpul ? d.S : d.T, H = d.cpul ? d.Hq / p->cp : d.Hq;
 
 		snprintf(name, sizeof(name), "model.layers.%d.self_attn", l);
 		flash = bound(p, name, "flash_attention") || bound(p, name, "ulysses_attention");
@@ -173,7 +185,8 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 		noP = layer_acts(p, &d, l, flash, grouped, 1);
 		nm += hp_model_spec_layer_is_moe(s, l);
 		ngrouped += grouped;
-		sc = flash ? (int64_t)hp_flash_attention_scratch((int)d.T, (int)d.Hq, (int)d.D) : d.T * d.S;
+		sc = d.cpag ? (int64_t)hp_cp_attention_scratch((int)d.S) :
+		     flash ? (int64_t)hp_flash_attention_scratch((int)Tq, (int)H, (int)d.D) : Tq * Tq;
 		if (sc > scratch)
 			scratch = sc;
 		switch (p->act_ckpt) {
@@ -192,21 +205,31 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 		}
 	}
 	b += maxl + maxP;
-	/* the tail: final norm, LM head, RoPE tables, positions */
-	N = bound(p, "lm_head", "chunked_ce") && p->ce_chunk < d.N ? p->ce_chunk : d.N;
+	/* the tail: final norm, LM head (vocab-parallel with tp: no chunks),
+	 * RoPE tables, positions, the rank's chunk of the ids */
+	N = bound(p, "lm_head", "chunked_ce") && p->ce_chunk < d.N && p->tp == 1 ? p->ce_chunk : d.N;
 	b += A64(d.Ns * d.C * f) + A64(d.Ns * f) + A64(d.N * d.C * f) + A64(N * d.V * f);
-	if (p->tp > 1 && !p->loss_parallel)   /* logits gathered over the vocabulary */
-		b += A64(d.N * s->vocab * f);
-	b += 2 * A64(d.T * d.D / 2 * f) + A64(d.N * i4);
+	if (p->tp > 1)   /* the row statistics; without loss_parallel the gathered logits */
+		b += (p->loss_parallel ? 0 : A64(d.N * s->vocab * f)) + A64(2 * d.N * f) + A64(4 * d.N * 8);
+	b += 2 * A64(d.S * d.D / 2 * f) + A64(d.N * i4);
+	if (p->cp > 1)
+		b += 3 * A64(d.N * i4);
 	/* backward scratch */
 	b += 2 * A64(d.N * d.C * f) + A64(d.N * d.QD * f) + 2 * A64(d.N * d.KD * f) +
 	     A64(d.N * d.QD * f) + 3 * A64(d.N * d.I * f) + A64(scratch * f);
 	if (s->qk_norm)
 		b += A64(d.N * d.QD * f) + A64(d.N * d.KD * f);
+	if (p->tp > 1)
+		b += A64(d.N * d.C * f) + A64(d.Ns * d.C * f);
+	if (d.cpag)
+		b += 2 * A64(2 * d.B * d.S * d.KD * f);
+	else if (d.cpul)
+		b += 2 * A64(d.N * (d.QD + 2 * d.KD) * f);
 	if (nm)
-		b += 2 * A64(d.NK * d.C * f) + A64(d.NK * (ngrouped ? 2 : 1) * d.Im * f) +
-		     2 * A64(d.NK * d.Im * f) + A64(d.Nm * d.E * f) + A64(d.NK * f) + A64(d.E * i4) +
-		     A64(d.E * 8) + (ngrouped ? A64(d.NK * d.Im * f) + A64(d.NK * d.C * f) : 0);
+		b += 2 * A64(d.R * d.C * f) + A64(d.R * (ngrouped ? 2 : 1) * d.Im * f) +
+		     2 * A64(d.R * d.Im * f) + A64(d.Ns * d.E * f) + A64(d.NK * f) + A64(2 * d.E * i4) +
+		     A64(2 * d.E * 8) + (ngrouped ? A64(d.R * d.Im * f) + (p->ep == 1 ? A64(d.NK * d.C * f) : 0) : 0) +
+		     (p->ep > 1 ? 2 * A64(d.R * d.C * f) : 0);
 	return b;
 }
 
@@ -250,7 +273,7 @@ static void param_traffic(const struct hp_plan *p, int rank, struct hp_rank_est 
 				continue;
 			hp_plan_piece(p, q, rank, &pc);
 			padded += pc.chunk * pc.cols;
-			if (tp_partial(p, q))
+			if (hp_plan_tp_partial(p, q))
 				partial += pc.chunk * pc.cols;
 		}
 		if (!padded)
@@ -296,7 +319,7 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	}
 	if (p->loss_parallel) {     /* max, then sum of exp and the target logit */
 		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, N * 4, 1);
-		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, 2 * N * 4, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, 2 * N * 8, 1);
 	} else {
 		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G, N * (s->vocab / p->tp) * 4, 1);
 	}

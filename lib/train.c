@@ -23,6 +23,7 @@
 #include "online.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "shard.h"
 #include "comm.h"
 #include "fsdp.h"
 #include "plan.h"
@@ -36,18 +37,94 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int dump_grads(const struct hp_model *m, const char *path, struct hp_err *e)
+struct run {
+	struct hp_config cfg;
+	struct hp_model_spec spec;
+	struct hp_plan *plan;           /* at this world size: layout and kernel bindings */
+	int rank, world;
+	struct hp_comms comms;          /* world > 1 */
+	struct hp_fsdp fsdp;            /* world > 1: the shards the optimizer steps */
+	int dist;
+	struct hp_model_kernels kernels;
+	int reference;                  /* HP_KERNELS=reference */
+	int comm_bad;                   /* a step's traffic differed from the plan */
+	char comm_why[256];
+	struct hp_model model;
+	struct hp_optim opt;
+	struct hp_batcher *data;        /* offline */
+	struct hp_online *online;       /* online */
+	int32_t *inputs, *labels, *seg;
+	FILE *metrics;
+	char metrics_tmp[4096];
+	int dumped;                 /* --dump-grads file written by this run */
+	struct hp_model_par par;
+};
+
+/*
+ * Write every parameter's whole tensor (grads: its gradient) as F32 under
+ * its HF name, atomically.  One process: the model's own; over ranks: each
+ * tensor assembled from the shards (hp_fsdp_global), written by rank 0.
+ */
+static int dump_tensors(struct run *r, const char *path, int grads, struct hp_err *e)
 {
 	const char *keys[] = { "format", "producer" };
-	const char *vals[] = { "pt", "hp-train --dump-grads (step 1, before clipping and update)" };
+	const char *vals[] = { "pt", grads ? "hp-train --dump-grads (step 1, before clipping and update)"
+					   : "hp-train --dump-params (after the last step)" };
+	const struct hp_plan *p = r->plan;
+	struct hp_st_entry *ent;
+	float **bufs;
+	int n = r->dist ? p->nparams : r->model.nparams, rc = 0;
 
-	return hp_model_save_grads(m, path, 2, keys, vals, e);
+	ent = hp_calloc((size_t)n + 1, sizeof(*ent));
+	bufs = hp_calloc((size_t)n + 1, sizeof(*bufs));
+	if (!ent || !bufs) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+		goto out;
+	}
+	for (int i = 0; i < n && !rc; i++) {
+		if (r->dist) {
+			const struct hp_plan_param *q = &p->params[i];
+			size_t numel = (size_t)(q->shape[0] * (q->ndim > 1 ? q->shape[1] : 1));
+
+			if (!(bufs[i] = hp_malloc(numel * sizeof(float)))) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+				break;
+			}
+			rc = hp_fsdp_global(&r->fsdp, i, grads, bufs[i], e);
+			ent[i].name = q->name;
+			ent[i].ndim = q->ndim;
+			ent[i].shape[0] = q->shape[0];
+			ent[i].shape[1] = q->ndim > 1 ? q->shape[1] : 1;
+			ent[i].data = bufs[i];
+			if (r->rank) {
+				hp_free(bufs[i]);
+				bufs[i] = NULL;
+			}
+		} else {
+			const struct hp_param *q = &r->model.params[i];
+
+			ent[i].name = q->name;
+			ent[i].ndim = q->ndim;
+			ent[i].shape[0] = q->shape[0];
+			ent[i].shape[1] = q->shape[1];
+			ent[i].data = grads ? q->g : q->w;
+		}
+		ent[i].dtype = HP_DTYPE_F32;
+	}
+	if (!rc && r->rank == 0)
+		rc = hp_st_write(path, (size_t)n, ent, 2, keys, vals, e);
+out:
+	for (int i = 0; bufs && i < n; i++)
+		hp_free(bufs[i]);
+	hp_free(bufs);
+	hp_free(ent);
+	return rc;
 }
 
 static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,
 			long accum, int world, const char *kernels, const struct hp_online *online)
 {
-	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_spec *s = &m->gspec;
 
 	fprintf(out, "# resolved parameters\n");
 	hp_config_print(c, out);
@@ -120,10 +197,6 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 {
 	const char *p = c->path;
 
-	if (c->accelerator.tp_size != 1 || c->accelerator.cp_size != 1 || c->accelerator.ep_size != 1)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.accelerator: tensor, context and expert parallelism "
-				  "are not implemented in hp-train yet (FSDP and HSDP over %d ranks are: set "
-				  "tp_size, cp_size and ep_size to 1)", p, world);
 	if (c->dataset.kind == HP_DATASET_NONE)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
 	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
@@ -155,27 +228,6 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 	return 0;
 }
 
-struct run {
-	struct hp_config cfg;
-	struct hp_model_spec spec;
-	struct hp_plan *plan;           /* at this world size: layout and kernel bindings */
-	int rank, world;
-	struct hp_comms comms;          /* world > 1 */
-	struct hp_fsdp fsdp;            /* world > 1: the shards the optimizer steps */
-	int dist;
-	struct hp_model_kernels kernels;
-	int reference;                  /* HP_KERNELS=reference */
-	int comm_bad;                   /* a step's traffic differed from the plan */
-	char comm_why[256];
-	struct hp_model model;
-	struct hp_optim opt;
-	struct hp_batcher *data;        /* offline */
-	struct hp_online *online;       /* online */
-	int32_t *inputs, *labels, *seg;
-	FILE *metrics;
-	char metrics_tmp[4096];
-	int dumped;                 /* --dump-grads file written by this run */
-};
 
 static int open_metrics(struct run *r, const char *path, struct hp_err *e)
 {
@@ -245,11 +297,14 @@ static int comm_matches(const struct run *r, char *why, size_t n)
 		for (int c = 0; c < HP_NCOLL; c++) {
 			const struct hp_comm *m = &r->comms.dim[d];
 
-			if (m->calls[c] != est.comm[d][c].calls || m->bytes[c] != est.comm[d][c].bytes) {
-				snprintf(why, n, "rank %d, %s %s: %lld calls, %lld bytes; the plan says %lld, %lld",
-					 r->rank, hp_comm_dim_name(d), hp_coll_name((enum hp_coll)c),
-					 (long long)m->calls[c], (long long)m->bytes[c],
-					 (long long)est.comm[d][c].calls, (long long)est.comm[d][c].bytes);
+			/* what the routing decides (EP's return exchanges) is not estimated */
+			int64_t got = m->bytes[c] - m->routed[c], want = est.comm[d][c].bytes - est.comm[d][c].routed;
+
+			if (m->calls[c] != est.comm[d][c].calls || got != want) {
+				snprintf(why, n, "rank %d, %s %s: %lld calls, %lld bytes not set by the routing; "
+					 "the plan says %lld, %lld", r->rank, hp_comm_dim_name(d),
+					 hp_coll_name((enum hp_coll)c), (long long)m->calls[c], (long long)got,
+					 (long long)est.comm[d][c].calls, (long long)want);
 				return 0;
 			}
 		}
@@ -272,11 +327,16 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	double sums[2] = { 0, 0 };
 	int rc;
 
+	/* this rank's targets: its dp share of the micro-batches, its cp chunk
+	 * of each row (tp ranks count the same tokens, and are not summed) */
+	long cp = r->plan->cp, S = T / cp, c0 = hp_plan_coord(r->plan, HP_DIM_CP, r->rank) * S;
+
 	*total = 0;
 	for (long a = first; a < first + G; a++)
-		for (long i = 0; i < B * T; i++)
-			*total += r->labels[a * B * T + i] != HP_IGNORE_INDEX;
-	/* the token-weighted loss needs the count over every dp rank */
+		for (long b = 0; b < B; b++)
+			for (long i = c0; i < c0 + S; i++)
+				*total += r->labels[(a * B + b) * T + i] != HP_IGNORE_INDEX;
+	/* the token-weighted loss needs the count over every dp and cp rank */
 	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)))
 		return rc;
@@ -296,18 +356,21 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 			return rc;
 		m->ce_scale = *total > 0 ? 1.0 / *total : 0;
 		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
-			return r->fsdp.rc;
+			return r->fsdp.rc ? r->fsdp.rc : hp_err_set(e, HP_EINVAL, "step %ld: a collective of the "
+								     "forward failed", step);
 		sums[0] += ls;
-		sums[1] += m->aux_loss;
+		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
 		hp_model_backward(m, in, lb, *total, 1.0 / (double)(G * r->plan->dp));
 		if (r->fsdp.rc)
 			return r->fsdp.rc;
+		if (m->par_rc)
+			return hp_err_set(e, HP_EINVAL, "step %ld: a collective of the backward failed", step);
 		if ((rc = hp_fsdp_reduce_scatter_unit(&r->fsdp, 0, e)))
 			return rc;
 		if (r->plan->reshard_after_backward)
 			hp_fsdp_release(&r->fsdp, 0, 0);
 	}
-	if ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) ||
+	if ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)))
 		return rc;
@@ -318,9 +381,7 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	if (!comm_matches(r, r->comm_why, sizeof(r->comm_why)))
 		r->comm_bad = 1;
 	if (step == 1 && o->dump_grads) {
-		if ((rc = hp_fsdp_gather_grads(&r->fsdp, e)))
-			return rc;
-		if (r->rank == 0 && (rc = dump_grads(m, o->dump_grads, e)))
+		if ((rc = dump_tensors(r, o->dump_grads, 1, e)))
 			return rc;
 		r->dumped = r->rank == 0;
 	}
@@ -339,7 +400,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	long B = c->training.micro_batch_size, T = seq_length(c);
 	long accum = c->training.global_batch_size / B;
 	long step_tokens = accum * B * T;
-	int V = m->spec.vocab, rc, talk = !o->quiet && r->rank == 0;
+	int V = m->gspec.vocab, rc, talk = !o->quiet && r->rank == 0;
 	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
 
 	r->inputs = hp_malloc((size_t)step_tokens * sizeof(int32_t));
@@ -389,7 +450,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				hp_model_backward(m, in, lb, total, 1.0 / accum);
 			}
 			if (step == 1 && o->dump_grads) {
-				if ((rc = dump_grads(m, o->dump_grads, e)))
+				if ((rc = dump_tensors(r, o->dump_grads, 1, e)))
 					return rc;
 				r->dumped = 1;
 			}
@@ -424,6 +485,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			fprintf(r->metrics, "}\n");
 		}
 	}
+	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
+		return rc;
 	if (r->dist) {
 		/* did every rank move exactly what the plan estimates? */
 		int bad = r->comm_bad, any = 0;
@@ -437,7 +500,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		 * two AdamW moments of its shards, against the one-process run's */
 		struct hp_rank_est est;
 		long long mine[2] = { (long long)r->fsdp.total * 16, 0 }, most[2] = { 0, 0 };
-		long long one = (long long)m->numel * 16;
+		long long one = (long long)hp_model_spec_nparams(&r->spec) * 16;
 
 		if (!hp_plan_estimate(r->plan, r->rank, &est))
 			mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
@@ -484,10 +547,52 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		hp_warn("%s", r.plan->warnings[i]);
 	if (!r.reference)
 		hp_plan_model_kernels(r.plan, &r.kernels);
-	if ((rc = hp_model_init_kernels(&r.model, &r.spec, &r.kernels, (int)r.cfg.training.micro_batch_size,
-					(int)seq_length(&r.cfg), e)))
+	if (world > 1) {
+		/* this rank's part of the layout; its communicators first */
+		r.dist = 1;
+		if ((rc = hp_comms_init(&r.comms, comm, r.plan, e)))
+			goto out;
+		r.par.tp = (int)r.plan->tp;
+		r.par.cp = (int)r.plan->cp;
+		r.par.ep = (int)r.plan->ep;
+		r.par.tp_rank = hp_plan_coord(r.plan, HP_DIM_TP, r.rank);
+		r.par.cp_rank = hp_plan_coord(r.plan, HP_DIM_CP, r.rank);
+		r.par.ep_rank = hp_plan_coord(r.plan, HP_DIM_EP, r.rank);
+		r.par.sp = r.plan->sequence_parallel;
+		r.par.loss_parallel = r.plan->loss_parallel;
+		r.par.ulysses = r.plan->cp_mode == HP_CP_ULYSSES;
+		r.par.cs = &r.comms;
+	}
+	if ((rc = hp_model_init_par(&r.model, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
+				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)))
 		goto out;
-	if (r.cfg.model.source == HP_MODEL_FROM_CONFIG) {
+	if (r.dist) {
+		/* weights come straight into the shards, each rank reading its pieces */
+		struct hp_src src;
+
+		memset(&src, 0, sizeof(src));
+		if ((rc = hp_fsdp_init(&r.fsdp, r.plan, &r.comms, &r.model, e)))
+			goto out;
+		rc = o->shards ? hp_src_open_shards_part(&src, r.plan, o->shards, r.rank, world, NULL, e) :
+		     r.cfg.model.source == HP_MODEL_FROM_CONFIG ? hp_src_open_init(&src, r.plan, e) :
+		     hp_src_open_hf(&src, r.plan, r.cfg.model.path, e);
+		if (!rc)
+			rc = hp_fsdp_load(&r.fsdp, &src, e);
+		hp_src_close(&src);
+		/* every rank must have its weights before any goes on */
+		int bad = rc != 0, any = 0;
+		MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+		if (rc)
+			goto out;
+		if (any) {
+			rc = hp_err_set(e, HP_EFORMAT, "another rank could not load its shard (see its message)");
+			goto out;
+		}
+	} else if (o->shards) {
+		rc = hp_err_set(e, HP_ECONFIG, "--shards: a one-process run reads the model folder; shard "
+				"directories are for runs over ranks");
+		goto out;
+	} else if (r.cfg.model.source == HP_MODEL_FROM_CONFIG) {
 		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
 		 * norms, zero biases; each tensor from (seed, name) alone */
 		for (int i = 0; i < r.model.nparams; i++) {
@@ -519,12 +624,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
 		goto out;
-	if (world > 1) {
-		/* FSDP/HSDP: every rank loaded the same weights; each keeps its shards */
-		r.dist = 1;
-		if ((rc = hp_comms_init(&r.comms, comm, r.plan, e)) ||
-		    (rc = hp_fsdp_init(&r.fsdp, r.plan, &r.comms, &r.model, e)))
-			goto out;
+	if (r.dist) {
 		/* from now on the shards are the weights: the model's buffers hold
 		 * only what is gathered, and the moments live with the shards */
 		for (int u = 0; u < r.fsdp.nunits; u++) {

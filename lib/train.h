@@ -26,6 +26,8 @@ struct hp_train_opts {
 	char *const *overrides;      /* "--a.b=c" strings, borrowed */
 	const char *metrics;         /* JSONL path or NULL */
 	const char *dump_grads;      /* safetensors path or NULL */
+	const char *dump_params;     /* safetensors path for the final weights, or NULL */
+	const char *shards;          /* hp-convert's shard directory, or NULL: the model's folder */
 	int quiet;                   /* no table, no step lines */
 };
 

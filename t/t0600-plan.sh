@@ -226,11 +226,11 @@ test_expect_success 'estimates: FSDP bytes per rank and all-gather traffic follo
 
 # tp-2: N = 2 x 256 tokens of 64 bf16 values make A = 65536 bytes; per
 # micro-batch 2 all-reduces per attention and per MLP block (5 layers), 2 for
-# embedding and LM head, and loss_parallel's max (4N) and sums (8N) bytes.
+# embedding and LM head, and loss_parallel's max (4N: floats) and sums (16N: two doubles a row) bytes.
 test_expect_success 'estimates: tensor-parallel traffic without sequence parallel, by hand' '
 	p=$PLANS/tp-2.json &&
 	jq_is "[.estimates.per_rank[0].comm[] | select(.dim == \"tp\") | [.op, .calls, .bytes]]" $p \
-		"[[\"all_reduce\",48,$((2 * (22 * 65536 + 12 * 512)))]]" &&
+		"[[\"all_reduce\",48,$((2 * (22 * 65536 + 20 * 512)))]]" &&
 	jq_is ".estimates.step | [.grad_accumulation, .param_dtype, .activation_checkpoint]" $p "[2,\"bfloat16\",\"full\"]"
 '
 

@@ -122,9 +122,4 @@ test_expect_success MPI 'with mpiexec -disable-auto-cleanup the survivors always
 	gone_lines_true && test -s named
 '
 
-test_expect_success MPI 'tensor, context and expert parallelism are refused, not ignored' '
-	test_must_fail_with 4 mpiexec -n 2 hp-train -q c.yaml --accelerator.ep_size=2 2>err &&
-	grep -q "expert parallelism are not implemented in hp-train yet" err
-'
-
 test_done

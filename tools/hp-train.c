@@ -17,7 +17,8 @@
 const char hp_tool_name[] = "hp-train";
 
 static const char usage_str[] =
-	"hp-train CONFIG.yaml [--a.b=c ...] [--metrics FILE.jsonl] [--dump-grads FILE.safetensors] [-q]\n"
+	"hp-train CONFIG.yaml [--a.b=c ...] [--shards DIR] [--metrics FILE.jsonl]\n"
+	"                [--dump-grads FILE.safetensors] [--dump-params FILE.safetensors] [-q]\n"
 	"   or: hp-train --list-kernels";
 
 static void help(void)
@@ -26,7 +27,9 @@ static void help(void)
 	       "Train the model a HyperParallel-style YAML config describes.\n\n"
 	       "  --a.b=c                   override config key a.b with the YAML value c\n"
 	       "  --metrics FILE.jsonl      write one JSON object per step\n"
+	       "  --shards DIR              start from hp-convert's shards for this layout (over ranks)\n"
 	       "  --dump-grads FILE         write step 1's gradients (F32 safetensors, HF names)\n"
+	       "  --dump-params FILE        write the weights after the last step (F32, HF names)\n"
 	       "  -q, --quiet               print no table and no step lines\n"
 	       "  --list-kernels            print every op x backend and how a run selects it\n"
 	       "  -h, --help                show this help\n"
@@ -39,6 +42,8 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 	static const struct option longopts[] = {
 		{ "metrics", required_argument, NULL, 'm' },
 		{ "dump-grads", required_argument, NULL, 'g' },
+		{ "dump-params", required_argument, NULL, 'P' },
+		{ "shards", required_argument, NULL, 's' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "list-kernels", no_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
@@ -63,6 +68,8 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		switch (c) {
 		case 'm': o.metrics = optarg; break;
 		case 'g': o.dump_grads = optarg; break;
+		case 'P': o.dump_params = optarg; break;
+		case 's': o.shards = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'k': if (!rank) hp_kernels_print(stdout); rc = 0; break;
 		case 'h': if (!rank) help(); rc = 0; break;

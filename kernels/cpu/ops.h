@@ -187,4 +187,28 @@ size_t hp_flash_attention_scratch(int T, int n_heads, int head_dim);
  * 0 restores the default, hp_sgemm_threads(). */
 void hp_flash_attention_set_threads(int n);
 
+/* ---- context-parallel attention (kernels/cpu/cpattn.c) ----
+ * Causal GQA attention of a chunk of queries against all keys of their
+ * rows: q [B, Tq, Hq*D] holds the queries at positions q0 .. q0+Tq-1 of
+ * rows of S tokens, k and v [B, S, Hkv*D] every key and value of those rows.
+ * seg[B*Tq] (NULL: one document per row) gives for each query the position
+ * in its row (0..S-1) where its document starts: the query at position p
+ * sees keys seg..p only (HF semantics as attention_fwd: scale 1/sqrt(D),
+ * softmax in fp32, query head h reads kv head h / (Hq/Hkv)).  Only the
+ * visible keys are read.
+ * Forward: out [B, Tq, Hq*D] overwritten; when P is non-NULL it receives the
+ * probabilities [B, Hq, Tq, S] (zeros outside the mask); when lse is non-NULL
+ * it receives [B, Hq, Tq] the natural-log sum of exp of the scaled scores over
+ * the visible keys (as the flash kernel's lse).  At least one of P, lse is given.
+ * Backward: dq [B,Tq,Hq*D], dk and dv [B,S,Hkv*D] overwritten (dk, dv are this
+ * chunk's contribution to every key: the caller sums them over ranks). Uses P
+ * when non-NULL (out may then be NULL), else recomputes P from lse (then out
+ * is needed for rowsum(dout*out)). scratch: hp_cp_attention_scratch(S) floats. */
+void hp_cp_attention_fwd(float *out, float *P, float *lse, const float *q, const float *k, const float *v,
+			 const int32_t *seg, int B, int Tq, int S, int q0, int Hq, int Hkv, int D);
+void hp_cp_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+			 const float *P, const float *lse, const float *q, const float *k, const float *v,
+			 const int32_t *seg, float *scratch, int B, int Tq, int S, int q0, int Hq, int Hkv, int D);
+size_t hp_cp_attention_scratch(int S);
+
 #endif

@@ -186,6 +186,71 @@ static void estimate_is_arena(const char *model, const char *extra)
 	hp_config_release(&c);
 }
 
+/*
+ * The same on every rank of a parallel layout: the model each rank builds
+ * for its part (hp_model_init_par, no collective needed to size it) holds
+ * the arena the plan estimates for that rank.
+ */
+static void estimate_is_arena_par(const char *model, const char *acc, int world, int kernels)
+{
+	char dir[4200], y[8192];
+	struct hp_config c;
+	struct hp_model_spec s;
+	struct hp_plan *p = NULL;
+	struct hp_model_kernels k;
+	struct hp_err e;
+	int bad = 0;
+	long long got = 0, want = 0;
+
+	snprintf(dir, sizeof(dir), "%s/data/%s", src, model);
+	snprintf(y, sizeof(y),
+		 "model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained,\n"
+		 "        pretrained_model_name_or_path: %s}\n"
+		 "training: {train_iters: 1, micro_batch_size: 2, global_batch_size: 16}\n"
+		 "accelerator: {%s}\n"
+		 "dataset: {_target_: hyper_parallel.data.build_online_text_dataset, data_path: x,\n"
+		 "          data_config: {seq_length: 48}}\n%s", dir, acc, kernels ?
+		 "plan_overrides:\n"
+		 "  - {match: [\"*norm\"], replace_module: {_target_: fused_rmsnorm}}\n"
+		 "  - {match: \"*.self_attn\", replace_module: {_target_: flash_attention}}\n"
+		 "  - {match: \"*.mlp.experts\", replace_module: {_target_: grouped_experts}}\n" : "");
+	hp_err_clear(&e);
+	if (hp_config_load_buf(&c, "k.yaml", y, strlen(y), 0, NULL, &e) || hp_hfconfig_load(&s, dir, &e) ||
+	    hp_plan_resolve(&p, &c, &s, world, &e)) {
+		ok(0, "%s {%s}: plan: %s", model, acc, e.msg);
+		hp_config_release(&c);
+		return;
+	}
+	hp_plan_model_kernels(p, &k);
+	for (int r = 0; r < world && !bad; r++) {
+		struct hp_model_par par = {
+			.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep,
+			.tp_rank = hp_plan_coord(p, HP_DIM_TP, r), .cp_rank = hp_plan_coord(p, HP_DIM_CP, r),
+			.ep_rank = hp_plan_coord(p, HP_DIM_EP, r), .sp = p->sequence_parallel,
+			.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
+			.cs = (struct hp_comms *)&par,   /* sizing the model calls no collective */
+		};
+		struct hp_model m;
+		struct hp_rank_est est;
+
+		if (hp_model_init_par(&m, &s, &k, &par, 2, 48, &e)) {
+			ok(0, "%s {%s}: rank %d: %s", model, acc, r, e.msg);
+			bad = 1;
+			break;
+		}
+		hp_plan_estimate(p, r, &est);
+		got = est.act_bytes;
+		want = (long long)((m.aarena.used + 63) & ~(size_t)63);
+		bad = got != want;
+		hp_model_release(&m);
+	}
+	if (!bad || got != want)
+		is_int(got, want, "%s {%s}%s, %d ranks: every rank's activation estimate is its model's arena",
+		       model, acc, kernels ? " with the seed's kernels" : "", world);
+	hp_plan_free(p);
+	hp_config_release(&c);
+}
+
 int main(void)
 {
 	const char *sd = getenv("HP_SRC_DIR");
@@ -213,6 +278,15 @@ int main(void)
 		compare(models[i], "all together", &k, 1, 1, 0);
 		estimate_is_arena(models[i], "");
 		estimate_is_arena(models[i], ", loss_fn: {_target_: ChunkedCausalLMLoss, chunk_size: 16}");
+	}
+	for (int kern = 0; kern < 2; kern++) {
+		estimate_is_arena_par("stories260K/hf", "tp_size: 2", 2, kern);
+		estimate_is_arena_par("stories260K/hf", "tp_size: 4, sequence_parallel: true, loss_parallel: true", 4, kern);
+		estimate_is_arena_par("stories260K/hf", "cp_size: 4", 4, kern);
+		estimate_is_arena_par("ref/qwen3-dense", "tp_size: 2, cp_size: 2, sequence_parallel: true", 8, kern);
+		estimate_is_arena_par("ref/qwen3-moe-a", "ep_size: 4", 8, kern);
+		estimate_is_arena_par("ref/qwen3-moe-b", "tp_size: 2, cp_size: 2, ep_size: 2, sequence_parallel: true",
+				      8, kern);
 	}
 	return tap_done();
 }

@@ -1,0 +1,172 @@
+#!/bin/sh
+test_description='hp-train under mpiexec: tensor, sequence, context and expert parallelism equal one process'
+. "$(dirname "$0")/test-lib.sh"
+. "$TEST_DIR/lib-train.sh"
+
+A=--accelerator
+F=--fsdp_config
+
+# same_losses A B: every step's loss within 1e-5 relative
+same_losses () {
+	test $(wc -l <"$1") = $(wc -l <"$2") &&
+	paste "$1" "$2" | awk -F'\t' '{
+		split($1, a, "\"loss\": "); split(a[2], x, ","); split($2, b, "\"loss\": "); split(b[2], y, ",")
+		d = (x[1] - y[1]) / y[1]; if (d < 0) d = -d
+		if (d > m) m = d
+		if (d > 1e-5) { printf "step %d: %s vs %s\n", NR, x[1], y[1]; bad = 1 } }
+		END { printf "# %d steps, largest relative loss difference %.2g\n", NR, m; exit bad }'
+}
+
+# single NAME CONFIG: the one-process run every layout is held to
+single () {
+	hp-train -q "$2" --metrics "s-$1.jsonl" --dump-grads "sg-$1.safetensors" --dump-params "sp-$1.safetensors"
+}
+
+# layout NAME CONFIG N OVERRIDES...: train under mpiexec -n N; the losses
+# of every step, step 1's gradients and the final weights equal the
+# one-process run's within 1e-5 (relative L2 for tensors; the weights
+# within $PTOL when set), and every rank moved exactly what the plan estimates
+layout () {
+	name=$1 cfg=$2 n=$3; shift 3
+	echo "# $name on $n ranks: $*"
+	mpiexec -n $n hp-train "$cfg" "$@" --metrics p.jsonl --dump-grads pg.safetensors \
+		--dump-params pp.safetensors >out &&
+	grep -q "^comm: every rank's bytes per collective and mesh dim equal the plan's estimate" out &&
+	same_losses p.jsonl "s-$name.jsonl" &&
+	hp-test-tool cmpst --max-rel-l2 1e-5 "sg-$name.safetensors" pg.safetensors >cmp &&
+	! grep -q FAIL cmp &&
+	hp-test-tool cmpst --max-rel-l2 ${PTOL:-1e-5} "sp-$name.safetensors" pp.safetensors >cmp &&
+	! grep -q FAIL cmp
+}
+
+test_expect_success MPI 'setup: TinyStories records and a 10-step config per model' '
+	make_tinystories ts 64 &&
+	for m in stories260K/hf ref/qwen3-dense ref/qwen3-moe-a ref/qwen3-moe-b; do
+		n=$(basename $m) &&
+		write_config $n.yaml "$DATA/$m" ts 64 2 16 10 </dev/null &&
+		single $n $n.yaml || return 1
+	done
+'
+
+test_expect_success MPI 'llama: TP 2 and 4, with and without sequence parallel and loss_parallel' '
+	layout hf hf.yaml 2 $A.tp_size=2 &&
+	layout hf hf.yaml 2 $A.tp_size=2 $A.sequence_parallel=true &&
+	layout hf hf.yaml 2 $A.tp_size=2 $A.loss_parallel=true &&
+	layout hf hf.yaml 4 $A.tp_size=4 &&
+	layout hf hf.yaml 4 $A.tp_size=4 $A.sequence_parallel=true $A.loss_parallel=true
+'
+
+test_expect_success MPI 'qwen3: TP 2 with and without sequence parallel and loss_parallel' '
+	layout qwen3-dense qwen3-dense.yaml 2 $A.tp_size=2 &&
+	layout qwen3-dense qwen3-dense.yaml 2 $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true
+'
+
+test_expect_success MPI 'CP 2 and 4, K/V all-gather and Ulysses' '
+	layout hf hf.yaml 2 $A.cp_size=2 &&
+	layout hf hf.yaml 4 $A.cp_size=4 &&
+	layout qwen3-dense qwen3-dense.yaml 4 $A.cp_size=4 &&
+	write_config hf-ul.yaml "$DATA/stories260K/hf" ts 64 2 16 10 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	YAML
+	layout hf hf-ul.yaml 2 $A.cp_size=2 &&
+	layout hf hf-ul.yaml 4 $A.cp_size=4
+'
+
+test_expect_success MPI 'MoE: TP with sequence parallel, EP 2 and 4 with expert FSDP' '
+	layout qwen3-moe-a qwen3-moe-a.yaml 2 $A.tp_size=2 $A.sequence_parallel=true &&
+	layout qwen3-moe-a qwen3-moe-a.yaml 2 $A.ep_size=2 &&
+	layout qwen3-moe-a qwen3-moe-a.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	layout qwen3-moe-b qwen3-moe-b.yaml 4 $A.ep_size=4 &&
+	layout qwen3-moe-b qwen3-moe-b.yaml 8 $A.ep_size=4 $F.edp_shard_size=2 $F.dp_shard_size=8 &&
+	layout qwen3-moe-b qwen3-moe-b.yaml 4 $A.tp_size=4 $A.sequence_parallel=true $A.loss_parallel=true
+'
+
+SEED8="$A.tp_size=2 $A.cp_size=2 $A.ep_size=2 $A.sequence_parallel=true $F.dp_shard_size=2 $F.edp_shard_size=2"
+
+test_expect_success MPI 'the seed'\''s 8 ranks, TP2 x CP2 x EP2 with dp_shard 2 and edp_shard 2' '
+	layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8 &&
+	layout qwen3-moe-a qwen3-moe-a.yaml 8 $SEED8 &&
+	layout qwen3-dense qwen3-dense.yaml 8 $A.tp_size=2 $A.cp_size=2 $A.sequence_parallel=true $F.dp_shard_size=2 &&
+	layout hf hf.yaml 8 $A.tp_size=2 $A.cp_size=2 $F.dp_shard_size=4
+'
+
+# The seed's plan_overrides, from the seed's config.
+overrides () {
+	awk '/^plan_overrides:/ { on = 1; print; next } on && /^[^ ]/ { exit } on' "$TEST_DIR/config/seed-8rank.yaml"
+}
+
+test_expect_success MPI 'the seed'\''s 8 ranks with its kernels (fused norms, flash attention, grouped experts)' '
+	overrides | write_config k.yaml "$DATA/ref/qwen3-moe-b" ts 64 2 16 10 &&
+	grep -q grouped_experts k.yaml &&
+	single k k.yaml &&
+	same_losses s-k.jsonl s-qwen3-moe-b.jsonl &&
+	layout k k.yaml 8 $SEED8 >log &&
+	cat log && same_losses p.jsonl s-qwen3-moe-b.jsonl
+'
+
+test_expect_success MPI 'the 8-rank metrics carry each step'\''s bytes: hp-plan'\''s estimate for rank 0' '
+	mpiexec -n 8 hp-train -q qwen3-moe-b.yaml $SEED8 --metrics p.jsonl &&
+	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 >plan.json &&
+	# the expert rows that come back depend on the routing: not in the comparison
+	jq -c "[.estimates.per_rank[] | select(.ranks | index(0)) | .comm[] | select(.op != \"all_to_allv\") |
+		{(.dim): {(.op): .bytes}}] | reduce .[] as \$x ({}; . * \$x)" plan.json >want &&
+	jq -c ".comm | del(.ep.all_to_allv)" p.jsonl | sort -u >got &&
+	test $(wc -l <got) = 1 &&
+	test "$(jq -S -c . want)" = "$(jq -S -c . got)" &&
+	jq -e ".comm.ep.all_to_allv > 0" p.jsonl >/dev/null
+'
+
+# The trained model on its own stories predicts sharply (loss 1.6): after six
+# AdamW steps, whose update divides by the root of the squared gradients,
+# float rounding of the attention sums reaches 1.6e-5 in one weight.
+test_expect_success MPI 'packed online rows (block-diagonal masks) over CP in both modes and TP' '
+	PTOL=5e-5 &&
+	jq -c "{text: .text}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
+		sed -n "47,346p" >stories.jsonl &&
+	for u in "" ulysses; do
+		{
+			cat <<-YAML
+			model:
+			  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
+			  pretrained_model_name_or_path: $DATA/stories260K/hf
+			training: {train_iters: 6, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
+			dataset:
+			  _target_: hyper_parallel.data.build_online_text_dataset
+			  data_path: stories.jsonl
+			  data_transform: {data_type: plaintext, text_keys: [text], max_seq_len: 96}
+			optimizer:
+			  _target_: hyper_parallel.components.optim.AdamW
+			  adamw_config: {adamw_lr: 1.0e-3}
+			YAML
+			test -z "$u" || printf "plan_overrides:\n  - {match: \"*.self_attn\", replace_module: {_target_: ulysses_attention}}\n"
+		} >on$u.yaml &&
+		single on$u on$u.yaml &&
+		layout on$u on$u.yaml 2 $A.cp_size=2 &&
+		layout on$u on$u.yaml 4 $A.cp_size=4 &&
+		layout on$u on$u.yaml 4 $A.cp_size=2 $A.tp_size=2 $A.sequence_parallel=true || return 1
+	done &&
+	PTOL=
+'
+
+test_expect_success MPI 'hp-plan | hp-convert shards start the run where the HF folder does' '
+	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 | hp-convert --plan - "$DATA/ref/qwen3-moe-b" -o shards &&
+	layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8 --shards shards
+'
+
+test_expect_success MPI 'shards made for another layout are resharded as they load' '
+	hp-plan qwen3-moe-b.yaml --world 4 $A.ep_size=4 | hp-convert --plan - "$DATA/ref/qwen3-moe-b" -o other &&
+	layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8 --shards other
+'
+
+test_expect_success MPI 'a damaged shard is refused naming its file; one process takes no shards' '
+	cp -r shards bad && f=bad/rank-00003-of-00008.safetensors &&
+	sz=$(stat -c %s $f) && printf "\\377" | dd of=$f bs=1 seek=$((sz - 5)) conv=notrunc 2>/dev/null &&
+	test_must_fail_with 4 mpiexec -n 8 hp-train -q qwen3-moe-b.yaml $SEED8 --shards bad 2>err &&
+	cat err &&
+	grep -q "rank-00003-of-00008.safetensors" err &&
+	test_must_fail_with 3 hp-train -q qwen3-moe-b.yaml --shards shards 2>err &&
+	grep -q "^hp-train: --shards: " err
+'
+
+test_done
