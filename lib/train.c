@@ -514,6 +514,20 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	return 0;
 }
 
+/* Whether path holds a plan (hp-plan's JSON) rather than a YAML config. */
+static int is_plan_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int c = EOF;
+
+	if (!f)
+		return 0;
+	while ((c = getc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
+		;
+	fclose(f);
+	return c == '{';
+}
+
 int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
 {
 	struct run r;
@@ -524,6 +538,24 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	MPI_Comm_rank(comm, &r.rank);
 	r.world = world;
 	r.reference = !strcmp(hp_cpu_ops_get()->name, "reference");
+	if (is_plan_file(o->config)) {
+		/* a plan from hp-plan: its config and model as resolved, for its world */
+		if (o->noverrides)
+			return hp_err_set(e, HP_ECONFIG, "'%s': a plan is resolved already; give overrides such as "
+					  "'%s' to hp-plan", o->config, o->overrides[0]);
+		if ((rc = hp_plan_load(&r.plan, &r.cfg, o->config, e)))
+			return rc;
+		if (r.plan->world != world) {
+			rc = hp_err_set(e, HP_ECONFIG, "'%s': the plan is for %d ranks, this job has %d; make the "
+					"plan with hp-plan --world %d or start %d ranks", o->config, r.plan->world,
+					world, world, r.plan->world);
+			goto out;
+		}
+		r.spec = r.plan->spec;
+		if ((rc = check_supported(&r.cfg, world, e)))
+			goto out;
+		goto planned;
+	}
 	if ((rc = hp_config_load(&r.cfg, o->config, o->noverrides, o->overrides, e)))
 		return rc;
 	if ((rc = check_supported(&r.cfg, world, e)))
@@ -545,6 +577,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	for (int i = 0; i < r.plan->nwarnings; i++)
 		hp_warn("%s", r.plan->warnings[i]);
+planned:
 	if (!r.reference)
 		hp_plan_model_kernels(r.plan, &r.kernels);
 	if (world > 1) {

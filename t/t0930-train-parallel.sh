@@ -151,7 +151,16 @@ test_expect_success MPI 'packed online rows (block-diagonal masks) over CP in bo
 
 test_expect_success MPI 'hp-plan | hp-convert shards start the run where the HF folder does' '
 	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 | hp-convert --plan - "$DATA/ref/qwen3-moe-b" -o shards &&
-	layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8 --shards shards
+	layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8 --shards shards &&
+	# the plan itself in place of the YAML
+	layout qwen3-moe-b shards/plan.json 8 --shards shards
+'
+
+test_expect_success MPI 'a plan runs on the world it was made for, and takes no overrides' '
+	test_must_fail_with 3 mpiexec -n 4 hp-train -q shards/plan.json 2>err &&
+	grep -q "^hp-train: .shards/plan.json.: the plan is for 8 ranks, this job has 4; make the plan with hp-plan --world 4 or start 8 ranks$" err &&
+	test_must_fail_with 3 mpiexec -n 8 hp-train -q shards/plan.json --training.train_iters=3 2>err &&
+	grep -q "a plan is resolved already; give overrides such as .--training.train_iters=3. to hp-plan" err
 '
 
 test_expect_success MPI 'shards made for another layout are resharded as they load' '
