@@ -157,12 +157,12 @@ int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, e
 	return 0;
 }
 
-int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
-		      struct hp_err *e)
+int hp_comm_iallgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		       MPI_Request *req, struct hp_err *e)
 {
 	MPI_Datatype mt = mpi_type(t, 0);
-	MPI_Request req;
 
+	*req = MPI_REQUEST_NULL;
 	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
 		return bad_args(e, "all-gather", t, n);
 	if (c->size <= 1) {
@@ -171,9 +171,19 @@ int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n,
 		return 0;
 	}
 	count(c, HP_COLL_ALL_GATHER, n * hp_dtype_size(t), 0);
-	MPI_Iallgather(send, (int)n, mt, recv, (int)n, mt, c->comm, &req);
-	hp_comm_wait(&req);
+	MPI_Iallgather(send, (int)n, mt, recv, (int)n, mt, c->comm, req);
 	return 0;
+}
+
+int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		      struct hp_err *e)
+{
+	MPI_Request req;
+	int rc = hp_comm_iallgather(c, send, recv, n, t, &req, e);
+
+	if (!rc && req != MPI_REQUEST_NULL)
+		hp_comm_wait(&req);
+	return rc;
 }
 
 int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,

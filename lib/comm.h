@@ -63,6 +63,11 @@ int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, e
 /* send: n elements; recv: size * n, in group rank order. */
 int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
 		      struct hp_err *e);
+/* The same, started: the collective completes in hp_comm_wait(req)
+ * (req is MPI_REQUEST_NULL when there was nothing to wait for).  Buffers
+ * stay the caller's until then. */
+int hp_comm_iallgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		       MPI_Request *req, struct hp_err *e);
 /* send: size * n elements (block r for group rank r); recv: n, the sum of
  * every rank's block for this rank. */
 int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,

@@ -73,6 +73,23 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	}
 	if (f->total > maxbuf)
 		maxbuf = f->total;   /* the tp all-reduce of partial gradients packs there */
+	/* the prefetch ring: a layer's units (its own and its experts') for the
+	 * layer in hand and each one fetched ahead */
+	f->nslots = 2 * (1 + (int)(p->forward_prefetch > p->backward_prefetch ? p->forward_prefetch :
+				    p->backward_prefetch));
+	f->slots = hp_calloc((size_t)f->nslots, sizeof(*f->slots));
+	if (!f->slots)
+		goto oom;
+	for (int i = 0; i < f->nslots; i++) {
+		f->slots[i].unit = -1;
+		f->slots[i].req = MPI_REQUEST_NULL;
+	}
+	f->slot_floats = 0;
+	for (int u = 0; u < p->nunits; u++) {
+		size_t n = (size_t)p->size[f->units[u].shard_dim] * f->units[u].padded;
+		if (n > f->slot_floats)
+			f->slot_floats = n;
+	}
 	f->w = hp_calloc(f->total + 1, sizeof(float));
 	f->g = hp_calloc(f->total + 1, sizeof(float));
 	f->m1 = hp_calloc(f->total + 1, sizeof(float));
@@ -141,6 +158,9 @@ void hp_fsdp_free(struct hp_fsdp *f)
 	hp_free(f->dst);
 	hp_free(f->layer_unit);
 	hp_free(f->expert_unit);
+	for (int i = 0; f->slots && i < f->nslots; i++)
+		hp_free(f->slots[i].buf);
+	hp_free(f->slots);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -150,6 +170,23 @@ static int64_t rows_of(const struct hp_piece *pc, int s)
 	int64_t r = pc->rows - (int64_t)s * pc->chunk;
 
 	return r < 0 ? 0 : r > pc->chunk ? pc->chunk : r;
+}
+
+/* Unit un's gathered chunks (k blocks of padded floats in buf) into the
+ * tensors dst. */
+static void unpack_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *const *dst, const float *buf)
+{
+	int k = f->cs->dim[un->shard_dim].size;
+
+	for (int s = 0; s < k; s++)
+		for (int j = 0; j < un->n; j++) {
+			int i = f->order[un->first + j];
+			const struct hp_piece *pc = &f->pc[i];
+
+			memcpy(dst[i] + (int64_t)s * pc->chunk * pc->cols,
+			       buf + (size_t)s * un->padded + (f->poff[i] - un->off),
+			       (size_t)(rows_of(pc, s) * pc->cols) * sizeof(float));
+		}
 }
 
 static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *const *dst,
@@ -391,35 +428,104 @@ static void layer_units(const struct hp_fsdp *f, int l, int us[2])
 	us[1] = f->expert_unit[l];
 }
 
+static struct hp_fsdp_slot *slot_of(struct hp_fsdp *f, int u)
+{
+	for (int i = 0; i < f->nslots; i++)
+		if (f->slots[i].unit == u)
+			return &f->slots[i];
+	return NULL;
+}
+
+/* Start unit u's all-gather into a free slot of the ring (prefetch). */
+static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
+	struct hp_fsdp_slot *sl = NULL;
+
+	if (slot_of(f, u))
+		return 0;
+	for (int i = 0; i < f->nslots && !sl; i++)
+		if (f->slots[i].unit < 0)
+			sl = &f->slots[i];
+	if (!sl)
+		return hp_err_set(e, HP_EINVAL, "FSDP: no free prefetch slot for unit %d", u);
+	if (!sl->buf && !(sl->buf = hp_malloc((f->slot_floats + 1) * sizeof(float))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP prefetch buffers");
+	sl->unit = u;
+	return hp_comm_iallgather(&f->cs->dim[un->shard_dim], f->w + un->off, sl->buf, un->padded,
+				  HP_DTYPE_F32, &sl->req, e);
+}
+
+/* Unit u in the model's tensors: its gather (started now if it was not
+ * prefetched) waited for and unpacked. */
+static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	struct hp_fsdp_slot *sl = slot_of(f, u);
+	int rc;
+
+	f->gathers++;
+	f->prefetched += sl != NULL;
+	if (!sl && (rc = start_gather(f, u, e)))
+		return rc;
+	sl = slot_of(f, u);
+	hp_comm_wait(&sl->req);
+	for (int i = 0; i < f->p->nparams; i++)
+		f->dst[i] = f->mp[i] ? f->mp[i]->w : NULL;
+	unpack_unit(f, &f->units[u], f->dst, sl->buf);
+	sl->unit = -1;
+	return 0;
+}
+
+/* Gather layer l's units, then start those of the next depth layers in
+ * the direction dir (+1 forward, -1 backward). */
+static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth)
+{
+	int us[2];
+
+	layer_units(f, l, us);
+	for (int k = 0; k < 2 && !f->rc; k++)
+		if (us[k] >= 0)
+			f->rc = finish_gather(f, us[k], f->e);
+	for (long d = 1; d <= depth && !f->rc; d++) {
+		long m = l + dir * d;
+
+		if (m < 0 || m >= f->p->spec.n_layers)
+			break;
+		layer_units(f, (int)m, us);
+		for (int k = 0; k < 2 && !f->rc; k++)
+			if (us[k] >= 0)
+				f->rc = start_gather(f, us[k], f->e);
+	}
+	return f->rc;
+}
+
 int hp_fsdp_hook(void *ctx, int l, int phase)
 {
 	struct hp_fsdp *f = ctx;
 	int us[2], raf = f->p->reshard_after_forward, rab = f->p->reshard_after_backward;
 
+	switch (phase) {
+	case HP_HOOK_PRE_FORWARD:
+		return f->first_micro || rab ? gather_layer(f, l, 1, f->p->forward_prefetch) : f->rc;
+	case HP_HOOK_PRE_BACKWARD:
+		return raf ? gather_layer(f, l, -1, f->p->backward_prefetch) : f->rc;
+	default:
+		break;
+	}
 	layer_units(f, l, us);
 	for (int k = 0; k < 2 && !f->rc; k++) {
 		int u = us[k];
 
 		if (u < 0)
 			continue;
-		switch (phase) {
-		case HP_HOOK_PRE_FORWARD:
-			if (f->first_micro || rab)
-				f->rc = hp_fsdp_gather_unit(f, u, f->e);
-			break;
-		case HP_HOOK_POST_FORWARD:
+		if (phase == HP_HOOK_POST_FORWARD) {
 			if (raf)
 				hp_fsdp_release(f, u, 0);
-			break;
-		case HP_HOOK_PRE_BACKWARD:
-			if (raf)
-				f->rc = hp_fsdp_gather_unit(f, u, f->e);
-			break;
-		default:
-			f->rc = hp_fsdp_reduce_scatter_unit(f, u, f->e);
-			if (!f->rc && rab)
-				hp_fsdp_release(f, u, 0);
+			continue;
 		}
+		f->rc = hp_fsdp_reduce_scatter_unit(f, u, f->e);
+		if (!f->rc && rab)
+			hp_fsdp_release(f, u, 0);
 	}
 	return f->rc;
 }

@@ -12,9 +12,12 @@
  * hp-plan(5), ESTIMATES, so the byte counters of lib/comm equal the plan's
  * estimate.
  *
- * Through the model's layer hook a layer's units are gathered just before
- * its forward and backward and released after (their pages given back), so
- * a rank holds its shards, the root unit and the layer in hand.  With
+ * Through the model's layer hook a layer's units are gathered before its
+ * forward and backward and released after (their pages given back), so a
+ * rank holds its shards, the root unit and the layer in hand; the
+ * all-gathers of the next forward_prefetch_depth layers (backward:
+ * backward_prefetch_depth) are started as a layer begins, and waited for
+ * when their layer's turn comes.  With
  * tensor and expert parallelism the pieces are of the rank's tp-local
  * tensors and of its own experts only.
  */
@@ -30,6 +33,13 @@ struct hp_fsdp_unit {
 	int root;                    /* the unit that stays gathered through the backward */
 	int first, n;                /* its params: plan indices first .. first+n-1 in unit order */
 	size_t off, padded;          /* its range in the shard arrays; padded elements */
+};
+
+/* An all-gather in flight (FSDP prefetch): its unit (-1: free) and buffer. */
+struct hp_fsdp_slot {
+	int unit;
+	MPI_Request req;
+	float *buf;
 };
 
 struct hp_fsdp {
@@ -48,6 +58,10 @@ struct hp_fsdp {
 	float *buf;                  /* pack/unpack: the largest unit's shard_size * padded */
 	float **dst;                 /* [nparams] scratch of gather targets */
 	int *layer_unit, *expert_unit;   /* [n_layers]: each layer's units (-1: none) */
+	struct hp_fsdp_slot *slots;  /* the prefetch ring */
+	int nslots;
+	size_t slot_floats;          /* each slot's buffer: the largest unit's gathered size */
+	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
 	/* the hook's state for the micro-batch in flight */
 	int first_micro;             /* the step's first micro-batch on this rank */
 	int rc;                      /* the first error in a hook; e holds its message */

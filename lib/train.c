@@ -505,6 +505,12 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		if (!hp_plan_estimate(r->plan, r->rank, &est))
 			mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
 		MPI_Allreduce(mine, most, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+		long g[2] = { r->fsdp.gathers, r->fsdp.prefetched };
+		MPI_Allreduce(MPI_IN_PLACE, g, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+		if (talk && g[0])
+			fprintf(out, "fsdp: %ld layer all-gathers over all ranks, %ld of them started a layer or more "
+				"ahead (prefetch depth %ld forward, %ld backward)\n", g[0], g[1],
+				r->plan->forward_prefetch, r->plan->backward_prefetch);
 		if (talk)
 			fprintf(out, "memory: weights, gradients and AdamW moments %lld bytes on the largest rank "
 				"(the plan estimated %lld), %lld in one process: %.4f of it over %d ranks "

@@ -49,6 +49,18 @@ test_expect_success MPI 'the metrics carry each step'\''s bytes, equal to hp-pla
 	test "$(jq -S -c . want)" = "$(jq -S -c . got)"
 '
 
+test_expect_success MPI 'prefetch: the next layer'\''s all-gather starts while a layer computes, and changes nothing' '
+	mpiexec -n 4 hp-train c.yaml --fsdp_config.dp_shard_size=4 --metrics p0.jsonl \
+		--fsdp_config.forward_prefetch_depth=0 --fsdp_config.backward_prefetch_depth=0 >out &&
+	grep -q "^fsdp: [1-9][0-9]* layer all-gathers over all ranks, 0 of them started" out &&
+	mpiexec -n 4 hp-train c.yaml --fsdp_config.dp_shard_size=4 --metrics p2.jsonl \
+		--fsdp_config.forward_prefetch_depth=2 --fsdp_config.backward_prefetch_depth=2 >out &&
+	grep "^fsdp: " out &&
+	grep -q "^fsdp: [1-9][0-9]* layer all-gathers over all ranks, [1-9][0-9]* of them started" out &&
+	grep -q "^comm: every rank" out &&
+	jq .loss p0.jsonl >l0 && jq .loss p2.jsonl >l2 && test -s l0 && cmp l0 l2
+'
+
 # memory_ok N: the "memory:" line says the largest rank keeps at most 1/N + 5% of one process's
 memory_ok () {
 	sed -n "s/^memory: weights, gradients and AdamW moments \([0-9]*\) bytes on the largest rank (the plan estimated \([0-9]*\)), .*: \([0-9.]*\) of it .*/\1 \2 \3/p" out |
