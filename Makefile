@@ -65,6 +65,11 @@ HAVE_CUDA := 1
 NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
 NCCL_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so /usr/local/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
 CPPFLAGS += -DHP_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+# lib/comm_nccl.c is built for real only with both nccl.h and libnccl (the
+# header's places are all on the include path already)
+ifneq ($(and $(NCCL_INC),$(NCCL_LIBDIR)),)
+CPPFLAGS += -DHP_HAVE_NCCL=1
+endif
 NVCCFLAGS := -std=c++17 -O2 -Ilib -Ikernels -DHP_HAVE_CUDA=1 \
 	-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
 	-Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(filter 1,$(DEVELOPER)),$(comma)-Werror) \
@@ -178,6 +183,7 @@ bench: all $(O)/bench/kernel-bench
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/tok-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/convert-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/kernels-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/parallel-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
 
 demo: all
