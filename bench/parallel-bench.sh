@@ -12,7 +12,10 @@
 # process, and rank 0's share of the step spent waiting in collectives
 # (metrics comm_wait_s).  On a 2-core machine every layout past 2 ranks
 # oversubscribes the cores: this measures the overhead of the layout, not
-# speed-up.
+# speed-up.  Then the cost of checking the seed's layout: its step time in
+# validation mode (--model.validate_placement=true: rank 0 runs the whole
+# model alongside and every module output is compared), and hp-verify's
+# wall-clock time for 3 steps against hp-train's for the same job.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${HP_BUILD_DIR:-$src/build}
@@ -70,5 +73,17 @@ run "one process" 1
 run "TP 2, sequence parallel" 2 $A.tp_size=2 $A.sequence_parallel=true
 run "CP 2 (K/V all-gather)" 2 $A.cp_size=2
 run "EP 2" 2 $A.ep_size=2
-run "TP2 x CP2 x EP2, FSDP 2 (seed)" 8 $A.tp_size=2 $A.cp_size=2 $A.ep_size=2 $A.sequence_parallel=true \
-	$F.dp_shard_size=2 $F.edp_shard_size=2
+SEED8="$A.tp_size=2 $A.cp_size=2 $A.ep_size=2 $A.sequence_parallel=true $F.dp_shard_size=2 $F.edp_shard_size=2"
+run "TP2 x CP2 x EP2, FSDP 2 (seed)" 8 $SEED8
+prod=$t
+run "  the same, validation mode" 8 $SEED8 --model.validate_placement=true
+awk -v a="$t" -v b="$prod" 'BEGIN { printf "validation mode: %.2fx the production step time\n", a / b }'
+# hp-verify: the whole job's wall-clock time for 3 steps against hp-train's
+t0=$(date +%s.%N)
+mpiexec -n 8 "$build/bin/hp-train" -q "$tmp/c.yaml" $SEED8 --training.train_iters=3 || exit 1
+t1=$(date +%s.%N)
+mpiexec -n 8 "$build/bin/hp-verify" "$tmp/c.yaml" $SEED8 --steps 3 >"$tmp/verify.out" || exit 1
+t2=$(date +%s.%N)
+tail -n 1 "$tmp/verify.out"
+awk -v t0="$t0" -v t1="$t1" -v t2="$t2" 'BEGIN { p = t1 - t0; v = t2 - t1
+	printf "hp-verify, 3 steps: %.1f s against hp-train'"'"'s %.1f s for the same job: %.2fx\n", v, p, v / p }'

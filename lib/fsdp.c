@@ -24,6 +24,7 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->cs = cs;
 	f->m = m;
 	f->rank = cs->world_rank;
+	f->stale_unit = -1;
 	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
 	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
 	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
@@ -161,6 +162,7 @@ void hp_fsdp_free(struct hp_fsdp *f)
 	for (int i = 0; f->slots && i < f->nslots; i++)
 		hp_free(f->slots[i].buf);
 	hp_free(f->slots);
+	hp_free(f->stale);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -319,19 +321,26 @@ double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
 	return sqrt(ss);
 }
 
-int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e)
+void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst)
 {
 	const struct hp_plan_param *q = &f->p->params[i];
 	const struct hp_piece *pc = &f->pc[i];
 	int64_t cols = q->ndim > 1 ? q->shape[1] : 1;
-	size_t n = (size_t)(q->shape[0] * cols);
 	const float *src = (grads ? f->g : f->w) + f->poff[i];
 
-	memset(dst, 0, n * sizeof(float));
 	if (f->mp[i] && canonical(f, i))
 		for (int64_t r = 0; r < pc->nrows; r++)
 			memcpy(dst + (pc->row0 + r) * cols + pc->col0, src + r * pc->cols,
 			       (size_t)pc->cols * sizeof(float));
+}
+
+int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e)
+{
+	const struct hp_plan_param *q = &f->p->params[i];
+	size_t n = (size_t)(q->shape[0] * (q->ndim > 1 ? q->shape[1] : 1));
+
+	memset(dst, 0, n * sizeof(float));
+	hp_fsdp_piece_into(f, i, grads, dst);
 	return hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], dst, n, HP_DTYPE_F32, HP_RED_SUM, e);
 }
 
@@ -350,6 +359,15 @@ void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
 
 void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
 {
+	if (f->stale_unit >= 0) {
+		/* the fault (fsdp_stale_shard): keep this step's shard of the unit for the next */
+		const struct hp_fsdp_unit *un = &f->units[f->stale_unit];
+
+		if (!f->stale)
+			f->stale = hp_malloc((un->padded + 1) * sizeof(float));
+		if (f->stale)
+			memcpy(f->stale, f->w + un->off, un->padded * sizeof(float));
+	}
 	for (int i = 0; i < f->p->nparams; i++) {
 		const struct hp_piece *pc = &f->pc[i];
 
@@ -452,8 +470,8 @@ static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 	if (!sl->buf && !(sl->buf = hp_malloc((f->slot_floats + 1) * sizeof(float))))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP prefetch buffers");
 	sl->unit = u;
-	return hp_comm_iallgather(&f->cs->dim[un->shard_dim], f->w + un->off, sl->buf, un->padded,
-				  HP_DTYPE_F32, &sl->req, e);
+	return hp_comm_iallgather(&f->cs->dim[un->shard_dim], u == f->stale_unit && f->stale ? f->stale :
+				  f->w + un->off, sl->buf, un->padded, HP_DTYPE_F32, &sl->req, e);
 }
 
 /* Unit u in the model's tensors: its gather (started now if it was not

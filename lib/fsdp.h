@@ -62,6 +62,8 @@ struct hp_fsdp {
 	int nslots;
 	size_t slot_floats;          /* each slot's buffer: the largest unit's gathered size */
 	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
+	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
+	float *stale;                /* its shard of the step before (-1: no fault) */
 	/* the hook's state for the micro-batch in flight */
 	int first_micro;             /* the step's first micro-batch on this rank */
 	int rc;                      /* the first error in a hook; e holds its message */
@@ -102,6 +104,9 @@ int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e);
  * every rank, into dst (its global numel): each piece from one holder,
  * all-reduced over the world.  For dumps; not part of a step's traffic. */
 int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e);
+/* This rank's share of that sum: its piece of param i written into dst
+ * (the whole tensor, zeroed by the caller) when it is the piece's holder. */
+void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst);
 /* The global gradient norm (all-reduced over the world); replicas count once. */
 double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e);
 void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm);

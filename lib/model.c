@@ -671,6 +671,39 @@ void hp_model_zero_grad(struct hp_model *m)
 	memset(m->flat_g, 0, m->numel * sizeof(float));
 }
 
+/* ---- faults injected on purpose ---- */
+
+static const char *const fault_names[HP_NFAULT] = {
+	"none", "tp_skip_reduce", "sp_skip_gather", "cp_wrong_offset", "cp_skip_kv_grad_reduce",
+	"ep_wrong_route", "ep_drop_token", "fsdp_stale_shard", "grad_scale",
+};
+
+const char *hp_fault_name(int f)
+{
+	return f >= 0 && f < HP_NFAULT ? fault_names[f] : "?";
+}
+
+int hp_fault_parse(const char *name)
+{
+	for (int f = 1; f < HP_NFAULT; f++)
+		if (!strcmp(name, fault_names[f]))
+			return f;
+	return -1;
+}
+
+/* Show a module's output to the probe; non-zero stops the forward. */
+static int probe(struct hp_model *m, const char *fmt, int l, const float *x, long rows, int cols,
+		 int row_split, int col_split)
+{
+	char name[96];
+	struct hp_probe p = { name, x, rows, cols, row_split, col_split };
+
+	if (!m->probe)
+		return 0;
+	snprintf(name, sizeof(name), fmt, l);
+	return m->probe(m->probe_ctx, &p);
+}
+
 /* ---- collectives at module boundaries ---- */
 
 static struct hp_comm *dimc(struct hp_model *m, int d)
@@ -777,7 +810,7 @@ static void cp_gather_kv(struct hp_model *m, struct hp_layer_act *a)
 
 /* Its backward: every rank's dK, dV of the whole rows [B,S,Hkv*D] (in
  * cp_recv) reduce-scattered, each rank keeping its chunk's. */
-static void cp_scatter_dkv(struct hp_model *m)
+static void cp_scatter_dkv(struct hp_model *m, int skip)
 {
 	int B = m->B, T = m->T, cp = m->par.cp;
 	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
@@ -791,8 +824,11 @@ static void cp_scatter_dkv(struct hp_model *m)
 			memcpy(dst, m->cp_recv + at, blk * sizeof(float));
 			memcpy(dst + n, m->cp_recv + whole + at, blk * sizeof(float));
 		}
-	par_rc(m, hp_comm_reduce_scatter(dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32,
-					 HP_RED_SUM, NULL));
+	if (skip)   /* the fault: only this rank's own contribution to its keys */
+		memcpy(m->cp_recv, m->cp_send + (size_t)m->par.cp_rank * 2 * n, 2 * n * sizeof(float));
+	else
+		par_rc(m, hp_comm_reduce_scatter(dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32,
+						 HP_RED_SUM, NULL));
 	memcpy(m->dk, m->cp_recv, n * sizeof(float));
 	memcpy(m->dv, m->cp_recv + n, n * sizeof(float));
 }
@@ -857,9 +893,11 @@ static void attention_fwd(struct hp_model *m, int l)
 	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp;
 
 	if (cp_ag(m)) {
+		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
+
 		cp_gather_kv(m, a);
 		hp_cp_attention_fwd(a->att, m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg,
-				    a->vg, m->seg, m->B, m->T, m->S, m->par.cp_rank * m->T, Hq, Hkv, D);
+				    a->vg, m->seg, m->B, m->T, m->S, q0, Hq, Hkv, D);
 		return;
 	}
 	if (cp_ul(m)) {
@@ -894,10 +932,12 @@ static void attention_bwd(struct hp_model *m, int l)
 	if (cp_ag(m)) {
 		size_t whole = (size_t)m->B * m->S * Hkv * D;
 
+		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
+
 		hp_cp_attention_bwd(m->dq, m->cp_recv, m->cp_recv + whole, m->datt, a->att,
 				    m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
-				    m->seg, m->dscratch, m->B, m->T, m->S, m->par.cp_rank * m->T, Hq, Hkv, D);
-		cp_scatter_dkv(m);
+				    m->seg, m->dscratch, m->B, m->T, m->S, q0, Hq, Hkv, D);
+		cp_scatter_dkv(m, l == 0 && m->fault == HP_FAULT_CP_SKIP_KV_GRAD_REDUCE);
 		return;
 	}
 	if (cp_ul(m)) {
@@ -924,6 +964,14 @@ static void attention_bwd(struct hp_model *m, int l)
 }
 
 /* ---- the sparse MoE block (Qwen3MoeSparseMoeBlock) ---- */
+
+static int first_moe(const struct hp_model *m)
+{
+	for (int l = 0; l < m->spec.n_layers; l++)
+		if (m->lw[l].moe)
+			return l;
+	return -1;
+}
 
 /* Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye. */
 static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, float *ye)
@@ -1102,6 +1150,9 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 				ws[k] /= tot;
 		}
 	}
+	/* the fault: the first token's first row goes to an expert of the next ep rank */
+	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0)
+		a->sel[0] = (a->sel[0] + m->El) % E;
 	/* expert-major rows */
 	int32_t *off = a->ex_off;
 	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
@@ -1128,6 +1179,8 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 		for (long r = 0; r < a->ep_rows; r++)
 			memcpy(m->ep_send + (long)a->ep_perm[r] * C, m->ep_recv + r * C, sizeof(float) * (size_t)C);
 		ep_exchange(m, l, m->ep_send, a->ye, 1);
+		if (m->fault == HP_FAULT_EP_DROP_TOKEN && l == first_moe(m) && N > 0)
+			memset(a->ye, 0, sizeof(float) * (size_t)C);   /* the fault: one row lost */
 	} else {
 		/* HF's index_select: every routed row copied out; the grouped kernel
 		 * gathers rows into one shared buffer instead of keeping a copy */
@@ -1366,6 +1419,8 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	} else {
 		hp_embedding_fwd(m->act[0].x_in, ids, m->embed, N, C);
 	}
+	if (probe(m, "model.embed_tokens", 0, m->act[0].x_in, Ns, C, pr->sp, 0))
+		return -2;
 	for (int l = 0; l < s->n_layers; l++) {
 		struct hp_layer_act *a = &m->act[l];
 		const struct hp_layer_w *w = &m->lw[l];
@@ -1377,7 +1432,15 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 
 		nout = pr->sp ? m->dx : a->xn1;
 		norm_in(m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
-		tp_gather(m, a->xn1, nout);
+		if (l == 0 && m->fault == HP_FAULT_SP_SKIP_GATHER && pr->sp) {
+			/* each rank's own rows only, the others' left out */
+			memset(a->xn1, 0, sizeof(float) * (size_t)N * C);
+			memcpy(a->xn1 + (size_t)pr->tp_rank * Ns * C, nout, sizeof(float) * (size_t)Ns * C);
+		} else {
+			tp_gather(m, a->xn1, nout);
+		}
+		if (probe(m, "model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
+			return -2;
 		if (s->qk_norm) {
 			/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
 			ops->linear_fwd(a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
@@ -1396,20 +1459,31 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			/* row-parallel: partial sums, reduced, then the bias once */
 			o = pr->sp ? m->dxn : a->x_mid;
 			ops->linear_fwd(o, a->att, w->wo, NULL, N, QD, C);
-			tp_reduce(m, o, a->x_mid);
+			if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
+				if (pr->sp)   /* the rank's rows of its own partial sum */
+					memcpy(a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
+			} else {
+				tp_reduce(m, o, a->x_mid);
+			}
 			for (long n = 0; w->bo && n < Ns; n++)
 				for (int c = 0; c < C; c++)
 					a->x_mid[n * C + c] += w->bo[c];
 		} else {
 			ops->linear_fwd(a->x_mid, a->att, w->wo, w->bo, N, QD, C);
 		}
+		if (probe(m, "model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
+			return -2;
 		nout = pr->sp && !w->moe ? m->dx : a->xn2;
 		norm_in(m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
 		if (w->moe) {
+			if (probe(m, "model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
+				return -2;
 			moe_forward(m, l, a->moe_out);
 			mlp_out = a->moe_out;
 		} else {
 			tp_gather(m, a->xn2, nout);
+			if (probe(m, "model.layers.%d.post_attention_layernorm", l, a->xn2, N, C, 0, 0))
+				return -2;
 			ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
 			ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
 			ops->swiglu_fwd(a->h, a->g, a->u, N * I);
@@ -1418,6 +1492,8 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			tp_reduce(m, o, next);
 			mlp_out = next;
 		}
+		if (probe(m, "model.layers.%d.mlp", l, mlp_out, Ns, C, pr->sp, 0))
+			return -2;
 		/* the residual add x_mid + mlp_out is owed to the next norm's input */
 		ra = a->x_mid;
 		rb = mlp_out;
@@ -1430,8 +1506,12 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	nout = pr->sp ? m->dx : m->xf;
 	norm_in(m->k.fused_final, m->x_final, nout, m->rstd_f, ra, rb, m->final_norm, Ns, C, eps);
 	tp_gather(m, m->xf, nout);
+	if (probe(m, "model.norm", 0, m->xf, N, C, 0, 0))
+		return -2;
 	if (tp > 1) {
 		ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
+		if (probe(m, "lm_head", 0, m->logits, N, V, 0, 1))
+			return -2;
 		if (targets && vp_loss(m, targets, loss_sum, count))
 			return -1;
 		return m->par_rc ? -2 : 0;
@@ -1461,6 +1541,8 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		return m->par_rc ? -2 : 0;
 	}
 	ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
+	if (probe(m, "lm_head", 0, m->logits, N, V, 0, 0))
+		return -2;
 	if (targets && ops->cross_entropy_fwd(loss_sum, count, m->logits, targets, N, V))
 		return -1;
 	return m->par_rc ? -2 : 0;

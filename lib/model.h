@@ -102,6 +102,39 @@ struct hp_model_par {
 	struct hp_comms *cs;
 };
 
+/*
+ * Faults injected on purpose (debug.inject_fault), so that validation and
+ * hp-verify can be shown to catch what they claim to catch
+ * (hp-verify(1)).  Each breaks one collective or offset of the first layer
+ * it applies to.
+ */
+enum hp_fault {
+	HP_FAULT_NONE = 0,
+	HP_FAULT_TP_SKIP_REDUCE,          /* layer 0's o_proj partial sums not reduced over tp */
+	HP_FAULT_SP_SKIP_GATHER,          /* layer 0's input norm output not gathered over tp */
+	HP_FAULT_CP_WRONG_OFFSET,         /* layer 0's attention: the chunk's causal offset taken as 0 */
+	HP_FAULT_CP_SKIP_KV_GRAD_REDUCE,  /* layer 0: dK, dV not reduce-scattered over cp */
+	HP_FAULT_EP_WRONG_ROUTE,          /* first MoE layer: a token's row sent to the wrong rank */
+	HP_FAULT_EP_DROP_TOKEN,           /* first MoE layer: a token's expert output dropped */
+	HP_FAULT_FSDP_STALE_SHARD,        /* layer 0 gathered from the previous step's shards */
+	HP_FAULT_GRAD_SCALE,              /* gradients scaled by the rank's token count, not the global one */
+	HP_NFAULT
+};
+/* The fault's name as debug.inject_fault spells it, and back (-1: unknown). */
+const char *hp_fault_name(int f);
+int hp_fault_parse(const char *name);
+
+/* A module's output as this rank holds it, for validation and hp-verify:
+ * rows of this rank's tokens (its cp chunk of each row, row-major) by cols. */
+struct hp_probe {
+	const char *module;     /* "model.layers.3.self_attn" */
+	const float *x;
+	long rows;
+	int cols;
+	int row_split;          /* the rows are this rank's 1/tp of them (sequence parallel) */
+	int col_split;          /* the cols are this rank's 1/tp slice (the vocabulary) */
+};
+
 enum { HP_HOOK_PRE_FORWARD = 0, HP_HOOK_POST_FORWARD, HP_HOOK_PRE_BACKWARD, HP_HOOK_POST_BACKWARD };
 
 struct hp_layer_act {
@@ -189,6 +222,11 @@ struct hp_model {
 	 * returns early and the hook's owner keeps the error) */
 	int (*hook)(void *ctx, int layer, int phase);
 	void *hook_ctx;
+	/* called with every module's output in forward order (NULL: not);
+	 * a non-zero return stops the forward as the hook's does */
+	int (*probe)(void *ctx, const struct hp_probe *p);
+	void *probe_ctx;
+	int fault;                                /* enum hp_fault */
 	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
 	int n_moe;                                /* MoE layers */
 	/* the load-balancing loss of the last forward (output_router_logits) */

@@ -28,6 +28,7 @@
 #include "fsdp.h"
 #include "plan.h"
 #include "train.h"
+#include "verify.h"
 
 static double now_s(void)
 {
@@ -58,6 +59,8 @@ struct run {
 	char metrics_tmp[4096];
 	int dumped;                 /* --dump-grads file written by this run */
 	struct hp_model_par par;
+	struct hp_verify verify;        /* validation mode or hp-verify */
+	int verifying;
 };
 
 /*
@@ -336,9 +339,15 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 		for (long b = 0; b < B; b++)
 			for (long i = c0; i < c0 + S; i++)
 				*total += r->labels[(a * B + b) * T + i] != HP_IGNORE_INDEX;
+	double mine = *total;
 	/* the token-weighted loss needs the count over every dp and cp rank */
 	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)))
+		return rc;
+	/* the fault grad_scale: each rank scales by its own count */
+	double scale_count = m->fault == HP_FAULT_GRAD_SCALE ? mine : *total;
+	if (r->verifying && (rc = hp_verify_reference(&r->verify, step, r->inputs, r->labels, r->seg,
+						      G * r->plan->dp, *total, e)))
 		return rc;
 	hp_fsdp_zero_grad(&r->fsdp);
 	hp_model_zero_grad(m);
@@ -354,13 +363,14 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 		r->fsdp.e = e;
 		if ((a == first || r->plan->reshard_after_backward) && (rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
 			return rc;
-		m->ce_scale = *total > 0 ? 1.0 / *total : 0;
+		m->ce_scale = scale_count > 0 ? 1.0 / scale_count : 0;
+		r->verify.micro = (int)(a - first);
 		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
-			return r->fsdp.rc ? r->fsdp.rc : hp_err_set(e, HP_EINVAL, "step %ld: a collective of the "
-								     "forward failed", step);
+			return r->fsdp.rc ? r->fsdp.rc : r->verify.rc ? r->verify.rc :
+			       hp_err_set(e, HP_EINVAL, "step %ld: a collective of the forward failed", step);
 		sums[0] += ls;
 		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
-		hp_model_backward(m, in, lb, *total, 1.0 / (double)(G * r->plan->dp));
+		hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp));
 		if (r->fsdp.rc)
 			return r->fsdp.rc;
 		if (m->par_rc)
@@ -380,6 +390,8 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	/* the step's traffic, before anything this run adds for its own checks */
 	if (!comm_matches(r, r->comm_why, sizeof(r->comm_why)))
 		r->comm_bad = 1;
+	if (r->verifying && (rc = hp_verify_params(&r->verify, 1, e)))
+		return rc;
 	if (step == 1 && o->dump_grads) {
 		if ((rc = dump_tensors(r, o->dump_grads, 1, e)))
 			return rc;
@@ -390,6 +402,11 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	r->opt.hp.step = r->opt.step;
 	r->opt.hp.lr = lr;
 	hp_fsdp_adamw(&r->fsdp, &r->opt.hp);
+	if (r->verifying) {
+		hp_verify_update(&r->verify, lr);
+		if ((rc = hp_verify_params(&r->verify, 0, e)))
+			return rc;
+	}
 	return 0;
 }
 
@@ -410,7 +427,10 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
 	if (talk)
 		print_table(out, c, m, accum, r->world, m->ops->name, r->online);
-	for (long step = 1; step <= c->training.train_iters; step++) {
+	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
+		     c->training.train_iters;
+
+	for (long step = 1; step <= iters; step++) {
 		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0, lr, loss;
 		int has_aux = m->n_moe && m->spec.output_router_logits;
 
@@ -467,9 +487,9 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			hp_optim_step(&r->opt, m, lr);
 		}
 		double dt = now_s() - t0;
-		if (talk && (step % log_every == 0 || step == c->training.train_iters || step == 1)) {
+		if (talk && (step % log_every == 0 || step == iters || step == 1)) {
 			fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
-				step, c->training.train_iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
+				step, iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
 			fflush(out);
 		}
 		if (r->metrics) {
@@ -487,6 +507,16 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	}
 	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
 		return rc;
+	if (o->verify) {
+		int bad = r->verify.first[0] != 0;
+
+		if (r->rank == 0)
+			hp_verify_print(&r->verify, out, o->verify_json);
+		MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+		if (bad)
+			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
+					  r->rank == 0 ? r->verify.first : "see rank 0's table");
+	}
 	if (r->dist) {
 		/* did every rank move exactly what the plan estimates? */
 		int bad = r->comm_bad, any = 0;
@@ -517,6 +547,39 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				"(1/%d = %.4f)\n", most[0], most[1], one, (double)most[0] / (double)one, r->world,
 				r->world, 1.0 / r->world);
 	}
+	return 0;
+}
+
+/* debug.inject_fault: which fault, and whether the layout has what it breaks. */
+static int set_fault(struct run *r, struct hp_err *e)
+{
+	const char *name = r->cfg.debug.inject_fault;
+	const struct hp_plan *p = r->plan;
+	int f, ok = 1;
+	char list[256] = "";
+
+	if (!name)
+		return 0;
+	for (int i = 1; i < HP_NFAULT; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i > 1 ? ", " : "",
+			 hp_fault_name(i));
+	if ((f = hp_fault_parse(name)) < 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.debug.inject_fault: unknown fault '%s' (known: %s)",
+				  r->cfg.path, name, list);
+	switch (f) {
+	case HP_FAULT_TP_SKIP_REDUCE: ok = p->tp > 1; break;
+	case HP_FAULT_SP_SKIP_GATHER: ok = p->tp > 1 && p->sequence_parallel; break;
+	case HP_FAULT_CP_WRONG_OFFSET:
+	case HP_FAULT_CP_SKIP_KV_GRAD_REDUCE: ok = p->cp > 1 && p->cp_mode != HP_CP_ULYSSES; break;
+	case HP_FAULT_EP_WRONG_ROUTE:
+	case HP_FAULT_EP_DROP_TOKEN: ok = p->ep > 1; break;
+	case HP_FAULT_FSDP_STALE_SHARD: ok = p->dp_shard > 1; break;
+	case HP_FAULT_GRAD_SCALE: ok = p->dp * p->cp > 1; break;
+	}
+	if (!ok || r->world == 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.debug.inject_fault: %s breaks a collective this "
+				  "layout does not have (see hp-verify(1))", r->cfg.path, name);
+	r->model.fault = f;
 	return 0;
 }
 
@@ -605,6 +668,13 @@ planned:
 	if ((rc = hp_model_init_par(&r.model, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
 				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)))
 		goto out;
+	if ((rc = set_fault(&r, e)))
+		goto out;
+	if (o->verify && !r.dist) {
+		rc = hp_err_set(e, HP_ECONFIG, "hp-verify holds a layout over ranks to one process; run it "
+				"under mpiexec -n N with the plan's world size");
+		goto out;
+	}
 	if (r.dist) {
 		/* weights come straight into the shards, each rank reading its pieces */
 		struct hp_src src;
@@ -673,6 +743,24 @@ planned:
 		hp_optim_drop_moments(&r.opt);
 		r.model.hook = hp_fsdp_hook;
 		r.model.hook_ctx = &r.fsdp;
+		if (r.model.fault == HP_FAULT_FSDP_STALE_SHARD)
+			r.fsdp.stale_unit = r.fsdp.layer_unit[0];
+		if (o->verify || r.cfg.model.validate_placement) {
+			/* rank 0 takes the whole model alongside, its weights
+			 * assembled from the shards */
+			if ((rc = hp_verify_init(&r.verify, r.plan, &r.fsdp, &r.model,
+						 r.reference ? NULL : &r.kernels, &r.cfg, comm, &r.comms, e)))
+				goto out;
+			r.verifying = 1;
+			r.verify.stop = !o->verify;
+			r.verify.placement = 1;
+			if (o->rtol > 0)
+				r.verify.rtol = o->rtol;
+			if (o->atol > 0)
+				r.verify.atol = o->atol;
+			r.model.probe = hp_verify_probe;
+			r.model.probe_ctx = &r.verify;
+		}
 		/* a rank that dies is named by the survivors (lib/comm.c) */
 		if ((rc = hp_comms_watch_peers(&r.comms, e)))
 			goto out;
@@ -698,6 +786,8 @@ out:
 	hp_optim_release(&r.opt);
 	hp_model_release(&r.model);
 	hp_fsdp_free(&r.fsdp);
+	if (r.verifying)
+		hp_verify_free(&r.verify);
 	if (r.dist)
 		hp_comms_free(&r.comms);
 	hp_plan_free(r.plan);

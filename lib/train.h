@@ -28,6 +28,11 @@ struct hp_train_opts {
 	const char *dump_grads;      /* safetensors path or NULL */
 	const char *dump_params;     /* safetensors path for the final weights, or NULL */
 	const char *shards;          /* hp-convert's shard directory, or NULL: the model's folder */
+	long max_steps;              /* stop after this many steps (0: training.train_iters) */
+	/* hp-verify: hold every step to the gathered one-process reference and
+	 * print the table (rank 0) instead of the step lines */
+	int verify, verify_json;
+	double rtol, atol;           /* 0: 1e-5 and 1e-7 */
 	int quiet;                   /* no table, no step lines */
 };
 
