@@ -32,7 +32,9 @@
  * each line and their maxima at the end.
  */
 #include <math.h>
+#include <time.h>
 
+#include "cpu/gemm.h"
 #include "cpu/ops.h"
 #include "tap.h"
 
@@ -255,6 +257,145 @@ static void check_shape(int B, int S, int H, int KV, int D, int nch, int packed)
 	free(dk1); free(dv1); free(dq2); free(dk2); free(dv2); free(seg); free(segc);
 }
 
+/* All of one chunk's outputs: fwd with P and lse (out, P, lse), fwd with lse
+ * only (out), bwd from P (dq, dk, dv), bwd from lse (dq, dk, dv). */
+#define NRUN 10
+
+static void run_chunk(float *x[NRUN], const float *qc, const float *kc, const float *vc, const float *doc,
+		      const int32_t *segc, int B, int Tq, int S, int q0, int H, int KV, int D)
+{
+	size_t cq = (size_t)B * Tq * H * D, nk = (size_t)B * S * KV * D, cl = (size_t)B * H * Tq;
+	size_t n[NRUN] = { cq, cl * S, cl, cq, cq, nk, nk, cq, nk, nk };
+	float *scr = nans(hp_cp_attention_scratch(S));
+
+	for (int i = 0; i < NRUN; i++)
+		x[i] = nans(n[i]);
+	hp_cp_attention_fwd(x[0], x[1], x[2], qc, kc, vc, segc, B, Tq, S, q0, H, KV, D);
+	hp_cp_attention_fwd(x[3], NULL, x[2], qc, kc, vc, segc, B, Tq, S, q0, H, KV, D);
+	hp_cp_attention_bwd(x[4], x[5], x[6], doc, NULL, x[1], NULL, qc, kc, vc, segc, scr, B, Tq, S, q0, H, KV, D);
+	hp_cp_attention_bwd(x[7], x[8], x[9], doc, x[3], NULL, x[2], qc, kc, vc, segc, scr, B, Tq, S, q0, H, KV, D);
+	free(scr);
+}
+
+static int same_bits(float *ref[NRUN], float *x[NRUN], int B, int Tq, int S, int H, int KV, int D)
+{
+	size_t cq = (size_t)B * Tq * H * D, nk = (size_t)B * S * KV * D, cl = (size_t)B * H * Tq;
+	size_t n[NRUN] = { cq, cl * S, cl, cq, cq, nk, nk, cq, nk, nk };
+	int same = 1;
+
+	for (int i = 0; i < NRUN; i++) {
+		same &= !memcmp(ref[i], x[i], n[i] * sizeof(float));
+		free(x[i]);
+	}
+	return same;
+}
+
+/*
+ * The results must not depend on the thread count (HP_CPATTN_THREADS: 1
+ * against 2 and 3, a count that does not divide the backward's 4 items)
+ * nor on the compiled version (HP_FLASH=avx2 and =baseline cap it; on a CPU
+ * without AVX-512 or AVX2 the capped runs repeat the one available).  The
+ * second half of rows of 384 tokens, D = 48 (the 16-column edge of the
+ * AVX-512 product), 8 heads on 2 kv heads: 42M multiply-adds a product,
+ * above the threading threshold (8M).
+ */
+static void test_bits(void)
+{
+	int B = 2, S = 384, H = 8, KV = 2, D = 48, Tq = S / 2, q0 = S / 2;
+	const char *caps[] = { "avx2", "baseline" }, *threads[] = { "2", "3" };
+	size_t cq = (size_t)B * Tq * H * D, nk = (size_t)B * S * KV * D;
+	float *qc = randn(cq), *doc = randn(cq), *k = randn(nk), *v = randn(nk), *ref[NRUN], *x[NRUN];
+	int32_t *seg = malloc((size_t)B * S * sizeof(int32_t)), *segc = malloc((size_t)B * Tq * sizeof(int32_t));
+
+	make_seg(seg, B, S);
+	for (int b = 0; b < B; b++)
+		memcpy(segc + (long)b * Tq, seg + (long)b * S + q0, sizeof(int32_t) * Tq);
+	for (int packed = 0; packed < 2; packed++) {
+		const int32_t *sc = packed ? segc : NULL;
+		const char *what = packed ? " packed" : "";
+
+		setenv("HP_CPATTN_THREADS", "1", 1);
+		run_chunk(ref, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
+		for (int t = 0; t < 2; t++) {
+			setenv("HP_CPATTN_THREADS", threads[t], 1);
+			run_chunk(x, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
+			ok(same_bits(ref, x, B, Tq, S, H, KV, D),
+			   "1 and %s threads%s: bit-identical out, P, lse, dq, dk, dv (both modes)", threads[t], what);
+		}
+		unsetenv("HP_CPATTN_THREADS");
+		for (int c = 0; c < 2; c++) {
+			setenv("HP_FLASH", caps[c], 1);
+			run_chunk(x, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
+			unsetenv("HP_FLASH");
+			ok(same_bits(ref, x, B, Tq, S, H, KV, D), "HP_FLASH=%s%s: the same bits as the default", caps[c], what);
+		}
+		for (int i = 0; i < NRUN; i++)
+			free(ref[i]);
+	}
+	free(qc); free(doc); free(k); free(v); free(seg); free(segc);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * Timing (a diagnostic, not a verdict; HP_CPATTN_BENCH=0 skips it): the
+ * second of two chunks of rows of 512 tokens (Tq = 256, q0 = 256), 8 heads
+ * on 4 kv heads of 32, B = 1, forward and backward in both modes, against
+ * the flash kernel over the whole rows (T = 512).  The chunk sees 3/4 of
+ * the (query, key) pairs the whole row does.
+ */
+static void bench(void)
+{
+	int B = 1, S = 512, Tq = 256, q0 = 256, H = 8, KV = 4, D = 32;
+	const char *env = getenv("HP_CPATTN_BENCH");
+
+	if (env && *env && atoi(env) <= 0) {
+		tap_diag("timing skipped (HP_CPATTN_BENCH=%s)", env);
+		return;
+	}
+	size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * KV * D, nl = (size_t)B * H * S;
+	float *q = randn(nq), *k = randn(nk), *v = randn(nk), *dout = randn(nq);
+	float *o = malloc(nq * 4), *lse = malloc(nl * 4), *P = malloc(nl * S * 4);
+	float *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4);
+	float *scr = malloc(hp_cp_attention_scratch(S) * 4);
+	const float *qc = q + (long)q0 * H * D, *dc = dout + (long)q0 * H * D;
+	double t0, t[6] = { 1e30, 1e30, 1e30, 1e30, 1e30, 1e30 };
+
+	for (int rep = 0; rep < 5; rep++) {
+		t0 = now();
+		hp_cp_attention_fwd(o, NULL, lse, qc, k, v, NULL, B, Tq, S, q0, H, KV, D);
+		t[0] = fmin(t[0], now() - t0);
+		t0 = now();
+		hp_cp_attention_bwd(dq, dk, dv, dc, o, NULL, lse, qc, k, v, NULL, scr, B, Tq, S, q0, H, KV, D);
+		t[1] = fmin(t[1], now() - t0);
+		t0 = now();
+		hp_cp_attention_fwd(o, P, NULL, qc, k, v, NULL, B, Tq, S, q0, H, KV, D);
+		t[2] = fmin(t[2], now() - t0);
+		t0 = now();
+		hp_cp_attention_bwd(dq, dk, dv, dc, NULL, P, NULL, qc, k, v, NULL, scr, B, Tq, S, q0, H, KV, D);
+		t[3] = fmin(t[3], now() - t0);
+		t0 = now();
+		hp_flash_attention_fwd(o, lse, q, k, v, NULL, B, S, H, KV, D);
+		t[4] = fmin(t[4], now() - t0);
+		t0 = now();
+		hp_flash_attention_bwd(dq, dk, dv, dout, o, lse, q, k, v, NULL, NULL, B, S, H, KV, D);
+		t[5] = fmin(t[5], now() - t0);
+	}
+	tap_diag("B=%d Tq=%d S=%d q0=%d H=%d KV=%d D=%d, %d threads, best of 5:", B, Tq, S, q0, H, KV, D,
+		 hp_sgemm_threads());
+	tap_diag("  cp, lse mode  fwd %.3f ms  bwd %.3f ms  total %.3f ms", t[0] * 1e3, t[1] * 1e3, (t[0] + t[1]) * 1e3);
+	tap_diag("  cp, P mode    fwd %.3f ms  bwd %.3f ms  total %.3f ms", t[2] * 1e3, t[3] * 1e3, (t[2] + t[3]) * 1e3);
+	tap_diag("  flash, T=%d  fwd %.3f ms  bwd %.3f ms  total %.3f ms (cp lse mode / flash: %.2f)", S,
+		 t[4] * 1e3, t[5] * 1e3, (t[4] + t[5]) * 1e3, (t[0] + t[1]) / (t[4] + t[5]));
+	free(q); free(k); free(v); free(dout); free(o); free(lse); free(P); free(dq); free(dk); free(dv); free(scr);
+}
+
 int main(void)
 {
 	static const int shapes[][6] = {        /* B, S, H, KV, D, chunks */
@@ -266,8 +407,11 @@ int main(void)
 		{ 2, 37, 8, 2, 16, 1 },
 		{ 2, 64, 8, 8, 32, 2 },
 		{ 1, 64, 4, 1, 64, 4 },
-		{ 1, 150, 4, 2, 24, 3 },        /* visible ranges over 64 keys: several forward blocks */
+		{ 1, 150, 4, 2, 24, 3 },        /* visible ranges over 64 keys: several key tiles */
 		{ 2, 256, 8, 2, 64, 4 },
+		{ 1, 300, 6, 2, 32, 2 },        /* chunks of 150: query tiles of 64, 64, 22; GQA 3 */
+		{ 1, 100, 2, 1, 192, 2 },       /* D > 128: tiles of 32 rows */
+		{ 1, 10, 2, 1, 520, 2 },        /* D > 512: the scalar fallback */
 	};
 
 	tap_diag("scratch for S = 256: %zu floats", hp_cp_attention_scratch(256));
@@ -277,5 +421,7 @@ int main(void)
 				    shapes[s][5], packed);
 	tap_diag("largest relative L2 errors: forward %.1e, backward %.1e, lse mode vs P mode %.1e",
 		 max_fwd, max_bwd, max_modes);
+	test_bits();
+	bench();
 	return tap_done();
 }
