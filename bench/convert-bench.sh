@@ -175,6 +175,7 @@ model:
   _target_: hyper_parallel.models.HyperAutoModelForCausalLM.$1
   $2
 training: {train_iters: 1}
+checkpoint: {save_ckpt: false}
 accelerator: $3
 fsdp_config: $4
 dataset:

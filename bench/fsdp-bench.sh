@@ -29,6 +29,7 @@ awk 'BEGIN { srand(7); for (d = 0; d < 64; d++) { printf "{\"ids\":["
 cat >"$tmp/c.yaml" <<YAML
 model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
 training: {train_iters: 6, global_batch_size: 16, micro_batch_size: 2, seed: 1}
+checkpoint: {save_ckpt: false}
 dataset:
   _target_: hyper_parallel.data.build_indexed_text_dataset
   data_path: $tmp/ids

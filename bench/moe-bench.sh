@@ -25,6 +25,7 @@ model:
   _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
   pretrained_model_name_or_path: $tmp/model
 training: {train_iters: $steps, global_batch_size: 4, micro_batch_size: 4, max_grad_norm: 1.0, seed: 1}
+checkpoint: {save_ckpt: false}
 dataset:
   _target_: hyper_parallel.data.build_indexed_text_dataset
   data_path: $tmp/ts

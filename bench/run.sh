@@ -113,6 +113,7 @@ model:
   pretrained_model_name_or_path: $1
   torch_dtype: float32
 training: {train_iters: $steps, global_batch_size: $batch, micro_batch_size: $batch, max_grad_norm: 1.0, seed: 1234, logging_steps: 1}
+checkpoint: {save_ckpt: false}
 dataset:
   _target_: hyper_parallel.data.build_indexed_text_dataset
   data_path: $data

@@ -1981,7 +1981,9 @@ static json_t *keys_json(const struct key *tab, const void *base, int *bad)
 			continue;
 		switch (k->type) {
 		case T_INT:
-			jput(o, k->name, json_integer(get_int(base, k)), bad);
+			/* below its minimum with no default: the key was not given */
+			if (!(k->hasmin && get_int(base, k) < k->min && k->idef < k->min))
+				jput(o, k->name, json_integer(get_int(base, k)), bad);
 			break;
 		case T_BOOL:
 			if (get_int(base, k) >= 0)

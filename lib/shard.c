@@ -345,6 +345,15 @@ int hp_src_open_init(struct hp_src *s, const struct hp_plan *p, struct hp_err *e
 	return 0;
 }
 
+void hp_src_open_fn(struct hp_src *s, const struct hp_plan *p, hp_src_fn fn, void *ctx)
+{
+	memset(s, 0, sizeof(*s));
+	s->kind = HP_SRC_FN;
+	s->plan = p;
+	s->fn = fn;
+	s->fn_ctx = ctx;
+}
+
 static void read_init(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst)
 {
 	const struct hp_plan_param *q = &s->plan->params[i];
@@ -369,6 +378,7 @@ int hp_src_read(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, int
 	case HP_SRC_HF: return read_hf(s, i, r0, nr, c0, nc, dst, e);
 	case HP_SRC_SHARDS: return read_shards(s, i, r0, nr, c0, nc, dst, e);
 	case HP_SRC_INIT: read_init(s, i, r0, nr, c0, nc, dst); return 0;
+	case HP_SRC_FN: return s->fn(s->fn_ctx, i, r0, nr, c0, nc, dst, e);
 	}
 	return hp_err_set(e, HP_EINVAL, "no source");
 }

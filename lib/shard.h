@@ -36,7 +36,12 @@
 /* "rank-00003-of-00008.safetensors" */
 void hp_shard_name(char *buf, size_t n, int rank, int world);
 
-enum hp_src_kind { HP_SRC_HF = 1, HP_SRC_SHARDS, HP_SRC_INIT };
+enum hp_src_kind { HP_SRC_HF = 1, HP_SRC_SHARDS, HP_SRC_INIT, HP_SRC_FN };
+
+/* A source that is a function (HP_SRC_FN): fill dst with rows [r0, r0+nr)
+ * x cols [c0, c0+nc) of plan param i, as hp_src_read. */
+typedef int (*hp_src_fn)(void *ctx, int i, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
+			 struct hp_err *e);
 
 struct hp_src_view;
 
@@ -52,6 +57,9 @@ struct hp_src {
 	struct hp_st_file *files;        /* [old->world] */
 	/* INIT */
 	uint64_t seed;
+	/* FN */
+	hp_src_fn fn;
+	void *fn_ctx;
 	/* scratch for conversions */
 	void *buf;
 	size_t cap;
@@ -75,6 +83,8 @@ int hp_src_open_shards(struct hp_src *s, const struct hp_plan *p, const char *di
 int hp_src_open_shards_part(struct hp_src *s, const struct hp_plan *p, const char *dir, int proc,
 			    int nproc, struct hp_progress *pg, struct hp_err *e);
 int hp_src_open_init(struct hp_src *s, const struct hp_plan *p, struct hp_err *e);
+/* A process's own tensors (a checkpoint being saved): requests go to fn. */
+void hp_src_open_fn(struct hp_src *s, const struct hp_plan *p, hp_src_fn fn, void *ctx);
 void hp_src_close(struct hp_src *s);
 
 /* Rows [r0, r0+nr) x cols [c0, c0+nc) of plan parameter i, as F32 into dst

@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "batch.h"
+#include "ckpt.h"
 #include "config.h"
 #include "cpu/gemm.h"
 #include "hfconfig.h"
@@ -61,6 +62,7 @@ struct run {
 	struct hp_model_par par;
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
+	long first_step;                /* 1, or the step after the restored checkpoint */
 };
 
 /*
@@ -410,6 +412,86 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	return 0;
 }
 
+/* Where this rank's piece of plan param i of a checkpoint kind lives:
+ * the shards over ranks, the model and its optimizer in one process
+ * (whose parameters are the plan's, in its order). */
+static float *ckpt_piece(void *ctx, int kind, int i)
+{
+	struct run *r = ctx;
+	struct hp_param *mp;
+
+	if (r->dist) {
+		float *base = kind == HP_CKPT_WEIGHTS ? r->fsdp.w : kind == HP_CKPT_EXP_AVG ? r->fsdp.m1 : r->fsdp.m2;
+
+		return r->fsdp.mp[i] ? base + r->fsdp.poff[i] : NULL;
+	}
+	if (i >= r->model.nparams || strcmp((mp = &r->model.params[i])->name, r->plan->params[i].name))
+		return NULL;
+	if (kind == HP_CKPT_WEIGHTS)
+		return mp->w;
+	return (kind == HP_CKPT_EXP_AVG ? r->opt.m : r->opt.v) + mp->offset;
+}
+
+static void data_cursor(const struct run *r, struct hp_ckpt_state *st)
+{
+	st->online = r->online != NULL;
+	if (r->online)
+		hp_online_cursor(r->online, &st->epoch, &st->doc, &st->off);
+	else
+		hp_batcher_cursor(r->data, &st->pos, &st->epoch);
+}
+
+/* Save the checkpoint of step (the run's state after it); returns the
+ * seconds the loop was held. */
+static int save_ckpt(struct run *r, long step, int last, double *held, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_ckpt_save_opts so = {
+		.root = c->checkpoint.checkpoint_dir, .optimizer = c->checkpoint.save_optimizer,
+		.keep_last = c->checkpoint.keep_last, .hf_dtype = r->spec.torch_dtype,
+		.consolidated = !strcmp(c->checkpoint.save_consolidated, "every") ||
+				(last && !strcmp(c->checkpoint.save_consolidated, "final")),
+	};
+	struct hp_ckpt_state st = { .step = step, .seed = (uint64_t)c->training.seed };
+	double t0 = now_s();
+	int rc;
+
+	if (so.hf_dtype != HP_DTYPE_BF16 && so.hf_dtype != HP_DTYPE_F16)
+		so.hf_dtype = HP_DTYPE_F32;
+	data_cursor(r, &st);
+	rc = hp_ckpt_save(&so, r->plan, MPI_COMM_WORLD, ckpt_piece, r, &st, e);
+	*held = now_s() - t0;
+	return rc;
+}
+
+/* checkpoint.restore_from: the weights, moments, step and data cursor. */
+static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_ckpt_state st;
+	char dir[4200];
+	int rc;
+
+	if ((rc = hp_ckpt_find(c->checkpoint.checkpoint_dir, c->checkpoint.restore_from, dir, sizeof(dir), e)) ||
+	    (rc = hp_ckpt_restore(dir, r->plan, MPI_COMM_WORLD, 1, ckpt_piece, r, &st, e)))
+		return rc;
+	if (st.online != (r->online != NULL))
+		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint was made with %s data, this run reads %s",
+				  dir, st.online ? "online" : "indexed", r->online ? "online" : "indexed");
+	rc = r->online ? hp_online_seek(r->online, st.epoch, st.doc, st.off, e) :
+			 hp_batcher_seek(r->data, st.pos, st.epoch, e);
+	if (rc)
+		return rc;
+	if (st.step >= c->training.train_iters)
+		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint is of step %ld, and training.train_iters "
+				  "is %ld: nothing left to train", dir, st.step, c->training.train_iters);
+	r->opt.step = st.step;
+	r->first_step = st.step + 1;
+	if (r->rank == 0 && out)
+		fprintf(out, "checkpoint: resumed from '%s' at step %ld\n", dir, st.step);
+	return 0;
+}
+
 static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
 {
 	struct hp_config *c = &r->cfg;
@@ -430,7 +512,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
 		     c->training.train_iters;
 
-	for (long step = 1; step <= iters; step++) {
+	for (long step = r->first_step; step <= iters; step++) {
 		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0, lr, loss;
 		int has_aux = m->n_moe && m->spec.output_router_logits;
 
@@ -502,8 +584,22 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				metrics_comm(r->metrics, &r->comms);
 				fprintf(r->metrics, ", \"comm_wait_s\": %.6f", hp_comm_waited() - w0);
 			}
-			fprintf(r->metrics, "}\n");
 		}
+		/* a checkpoint every save_steps, and after the last step */
+		if (c->checkpoint.save_ckpt && ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) ||
+						step == iters)) {
+			double held;
+
+			if ((rc = save_ckpt(r, step, step == iters, &held, e)))
+				return rc;
+			if (talk)
+				fprintf(out, "checkpoint: step %ld saved in %s/global_step_%ld (%.2f s)\n", step,
+					c->checkpoint.checkpoint_dir, step, held);
+			if (r->metrics)
+				fprintf(r->metrics, ", \"checkpoint_s\": %.6f", held);
+		}
+		if (r->metrics)
+			fprintf(r->metrics, "}\n");
 	}
 	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
 		return rc;
@@ -732,6 +828,9 @@ planned:
 	if (rc)
 		goto out;
 	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
+		goto out;
+	r.first_step = 1;
+	if (r.cfg.checkpoint.restore_from && (rc = restore_ckpt(&r, o->quiet ? NULL : out, e)))
 		goto out;
 	if (r.dist) {
 		/* from now on the shards are the weights: the model's buffers hold

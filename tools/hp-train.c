@@ -6,7 +6,9 @@
  * of hp-train's own options (--a.b=c, --lr_scheduler=null) are config
  * overrides, applied in order after the config file.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <stdlib.h>
 
 #include "alloc.h"
 #include "common-main.h"
@@ -17,7 +19,7 @@
 const char hp_tool_name[] = "hp-train";
 
 static const char usage_str[] =
-	"hp-train CONFIG.yaml [--a.b=c ...] [--shards DIR] [--metrics FILE.jsonl]\n"
+	"hp-train CONFIG.yaml [--a.b=c ...] [--shards DIR] [--max-steps N] [--metrics FILE.jsonl]\n"
 	"                [--dump-grads FILE.safetensors] [--dump-params FILE.safetensors] [-q]\n"
 	"   or: hp-train --list-kernels";
 
@@ -28,6 +30,7 @@ static void help(void)
 	       "  --a.b=c                   override config key a.b with the YAML value c\n"
 	       "  --metrics FILE.jsonl      write one JSON object per step\n"
 	       "  --shards DIR              start from hp-convert's shards for this layout (over ranks)\n"
+	       "  --max-steps N             stop after step N (the schedule still spans train_iters)\n"
 	       "  --dump-grads FILE         write step 1's gradients (F32 safetensors, HF names)\n"
 	       "  --dump-params FILE        write the weights after the last step (F32, HF names)\n"
 	       "  -q, --quiet               print no table and no step lines\n"
@@ -44,6 +47,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		{ "dump-grads", required_argument, NULL, 'g' },
 		{ "dump-params", required_argument, NULL, 'P' },
 		{ "shards", required_argument, NULL, 's' },
+		{ "max-steps", required_argument, NULL, 'M' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "list-kernels", no_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
@@ -70,6 +74,14 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		case 'g': o.dump_grads = optarg; break;
 		case 'P': o.dump_params = optarg; break;
 		case 's': o.shards = optarg; break;
+		case 'M': {
+			char *end;
+			errno = 0;
+			o.max_steps = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || o.max_steps < 1)
+				rc = usage_error(usage_str, "--max-steps: '%s' is not a positive whole number", optarg);
+			break;
+		}
 		case 'q': o.quiet = 1; break;
 		case 'k': if (!rank) hp_kernels_print(stdout); rc = 0; break;
 		case 'h': if (!rank) help(); rc = 0; break;

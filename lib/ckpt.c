@@ -1,0 +1,609 @@
+/*
+ * ckpt.c - training checkpoints (see ckpt.h).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ckpt.h"
+#include "comm.h"
+#include "crc32c.h"
+#include "fileio.h"
+#include "shard.h"
+
+static const char *const kind_dir[HP_CKPT_NKIND] = { "model", "exp_avg", "exp_avg_sq" };
+
+/* Every rank's outcome: the first error of this rank, or a note that
+ * another rank failed (its own message says why). */
+static int agree(MPI_Comm comm, int rc, struct hp_err *e)
+{
+	MPI_Request req;
+	int bad = rc != 0, any = 0;
+
+	MPI_Iallreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm, &req);
+	hp_comm_wait(&req);
+	if (any && !rc)
+		rc = hp_err_set(e, HP_EIO, "another rank could not go on with the checkpoint (see its message)");
+	return rc;
+}
+
+static void fsync_path(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY);
+
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
+/* Remove path and everything under it (a checkpoint holds folders of files). */
+static void rm_rf(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	char p[4400];
+
+	if (!d) {
+		unlink(path);
+		return;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+		if (!lstat(p, &st) && S_ISDIR(st.st_mode))
+			rm_rf(p);
+		else
+			unlink(p);
+	}
+	closedir(d);
+	rmdir(path);
+}
+
+static int mkdir_p(const char *path, struct hp_err *e)
+{
+	char p[4200];
+
+	snprintf(p, sizeof(p), "%s", path);
+	for (char *c = p + 1; *c; c++)
+		if (*c == '/') {
+			*c = '\0';
+			if (mkdir(p, 0755) && errno != EEXIST)
+				return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", p, strerror(errno));
+			*c = '/';
+		}
+	if (mkdir(p, 0755) && errno != EEXIST)
+		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", p, strerror(errno));
+	return 0;
+}
+
+/* Write text to path through path.tmp, fsynced, renamed, the folder fsynced. */
+static int write_atomic(const char *dir, const char *name, const char *text, struct hp_err *e)
+{
+	char path[4200], tmp[4300];
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
+	if (hp_write_all(fd, text, strlen(text)) || fsync(fd))
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", tmp, strerror(errno));
+	if (close(fd) && !rc)
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", tmp, strerror(errno));
+	if (!rc && rename(tmp, path))
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename into place: %s", path, strerror(errno));
+	if (rc)
+		unlink(tmp);
+	else
+		fsync_path(dir);
+	return rc;
+}
+
+/* A file's size and the CRC-32C of its bytes. */
+static int file_sum(const char *path, uint64_t *bytes, uint32_t *crc, struct hp_err *e)
+{
+	static char buf[1 << 20];
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	*bytes = 0;
+	*crc = 0;
+	if (fd < 0)
+		return hp_err_set(e, HP_EIO, "'%s': missing: %s", path, strerror(errno));
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		*crc = hp_crc32c(*crc, buf, (size_t)n);
+		*bytes += (uint64_t)n;
+	}
+	close(fd);
+	if (n < 0)
+		return hp_err_set(e, HP_EIO, "'%s': cannot read: %s", path, strerror(errno));
+	return 0;
+}
+
+/* --- saving ----------------------------------------------------------------- */
+
+struct piece_src {
+	const struct hp_plan *p;
+	int rank, kind;
+	hp_ckpt_piece_fn piece;
+	void *ctx;
+};
+
+/* hp_shard_write asks for this rank's own pieces, whole rows at a time. */
+static int read_own(void *ctx, int i, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
+		    struct hp_err *e)
+{
+	struct piece_src *s = ctx;
+	struct hp_piece pc;
+	const float *x = s->piece(s->ctx, s->kind, i);
+
+	hp_plan_piece(s->p, &s->p->params[i], s->rank, &pc);
+	if (!x || r0 < pc.row0 || r0 + nr > pc.row0 + pc.nrows || c0 < pc.col0 || c0 + nc > pc.col0 + pc.cols)
+		return hp_err_set(e, HP_EINVAL, "checkpoint: '%s' rows %lld..%lld are not rank %d's",
+				  s->p->params[i].name, (long long)r0, (long long)(r0 + nr), s->rank);
+	for (int64_t r = 0; r < nr; r++)
+		memcpy(dst + r * nc, x + (r0 - pc.row0 + r) * pc.cols + (c0 - pc.col0), (size_t)nc * sizeof(float));
+	return 0;
+}
+
+static int write_plan(const struct hp_plan *p, const char *dir, struct hp_err *e)
+{
+	char path[4200];
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/plan.json", dir);
+	if (!(f = fopen(path, "w")))
+		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", path, strerror(errno));
+	rc = hp_plan_write_json(p, f, e);
+	if (!rc && (fflush(f) || fsync(fileno(f))))
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", path, strerror(errno));
+	if (fclose(f) && !rc)
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", path, strerror(errno));
+	return rc;
+}
+
+/* Remove what an interrupted save left: global_step_*.tmp.* and .old.* folders. */
+static void remove_stale(const char *root)
+{
+	DIR *d = opendir(root);
+	struct dirent *de;
+	char p[4400];
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, "global_step_", 12) &&
+		    (strstr(de->d_name, ".tmp.") || strstr(de->d_name, ".old."))) {
+			snprintf(p, sizeof(p), "%s/%s", root, de->d_name);
+			rm_rf(p);
+		}
+	closedir(d);
+}
+
+/* Keep the newest keep complete checkpoints. */
+static void prune(const char *root, long keep)
+{
+	DIR *d;
+	struct dirent *de;
+	long *steps = NULL, n = 0, cap = 0;
+	char p[4400];
+
+	if (keep <= 0 || !(d = opendir(root)))
+		return;
+	while ((de = readdir(d))) {
+		long s;
+		int k = 0;
+
+		if (sscanf(de->d_name, "global_step_%ld%n", &s, &k) != 1 || de->d_name[k])
+			continue;
+		snprintf(p, sizeof(p), "%s/%s/checkpoint.json", root, de->d_name);
+		if (access(p, F_OK))
+			continue;   /* not complete: not ours to judge */
+		if (n == cap) {
+			long *x = hp_realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(long));
+			if (!x)
+				break;
+			steps = x;
+		}
+		steps[n++] = s;
+	}
+	closedir(d);
+	for (long i = 0; i < n; i++) {
+		long newer = 0;
+
+		for (long j = 0; j < n; j++)
+			newer += steps[j] > steps[i];
+		if (newer >= keep) {
+			snprintf(p, sizeof(p), "%s/global_step_%ld", root, steps[i]);
+			rm_rf(p);
+		}
+	}
+	fsync_path(root);
+	hp_free(steps);
+}
+
+struct fsum {
+	uint64_t bytes;
+	uint32_t crc, pad;
+};
+
+static char *state_json(const struct hp_ckpt_state *st)
+{
+	json_t *o = json_pack("{s:I, s:I, s:o}", "step", (json_int_t)st->step, "seed", (json_int_t)st->seed,
+			      "data", st->online ?
+			      json_pack("{s:s, s:I, s:I, s:I}", "mode", "online", "epoch", (json_int_t)st->epoch,
+					"doc", (json_int_t)st->doc, "offset", (json_int_t)st->off) :
+			      json_pack("{s:s, s:I, s:I}", "mode", "indexed", "position", (json_int_t)st->pos,
+					"epoch", (json_int_t)st->epoch));
+	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+
+	json_decref(o);
+	return s;
+}
+
+int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI_Comm comm,
+		 hp_ckpt_piece_fn piece, void *ctx, const struct hp_ckpt_state *st, struct hp_err *e)
+{
+	int rank, world, nk = o->optimizer ? HP_CKPT_NKIND : 1, rc = 0;
+	char final[4200], tmp[4300], sub[4400], path[4600], name[64], hash[65];
+	long pid = (long)getpid();
+	struct fsum mine[HP_CKPT_NKIND], *all = NULL;
+	MPI_Request req;
+
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &world);
+	snprintf(final, sizeof(final), "%s/global_step_%ld", o->root, st->step);
+	MPI_Ibcast(&pid, 1, MPI_LONG, 0, comm, &req);
+	hp_comm_wait(&req);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", final, pid);
+	/* rank 0 makes the folders and the plans */
+	if (rank == 0) {
+		if (!(rc = mkdir_p(o->root, e))) {
+			remove_stale(o->root);
+			if (mkdir(tmp, 0755))
+				rc = hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
+		}
+		for (int k = 0; k < nk && !rc; k++) {
+			snprintf(sub, sizeof(sub), "%s/%s", tmp, kind_dir[k]);
+			if (mkdir(sub, 0755))
+				rc = hp_err_set(e, HP_EIO, "'%s': cannot create: %s", sub, strerror(errno));
+			else
+				rc = write_plan(p, sub, e);
+		}
+		if (!rc && o->consolidated) {
+			snprintf(sub, sizeof(sub), "%s/hf", tmp);
+			if (mkdir(sub, 0755))
+				rc = hp_err_set(e, HP_EIO, "'%s': cannot create: %s", sub, strerror(errno));
+		}
+	}
+	if ((rc = agree(comm, rc, e)))
+		goto fail;
+	/* every rank its own files */
+	memset(mine, 0, sizeof(mine));
+	hp_shard_name(name, sizeof(name), rank, world);
+	for (int k = 0; k < nk && !rc; k++) {
+		struct piece_src ps = { p, rank, k, piece, ctx };
+		struct hp_src src;
+		const char *pause = getenv("HP_CKPT_PAUSE");
+
+		hp_src_open_fn(&src, p, read_own, &ps);
+		snprintf(sub, sizeof(sub), "%s/%s", tmp, kind_dir[k]);
+		rc = hp_shard_write(p, rank, &src, sub, NULL, e);
+		hp_src_close(&src);
+		snprintf(path, sizeof(path), "%s/%s", sub, name);
+		if (!rc)
+			rc = file_sum(path, &mine[k].bytes, &mine[k].crc, e);
+		/* a test facility: stop part-way for a while (t/t1000-checkpoint.sh) */
+		if (!rc && k == 0 && pause && atof(pause) > 0)
+			usleep((useconds_t)(atof(pause) * 1e6));
+	}
+	if ((rc = agree(comm, rc, e)))
+		goto fail;
+	if (o->consolidated) {
+		struct hp_src src;
+
+		snprintf(sub, sizeof(sub), "%s/model", tmp);
+		rc = hp_src_open_shards_part(&src, p, sub, rank, world, NULL, e);
+		if (!(rc = agree(comm, rc, e))) {
+			snprintf(sub, sizeof(sub), "%s/hf", tmp);
+			rc = hp_export_hf(p, &src, sub, o->hf_dtype, 0, rank, world, NULL, e);
+		}
+		hp_src_close(&src);
+		if ((rc = agree(comm, rc, e)))
+			goto fail;
+	}
+	if (rank == 0 && !(all = hp_calloc((size_t)world * HP_CKPT_NKIND, sizeof(*all))))
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory saving a checkpoint");
+	if ((rc = agree(comm, rc, e)))
+		goto fail;
+	MPI_Igather(mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE, 0, comm, &req);
+	hp_comm_wait(&req);
+	/* rank 0: the metadata last, then the folder into place, then LATEST */
+	if (rank == 0) {
+		json_t *files = json_array(), *meta;
+		char *text = NULL, *dumped = NULL, *state = state_json(st);
+
+		rc = hp_plan_hash(p, hash, e);
+		for (int k = 0; k < nk && !rc; k++)
+			for (int r = 0; r < world; r++) {
+				char crc[16];
+
+				hp_shard_name(name, sizeof(name), r, world);
+				snprintf(sub, sizeof(sub), "%s/%s", kind_dir[k], name);
+				snprintf(crc, sizeof(crc), "%08x", all[(size_t)r * HP_CKPT_NKIND + k].crc);
+				json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "path", sub, "bytes",
+								       (json_int_t)all[(size_t)r * HP_CKPT_NKIND + k].bytes,
+								       "crc32c", crc));
+			}
+		if (!rc && o->consolidated) {
+			/* the HF folder's files too */
+			DIR *d;
+			struct dirent *de;
+
+			snprintf(sub, sizeof(sub), "%s/hf", tmp);
+			if ((d = opendir(sub))) {
+				while ((de = readdir(d)) && !rc) {
+					uint64_t b;
+					uint32_t c;
+					char crc[16];
+
+					if (de->d_name[0] == '.')
+						continue;
+					snprintf(path, sizeof(path), "%s/%s", sub, de->d_name);
+					if (!(rc = file_sum(path, &b, &c, e))) {
+						snprintf(crc, sizeof(crc), "%08x", c);
+						snprintf(path, sizeof(path), "hf/%s", de->d_name);
+						json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "path", path,
+										       "bytes", (json_int_t)b, "crc32c", crc));
+					}
+				}
+				closedir(d);
+				fsync_path(sub);
+			}
+		}
+		if (!rc && !state)
+			rc = hp_err_set(e, HP_ENOMEM, "out of memory saving a checkpoint");
+		if (!rc)
+			rc = write_atomic(tmp, "train_state.json", state, e);
+		meta = json_pack("{s:s, s:I, s:s, s:i, s:b, s:O}", "format", HP_CKPT_FORMAT, "step",
+				 (json_int_t)st->step, "plan", hash, "world_size", world, "optimizer", o->optimizer,
+				 "files", files);
+		if (!rc && (!meta || !(dumped = json_dumps(meta, JSON_INDENT(2))) ||
+			    !(text = hp_malloc(strlen(dumped) + 2))))
+			rc = hp_err_set(e, HP_ENOMEM, "out of memory saving a checkpoint");
+		if (!rc)
+			snprintf(text, strlen(dumped) + 2, "%s\n", dumped);
+		free(dumped);
+		for (int k = 0; k < nk && !rc; k++) {
+			snprintf(sub, sizeof(sub), "%s/%s", tmp, kind_dir[k]);
+			fsync_path(sub);
+		}
+		if (!rc)
+			rc = write_atomic(tmp, "checkpoint.json", text, e);
+		if (!rc) {
+			char old[4400];
+
+			snprintf(old, sizeof(old), "%s.old.%ld", final, pid);
+			if (!access(final, F_OK) && rename(final, old))
+				rc = hp_err_set(e, HP_EIO, "'%s': cannot move the previous one aside: %s", final,
+						strerror(errno));
+			else if (rename(tmp, final))
+				rc = hp_err_set(e, HP_EIO, "'%s': cannot rename '%s' to it: %s", final, tmp,
+						strerror(errno));
+			if (!rc) {
+				char step[32];
+
+				fsync_path(o->root);
+				rm_rf(old);
+				snprintf(step, sizeof(step), "%ld\n", st->step);
+				rc = write_atomic(o->root, HP_CKPT_LATEST, step, e);
+			}
+		}
+		if (!rc)
+			prune(o->root, o->keep_last);
+		hp_free(text);
+		free(state);
+		json_decref(meta);
+		json_decref(files);
+	}
+	hp_free(all);
+	all = NULL;
+	if ((rc = agree(comm, rc, e)))
+		goto fail;
+	return 0;
+fail:
+	hp_free(all);
+	if (rank == 0)
+		rm_rf(tmp);
+	return rc;
+}
+
+/* --- finding and restoring -------------------------------------------------- */
+
+static int read_latest(const char *root, long *step, struct hp_err *e)
+{
+	char path[4200], buf[64];
+	FILE *f;
+	int k = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", root, HP_CKPT_LATEST);
+	if (!(f = fopen(path, "r")))
+		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s (no checkpoint to restore)", path,
+				  strerror(errno));
+	if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%ld%n", step, &k) != 1 || *step < 0 ||
+	    (buf[k] && buf[k] != '\n')) {
+		fclose(f);
+		return hp_err_set(e, HP_EFORMAT, "'%s': expected the step of the latest checkpoint", path);
+	}
+	fclose(f);
+	return 0;
+}
+
+int hp_ckpt_find(const char *root, const char *restore_from, char *dir, size_t n, struct hp_err *e)
+{
+	char p[4200];
+	long step;
+	int rc;
+
+	if (!strcmp(restore_from, "LATEST")) {
+		if ((rc = read_latest(root, &step, e)))
+			return rc;
+		snprintf(dir, n, "%s/global_step_%ld", root, step);
+		return 0;
+	}
+	snprintf(p, sizeof(p), "%s/checkpoint.json", restore_from);
+	if (!access(p, F_OK)) {
+		snprintf(dir, n, "%s", restore_from);
+		return 0;
+	}
+	snprintf(p, sizeof(p), "%s/%s", restore_from, HP_CKPT_LATEST);
+	if (!access(p, F_OK)) {
+		if ((rc = read_latest(restore_from, &step, e)))
+			return rc;
+		snprintf(dir, n, "%s/global_step_%ld", restore_from, step);
+		return 0;
+	}
+	return hp_err_set(e, HP_EIO, "'%s': not a checkpoint (no checkpoint.json) nor a checkpoint_dir "
+			  "(no %s)", restore_from, HP_CKPT_LATEST);
+}
+
+static const char *str(json_t *j)
+{
+	const char *s = json_string_value(j);
+
+	return s ? s : "";
+}
+
+static json_t *load_json(const char *path, struct hp_err *e)
+{
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je);
+
+	if (!j)
+		hp_err_set(e, access(path, F_OK) ? HP_EIO : HP_EFORMAT, "'%s': %s", path,
+			   access(path, F_OK) ? "missing: the checkpoint is not complete" : je.text);
+	return j;
+}
+
+/* Check this rank's share of the files checkpoint.json lists. */
+static int check_files(const char *dir, json_t *files, int rank, int world, struct hp_err *e)
+{
+	size_t i;
+	json_t *f;
+
+	json_array_foreach(files, i, f) {
+		const char *rel = json_string_value(json_object_get(f, "path"));
+		const char *want = json_string_value(json_object_get(f, "crc32c"));
+		json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
+		char path[4400], got[16];
+		uint64_t b;
+		uint32_t c;
+		int rc;
+
+		if ((int)(i % (size_t)world) != rank)
+			continue;
+		if (!rel || !want || strstr(rel, ".."))
+			return hp_err_set(e, HP_EFORMAT, "'%s/checkpoint.json': files[%zu] is malformed", dir, i);
+		snprintf(path, sizeof(path), "%s/%s", dir, rel);
+		if (access(path, F_OK))
+			return hp_err_set(e, HP_EIO, "'%s': missing (checkpoint.json lists it)", path);
+		if ((rc = file_sum(path, &b, &c, e)))
+			return rc;
+		if ((json_int_t)b != bytes)
+			return hp_err_set(e, HP_EFORMAT, "'%s': %llu bytes, checkpoint.json says %lld (truncated or "
+					  "replaced)", path, (unsigned long long)b, (long long)bytes);
+		snprintf(got, sizeof(got), "%08x", c);
+		if (strcmp(got, want))
+			return hp_err_set(e, HP_EFORMAT, "'%s': its CRC-32C is %s, checkpoint.json says %s (the file "
+					  "is damaged)", path, got, want);
+	}
+	return 0;
+}
+
+int hp_ckpt_restore(const char *dir, const struct hp_plan *p, MPI_Comm comm, int moments,
+		    hp_ckpt_piece_fn piece, void *ctx, struct hp_ckpt_state *st, struct hp_err *e)
+{
+	char path[4400];
+	json_t *meta = NULL, *state = NULL, *plan = NULL, *data;
+	int rank, world, nk = 1, rc = 0;
+
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &world);
+	memset(st, 0, sizeof(*st));
+	snprintf(path, sizeof(path), "%s/checkpoint.json", dir);
+	if (!(meta = load_json(path, e)))
+		rc = e->code;
+	if (!rc && strcmp(str(json_object_get(meta, "format")), HP_CKPT_FORMAT))
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': not an %s file", path, HP_CKPT_FORMAT);
+	if (!rc) {
+		/* the shard folders must be of the plan the metadata names */
+		char pp[4400];
+		const char *h = json_string_value(json_object_get(meta, "plan"));
+
+		snprintf(pp, sizeof(pp), "%s/model/plan.json", dir);
+		if (!(plan = load_json(pp, e)))
+			rc = e->code;
+		else if (!h || strcmp(h, str(json_object_get(plan, "hash"))))
+			rc = hp_err_set(e, HP_EFORMAT, "'%s': names plan %.12s, but '%s' is plan %.12s: the metadata "
+					"is from another checkpoint", path, h ? h : "(none)", pp,
+					str(json_object_get(plan, "hash")));
+	}
+	if (!rc)
+		rc = check_files(dir, json_object_get(meta, "files"), rank, world, e);
+	if ((rc = agree(comm, rc, e)))
+		goto out;
+	if (moments && json_is_true(json_object_get(meta, "optimizer")))
+		nk = HP_CKPT_NKIND;
+	for (int k = 0; k < nk && !rc; k++) {
+		struct hp_src src;
+		char sub[4400];
+
+		snprintf(sub, sizeof(sub), "%s/%s", dir, kind_dir[k]);
+		rc = hp_src_open_shards_part(&src, p, sub, rank, world, NULL, e);
+		if (!(rc = agree(comm, rc, e)))
+			for (int i = 0; i < p->nparams && !rc; i++) {
+				float *x = piece(ctx, k, i);
+				struct hp_piece pc;
+
+				if (!x)
+					continue;
+				hp_plan_piece(p, &p->params[i], rank, &pc);
+				rc = hp_src_read(&src, i, pc.row0, pc.nrows, pc.col0, pc.cols, x, e);
+			}
+		hp_src_close(&src);
+		rc = agree(comm, rc, e);
+	}
+	if (rc)
+		goto out;
+	snprintf(path, sizeof(path), "%s/train_state.json", dir);
+	if (!(state = load_json(path, e))) {
+		rc = e->code;
+	} else {
+		data = json_object_get(state, "data");
+		st->step = (long)json_integer_value(json_object_get(state, "step"));
+		st->seed = (uint64_t)json_integer_value(json_object_get(state, "seed"));
+		st->online = !strcmp(str(json_object_get(data, "mode")), "online");
+		st->pos = (uint64_t)json_integer_value(json_object_get(data, "position"));
+		st->epoch = (uint64_t)json_integer_value(json_object_get(data, "epoch"));
+		st->doc = (uint64_t)json_integer_value(json_object_get(data, "doc"));
+		st->off = (uint64_t)json_integer_value(json_object_get(data, "offset"));
+		if (st->step <= 0 || !json_is_object(data))
+			rc = hp_err_set(e, HP_EFORMAT, "'%s': expected the step and the data cursor", path);
+	}
+	rc = agree(comm, rc, e);
+out:
+	json_decref(meta);
+	json_decref(plan);
+	json_decref(state);
+	return rc;
+}
