@@ -184,6 +184,7 @@ bench: all $(O)/bench/kernel-bench
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/convert-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/kernels-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/parallel-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/ckpt-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
 
 demo: all

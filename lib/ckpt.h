@@ -23,11 +23,13 @@
  * stray .tmp folder that the next save removes.  keep_last > 0 then removes
  * the oldest complete checkpoints beyond that many.
  *
- * Restoring reads checkpoint.json, checks every file it lists (present,
- * its size, its CRC-32C: each rank a share) and that the shard folders are
- * of the plan it names, then each rank reads only the overlap of its
+ * Restoring reads checkpoint.json, checks every file it lists (present and
+ * of its size: each rank a share) and that the shard folders are of the
+ * plan it names, verifies the shard files it reads (hp-shard/1: metadata
+ * and every tensor's CRC-32C), then each rank reads only the overlap of its
  * pieces with the stored ones (lib/shard.c), so a checkpoint restores into
- * any layout of the same model.
+ * any layout of the same model.  The whole-file CRC-32Cs of
+ * checkpoint.json are for tools that check a checkpoint without loading it.
  *
  * Errors: HP_EFORMAT naming the file for a damaged or foreign checkpoint,
  * HP_EIO for missing files or failed writes; every rank agrees on the

@@ -470,6 +470,7 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	const struct hp_config *c = &r->cfg;
 	struct hp_ckpt_state st;
 	char dir[4200];
+	double t0 = now_s();
 	int rc;
 
 	if ((rc = hp_ckpt_find(c->checkpoint.checkpoint_dir, c->checkpoint.restore_from, dir, sizeof(dir), e)) ||
@@ -488,7 +489,7 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	r->opt.step = st.step;
 	r->first_step = st.step + 1;
 	if (r->rank == 0 && out)
-		fprintf(out, "checkpoint: resumed from '%s' at step %ld\n", dir, st.step);
+		fprintf(out, "checkpoint: resumed from '%s' at step %ld (%.2f s)\n", dir, st.step, now_s() - t0);
 	return 0;
 }
 

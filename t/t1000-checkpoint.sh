@@ -54,7 +54,7 @@ resume () {
 	test -s $name-b/global_step_10/checkpoint.json &&
 	mpiexec -n $n hp-train "$cfg" "$@" --checkpoint.checkpoint_dir=$name-b \
 		--checkpoint.restore_from=LATEST --metrics $name-b2.jsonl --dump-params $name-b.safetensors >out &&
-	grep -q "^checkpoint: resumed from .$name-b/global_step_10. at step 10$" out &&
+	grep -q "^checkpoint: resumed from .$name-b/global_step_10. at step 10 ([0-9.]* s)$" out &&
 	steps $name-a.jsonl >a && steps $name-b1.jsonl $name-b2.jsonl >b &&
 	test $(wc -l <a) = 20 && cmp a b &&
 	cmp $name-a.safetensors $name-b.safetensors
@@ -139,8 +139,8 @@ test_expect_success MPI 'a truncated, flipped, missing or foreign file is refuse
 	rm -rf bad && cp -r moe8-b bad && truncate -s -100 $c/$f &&
 	refused $c "$c/$f.: [0-9]* bytes, checkpoint.json says [0-9]* (truncated" &&
 	rm -rf bad && cp -r moe8-b bad &&
-	printf "\\377" | dd of=$c/$f bs=1 seek=4000 conv=notrunc 2>/dev/null &&
-	refused $c "$c/$f.: its CRC-32C is [0-9a-f]*, checkpoint.json says" &&
+	printf "\\377" | dd of=$c/$f bs=1 seek=$(($(stat -c %s $c/$f) - 100)) conv=notrunc 2>/dev/null &&
+	refused $c "$c/$f.: tensor .* fails its checksum" &&
 	rm -rf bad && cp -r moe8-b bad && rm $c/exp_avg_sq/rank-00006-of-00008.safetensors &&
 	refused $c "rank-00006-of-00008.safetensors.: missing" &&
 	rm -rf bad && cp -r moe8-b bad && mpiexec -n 4 hp-train -q moe.yaml $A.ep_size=4 \

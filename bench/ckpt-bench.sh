@@ -1,0 +1,74 @@
+#!/bin/sh
+# bench/ckpt-bench.sh - checkpoint write and read throughput against dd, in
+# one run.
+#
+# A random Llama (hidden 1024, 8 layers, intermediate 2816, vocab 32000:
+# 165M parameters, 1.98 GB of weights and AdamW moments), one training
+# step, then a checkpoint: as one process, and over 4 ranks with FSDP (each
+# rank writes its quarter).  For each: the seconds the training loop was
+# held by the save (metrics checkpoint_s), the bytes on disk, write GB/s per
+# rank; then a resume of the same checkpoint: read GB/s per rank.  The
+# baseline writes the same bytes with dd (conv=fsync, as the checkpoint
+# fsyncs every file) and reads them back with dd, in the same run.  Reads
+# come from the page cache on both sides.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${HP_BUILD_DIR:-$src/build}
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-ckpt-bench.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+command -v mpiexec >/dev/null || { echo "ckpt-bench: no mpiexec; skipped"; exit 0; }
+
+mkdir -p "$tmp/model"
+cat >"$tmp/model/config.json" <<JSON
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+ "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
+ "num_key_value_heads": 16, "vocab_size": 32000, "max_position_embeddings": 1024,
+ "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
+JSON
+awk 'BEGIN { srand(7); for (d = 0; d < 8; d++) { printf "{\"ids\":["
+	for (i = 0; i < 65; i++) printf "%s%d", i ? "," : "", int(rand() * 32000); print "]}" } }' >"$tmp/ids.jsonl"
+"$build/bin/hp-test-tool" mkidx --vocab 32000 --records-of 65 -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+cat >"$tmp/c.yaml" <<YAML
+model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
+training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
+dataset:
+  _target_: hyper_parallel.data.build_indexed_text_dataset
+  data_path: $tmp/ids
+  data_config: {seq_length: 64, is_dataset_from_mr: true}
+checkpoint: {checkpoint_dir: $tmp/ck, save_steps: 1}
+YAML
+
+now () { date +%s.%N; }
+
+echo "checkpoints: Llama 165M parameters (weights + AdamW moments), $(getconf _NPROCESSORS_ONLN) cores"
+printf '%-8s %10s %10s %12s %12s %12s %12s\n' ranks "GB" "held s" "write GB/s" "dd GB/s" "read GB/s" "dd GB/s"
+for n in 1 4; do
+	rm -rf "$tmp/ck"
+	mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" --fsdp_config.dp_shard_size=$n --max-steps 1 \
+		--metrics "$tmp/m.jsonl" || exit 1
+	held=$(jq -r .checkpoint_s "$tmp/m.jsonl")
+	bytes=$(du -sb "$tmp/ck/global_step_1" | cut -f1)
+	# read: a resume that loads it and trains the last step (its time less a step's)
+	t0=$(now)
+	mpiexec -n $n "$build/bin/hp-train" "$tmp/c.yaml" --fsdp_config.dp_shard_size=$n \
+		--checkpoint.restore_from=LATEST --checkpoint.save_ckpt=false >"$tmp/out" || exit 1
+	rs=$(sed -n "s/^checkpoint: resumed from .* (\([0-9.]*\) s)$/\1/p" "$tmp/out")
+	# dd: the same bytes in n files of bytes/n, written with fsync, then read
+	per=$((bytes / n / 1048576 + 1))
+	t0=$(now)
+	for r in $(seq 1 $n); do
+		dd if=/dev/zero of="$tmp/dd$r" bs=1M count=$per conv=fsync 2>/dev/null &
+	done
+	wait
+	t1=$(now)
+	for r in $(seq 1 $n); do dd if="$tmp/dd$r" of=/dev/null bs=1M 2>/dev/null & done
+	wait
+	t2=$(now)
+	rm -f "$tmp"/dd*
+	awk -v n=$n -v b=$bytes -v h="$held" -v r="$rs" -v t0=$t0 -v t1=$t1 -v t2=$t2 'BEGIN {
+		g = b / 1e9
+		printf "%-8s %10.2f %10.2f %12.2f %12.2f %12.2f %12.2f\n", n, g, h, g / n / h,
+			g / n / (t1 - t0), g / n / r, g / n / (t2 - t1) }'
+done
+echo "(held: the save's wall time inside the training loop; per rank: GB / ranks / seconds)"
