@@ -148,7 +148,12 @@ test_expect_success MPI 'a truncated, flipped, missing or foreign file is refuse
 	cp other/global_step_2/checkpoint.json $c/checkpoint.json &&
 	refused $c "checkpoint.json.: names plan [0-9a-f]*, but .*model/plan.json. is plan [0-9a-f]*: the metadata is from another checkpoint" &&
 	rm -rf bad && mkdir bad &&
-	refused LATEST "latest_checkpoint_iteration.txt.: cannot open"
+	refused bad/global_step_10 "bad/global_step_10.: not a checkpoint (no checkpoint.json)" &&
+	# LATEST with no checkpoint yet starts from the model (a first start)
+	mpiexec -n 2 hp-train moe.yaml $F.dp_shard_size=2 --checkpoint.checkpoint_dir=fresh \
+		--checkpoint.restore_from=LATEST --max-steps 1 >out &&
+	grep -q "^checkpoint: none in .fresh. yet; starting from the model$" out &&
+	test "$(cat fresh/latest_checkpoint_iteration.txt)" = 1
 '
 
 test_expect_success MPI 'keep_last keeps the newest complete checkpoints' '
