@@ -188,6 +188,7 @@ bench: all $(O)/bench/kernel-bench
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
 
 demo: all
+	@HP_BUILD_DIR=$(abspath $(O)) sh examples/training_demo/run_parallel_offline.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh examples/stories260K/run.sh
 
 MAN_PAGES := $(sort $(wildcard man/*.[1-9]))

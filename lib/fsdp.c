@@ -326,7 +326,7 @@ void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst)
 	const struct hp_plan_param *q = &f->p->params[i];
 	const struct hp_piece *pc = &f->pc[i];
 	int64_t cols = q->ndim > 1 ? q->shape[1] : 1;
-	const float *src = (grads ? f->g : f->w) + f->poff[i];
+	const float *src = (grads == 1 ? f->g : grads == 2 ? f->m1 : grads == 3 ? f->m2 : f->w) + f->poff[i];
 
 	if (f->mp[i] && canonical(f, i))
 		for (int64_t r = 0; r < pc->nrows; r++)

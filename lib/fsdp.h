@@ -105,7 +105,8 @@ int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e);
  * all-reduced over the world.  For dumps; not part of a step's traffic. */
 int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e);
 /* This rank's share of that sum: its piece of param i written into dst
- * (the whole tensor, zeroed by the caller) when it is the piece's holder. */
+ * (the whole tensor, zeroed by the caller) when it is the piece's holder;
+ * grads 0 the weights, 1 the gradient sums, 2 and 3 AdamW's moments. */
 void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst);
 /* The global gradient norm (all-reduced over the world); replicas count once. */
 double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e);

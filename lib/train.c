@@ -596,8 +596,9 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			}
 		}
 		/* a checkpoint every save_steps, and after the last step */
-		if (c->checkpoint.save_ckpt && ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) ||
-						step == iters)) {
+		/* (hp-verify saves nothing: it checks a layout, it does not train one) */
+		if (c->checkpoint.save_ckpt && !o->verify &&
+		    ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) || step == iters)) {
 			double held;
 
 			if ((rc = save_ckpt(r, step, step == iters, &held, e)))
@@ -867,6 +868,8 @@ planned:
 				r.verify.rtol = o->rtol;
 			if (o->atol > 0)
 				r.verify.atol = o->atol;
+			if (o->prtol > 0)
+				r.verify.prtol = o->prtol;
 			r.model.probe = hp_verify_probe;
 			r.model.probe_ctx = &r.verify;
 		}

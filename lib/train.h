@@ -32,7 +32,7 @@ struct hp_train_opts {
 	/* hp-verify: hold every step to the gathered one-process reference and
 	 * print the table (rank 0) instead of the step lines */
 	int verify, verify_json;
-	double rtol, atol;           /* 0: 1e-5 and 1e-7 */
+	double rtol, prtol, atol;    /* 0: 1e-5, 1e-3 and 1e-7 */
 	int quiet;                   /* no table, no step lines */
 };
 

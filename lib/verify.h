@@ -11,7 +11,9 @@
  * summed over the world, one holder per piece, so rank 0 compares the
  * whole tensor with the reference's.  After the backward the gradients of
  * every parameter are compared the same way, and after the update the
- * parameters.  With placement checks on, every tensor declared replicated
+ * parameters; then the reference takes the parallel run's weights and
+ * AdamW moments, so that each step is replayed from the same state and
+ * float noise does not pile up into a difference over the steps.  With placement checks on, every tensor declared replicated
  * over tp must hold the same bytes on the ranks of its tp group (a hash,
  * all-reduced MIN and MAX).
  *
@@ -51,7 +53,13 @@ struct hp_verify {
 	struct hp_optim opt;         /* rank 0: its optimizer */
 	int rank, have_ref;
 	MPI_Comm world, tp;          /* duplicates: uncounted */
-	double rtol, atol;
+	/* a tensor passes when its relative L2 error is at most rtol (prtol for
+	 * the weights after the update) or its largest absolute error at most
+	 * atol.  AdamW divides each gradient by the root of its square, so an
+	 * element whose gradient is float noise moves by up to the learning rate
+	 * either way: the updated weights get a looser bound than the module
+	 * outputs and gradients, which nothing divides. */
+	double rtol, prtol, atol;
 	int stop;                    /* validation mode: stop at the first difference */
 	int placement;               /* check declared replication */
 	/* the reference's outputs of this step: [accum micro-batches][nrec] */

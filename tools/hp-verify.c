@@ -19,7 +19,7 @@ const char hp_tool_name[] = "hp-verify";
 
 static const char usage_str[] =
 	"mpiexec -n N hp-verify CONFIG.yaml|PLAN.json [--a.b=c ...] [--shards DIR] [--steps K]\n"
-	"                [--rtol R] [--atol A] [--json]";
+	"                [--rtol R] [--param-rtol P] [--atol A] [--json]";
 
 static void help(void)
 {
@@ -30,7 +30,8 @@ static void help(void)
 	       "  --a.b=c            override config key a.b with the YAML value c (not with a plan)\n"
 	       "  --shards DIR       start from hp-convert's shards instead of the model's folder\n"
 	       "  --steps K          compare K steps (default 2)\n"
-	       "  --rtol R           relative L2 error a tensor may have (default 1e-5)\n"
+	       "  --rtol R           relative L2 error an output or gradient may have (default 1e-5)\n"
+	       "  --param-rtol P     and a weight after the update (default 1e-3)\n"
 	       "  --atol A           or the largest absolute error (default 1e-7)\n"
 	       "  --json             print the table as one JSON object\n"
 	       "  -h, --help         show this help\n"
@@ -55,6 +56,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		{ "steps", required_argument, NULL, 'k' },
 		{ "rtol", required_argument, NULL, 'r' },
 		{ "atol", required_argument, NULL, 'a' },
+		{ "param-rtol", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -87,6 +89,10 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		case 'r':
 			if ((o.rtol = real_arg(optarg)) < 0)
 				rc = usage_error(usage_str, "--rtol: '%s' is not a positive number", optarg);
+			break;
+		case 'p':
+			if ((o.prtol = real_arg(optarg)) < 0)
+				rc = usage_error(usage_str, "--param-rtol: '%s' is not a positive number", optarg);
 			break;
 		case 'a':
 			if ((o.atol = real_arg(optarg)) < 0)

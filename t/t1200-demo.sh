@@ -1,0 +1,34 @@
+#!/bin/sh
+test_description='examples/training_demo: the seed'\''s 8-rank demo, offline and online, end to end'
+. "$(dirname "$0")/test-lib.sh"
+
+DEMO=$HP_SRC_DIR/examples/training_demo
+
+# demo MODE [ARGS...]: the script runs, the loss goes down, hp-verify's
+# verdict is clean, and the results are where it says
+demo () {
+	mode=$1; shift
+	HP_DEMO_DIR=$PWD/$mode sh $DEMO/run_parallel_$mode.sh "$@" >out 2>err || { cat out err; return 1; }
+	cat out | grep "^==\|verdict\|mean loss\|results" &&
+	grep -q "^   verdict: all [0-9]* checks of 2 steps match" out &&
+	grep -q "^   comm: every rank" out &&
+	test -s $mode/metrics.jsonl && test -s $mode/hf/model.safetensors && test -s $mode/hf/config.json &&
+	test -s $mode/checkpoints/global_step_$(jq -s length $mode/metrics.jsonl)/checkpoint.json &&
+	grep -q "^results in $PWD/$mode: " out &&
+	{ ! command -v gnuplot >/dev/null || test -s $mode/loss.png; }
+}
+
+test_expect_success MPI 'run_parallel_offline.sh: hp-data, hp-plan, hp-convert, hp-verify, hp-train on 8 ranks, export' '
+	demo offline --training.train_iters=20
+'
+
+test_expect_success MPI 'run_parallel_online.sh: the same, tokenizing while training' '
+	demo online --training.train_iters=12
+'
+
+test_expect_success MPI 'a model folder in place of the demo model, with overrides' '
+	demo offline "$DATA/ref/qwen3-moe-b" --training.train_iters=6 &&
+	grep -q "pretrained_model_name_or_path: $DATA/ref/qwen3-moe-b" offline/train.yaml
+'
+
+test_done
