@@ -203,6 +203,15 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 {
 	const char *p = c->path;
 
+	/* hp's CPU backend computes and communicates in fp32; lower precision
+	 * would change the numbers, so it is refused rather than ignored */
+	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
+	static const char *const mpk[3] = { "param_dtype", "reduce_dtype", "output_dtype" };
+	for (int i = 0; i < 3; i++)
+		if (mp[i] && strcmp(mp[i], "float32") && strcmp(mp[i], "fp32"))
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented "
+					  "on the CPU backend, which trains in float32 (bf16 comes with the CUDA backend); "
+					  "set it to float32 or leave it out", p, mpk[i], mp[i]);
 	if (c->dataset.kind == HP_DATASET_NONE)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
 	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
