@@ -127,6 +127,7 @@ write_yaml() {
 	YAML
 	[ "$1" = fast ] && echo "  loss_fn: {_target_: ChunkedCausalLMLoss, chunk_size: $chunk}"
 	cat <<-YAML
+	checkpoint: {save_ckpt: false}
 	dataset:
 	  _target_: hyper_parallel.data.build_indexed_text_dataset
 	  data_path: $tmp/ids

@@ -206,7 +206,12 @@ static int take_acts(struct hp_model *m)
 				TAKE(t->ue, R * Im * f);
 				TAKE(t->he, R * Im * f);
 			}
-			TAKE(t->ye, NK * C * f);
+			/* grouped on one rank: the experts' outputs are recomputed in the
+			 * backward (from the SwiGLU it recomputes anyway) instead of kept */
+			if (!m->k.grouped[l] || pr->ep > 1)
+				TAKE(t->ye, NK * C * f);
+			else
+				t->ye = NULL;
 			TAKE(t->moe_out, Ns * C * f);
 			if (pr->ep > 1) {
 				TAKE(t->ep_scount, (size_t)pr->ep * i4);
@@ -1016,8 +1021,10 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 		if (!n)
 			continue;
 		if (m->k.grouped[l]) {
-			/* the SwiGLU output is recomputed rather than kept */
-			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
+			/* the SwiGLU output is recomputed rather than kept (unless the
+			 * recomputed expert outputs needed it first) */
+			if (!m->hrec_ready)
+				hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
 			ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->hrec + r0 * Im,
 					w->ex[x].wd, n, Im, C, 0);
 			hp_swiglu_rows_bwd(m->dge + r0 * 2 * Im, m->dhe + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
@@ -1187,13 +1194,14 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 		float *xe = m->k.grouped[l] ? m->xg : a->xe;
 		for (long r = 0; r < N * K; r++)
 			memcpy(xe + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
-		experts_fwd(m, l, xe, off, E, a->ye);
+		experts_fwd(m, l, xe, off, E, a->ye ? a->ye : m->dxe);
 	}
+	const float *ye = a->ye ? a->ye : m->dxe;
 	memset(out, 0, sizeof(float) * (size_t)N * C);
 	for (long r = 0; r < N * K; r++) {
 		long t = a->row_tok[r];
 		float wt = a->wsel[t * K + a->row_slot[r]];
-		const float *y = a->ye + r * C;
+		const float *y = ye + r * C;
 		float *o = out + t * C;
 		for (int c = 0; c < C; c++)
 			o[c] += y[c] * wt;
@@ -1249,13 +1257,30 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	float *dprob = m->dprob, *dxe = m->dxe;
 
 	memset(dprob, 0, sizeof(float) * (size_t)N * E);
+	/* the experts' outputs again where they were not kept (grouped, one
+	 * rank): the SwiGLU from the saved gate|up rows, then down_proj, into
+	 * dxe's room, which the experts' backward overwrites only later */
+	const float *ye = a->ye;
+	if (!ye) {
+		int Im = s->moe_intermediate;
+
+		for (int x = 0; x < E; x++) {
+			long r0 = a->ex_off[x], n = a->ex_off[x + 1] - a->ex_off[x];
+			if (!n)
+				continue;
+			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
+			ops->linear_fwd(m->dxe + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+		}
+		m->hrec_ready = 1;
+		ye = m->dxe;
+	}
 	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
 	float *dws = m->dwsel;
 	for (long r = 0; r < N * K; r++) {
 		long t = a->row_tok[r];
 		int k = a->row_slot[r];
 		float wt = a->wsel[t * K + k];
-		const float *d = dout + t * C, *y = a->ye + r * C;
+		const float *d = dout + t * C, *y = ye + r * C;
 		float *dy = m->dye + r * C;
 		double dot = 0;
 		for (int c = 0; c < C; c++) {
@@ -1282,6 +1307,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 			xe = m->xg;
 		}
 		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe);
+		m->hrec_ready = 0;
 	}
 	/* routing weights -> probabilities of the chosen experts */
 	for (long t = 0; t < N; t++) {

@@ -66,7 +66,8 @@ struct hp_layer_w {
  *                  one pass;
  *   grouped[l]     experts: one GEMM for gate and up together (their weights
  *                  are adjacent), a fused SwiGLU, the SwiGLU output recomputed
- *                  in the backward instead of kept;
+ *                  in the backward instead of kept (and on one rank the
+ *                  experts' outputs, from it and down_proj);
  *   ce_chunk       LM head and cross-entropy over chunks of this many tokens,
  *                  never the whole [tokens, vocab] logits (recomputed in the
  *                  backward); 0: whole.
@@ -156,7 +157,8 @@ struct hp_layer_act {
 	int32_t *row_tok, *row_slot;   /* [N*k] token and slot of each row */
 	int32_t *ex_off;   /* [E+1] first row of each expert */
 	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
-					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL */
+					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL,
+					  and on one rank ye NULL too (recomputed) */
 	float *moe_out;    /* [N,C] weighted sum of the experts */
 	/* context parallelism: the whole rows' K and V [B,S,Hkv*D] (all-gather),
 	 * or the attention output in the head-split layout (ulysses) */
@@ -209,6 +211,7 @@ struct hp_model {
 	float *dq2, *dk2;                         /* qk_norm */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
+	int hrec_ready;                           /* hrec already holds this layer's, in the backward */
 	float *xg;                                /* grouped experts: routed rows gathered */
 	/* chunked cross-entropy: when the caller sets ce_scale (1 / the step's
 	 * target count) before the forward, the forward also computes the LM

@@ -122,7 +122,7 @@ static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, 
 		b += A64(d->Ns * d->E * f) + A64(d->NK * i4) + A64(d->NK * f) + 2 * A64(d->NK * i4) +
 		     A64((d->E + 1) * i4) + (grouped && d->ep == 1 ? 0 : A64(d->R * d->C * f)) +
 		     (grouped ? A64(d->R * 2 * d->Im * f) : 3 * A64(d->R * d->Im * f)) +
-		     A64(d->NK * d->C * f) + A64(d->Ns * d->C * f);
+		     (grouped && d->ep == 1 ? 0 : A64(d->NK * d->C * f)) + A64(d->Ns * d->C * f);
 		if (d->ep > 1)
 			b += 2 * A64(d->ep * i4) + A64(d->R * i4) + A64((d->El + 1) * i4);
 	} else {
