@@ -21,7 +21,7 @@ test_expect_success 'every tool has a page, and the pages hp-train needs exist' 
 '
 
 test_expect_success MANDOC 'each page has the sections users look for' '
-	for m in "$MAN"/hp-train.1; do
+	for m in "$MAN"/hp-*.1; do
 		for s in NAME SYNOPSIS DESCRIPTION OPTIONS "EXIT STATUS" ENVIRONMENT FILES EXAMPLES "SEE ALSO"; do
 			mandoc -Tascii "$m" | col -b | grep -q "^$s" || { echo "$m lacks $s"; return 1; }
 		done
@@ -29,9 +29,12 @@ test_expect_success MANDOC 'each page has the sections users look for' '
 	mandoc -Tascii "$MAN/hp-config.5" | col -b | grep -q "^EXIT STATUS\|^EXAMPLES"
 '
 
-for tool in hp-train hp-data hp-plan hp-convert; do
+# The usage lines of --help run from "usage:" to the first blank line; a
+# line that does not start with "or:" continues the one before it.
+for tool in hp-train hp-data hp-plan hp-convert hp-verify; do
 	test_expect_success MANDOC "$tool --help shows the SYNOPSIS of $tool(1)" '
-		"$tool" --help | sed -n "s/^ *usage: //p; s/^ *or: //p" | tr -s " " >help &&
+		"$tool" --help | sed -n "/^ *usage: /,/^ *\$/{s/^ *usage: //; s/^ *or: //; /^ *\$/d; p;}" |
+			tr -s " " >help &&
 		test -s help &&
 		mandoc -Tascii "$MAN/$tool.1" | col -b |
 			sed -n "/^SYNOPSIS/,/^DESCRIPTION/p" | grep -v "^[A-Z]" | tr -s " \n" "  " |
