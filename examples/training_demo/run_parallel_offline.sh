@@ -108,7 +108,7 @@ end=$(tail -n 5 metrics.jsonl | jq -s 'map(.loss) | add / length')
 echo "   mean loss of the first 5 steps $first -> of the last 5 $end"
 if command -v gnuplot >/dev/null; then
 	jq -r '[.step, .loss] | @tsv' metrics.jsonl >loss.tsv
-	gnuplot -e "set terminal png size 800,480; set output 'loss.png'; set xlabel 'step'; set ylabel 'loss';
+	gnuplot -e "set terminal png size 800,480 noenhanced; set output 'loss.png'; set xlabel 'step'; set ylabel 'loss';
 		set title 'hp training_demo ($mode): $ranks ranks, TP2 x CP2 x EP2 + FSDP'; set grid;
 		plot 'loss.tsv' using 1:2 with lines title 'training loss'"
 	echo "   loss.png"
