@@ -95,12 +95,16 @@ test_expect_success SLURM 'scontrol requeue: the job starts again and resumes fr
 		sleep 0.2; i=$((i + 1)); [ $i -lt 1500 ] || { cat job2.out; return 1; }
 	done &&
 	scontrol requeue $id &&
-	# Slurm holds a requeued batch job back a while; once it is pending
-	# again, start it now
-	i=0 && while ! squeue -h -j $id -o %T | grep -q PENDING; do
-		sleep 0.2; i=$((i + 1)); [ $i -lt 300 ] || break
+	# Slurm holds a requeued batch job back two minutes; once it is pending
+	# and the node is idle again (its old credential revoked and cleaned
+	# up: a start before that is killed), ask for it to start now
+	i=0 && while ! grep -q "(restart 1)" job2.out; do
+		if [ "$(squeue -h -j $id -o %T 2>/dev/null)" = PENDING ] && sinfo -h -o %t | grep -qx idle; then
+			sleep 1 && scontrol update JobId=$id StartTime=now 2>/dev/null
+		fi
+		sleep 0.5; i=$((i + 1))
+		[ $i -lt 400 ] || { scontrol show job $id; cat job2.out; return 1; }
 	done &&
-	scontrol update JobId=$id StartTime=now &&
 	i=0 && while squeue -h -j $id 2>/dev/null | grep -q .; do
 		sleep 0.5; i=$((i + 1)); [ $i -lt 600 ] || { cat job2.out; return 1; }
 	done &&
