@@ -74,7 +74,10 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 		 hp_ckpt_piece_fn piece, void *ctx, const struct hp_ckpt_state *st, struct hp_err *e);
 
 /* The checkpoint folder restore_from names: "LATEST" (the newest complete
- * one under root), a global_step_N folder, or a checkpoint_dir. */
+ * one under root), a global_step_N folder, or a checkpoint_dir.  Returns
+ * HP_CKPT_NONE_YET (positive, not an error) for LATEST when root holds no
+ * checkpoint yet: a job's first start. */
+#define HP_CKPT_NONE_YET 1
 int hp_ckpt_find(const char *root, const char *restore_from, char *dir, size_t n, struct hp_err *e);
 
 /* Restore plan p's pieces (weights, and the moments when the checkpoint

@@ -96,10 +96,9 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->m1 = hp_calloc(f->total + 1, sizeof(float));
 	f->m2 = hp_calloc(f->total + 1, sizeof(float));
 	f->buf = hp_calloc(maxbuf + 1, sizeof(float));
-	f->dst = hp_calloc((size_t)p->nparams + 1, sizeof(float *));
 	f->layer_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
 	f->expert_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
-	if (!f->w || !f->g || !f->m1 || !f->m2 || !f->buf || !f->dst || !f->layer_unit || !f->expert_unit)
+	if (!f->w || !f->g || !f->m1 || !f->m2 || !f->buf || !f->layer_unit || !f->expert_unit)
 		goto oom;
 	for (int l = 0; l < p->spec.n_layers; l++)
 		f->layer_unit[l] = f->expert_unit[l] = -1;
@@ -156,7 +155,6 @@ void hp_fsdp_free(struct hp_fsdp *f)
 	hp_free(f->m1);
 	hp_free(f->m2);
 	hp_free(f->buf);
-	hp_free(f->dst);
 	hp_free(f->layer_unit);
 	hp_free(f->expert_unit);
 	for (int i = 0; f->slots && i < f->nslots; i++)
@@ -175,8 +173,8 @@ static int64_t rows_of(const struct hp_piece *pc, int s)
 }
 
 /* Unit un's gathered chunks (k blocks of padded floats in buf) into the
- * tensors dst. */
-static void unpack_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *const *dst, const float *buf)
+ * model's weights. */
+static void unpack_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, const float *buf)
 {
 	int k = f->cs->dim[un->shard_dim].size;
 
@@ -185,30 +183,10 @@ static void unpack_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float 
 			int i = f->order[un->first + j];
 			const struct hp_piece *pc = &f->pc[i];
 
-			memcpy(dst[i] + (int64_t)s * pc->chunk * pc->cols,
+			memcpy(f->mp[i]->w + (int64_t)s * pc->chunk * pc->cols,
 			       buf + (size_t)s * un->padded + (f->poff[i] - un->off),
 			       (size_t)(rows_of(pc, s) * pc->cols) * sizeof(float));
 		}
-}
-
-static int gather_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, float *const *dst,
-		       const float *src, struct hp_err *e)
-{
-	struct hp_comm *c = &f->cs->dim[un->shard_dim];
-	int k = c->size, rc;
-
-	if ((rc = hp_comm_allgather(c, src + un->off, f->buf, un->padded, HP_DTYPE_F32, e)))
-		return rc;
-	for (int s = 0; s < k; s++)
-		for (int j = 0; j < un->n; j++) {
-			int i = f->order[un->first + j];
-			const struct hp_piece *pc = &f->pc[i];
-
-			memcpy(dst[i] + (int64_t)s * pc->chunk * pc->cols,
-			       f->buf + (size_t)s * un->padded + (f->poff[i] - un->off),
-			       (size_t)(rows_of(pc, s) * pc->cols) * sizeof(float));
-		}
-	return 0;
 }
 
 void hp_fsdp_zero_grad(struct hp_fsdp *f)
@@ -423,12 +401,6 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
 	drop((grads ? f->m->flat_g : f->m->flat_w) + off, n);
 }
 
-int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
-{
-	for (int i = 0; i < f->p->nparams; i++)
-		f->dst[i] = f->mp[i] ? f->mp[i]->w : NULL;
-	return gather_unit(f, &f->units[u], f->dst, f->w, e);
-}
 
 int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
@@ -478,20 +450,21 @@ static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
  * prefetched) waited for and unpacked. */
 static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 {
-	struct hp_fsdp_slot *sl = slot_of(f, u);
+	struct hp_fsdp_slot *sl;
 	int rc;
 
-	f->gathers++;
-	f->prefetched += sl != NULL;
-	if (!sl && (rc = start_gather(f, u, e)))
+	if ((rc = start_gather(f, u, e)))
 		return rc;
 	sl = slot_of(f, u);
 	hp_comm_wait(&sl->req);
-	for (int i = 0; i < f->p->nparams; i++)
-		f->dst[i] = f->mp[i] ? f->mp[i]->w : NULL;
-	unpack_unit(f, &f->units[u], f->dst, sl->buf);
+	unpack_unit(f, &f->units[u], sl->buf);
 	sl->unit = -1;
 	return 0;
+}
+
+int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	return finish_gather(f, u, e);
 }
 
 /* Gather layer l's units, then start those of the next depth layers in
@@ -502,8 +475,11 @@ static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth)
 
 	layer_units(f, l, us);
 	for (int k = 0; k < 2 && !f->rc; k++)
-		if (us[k] >= 0)
+		if (us[k] >= 0) {
+			f->gathers++;
+			f->prefetched += slot_of(f, us[k]) != NULL;
 			f->rc = finish_gather(f, us[k], f->e);
+		}
 	for (long d = 1; d <= depth && !f->rc; d++) {
 		long m = l + dir * d;
 

@@ -56,7 +56,6 @@ struct hp_fsdp {
 	size_t total;                /* elements of every shard array */
 	float *w, *g, *m1, *m2;      /* shards: weights, gradient sums, AdamW moments */
 	float *buf;                  /* pack/unpack: the largest unit's shard_size * padded */
-	float **dst;                 /* [nparams] scratch of gather targets */
 	int *layer_unit, *expert_unit;   /* [n_layers]: each layer's units (-1: none) */
 	struct hp_fsdp_slot *slots;  /* the prefetch ring */
 	int nslots;

@@ -8,7 +8,9 @@
  * reproducible on a laptop for a cluster run.  hp_plan_load reads a plan
  * file back by making it again from the config and model it carries.
  */
+#include <errno.h>
 #include <jansson.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "fileio.h"
@@ -944,6 +946,27 @@ int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e)
 	hp_sha256_hex(t, strlen(t), out);
 	free(t);
 	return 0;
+}
+
+int hp_plan_save(const struct hp_plan *p, const char *path, struct hp_err *e)
+{
+	char tmp[4200];
+	FILE *f;
+	int rc;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	if (!(f = fopen(tmp, "w")))
+		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
+	rc = hp_plan_write_json(p, f, e);
+	if (!rc && (fflush(f) || fsync(fileno(f))))
+		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
+	if (fclose(f) && !rc)
+		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
+	if (!rc && rename(tmp, path))
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename to '%s': %s", tmp, path, strerror(errno));
+	if (rc)
+		unlink(tmp);
+	return rc;
 }
 
 int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e)

@@ -147,6 +147,9 @@ int hp_plan_resolve(struct hp_plan **p, const struct hp_config *c, const struct 
 
 /* Write the plan as "hp-plan/1" JSON plus a newline to f (HP_EIO, HP_ENOMEM). */
 int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e);
+/* The same into the file path: a temporary beside it, fsynced, renamed, so
+ * that a reader never sees half a plan and a failure leaves nothing. */
+int hp_plan_save(const struct hp_plan *p, const char *path, struct hp_err *e);
 
 /*
  * Read a plan file: the format and the hash must hold, and the plan is made

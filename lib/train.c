@@ -483,16 +483,15 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	double t0 = now_s();
 	int rc;
 
-	snprintf(dir, sizeof(dir), "%s/%s", c->checkpoint.checkpoint_dir, HP_CKPT_LATEST);
-	if (!strcmp(c->checkpoint.restore_from, "LATEST") && access(dir, F_OK) && errno == ENOENT) {
+	rc = hp_ckpt_find(c->checkpoint.checkpoint_dir, c->checkpoint.restore_from, dir, sizeof(dir), e);
+	if (rc == HP_CKPT_NONE_YET) {
 		/* a first start of a job that resumes when it is started again */
 		if (r->rank == 0 && out)
 			fprintf(out, "checkpoint: none in '%s' yet; starting from the model\n",
 				c->checkpoint.checkpoint_dir);
 		return 0;
 	}
-	if ((rc = hp_ckpt_find(c->checkpoint.checkpoint_dir, c->checkpoint.restore_from, dir, sizeof(dir), e)) ||
-	    (rc = hp_ckpt_restore(dir, r->plan, MPI_COMM_WORLD, 1, ckpt_piece, r, &st, e)))
+	if (rc || (rc = hp_ckpt_restore(dir, r->plan, MPI_COMM_WORLD, 1, ckpt_piece, r, &st, e)))
 		return rc;
 	if (st.online != (r->online != NULL))
 		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint was made with %s data, this run reads %s",

@@ -156,6 +156,21 @@ test_expect_success MPI 'a truncated, flipped, missing or foreign file is refuse
 	test "$(cat fresh/latest_checkpoint_iteration.txt)" = 1
 '
 
+test_expect_success MPI 'a checkpoint that cannot be written stops the run naming the folder, leaving no temporary' '
+	: >afile &&
+	test_must_fail_with 5 mpiexec -n 2 hp-train -q moe.yaml $F.dp_shard_size=2 \
+		--checkpoint.checkpoint_dir=afile/ck --max-steps 1 2>err &&
+	grep -q "afile/ck.: cannot create" err &&
+	# a folder this user cannot write (root writes anywhere: then only the first case)
+	mkdir ro && chmod 500 ro &&
+	{ [ "$(id -u)" = 0 ] || {
+		test_must_fail_with 5 mpiexec -n 2 hp-train -q moe.yaml $F.dp_shard_size=2 \
+			--checkpoint.checkpoint_dir=ro --max-steps 1 2>err &&
+		grep -q "ro/global_step_1.tmp.[0-9]*.: cannot create" err &&
+		! ls -d ro/global_step_* 2>/dev/null
+	}; }
+'
+
 test_expect_success MPI 'keep_last keeps the newest complete checkpoints' '
 	mpiexec -n 2 hp-train -q moe.yaml $F.dp_shard_size=2 --checkpoint.checkpoint_dir=keep \
 		--checkpoint.save_steps=2 --checkpoint.keep_last=2 --max-steps 9 &&

@@ -1,6 +1,7 @@
 #!/bin/sh
 test_description='examples/training_demo: the seed'\''s 8-rank demo, offline and online, end to end'
 . "$(dirname "$0")/test-lib.sh"
+. "$TEST_DIR/lib-train.sh"
 
 DEMO=$HP_SRC_DIR/examples/training_demo
 
@@ -29,6 +30,21 @@ test_expect_success MPI 'run_parallel_online.sh: the same, tokenizing while trai
 test_expect_success MPI 'a model folder in place of the demo model, with overrides' '
 	demo offline "$DATA/ref/qwen3-moe-b" --training.train_iters=6 &&
 	grep -q "pretrained_model_name_or_path: $DATA/ref/qwen3-moe-b" offline/train.yaml
+'
+
+test_expect_success MPI 'scripts/hp-launch plans, shards and trains in one go, and keeps shards that still fit' '
+	make_tinystories ts 64 &&
+	write_config hf.yaml "$DATA/stories260K/hf" ts 64 2 8 2 <<-YAML &&
+	checkpoint: {save_ckpt: false}
+	YAML
+	sh "$HP_SRC_DIR/scripts/hp-launch" -n 2 -o run hf.yaml --fsdp_config.dp_shard_size=2 >out &&
+	grep -q "^run.world_size  *2$" out && grep -q "^comm: every rank" out &&
+	test -s run/shards/rank-00001-of-00002.safetensors &&
+	touch -d "2000-01-01" run/shards/plan.json &&
+	sh "$HP_SRC_DIR/scripts/hp-launch" -n 2 -o run hf.yaml --fsdp_config.dp_shard_size=2 >out &&
+	test "$(stat -c %Y run/shards/plan.json)" = "$(date -d 2000-01-01 +%s)" &&
+	test_must_fail_with 2 sh "$HP_SRC_DIR/scripts/hp-launch" -n x hf.yaml 2>err &&
+	grep -q "^usage: hp-launch" err
 '
 
 test_done

@@ -225,15 +225,9 @@ static int run(const struct job *j, struct hp_plan *p, const char *tmp, MPI_Comm
 	hp_progress_done(&pg);
 	if (!rc && proc == 0) {
 		char path[4200];
-		FILE *f;
 
 		snprintf(path, sizeof(path), "%s/plan.json", tmp);
-		if (!(f = fopen(path, "w")))
-			rc = hp_err_set(e, HP_EIO, "'%s': cannot create: %s", path, strerror(errno));
-		else if ((rc = hp_plan_write_json(p, f, e)) == 0 && (fflush(f) || fsync(fileno(f))))
-			rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", path, strerror(errno));
-		if (f && fclose(f) && !rc)
-			rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", path, strerror(errno));
+		rc = hp_plan_save(p, path, e);
 	}
 out:
 	hp_src_close(&src);

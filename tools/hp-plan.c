@@ -82,29 +82,6 @@ out:
 	return rc;
 }
 
-/* Write to a temporary name beside path, then rename: a reader never sees
- * half a plan and a failure leaves nothing behind. */
-static int write_atomic(const struct hp_plan *p, const char *path, struct hp_err *e)
-{
-	char tmp[4096];
-	FILE *f;
-	int rc;
-
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-	if (!(f = fopen(tmp, "w")))
-		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
-	rc = hp_plan_write_json(p, f, e);
-	if (!rc && (fflush(f) || fsync(fileno(f))))
-		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
-	if (fclose(f) && !rc)
-		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
-	if (!rc && rename(tmp, path))
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename to '%s': %s", tmp, path, strerror(errno));
-	if (rc)
-		unlink(tmp);
-	return rc;
-}
-
 /* --- explain ------------------------------------------------------------------ */
 
 static void print_groups(json_t *groups)
@@ -382,7 +359,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 			/* the plan is the same on every rank; one writes it */
 			if (rank == 0)
 				rc = !out || !strcmp(out, "-") ? hp_plan_write_json(p, stdout, &err)
-							       : write_atomic(p, out, &err);
+							       : hp_plan_save(p, out, &err);
 		}
 		rc = rc ? die_err(&err) : 0;
 	}
