@@ -22,11 +22,9 @@ static const char *const kind_dir[HP_CKPT_NKIND] = { "model", "exp_avg", "exp_av
  * another rank failed (its own message says why). */
 static int agree(MPI_Comm comm, int rc, struct hp_err *e)
 {
-	MPI_Request req;
-	int bad = rc != 0, any = 0;
+	int any = rc != 0;
 
-	MPI_Iallreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm, &req);
-	hp_comm_wait(&req);
+	hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MAX);
 	if (any && !rc)
 		rc = hp_err_set(e, HP_EIO, "another rank could not go on with the checkpoint (see its message)");
 	return rc;

@@ -50,6 +50,14 @@ void hp_comm_wait(MPI_Request *req)
 	}
 }
 
+void hp_comm_allreduce_raw(MPI_Comm c, void *buf, int n, MPI_Datatype t, MPI_Op op)
+{
+	MPI_Request req;
+
+	MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, c, &req);
+	hp_comm_wait(&req);
+}
+
 /* The MPI type of t; 16-bit floats travel as raw 16-bit words (they can be
  * gathered and exchanged, not reduced). */
 static MPI_Datatype mpi_type(enum hp_dtype t, int reduce)

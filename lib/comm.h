@@ -54,6 +54,10 @@ void hp_comms_reset(struct hp_comms *cs);
 
 /* Wait for a request without spinning inside MPI (see above). */
 void hp_comm_wait(MPI_Request *req);
+/* An all-reduce in place on any communicator, waited for as above and
+ * counted nowhere: for checks and agreements that are not a step's
+ * traffic (validation, checkpoints). */
+void hp_comm_allreduce_raw(MPI_Comm c, void *buf, int n, MPI_Datatype t, MPI_Op op);
 /* Seconds this process has spent waiting in collectives so far. */
 double hp_comm_waited(void);
 

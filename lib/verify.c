@@ -8,16 +8,6 @@
 #include "log.h"
 #include "verify.h"
 
-/* An all-reduce on one of our own communicators, waited for without
- * spinning (lib/comm.c's MPICH note); counted nowhere. */
-static void reduce(MPI_Comm c, void *buf, int n, MPI_Datatype t, MPI_Op op)
-{
-	MPI_Request req;
-
-	MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, c, &req);
-	hp_comm_wait(&req);
-}
-
 static int grow(struct hp_verify *v, size_t n)
 {
 	if (n <= v->cap)
@@ -90,6 +80,15 @@ static void judge(struct hp_verify *v, const char *kind, const char *name, const
 	}
 }
 
+/* The reference's parameter i of the plan: the whole model holds the
+ * plan's parameters in the plan's order (lib/params.h). */
+static struct hp_param *ref_param(struct hp_verify *v, int i)
+{
+	struct hp_param *rp = i < v->ref.nparams ? &v->ref.params[i] : NULL;
+
+	return rp && !strcmp(rp->name, v->p->params[i].name) ? rp : NULL;
+}
+
 int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp *f, struct hp_model *m,
 		   const struct hp_model_kernels *k, const struct hp_config *cfg, MPI_Comm world,
 		   struct hp_comms *cs, struct hp_err *e)
@@ -125,9 +124,9 @@ int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp 
 			break;
 		memset(v->buf, 0, n * sizeof(float));
 		hp_fsdp_piece_into(f, i, 0, v->buf);
-		reduce(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
+		hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
 		if (v->rank == 0) {
-			struct hp_param *rp = hp_model_param(&v->ref, q->name);
+			struct hp_param *rp = ref_param(v, i);
 			if (!rp || rp->numel != n)
 				rc = hp_err_set(e, HP_EINVAL, "the reference model has no parameter '%s'", q->name);
 			else
@@ -275,8 +274,8 @@ int hp_verify_probe(void *ctx, const struct hp_probe *pr)
 		/* declared replicated over tp: the same bytes on every rank of the group */
 		uint64_t h[2];
 		h[0] = h[1] = fnv(pr->x, (size_t)pr->rows * pr->cols * sizeof(float));
-		reduce(v->tp, &h[0], 1, MPI_UINT64_T, MPI_MIN);
-		reduce(v->tp, &h[1], 1, MPI_UINT64_T, MPI_MAX);
+		hp_comm_allreduce_raw(v->tp, &h[0], 1, MPI_UINT64_T, MPI_MIN);
+		hp_comm_allreduce_raw(v->tp, &h[1], 1, MPI_UINT64_T, MPI_MAX);
 		if (h[0] != h[1]) {
 			struct hp_vrow *r = row(v, "place", pr->module, pl);
 			if (r && !r->bad) {
@@ -302,7 +301,7 @@ int hp_verify_probe(void *ctx, const struct hp_probe *pr)
 			       (size_t)pr->cols * sizeof(float));
 		}
 	}
-	reduce(v->world, v->buf, (int)((size_t)p->dp * blk), MPI_FLOAT, MPI_SUM);
+	hp_comm_allreduce_raw(v->world, v->buf, (int)((size_t)p->dp * blk), MPI_FLOAT, MPI_SUM);
 	if (v->rank == 0)
 		for (long dd = 0; dd < p->dp; dd++) {
 			char key[112];
@@ -352,9 +351,9 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 			return rc;
 		memset(v->buf, 0, n * sizeof(float));
 		hp_fsdp_piece_into(v->f, i, grads, v->buf);
-		reduce(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
+		hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
 		if (v->rank == 0) {
-			struct hp_param *rp = hp_model_param(&v->ref, q->name);
+			struct hp_param *rp = ref_param(v, i);
 
 			param_placement(p, q, pl, sizeof(pl));
 			if (rp && rp->numel == n)
@@ -368,9 +367,9 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 		for (int k = 2; !grads && k <= 3; k++) {
 			memset(v->buf, 0, n * sizeof(float));
 			hp_fsdp_piece_into(v->f, i, k, v->buf);
-			reduce(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
+			hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
 			if (v->rank == 0) {
-				struct hp_param *rp = hp_model_param(&v->ref, q->name);
+				struct hp_param *rp = ref_param(v, i);
 
 				if (rp && rp->numel == n)
 					memcpy((k == 2 ? v->opt.m : v->opt.v) + rp->offset, v->buf, n * sizeof(float));
