@@ -9,6 +9,9 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -357,6 +360,26 @@ static int gone(long pid)
 	return 0;
 }
 
+/* When stderr is a pipe to the launcher's proxy (Hydra, slurmstepd), wait
+ * (at most 2 s) until the proxy has read what is in it: the abort that
+ * follows travels on another channel, and a proxy that handles it first
+ * tears the job down with the message still unread in the pipe.
+ * Async-signal-safe. */
+static void drain_stderr(void)
+{
+	struct stat st;
+	struct timespec ms = { 0, 1000000 };
+	int left;
+
+	if (fstat(STDERR_FILENO, &st) || !S_ISFIFO(st.st_mode))
+		return;
+	for (int i = 0; i < 2000; i++) {
+		if (ioctl(STDERR_FILENO, FIONREAD, &left) || left <= 0)
+			return;
+		nanosleep(&ms, NULL);
+	}
+}
+
 /* Name the peers of this host that no longer exist; returns how many. */
 static int report_dead(void)
 {
@@ -379,6 +402,8 @@ static int report_dead(void)
 		if (write(STDERR_FILENO, b, at) < 0)
 			break;
 	}
+	if (n)
+		drain_stderr();
 	return n;
 }
 
