@@ -101,7 +101,8 @@ UNITS := $(UNIT_SRC:t/unit/%.c=$(O)/t/%)
 HELPER := $(O)/bin/hp-test-tool
 FUZZERS := $(FUZZ_SRC:fuzz/%.c=$(O)/fuzz/%)
 
-all: $(TOOLS) $(UNITS) $(if $(HELPER_SRC),$(HELPER)) $(O)/t/libenospc.so config-report
+GPU_BENCH := $(if $(filter 1,$(HAVE_CUDA)),$(O)/bench/gpu-bench)
+all: $(TOOLS) $(UNITS) $(if $(HELPER_SRC),$(HELPER)) $(O)/t/libenospc.so $(GPU_BENCH) config-report
 
 config-report:
 	@printf '  %-7s %s\n' "" "MPI: $$(command -v mpiexec >/dev/null && echo ✓ || echo ✗)  CUDA: $(if $(filter 1,$(HAVE_CUDA)),✓ ($(NVCC)),✗)  NCCL: $(if $(NCCL_LIBDIR),✓,✗)"
@@ -170,6 +171,13 @@ HAVE_CLANG := $(if $(shell command -v $(CLANG) 2>/dev/null),1,0)
 check: all $(if $(filter 1,$(HAVE_CLANG)),fuzz)
 	@HP_BUILD_DIR=$(abspath $(O)) HP_HAVE_CUDA=$(HAVE_CUDA) HP_SRC_DIR=$(CURDIR) \
 		prove -j$(PROVE_JOBS) $(UNITS) $(TEST_SCRIPTS)
+
+# the CUDA benchmark (scripts/gpu-check.sh runs it on a lent GPU); built
+# with every CUDA build so that it always compiles
+$(O)/bench/gpu-bench: $(O)/bench/gpu/gpu-bench.o $(LIBHP)
+	@mkdir -p $(dir $@)
+	$(quiet) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # bench C programs link against libhp as the unit tests do
 $(O)/bench/kernel-bench: $(O)/bench/kernel-bench.o $(LIBHP)

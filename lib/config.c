@@ -607,6 +607,7 @@ static const char *const sched_targets[] = { "MultiLRScheduler", NULL };
 static const char *const torch_dtypes[] = { "auto", "bfloat16", "float16", "float32", NULL };
 static const char *const mp_dtypes[] = { "bfloat16", "float16", "float32", NULL };
 static const char *const loss_aggs[] = { "token_weighted", "rank_average", NULL };
+static const char *const devices[] = { "cpu", "cuda", "auto", NULL };
 static const char *const when_vals[] = { "cp", "ep", NULL };
 static const char *const data_types[] = { "plaintext", "conversation", NULL };
 static const char *const samplers[] = { "single", "cyclic", NULL };
@@ -664,6 +665,8 @@ static const struct key training_keys[] = {
 	  CF(training.loss_aggregation), .vals = loss_aggs },
 	{ .name = "init_device", .type = T_STR_NULL, .pname = "training.init_device",
 	  CF(training.init_device) },
+	{ .name = "device", .type = T_ENUM, .pname = "training.device",
+	  CF(training.device), .vals = devices },
 	{ .name = "loss_fn", .type = T_MAP, .sub = lossfn_keys },
 	{ NULL },
 };

@@ -49,6 +49,13 @@ enum hp_loss_agg {
 	HP_LOSS_RANK_AVERAGE,
 };
 
+/* training.device: where the step runs (hp-config(5)) */
+enum hp_device {
+	HP_DEVICE_CPU = 0,
+	HP_DEVICE_CUDA,
+	HP_DEVICE_AUTO,   /* cuda when the build has it and a GPU is visible, else cpu */
+};
+
 struct hp_plan_override {
 	char **match;            /* globs ("*" crosses dots), nmatch of them */
 	int nmatch;
@@ -86,6 +93,7 @@ struct hp_config {
 		long logging_steps;          /* 1 */
 		enum hp_loss_agg loss_aggregation;
 		char *init_device;           /* NULL */
+		enum hp_device device;       /* cpu */
 		char *loss_fn;               /* loss_fn._target_: ...ChunkedCausalLMLoss or NULL */
 		long loss_chunk_size;        /* loss_fn.chunk_size: tokens per chunk (1024) */
 	} training;

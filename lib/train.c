@@ -30,6 +30,10 @@
 #include "fsdp.h"
 #include "plan.h"
 #include "train.h"
+#include "gmodel.h"
+#ifdef HP_HAVE_CUDA
+#include "cuda/ops.h"
+#endif
 #include "verify.h"
 
 static double now_s(void)
@@ -64,6 +68,8 @@ struct run {
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
 	long first_step;                /* 1, or the step after the restored checkpoint */
+	struct hp_gmodel *gm;           /* training.device cuda: the step runs there */
+	char gpu_name[160];
 };
 
 /*
@@ -127,8 +133,12 @@ out:
 	return rc;
 }
 
+static long seq_length(const struct hp_config *c);
+
+/* gpu: the device's name when the step runs on one, else NULL */
 static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,
-			long accum, int world, const char *kernels, const struct hp_online *online)
+			long accum, int world, const char *kernels, const struct hp_online *online,
+			const char *gpu)
 {
 	const struct hp_model_spec *s = &m->gspec;
 
@@ -161,8 +171,11 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
 	fprintf(out, "%-40s %d\n", "run.world_size", world);
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
-	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * m->B * m->T);
-	fprintf(out, "%-40s %s\n", "run.compute_dtype", "F32");
+	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * c->training.micro_batch_size * seq_length(c));
+	fprintf(out, "%-40s %s\n", "run.compute_dtype", gpu ? "BF16 (fp32 accumulation, master weights, "
+		"gradients and AdamW moments)" : "F32");
+	if (gpu)
+		fprintf(out, "%-40s %s\n", "run.device", gpu);
 	if (online) {
 		struct hp_online_stats st;
 		hp_online_stats(online, &st);
@@ -186,8 +199,11 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 			"grouped_experts %d/%d MoE layers, chunked_ce %ld\n", "run.module_kernels", nf,
 			s->n_layers, nn, 2 * s->n_layers + 1, ng, m->n_moe, m->k.ce_chunk);
 	}
-	fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
-		hp_sgemm_threads() == 1 ? "" : "s");
+	if (gpu)
+		fprintf(out, "%-40s %s\n", "run.gemm", "cuBLASLt bf16, fp32 accumulation");
+	else
+		fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
+			hp_sgemm_threads() == 1 ? "" : "s");
 	fflush(out);
 }
 
@@ -510,6 +526,77 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	return 0;
 }
 
+/* One step's micro-batches on the GPU (training.device cuda): gradients,
+ * the loss sums and the gradient norm, as the CPU branch of train_loop. */
+static int gpu_step(struct run *r, long step, const struct hp_train_opts *o, long accum, double total,
+		    double *loss_sum, double *aux_sum, double *norm, struct hp_err *e)
+{
+	long B = r->cfg.training.micro_batch_size, T = seq_length(&r->cfg);
+	int rc;
+
+	hp_gmodel_zero_grad(r->gm);
+	for (long a = 0; a < accum; a++) {
+		double ls, aux;
+		long cnt;
+
+		if ((rc = hp_gmodel_micro(r->gm, r->inputs + a * B * T, r->labels + a * B * T,
+					  r->seg ? r->seg + a * B * T : NULL, total > 0 ? 1.0 / total : 0,
+					  1.0 / accum, &ls, &cnt, &aux, e)))
+			return rc;
+		*loss_sum += ls;
+		*aux_sum += aux;
+	}
+	if (step == 1 && o->dump_grads) {
+		if ((rc = hp_gmodel_download(r->gm, &r->model, NULL, 1, e)) ||
+		    (rc = dump_tensors(r, o->dump_grads, 1, e)))
+			return rc;
+		r->dumped = 1;
+	}
+	return hp_gmodel_grad_norm(r->gm, norm, e);
+}
+
+/* training.device: 1 when this rank's step runs on a GPU (its device in
+ * *dev, named in r->gpu_name), 0 on the CPU, or an error. */
+static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
+{
+	enum hp_device d = r->cfg.training.device;
+	const char *p = r->cfg.path;
+	int n = 0;
+
+#ifdef HP_HAVE_CUDA
+	n = hp_cuda_device_count();
+#endif
+	if (d == HP_DEVICE_CPU || (d == HP_DEVICE_AUTO && n == 0))
+		return 0;
+#ifndef HP_HAVE_CUDA
+	return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but this hp was built without "
+			  "CUDA (no nvcc at build time); rebuild with the CUDA toolkit or use device: cpu", p);
+#else
+	if (n == 0)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but no CUDA device is visible "
+				  "(check nvidia-smi and CUDA_VISIBLE_DEVICES); use device: cpu or auto", p);
+	if (r->world > 1)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda trains on one rank for now; "
+				  "parallel layouts over GPUs are not implemented yet (run %d ranks with device: cpu)",
+				  p, r->world);
+	/* one GPU per rank, by the rank's place on its node */
+	MPI_Comm node;
+	int local = 0;
+	MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &node);
+	MPI_Comm_rank(node, &local);
+	MPI_Comm_free(&node);
+	if (local >= n)
+		return hp_err_set(e, HP_EUNSUP, "rank %d is rank %d on its node, which has %d visible CUDA "
+				  "device%s: start at most %d ranks per node", r->rank, local, n, n == 1 ? "" : "s", n);
+	*dev = local;
+	char name[128] = "";
+	if (hp_cuda_device_name(local, name, sizeof(name), e))
+		return e->code;
+	snprintf(r->gpu_name, sizeof(r->gpu_name), "cuda:%d %s", local, name);
+	return 1;
+#endif
+}
+
 static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
 {
 	struct hp_config *c = &r->cfg;
@@ -526,7 +613,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	if (!r->inputs || !r->labels || (r->online && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
 	if (talk)
-		print_table(out, c, m, accum, r->world, m->ops->name, r->online);
+		print_table(out, c, m, accum, r->world, r->gm ? "cuda" : m->ops->name, r->online,
+			    r->gm ? r->gpu_name : NULL);
 	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
 		     c->training.train_iters;
 
@@ -557,6 +645,11 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, lr, e)))
 				return rc;
 		} else {
+			if (r->gm) {
+				if ((rc = gpu_step(r, step, o, accum, total, &loss_sum, &aux_sum, &norm, e)))
+					return rc;
+				goto stepped;
+			}
 			hp_model_zero_grad(m);
 			for (long a = 0; a < accum; a++) {
 				double ls;
@@ -576,13 +669,20 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			}
 			norm = hp_grad_norm(m);
 		}
+stepped:
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)
 			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
 		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm)))
 			return hp_err_set(e, HP_ENUM, "step %ld: loss %g, grad norm %g is not finite",
 					  step, loss, norm);
-		if (!r->dist) {
+		if (r->gm) {
+			r->opt.step++;
+			r->opt.hp.step = r->opt.step;
+			r->opt.hp.lr = lr;
+			if ((rc = hp_gmodel_step(r->gm, &r->opt, norm, e)))
+				return rc;
+		} else if (!r->dist) {
 			hp_clip_grads(m, norm, r->opt.max_grad_norm);
 			hp_optim_step(&r->opt, m, lr);
 		}
@@ -609,6 +709,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		    ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) || step == iters)) {
 			double held;
 
+			if (r->gm && (rc = hp_gmodel_download(r->gm, m, &r->opt, 0, e)))
+				return rc;
 			if ((rc = save_ckpt(r, step, step == iters, &held, e)))
 				return rc;
 			if (talk)
@@ -620,6 +722,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		if (r->metrics)
 			fprintf(r->metrics, "}\n");
 	}
+	if (o->dump_params && r->gm && (rc = hp_gmodel_download(r->gm, m, NULL, 0, e)))
+		return rc;
 	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
 		return rc;
 	if (o->verify) {
@@ -715,7 +819,7 @@ static int is_plan_file(const char *path)
 int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
 {
 	struct run r;
-	int world = 1, rc;
+	int world = 1, rc, gpu = 0, gpu_dev = 0;
 
 	memset(&r, 0, sizeof(r));
 	MPI_Comm_size(comm, &world);
@@ -780,8 +884,14 @@ planned:
 		r.par.ulysses = r.plan->cp_mode == HP_CP_ULYSSES;
 		r.par.cs = &r.comms;
 	}
+	if ((gpu = pick_device(&r, comm, &gpu_dev, e)) < 0) {
+		rc = gpu;
+		goto out;
+	}
+	/* on a GPU the host model only holds the weights: one token's activations */
 	if ((rc = hp_model_init_par(&r.model, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
-				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)))
+				    gpu ? 1 : (int)r.cfg.training.micro_batch_size,
+				    gpu ? 1 : (int)seq_length(&r.cfg), e)))
 		goto out;
 	if ((rc = set_fault(&r, e)))
 		goto out;
@@ -885,6 +995,9 @@ planned:
 		if ((rc = hp_comms_watch_peers(&r.comms, e)))
 			goto out;
 	}
+	if (gpu && (rc = hp_gmodel_init(&r.gm, &r.model, &r.opt, gpu_dev, (int)r.cfg.training.micro_batch_size,
+					(int)seq_length(&r.cfg), r.kernels.ce_chunk > 0 ? r.kernels.ce_chunk : 1024, e)))
+		goto out;
 	if (o->metrics && r.rank == 0 && (rc = open_metrics(&r, o->metrics, e)))
 		goto out;
 	rc = train_loop(&r, o, out, e);
@@ -904,6 +1017,7 @@ out:
 	hp_batcher_free(r.data);
 	hp_online_free(r.online);
 	hp_optim_release(&r.opt);
+	hp_gmodel_free(r.gm);
 	hp_model_release(&r.model);
 	hp_fsdp_free(&r.fsdp);
 	if (r.verifying)

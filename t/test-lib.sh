@@ -56,7 +56,7 @@ test_have_prereq () {
 if command -v mpiexec >/dev/null 2>&1; then test_set_prereq MPI; fi
 if /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then test_set_prereq TORCH; fi
 if [ "${HP_HAVE_CUDA:-0}" = 1 ] && command -v nvidia-smi >/dev/null 2>&1 &&
-	nvidia-smi -L >/dev/null 2>&1; then test_set_prereq GPU; fi
+	nvidia-smi -L >/dev/null 2>&1; then test_set_prereq GPU; else test_set_prereq NOGPU; fi
 
 say () {
 	echo "# $*"

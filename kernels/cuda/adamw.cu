@@ -1,0 +1,46 @@
+/*
+ * adamw.cu - one AdamW step on fp32 master weights, then their bf16 working
+ * copy.  The arithmetic is kernels/cpu/adamw.c's line for line (torch's
+ * rounding: two fmas, a correctly rounded sqrt and divisions); the explicit
+ * _rn intrinsics keep nvcc from contracting or approximating any of it, so
+ * the GPU's master weights are the CPU's bit for bit.
+ */
+#include <math.h>
+
+#include "cuda/common.cuh"
+
+static __global__ void adamw_kernel(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n,
+				    float keep, int decay, float b1, float b2, float ob1, float ob2,
+				    float bc2_sqrt, float eps, float neg_step)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		float gi = g[i], wi = w[i];
+		if (decay)
+			wi = __fmul_rn(wi, keep);
+		float mi = __fmaf_rn(gi, ob1, __fmul_rn(m[i], b1));
+		float vi = __fmaf_rn(__fmul_rn(ob2, gi), gi, __fmul_rn(v[i], b2));
+		float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+		wi = __fadd_rn(wi, __fdiv_rn(__fmul_rn(neg_step, mi), denom));
+		m[i] = mi;
+		v[i] = vi;
+		w[i] = wi;
+		wb[i] = f2bf(wi);
+	}
+}
+
+extern "C" void hp_cuda_adamw(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n,
+			      double lr, double beta1, double beta2, double eps, double weight_decay,
+			      long step, int decay)
+{
+	/* the scalars exactly as hp_adamw_step computes them */
+	double bc1 = 1.0 - pow(beta1, (double)step);
+	double bc2 = 1.0 - pow(beta2, (double)step);
+	float neg_step = (float)-(lr / bc1);
+	float bc2_sqrt = (float)sqrt(bc2);
+	float keep = decay ? (float)(1.0 - lr * weight_decay) : 1.0f;
+
+	if (n == 0)
+		return;
+	adamw_kernel<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(w, wb, g, m, v, n, keep, decay,
+		(float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2), bc2_sqrt, (float)eps, neg_step);
+}

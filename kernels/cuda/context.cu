@@ -1,0 +1,135 @@
+/*
+ * context.cu - the CUDA backend's process-wide state: the device, the one
+ * stream every kernel runs on, device memory and copies.
+ */
+#include <stdio.h>
+
+#include "cuda/common.cuh"
+
+cudaStream_t hp_cu_stream;
+static int inited = -1;
+
+extern "C" int hp_cuda_device_count(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();   /* clear the sticky "no driver" error */
+		return 0;
+	}
+	return n;
+}
+
+extern "C" int hp_cuda_device_name(int dev, char *buf, unsigned long n, struct hp_err *e)
+{
+	cudaDeviceProp p;
+	cudaError_t rc = cudaGetDeviceProperties(&p, dev);
+
+	if (rc != cudaSuccess)
+		return hp_err_set(e, HP_ECUDA, "cuda device %d: %s", dev, cudaGetErrorString(rc));
+	snprintf(buf, n, "%s (sm_%d%d, %.0f GiB)", p.name, p.major, p.minor,
+		 (double)p.totalGlobalMem / (1 << 30));
+	return 0;
+}
+
+/* gemm.cu's cuBLASLt handle and workspace */
+extern "C" int hp_cu_gemm_init(struct hp_err *e);
+extern "C" void hp_cu_gemm_fini(void);
+
+extern "C" int hp_cuda_init(int dev, struct hp_err *e)
+{
+	int n = hp_cuda_device_count();
+
+	if (inited >= 0)
+		return inited == dev ? 0 : hp_err_set(e, HP_EINVAL, "cuda: already using device %d, asked for %d", inited, dev);
+	if (dev < 0 || dev >= n)
+		return hp_err_set(e, HP_ECUDA, "cuda: device %d asked for, %d visible", dev, n);
+	CK(cudaSetDevice(dev));
+	CK(cudaStreamCreateWithFlags(&hp_cu_stream, cudaStreamNonBlocking));
+	if (hp_cu_gemm_init(e))
+		return HP_ECUDA;
+	inited = dev;
+	return 0;
+}
+
+extern "C" void hp_cuda_fini(void)
+{
+	if (inited < 0)
+		return;
+	hp_cu_gemm_fini();
+	cudaStreamDestroy(hp_cu_stream);
+	hp_cu_stream = 0;
+	inited = -1;
+}
+
+extern "C" void *hp_cuda_stream(void)
+{
+	return (void *)hp_cu_stream;
+}
+
+extern "C" int hp_cuda_sync(struct hp_err *e)
+{
+	CK(cudaStreamSynchronize(hp_cu_stream));
+	CK(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int hp_cuda_check(struct hp_err *e)
+{
+	CK(cudaGetLastError());
+	return 0;
+}
+
+extern "C" void *hp_cuda_alloc(size_t bytes, struct hp_err *e)
+{
+	void *p = NULL;
+	cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
+
+	if (rc != cudaSuccess) {
+		hp_err_set(e, HP_ECUDA, "cuda: cannot allocate %.1f MiB of device memory: %s",
+			   (double)bytes / (1 << 20), cudaGetErrorString(rc));
+		cudaGetLastError();
+		return NULL;
+	}
+	if ((rc = cudaMemset(p, 0, bytes)) != cudaSuccess) {
+		hp_err_set(e, HP_ECUDA, "cudaMemset: %s", cudaGetErrorString(rc));
+		cudaFree(p);
+		return NULL;
+	}
+	return p;
+}
+
+extern "C" void hp_cuda_free(void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
+extern "C" int hp_cuda_upload(void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, hp_cu_stream));
+	return 0;
+}
+
+extern "C" int hp_cuda_download(void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, hp_cu_stream));
+	CK(cudaStreamSynchronize(hp_cu_stream));
+	return 0;
+}
+
+extern "C" void hp_cuda_zero(void *p, size_t bytes)
+{
+	cudaMemsetAsync(p, 0, bytes, hp_cu_stream);
+}
+
+extern "C" void hp_cuda_copy(void *dst, const void *src, size_t bytes)
+{
+	cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, hp_cu_stream);
+}
+
+extern "C" int hp_cuda_mem_info(size_t *free_b, size_t *total_b, struct hp_err *e)
+{
+	CK(cudaMemGetInfo(free_b, total_b));
+	return 0;
+}

@@ -1,0 +1,105 @@
+#!/bin/sh
+# gpu-check.sh - the one prepared command for a lent GPU machine (an H200):
+#   1. builds hp with the CUDA backend (sm_90a + PTX, -Werror);
+#   2. runs the CUDA op tests: every op against the CPU reference, forward
+#      and backward (t/unit/test-cuda*.c), then again under
+#      compute-sanitizer where the machine supports it;
+#   3. runs t/t0950-train-gpu.sh: 20 bf16 steps of the Qwen3-MoE fixture on
+#      the GPU against the fp32 CPU run (1e-2 relative), bit-identical
+#      repeats, final weights;
+#   4. runs the benchmark bench/gpu/gpu-bench (GEMM vs cuBLAS, flash
+#      attention, a Qwen3-30B-A3B-shaped stack: tokens/s and MFU);
+#   5. prints a short table last.
+# Full logs go under $OUT when it is set (the device tool brings them back),
+# else under ./gpu-check-logs.  Meant to end within 8 minutes on 16 cores.
+#
+# The machine's image has nvcc but maybe not MPICH, OpenBLAS and the other
+# libraries hp links: run scripts/gpu-deps.sh here first and carry
+# .gpudeps; they are unpacked into / when mpicc is missing.
+#
+# Exit status: 0 when every step passed, 1 when one failed, 77 without a GPU.
+set -u
+cd "$(dirname "$0")/.."
+LOGS=${OUT:-$PWD/gpu-check-logs}
+mkdir -p "$LOGS"
+T0=$(date +%s)
+results=
+
+step () {   # step NAME STATUS DETAIL
+	results="$results$(printf '%-28s %-5s %s' "$1" "$2" "$3")
+"
+}
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+	echo "gpu-check: no GPU here (nvidia-smi -L fails); nothing to check"
+	exit 77
+fi
+nvidia-smi -L | tee "$LOGS/device.txt"
+
+if ! command -v mpicc >/dev/null 2>&1 && ls .gpudeps/*.deb >/dev/null 2>&1; then
+	for f in .gpudeps/*.deb; do dpkg -x "$f" /; done
+	ldconfig
+fi
+export PATH=/usr/local/cuda/bin:$PATH
+
+# 1. build
+if make -j"$(nproc)" DEVELOPER=1 >"$LOGS/build.log" 2>&1; then
+	step build ok "$(grep -c NVCC "$LOGS/build.log") CUDA files, -Werror"
+else
+	step build FAIL "see build.log"
+	tail -n 30 "$LOGS/build.log"
+	printf '\n%s' "$results"
+	exit 1
+fi
+B=build
+
+# 2. op tests, then under compute-sanitizer
+fail=0
+for t in $B/t/test-cuda $B/t/test-cuda-gemm $B/t/test-cuda-attn; do
+	n=$(basename "$t")
+	if "$t" >"$LOGS/$n.tap" 2>&1 && ! grep -q "^not ok" "$LOGS/$n.tap"; then
+		step "$n" ok "$(grep -c '^ok' "$LOGS/$n.tap") passed"
+	else
+		step "$n" FAIL "$(grep -c '^not ok' "$LOGS/$n.tap") failed: $(grep -m1 '^not ok' "$LOGS/$n.tap" | cut -c1-60)"
+		fail=1
+	fi
+done
+if command -v compute-sanitizer >/dev/null 2>&1; then
+	# the small cases only (HP_CUDA_TEST_SMALL): the sanitizer is slow
+	if HP_CUDA_TEST_SMALL=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+		$B/t/test-cuda >"$LOGS/sanitizer.log" 2>&1; then
+		step compute-sanitizer ok "memcheck on test-cuda: $(grep -c 'ERROR SUMMARY: 0' "$LOGS/sanitizer.log") clean summary"
+	elif grep -q "not supported\|error 999" "$LOGS/sanitizer.log"; then
+		step compute-sanitizer skip "the device is not supported here"
+	else
+		step compute-sanitizer FAIL "see sanitizer.log"
+		fail=1
+	fi
+else
+	step compute-sanitizer skip "not installed"
+fi
+
+# 3. training on the GPU against the CPU
+if HP_BUILD_DIR=$PWD/$B HP_HAVE_CUDA=1 sh t/t0950-train-gpu.sh -v >"$LOGS/train-gpu.log" 2>&1; then
+	step "train qwen3-moe bf16" ok "$(grep -m1 'largest relative' "$LOGS/train-gpu.log" | sed 's/^# //')"
+else
+	step "train qwen3-moe bf16" FAIL "$(grep -m1 '^not ok' "$LOGS/train-gpu.log" | cut -c1-60)"
+	fail=1
+fi
+
+# 4. benchmark
+left=$((480 - ($(date +%s) - T0)))
+if [ $left -gt 60 ] && timeout $((left - 20)) $B/bench/gpu-bench --seq 4096 --steps 3 \
+	bench/gpu/qwen3-30b-a3b.json >"$LOGS/bench.txt" 2>&1; then
+	step benchmark ok "see below"
+else
+	step benchmark FAIL "see bench.txt (${left}s were left)"
+	fail=1
+fi
+
+echo
+echo "gpu-check: $(head -n1 "$LOGS/device.txt"), $(($(date +%s) - T0)) s"
+printf '%s' "$results"
+echo
+cat "$LOGS/bench.txt" 2>/dev/null
+exit $fail

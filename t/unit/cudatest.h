@@ -1,0 +1,147 @@
+/*
+ * cudatest.h - what the CUDA op tests share: host bf16 rounding, device
+ * buffers made from host arrays, and the normalised error they are judged
+ * by.  Only for tests built with HP_HAVE_CUDA.
+ */
+#ifndef HP_T_CUDATEST_H
+#define HP_T_CUDATEST_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/ops.h"
+#include "tap.h"
+
+/* fp32 -> bf16 bits, round to nearest even (the device's f2bf) */
+static inline hp_bf16 ct_f2bf(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (hp_bf16)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (hp_bf16)(u >> 16);
+}
+
+static inline float ct_bf2f(hp_bf16 b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* x rounded to bf16 in place: the CPU reference then sees exactly the
+ * inputs the GPU sees */
+static inline void ct_round(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = ct_bf2f(ct_f2bf(x[i]));
+}
+
+/* a device copy of host fp32 x, as fp32 (bf 0) or bf16 (bf 1); aborts the
+ * test program on failure */
+static inline void *ct_dev(const float *x, size_t n, int bf)
+{
+	struct hp_err e;
+	void *d = hp_cuda_alloc(n * (bf ? 2 : 4), &e);
+
+	if (!d) {
+		tap_diag("%s", e.msg);
+		exit(1);
+	}
+	if (bf) {
+		hp_bf16 *h = malloc(n * 2);
+		for (size_t i = 0; i < n; i++)
+			h[i] = ct_f2bf(x[i]);
+		hp_cuda_upload(d, h, n * 2, &e);
+		hp_cuda_sync(&e);
+		free(h);
+	} else {
+		hp_cuda_upload(d, x, n * 4, &e);
+	}
+	return d;
+}
+
+/* a device copy of host int32 x */
+static inline int32_t *ct_dev_i32(const int32_t *x, size_t n)
+{
+	struct hp_err e;
+	int32_t *d = hp_cuda_alloc(n * 4 + 4, &e);
+
+	if (!d) {
+		tap_diag("%s", e.msg);
+		exit(1);
+	}
+	hp_cuda_upload(d, x, n * 4, &e);
+	return d;
+}
+
+/* host fp32 copy of device d (fp32 or bf16); synchronises; caller frees */
+static inline float *ct_host(const void *d, size_t n, int bf)
+{
+	struct hp_err e;
+	float *h = malloc(n * 4 + 4);
+
+	if (bf) {
+		hp_bf16 *b = malloc(n * 2 + 2);
+		hp_cuda_download(b, d, n * 2, &e);
+		for (size_t i = 0; i < n; i++)
+			h[i] = ct_bf2f(b[i]);
+		free(b);
+	} else {
+		hp_cuda_download(h, d, n * 4, &e);
+	}
+	return h;
+}
+
+/* normalised error: ||got - want||_2 / max(||want||_2, tiny) */
+static inline double ct_nerr(const float *got, const float *want, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)got[i] - want[i];
+		num += d * d;
+		den += (double)want[i] * want[i];
+	}
+	if (num != num)
+		return INFINITY;
+	return sqrt(num / (den > 1e-30 ? den : 1e-30));
+}
+
+/* deterministic pseudo-random fill in [-a, a) */
+static inline void ct_fill(float *x, size_t n, unsigned seed, float a)
+{
+	uint64_t s = 0x9e3779b97f4a7c15ull * (seed + 1);
+
+	for (size_t i = 0; i < n; i++) {
+		s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+		x[i] = a * (2.0f * (float)((s >> 40) & 0xffffff) / 16777216.0f - 1.0f);
+	}
+}
+
+/* 0 when the program should skip (no CUDA device), else 1 with device 0 set up */
+static inline int ct_start(const char *what)
+{
+	struct hp_err e;
+	char name[128];
+
+	if (hp_cuda_device_count() == 0) {
+		tap_skip("no CUDA device on this machine", "%s", what);
+		return 0;
+	}
+	if (hp_cuda_init(0, &e)) {
+		tap_ok(0, "cuda init: %s", e.msg);
+		return 0;
+	}
+	if (hp_cuda_device_name(0, name, sizeof(name), &e) == 0)
+		tap_diag("device 0: %s", name);
+	return 1;
+}
+
+#endif
