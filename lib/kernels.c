@@ -33,11 +33,21 @@ const struct hp_kernel_info hp_kernel_list[] = {
 	{ "cross_entropy", "cpu", "vec", "default", "vector extensions, AVX2 clone" },
 	{ "lm_head", "cpu", "chunked_ce", "substitute",
 	  "training.loss_fn: {_target_: ChunkedCausalLMLoss, chunk_size: N}" },
-	{ "cross_entropy", "cpu", "vocab_parallel", "planned",
-	  "loss_parallel: the kernel is in and tested; the tp reductions land with tensor parallelism" },
+	{ "cross_entropy", "cpu", "vocab_parallel", "substitute",
+	  "accelerator.loss_parallel at tp > 1: the logits never gathered" },
 	{ "adamw", "cpu", "reference", "default", "scalar, or AVX2+FMA with the same bits" },
-	{ "rmsnorm", "cuda", "rmsnorm.cu", "built", "the CUDA backend (GPU machines)" },
-	{ "other ops", "cuda", "-", "planned", "the CUDA backend" },
+	/* training.device: cuda (lib/gmodel.c): each op has one CUDA kernel */
+	{ "embedding", "cuda", "embedding", "built", "training.device: cuda" },
+	{ "rmsnorm", "cuda", "rmsnorm", "built", "training.device: cuda" },
+	{ "rope", "cuda", "rope", "built", "training.device: cuda" },
+	{ "linear", "cuda", "cublaslt", "built", "training.device: cuda" },
+	{ "attention", "cuda", "flash_attention", "built", "training.device: cuda, head_dim 64 or 128" },
+	{ "attention", "cuda", "attn_small", "built", "training.device: cuda, other head_dim up to 256" },
+	{ "swiglu", "cuda", "swiglu", "built", "training.device: cuda" },
+	{ "router", "cuda", "router_topk", "built", "training.device: cuda" },
+	{ "experts", "cuda", "grouped_gemm", "built", "training.device: cuda" },
+	{ "lm_head", "cuda", "chunked_ce", "built", "training.device: cuda (chunk: loss_fn.chunk_size, else 1024)" },
+	{ "adamw", "cuda", "adamw_master", "built", "training.device: cuda" },
 };
 
 const int hp_nkernel_list = (int)(sizeof(hp_kernel_list) / sizeof(hp_kernel_list[0]));

@@ -12,7 +12,7 @@ apt-get download \
 	mpich libmpich12 libmpich-dev libhwloc15 libhwloc-dev libucx0 libfabric1 libpsm2-2 libpsm-infinipath1 \
 	librdmacm1 libibverbs1 libnl-3-200 libnl-route-3-200 libevent-core-2.1-7 libevent-pthreads-2.1-7 \
 	libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libopenblas0 libgfortran5 \
-	libjansson4 libjansson-dev libyaml-0-2 libyaml-dev libzstd-dev libpcre2-dev libpcre2-8-0 \
+	libjansson4 libjansson-dev libyaml-0-2 libyaml-dev libzstd1 libzstd-dev libpcre2-dev libpcre2-8-0 \
 	libutf8proc2 libutf8proc-dev jq libjq1 libonig5
 ls -l
 du -sh .
