@@ -1125,38 +1125,7 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
 
 	ops->linear_fwd(a->probs, a->xn2, w->router, NULL, N, C, E);
-	for (long t = 0; t < N; t++) {
-		float *p = a->probs + t * E;
-		int32_t *sel = a->sel + t * K;
-		float *ws = a->wsel + t * K, mx = p[0];
-		double sum = 0;
-		for (int x = 1; x < E; x++)
-			if (p[x] > mx)
-				mx = p[x];
-		for (int x = 0; x < E; x++)
-			sum += p[x] = expf(p[x] - mx);
-		for (int x = 0; x < E; x++)
-			p[x] = (float)(p[x] / sum);
-		for (int k = 0; k < K; k++) {
-			int best = -1;
-			for (int x = 0; x < E; x++) {
-				int taken = 0;
-				for (int j = 0; j < k; j++)
-					taken |= sel[j] == x;
-				if (!taken && (best < 0 || p[x] > p[best]))
-					best = x;
-			}
-			sel[k] = best;
-			ws[k] = p[best];
-		}
-		if (s->norm_topk_prob) {
-			float tot = 0;
-			for (int k = 0; k < K; k++)
-				tot += ws[k];
-			for (int k = 0; k < K; k++)
-				ws[k] /= tot;
-		}
-	}
+	hp_router_topk(a->probs, a->sel, a->wsel, N, E, K, s->norm_topk_prob);
 	/* the fault: the first token's first row goes to an expert of the next ep rank */
 	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0)
 		a->sel[0] = (a->sel[0] + m->El) % E;
@@ -1256,7 +1225,6 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
 	float *dprob = m->dprob, *dxe = m->dxe;
 
-	memset(dprob, 0, sizeof(float) * (size_t)N * E);
 	/* the experts' outputs again where they were not kept (grouped, one
 	 * rank): the SwiGLU from the saved gate|up rows, then down_proj, into
 	 * dxe's room, which the experts' backward overwrites only later */
@@ -1309,36 +1277,8 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe);
 		m->hrec_ready = 0;
 	}
-	/* routing weights -> probabilities of the chosen experts */
-	for (long t = 0; t < N; t++) {
-		const float *ws = a->wsel + t * K, *dw = dws + t * K;
-		const int32_t *sel = a->sel + t * K;
-		float *dp = dprob + t * E;
-		if (s->norm_topk_prob) {
-			/* w_j = p_j / S:  dL/dp_j = (dw_j - sum_i dw_i w_i) / S */
-			double S = 0, c = 0;
-			for (int k = 0; k < K; k++) {
-				S += a->probs[t * E + sel[k]];
-				c += (double)dw[k] * ws[k];
-			}
-			for (int k = 0; k < K; k++)
-				dp[sel[k]] += (float)((dw[k] - c) / S);
-		} else {
-			for (int k = 0; k < K; k++)
-				dp[sel[k]] += dw[k];
-		}
-		/* the aux loss: d/dP_e of E * sum F_e P_e, P_e a mean over all MoE tokens */
-		if (aux_grad != 0)
-			for (int x = 0; x < E; x++)
-				dp[x] += (float)(aux_grad * m->aux_frac[x]);
-		/* softmax: dlogit = p * (dp - sum p dp), in place */
-		const float *p = a->probs + t * E;
-		double sdp = 0;
-		for (int x = 0; x < E; x++)
-			sdp += (double)p[x] * dp[x];
-		for (int x = 0; x < E; x++)
-			dp[x] = p[x] * (float)(dp[x] - sdp);
-	}
+	/* routing weights -> probabilities of the chosen experts -> router logits */
+	hp_router_bwd(dprob, a->probs, a->sel, a->wsel, dws, m->aux_frac, aux_grad, N, E, K, s->norm_topk_prob);
 	ops->linear_bwd(dxn, g->router, NULL, dprob, a->xn2, w->router, N, C, E, 0);
 	for (long r = 0; r < N * K; r++) {
 		float *d = dxn + (long)a->row_tok[r] * C;

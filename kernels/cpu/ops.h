@@ -62,6 +62,18 @@ void hp_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const 
 void hp_swiglu_rows_fwd(float *h, const float *gu, long rows, int I);
 void hp_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long rows, int I);
 
+/* ---- the MoE router (Qwen3-MoE) ---- */
+/* In place on probs [N, E]: the router logits in, their softmax out (fp32
+ * exps, the sum in double); sel [N, K] the top-K experts by falling
+ * probability (ties to the lower index), wsel [N, K] their probabilities,
+ * renormalised to sum 1 when norm (norm_topk_prob). */
+void hp_router_topk(float *probs, int32_t *sel, float *wsel, long N, int E, int K, int norm);
+/* dprob [N, E] overwritten with the gradient of the router logits, from
+ * dwsel [N, K] (the gradient of wsel) and, when aux_grad != 0, the
+ * load-balancing loss's aux_grad * aux[e] on every probability. */
+void hp_router_bwd(float *dprob, const float *probs, const int32_t *sel, const float *wsel,
+		   const float *dwsel, const double *aux, double aux_grad, long N, int E, int K, int norm);
+
 /* ---- cross-entropy over logits[N, V] ---- */
 #define HP_IGNORE_INDEX (-100)
 /* Sum of -log softmax(logits)[target] over rows whose target != -100; the

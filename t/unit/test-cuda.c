@@ -474,80 +474,26 @@ static void test_swiglu(long rows, int I)
 	free(gdgu);
 }
 
-/* ---- MoE routing: the references are lib/model.c's loops ---- */
+/* ---- MoE routing: the references are kernels/cpu/router.c (the CPU
+ * model's) and, for the rows, lib/model.c's loops ---- */
 
-/* moe_forward's router loop, statement for statement (probs starts as the
- * router logits there) */
-static void ref_router(float *probs, int32_t *sel_all, float *wsel, const float *logits,
+static void ref_router(float *probs, int32_t *sel, float *wsel, const float *logits,
 		       long N, int E, int K, int norm)
 {
 	memcpy(probs, logits, sizeof(float) * (size_t)N * E);
-	for (long t = 0; t < N; t++) {
-		float *p = probs + t * E;
-		int32_t *sel = sel_all + t * K;
-		float *ws = wsel + t * K, mx = p[0];
-		double sum = 0;
-		for (int x = 1; x < E; x++)
-			if (p[x] > mx)
-				mx = p[x];
-		for (int x = 0; x < E; x++)
-			sum += p[x] = expf(p[x] - mx);
-		for (int x = 0; x < E; x++)
-			p[x] = (float)(p[x] / sum);
-		for (int k = 0; k < K; k++) {
-			int best = -1;
-			for (int x = 0; x < E; x++) {
-				int taken = 0;
-				for (int j = 0; j < k; j++)
-					taken |= sel[j] == x;
-				if (!taken && (best < 0 || p[x] > p[best]))
-					best = x;
-			}
-			sel[k] = best;
-			ws[k] = p[best];
-		}
-		if (norm) {
-			float tot = 0;
-			for (int k = 0; k < K; k++)
-				tot += ws[k];
-			for (int k = 0; k < K; k++)
-				ws[k] /= tot;
-		}
-	}
+	hp_router_topk(probs, sel, wsel, N, E, K, norm);
 }
 
-/* moe_backward's "routing weights -> probabilities" loop and the softmax
- * backward; aux (float here, m->aux_frac there) may be NULL with aux_grad 0 */
-static void ref_router_bwd(float *dprob, const float *probs, const int32_t *sel_all, const float *wsel,
+/* aux is float here (the CUDA op's), double in the CPU model */
+static void ref_router_bwd(float *dprob, const float *probs, const int32_t *sel, const float *wsel,
 			   const float *dws, const float *aux, double aux_grad, long N, int E, int K, int norm)
 {
-	memset(dprob, 0, sizeof(float) * (size_t)N * E);
-	for (long t = 0; t < N; t++) {
-		const float *ws = wsel + t * K, *dw = dws + t * K;
-		const int32_t *sel = sel_all + t * K;
-		float *dp = dprob + t * E;
-		if (norm) {
-			double S = 0, c = 0;
-			for (int k = 0; k < K; k++) {
-				S += probs[t * E + sel[k]];
-				c += (double)dw[k] * ws[k];
-			}
-			for (int k = 0; k < K; k++)
-				dp[sel[k]] += (float)((dw[k] - c) / S);
-		} else {
-			for (int k = 0; k < K; k++)
-				dp[sel[k]] += dw[k];
-		}
-		if (aux_grad != 0)
-			for (int x = 0; x < E; x++)
-				dp[x] += (float)(aux_grad * aux[x]);
-		const float *p = probs + t * E;
-		double sdp = 0;
-		for (int x = 0; x < E; x++)
-			sdp += (double)p[x] * dp[x];
-		for (int x = 0; x < E; x++)
-			dp[x] = p[x] * (float)(dp[x] - sdp);
-	}
+	double *ad = calloc((size_t)E, sizeof(double));
+
+	for (int x = 0; aux && x < E; x++)
+		ad[x] = aux[x];
+	hp_router_bwd(dprob, probs, sel, wsel, dws, ad, aux ? aux_grad : 0, N, E, K, norm);
+	free(ad);
 }
 
 /* router logits [N, E]: bf16-valued (distinct values then differ by far more

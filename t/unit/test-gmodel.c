@@ -259,75 +259,23 @@ int hp_cuda_grouped_bwd_dw(float *const *dW, const hp_bf16 *dy, const hp_bf16 *x
 					      off[q + 1] - off[q], K, O, e);
 	return 0;
 }
-/* lib/model.c's moe_forward loops */
+/* the CPU model's router (kernels/cpu/router.c) */
 void hp_cuda_router_topk(float *probs, int32_t *sel, float *wsel, const float *logits, long N, int E, int K,
 			 int norm)
 {
-	for (long t = 0; t < N; t++) {
-		float *p = probs + t * E, mx;
-		double sum = 0;
-
-		memmove(p, logits + t * E, sizeof(float) * (size_t)E);
-		mx = p[0];
-		for (int x = 1; x < E; x++)
-			if (p[x] > mx)
-				mx = p[x];
-		for (int x = 0; x < E; x++)
-			sum += p[x] = expf(p[x] - mx);
-		for (int x = 0; x < E; x++)
-			p[x] = (float)(p[x] / sum);
-		for (int k = 0; k < K; k++) {
-			int best = -1;
-			for (int x = 0; x < E; x++) {
-				int taken = 0;
-				for (int j = 0; j < k; j++)
-					taken |= sel[t * K + j] == x;
-				if (!taken && (best < 0 || p[x] > p[best]))
-					best = x;
-			}
-			sel[t * K + k] = best;
-			wsel[t * K + k] = p[best];
-		}
-		if (norm) {
-			float tot = 0;
-			for (int k = 0; k < K; k++)
-				tot += wsel[t * K + k];
-			for (int k = 0; k < K; k++)
-				wsel[t * K + k] /= tot;
-		}
-	}
+	memmove(probs, logits, sizeof(float) * (size_t)N * E);
+	hp_router_topk(probs, sel, wsel, N, E, K, norm);
 }
 void hp_cuda_router_bwd(hp_bf16 *dlogits, const float *probs, const int32_t *sel, const float *wsel,
 			const float *dwsel, const float *aux, double aux_grad, long N, int E, int K, int norm)
 {
-	float *dl = F(dlogits);
+	double *ad = calloc((size_t)E, sizeof(double));
 
-	for (long t = 0; t < N; t++) {
-		float *dp = dl + t * E;
-		const float *p = probs + t * E;
-		double sdp = 0;
-
-		memset(dp, 0, sizeof(float) * (size_t)E);
-		if (norm) {
-			double S = 0, c = 0;
-			for (int k = 0; k < K; k++) {
-				S += p[sel[t * K + k]];
-				c += (double)dwsel[t * K + k] * wsel[t * K + k];
-			}
-			for (int k = 0; k < K; k++)
-				dp[sel[t * K + k]] += (float)((dwsel[t * K + k] - c) / S);
-		} else {
-			for (int k = 0; k < K; k++)
-				dp[sel[t * K + k]] += dwsel[t * K + k];
-		}
-		if (aux)
-			for (int x = 0; x < E; x++)
-				dp[x] += (float)(aux_grad * aux[x]);
-		for (int x = 0; x < E; x++)
-			sdp += (double)p[x] * dp[x];
-		for (int x = 0; x < E; x++)
-			dp[x] = rnd(p[x] * (float)(dp[x] - sdp));
-	}
+	for (int x = 0; aux && x < E; x++)
+		ad[x] = aux[x];
+	hp_router_bwd(F(dlogits), probs, sel, wsel, dwsel, ad, aux ? aux_grad : 0, N, E, K, norm);
+	round_out(dlogits, (size_t)N * E);
+	free(ad);
 }
 void hp_cuda_gather_rows(hp_bf16 *xs, const hp_bf16 *x, const int32_t *row_tok, long R, int C)
 {
