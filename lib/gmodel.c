@@ -351,6 +351,9 @@ int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_op
 		    !g->h_F || !g->h_wptr || !g->h_gptr)
 			return hp_err_set(e, HP_ENOMEM, "out of memory");
 	}
+	/* the reductions' scratch now, not in the first step */
+	if ((rc = hp_cuda_reserve(C > D ? C : D, e)))
+		return rc;
 	/* RoPE tables for positions 0..T-1, the weights, the moments */
 	float *ct = hp_malloc(sizeof(float) * (size_t)T * D), *st = ct ? ct + (size_t)T * D / 2 : NULL;
 	if (!ct)

@@ -15,19 +15,26 @@
  * one pass that adds the partials in order.  The partition depends only on
  * the sizes, never on timing.
  *
- * Scratch: two lazily allocated device buffers, the only cudaMalloc calls
- * here (ops.h's "the step loop allocates nothing" holds from the second
- * step on): the sum of squares' SS_BLOCKS + 1 doubles, allocated once, and
- * RMSNorm's dw partials, DW_PARTS * C floats, allocated at the first
- * backward for max(C, 8192) columns (8 MiB) and grown (after a stream sync)
- * only for a wider row.  A failed allocation leaves dw untouched and its
+ * Scratch: two device buffers, the only cudaMalloc calls here: the sum of
+ * squares' SS_BLOCKS + 1 doubles, and RMSNorm's dw partials, DW_PARTS * C
+ * floats for max(C, 8192) columns (8 MiB).  hp_cuda_reserve makes both
+ * before the step loop (lib/gmodel.c); a caller that did not is served
+ * lazily, and a wider row grows the partials (after a stream sync).  A failed allocation leaves dw untouched and its
  * error pending for hp_cuda_check / hp_cuda_sync.
  */
 #include <math.h>
 
 #include "cuda/common.cuh"
 
+static float *dw_get(size_t need);
+
 #define EW_THREADS 256
+/* RMSNorm's dw: blocks of DW_COLS columns x DW_LANES row lanes, at most
+ * DW_PARTS row partitions of at least DW_MIN_ROWS rows */
+#define DW_COLS 32
+#define DW_LANES 8
+#define DW_PARTS 256
+#define DW_MIN_ROWS 16
 #define MAX_GRID (65535u * 16u)
 
 static __device__ __forceinline__ float ld(const float *p, long i)
@@ -136,6 +143,15 @@ static __global__ void k_sumsq_final(double *out, const double *part, int nb)
 	s = block_sum_d(s, sh);
 	if (threadIdx.x == 0)
 		*out = s;
+}
+
+extern "C" int hp_cuda_reserve(int max_cols, struct hp_err *e)
+{
+	if (!ss_buf)
+		CK(cudaMalloc(&ss_buf, (SS_BLOCKS + 1) * sizeof(double)));
+	if (max_cols > 0 && !dw_get((size_t)DW_PARTS * (size_t)max_cols))
+		return hp_err_set(e, HP_ECUDA, "cuda: cannot allocate RMSNorm's scratch for rows of %d", max_cols);
+	return 0;
 }
 
 extern "C" int hp_cuda_sumsq(double *host_out, const float *x, size_t n, struct hp_err *e)
@@ -267,10 +283,6 @@ static __global__ void k_rmsnorm_bwd_dx(TO *dx, const hp_bf16 *dy, const T *x, c
  * DW_LANES row lanes (row n0+l, n0+l+DW_LANES, ...) added in lane order, into
  * part[chunk, c]; then k_dw_final adds part[0..P, c] in order onto dw[c].
  */
-#define DW_COLS 32
-#define DW_LANES 8
-#define DW_PARTS 256
-#define DW_MIN_ROWS 16
 
 static float *dw_scratch;
 static size_t dw_cap;    /* floats */

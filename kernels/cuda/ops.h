@@ -59,6 +59,9 @@ int hp_cuda_upload(void *dst, const void *host_src, size_t bytes, struct hp_err 
 int hp_cuda_download(void *host_dst, const void *src, size_t bytes, struct hp_err *e);
 void hp_cuda_zero(void *p, size_t bytes);
 void hp_cuda_copy(void *dst, const void *src, size_t bytes);   /* device to device */
+/* Make the element-wise kernels' scratch (the reductions' partial sums)
+ * for rows of up to max_cols, so that nothing is allocated later. */
+int hp_cuda_reserve(int max_cols, struct hp_err *e);
 /* Bytes of device memory free and total (host outputs). */
 int hp_cuda_mem_info(size_t *free_b, size_t *total_b, struct hp_err *e);
 

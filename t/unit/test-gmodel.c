@@ -107,6 +107,7 @@ int hp_cuda_download(void *dst, const void *src, size_t bytes, struct hp_err *e)
 }
 void hp_cuda_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 void hp_cuda_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+int hp_cuda_reserve(int max_cols, struct hp_err *e) { return 0; }
 int hp_cuda_mem_info(size_t *f, size_t *t, struct hp_err *e) { *f = *t = (size_t)1 << 34; return 0; }
 
 void hp_cuda_f32_to_bf16(hp_bf16 *y, const float *x, size_t n)
