@@ -50,11 +50,20 @@ test_expect_success GPU 'on the GPU: a second run gives bit-identical losses and
 	cmp a b
 '
 
+# AdamW steps by about lr wherever a gradient is noise, and bf16 changes the
+# noise: experts that see few tokens drift furthest (t/unit/test-gmodel.c's
+# bf16 emulation after 5 steps: 0.061 for the worst tensor, 20 of 79 beyond
+# 2e-2, 0.004 over the whole model).  So every tensor within 0.2, and the
+# median tensor within 2e-2.
 test_expect_success GPU 'on the GPU: the final weights dumped agree with the CPU run within bf16 tolerance' '
 	hp-train -q c.yaml --training.device=cuda --max-steps 5 --dump-params gp.safetensors &&
 	hp-train -q c.yaml --training.device=cpu --max-steps 5 --dump-params cp.safetensors &&
-	hp-test-tool cmpst --max-rel-l2 2e-2 gp.safetensors cp.safetensors >cmp &&
-	sort -k5 -g cmp | tail -n 3
+	hp-test-tool cmpst --max-rel-l2 0.2 gp.safetensors cp.safetensors >cmp &&
+	sort -k5 -g cmp | tail -n 3 &&
+	awk "{ print \$5 }" cmp | sort -g >rels &&
+	med=$(sed -n "$((($(wc -l <rels) + 1) / 2))p" rels) &&
+	echo "# median tensor: $med" &&
+	float_close "$med" 0 2e-2
 '
 
 test_done
