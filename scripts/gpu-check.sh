@@ -20,8 +20,6 @@
 # Exit status: 0 when every step passed, 1 when one failed, 77 without a GPU.
 set -u
 cd "$(dirname "$0")/.."
-LOGS=${OUT:-$PWD/gpu-check-logs}
-mkdir -p "$LOGS"
 T0=$(date +%s)
 results=
 
@@ -34,6 +32,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 	echo "gpu-check: no GPU here (nvidia-smi -L fails); nothing to check"
 	exit 77
 fi
+LOGS=${OUT:-$PWD/gpu-check-logs}
+mkdir -p "$LOGS"
 nvidia-smi -L | tee "$LOGS/device.txt"
 
 if ! command -v mpicc >/dev/null 2>&1 && ls .gpudeps/*.deb >/dev/null 2>&1; then
