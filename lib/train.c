@@ -187,7 +187,12 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 		fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
 	}
 	fprintf(out, "%-40s %s\n", "run.kernels", kernels);
-	{
+	if (gpu) {
+		/* the CUDA backend has one kernel per module (hp-kernels(7)) */
+		fprintf(out, "%-40s flash_attention %d/%d layers, grouped_experts %d/%d MoE layers, chunked_ce %ld "
+			"(the CUDA backend's kernels)\n", "run.module_kernels", s->n_layers, s->n_layers, m->n_moe,
+			m->n_moe, m->k.ce_chunk > 0 ? m->k.ce_chunk : 1024);
+	} else {
 		int nf = 0, ng = 0, nn = m->k.fused_final;
 
 		for (int l = 0; l < s->n_layers; l++) {
