@@ -107,6 +107,9 @@ all: $(TOOLS) $(UNITS) $(if $(HELPER_SRC),$(HELPER)) $(O)/t/libenospc.so $(GPU_B
 config-report:
 	@printf '  %-7s %s\n' "" "MPI: $$(command -v mpiexec >/dev/null && echo ✓ || echo ✗)  CUDA: $(if $(filter 1,$(HAVE_CUDA)),✓ ($(NVCC)),✗)  NCCL: $(if $(NCCL_LIBDIR),✓,✗)"
 
+# the CUDA kernels run on the CPU under t/cuemu (after `all:`: it adds to it)
+include t/cuemu/cuemu.mk
+
 # Rebuild when the flag line changes.
 FLAGS_LINE := $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) | $(NVCC) $(NVCCFLAGS)
 $(O)/.flags: FORCE

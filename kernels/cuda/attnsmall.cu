@@ -7,6 +7,7 @@
  * deterministic, not fast.
  */
 #include "cuda/common.cuh"
+#include "cuda/attn.cuh"
 
 #define AS_MAXD 256
 

@@ -34,8 +34,10 @@ static __device__ __forceinline__ hp_bf16 f2bf(float f)
 }
 
 /* Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the
- * same order every time; every thread gets the result.  sh: 32 floats. */
-static __device__ __forceinline__ float block_sum(float v, float *sh)
+ * same order every time; every thread gets the result.  T float or double;
+ * sh: 32 of them. */
+template <typename T>
+static __device__ __forceinline__ T block_sum(T v, T *sh)
 {
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 
@@ -45,25 +47,7 @@ static __device__ __forceinline__ float block_sum(float v, float *sh)
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
-	v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0f;
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-/* block_sum's double-precision twin: fixed order, every
- * thread gets the sum.  sh: 32 doubles. */
-static __device__ __forceinline__ double block_sum_d(double v, double *sh)
-{
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	__syncthreads();
-	if (lane == 0)
-		sh[wid] = v;
-	__syncthreads();
-	v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
+	v = lane < (int)(blockDim.x >> 5) ? sh[lane] : (T)0;
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, o);
 	return v;

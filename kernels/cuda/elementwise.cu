@@ -128,7 +128,7 @@ static __global__ void k_sumsq_part(double *part, const float *x, size_t n)
 		double v = x[i];
 		s += v * v;
 	}
-	s = block_sum_d(s, sh);
+	s = block_sum(s, sh);
 	if (threadIdx.x == 0)
 		part[blockIdx.x] = s;
 }
@@ -140,7 +140,7 @@ static __global__ void k_sumsq_final(double *out, const double *part, int nb)
 
 	for (int i = threadIdx.x; i < nb; i += blockDim.x)
 		s += part[i];
-	s = block_sum_d(s, sh);
+	s = block_sum(s, sh);
 	if (threadIdx.x == 0)
 		*out = s;
 }
@@ -242,7 +242,7 @@ static __global__ void k_rmsnorm_fwd(hp_bf16 *y, float *rstd, const T *x, const 
 			double v = ld(xr, c);
 			ss += v * v;
 		}
-		ss = block_sum_d(ss, sh);
+		ss = block_sum(ss, sh);
 		float r = (float)(1.0 / sqrt(ss / C + eps));
 		if (threadIdx.x == 0)
 			rstd[n] = r;
@@ -267,7 +267,7 @@ static __global__ void k_rmsnorm_bwd_dx(TO *dx, const hp_bf16 *dy, const T *x, c
 			float xh = __fmul_rn(ld(xr, c), r);
 			dot += (double)bf2f(dyr[c]) * w[c] * xh;
 		}
-		dot = block_sum_d(dot, sh);
+		dot = block_sum(dot, sh);
 		float mean = (float)(dot / C);
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
 			float xh = __fmul_rn(ld(xr, c), r);

@@ -662,24 +662,6 @@ fa_bwd_dq(hp_bf16 *__restrict__ dq, const hp_bf16 *__restrict__ q, const hp_bf16
 
 /* ---- calls that break the preconditions: NaN outputs, as the CPU kernel ---- */
 
-static __global__ void fa_nan_bf16(hp_bf16 *p, size_t n)
-{
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		p[i] = 0x7fc0;
-}
-
-static __global__ void fa_nan_f32(float *p, size_t n)
-{
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		p[i] = __int_as_float(0x7fc00000);
-}
-
-static void fa_fill_nan_bf16(hp_bf16 *p, size_t n)
-{
-	if (p && n)
-		fa_nan_bf16<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(p, n);
-}
-
 /* ---- host side ---- */
 
 /* Q and two buffers of (K, V): 85 KiB at D = 128 */
@@ -742,67 +724,24 @@ static void fa_bwd_launch(hp_bf16 *dq, hp_bf16 *dk, hp_bf16 *dv, const hp_bf16 *
 								   T, Hq, Hkv, scale);
 }
 
-static int fa_valid(int Hq, int Hkv, int D)
+/* The tensor-core kernels for head_dim 64 and 128; kernels/cuda/attn.cu
+ * checks the call and dispatches here. */
+extern "C" void hp_cu_flash_tc_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, const hp_bf16 *k,
+				   const hp_bf16 *v, const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
 {
-	return hp_cuda_flash_supports(D) && Hkv > 0 && Hq % Hkv == 0;
-}
-
-/* attnsmall.cu: the other head dims, one thread per row */
-extern "C" int hp_cu_attn_small_supports(int D);
-extern "C" void hp_cu_attn_small_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, const hp_bf16 *k,
-				     const hp_bf16 *v, const int32_t *seg, int B, int T, int Hq, int Hkv, int D);
-extern "C" void hp_cu_attn_small_bwd(hp_bf16 *dq, hp_bf16 *dk, hp_bf16 *dv, const hp_bf16 *dout,
-				     const hp_bf16 *out, const float *lse, const hp_bf16 *q, const hp_bf16 *k,
-				     const hp_bf16 *v, const int32_t *seg, float *scratch, int B, int T, int Hq,
-				     int Hkv, int D);
-
-extern "C" int hp_cuda_flash_supports(int D)
-{
-	return D == 64 || D == 128 || hp_cu_attn_small_supports(D);
-}
-
-extern "C" size_t hp_cuda_flash_scratch(int B, int T, int Hq)
-{
-	return B > 0 && T > 0 && Hq > 0 ? (size_t)B * T * Hq : 0;   /* Di[B, Hq, T] */
-}
-
-extern "C" void hp_cuda_flash_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v,
-				  const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
-{
-	if (B <= 0 || T <= 0 || Hq <= 0)
-		return;
-	if (!fa_valid(Hq, Hkv, D)) {
-		size_t n = (size_t)B * Hq * T;
-		fa_fill_nan_bf16(out, n * (size_t)(D > 0 ? D : 0));
-		if (lse)
-			fa_nan_f32<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(lse, n);
-		return;
-	}
 	if (D == 64)
 		fa_fwd_launch<64>(out, lse, q, k, v, seg, B, T, Hq, Hkv);
-	else if (D == 128)
-		fa_fwd_launch<128>(out, lse, q, k, v, seg, B, T, Hq, Hkv);
 	else
-		hp_cu_attn_small_fwd(out, lse, q, k, v, seg, B, T, Hq, Hkv, D);
+		fa_fwd_launch<128>(out, lse, q, k, v, seg, B, T, Hq, Hkv);
 }
 
-extern "C" void hp_cuda_flash_bwd(hp_bf16 *dq, hp_bf16 *dk, hp_bf16 *dv, const hp_bf16 *dout, const hp_bf16 *out,
-				  const float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v,
-				  const int32_t *seg, float *scratch, int B, int T, int Hq, int Hkv, int D)
+extern "C" void hp_cu_flash_tc_bwd(hp_bf16 *dq, hp_bf16 *dk, hp_bf16 *dv, const hp_bf16 *dout,
+				   const hp_bf16 *out, const float *lse, const hp_bf16 *q, const hp_bf16 *k,
+				   const hp_bf16 *v, const int32_t *seg, float *scratch, int B, int T, int Hq,
+				   int Hkv, int D)
 {
-	if (B <= 0 || T <= 0 || Hq <= 0)
-		return;
-	if (!fa_valid(Hq, Hkv, D)) {
-		size_t nd = (size_t)B * T * (D > 0 ? D : 0), nkv = Hkv > 0 ? (size_t)Hkv : 0;
-		fa_fill_nan_bf16(dq, nd * (size_t)Hq);
-		fa_fill_nan_bf16(dk, nd * nkv);
-		fa_fill_nan_bf16(dv, nd * nkv);
-		return;
-	}
 	if (D == 64)
 		fa_bwd_launch<64>(dq, dk, dv, dout, out, lse, q, k, v, seg, scratch, B, T, Hq, Hkv);
-	else if (D == 128)
-		fa_bwd_launch<128>(dq, dk, dv, dout, out, lse, q, k, v, seg, scratch, B, T, Hq, Hkv);
 	else
-		hp_cu_attn_small_bwd(dq, dk, dv, dout, out, lse, q, k, v, seg, scratch, B, T, Hq, Hkv, D);
+		fa_bwd_launch<128>(dq, dk, dv, dout, out, lse, q, k, v, seg, scratch, B, T, Hq, Hkv);
 }

@@ -253,7 +253,7 @@ static __global__ void k_combine_bwd(hp_bf16 *dye, float *dwsel, const hp_bf16 *
 				dy[c] = f2bf(__fmul_rn(dv, wt));
 				dot += (double)dv * bf2f(y[c]);
 			}
-			dot = block_sum_d(dot, sh);
+			dot = block_sum(dot, sh);
 			if (threadIdx.x == 0)
 				dwsel[t * k + j] = (float)dot;
 		}
