@@ -99,8 +99,10 @@ static inline float *ct_host(const void *d, size_t n, int bf)
 	return h;
 }
 
-/* normalised error: ||got - want||_2 / max(||want||_2, tiny) */
-static inline double ct_nerr(const float *got, const float *want, size_t n)
+/* ||got - want||_2 / max(||want||_2, floor): the normalised error; a floor
+ * above 0 keeps outputs that are only rounding noise around zero from
+ * dividing by nothing */
+static inline double ct_nerr_floor(const float *got, const float *want, size_t n, double floor)
 {
 	double num = 0, den = 0;
 
@@ -111,7 +113,13 @@ static inline double ct_nerr(const float *got, const float *want, size_t n)
 	}
 	if (num != num)
 		return INFINITY;
-	return sqrt(num / (den > 1e-30 ? den : 1e-30));
+	return sqrt(num / (den > floor * floor ? den : floor * floor));
+}
+
+/* normalised error: ||got - want||_2 / max(||want||_2, tiny) */
+static inline double ct_nerr(const float *got, const float *want, size_t n)
+{
+	return ct_nerr_floor(got, want, n, 1e-15);
 }
 
 /* deterministic pseudo-random fill in [-a, a) */
@@ -123,6 +131,17 @@ static inline void ct_fill(float *x, size_t n, unsigned seed, float a)
 		s ^= s << 13; s ^= s >> 7; s ^= s << 17;
 		x[i] = a * (2.0f * (float)((s >> 40) & 0xffffff) / 16777216.0f - 1.0f);
 	}
+}
+
+/* n host floats in [-a, a), rounded to bf16 when rnd; caller frees */
+static inline float *ct_hfill(size_t n, unsigned seed, float a, int rnd)
+{
+	float *x = malloc(n * sizeof(float) + 4);
+
+	ct_fill(x, n, seed, a);
+	if (rnd)
+		ct_round(x, n);
+	return x;
 }
 
 /* 0 when the program should skip (no CUDA device), else 1 with device 0 set up */

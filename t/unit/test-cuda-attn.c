@@ -76,16 +76,7 @@ static void *dev_nan(size_t n, int bf)
 /* ||got - want|| / max(||want||, GRAD_FLOOR sqrt(n)) (see GRAD_FLOOR) */
 static double grad_err(const float *got, const float *want, size_t n)
 {
-	double num = 0, den = 0, fl = GRAD_FLOOR * GRAD_FLOOR * (double)n;
-
-	for (size_t i = 0; i < n; i++) {
-		double d = (double)got[i] - want[i];
-		num += d * d;
-		den += (double)want[i] * want[i];
-	}
-	if (num != num)
-		return INFINITY;
-	return sqrt(num / (den > fl ? den : fl));
+	return ct_nerr_floor(got, want, n, GRAD_FLOOR * sqrt((double)n));
 }
 
 /* Packed documents: each row cut into documents of lengths cycling through

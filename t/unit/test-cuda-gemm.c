@@ -27,12 +27,7 @@ static struct hp_err err;
 
 static float *vec(size_t n, unsigned seed, float a, int round)
 {
-	float *x = malloc(n * sizeof(float) + 4);
-
-	ct_fill(x, n, seed, a);
-	if (round)
-		ct_round(x, n);
-	return x;
+	return ct_hfill(n, seed, a, round);
 }
 
 static float *dup(const float *x, size_t n)

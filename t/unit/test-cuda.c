@@ -56,12 +56,7 @@ static void *dalloc(size_t bytes)
 /* n floats in [-a, a), rounded to bf16 when rnd */
 static float *hfill(size_t n, unsigned seed, float a, int rnd)
 {
-	float *x = malloc(n * sizeof(float) + 4);
-
-	ct_fill(x, n, seed, a);
-	if (rnd)
-		ct_round(x, n);
-	return x;
+	return ct_hfill(n, seed, a, rnd);
 }
 
 static float *hnan(size_t n)
