@@ -299,12 +299,13 @@ double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
 	return sqrt(ss);
 }
 
-void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst)
+void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst)
 {
 	const struct hp_plan_param *q = &f->p->params[i];
 	const struct hp_piece *pc = &f->pc[i];
 	int64_t cols = q->ndim > 1 ? q->shape[1] : 1;
-	const float *src = (grads == 1 ? f->g : grads == 2 ? f->m1 : grads == 3 ? f->m2 : f->w) + f->poff[i];
+	const float *const arr[] = { f->w, f->g, f->m1, f->m2 };
+	const float *src = arr[which] + f->poff[i];
 
 	if (f->mp[i] && canonical(f, i))
 		for (int64_t r = 0; r < pc->nrows; r++)
@@ -312,13 +313,13 @@ void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst)
 			       (size_t)pc->cols * sizeof(float));
 }
 
-int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e)
+int hp_fsdp_global(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst, struct hp_err *e)
 {
 	const struct hp_plan_param *q = &f->p->params[i];
 	size_t n = (size_t)(q->shape[0] * (q->ndim > 1 ? q->shape[1] : 1));
 
 	memset(dst, 0, n * sizeof(float));
-	hp_fsdp_piece_into(f, i, grads, dst);
+	hp_fsdp_piece_into(f, i, which, dst);
 	return hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], dst, n, HP_DTYPE_F32, HP_RED_SUM, e);
 }
 

@@ -99,14 +99,15 @@ int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e);
 /* All-reduce over tp the gradients that are partial sums there
  * (hp_plan_tp_partial; once per step, after the replicas'). */
 int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e);
-/* Plan param i's whole tensor (weights, or gradient sums with grads) on
- * every rank, into dst (its global numel): each piece from one holder,
- * all-reduced over the world.  For dumps; not part of a step's traffic. */
-int hp_fsdp_global(struct hp_fsdp *f, int i, int grads, float *dst, struct hp_err *e);
+/* Which of the shards' arrays a whole tensor is made of. */
+enum hp_fsdp_which { HP_FSDP_WEIGHTS = 0, HP_FSDP_GRADS, HP_FSDP_EXP_AVG, HP_FSDP_EXP_AVG_SQ };
+/* Plan param i's whole tensor (of the array which) on every rank, into dst
+ * (its global numel): each piece from one holder, all-reduced over the
+ * world.  For dumps; not part of a step's traffic. */
+int hp_fsdp_global(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst, struct hp_err *e);
 /* This rank's share of that sum: its piece of param i written into dst
- * (the whole tensor, zeroed by the caller) when it is the piece's holder;
- * grads 0 the weights, 1 the gradient sums, 2 and 3 AdamW's moments. */
-void hp_fsdp_piece_into(struct hp_fsdp *f, int i, int grads, float *dst);
+ * (the whole tensor, zeroed by the caller) when it is the piece's holder. */
+void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst);
 /* The global gradient norm (all-reduced over the world); replicas count once. */
 double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e);
 void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm);

@@ -6,6 +6,7 @@
 
 #include "alloc.h"
 #include "gmodel.h"
+#include "params.h"
 #include "cuda/ops.h"
 
 /* (id, index) order: a total order, so any correct sort gives the same
@@ -73,7 +74,6 @@ int hp_gmodel_micro(struct hp_gmodel *g, const int32_t *ids, const int32_t *targ
 {
 	return hp_err_set(e, HP_EUNSUP, "built without CUDA");
 }
-float *hp_gmodel_grads(struct hp_gmodel *g, size_t *numel) { *numel = 0; return NULL; }
 int hp_gmodel_grad_norm(struct hp_gmodel *g, double *norm, struct hp_err *e)
 {
 	return hp_err_set(e, HP_EUNSUP, "built without CUDA");
@@ -88,6 +88,8 @@ int hp_gmodel_download(struct hp_gmodel *g, struct hp_model *m, struct hp_optim 
 	return hp_err_set(e, HP_EUNSUP, "built without CUDA");
 }
 size_t hp_gmodel_bytes(const struct hp_gmodel *g) { (void)g; return 0; }
+long hp_gmodel_ce_chunk(const struct hp_gmodel *g) { (void)g; return 0; }
+size_t hp_gmodel_bytes_for(const struct hp_model_spec *s, int B, int T, long ce_chunk) { return 0; }
 
 #else
 
@@ -112,7 +114,9 @@ struct hp_gmodel {
 	struct hp_model_spec s;
 	int B, T;
 	long N, chunk;
-	size_t numel, bytes;
+	size_t numel;
+	char *arena;                     /* all device memory (carve) */
+	size_t at;                       /* bytes of it handed out */
 	float *w32, *g32, *m1, *m2;
 	hp_bf16 *wb;
 	size_t embed, final_norm, lm_head;
@@ -139,22 +143,22 @@ static size_t off_of(const struct hp_model *m, const float *p)
 	return p ? (size_t)(p - m->flat_w) : (size_t)-1;
 }
 
-/* device allocation accounted in g->bytes; NULL on failure (e set) */
-static void *dalloc(struct hp_gmodel *g, size_t bytes, struct hp_err *e)
+/*
+ * Device memory is one arena, cut into the buffers in a fixed order: a
+ * first pass (no arena yet) only adds up the sizes, the second hands out
+ * the same pieces of the arena, 256-byte aligned.
+ */
+static void *carve(struct hp_gmodel *g, size_t bytes)
 {
-	void *p = hp_cuda_alloc(bytes, e);
+	char *p = g->arena ? g->arena + g->at : NULL;
 
-	if (p)
-		g->bytes += bytes;
+	g->at += (bytes + 255) & ~(size_t)255;
 	return p;
 }
 
-#define DA(ptr, n, type) do { if (!((ptr) = dalloc(g, (size_t)(n) * sizeof(type), e))) return HP_ECUDA; } while (0)
+#define DA(ptr, n, type) ((ptr) = carve(g, (size_t)(n) * sizeof(type)))
 
-/* The tokens grouped by id for the embedding's deterministic backward
- * (hp_cuda_embedding_bwd): h_order the token indices sorted by (id,
- * index), h_starts where each id's group begins; returns the groups. */
-static int alloc_layer(struct hp_gmodel *g, int l, struct hp_err *e)
+static void carve_layer(struct hp_gmodel *g, int l)
 {
 	const struct hp_model_spec *s = &g->s;
 	struct glayer *a = &g->L[l];
@@ -181,7 +185,7 @@ static int alloc_layer(struct hp_gmodel *g, int l, struct hp_err *e)
 	if (!a->moe) {
 		DA(a->gu, N * 2 * s->intermediate, hp_bf16);
 		DA(a->h, N * s->intermediate, hp_bf16);
-		return 0;
+		return;
 	}
 	int E = s->n_experts, Im = s->moe_intermediate;
 	DA(a->probs, N * E, float);
@@ -192,7 +196,101 @@ static int alloc_layer(struct hp_gmodel *g, int l, struct hp_err *e)
 	DA(a->ge, R * 2 * Im, hp_bf16);
 	DA(a->he, R * Im, hp_bf16);
 	DA(a->ye, R * C, hp_bf16);
+}
+
+/* every device buffer, layers first */
+static void carve_all(struct hp_gmodel *g)
+{
+	const struct hp_model_spec *s = &g->s;
+	long N = g->N, R = N * (s->n_experts ? s->top_k : 0);
+	int C = s->hidden, D = s->head_dim, QD = s->n_heads * D, KD = s->n_kv_heads * D;
+	int I = s->intermediate, Im = s->moe_intermediate, E = s->n_experts;
+
+	g->at = 0;
+	for (int l = 0; l < s->n_layers; l++)
+		carve_layer(g, l);
+	DA(g->w32, g->numel, float);
+	DA(g->g32, g->numel, float);
+	DA(g->m1, g->numel, float);
+	DA(g->m2, g->numel, float);
+	DA(g->wb, g->numel, hp_bf16);
+	DA(g->x_final, N * C, float);
+	DA(g->rstd_f, N, float);
+	DA(g->xf, N * C, hp_bf16);
+	DA(g->logits, g->chunk * s->vocab, float);
+	DA(g->dlogits, g->chunk * s->vocab, hp_bf16);
+	DA(g->loss_rows, g->chunk, float);
+	DA(g->cos_t, (long)g->T * D / 2, float);
+	DA(g->sin_t, (long)g->T * D / 2, float);
+	DA(g->ids, N, int32_t);
+	DA(g->tgt, N, int32_t);
+	DA(g->seg, N, int32_t);
+	DA(g->pos, N, int32_t);
+	DA(g->order, N, int32_t);
+	DA(g->starts, N + 1, int32_t);
+	DA(g->dx, N * C, float);
+	DA(g->fscratch, hp_cuda_flash_scratch(g->B, g->T, s->n_heads) + 1, float);
+	DA(g->dyb, N * C, hp_bf16);
+	DA(g->dxn, N * C, hp_bf16);
+	DA(g->mlp_out, N * C, hp_bf16);
+	DA(g->datt, N * QD, hp_bf16);
+	DA(g->dq, N * QD, hp_bf16);
+	DA(g->dk, N * KD, hp_bf16);
+	DA(g->dv, N * KD, hp_bf16);
+	if (s->qk_norm) {
+		DA(g->dq2, N * QD, hp_bf16);
+		DA(g->dk2, N * KD, hp_bf16);
+	}
+	DA(g->dgu, N * 2 * (I > Im ? I : Im), hp_bf16);
+	DA(g->dh, N * I, hp_bf16);
+	if (g->n_moe) {
+		DA(g->dwsel, R, float);
+		DA(g->aux, E, float);
+		DA(g->xe, R * C, hp_bf16);
+		DA(g->dye, R * C, hp_bf16);
+		DA(g->dhe, R * Im, hp_bf16);
+		DA(g->dge, R * 2 * Im, hp_bf16);
+		DA(g->dxe, R * C, hp_bf16);
+		DA(g->dprob, N * E, hp_bf16);
+	}
+}
+
+static void set_shape(struct hp_gmodel *g, const struct hp_model_spec *s, int B, int T, long ce_chunk)
+{
+	g->s = *s;
+	g->B = B;
+	g->T = T;
+	g->N = (long)B * T;
+	g->chunk = ce_chunk > 0 ? ce_chunk : HP_GMODEL_CE_CHUNK;
+	if (g->chunk > g->N)
+		g->chunk = g->N;
+}
+
+/* the flat parameter layout's length, as lib/model.c lays it out (each
+ * tensor 16-float aligned, the end too) */
+static int add_numel(void *ctx, const struct hp_param_desc *d)
+{
+	size_t *n = ctx;
+
+	*n = ((*n + 15) & ~(size_t)15) + (size_t)(d->shape[0] * d->shape[1]);
 	return 0;
+}
+
+size_t hp_gmodel_bytes_for(const struct hp_model_spec *s, int B, int T, long ce_chunk)
+{
+	struct hp_gmodel g;
+
+	memset(&g, 0, sizeof(g));
+	set_shape(&g, s, B, T, ce_chunk);
+	hp_model_spec_params(s, add_numel, &g.numel);
+	g.numel = (g.numel + 15) & ~(size_t)15;
+	if (!(g.L = hp_calloc((size_t)s->n_layers, sizeof(*g.L))))
+		return 0;
+	for (int l = 0; l < s->n_layers; l++)
+		g.n_moe += g.L[l].moe = hp_model_spec_layer_is_moe(s, l);
+	carve_all(&g);
+	hp_free(g.L);
+	return g.at;
 }
 
 /* the flat offsets of layer l's weights; gate and up must be adjacent (one
@@ -241,20 +339,13 @@ static int layer_offsets(struct hp_gmodel *g, int l, struct hp_err *e)
 	return 0;
 }
 
-static int upload_f32_as_bf16(struct hp_gmodel *g, struct hp_err *e)
-{
-	hp_cuda_f32_to_bf16(g->wb, g->w32, g->numel);
-	return hp_cuda_check(e);
-}
-
 int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_optim *o, int dev,
 		   int B, int T, long ce_chunk, struct hp_err *e)
 {
 	struct hp_gmodel *g;
 	const struct hp_model_spec *s = &m->spec;
-	int rc, C = s->hidden, D = s->head_dim, QD = s->n_heads * D, KD = s->n_kv_heads * D;
-	long N = (long)B * T, R = N * (s->n_experts ? s->top_k : 0);
-	int I = s->intermediate, Im = s->moe_intermediate, E = s->n_experts;
+	int rc, C = s->hidden, D = s->head_dim, E = s->n_experts;
+	long N = (long)B * T, R = N * (E ? s->top_k : 0);
 
 	*gp = NULL;
 	if (m->par.tp > 1 || m->par.cp > 1 || m->par.ep > 1)
@@ -269,11 +360,7 @@ int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_op
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
 	*gp = g;
 	g->m = m;
-	g->s = *s;
-	g->B = B;
-	g->T = T;
-	g->N = N;
-	g->chunk = ce_chunk > 0 && ce_chunk < N ? ce_chunk : N;
+	set_shape(g, s, B, T, ce_chunk);
 	g->numel = m->numel;
 	g->embed = off_of(m, m->embed);
 	g->final_norm = off_of(m, m->final_norm);
@@ -281,54 +368,14 @@ int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_op
 	if (!(g->L = hp_calloc((size_t)s->n_layers, sizeof(*g->L))))
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
 	for (int l = 0; l < s->n_layers; l++) {
-		if ((rc = layer_offsets(g, l, e)) || (rc = alloc_layer(g, l, e)))
+		if ((rc = layer_offsets(g, l, e)))
 			return rc;
 		g->n_moe += g->L[l].moe;
 	}
-	DA(g->w32, g->numel, float);
-	DA(g->g32, g->numel, float);
-	DA(g->m1, g->numel, float);
-	DA(g->m2, g->numel, float);
-	DA(g->wb, g->numel, hp_bf16);
-	DA(g->x_final, N * C, float);
-	DA(g->rstd_f, N, float);
-	DA(g->xf, N * C, hp_bf16);
-	DA(g->logits, g->chunk * s->vocab, float);
-	DA(g->dlogits, g->chunk * s->vocab, hp_bf16);
-	DA(g->loss_rows, g->chunk, float);
-	DA(g->cos_t, (long)T * D / 2, float);
-	DA(g->sin_t, (long)T * D / 2, float);
-	DA(g->ids, N, int32_t);
-	DA(g->tgt, N, int32_t);
-	DA(g->seg, N, int32_t);
-	DA(g->pos, N, int32_t);
-	DA(g->order, N, int32_t);
-	DA(g->starts, N + 1, int32_t);
-	DA(g->dx, N * C, float);
-	DA(g->fscratch, hp_cuda_flash_scratch(B, T, s->n_heads) + 1, float);
-	DA(g->dyb, N * C, hp_bf16);
-	DA(g->dxn, N * C, hp_bf16);
-	DA(g->mlp_out, N * C, hp_bf16);
-	DA(g->datt, N * QD, hp_bf16);
-	DA(g->dq, N * QD, hp_bf16);
-	DA(g->dk, N * KD, hp_bf16);
-	DA(g->dv, N * KD, hp_bf16);
-	if (s->qk_norm) {
-		DA(g->dq2, N * QD, hp_bf16);
-		DA(g->dk2, N * KD, hp_bf16);
-	}
-	DA(g->dgu, N * 2 * (I > Im ? I : Im), hp_bf16);
-	DA(g->dh, N * I, hp_bf16);
-	if (g->n_moe) {
-		DA(g->dwsel, R, float);
-		DA(g->aux, E, float);
-		DA(g->xe, R * C, hp_bf16);
-		DA(g->dye, R * C, hp_bf16);
-		DA(g->dhe, R * Im, hp_bf16);
-		DA(g->dge, R * 2 * Im, hp_bf16);
-		DA(g->dxe, R * C, hp_bf16);
-		DA(g->dprob, N * E, hp_bf16);
-	}
+	carve_all(g);
+	if (!(g->arena = hp_cuda_alloc(g->at, e)))
+		return HP_ECUDA;
+	carve_all(g);
 	/* host scratch */
 	g->h_pos = hp_calloc((size_t)N, sizeof(int32_t));
 	g->h_order = hp_calloc((size_t)N, sizeof(int32_t));
@@ -371,8 +418,9 @@ int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_op
 	if (!rc)
 		rc = hp_cuda_sync(e);
 	hp_free(ct);
-	if (rc || (rc = upload_f32_as_bf16(g, e)))
+	if (rc)
 		return rc;
+	hp_cuda_f32_to_bf16(g->wb, g->w32, g->numel);
 	return hp_cuda_sync(e);
 }
 
@@ -380,7 +428,7 @@ void hp_gmodel_free(struct hp_gmodel *g)
 {
 	if (!g)
 		return;
-	/* device memory goes with the context; the process ends soon after */
+	hp_cuda_free(g->arena);
 	for (int l = 0; g->L && l < g->s.n_layers; l++) {
 		hp_free(g->L[l].ex_gu);
 		hp_free(g->L[l].ex_d);
@@ -409,15 +457,14 @@ void hp_gmodel_zero_grad(struct hp_gmodel *g)
 	hp_cuda_zero(g->g32, sizeof(float) * g->numel);
 }
 
-float *hp_gmodel_grads(struct hp_gmodel *g, size_t *numel)
-{
-	*numel = g->numel;
-	return g->g32;
-}
-
 size_t hp_gmodel_bytes(const struct hp_gmodel *g)
 {
-	return g->bytes;
+	return g->at;
+}
+
+long hp_gmodel_ce_chunk(const struct hp_gmodel *g)
+{
+	return g->chunk;
 }
 
 #define W32(o) (g->w32 + (o))
@@ -628,14 +675,11 @@ int hp_gmodel_micro(struct hp_gmodel *g, const int32_t *ids, const int32_t *targ
 		    (rc = hp_cuda_linear_bwd_dw(G32(g->lm_head), NULL, g->dlogits, g->xf + c0 * C, n, C, V, e)) ||
 		    (rc = hp_cuda_download(g->h_loss, g->loss_rows, sizeof(float) * (size_t)n, e)))
 			return rc;
-		for (long i = 0; i < n; i++) {
-			if (targets[c0 + i] == HP_IGNORE_INDEX)
-				continue;
-			if (!isfinite(g->h_loss[i]) && targets[c0 + i] >= V)
-				return hp_err_set(e, HP_EINVAL, "target %d outside the vocabulary", targets[c0 + i]);
-			*loss_sum += g->h_loss[i];
-			(*count)++;
-		}
+		for (long i = 0; i < n; i++)
+			if (targets[c0 + i] != HP_IGNORE_INDEX) {
+				*loss_sum += g->h_loss[i];
+				(*count)++;
+			}
 	}
 
 	/* ---- backward ---- */
@@ -708,11 +752,18 @@ int hp_gmodel_step(struct hp_gmodel *g, const struct hp_optim *o, double norm, s
 		if (coef < 1.0f)
 			hp_cuda_scale(g->g32, coef, g->numel);
 	}
-	for (int i = 0; i < m->nparams; i++) {
+	/* one launch per run of parameters alike in weight decay, not one per
+	 * parameter (tens of thousands for a large MoE): the 16-float padding
+	 * between them is zero in the weights, gradients and moments, and
+	 * AdamW keeps it zero */
+	for (int i = 0, j; i < m->nparams; i = j) {
 		const struct hp_param *p = &m->params[i];
 
+		for (j = i + 1; j < m->nparams && m->params[j].decay == p->decay; j++)
+			;
+		size_t n = m->params[j - 1].offset + m->params[j - 1].numel - p->offset;
 		hp_cuda_adamw(g->w32 + p->offset, g->wb + p->offset, g->g32 + p->offset, g->m1 + p->offset,
-			      g->m2 + p->offset, p->numel, o->hp.lr, o->hp.beta1, o->hp.beta2, o->hp.eps,
+			      g->m2 + p->offset, n, o->hp.lr, o->hp.beta1, o->hp.beta2, o->hp.eps,
 			      o->hp.weight_decay, o->hp.step, p->decay);
 	}
 	return hp_cuda_check(e);

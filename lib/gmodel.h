@@ -7,7 +7,7 @@
  * and fp32 AdamW moments; activations for one micro-batch of B x T tokens,
  * bf16 except the fp32 residual stream, norms' rstd, attention's
  * log-sum-exp, router probabilities and logits.  Everything is allocated
- * at hp_gmodel_init: the step loop allocates nothing.
+ * at hp_gmodel_init, in one arena: the step loop allocates nothing.
  *
  * The maths is lib/model.c's (HF's), op for op, with the kernels of
  * kernels/cuda/ops.h: flash attention always, the LM head and
@@ -31,8 +31,13 @@
 
 struct hp_gmodel;
 
+/* Tokens per chunk of the LM head and cross-entropy when the config names
+ * none (training.loss_fn.chunk_size). */
+#define HP_GMODEL_CE_CHUNK 1024
+
 /* Upload m's weights (and o's moments when o holds them) to device dev and
- * size activations for B x T tokens. */
+ * size activations for B x T tokens; ce_chunk tokens per chunk of the LM
+ * head (0: HP_GMODEL_CE_CHUNK). */
 int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_optim *o, int dev,
 		   int B, int T, long ce_chunk, struct hp_err *e);
 void hp_gmodel_free(struct hp_gmodel *g);
@@ -46,9 +51,6 @@ void hp_gmodel_zero_grad(struct hp_gmodel *g);
 int hp_gmodel_micro(struct hp_gmodel *g, const int32_t *ids, const int32_t *targets, const int32_t *seg,
 		    double ce_scale, double aux_weight, double *loss_sum, long *count, double *aux,
 		    struct hp_err *e);
-/* The gradient buffer itself (device, numel fp32), for a data-parallel
- * all-reduce. */
-float *hp_gmodel_grads(struct hp_gmodel *g, size_t *numel);
 /* Global gradient norm (fp64 sum of squares on the device). */
 int hp_gmodel_grad_norm(struct hp_gmodel *g, double *norm, struct hp_err *e);
 /* Clip as hp_clip_grads, then one AdamW step with o's hyper-parameters
@@ -58,7 +60,13 @@ int hp_gmodel_step(struct hp_gmodel *g, const struct hp_optim *o, double norm, s
  * to the host model; grads too when with_grads. */
 int hp_gmodel_download(struct hp_gmodel *g, struct hp_model *m, struct hp_optim *o, int with_grads,
 		       struct hp_err *e);
-/* Bytes of device memory this model holds. */
+/* Bytes of device memory this model holds (one arena). */
 size_t hp_gmodel_bytes(const struct hp_gmodel *g);
+/* The bytes hp_gmodel_init would take on the device for spec at B x T
+ * (without the kernels' own few MiB of scratch and workspace); 0 without
+ * CUDA. */
+size_t hp_gmodel_bytes_for(const struct hp_model_spec *s, int B, int T, long ce_chunk);
+/* Tokens per chunk of the LM head and cross-entropy, as run. */
+long hp_gmodel_ce_chunk(const struct hp_gmodel *g);
 
 #endif

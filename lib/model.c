@@ -1005,9 +1005,11 @@ static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_
 	}
 }
 
-/* Backward of experts_fwd: dye -> dxe, weight gradients added. */
+/* Backward of experts_fwd: dye -> dxe, weight gradients added.  h_ready:
+ * (grouped) hrec already holds the SwiGLU outputs, recomputed for the
+ * experts' outputs. */
 static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx,
-			const float *dye, float *dxe)
+			const float *dye, float *dxe, int h_ready)
 {
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_cpu_ops *ops = m->ops;
@@ -1023,7 +1025,7 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 		if (m->k.grouped[l]) {
 			/* the SwiGLU output is recomputed rather than kept (unless the
 			 * recomputed expert outputs needed it first) */
-			if (!m->hrec_ready)
+			if (!h_ready)
 				hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
 			ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->hrec + r0 * Im,
 					w->ex[x].wd, n, Im, C, 0);
@@ -1239,7 +1241,6 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
 			ops->linear_fwd(m->dxe + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 		}
-		m->hrec_ready = 1;
 		ye = m->dxe;
 	}
 	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
@@ -1262,7 +1263,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		ep_exchange(m, l, m->dye, m->ep_recv, 0);
 		for (long r = 0; r < a->ep_rows; r++)
 			memcpy(m->dye + r * C, m->ep_recv + (long)a->ep_perm[r] * C, sizeof(float) * (size_t)C);
-		experts_bwd(m, l, a->xe, a->ep_off, m->El, m->dye, m->dxe);
+		experts_bwd(m, l, a->xe, a->ep_off, m->El, m->dye, m->dxe, 0);
 		for (long r = 0; r < a->ep_rows; r++)
 			memcpy(m->ep_send + (long)a->ep_perm[r] * C, m->dxe + r * C, sizeof(float) * (size_t)C);
 		ep_exchange(m, l, m->ep_send, m->ep_recv, 1);
@@ -1274,8 +1275,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 				memcpy(m->xg + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
 			xe = m->xg;
 		}
-		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe);
-		m->hrec_ready = 0;
+		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe, !a->ye);
 	}
 	/* routing weights -> probabilities of the chosen experts -> router logits */
 	hp_router_bwd(dprob, a->probs, a->sel, a->wsel, dws, m->aux_frac, aux_grad, N, E, K, s->norm_topk_prob);

@@ -211,7 +211,6 @@ struct hp_model {
 	float *dq2, *dk2;                         /* qk_norm */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
-	int hrec_ready;                           /* hrec already holds this layer's, in the backward */
 	float *xg;                                /* grouped experts: routed rows gathered */
 	/* chunked cross-entropy: when the caller sets ce_scale (1 / the step's
 	 * target count) before the forward, the forward also computes the LM

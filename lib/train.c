@@ -102,7 +102,7 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 				rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
 				break;
 			}
-			rc = hp_fsdp_global(&r->fsdp, i, grads, bufs[i], e);
+			rc = hp_fsdp_global(&r->fsdp, i, grads ? HP_FSDP_GRADS : HP_FSDP_WEIGHTS, bufs[i], e);
 			ent[i].name = q->name;
 			ent[i].ndim = q->ndim;
 			ent[i].shape[0] = q->shape[0];
@@ -135,12 +135,13 @@ out:
 
 static long seq_length(const struct hp_config *c);
 
-/* gpu: the device's name when the step runs on one, else NULL */
-static void print_table(FILE *out, const struct hp_config *c, const struct hp_model *m,
-			long accum, int world, const char *kernels, const struct hp_online *online,
-			const char *gpu)
+static void print_table(FILE *out, const struct run *r, long accum)
 {
+	const struct hp_config *c = &r->cfg;
+	const struct hp_model *m = &r->model;
 	const struct hp_model_spec *s = &m->gspec;
+	const struct hp_online *online = r->online;
+	const char *gpu = r->gm ? r->gpu_name : NULL;   /* the step runs there */
 
 	fprintf(out, "# resolved parameters\n");
 	hp_config_print(c, out);
@@ -169,7 +170,7 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 		fprintf(out, "%-40s %g\n", "spec.router_aux_loss_coef", s->router_aux_loss_coef);
 	}
 	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
-	fprintf(out, "%-40s %d\n", "run.world_size", world);
+	fprintf(out, "%-40s %d\n", "run.world_size", r->world);
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
 	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * c->training.micro_batch_size * seq_length(c));
 	fprintf(out, "%-40s %s\n", "run.compute_dtype", gpu ? "BF16 (fp32 accumulation, master weights, "
@@ -186,12 +187,12 @@ static void print_table(FILE *out, const struct hp_config *c, const struct hp_mo
 		fprintf(out, "%-40s %d\n", "data.eod_id", st.eod_id);
 		fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
 	}
-	fprintf(out, "%-40s %s\n", "run.kernels", kernels);
+	fprintf(out, "%-40s %s\n", "run.kernels", gpu ? "cuda" : m->ops->name);
 	if (gpu) {
 		/* the CUDA backend has one kernel per module (hp-kernels(7)) */
 		fprintf(out, "%-40s flash_attention %d/%d layers, grouped_experts %d/%d MoE layers, chunked_ce %ld "
 			"(the CUDA backend's kernels)\n", "run.module_kernels", s->n_layers, s->n_layers, m->n_moe,
-			m->n_moe, m->k.ce_chunk > 0 ? m->k.ce_chunk : 1024);
+			m->n_moe, hp_gmodel_ce_chunk(r->gm));
 	} else {
 		int nf = 0, ng = 0, nn = m->k.fused_final;
 
@@ -224,14 +225,15 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 {
 	const char *p = c->path;
 
-	/* hp's CPU backend computes and communicates in fp32; lower precision
-	 * would change the numbers, so it is refused rather than ignored */
+	/* FSDP over ranks computes and communicates in fp32 (training.device
+	 * cuda, one rank, has its own bf16 with fp32 master weights); lower
+	 * precision would change the numbers, so it is refused, not ignored */
 	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
 	static const char *const mpk[3] = { "param_dtype", "reduce_dtype", "output_dtype" };
 	for (int i = 0; i < 3; i++)
 		if (mp[i] && strcmp(mp[i], "float32") && strcmp(mp[i], "fp32"))
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented "
-					  "on the CPU backend, which trains in float32 (bf16 comes with the CUDA backend); "
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented: "
+					  "FSDP trains in float32 (training.device: cuda computes in bf16 on its own); "
 					  "set it to float32 or leave it out", p, mpk[i], mp[i]);
 	if (c->dataset.kind == HP_DATASET_NONE)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
@@ -618,8 +620,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	if (!r->inputs || !r->labels || (r->online && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
 	if (talk)
-		print_table(out, c, m, accum, r->world, r->gm ? "cuda" : m->ops->name, r->online,
-			    r->gm ? r->gpu_name : NULL);
+		print_table(out, r, accum);
 	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
 		     c->training.train_iters;
 
@@ -649,12 +650,10 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			hp_comms_reset(&r->comms);
 			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, lr, e)))
 				return rc;
+		} else if (r->gm) {
+			if ((rc = gpu_step(r, step, o, accum, total, &loss_sum, &aux_sum, &norm, e)))
+				return rc;
 		} else {
-			if (r->gm) {
-				if ((rc = gpu_step(r, step, o, accum, total, &loss_sum, &aux_sum, &norm, e)))
-					return rc;
-				goto stepped;
-			}
 			hp_model_zero_grad(m);
 			for (long a = 0; a < accum; a++) {
 				double ls;
@@ -674,7 +673,6 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			}
 			norm = hp_grad_norm(m);
 		}
-stepped:
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)
 			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
@@ -1001,7 +999,7 @@ planned:
 			goto out;
 	}
 	if (gpu && (rc = hp_gmodel_init(&r.gm, &r.model, &r.opt, gpu_dev, (int)r.cfg.training.micro_batch_size,
-					(int)seq_length(&r.cfg), r.kernels.ce_chunk > 0 ? r.kernels.ce_chunk : 1024, e)))
+					(int)seq_length(&r.cfg), r.kernels.ce_chunk, e)))
 		goto out;
 	if (o->metrics && r.rank == 0 && (rc = open_metrics(&r, o->metrics, e)))
 		goto out;

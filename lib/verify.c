@@ -89,6 +89,15 @@ static struct hp_param *ref_param(struct hp_verify *v, int i)
 	return rp && !strcmp(rp->name, v->p->params[i].name) ? rp : NULL;
 }
 
+/* Plan param i's whole tensor of the array which (n floats), assembled
+ * from every rank's pieces into v->buf on the uncounted duplicate world. */
+static void assemble(struct hp_verify *v, int i, enum hp_fsdp_which which, size_t n)
+{
+	memset(v->buf, 0, n * sizeof(float));
+	hp_fsdp_piece_into(v->f, i, which, v->buf);
+	hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
+}
+
 int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp *f, struct hp_model *m,
 		   const struct hp_model_kernels *k, const struct hp_config *cfg, MPI_Comm world,
 		   struct hp_comms *cs, struct hp_err *e)
@@ -122,9 +131,7 @@ int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp 
 
 		if ((rc = grow(v, n)))
 			break;
-		memset(v->buf, 0, n * sizeof(float));
-		hp_fsdp_piece_into(f, i, 0, v->buf);
-		hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
+		assemble(v, i, HP_FSDP_WEIGHTS, n);
 		if (v->rank == 0) {
 			struct hp_param *rp = ref_param(v, i);
 			if (!rp || rp->numel != n)
@@ -345,36 +352,31 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 		int i = grads ? p->nparams - 1 - j : j;
 		const struct hp_plan_param *q = &p->params[i];
 		size_t n = (size_t)(q->shape[0] * (q->ndim > 1 ? q->shape[1] : 1));
+		struct hp_param *rp = v->rank == 0 ? ref_param(v, i) : NULL;
 		char pl[96];
 
+		if (rp && rp->numel != n)
+			rp = NULL;
 		if ((rc = grow(v, n)))
 			return rc;
-		memset(v->buf, 0, n * sizeof(float));
-		hp_fsdp_piece_into(v->f, i, grads, v->buf);
-		hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
-		if (v->rank == 0) {
-			struct hp_param *rp = ref_param(v, i);
-
+		assemble(v, i, grads ? HP_FSDP_GRADS : HP_FSDP_WEIGHTS, n);
+		if (rp) {
 			param_placement(p, q, pl, sizeof(pl));
-			if (rp && rp->numel == n)
-				judge(v, grads ? "grad" : "param", q->name, pl, v->buf, grads ? rp->g : rp->w, n);
-			/* each step is replayed from the same state: the reference takes
-			 * the parallel run's weights (and, below, its moments), so float
-			 * noise does not pile up over the steps */
-			if (rp && rp->numel == n && !grads)
-				memcpy(rp->w, v->buf, n * sizeof(float));
+			judge(v, grads ? "grad" : "param", q->name, pl, v->buf, grads ? rp->g : rp->w, n);
 		}
-		for (int k = 2; !grads && k <= 3; k++) {
-			memset(v->buf, 0, n * sizeof(float));
-			hp_fsdp_piece_into(v->f, i, k, v->buf);
-			hp_comm_allreduce_raw(v->world, v->buf, (int)n, MPI_FLOAT, MPI_SUM);
-			if (v->rank == 0) {
-				struct hp_param *rp = ref_param(v, i);
-
-				if (rp && rp->numel == n)
-					memcpy((k == 2 ? v->opt.m : v->opt.v) + rp->offset, v->buf, n * sizeof(float));
-			}
-		}
+		if (grads)
+			continue;
+		/* each step is replayed from the same state: the reference takes
+		 * the parallel run's weights and moments, so float noise does not
+		 * pile up over the steps */
+		if (rp)
+			memcpy(rp->w, v->buf, n * sizeof(float));
+		assemble(v, i, HP_FSDP_EXP_AVG, n);
+		if (rp)
+			memcpy(v->opt.m + rp->offset, v->buf, n * sizeof(float));
+		assemble(v, i, HP_FSDP_EXP_AVG_SQ, n);
+		if (rp)
+			memcpy(v->opt.v + rp->offset, v->buf, n * sizeof(float));
 	}
 	return stop_here(v, e);
 }

@@ -141,19 +141,18 @@ static void bench_model(const char *config, int layers, int T, int steps)
 
 	if (hp_hfconfig_load(&s, config, &e))
 		die(config, &e);
-	/* per layer: parameters x (fp32 master, grad, 2 moments + bf16 copy) = 18 bytes, plus activations */
-	double C = s.hidden, D = s.head_dim, Hq = s.n_heads, Hkv = s.n_kv_heads, E = s.n_experts, K = s.top_k;
-	double Im = s.moe_intermediate;
-	double lp = C * D * (2 * Hq + 2 * Hkv) + 2 * C + 2 * D + (E ? C * E + E * 3 * C * Im : 3 * C * s.intermediate);
-	double la = (double)T * (8 * C + 2 * 4 * C + 2 * 2 * D * (2 * Hq + 2 * Hkv) + 4 * Hq +
-				 (E ? 4 * E + 12 * K + 2 * K * (3 * Im + C) : 6 * s.intermediate));
-	double fixed = (double)s.vocab * C * 18 * (s.tie_word_embeddings ? 1 : 2) + (double)T * 1024 * s.vocab * 0 +
-		       1024.0 * s.vocab * 6 + (double)T * K * C * 2 * 4 + 2e9;
+	/* the device arena grows by the same bytes with each layer (every
+	 * layer of the config alike); 2 GiB stay for the kernels' workspace */
+	int L0 = s.n_layers;
+	s.n_layers = 1;
+	double one = (double)hp_gmodel_bytes_for(&s, 1, T, 0);
+	s.n_layers = 2;
+	double per = (double)hp_gmodel_bytes_for(&s, 1, T, 0) - one;
 	if (hp_cuda_mem_info(&free_b, &total_b, &e))
 		die("memory", &e);
-	int fit = (int)((free_b * 0.92 - fixed) / (lp * 18 + la));
+	int fit = (int)(((double)free_b - 2.0 * 1073741824.0 - (one - per)) / per);
 	if (layers <= 0)
-		layers = fit < s.n_layers ? fit : s.n_layers;
+		layers = fit < L0 ? fit : L0;
 	if (layers < 1) {
 		printf("model: not even one layer fits in %.1f GiB\n", free_b / 1073741824.0);
 		return;
@@ -202,6 +201,8 @@ static void bench_model(const char *config, int layers, int T, int steps)
 		loss = ls / cnt;
 	}
 	double dt = (now() - t0) / steps;
+	double C = s.hidden, D = s.head_dim, Hq = s.n_heads, Hkv = s.n_kv_heads, E = s.n_experts, K = s.top_k;
+	double Im = s.moe_intermediate;
 	double active = (double)layers * (C * D * (2 * Hq + 2 * Hkv) + (E ? C * E + K * 3 * C * Im :
 						3 * C * s.intermediate)) + C * s.vocab;
 	double fl = 6 * active + 6.0 * layers * T * Hq * D;

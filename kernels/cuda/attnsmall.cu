@@ -9,7 +9,7 @@
 #include "cuda/common.cuh"
 #include "cuda/attn.cuh"
 
-#define AS_MAXD 256
+#define AS_MAXD HP_CUDA_ATTN_MAX_HEAD_DIM
 
 /* the first key query i of row b may see (its document's start) */
 static __device__ __forceinline__ int as_lo(const int32_t *seg, int b, int T, int i)

@@ -69,11 +69,40 @@ static __device__ __forceinline__ float block_max(float v, float *sh)
 	return v;
 }
 
+/* a float from either storage type, and back (bf16 rounded to nearest even) */
+static __device__ __forceinline__ float hp_ld(const float *p) { return *p; }
+static __device__ __forceinline__ float hp_ld(const hp_bf16 *p) { return bf2f(*p); }
+static __device__ __forceinline__ void hp_st(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void hp_st(hp_bf16 *p, float v) { *p = f2bf(v); }
+
+/* i over [0, n) in a grid-stride loop */
+#define HP_CU_GRID_STRIDE(i, n) \
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* the most blocks a launch asks for; kernels loop over what is left */
+#define HP_CU_MAX_GRID (65535u * 16u)
+
+/* blocks of threads for n items (at least 1, at most HP_CU_MAX_GRID) */
 static inline unsigned hp_cu_blocks(size_t n, unsigned threads)
 {
 	size_t b = (n + threads - 1) / threads;
 
-	return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1));
+	return (unsigned)(b > HP_CU_MAX_GRID ? HP_CU_MAX_GRID : (b ? b : 1));
+}
+
+/* blocks for one block per row, N rows */
+static inline unsigned hp_cu_rows(long N)
+{
+	return hp_cu_blocks(N > 0 ? (size_t)N : 0, 1);
+}
+
+/* threads for one block per row of C items: a multiple of 32, at most cap */
+static inline unsigned hp_cu_row_threads(int C, unsigned cap)
+{
+	unsigned t = ((unsigned)C + 31u) / 32u * 32u;
+
+	return t < 32u ? 32u : t > cap ? cap : t;
 }
 
 #endif

@@ -35,58 +35,29 @@ static float *dw_get(size_t need);
 #define DW_LANES 8
 #define DW_PARTS 256
 #define DW_MIN_ROWS 16
-#define MAX_GRID (65535u * 16u)
-
-static __device__ __forceinline__ float ld(const float *p, long i)
-{
-	return p[i];
-}
-
-static __device__ __forceinline__ float ld(const hp_bf16 *p, long i)
-{
-	return bf2f(p[i]);
-}
-
 /* one block per row: threads a multiple of 32, one element each up to 512 */
 static inline unsigned row_threads(int C)
 {
-	unsigned t = ((unsigned)C + 31u) / 32u * 32u;
-
-	return t < 32u ? 32u : t > 512u ? 512u : t;
-}
-
-static inline unsigned row_blocks(long N)
-{
-	return N > (long)MAX_GRID ? MAX_GRID : (unsigned)N;
+	return hp_cu_row_threads(C, 512u);
 }
 
 /* ---- conversions and element-wise ---- */
 
-#define GRID_STRIDE(i, n) \
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
-	     i += (size_t)gridDim.x * blockDim.x)
-
 static __global__ void k_f32_to_bf16(hp_bf16 *y, const float *x, size_t n)
 {
-	GRID_STRIDE(i, n)
+	HP_CU_GRID_STRIDE(i, n)
 		y[i] = f2bf(x[i]);
-}
-
-static __global__ void k_bf16_to_f32(float *y, const hp_bf16 *x, size_t n)
-{
-	GRID_STRIDE(i, n)
-		y[i] = bf2f(x[i]);
 }
 
 static __global__ void k_add_bf16(float *h, const hp_bf16 *o, size_t n)
 {
-	GRID_STRIDE(i, n)
+	HP_CU_GRID_STRIDE(i, n)
 		h[i] += bf2f(o[i]);
 }
 
 static __global__ void k_scale(float *x, float s, size_t n)
 {
-	GRID_STRIDE(i, n)
+	HP_CU_GRID_STRIDE(i, n)
 		x[i] *= s;
 }
 
@@ -94,12 +65,6 @@ extern "C" void hp_cuda_f32_to_bf16(hp_bf16 *y, const float *x, size_t n)
 {
 	if (n)
 		k_f32_to_bf16<<<hp_cu_blocks(n, EW_THREADS), EW_THREADS, 0, hp_cu_stream>>>(y, x, n);
-}
-
-extern "C" void hp_cuda_bf16_to_f32(float *y, const hp_bf16 *x, size_t n)
-{
-	if (n)
-		k_bf16_to_f32<<<hp_cu_blocks(n, EW_THREADS), EW_THREADS, 0, hp_cu_stream>>>(y, x, n);
 }
 
 extern "C" void hp_cuda_add_bf16(float *h, const hp_bf16 *o, size_t n)
@@ -124,7 +89,7 @@ static __global__ void k_sumsq_part(double *part, const float *x, size_t n)
 	__shared__ double sh[32];
 	double s = 0;
 
-	GRID_STRIDE(i, n) {
+	HP_CU_GRID_STRIDE(i, n) {
 		double v = x[i];
 		s += v * v;
 	}
@@ -205,28 +170,18 @@ static __global__ void k_embedding_bwd(float *dtable, const float *dout, const i
 extern "C" void hp_cuda_embedding_fwd(float *out, const int32_t *ids, const hp_bf16 *table, long N, int C)
 {
 	if (N > 0 && C > 0)
-		k_embedding_fwd<<<row_blocks(N), row_threads(C), 0, hp_cu_stream>>>(out, ids, table, N, C);
+		k_embedding_fwd<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(out, ids, table, N, C);
 }
 
 extern "C" void hp_cuda_embedding_bwd(float *dtable, const float *dout, const int32_t *ids,
 				      const int32_t *order, const int32_t *starts, int nu, long N, int C)
 {
 	if (nu > 0 && C > 0)
-		k_embedding_bwd<<<row_blocks(nu), row_threads(C), 0, hp_cu_stream>>>(dtable, dout, ids,
+		k_embedding_bwd<<<hp_cu_rows(nu), row_threads(C), 0, hp_cu_stream>>>(dtable, dout, ids,
 										    order, starts, nu, C);
 }
 
 /* ---- RMSNorm ---- */
-
-static __device__ __forceinline__ void st(float *p, long i, float v, int acc)
-{
-	p[i] = acc ? p[i] + v : v;
-}
-
-static __device__ __forceinline__ void st(hp_bf16 *p, long i, float v, int acc)
-{
-	p[i] = f2bf(acc ? bf2f(p[i]) + v : v);
-}
 
 /* one block per row; rstd = 1/sqrt(mean(x^2) + eps) with the sum in double */
 template <typename T>
@@ -239,7 +194,7 @@ static __global__ void k_rmsnorm_fwd(hp_bf16 *y, float *rstd, const T *x, const 
 		const T *xr = x + n * C;
 		double ss = 0;
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
-			double v = ld(xr, c);
+			double v = hp_ld(xr + c);
 			ss += v * v;
 		}
 		ss = block_sum(ss, sh);
@@ -247,7 +202,7 @@ static __global__ void k_rmsnorm_fwd(hp_bf16 *y, float *rstd, const T *x, const 
 		if (threadIdx.x == 0)
 			rstd[n] = r;
 		for (int c = threadIdx.x; c < C; c += blockDim.x)
-			y[n * C + c] = f2bf(__fmul_rn(w[c], __fmul_rn(ld(xr, c), r)));
+			y[n * C + c] = f2bf(__fmul_rn(w[c], __fmul_rn(hp_ld(xr + c), r)));
 	}
 }
 
@@ -264,15 +219,15 @@ static __global__ void k_rmsnorm_bwd_dx(TO *dx, const hp_bf16 *dy, const T *x, c
 		float r = rstd[n];
 		double dot = 0;
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
-			float xh = __fmul_rn(ld(xr, c), r);
+			float xh = __fmul_rn(hp_ld(xr + c), r);
 			dot += (double)bf2f(dyr[c]) * w[c] * xh;
 		}
 		dot = block_sum(dot, sh);
 		float mean = (float)(dot / C);
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
-			float xh = __fmul_rn(ld(xr, c), r);
+			float xh = __fmul_rn(hp_ld(xr + c), r);
 			float v = __fmul_rn(r, __fsub_rn(__fmul_rn(bf2f(dyr[c]), w[c]), __fmul_rn(xh, mean)));
-			st(dx, n * C + c, v, accumulate);
+			hp_st(dx + n * C + c, accumulate ? hp_ld(dx + n * C + c) + v : v);
 		}
 	}
 }
@@ -298,7 +253,7 @@ static __global__ void k_rmsnorm_dw_part(float *part, const hp_bf16 *dy, const T
 
 	if (c < C)
 		for (long n = n0 + threadIdx.y; n < n1; n += DW_LANES)
-			acc += __fmul_rn(bf2f(dy[n * C + c]), __fmul_rn(ld(x, n * C + c), rstd[n]));
+			acc += __fmul_rn(bf2f(dy[n * C + c]), __fmul_rn(hp_ld(x + n * C + c), rstd[n]));
 	sh[threadIdx.y][threadIdx.x] = acc;
 	__syncthreads();
 	if (threadIdx.y == 0 && c < C) {
@@ -359,7 +314,7 @@ extern "C" void hp_cuda_rmsnorm_fwd(hp_bf16 *y, float *rstd, const float *x, con
 				    long N, int C, float eps)
 {
 	if (N > 0 && C > 0)
-		k_rmsnorm_fwd<float><<<row_blocks(N), row_threads(C), 0, hp_cu_stream>>>(y, rstd, x, w, N, C, eps);
+		k_rmsnorm_fwd<float><<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(y, rstd, x, w, N, C, eps);
 }
 
 extern "C" void hp_cuda_rmsnorm_bwd(float *dx, float *dw, const hp_bf16 *dy, const float *x, const float *w,
@@ -367,7 +322,7 @@ extern "C" void hp_cuda_rmsnorm_bwd(float *dx, float *dw, const hp_bf16 *dy, con
 {
 	if (N <= 0 || C <= 0)
 		return;
-	k_rmsnorm_bwd_dx<float, float><<<row_blocks(N), row_threads(C), 0, hp_cu_stream>>>(dx, dy, x, w, rstd,
+	k_rmsnorm_bwd_dx<float, float><<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dy, x, w, rstd,
 											     N, C, accumulate);
 	rmsnorm_dw<float>(dw, dy, x, rstd, N, C);
 }
@@ -376,7 +331,7 @@ extern "C" void hp_cuda_rmsnorm_fwd_bf16(hp_bf16 *y, float *rstd, const hp_bf16 
 					 long N, int C, float eps)
 {
 	if (N > 0 && C > 0)
-		k_rmsnorm_fwd<hp_bf16><<<row_blocks(N), row_threads(C), 0, hp_cu_stream>>>(y, rstd, x, w, N, C, eps);
+		k_rmsnorm_fwd<hp_bf16><<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(y, rstd, x, w, N, C, eps);
 }
 
 extern "C" void hp_cuda_rmsnorm_bwd_bf16(hp_bf16 *dx, float *dw, const hp_bf16 *dy, const hp_bf16 *x,
@@ -384,7 +339,7 @@ extern "C" void hp_cuda_rmsnorm_bwd_bf16(hp_bf16 *dx, float *dw, const hp_bf16 *
 {
 	if (N <= 0 || C <= 0)
 		return;
-	k_rmsnorm_bwd_dx<hp_bf16, hp_bf16><<<row_blocks(N), row_threads(C), 0, hp_cu_stream>>>(dx, dy, x, w, rstd,
+	k_rmsnorm_bwd_dx<hp_bf16, hp_bf16><<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dy, x, w, rstd,
 												 N, C, 0);
 	rmsnorm_dw<hp_bf16>(dw, dy, x, rstd, N, C);
 }
@@ -397,7 +352,7 @@ static __global__ void k_rope(hp_bf16 *x, const int32_t *pos, const float *cos_t
 	int half = D / 2;
 	size_t total = (size_t)N * H * half;
 
-	GRID_STRIDE(idx, total) {
+	HP_CU_GRID_STRIDE(idx, total) {
 		int i = (int)(idx % half);
 		size_t nh = idx / half;
 		long tb = (long)pos[nh / H] * half + i;
@@ -441,7 +396,7 @@ static __global__ void k_swiglu_fwd(hp_bf16 *h, const hp_bf16 *gu, long rows, in
 {
 	size_t total = (size_t)rows * I;
 
-	GRID_STRIDE(idx, total) {
+	HP_CU_GRID_STRIDE(idx, total) {
 		size_t r = idx / I;
 		int i = (int)(idx - r * I);
 		const hp_bf16 *p = gu + r * 2 * I;
@@ -455,7 +410,7 @@ static __global__ void k_swiglu_bwd(hp_bf16 *dgu, const hp_bf16 *dh, const hp_bf
 {
 	size_t total = (size_t)rows * I;
 
-	GRID_STRIDE(idx, total) {
+	HP_CU_GRID_STRIDE(idx, total) {
 		size_t r = idx / I;
 		int i = (int)(idx - r * I);
 		const hp_bf16 *p = gu + r * 2 * I;

@@ -173,17 +173,11 @@ static int mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const void *A,
 }
 
 /* y[r, o] += b[o] over rows of O (a separate pass: a bf16 y is rounded twice) */
-template <typename T> static __device__ __forceinline__ float ld_f(const T *p);
-template <> __device__ __forceinline__ float ld_f(const float *p) { return *p; }
-template <> __device__ __forceinline__ float ld_f(const hp_bf16 *p) { return bf2f(*p); }
-static __device__ __forceinline__ void st_f(float *p, float v) { *p = v; }
-static __device__ __forceinline__ void st_f(hp_bf16 *p, float v) { *p = f2bf(v); }
-
 template <typename T>
 static __global__ void bias_kernel(T *y, const float *b, size_t n, int O)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		st_f(y + i, ld_f(y + i) + b[i % O]);
+	HP_CU_GRID_STRIDE(i, n)
+		hp_st(y + i, hp_ld(y + i) + b[i % O]);
 }
 
 /*

@@ -19,8 +19,12 @@
 
 #define RT_WARPS 4          /* router: tokens (warps) per block */
 #define ROW_THREADS 256
-#define MAX_GRID (65535u * 16u)
 #define FULL 0xffffffffu
+
+static inline unsigned row_threads(int C)
+{
+	return hp_cu_row_threads(C, ROW_THREADS);
+}
 
 static __device__ __forceinline__ double warp_sum_d(double v)
 {
@@ -36,19 +40,6 @@ static __device__ __forceinline__ float warp_max(float v)
 	return v;
 }
 
-static inline unsigned grid_for(long n, long per_block)
-{
-	long b = (n + per_block - 1) / per_block;
-
-	return b < 1 ? 1u : b > (long)MAX_GRID ? MAX_GRID : (unsigned)b;
-}
-
-static inline unsigned row_threads(int C)
-{
-	unsigned t = ((unsigned)C + 31u) / 32u * 32u;
-
-	return t < 32u ? 32u : t > ROW_THREADS ? ROW_THREADS : t;
-}
 
 /* ---- router: softmax, top-k, renormalisation; one warp per token ---- */
 
@@ -121,7 +112,7 @@ extern "C" void hp_cuda_router_topk(float *probs, int32_t *sel, float *wsel, con
 				    long N, int E, int k, int norm)
 {
 	if (N > 0 && E > 0)
-		k_router_topk<<<grid_for(N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(probs, sel, wsel, logits,
+		k_router_topk<<<hp_cu_blocks((size_t)N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(probs, sel, wsel, logits,
 											  N, E, k, norm);
 }
 
@@ -175,7 +166,7 @@ extern "C" void hp_cuda_router_bwd(hp_bf16 *dlogits, const float *probs, const i
 				   int norm)
 {
 	if (N > 0 && E > 0)
-		k_router_bwd<<<grid_for(N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(dlogits, probs, sel, wsel,
+		k_router_bwd<<<hp_cu_blocks((size_t)N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(dlogits, probs, sel, wsel,
 											 dwsel, aux, aux_grad,
 											 N, E, k, norm);
 }
@@ -201,14 +192,14 @@ extern "C" void hp_cuda_gather_rows(hp_bf16 *xs, const hp_bf16 *x, const int32_t
 	if (R <= 0 || C <= 0)
 		return;
 	if (C % 8 == 0 && a % 16 == 0)
-		k_gather<uint4><<<grid_for(R, 1), row_threads(C / 8), 0, hp_cu_stream>>>((uint4 *)xs, (const uint4 *)x,
+		k_gather<uint4><<<hp_cu_rows(R), row_threads(C / 8), 0, hp_cu_stream>>>((uint4 *)xs, (const uint4 *)x,
 											 row_tok, R, C / 8);
 	else if (C % 2 == 0 && a % 4 == 0)
-		k_gather<uint32_t><<<grid_for(R, 1), row_threads(C / 2), 0, hp_cu_stream>>>((uint32_t *)xs,
+		k_gather<uint32_t><<<hp_cu_rows(R), row_threads(C / 2), 0, hp_cu_stream>>>((uint32_t *)xs,
 											    (const uint32_t *)x,
 											    row_tok, R, C / 2);
 	else
-		k_gather<hp_bf16><<<grid_for(R, 1), row_threads(C), 0, hp_cu_stream>>>(xs, x, row_tok, R, C);
+		k_gather<hp_bf16><<<hp_cu_rows(R), row_threads(C), 0, hp_cu_stream>>>(xs, x, row_tok, R, C);
 }
 
 /* out[t] = sum_j wsel[t,j] * ye[tok_row[t,j]], fp32, slots in order */
@@ -231,7 +222,7 @@ extern "C" void hp_cuda_combine(hp_bf16 *out, const hp_bf16 *ye, const float *ws
 				long N, int k, int C)
 {
 	if (N > 0 && C > 0)
-		k_combine<<<grid_for(N, 1), row_threads(C), 0, hp_cu_stream>>>(out, ye, wsel, tok_row, N, k, C);
+		k_combine<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(out, ye, wsel, tok_row, N, k, C);
 }
 
 /* dye[row] = wsel * dout[t]; dwsel[t,j] = dout[t] . ye[row] (double, block sum) */
@@ -264,7 +255,7 @@ extern "C" void hp_cuda_combine_bwd(hp_bf16 *dye, float *dwsel, const hp_bf16 *d
 				    const float *wsel, const int32_t *tok_row, long N, int k, int C)
 {
 	if (N > 0 && C > 0)
-		k_combine_bwd<<<grid_for(N, 1), row_threads(C), 0, hp_cu_stream>>>(dye, dwsel, dout, ye, wsel,
+		k_combine_bwd<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dye, dwsel, dout, ye, wsel,
 										    tok_row, N, k, C);
 }
 
@@ -286,5 +277,5 @@ extern "C" void hp_cuda_scatter_add_rows(hp_bf16 *dx, const hp_bf16 *dxe, const 
 					 long N, int k, int C)
 {
 	if (N > 0 && C > 0)
-		k_scatter_add<<<grid_for(N, 1), row_threads(C), 0, hp_cu_stream>>>(dx, dxe, tok_row, N, k, C);
+		k_scatter_add<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dxe, tok_row, N, k, C);
 }

@@ -67,7 +67,6 @@ int hp_cuda_mem_info(size_t *free_b, size_t *total_b, struct hp_err *e);
 
 /* ---- conversions and element-wise (elementwise.cu) ---- */
 void hp_cuda_f32_to_bf16(hp_bf16 *y, const float *x, size_t n);
-void hp_cuda_bf16_to_f32(float *y, const hp_bf16 *x, size_t n);
 /* h[i] += (float)o[i]: a block's output added to the fp32 residual */
 void hp_cuda_add_bf16(float *h, const hp_bf16 *o, size_t n);
 /* x[i] *= s */
@@ -167,6 +166,7 @@ void hp_cuda_scatter_add_rows(hp_bf16 *dx, const hp_bf16 *dxe, const int32_t *to
  * (attnsmall.cu: the tests' small models); hp_cuda_flash_supports says which.
  * The backward is deterministic: dK/dV by key tile, dQ by query tile, no
  * atomics; scratch holds hp_cuda_flash_scratch(B, T, Hq) floats. */
+#define HP_CUDA_ATTN_MAX_HEAD_DIM 256
 int hp_cuda_flash_supports(int D);
 void hp_cuda_flash_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v,
 		       const int32_t *seg, int B, int T, int Hq, int Hkv, int D);

@@ -12,35 +12,15 @@
 #include <string.h>
 
 #include "cuda/ops.h"
+#include "dtype.h"
 #include "tap.h"
-
-/* fp32 -> bf16 bits, round to nearest even (the device's f2bf) */
-static inline hp_bf16 ct_f2bf(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (hp_bf16)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (hp_bf16)(u >> 16);
-}
-
-static inline float ct_bf2f(hp_bf16 b)
-{
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-
-	memcpy(&f, &u, 4);
-	return f;
-}
 
 /* x rounded to bf16 in place: the CPU reference then sees exactly the
  * inputs the GPU sees */
 static inline void ct_round(float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		x[i] = ct_bf2f(ct_f2bf(x[i]));
+		x[i] = hp_bf16_to_f32(hp_f32_to_bf16(x[i]));
 }
 
 /* a device copy of host fp32 x, as fp32 (bf 0) or bf16 (bf 1); aborts the
@@ -57,7 +37,7 @@ static inline void *ct_dev(const float *x, size_t n, int bf)
 	if (bf) {
 		hp_bf16 *h = malloc(n * 2);
 		for (size_t i = 0; i < n; i++)
-			h[i] = ct_f2bf(x[i]);
+			h[i] = hp_f32_to_bf16(x[i]);
 		hp_cuda_upload(d, h, n * 2, &e);
 		hp_cuda_sync(&e);
 		free(h);
@@ -91,7 +71,7 @@ static inline float *ct_host(const void *d, size_t n, int bf)
 		hp_bf16 *b = malloc(n * 2 + 2);
 		hp_cuda_download(b, d, n * 2, &e);
 		for (size_t i = 0; i < n; i++)
-			h[i] = ct_bf2f(b[i]);
+			h[i] = hp_bf16_to_f32(b[i]);
 		free(b);
 	} else {
 		hp_cuda_download(h, d, n * 4, &e);

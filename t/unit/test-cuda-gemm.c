@@ -291,7 +291,7 @@ static void test_adamw(size_t n, int decay)
 	hp_bf16 *wb = dev_bytes(wbd, n * 2);
 	double ew = max_rel(wg, w, n, &dw), em = max_rel(mg, m, n, &dm), ev = max_rel(vg, v, n, &dv);
 	for (size_t i = 0; i < n; i++)
-		wb_ok &= wb[i] == ct_f2bf(wg[i]);
+		wb_ok &= wb[i] == hp_f32_to_bf16(wg[i]);
 	ok(!rc && ew <= 1e-6 && em <= 1e-6 && ev <= 1e-6,
 	   "adamw n=%zu decay=%d, 5 steps: max rel err w %.1e m %.1e v %.1e (%zu, %zu, %zu values not bit-identical)",
 	   n, decay, ew, em, ev, dw, dm, dv);
