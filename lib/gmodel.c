@@ -405,7 +405,7 @@ int hp_gmodel_init(struct hp_gmodel **gp, struct hp_model *m, const struct hp_op
 	float *ct = hp_malloc(sizeof(float) * (size_t)T * D), *st = ct ? ct + (size_t)T * D / 2 : NULL;
 	if (!ct)
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
-	hp_rope_table(ct, st, T, D, s->rope_theta);
+	hp_model_spec_rope_table(s, ct, st, T);
 	rc = hp_cuda_upload(g->cos_t, ct, sizeof(float) * (size_t)T * D / 2, e);
 	if (!rc)
 		rc = hp_cuda_upload(g->sin_t, st, sizeof(float) * (size_t)T * D / 2, e);

@@ -2,18 +2,23 @@
  * hfconfig.c - config.json -> struct hp_model_spec, with jansson.
  *
  * This is not a general HF config reader: it reads exactly the keys that
- * change the computation of the architectures hp implements, checks their
- * types, and rejects features hp would otherwise get silently wrong.
+ * change the computation of the architectures hp implements, with the
+ * defaults of each family's configuration class in transformers 4.57 and
+ * 5.24 (read, not copied), checks their types, and rejects features hp
+ * would otherwise get silently wrong.  The key lists below are the one
+ * place that says what every key of config.json does to hp.
  */
 #include <jansson.h>
 #include <math.h>
 
+#include "cpu/ops.h"
 #include "hfconfig.h"
 
 struct ctx {
 	const char *path;
 	json_t *root;
 	struct hp_err *e;
+	const char *pre;            /* "" or the enclosing key and a dot, for messages */
 };
 
 static int get_int(struct ctx *c, const char *key, int required, int dflt, int *out)
@@ -22,15 +27,15 @@ static int get_int(struct ctx *c, const char *key, int required, int dflt, int *
 
 	if (!v || json_is_null(v)) {
 		if (required)
-			return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key '%s'", c->path, key);
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key '%s%s'", c->path, c->pre, key);
 		*out = dflt;
 		return 0;
 	}
 	if (!json_is_integer(v))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an integer", c->path, key);
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s%s': expected an integer", c->path, c->pre, key);
 	if (json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': value %lld out of range",
-				  c->path, key, (long long)json_integer_value(v));
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s%s': value %lld out of range",
+				  c->path, c->pre, key, (long long)json_integer_value(v));
 	*out = (int)json_integer_value(v);
 	return 0;
 }
@@ -44,7 +49,7 @@ static int get_num(struct ctx *c, const char *key, double dflt, double *out)
 		return 0;
 	}
 	if (!json_is_number(v))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected a number", c->path, key);
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s%s': expected a number", c->path, c->pre, key);
 	*out = json_number_value(v);
 	return 0;
 }
@@ -58,17 +63,456 @@ static int get_bool(struct ctx *c, const char *key, int dflt, int *out)
 		return 0;
 	}
 	if (!json_is_boolean(v))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected true or false", c->path, key);
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s%s': expected true or false", c->path, c->pre, key);
 	*out = json_is_true(v);
 	return 0;
 }
 
-static int parse_moe(struct ctx *c, struct hp_model_spec *s)
+/* ---- the families ------------------------------------------------------- */
+
+enum bias_rule { BIAS_KEY, BIAS_QKV, BIAS_NONE };
+enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS };
+
+/*
+ * What each model type's configuration and modeling code in transformers
+ * decide (4.57 and 5.24 agree on all of it):
+ *   llama     biases from attention_bias (q/k/v/o), mlp_bias, pretraining_tp;
+ *             no sliding window
+ *   mistral   no biases; sliding_window (default 4096) on every layer when
+ *             not null
+ *   qwen2     q/k/v biases always, o_proj none; sliding_window only with
+ *             use_sliding_window, on the layers layer_types marks (default:
+ *             layer >= max_window_layers)
+ *   qwen3     attention_bias (q/k/v/o); q_norm/k_norm; head_dim default 128;
+ *             sliding window as qwen2
+ *   qwen3_moe as qwen3 but head_dim defaults to hidden / heads (its modeling
+ *             reads getattr(config, "head_dim", ...)), the window, when
+ *             use_sliding_window, is on every layer; num_experts is
+ *             num_local_experts in 5.x (attribute_map)
+ */
+struct family {
+	const char *model_type, *arch;
+	enum bias_rule bias;
+	int qk_norm, moe, head_dim_128;
+	enum sw_rule sw;
+	int max_pos, kv_heads;      /* the class defaults (kv_heads 0: = heads) */
+};
+
+static const struct family families[] = {
+	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0 },
+	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8 },
+	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0 },
+	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 1, SW_LAYERS, 32768, 0 },
+	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4 },
+};
+
+/* ---- the key lists ------------------------------------------------------ */
+
+/* Keys that change what hp computes and that parse() reads, for every family
+ * (family-specific ones are in family_keys()). */
+static const char *const implemented_keys[] = {
+	"architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+	"num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+	"max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
+	"original_max_position_embeddings", "partial_rotary_factor", "tie_word_embeddings",
+	"hidden_act", "torch_dtype", "dtype", "initializer_range", "pad_token_id",
+	"attention_dropout", "quantization_config", "hp_unknown_keys",
+};
+
+/* Keys known to leave training's maths alone: bookkeeping, generation
+ * defaults of old configs, and PretrainedConfig's task fields. */
+static const char *const inert_keys[] = {
+	"use_cache", "transformers_version", "bos_token_id", "eos_token_id", "_name_or_path",
+	"output_attentions", "output_hidden_states", "return_dict", "torchscript", "use_bfloat16",
+	"tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward", "is_encoder_decoder",
+	"is_decoder", "cross_attention_hidden_size", "add_cross_attention", "tie_encoder_decoder",
+	"finetuning_task", "id2label", "label2id", "tokenizer_class", "prefix", "sep_token_id",
+	"decoder_start_token_id", "task_specific_params", "problem_type", "max_length", "min_length",
+	"do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+	"temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+	"no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+	"num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+	"forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+	"suppress_tokens", "begin_suppress_tokens", "auto_map", "_attn_implementation_autoset",
+	"attn_implementation",
+	/* written by other tools into real hub configs (SmolLM2, Qwen2.5);
+	 * no transformers configuration or modeling class reads them */
+	"is_llama_config", "rope_interleaved", "use_mrope",
+};
+
+static int in_list(const char *const *l, size_t n, const char *k)
 {
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(l[i], k))
+			return 1;
+	return 0;
+}
+
+/* The keys a family's configuration class has beyond the common ones. */
+static int family_key(const struct family *f, const char *k)
+{
+	static const char *const moe[] = {
+		"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+		"decoder_sparse_step", "norm_topk_prob", "output_router_logits", "router_aux_loss_coef",
+		"mlp_only_layers",
+	};
+
+	if (f->bias == BIAS_KEY && !strcmp(k, "attention_bias"))
+		return 1;
+	if (!strcmp(f->model_type, "llama") && (!strcmp(k, "mlp_bias") || !strcmp(k, "pretraining_tp")))
+		return 1;
+	if (f->sw != SW_NONE && !strcmp(k, "sliding_window"))
+		return 1;
+	if ((f->sw == SW_LAYERS || f->sw == SW_FLAG_ALL) && !strcmp(k, "use_sliding_window"))
+		return 1;
+	if (f->sw == SW_LAYERS && (!strcmp(k, "max_window_layers") || !strcmp(k, "layer_types")))
+		return 1;
+	/* Qwen3MoeConfig has no max_window_layers; hub configs carry it and
+	 * its modeling never reads it */
+	if (f->moe && !strcmp(k, "max_window_layers"))
+		return 1;
+	return f->moe && in_list(moe, sizeof(moe) / sizeof(moe[0]), k);
+}
+
+/* Name every top-level key in none of the lists in s->unknown. */
+static void collect_unknown(struct ctx *c, const struct family *f, struct hp_model_spec *s)
+{
+	const char *k;
 	json_t *v;
+
+	json_object_foreach(c->root, k, v) {
+		if (in_list(implemented_keys, sizeof(implemented_keys) / sizeof(implemented_keys[0]), k) ||
+		    in_list(inert_keys, sizeof(inert_keys) / sizeof(inert_keys[0]), k) || family_key(f, k))
+			continue;
+		size_t n = strlen(s->unknown);
+		snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s", n ? ", " : "", k);
+	}
+	/* a plan's model section carries the source's unknown keys along */
+	v = json_object_get(c->root, "hp_unknown_keys");
+	if (json_is_string(v) && !s->unknown[0])
+		snprintf(s->unknown, sizeof(s->unknown), "%s", json_string_value(v));
+}
+
+/* ---- RoPE --------------------------------------------------------------- */
+
+static const char *const rope_names[] = {
+	[HP_ROPE_DEFAULT] = "default", [HP_ROPE_LINEAR] = "linear", [HP_ROPE_DYNAMIC] = "dynamic",
+	[HP_ROPE_YARN] = "yarn", [HP_ROPE_LLAMA3] = "llama3",
+};
+
+const char *hp_rope_type_name(enum hp_rope_type t)
+{
+	return (unsigned)t < sizeof(rope_names) / sizeof(rope_names[0]) ? rope_names[t] : "?";
+}
+
+/* yarn's get_mscale */
+static double yarn_mscale(double scale, double m)
+{
+	return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+/* A key of the RoPE dict that is a number, or absent / null (*out = dflt). */
+static int rope_num(struct ctx *c, const char *key, int required, double dflt, double *out)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if ((!v || json_is_null(v)) && required)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': rope type needs '%s%s'", c->path, c->pre, key);
+	return get_num(c, key, dflt, out);
+}
+
+static int parse_rope(struct ctx *c, struct hp_model_spec *s)
+{
+	static const char *const known[] = {
+		"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+		"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+		"mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor",
+	};
+	json_t *rp = json_object_get(c->root, "rope_parameters");
+	json_t *rs = json_object_get(c->root, "rope_scaling");
+	json_t *d = NULL, *v, *tv;
+	struct hp_rope_spec *r = &s->rope;
+	struct ctx sub = *c;
+	double top_theta, x;
+	const char *k, *type = "default";
 	int rc;
 
-	if ((rc = get_int(c, "num_experts", 0, 128, &s->n_experts)) ||
+	if (rp && json_is_null(rp))
+		rp = NULL;
+	if (rs && json_is_null(rs))
+		rs = NULL;
+	if (rp && rs)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': both rope_scaling and rope_parameters are set; "
+				  "transformers 4.x reads only the first, 5.x prefers it: keep one", c->path);
+	d = rp ? rp : rs;
+	if (d && !json_is_object(d))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an object", c->path,
+				  rp ? "rope_parameters" : "rope_scaling");
+	if ((rc = get_num(c, "rope_theta", 10000.0, &top_theta)))
+		return rc;
+	memset(r, 0, sizeof(*r));
+	r->theta = top_theta;
+	r->attention_factor = 1.0;
+	if (d) {
+		sub.root = d;
+		sub.pre = rp ? "rope_parameters." : "rope_scaling.";
+		json_object_foreach(d, k, v) {
+			if (json_is_object(v))
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': %s%s: per-layer-type RoPE parameters "
+						  "are not supported", c->path, sub.pre, k);
+			if (!in_list(known, sizeof(known) / sizeof(known[0]), k)) {
+				size_t n = strlen(s->unknown);
+				snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s%s", n ? ", " : "", sub.pre, k);
+			}
+		}
+		v = json_object_get(d, "rope_type");
+		tv = json_object_get(d, "type");
+		if ((v && !json_is_string(v)) || (tv && !json_is_string(tv)))
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%srope_type': expected a string",
+					  c->path, sub.pre);
+		if (v && tv && strcmp(json_string_value(v), json_string_value(tv)))
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': %srope_type '%s' and type '%s' differ; "
+					  "transformers 4.x reads type, 5.x rope_type", c->path, sub.pre,
+					  json_string_value(v), json_string_value(tv));
+		if (v || tv)
+			type = json_string_value(v ? v : tv);
+		/* 5.x keeps rope_theta inside; 4.x reads only the top-level key */
+		v = json_object_get(d, "rope_theta");
+		if (v && !json_is_null(v)) {
+			if ((rc = get_num(&sub, "rope_theta", 0, &r->theta)))
+				return rc;
+			if (json_object_get(c->root, "rope_theta") && r->theta != top_theta)
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': rope_theta %g and %srope_theta %g "
+						  "differ; transformers 4.x reads the first, 5.x the second",
+						  c->path, top_theta, sub.pre, r->theta);
+		}
+		if ((rc = get_num(&sub, "partial_rotary_factor", 1.0, &x)))
+			return rc;
+		if (x != 1.0)
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': %spartial_rotary_factor %g is not supported "
+					  "(only 1)", c->path, sub.pre, x);
+	}
+	int r_type = -1;
+	for (size_t i = 0; i < sizeof(rope_names) / sizeof(rope_names[0]); i++)
+		if (!strcmp(type, rope_names[i]))
+			r_type = (int)i;
+	if (r_type < 0)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': rope type '%s' is not supported; supported: "
+				  "default, linear, dynamic, yarn, llama3", c->path, type);
+	r->type = (enum hp_rope_type)r_type;
+	if (!(r->theta > 0))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': rope_theta must be positive", c->path);
+
+	/* 5.x puts a top-level original_max_position_embeddings into llama3's
+	 * and yarn's parameters; 4.x never reads it there */
+	int top_orig = 0;
+	if ((rc = get_int(c, "original_max_position_embeddings", 0, 0, &top_orig)))
+		return rc;
+	if (r->type == HP_ROPE_DEFAULT)
+		return 0;
+	if ((rc = rope_num(&sub, "factor", 1, 0, &r->factor)))
+		return rc;
+	if (!(r->factor > 0))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': %sfactor must be positive", c->path, sub.pre);
+	if (r->type == HP_ROPE_LINEAR || r->type == HP_ROPE_DYNAMIC)
+		return 0;
+	if ((rc = get_int(&sub, "original_max_position_embeddings", 0, 0, &r->orig_max_pos)))
+		return rc;
+	if (top_orig && top_orig != (r->orig_max_pos ? r->orig_max_pos : s->max_pos))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': original_max_position_embeddings %d and %s"
+				  "original_max_position_embeddings %d differ; transformers 5.x reads the "
+				  "first, 4.x the second", c->path, top_orig, sub.pre,
+				  r->orig_max_pos ? r->orig_max_pos : s->max_pos);
+	if (r->type == HP_ROPE_LLAMA3) {
+		if (!r->orig_max_pos)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': rope type needs '%soriginal_max_position_"
+					  "embeddings'", c->path, sub.pre);
+		if ((rc = rope_num(&sub, "low_freq_factor", 1, 0, &r->low_freq_factor)) ||
+		    (rc = rope_num(&sub, "high_freq_factor", 1, 0, &r->high_freq_factor)))
+			return rc;
+		if (!(r->high_freq_factor > r->low_freq_factor) || !(r->low_freq_factor > 0))
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': %shigh_freq_factor must exceed "
+					  "low_freq_factor, both positive", c->path, sub.pre);
+		return 0;
+	}
+	/* yarn (transformers' _compute_yarn_parameters) */
+	double mscale, mscale_all;
+	if (!r->orig_max_pos)
+		r->orig_max_pos = s->max_pos;
+	if ((rc = get_num(&sub, "beta_fast", 0, &r->beta_fast)) ||
+	    (rc = get_num(&sub, "beta_slow", 0, &r->beta_slow)) ||
+	    (rc = get_num(&sub, "mscale", 0, &mscale)) ||
+	    (rc = get_num(&sub, "mscale_all_dim", 0, &mscale_all)) ||
+	    (rc = get_bool(&sub, "truncate", 1, &r->truncate)))
+		return rc;
+	if (r->beta_fast == 0)      /* `get("beta_fast") or 32` */
+		r->beta_fast = 32;
+	if (r->beta_slow == 0)
+		r->beta_slow = 1;
+	v = json_object_get(d, "attention_factor");
+	if (v && !json_is_null(v)) {
+		if ((rc = get_num(&sub, "attention_factor", 1.0, &r->attention_factor)))
+			return rc;
+	} else if (mscale != 0 && mscale_all != 0) {
+		r->attention_factor = yarn_mscale(r->factor, mscale) / yarn_mscale(r->factor, mscale_all);
+	} else {
+		r->attention_factor = yarn_mscale(r->factor, 1);
+	}
+	return 0;
+}
+
+void hp_model_spec_rope(const struct hp_model_spec *s, double *f, double *attention_factor)
+{
+	const struct hp_rope_spec *r = &s->rope;
+	int dim = s->head_dim, half = dim / 2;
+
+	*attention_factor = 1.0;
+	for (int i = 0; i < half; i++)
+		f[i] = pow(r->theta, -(2.0 * i) / dim);
+	switch (r->type) {
+	case HP_ROPE_DEFAULT:
+	case HP_ROPE_DYNAMIC:   /* at positions below max_position_embeddings, the default */
+		break;
+	case HP_ROPE_LINEAR:
+		for (int i = 0; i < half; i++)
+			f[i] /= r->factor;
+		break;
+	case HP_ROPE_LLAMA3: {
+		double old = r->orig_max_pos, lo = r->low_freq_factor, hi = r->high_freq_factor;
+		double lo_wl = old / lo, hi_wl = old / hi;
+
+		for (int i = 0; i < half; i++) {
+			double wl = 2 * M_PI / f[i];
+			double v = wl > lo_wl ? f[i] / r->factor : f[i];
+			double smooth = (old / wl - lo) / (hi - lo);
+
+			if (!(wl < hi_wl) && !(wl > lo_wl))   /* the medium band */
+				v = (1 - smooth) * v / r->factor + smooth * v;
+			f[i] = v;
+		}
+		break;
+	}
+	case HP_ROPE_YARN: {
+		/* find_correction_range(beta_fast, beta_slow, dim, base, orig) */
+		double lo = dim * log(r->orig_max_pos / (r->beta_fast * 2 * M_PI)) / (2 * log(r->theta));
+		double hi = dim * log(r->orig_max_pos / (r->beta_slow * 2 * M_PI)) / (2 * log(r->theta));
+
+		if (r->truncate) {
+			lo = floor(lo);
+			hi = ceil(hi);
+		}
+		lo = lo > 0 ? lo : 0;
+		hi = hi < dim - 1 ? hi : dim - 1;
+		if (lo == hi)
+			hi += 0.001;   /* as transformers: no singular ramp */
+		for (int i = 0; i < half; i++) {
+			double ramp = (i - lo) / (hi - lo), extra;
+
+			ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+			extra = 1 - ramp;   /* the share of the extrapolated (unscaled) frequency */
+			f[i] = f[i] / r->factor * (1 - extra) + f[i] * extra;
+		}
+		*attention_factor = r->attention_factor;
+		break;
+	}
+	}
+}
+
+void hp_model_spec_rope_table(const struct hp_model_spec *s, float *cos_t, float *sin_t, int T)
+{
+	double f[HP_ROPE_MAX_HALF], af;
+
+	hp_model_spec_rope(s, f, &af);
+	hp_rope_table(cos_t, sin_t, T, s->head_dim, f, af);
+}
+
+int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err *e)
+{
+	/* transformers' sliding mask keeps key j for query i iff j > i - W:
+	 * a row of T <= W tokens is fully causal */
+	for (int l = 0; l < s->n_layers; l++)
+		if (s->sliding[l] && s->sliding_window < T)
+			return hp_err_set(e, HP_EUNSUP, "layer %d has sliding_window %d, shorter than the "
+					  "sequence of %d tokens: sliding-window attention is not implemented; "
+					  "use seq_length <= %d", l, s->sliding_window, T, s->sliding_window);
+	return 0;
+}
+
+/* ---- sliding windows ---------------------------------------------------- */
+
+static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_spec *s)
+{
+	json_t *v;
+	int use = 1, w = 0, mwl = 28, rc;
+
+	memset(s->sliding, 0, sizeof(s->sliding));
+	s->sliding_window = 0;
+	if (f->sw == SW_NONE)
+		return 0;
+	if (f->sw != SW_ALL && (rc = get_bool(c, "use_sliding_window", 0, &use)))
+		return rc;
+	v = json_object_get(c->root, "sliding_window");
+	if (!v)
+		w = 4096;   /* every class's default */
+	else if (!json_is_null(v) && (rc = get_int(c, "sliding_window", 0, 0, &w)))
+		return rc;
+	if (!use)
+		w = 0;
+	if (v && !json_is_null(v) && use && w <= 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': sliding_window must be positive or null", c->path);
+	s->sliding_window = w;
+	if (f->sw == SW_ALL || f->sw == SW_FLAG_ALL) {
+		for (int l = 0; w && l < s->n_layers; l++)
+			s->sliding[l] = 1;
+		return 0;
+	}
+	if ((rc = get_int(c, "max_window_layers", 0, 28, &mwl)))
+		return rc;
+	v = json_object_get(c->root, "layer_types");
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *x;
+
+		if (!json_is_array(v) || json_array_size(v) != (size_t)s->n_layers)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'layer_types': expected a list of %d "
+					  "layer types", c->path, s->n_layers);
+		json_array_foreach(v, i, x) {
+			const char *t = json_is_string(x) ? json_string_value(x) : "";
+
+			if (!strcmp(t, "sliding_attention"))
+				s->sliding[i] = 1;
+			else if (strcmp(t, "full_attention"))
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] '%s' is not supported; "
+						  "supported: full_attention, sliding_attention", c->path, i, t);
+			if (s->sliding[i] && !w)
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] is sliding_attention "
+						  "but there is no window (use_sliding_window false or "
+						  "sliding_window null)", c->path, i);
+		}
+	} else {
+		for (int l = mwl; w && l < s->n_layers; l++)
+			s->sliding[l] = 1;
+	}
+	if (!w)
+		return 0;
+	for (int l = 0; l < s->n_layers; l++)
+		if (s->sliding[l])
+			return 0;
+	s->sliding_window = 0;   /* a window no layer uses */
+	return 0;
+}
+
+/* ---- MoE ---------------------------------------------------------------- */
+
+static int parse_moe(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *v, *a = json_object_get(c->root, "num_experts"), *b = json_object_get(c->root, "num_local_experts");
+	int rc;
+
+	/* 5.x: attribute_map {"num_experts": "num_local_experts"} */
+	if (a && b && !json_equal(a, b))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts and num_local_experts differ", c->path);
+	if ((rc = get_int(c, b && !a ? "num_local_experts" : "num_experts", 0, 128, &s->n_experts)) ||
 	    (rc = get_int(c, "num_experts_per_tok", 0, 8, &s->top_k)) ||
 	    (rc = get_int(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
 	    (rc = get_int(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
@@ -107,46 +551,74 @@ int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l)
 	       (l + 1) % s->decoder_sparse_step == 0;
 }
 
+/* A token id: an integer, or (eos_token_id) a list whose first entry is
+ * taken; absent or null is -1. */
+static int get_token_id(struct ctx *c, const char *key, int *out)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if (v && json_is_array(v)) {
+		if (!json_array_size(v)) {
+			*out = -1;
+			return 0;
+		}
+		v = json_array_get(v, 0);
+		if (!json_is_integer(v) || json_integer_value(v) < 0)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected token ids", c->path, key);
+		*out = (int)json_integer_value(v);
+		return 0;
+	}
+	return get_int(c, key, 0, -1, out);
+}
+
 static int parse(struct ctx *c, struct hp_model_spec *s)
 {
+	const struct family *f = NULL;
 	json_t *v;
 	int rc = 0;
+	double x;
 
 	v = json_object_get(c->root, "model_type");
 	if (!v)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key 'model_type'", c->path);
 	if (!json_is_string(v))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
-	if (strcmp(json_string_value(v), "llama") && strcmp(json_string_value(v), "qwen3") &&
-	    strcmp(json_string_value(v), "qwen3_moe"))
+	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+		if (!strcmp(json_string_value(v), families[i].model_type))
+			f = &families[i];
+	if (!f)
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
-				  "llama, qwen3, qwen3_moe", c->path, json_string_value(v));
-	int qwen = strncmp(json_string_value(v), "qwen3", 5) == 0;
-	int moe = !strcmp(json_string_value(v), "qwen3_moe");
-	snprintf(s->model_type, sizeof(s->model_type), "%s", json_string_value(v));
+				  "llama, mistral, qwen2, qwen3, qwen3_moe", c->path, json_string_value(v));
+	snprintf(s->model_type, sizeof(s->model_type), "%s", f->model_type);
 
 	v = json_object_get(c->root, "architectures");
-	if (json_is_array(v) && json_array_size(v) && json_is_string(json_array_get(v, 0)))
-		snprintf(s->architecture, sizeof(s->architecture), "%s",
-			 json_string_value(json_array_get(v, 0)));
-	else
-		snprintf(s->architecture, sizeof(s->architecture), "LlamaForCausalLM");
+	if (v && !json_is_null(v)) {
+		if (!json_is_array(v) || json_array_size(v) != 1 || !json_is_string(json_array_get(v, 0)))
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'architectures': expected a list of one "
+					  "class name", c->path);
+		if (strcmp(json_string_value(json_array_get(v, 0)), f->arch))
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': architectures ['%s'] does not match "
+					  "model_type '%s' (hp trains %s)", c->path,
+					  json_string_value(json_array_get(v, 0)), f->model_type, f->arch);
+	}
+	snprintf(s->architecture, sizeof(s->architecture), "%s", f->arch);
+	v = json_object_get(c->root, "transformers_version");
+	if (json_is_string(v))
+		snprintf(s->transformers_version, sizeof(s->transformers_version), "%s", json_string_value(v));
 
 	if ((rc = get_int(c, "hidden_size", 1, 0, &s->hidden)) ||
 	    (rc = get_int(c, "intermediate_size", 1, 0, &s->intermediate)) ||
 	    (rc = get_int(c, "num_hidden_layers", 1, 0, &s->n_layers)) ||
 	    (rc = get_int(c, "num_attention_heads", 1, 0, &s->n_heads)) ||
 	    (rc = get_int(c, "vocab_size", 1, 0, &s->vocab)) ||
-	    (rc = get_int(c, "num_key_value_heads", 0, s->n_heads, &s->n_kv_heads)) ||
-	    (rc = get_int(c, "max_position_embeddings", 0, 2048, &s->max_pos)) ||
-	    (rc = get_int(c, "bos_token_id", 0, -1, &s->bos_token_id)) ||
-	    (rc = get_int(c, "eos_token_id", 0, -1, &s->eos_token_id)) ||
+	    (rc = get_int(c, "num_key_value_heads", 0, f->kv_heads ? f->kv_heads : s->n_heads,
+			  &s->n_kv_heads)) ||
+	    (rc = get_int(c, "max_position_embeddings", 0, f->max_pos, &s->max_pos)) ||
+	    (rc = get_token_id(c, "bos_token_id", &s->bos_token_id)) ||
+	    (rc = get_token_id(c, "eos_token_id", &s->eos_token_id)) ||
 	    (rc = get_int(c, "pad_token_id", 0, -1, &s->pad_token_id)) ||
 	    (rc = get_num(c, "rms_norm_eps", 1e-6, &s->rms_eps)) ||
-	    (rc = get_num(c, "rope_theta", 10000.0, &s->rope_theta)) ||
-	    (rc = get_bool(c, "tie_word_embeddings", 0, &s->tie_word_embeddings)) ||
-	    (rc = get_bool(c, "attention_bias", 0, &s->attention_bias)) ||
-	    (rc = get_bool(c, "mlp_bias", 0, &s->mlp_bias)))
+	    (rc = get_bool(c, "tie_word_embeddings", 0, &s->tie_word_embeddings)))
 		return rc;
 	if (s->n_layers > HP_MAX_LAYERS)
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': num_hidden_layers %d exceeds %d", c->path,
@@ -154,57 +626,90 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	if (s->hidden <= 0 || s->n_heads <= 0 || s->n_layers <= 0 || s->vocab <= 0 || s->intermediate <= 0)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size, intermediate_size, num_hidden_layers, "
 				  "num_attention_heads and vocab_size must be positive", c->path);
-	/* Qwen3Config's head_dim defaults to 128, LlamaConfig's to hidden / heads */
-	if ((rc = get_int(c, "head_dim", 0, qwen ? 128 : s->hidden / s->n_heads, &s->head_dim)))
+	if ((rc = get_int(c, "head_dim", 0, f->head_dim_128 ? 128 : s->hidden / s->n_heads, &s->head_dim)))
 		return rc;
+	if (s->head_dim <= 0 || s->head_dim % 2 || s->head_dim / 2 > HP_ROPE_MAX_HALF)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': head_dim %d must be positive, even and at most %d",
+				  c->path, s->head_dim, 2 * HP_ROPE_MAX_HALF);
 	if ((rc = get_num(c, "initializer_range", 0.02, &s->initializer_range)))
 		return rc;
-	s->qk_norm = qwen;
-	if (moe && (rc = parse_moe(c, s)))
-		return rc;
-	if (qwen) {
-		int slide = 0;
-		if ((rc = get_bool(c, "use_sliding_window", 0, &slide)))
+	s->qk_norm = f->qk_norm;
+	switch (f->bias) {
+	case BIAS_KEY:
+		if ((rc = get_bool(c, "attention_bias", 0, &s->qkv_bias)))
 			return rc;
-		if (slide)
-			return hp_err_set(c->e, HP_EUNSUP, "'%s': use_sliding_window is not supported", c->path);
+		s->o_bias = s->qkv_bias;
+		break;
+	case BIAS_QKV:
+		s->qkv_bias = 1;
+		break;
+	case BIAS_NONE:
+		break;
 	}
-	if (s->head_dim <= 0 || s->head_dim % 2)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': head_dim %d must be positive and even", c->path, s->head_dim);
+	if (!strcmp(f->model_type, "llama") && (rc = get_bool(c, "mlp_bias", 0, &s->mlp_bias)))
+		return rc;
+	if (f->moe && (rc = parse_moe(c, s)))
+		return rc;
+	if ((rc = parse_sliding(c, f, s)))
+		return rc;
 	if (s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_attention_heads %d is not a multiple of "
 				  "num_key_value_heads %d", c->path, s->n_heads, s->n_kv_heads);
-	if (!(s->rms_eps > 0) || !(s->rope_theta > 0))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': rms_norm_eps and rope_theta must be positive", c->path);
+	if (!(s->rms_eps > 0))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': rms_norm_eps must be positive", c->path);
+	if ((rc = parse_rope(c, s)))
+		return rc;
 
+	/* refused by value */
 	v = json_object_get(c->root, "hidden_act");
-	if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "silu")))
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': hidden_act must be \"silu\"", c->path);
-	v = json_object_get(c->root, "rope_scaling");
-	if (v && !json_is_null(v))
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': rope_scaling is not supported yet (only plain RoPE)", c->path);
+	if (v && !json_is_null(v) && (!json_is_string(v) || (strcmp(json_string_value(v), "silu") &&
+							       strcmp(json_string_value(v), "swish"))))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': hidden_act %s is not supported (only \"silu\")",
+				  c->path, json_is_string(v) ? json_string_value(v) : "(not a string)");
 	if (s->mlp_bias)
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': mlp_bias is not supported yet", c->path);
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': mlp_bias true is not supported yet", c->path);
 	v = json_object_get(c->root, "pretraining_tp");
-	if (v && json_is_integer(v) && json_integer_value(v) != 1)
+	if (v && json_is_integer(v) && json_integer_value(v) != 1 && !strcmp(f->model_type, "llama"))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': pretraining_tp %lld is not supported (only 1)",
 				  c->path, (long long)json_integer_value(v));
+	if ((rc = get_num(c, "partial_rotary_factor", 1.0, &x)))
+		return rc;
+	if (x != 1.0)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': partial_rotary_factor %g is not supported (only 1)",
+				  c->path, x);
+	if ((rc = get_num(c, "attention_dropout", 0.0, &x)))
+		return rc;
+	if (x != 0.0)   /* transformers drops attention weights in training mode */
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': attention_dropout %g is not supported (only 0)",
+				  c->path, x);
+	v = json_object_get(c->root, "quantization_config");
+	if (v && !json_is_null(v))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': quantization_config is not supported: hp trains "
+				  "unquantized weights", c->path);
+	if (s->pad_token_id >= s->vocab)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': pad_token_id %d is not below vocab_size %d",
+				  c->path, s->pad_token_id, s->vocab);
+
 	s->torch_dtype = HP_DTYPE_F32;
-	v = json_object_get(c->root, "torch_dtype");
-	if (!v)
-		v = json_object_get(c->root, "dtype");
+	v = json_object_get(c->root, "dtype");
+	json_t *w = json_object_get(c->root, "torch_dtype");
+	if (v && w && !json_is_null(v) && !json_is_null(w) && !json_equal(v, w))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': dtype and torch_dtype differ", c->path);
+	if (!v || json_is_null(v))
+		v = w;
 	if (v && json_is_string(v)) {
 		s->torch_dtype = hp_dtype_parse_torch(json_string_value(v));
 		if (s->torch_dtype == HP_DTYPE_INVALID)
 			return hp_err_set(c->e, HP_EUNSUP, "'%s': torch_dtype '%s' is not supported; "
 					  "supported: float32, bfloat16, float16", c->path, json_string_value(v));
 	}
+	collect_unknown(c, f, s);
 	return 0;
 }
 
 static int load_json(struct hp_model_spec *s, const char *name, json_t *root, struct hp_err *e)
 {
-	struct ctx c = { .path = name, .root = root, .e = e };
+	struct ctx c = { .path = name, .root = root, .e = e, .pre = "" };
 
 	if (!json_is_object(root))
 		return hp_err_set(e, HP_ECONFIG, "'%s': expected a JSON object", name);
@@ -263,8 +768,10 @@ static void put(json_t *o, const char *k, json_t *v, int *bad)
 
 json_t *hp_model_spec_json(const struct hp_model_spec *s)
 {
-	json_t *o = json_object(), *a;
-	int bad = !o;
+	const struct hp_rope_spec *r = &s->rope;
+	json_t *o = json_object(), *a, *rs;
+	int bad = !o, moe = !strcmp(s->model_type, "qwen3_moe");
+	int layers = !strcmp(s->model_type, "qwen2") || !strcmp(s->model_type, "qwen3");
 
 	if (bad)
 		return NULL;
@@ -281,18 +788,51 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 	put(o, "vocab_size", json_integer(s->vocab), &bad);
 	put(o, "max_position_embeddings", json_integer(s->max_pos), &bad);
 	put(o, "rms_norm_eps", json_real(s->rms_eps), &bad);
-	put(o, "rope_theta", json_real(s->rope_theta), &bad);
+	put(o, "rope_theta", json_real(r->theta), &bad);
+	if (r->type == HP_ROPE_DEFAULT) {
+		put(o, "rope_scaling", json_null(), &bad);
+	} else {
+		put(o, "rope_scaling", rs = json_object(), &bad);
+		if (rs) {
+			put(rs, "rope_type", json_string(hp_rope_type_name(r->type)), &bad);
+			put(rs, "factor", json_real(r->factor), &bad);
+		}
+		if (rs && (r->type == HP_ROPE_LLAMA3 || r->type == HP_ROPE_YARN))
+			put(rs, "original_max_position_embeddings", json_integer(r->orig_max_pos), &bad);
+		if (rs && r->type == HP_ROPE_LLAMA3) {
+			put(rs, "low_freq_factor", json_real(r->low_freq_factor), &bad);
+			put(rs, "high_freq_factor", json_real(r->high_freq_factor), &bad);
+		}
+		if (rs && r->type == HP_ROPE_YARN) {
+			put(rs, "attention_factor", json_real(r->attention_factor), &bad);
+			put(rs, "beta_fast", json_real(r->beta_fast), &bad);
+			put(rs, "beta_slow", json_real(r->beta_slow), &bad);
+			put(rs, "truncate", json_boolean(r->truncate), &bad);
+		}
+	}
 	put(o, "hidden_act", json_string("silu"), &bad);
 	put(o, "tie_word_embeddings", json_boolean(s->tie_word_embeddings), &bad);
-	put(o, "attention_bias", json_boolean(s->attention_bias), &bad);
-	put(o, "mlp_bias", json_boolean(s->mlp_bias), &bad);
+	if (!strcmp(s->model_type, "llama") || !strcmp(s->model_type, "qwen3") || moe)
+		put(o, "attention_bias", json_boolean(s->qkv_bias), &bad);
+	if (!strcmp(s->model_type, "llama"))
+		put(o, "mlp_bias", json_boolean(s->mlp_bias), &bad);
+	if (strcmp(s->model_type, "llama"))
+		put(o, "sliding_window", s->sliding_window ? json_integer(s->sliding_window) : json_null(), &bad);
+	if (layers || moe)
+		put(o, "use_sliding_window", json_boolean(s->sliding_window > 0), &bad);
+	if (layers) {
+		put(o, "layer_types", a = json_array(), &bad);
+		for (int l = 0; a && l < s->n_layers; l++)
+			if (json_array_append_new(a, json_string(s->sliding[l] ? "sliding_attention" : "full_attention")))
+				bad = 1;
+	}
 	put(o, "initializer_range", json_real(s->initializer_range), &bad);
 	put(o, "torch_dtype", json_string(s->torch_dtype == HP_DTYPE_BF16 ? "bfloat16" :
 					  s->torch_dtype == HP_DTYPE_F16 ? "float16" : "float32"), &bad);
 	put(o, "bos_token_id", s->bos_token_id >= 0 ? json_integer(s->bos_token_id) : json_null(), &bad);
 	put(o, "eos_token_id", s->eos_token_id >= 0 ? json_integer(s->eos_token_id) : json_null(), &bad);
 	put(o, "pad_token_id", s->pad_token_id >= 0 ? json_integer(s->pad_token_id) : json_null(), &bad);
-	if (!strcmp(s->model_type, "qwen3_moe")) {
+	if (moe) {
 		put(o, "num_experts", json_integer(s->n_experts), &bad);
 		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
 		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
@@ -305,6 +845,10 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 			if (s->mlp_only[l] && json_array_append_new(a, json_integer(l)))
 				bad = 1;
 	}
+	if (s->transformers_version[0])
+		put(o, "transformers_version", json_string(s->transformers_version), &bad);
+	if (s->unknown[0])
+		put(o, "hp_unknown_keys", json_string(s->unknown), &bad);
 	if (bad) {
 		json_decref(o);
 		return NULL;
@@ -317,7 +861,7 @@ long long hp_model_spec_nparams(const struct hp_model_spec *s)
 	long long C = s->hidden, I = s->intermediate, hd = s->head_dim;
 	long long QD = s->n_heads * hd, KD = s->n_kv_heads * hd;
 	long long attn = C * QD * 2 + 2 * C * KD + (s->qk_norm ? 2 * hd : 0) +
-			 (s->attention_bias ? QD + 2 * KD + C : 0);
+			 (s->qkv_bias ? QD + 2 * KD : 0) + (s->o_bias ? C : 0);
 	long long n = (long long)s->vocab * C + C;
 
 	for (int l = 0; l < s->n_layers; l++) {

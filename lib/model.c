@@ -383,6 +383,8 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 	if (T > spec->max_pos)
 		return hp_err_set(e, HP_ECONFIG, "sequence length %d exceeds the model's "
 				  "max_position_embeddings %d", T, spec->max_pos);
+	if ((rc = hp_model_spec_check_seq(spec, T, e)))
+		return rc;
 	if ((rc = set_par(m, par, B, T, e)))
 		return rc;
 	if (m->par.tp > 1)   /* the LM head is vocab-parallel: no chunks */
@@ -448,7 +450,7 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 		goto fail;
 	}
 	take_acts(m);
-	hp_rope_table(m->cos_t, m->sin_t, m->S, spec->head_dim, spec->rope_theta);
+	hp_model_spec_rope_table(spec, m->cos_t, m->sin_t, m->S);
 	return 0;
 fail:
 	hp_model_release(m);

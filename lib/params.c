@@ -37,16 +37,16 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 	for (int l = 0; l < s->n_layers; l++) {
 		LAYER(HP_PF_IN_NORM, HP_ROLE_REPLICATE, "input_layernorm.weight", 1, C, 1);
 		LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, QD, C);
-		if (s->attention_bias)
+		if (s->qkv_bias)
 			LAYER(HP_PF_BQ, HP_ROLE_COLUMN, "self_attn.q_proj.bias", 1, QD, 1);
 		LAYER(HP_PF_WK, HP_ROLE_COLUMN, "self_attn.k_proj.weight", 2, KD, C);
-		if (s->attention_bias)
+		if (s->qkv_bias)
 			LAYER(HP_PF_BK, HP_ROLE_COLUMN, "self_attn.k_proj.bias", 1, KD, 1);
 		LAYER(HP_PF_WV, HP_ROLE_COLUMN, "self_attn.v_proj.weight", 2, KD, C);
-		if (s->attention_bias)
+		if (s->qkv_bias)
 			LAYER(HP_PF_BV, HP_ROLE_COLUMN, "self_attn.v_proj.bias", 1, KD, 1);
 		LAYER(HP_PF_WO, HP_ROLE_ROW, "self_attn.o_proj.weight", 2, C, QD);
-		if (s->attention_bias)
+		if (s->o_bias)
 			LAYER(HP_PF_BO, HP_ROLE_REPLICATE, "self_attn.o_proj.bias", 1, C, 1);
 		if (s->qk_norm) {
 			LAYER(HP_PF_Q_NORM, HP_ROLE_REPLICATE, "self_attn.q_norm.weight", 1, D, 1);

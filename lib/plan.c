@@ -16,6 +16,7 @@
 #include "fileio.h"
 #include "model.h"
 #include "params.h"
+#include "log.h"
 #include "plan.h"
 #include "sha256.h"
 
@@ -196,6 +197,16 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: %ld is not "
 				  "divisible by cp_size%s = %ld", f, seq,
 				  p->sequence_parallel ? "*tp_size (sequence_parallel)" : "", sq);
+	if (seq > s->max_pos)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: %ld exceeds the "
+				  "model's max_position_embeddings %d", f, seq, s->max_pos);
+	if (seq > 0) {
+		struct hp_err why = { 0 };
+
+		if (hp_model_spec_check_seq(s, (int)seq, &why))
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.seq_length: the model's %s",
+					  f, why.msg);
+	}
 	return 0;
 }
 
@@ -363,7 +374,8 @@ static int build_modules(struct hp_plan *p)
 {
 	const struct hp_model_spec *s = &p->spec;
 	const char *pre = !strcmp(s->model_type, "qwen3_moe") ? "Qwen3Moe" :
-			  !strcmp(s->model_type, "qwen3") ? "Qwen3" : "Llama";
+			  !strcmp(s->model_type, "qwen3") ? "Qwen3" : !strcmp(s->model_type, "qwen2") ? "Qwen2" :
+			  !strcmp(s->model_type, "mistral") ? "Mistral" : "Llama";
 	int cap = 3 + 10 * s->n_layers, bad = 0;
 	char name[96];
 
@@ -627,6 +639,10 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 		p->edp = world / p->ep;
 	if ((rc = check(p, c, world, e)))
 		goto fail;
+	/* hfconfig.h: a key in none of the lists is named once, by rank 0 */
+	if (s->unknown[0] && hp_log_rank() == 0)
+		hp_warn("'%s': config.json keys hp does not know, left unused (transformers may read "
+			"them): %s", c->model.path ? c->model.path : "model", s->unknown);
 	p->dp_replicate = p->dp * p->cp / p->dp_shard;
 	p->edp_replicate = p->edp / p->edp_shard;
 	p->size[HP_DIM_DP] = (int)p->dp;

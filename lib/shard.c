@@ -70,6 +70,9 @@ static int same_model(const struct hp_plan *p, const struct hp_model_spec *s, co
 			json_t *w = json_object_get(b, k);
 			char *x, *y;
 
+			/* which release wrote it, and the keys hp warns of, are not the model */
+			if (!strcmp(k, "transformers_version") || !strcmp(k, "hp_unknown_keys"))
+				continue;
 			if (w && json_equal(v, w))
 				continue;
 			x = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
@@ -734,6 +737,146 @@ out:
 	return rc;
 }
 
+/* --- the exported folder's config and side files ---------------------------------- */
+
+/* The folder the plan's model came from ("" when the config names none). */
+static void source_dir(const struct hp_plan *p, char *out, size_t n)
+{
+	json_t *m = p->config ? json_object_get(p->config, "model") : NULL;
+	json_t *v = m ? json_object_get(m, "config_path") : NULL;
+	const char *d;
+	size_t len;
+
+	if (!json_is_string(v))
+		v = m ? json_object_get(m, "pretrained_model_name_or_path") : NULL;
+	d = json_is_string(v) ? json_string_value(v) : "";
+	len = strlen(d);
+	if (len >= 5 && !strcmp(d + len - 5, ".json")) {   /* a config.json named as such */
+		const char *sl = strrchr(d, '/');
+		snprintf(out, n, "%.*s", sl ? (int)(sl - d) : 1, sl ? d : ".");
+	} else {
+		snprintf(out, n, "%s", d);
+	}
+}
+
+/* The normalised spec in 5.x's spelling: rope_parameters with rope_theta
+ * inside, dtype, num_local_experts. */
+static void to_v5(json_t *o)
+{
+	json_t *rs = json_object_get(o, "rope_scaling"), *rp;
+
+	rp = json_is_object(rs) ? json_deep_copy(rs) : json_pack("{ss}", "rope_type", "default");
+	if (rp) {
+		json_object_set(rp, "rope_theta", json_object_get(o, "rope_theta"));
+		json_object_set_new(o, "rope_parameters", rp);
+	}
+	json_object_del(o, "rope_scaling");
+	json_object_del(o, "rope_theta");
+	json_object_set(o, "dtype", json_object_get(o, "torch_dtype"));
+	json_object_del(o, "torch_dtype");
+	if (json_object_get(o, "num_experts")) {
+		json_object_set(o, "num_local_experts", json_object_get(o, "num_experts"));
+		json_object_del(o, "num_experts");
+	}
+}
+
+/* A cropped model keeps the first n_layers entries of layer_types. */
+static void crop_layer_types(json_t *o, int n_layers)
+{
+	json_t *v = json_object_get(o, "layer_types");
+
+	while (json_is_array(v) && json_array_size(v) > (size_t)n_layers)
+		json_array_remove(v, json_array_size(v) - 1);
+}
+
+/*
+ * config.json for an export: the source folder's own file, key for key as
+ * its transformers release wrote it, with only what hp changes updated (the
+ * dtype, and num_hidden_layers when the run cropped the model), provided it
+ * still reads as the plan's model.  Without it (moved, or another model),
+ * the plan's spec, in the spelling of the release line that wrote the
+ * source.  *src_dir is the source folder when its file was used, else "".
+ */
+static json_t *export_config(const struct hp_plan *p, enum hp_dtype dtype, char *src_dir, size_t n)
+{
+	const char *dt = dtype == HP_DTYPE_BF16 ? "bfloat16" : dtype == HP_DTYPE_F16 ? "float16" : "float32";
+	struct hp_model_spec s;
+	struct hp_err e = { 0 };
+	json_error_t jerr;
+	json_t *o = NULL;
+	char path[4200];
+
+	source_dir(p, src_dir, n);
+	snprintf(path, sizeof(path), "%s/config.json", src_dir);
+	if (src_dir[0] && (o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr)) && json_is_object(o)) {
+		char *t;
+
+		if (json_object_get(o, "dtype") || !json_object_get(o, "torch_dtype"))
+			json_object_set_new(o, "dtype", json_string(dt));
+		if (json_object_get(o, "torch_dtype"))
+			json_object_set_new(o, "torch_dtype", json_string(dt));
+		if (json_is_integer(json_object_get(o, "num_hidden_layers")))
+			json_object_set_new(o, "num_hidden_layers", json_integer(p->spec.n_layers));
+		crop_layer_types(o, p->spec.n_layers);
+		t = json_dumps(o, 0);
+		if (t && !hp_hfconfig_load_buf(&s, path, t, strlen(t), &e)) {
+			s.torch_dtype = p->spec.torch_dtype;
+			memcpy(s.unknown, p->spec.unknown, sizeof(s.unknown));
+			if (!same_model(p, &s, path, &e)) {
+				free(t);
+				return o;
+			}
+		}
+		free(t);
+	}
+	json_decref(o);
+	src_dir[0] = 0;
+	if (!(o = hp_model_spec_json(&p->spec)))
+		return NULL;
+	json_object_del(o, "hp_unknown_keys");
+	json_object_set_new(o, "torch_dtype", json_string(dt));
+	if (p->spec.transformers_version[0] == '5')
+		to_v5(o);
+	return o;
+}
+
+/* The files of an HF folder that are not weights nor config: the tokenizer
+ * and chat template, generation defaults. */
+static const char *const side_files[] = {
+	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+	"tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
+	"generation_config.json",
+};
+
+static int copy_side_files(const char *from, const char *to, struct hp_err *e)
+{
+	for (size_t i = 0; i < sizeof(side_files) / sizeof(side_files[0]); i++) {
+		char src[4200], dst[4200], *buf = NULL;
+		size_t len = 0;
+		FILE *f;
+		int fd, rc;
+
+		snprintf(src, sizeof(src), "%s/%s", from, side_files[i]);
+		if (!(f = fopen(src, "rb")))
+			continue;
+		rc = hp_read_stream(f, &buf, &len);
+		fclose(f);
+		if (rc) {
+			hp_free(buf);
+			return hp_err_set(e, HP_EIO, "'%s': cannot read: %s", src, strerror(errno));
+		}
+		snprintf(dst, sizeof(dst), "%s/%s", to, side_files[i]);
+		fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		rc = fd < 0 || hp_write_all(fd, buf, len) || fsync(fd);
+		if (fd >= 0)
+			rc |= close(fd);
+		hp_free(buf);
+		if (rc)
+			return hp_err_set(e, HP_EIO, "'%s': cannot write: %s", dst, strerror(errno));
+	}
+	return 0;
+}
+
 int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, enum hp_dtype dtype,
 		 uint64_t max_shard, int proc, int nproc, struct hp_progress *pg, struct hp_err *e)
 {
@@ -757,18 +900,19 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 		rc = export_file(p, src, path, file, f, dtype, blk, out, pg, e);
 	}
 	if (!rc && proc == 0) {
-		json_t *cfg = hp_model_spec_json(&p->spec), *idx = NULL, *map;
+		char src_dir[4096];
+		json_t *cfg, *idx = NULL, *map;
 		char *text = NULL;
 		uint64_t total = 0;
 
-		if (cfg)
-			json_object_set_new(cfg, "torch_dtype", json_string(dtype == HP_DTYPE_BF16 ? "bfloat16" :
-								       dtype == HP_DTYPE_F16 ? "float16" : "float32"));
+		cfg = export_config(p, dtype, src_dir, sizeof(src_dir));
 		text = cfg ? json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
 		snprintf(path, sizeof(path), "%s/config.json", dir);
 		rc = text ? write_text(path, text, e) : hp_err_set(e, HP_ENOMEM, "out of memory");
 		free(text);
 		text = NULL;
+		if (!rc && src_dir[0])
+			rc = copy_side_files(src_dir, dir, e);
 		if (!rc && nfiles > 1) {
 			idx = json_object();
 			map = json_object();

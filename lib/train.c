@@ -155,7 +155,22 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	fprintf(out, "%-40s %d\n", "spec.head_dim", s->head_dim);
 	fprintf(out, "%-40s %d\n", "spec.vocab_size", s->vocab);
 	fprintf(out, "%-40s %g\n", "spec.rms_norm_eps", s->rms_eps);
-	fprintf(out, "%-40s %g\n", "spec.rope_theta", s->rope_theta);
+	fprintf(out, "%-40s %g\n", "spec.rope_theta", s->rope.theta);
+	if (s->rope.type != HP_ROPE_DEFAULT) {
+		double f[HP_ROPE_MAX_HALF], af;
+
+		hp_model_spec_rope(s, f, &af);
+		fprintf(out, "%-40s %s factor %g%s\n", "spec.rope_type", hp_rope_type_name(s->rope.type),
+			s->rope.factor, s->rope.type == HP_ROPE_DYNAMIC ?
+			" (positions below max_position_embeddings: the unscaled table)" : "");
+		if (s->rope.type == HP_ROPE_YARN)
+			fprintf(out, "%-40s %.17g\n", "spec.rope_attention_factor", af);
+	}
+	if (s->sliding_window)
+		fprintf(out, "%-40s %d (at least the sequence: full attention)\n", "spec.sliding_window",
+			s->sliding_window);
+	if (s->qkv_bias)
+		fprintf(out, "%-40s %s\n", "spec.attention_bias", s->o_bias ? "q, k, v, o" : "q, k, v");
 	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");
 	fprintf(out, "%-40s %s\n", "spec.checkpoint_dtype", hp_dtype_name(s->torch_dtype));
 	if (s->qk_norm)

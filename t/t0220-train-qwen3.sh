@@ -142,12 +142,12 @@ test_expect_success 'bad input: a tied config whose lm_head differs from the emb
 	test_one_line err && grep -q "lm_head.weight. differs from the embedding" err
 '
 
-test_expect_success 'bad input: rope_scaling is refused, naming the key' '
+test_expect_success 'bad input: a rope type hp does not compute is refused, naming it' '
 	mkdir -p rs && cp "$REFS/qwen3-dense/"*.safetensors rs/ &&
-	jq ".rope_scaling = {\"rope_type\": \"yarn\", \"factor\": 4.0}" "$REFS/qwen3-dense/config.json" >rs/config.json &&
+	jq ".rope_scaling = {\"rope_type\": \"longrope\", \"factor\": 4.0}" "$REFS/qwen3-dense/config.json" >rs/config.json &&
 	write_config rs.yaml "$PWD/rs" ts 64 2 2 1 &&
 	test_must_fail_with 4 hp-train -q rs.yaml 2>err &&
-	test_one_line err && grep -q "rope_scaling" err
+	test_one_line err && grep -q "rope type .longrope. is not supported" err
 '
 
 test_done

@@ -135,7 +135,7 @@ test_expect_success MANDOC 'the EXAMPLES of hp-plan(1) run as written' '
 test_expect_success MANDOC_MPI 'the EXAMPLES of hp-convert(1) run as written' '
 	in_scratch convert &&
 	run_examples hp-convert.1 &&
-	test $(wc -l <cmds) = 7 &&
+	test $(wc -l <cmds) = 6 &&
 	for d in shards shards8; do
 		test $(ls $d | grep -c "^rank-0000[0-7]-of-00008\.safetensors$") = 8 || return 1
 	done &&
@@ -147,11 +147,16 @@ test_expect_success MANDOC_MPI 'the EXAMPLES of hp-convert(1) run as written' '
 	hp-convert --export -o f32 shards16 &&
 	hp-test-tool stsame data/stories260K/hf f32 &&
 	ls hf >files &&
-	printf "%s\n" config.json model-00001-of-00003.safetensors model-00002-of-00003.safetensors \
-		model-00003-of-00003.safetensors model.safetensors.index.json tokenizer.json \
+	printf "%s\n" config.json generation_config.json model-00001-of-00003.safetensors \
+		model-00002-of-00003.safetensors model-00003-of-00003.safetensors \
+		model.safetensors.index.json special_tokens_map.json tokenizer.json \
 		tokenizer_config.json >expect &&
 	diff -u expect files &&
 	jq -e ".torch_dtype == \"bfloat16\"" hf/config.json &&
+	jq -S "del(.torch_dtype)" data/stories260K/hf/config.json >src.json &&
+	jq -S "del(.torch_dtype)" hf/config.json >out.json &&
+	cmp src.json out.json &&
+	cmp data/stories260K/hf/generation_config.json hf/generation_config.json &&
 	jq -e ".metadata.total_size == 520064" hf/model.safetensors.index.json &&
 	for f in hf/model-*.safetensors; do
 		test $(wc -c <$f) -le 200000 || { echo "$f is over 200KB"; return 1; }

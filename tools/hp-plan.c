@@ -189,6 +189,18 @@ static void explain(json_t *plan, struct hp_plan *p)
 
 	printf("plan %s  world %lld\n\n", json_string_value(json_object_get(plan, "hash")),
 	       (long long)json_integer_value(json_object_get(plan, "world_size")));
+	printf("model\n");
+	printf("  %-18s %s (%s)\n", "model_type", p->spec.model_type, p->spec.architecture);
+	printf("  %-18s %lld\n", "parameters", hp_model_spec_nparams(&p->spec));
+	printf("  %-18s %s, theta %g", "rope", hp_rope_type_name(p->spec.rope.type), p->spec.rope.theta);
+	if (p->spec.rope.type != HP_ROPE_DEFAULT)
+		printf(", factor %g", p->spec.rope.factor);
+	printf("\n");
+	if (p->spec.sliding_window)
+		printf("  %-18s %d\n", "sliding_window", p->spec.sliding_window);
+	if (p->spec.unknown[0])
+		printf("  %-18s %s\n", "unknown keys", p->spec.unknown);
+	printf("\n");
 	printf("parallel\n");
 	json_object_foreach(json_object_get(plan, "parallel"), k, v)
 		if (json_is_boolean(v))

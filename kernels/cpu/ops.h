@@ -43,8 +43,10 @@ void hp_rmsnorm_bwd_vec(float *dx, float *dw, const float *dy, const float *x, c
 			const float *rstd, long N, int C, int accumulate);
 
 /* ---- RoPE (HF rotate_half form) ---- */
-/* cos/sin tables [T, head_dim/2] for positions 0..T-1: angle = pos * theta^(-2i/head_dim). */
-void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, double theta);
+/* cos/sin tables [T, head_dim/2] for positions 0..T-1: angle = pos * inv_freq[i],
+ * both times attention_factor (lib/hfconfig.h, hp_model_spec_rope_table). */
+void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, const double *inv_freq,
+		   double attention_factor);
 /* Rotate in place x[N, n_heads*head_dim] whose token n sits at position pos[n]. */
 void hp_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
 		 long N, int n_heads, int head_dim);

@@ -4,24 +4,27 @@
  * HF (LlamaRotaryEmbedding + apply_rotary_pos_emb): with half = head_dim/2,
  *   out[i]        = x[i]*cos[i] - x[i+half]*sin[i]
  *   out[i+half]   = x[i+half]*cos[i] + x[i]*sin[i]
- * where angle[i] = pos * theta^(-2i/head_dim).  The angles are computed in
- * double and rounded once, which is what the float64 references do; torch's
- * fp32 table differs from it by a few ulps at large positions.
+ * where angle[i] = pos * inv_freq[i] and cos, sin are multiplied by the
+ * RoPE type's attention factor (1 but for yarn).  The caller computes
+ * inv_freq for the model's RoPE type (lib/hfconfig.c,
+ * hp_model_spec_rope).  The angles are computed in double and rounded once;
+ * transformers' table is float32 (inv_freq, the angle and cos/sin), so it
+ * differs from this one by a few ulps at large positions.
  */
 #include <math.h>
 
 #include "cpu/ops.h"
 
-void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, double theta)
+void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, const double *inv_freq,
+		   double attention_factor)
 {
 	int half = head_dim / 2;
 
 	for (int t = 0; t < T; t++)
 		for (int i = 0; i < half; i++) {
-			double inv = pow(theta, -(2.0 * i) / head_dim);
-			double a = (double)t * inv;
-			cos_t[t * half + i] = (float)cos(a);
-			sin_t[t * half + i] = (float)sin(a);
+			double a = (double)t * inv_freq[i];
+			cos_t[t * half + i] = (float)(cos(a) * attention_factor);
+			sin_t[t * half + i] = (float)(sin(a) * attention_factor);
 		}
 }
 

@@ -31,6 +31,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "hfconfig.h"
 #include "tap.h"
 
 #ifdef HP_HAVE_CUDA
@@ -377,14 +378,29 @@ static void test_rmsnorm(long N, int C, int bf, int acc)
 
 /* ---- RoPE ---- */
 
-static void test_rope(long N, int H, int D, int T)
+/* A spec of RoPE type `type` for head_dim D (the scaled types with an
+ * original context of T / 4, so that every band of llama3 and yarn's ramp
+ * fall inside the table). */
+static struct hp_model_spec rope_spec(enum hp_rope_type type, int D, int T)
+{
+	struct hp_model_spec s = { .head_dim = D, .max_pos = T };
+
+	s.rope = (struct hp_rope_spec){ .type = type, .theta = 10000.0, .factor = 4.0,
+					.low_freq_factor = 1.0, .high_freq_factor = 4.0,
+					.orig_max_pos = T / 4 > 1 ? T / 4 : 1, .attention_factor = 1.1386,
+					.beta_fast = 32, .beta_slow = 1, .truncate = 1 };
+	return s;
+}
+
+static void test_rope(long N, int H, int D, int T, enum hp_rope_type type)
 {
 	size_t n = (size_t)N * H * D, nt = (size_t)T * (D / 2);
 	float *cs = malloc(nt * 4 + 4), *sn = malloc(nt * 4 + 4);
 	float *x = hfill(n, 13, 2.0f, 1), *dx = hfill(n, 14, 1.0f, 1);
 	int32_t *pos = hids((size_t)N, 15, T);
+	struct hp_model_spec rs = rope_spec(type, D, T);
 
-	hp_rope_table(cs, sn, T, D, 10000.0);
+	hp_model_spec_rope_table(&rs, cs, sn, T);
 	if (N > 1)
 		pos[N - 1] = T - 1;   /* the table's last row */
 	float *dcs = ct_dev(cs, nt, 0), *dsn = ct_dev(sn, nt, 0);
@@ -399,8 +415,9 @@ static void test_rope(long N, int H, int D, int T)
 	hp_rope_bwd(dx, pos, cs, sn, N, H, D);
 	double ef = ct_nerr(gx, x, n), eb = ct_nerr(gdx, dx, n);
 	/* the CPU's fp32 arithmetic unfused, then one bf16 rounding */
-	ok(g && ef <= TOL_BF16 && eb <= TOL_BF16, "rope N=%ld H=%d D=%d: fwd nerr %.2e, bwd nerr %.2e "
-	   "(%zu and %zu of %zu not the CPU's rounded)", N, H, D, ef, eb, bf_diff(gx, x, n), bf_diff(gdx, dx, n), n);
+	ok(g && ef <= TOL_BF16 && eb <= TOL_BF16, "rope %s N=%ld H=%d D=%d: fwd nerr %.2e, bwd nerr %.2e "
+	   "(%zu and %zu of %zu not the CPU's rounded)", hp_rope_type_name(type), N, H, D, ef, eb,
+	   bf_diff(gx, x, n), bf_diff(gdx, dx, n), n);
 
 	hp_cuda_free(dcs);
 	hp_cuda_free(dsn);
@@ -770,11 +787,14 @@ static void run_all(void)
 	if (big)
 		test_rmsnorm(4096L * 32, 128, 1, 0);
 
-	test_rope(1, 1, 2, 1);
-	test_rope(5, 3, 64, 16);
-	test_rope(100, 7, 96, 300);
+	test_rope(1, 1, 2, 1, HP_ROPE_DEFAULT);
+	test_rope(5, 3, 64, 16, HP_ROPE_DEFAULT);
+	test_rope(100, 7, 96, 300, HP_ROPE_DEFAULT);
+	/* every RoPE type: the kernels read the table, so one shape each */
+	for (int t = HP_ROPE_LINEAR; t <= HP_ROPE_LLAMA3; t++)
+		test_rope(100, 7, 96, 300, (enum hp_rope_type)t);
 	if (big)
-		test_rope(4096, 32, 128, 4096);
+		test_rope(4096, 32, 128, 4096, HP_ROPE_DEFAULT);
 
 	test_swiglu(1, 1);
 	test_swiglu(37, 1000);

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "hfconfig.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -123,7 +124,10 @@ static void test_rope(void)
 			      malloc(N * 4), N, H, D };
 	float *dx = malloc(n * 4), *nx = malloc(n * 4);
 
-	hp_rope_table(c.cs, c.sn, T, D, 10000.0);
+	struct hp_model_spec rs = { .head_dim = D, .max_pos = T };
+
+	rs.rope = (struct hp_rope_spec){ .type = HP_ROPE_DEFAULT, .theta = 10000.0 };
+	hp_model_spec_rope_table(&rs, c.cs, c.sn, T);
 	for (int i = 0; i < N; i++)
 		c.pos[i] = i;
 	memcpy(dx, c.R, n * 4);
@@ -136,6 +140,22 @@ static void test_rope(void)
 	hp_rope_fwd(v, &p1, c.cs, c.sn, 1, 1, 8);
 	ok(fabsf(v[0] - cosf(1.0f)) < 1e-6f && fabsf(v[4] - sinf(1.0f)) < 1e-6f,
 	   "rope rotates the (i, i+D/2) pair by pos*theta^(-2i/D) (rotate_half layout)");
+	/* yarn scales cos and sin: the rotation is no longer orthogonal, and
+	 * the backward must still be its adjoint */
+	rs.rope = (struct hp_rope_spec){ .type = HP_ROPE_YARN, .theta = 10000.0, .factor = 4.0,
+					 .orig_max_pos = 2, .attention_factor = 1.1386, .beta_fast = 32,
+					 .beta_slow = 1, .truncate = 1 };
+	hp_model_spec_rope_table(&rs, c.cs, c.sn, T);
+	memcpy(dx, c.R, n * 4);
+	hp_rope_bwd(dx, c.pos, c.cs, c.sn, N, H, D);
+	numgrad(nx, c.x, n, rope_loss, &c);
+	ok(rel_l2(dx, nx, n) < FD_TOL, "yarn rope (attention factor 1.1386) backward matches finite "
+	   "differences (%.2e)", rel_l2(dx, nx, n));
+	v[0] = 1;
+	memset(v + 1, 0, 7 * sizeof(float));
+	p1 = 0;
+	hp_rope_fwd(v, &p1, c.cs, c.sn, 1, 1, 8);
+	ok(fabsf(v[0] - 1.1386f) < 1e-6f, "yarn's position 0 scales by the attention factor (%.7g)", v[0]);
 	free(c.x); free(c.y); free(c.R); free(c.cs); free(c.sn); free(c.pos); free(dx); free(nx);
 }
 

@@ -1,0 +1,179 @@
+#!/bin/sh
+test_description='HF folders as transformers 4.57 and 5.24 write them: every family x RoPE type against transformers itself'
+. "$(dirname "$0")/test-lib.sh"
+. "$TEST_DIR/lib-train.sh"
+
+# data/hf/tf4 and tf5: tiny random models that transformers built and saved
+# (t/ref/make-hf-goldens.sh), with its float64 loss and gradients and its
+# float32 AdamW steps.
+HF=$DATA/hf
+FAMILIES="llama mistral qwen2 qwen3 qwen3_moe"
+ROPES="default linear dynamic yarn llama3"
+A=--accelerator
+F=--fsdp_config
+
+# rel_close A B TOL: |A - B| <= TOL * |B|
+rel_close () {
+	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b;
+		if (d <= t * m) exit 0; printf "%s vs %s: relative %g > %g\n", a, b, d / m, t; exit 1 }'
+}
+
+# hf_records PREFIX DIR: four records of 33 ids from DIR's golden batch
+hf_records () {
+	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
+		"$2/reference.json" >"$1.jsonl" &&
+	hp-test-tool mkidx --vocab 64 -o "$1" "$1.jsonl"
+}
+
+for line in tf4 tf5; do
+	for fam in $FAMILIES; do
+		for rope in $ROPES; do
+			d=$HF/$line/$fam-$rope
+			test_expect_success "$line $fam $rope: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
+				hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
+				rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
+				hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
+				! grep -q FAIL cmp &&
+				jq -r .loss s.jsonl >ours &&
+				jq -r ".adamw.losses_f32[]" "$d/reference.json" >theirs &&
+				test $(wc -l <ours) = 5 &&
+				paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
+			'
+		done
+	done
+done
+
+test_expect_success 'the RoPE tables: inverse frequencies within 1e-6 and the attention factor within 1e-12 of transformers (both lines)' '
+	for d in "$HF"/tf4/* "$HF"/tf5/*; do
+		hp-test-tool rope "$d" >r.json &&
+		jq -r ".inv_freq_f32[]" r.json >ours &&
+		jq -r ".rope.inv_freq_f32[]" "$d/reference.json" >theirs &&
+		test $(wc -l <ours) = $(wc -l <theirs) &&
+		paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-6 || return 1; done &&
+		rel_close "$(jq -r .attention_factor r.json)" "$(jq -r .rope.attention_scaling "$d/reference.json")" 1e-12 ||
+		{ echo "in $d"; return 1; }
+	done
+'
+
+test_expect_success 'the RoPE type matters: without its rope key a folder is the default-RoPE model, not the golden one' '
+	for rope in linear yarn llama3; do
+		for fam in llama qwen3_moe; do
+			d=$HF/tf5/$fam-$rope &&
+			rm -rf plain && mkdir plain && cp "$d"/model*.safetensors plain/ &&
+			jq ".rope_parameters = {rope_type: \"default\", rope_theta: .rope_parameters.rope_theta}" \
+				"$d/config.json" >plain/config.json &&
+			hp-test-tool refstep --steps 1 --dump-grads gp.safetensors plain "$d/reference.json" >p.jsonl &&
+			rel_close "$(jq -r .loss p.jsonl)" "$(jq -r .loss.loss_f64_default_rope "$d/reference.json")" 1e-6 &&
+			! rel_close "$(jq -r .loss p.jsonl)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
+			hp-test-tool cmpst --max-rel-l2 1e-5 gp.safetensors "$d/grads.safetensors" >cmp;
+			grep -q FAIL cmp || { echo "$fam $rope: the default-RoPE gradients pass too"; return 1; }
+		done
+	done
+'
+
+test_expect_success 'dynamic RoPE below max_position_embeddings is the unscaled table, and hp-train says so' '
+	hp-test-tool rope "$HF/tf5/llama-dynamic" >a.json &&
+	hp-test-tool rope "$HF/tf5/llama-default" >b.json &&
+	test "$(jq -c .inv_freq_f32 a.json)" = "$(jq -c .inv_freq_f32 b.json)" &&
+	hf_records recs "$HF/tf5/llama-dynamic" &&
+	write_config dyn.yaml "$HF/tf5/llama-dynamic" recs 32 1 2 1 &&
+	hp-train dyn.yaml >out &&
+	grep "^spec.rope_type  *dynamic factor 2 (positions below max_position_embeddings: the unscaled table)$" out
+'
+
+# same_run NAME: every step's loss within 1e-5 relative of the one-process
+# run, and step 1's gradients within 1e-5 relative L2
+same_run () {
+	jq -r .loss "s-$1.jsonl" >a && jq -r .loss p.jsonl >b &&
+	test $(wc -l <a) = $(wc -l <b) &&
+	paste a b | while read x y; do rel_close "$x" "$y" 1e-5 || return 1; done &&
+	hp-test-tool cmpst --max-rel-l2 1e-5 "sg-$1.safetensors" pg.safetensors >cmp &&
+	! grep -q FAIL cmp
+}
+
+PAR="llama-default llama-linear llama-dynamic llama-yarn llama-llama3
+qwen3_moe-default qwen3_moe-linear qwen3_moe-dynamic qwen3_moe-yarn qwen3_moe-llama3
+mistral-yarn qwen2-yarn qwen3-llama3"
+
+test_expect_success MPI 'the seed'\''s 8-rank layout (TP2 x CP2 x EP2, SP, FSDP) and CP 4 equal one process, RoPE positions across chunks' '
+	for n in $PAR; do
+		d=$HF/tf5/$n &&
+		hf_records r-$n "$d" &&
+		write_config $n.yaml "$d" r-$n 32 1 2 4 </dev/null &&
+		hp-train -q $n.yaml --metrics s-$n.jsonl --dump-grads sg-$n.safetensors &&
+		echo "# $n: seed layout" &&
+		mpiexec -n 8 hp-train -q $n.yaml $A.tp_size=2 $A.cp_size=2 $A.ep_size=2 \
+			$A.sequence_parallel=true $F.dp_shard_size=2 $F.edp_shard_size=2 \
+			--metrics p.jsonl --dump-grads pg.safetensors &&
+		same_run $n &&
+		echo "# $n: CP 4" &&
+		mpiexec -n 4 hp-train -q $n.yaml $A.cp_size=4 --metrics p.jsonl --dump-grads pg.safetensors &&
+		same_run $n || return 1
+	done
+'
+
+# bad NAME JQ EXIT PATTERN: the tf5 qwen3 folder with its config changed by
+# JQ is refused with EXIT, one line matching PATTERN, nothing written
+bad () {
+	rm -rf b-$1 && mkdir b-$1 && cp "$HF/tf5/qwen3-default/model.safetensors" b-$1/ &&
+	jq "$2" "$HF/tf5/qwen3-default/config.json" >b-$1/config.json &&
+	hf_records rb "$HF/tf5/qwen3-default" &&
+	write_config b-$1.yaml "$PWD/b-$1" rb 32 1 2 1 &&
+	test_must_fail_with $3 hp-train -q b-$1.yaml --metrics m-$1.jsonl 2>err &&
+	test_one_line err && cat err && grep -q -- "$4" err &&
+	test ! -e m-$1.jsonl
+}
+
+test_expect_success 'refused by name, with exit 4: values hp does not compute' '
+	bad prf ".partial_rotary_factor = 0.5" 4 "partial_rotary_factor 0.5 is not supported" &&
+	bad prf2 ".rope_parameters.partial_rotary_factor = 0.25" 4 "rope_parameters.partial_rotary_factor 0.25" &&
+	bad act ".hidden_act = \"gelu\"" 4 "hidden_act gelu is not supported" &&
+	bad quant ".quantization_config = {quant_method: \"bitsandbytes\"}" 4 "quantization_config is not supported" &&
+	bad drop ".attention_dropout = 0.1" 4 "attention_dropout 0.1 is not supported" &&
+	bad long ".rope_parameters = {rope_type: \"longrope\", rope_theta: 1e6, short_factor: [1], long_factor: [1]}" 4 \
+		"rope type .longrope. is not supported" &&
+	bad both ".rope_scaling = {rope_type: \"linear\", factor: 2.0}" 4 "both rope_scaling and rope_parameters" &&
+	bad types ".rope_parameters = {rope_type: \"linear\", type: \"yarn\", factor: 2.0, rope_theta: 1e6}" 4 \
+		"rope_type .linear. and type .yarn. differ" &&
+	bad theta ".rope_theta = 10000.0" 4 "rope_theta 10000 and rope_parameters.rope_theta 1e+06 differ" &&
+	bad nested ".rope_parameters = {full_attention: {rope_type: \"default\", rope_theta: 1e6}}" 4 \
+		"per-layer-type RoPE parameters" &&
+	bad arch ".architectures = [\"LlamaForCausalLM\"]" 4 "architectures .*LlamaForCausalLM.* does not match model_type .qwen3." &&
+	bad window ".use_sliding_window = true | .sliding_window = 16 | .max_window_layers = 0 | del(.layer_types)" 4 \
+		"layer 0 has sliding_window 16, shorter than the sequence of 32 tokens" &&
+	bad ltype ".layer_types = [\"full_attention\", \"chunked_attention\"]" 4 "layer_types.1. .chunked_attention. is not supported" &&
+	bad mtype ".model_type = \"gemma\"" 4 "model_type .gemma. is not supported"
+'
+
+test_expect_success 'refused: llama-only values (pretraining_tp 2, mlp_bias true)' '
+	for kv in "pretraining_tp = 2" "mlp_bias = true"; do
+		rm -rf bl && mkdir bl && cp "$HF/tf5/llama-default/model.safetensors" bl/ &&
+		jq ".$kv" "$HF/tf5/llama-default/config.json" >bl/config.json &&
+		hf_records rl "$HF/tf5/llama-default" &&
+		write_config bl.yaml "$PWD/bl" rl 32 1 2 1 &&
+		test_must_fail_with 4 hp-train -q bl.yaml 2>err &&
+		test_one_line err && grep -q "$(echo $kv | sed "s/ = / /")" err || return 1
+	done
+'
+
+test_expect_success 'a key in none of the lists: one warning line from hp-train and hp-plan, recorded in the plan; the run goes on' '
+	rm -rf unk && mkdir unk && cp "$HF/tf5/qwen3-default/model.safetensors" unk/ &&
+	jq ".frobnicate = 3 | .rope_parameters.wibble = 1" "$HF/tf5/qwen3-default/config.json" >unk/config.json &&
+	hf_records ru "$HF/tf5/qwen3-default" &&
+	write_config unk.yaml "$PWD/unk" ru 32 1 2 1 &&
+	hp-train -q unk.yaml --metrics mu.jsonl 2>err &&
+	test $(grep -c "warning: .*keys hp does not know" err) = 1 &&
+	grep -q "left unused (transformers may read them): rope_parameters.wibble, frobnicate$" err &&
+	test $(wc -l <mu.jsonl) = 1 &&
+	hp-plan unk.yaml --world 1 -o plan.json 2>perr &&
+	test $(grep -c "keys hp does not know" perr) = 1 &&
+	jq -e ".model.hp_unknown_keys == \"rope_parameters.wibble, frobnicate\"" plan.json
+'
+
+test_expect_success 'a 4.x and a 5.x folder of the same model make the same plan model, but for the version' '
+	hp-test-tool spec "$HF/tf4/qwen3-yarn" | jq -S "del(.transformers_version)" >a &&
+	hp-test-tool spec "$HF/tf5/qwen3-yarn" | jq -S "del(.transformers_version)" >b &&
+	cmp a b
+'
+
+test_done

@@ -1,0 +1,40 @@
+#!/bin/sh
+test_description='the config.json of real hub checkpoints: each parses, plans at a realistic world size, and counts the published parameters'
+. "$(dirname "$0")/test-lib.sh"
+
+HUB=$DATA/hub-configs
+
+# hub_yaml FILE NAME: a from_config run of the hub config NAME, seq 4096
+hub_yaml () {
+	cat >"$1" <<-YAML
+	model:
+	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
+	  config_path: $HUB/$2.json
+	training: {train_iters: 10, global_batch_size: 64, micro_batch_size: 1}
+	dataset:
+	  _target_: hyper_parallel.data.build_indexed_text_dataset
+	  data_path: none
+	  data_config: {seq_length: 4096, is_dataset_from_mr: true}
+	YAML
+}
+
+while IFS='	' read name world ovr count; do
+	case $name in '#'*) continue ;; esac
+	test_expect_success "$name: hp-plan --world $world, $count parameters" '
+		hub_yaml c.yaml $name &&
+		hp-plan c.yaml --world $world $ovr -o plan.json 2>err &&
+		hp-plan --explain plan.json >ex 2>>err &&
+		cat err &&
+		grep "^  parameters  *$count$" ex &&
+		jq -e ".world_size == $world" plan.json >/dev/null
+	'
+done <"$HUB/plans.tsv"
+
+test_expect_success 'the Llama-3 RoPE is llama3 with factor 32 (3.2) and 8 (3.1); Qwen3 theta 1e6; Mistral no window' '
+	hub_yaml l.yaml Llama-3.2-1B && hp-plan --explain l.yaml --world 1 | grep "^  rope  *llama3, theta 500000, factor 32$" &&
+	hub_yaml l8.yaml Llama-3.1-8B && hp-plan --explain l8.yaml --world 1 | grep "^  rope  *llama3, theta 500000, factor 8$" &&
+	hub_yaml q.yaml Qwen3-8B && hp-plan --explain q.yaml --world 1 | grep "^  rope  *default, theta 1e+06$" &&
+	hub_yaml m.yaml Mistral-7B-v0.3 && hp-plan --explain m.yaml --world 1 >ex && ! grep -q sliding_window ex
+'
+
+test_done
