@@ -36,9 +36,10 @@ static void tok_sift(int32_t *o, const int32_t *ids, long i, long n)
 /* The tokens grouped by id for hp_cuda_embedding_bwd (kernels/cuda/ops.h),
  * host code built in every build.  Heap sort: in place, O(N log N), no
  * allocation in the step loop. */
-int hp_cuda_embedding_groups(int32_t *order, int32_t *starts, const int32_t *ids, long N)
+int hp_cuda_embedding_groups(int32_t *order, int32_t *starts, const int32_t *ids, long N, int pad)
 {
 	int nu = 0;
+	long kept = 0;
 
 	for (long i = 0; i < N; i++)
 		order[i] = (int32_t)i;
@@ -50,6 +51,10 @@ int hp_cuda_embedding_groups(int32_t *order, int32_t *starts, const int32_t *ids
 		order[n] = t;
 		tok_sift(order, ids, 0, n);
 	}
+	for (long i = 0; i < N; i++)
+		if (ids[order[i]] != pad)
+			order[kept++] = order[i];
+	N = kept;
 	for (long i = 0; i < N; i++)
 		if (i == 0 || ids[order[i]] != ids[order[i - 1]])
 			starts[nu++] = (int32_t)i;
@@ -595,7 +600,7 @@ int hp_gmodel_micro(struct hp_gmodel *g, const int32_t *ids, const int32_t *targ
 	 * tokens grouped by id for the embedding's deterministic backward */
 	for (long n = 0; n < N; n++)
 		g->h_pos[n] = (int32_t)(n % g->T) - (seg ? seg[n] : 0);
-	int nu = hp_cuda_embedding_groups(g->h_order, g->h_starts, ids, N);
+	int nu = hp_cuda_embedding_groups(g->h_order, g->h_starts, ids, N, s->pad_token_id);
 	if ((rc = hp_cuda_upload(g->ids, ids, sizeof(int32_t) * (size_t)N, e)) ||
 	    (rc = hp_cuda_upload(g->tgt, targets, sizeof(int32_t) * (size_t)N, e)) ||
 	    (seg && (rc = hp_cuda_upload(g->seg, seg, sizeof(int32_t) * (size_t)N, e))) ||

@@ -781,7 +781,7 @@ static void embed_bwd(struct hp_model *m, const float *dout, const int32_t *ids,
 	for (long n = 0; n < N; n++) {
 		int t = ids[n] - m->v0;
 
-		if (t < 0 || t >= V)
+		if (t < 0 || t >= V || ids[n] == m->spec.pad_token_id)   /* padding_idx: no gradient */
 			continue;
 		float *row = m->d_embed + (long)t * C;
 		const float *d = dout + n * C;
@@ -1624,5 +1624,5 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	if (tp > 1)
 		embed_bwd(m, entry_grad(m), ids, N);
 	else
-		hp_embedding_bwd(m->d_embed, m->dx, ids, N, C);
+		hp_embedding_bwd(m->d_embed, m->dx, ids, N, C, m->spec.pad_token_id);
 }

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -967,9 +968,19 @@ int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e)
 int hp_plan_save(const struct hp_plan *p, const char *path, struct hp_err *e)
 {
 	char tmp[4200];
+	struct stat st;
 	FILE *f;
 	int rc;
 
+	/* -o /dev/null or a FIFO: written in place, never renamed over */
+	if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
+		if (!(f = fopen(path, "w")))
+			return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
+		rc = hp_plan_write_json(p, f, e);
+		if (fclose(f) && !rc)
+			rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", path, strerror(errno));
+		return rc;
+	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
 	if (!(f = fopen(tmp, "w")))
 		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));

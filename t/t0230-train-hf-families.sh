@@ -43,6 +43,21 @@ for line in tf4 tf5; do
 	done
 done
 
+test_expect_success 'pad_token_id: its embedding row gets no gradient (nn.Embedding padding_idx), as transformers, both lines' '
+	for line in tf4 tf5; do
+		d=$HF/$line/llama-default-pad &&
+		hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
+		rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
+		hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
+		! grep -q FAIL cmp || return 1
+	done &&
+	rm -rf nopad && mkdir nopad && cp "$d/model.safetensors" nopad/ &&
+	jq "del(.pad_token_id)" "$d/config.json" >nopad/config.json &&
+	hp-test-tool refstep --steps 1 --dump-grads gn.safetensors nopad "$d/reference.json" >/dev/null &&
+	hp-test-tool cmpst --max-rel-l2 1e-5 gn.safetensors "$d/grads.safetensors" >cmp;
+	grep "model.embed_tokens.weight.*FAIL" cmp
+'
+
 test_expect_success 'the RoPE tables: inverse frequencies within 1e-6 and the attention factor within 1e-12 of transformers (both lines)' '
 	for d in "$HF"/tf4/* "$HF"/tf5/*; do
 		hp-test-tool rope "$d" >r.json &&
@@ -76,7 +91,7 @@ test_expect_success 'dynamic RoPE below max_position_embeddings is the unscaled 
 	hp-test-tool rope "$HF/tf5/llama-default" >b.json &&
 	test "$(jq -c .inv_freq_f32 a.json)" = "$(jq -c .inv_freq_f32 b.json)" &&
 	hf_records recs "$HF/tf5/llama-dynamic" &&
-	write_config dyn.yaml "$HF/tf5/llama-dynamic" recs 32 1 2 1 &&
+	write_config dyn.yaml "$HF/tf5/llama-dynamic" recs 32 1 2 1 </dev/null &&
 	hp-train dyn.yaml >out &&
 	grep "^spec.rope_type  *dynamic factor 2 (positions below max_position_embeddings: the unscaled table)$" out
 '
@@ -118,7 +133,7 @@ bad () {
 	rm -rf b-$1 && mkdir b-$1 && cp "$HF/tf5/qwen3-default/model.safetensors" b-$1/ &&
 	jq "$2" "$HF/tf5/qwen3-default/config.json" >b-$1/config.json &&
 	hf_records rb "$HF/tf5/qwen3-default" &&
-	write_config b-$1.yaml "$PWD/b-$1" rb 32 1 2 1 &&
+	write_config b-$1.yaml "$PWD/b-$1" rb 32 1 2 1 </dev/null &&
 	test_must_fail_with $3 hp-train -q b-$1.yaml --metrics m-$1.jsonl 2>err &&
 	test_one_line err && cat err && grep -q -- "$4" err &&
 	test ! -e m-$1.jsonl
@@ -150,7 +165,7 @@ test_expect_success 'refused: llama-only values (pretraining_tp 2, mlp_bias true
 		rm -rf bl && mkdir bl && cp "$HF/tf5/llama-default/model.safetensors" bl/ &&
 		jq ".$kv" "$HF/tf5/llama-default/config.json" >bl/config.json &&
 		hf_records rl "$HF/tf5/llama-default" &&
-		write_config bl.yaml "$PWD/bl" rl 32 1 2 1 &&
+		write_config bl.yaml "$PWD/bl" rl 32 1 2 1 </dev/null &&
 		test_must_fail_with 4 hp-train -q bl.yaml 2>err &&
 		test_one_line err && grep -q "$(echo $kv | sed "s/ = / /")" err || return 1
 	done
@@ -160,7 +175,7 @@ test_expect_success 'a key in none of the lists: one warning line from hp-train 
 	rm -rf unk && mkdir unk && cp "$HF/tf5/qwen3-default/model.safetensors" unk/ &&
 	jq ".frobnicate = 3 | .rope_parameters.wibble = 1" "$HF/tf5/qwen3-default/config.json" >unk/config.json &&
 	hf_records ru "$HF/tf5/qwen3-default" &&
-	write_config unk.yaml "$PWD/unk" ru 32 1 2 1 &&
+	write_config unk.yaml "$PWD/unk" ru 32 1 2 1 </dev/null &&
 	hp-train -q unk.yaml --metrics mu.jsonl 2>err &&
 	test $(grep -c "warning: .*keys hp does not know" err) = 1 &&
 	grep -q "left unused (transformers may read them): rope_parameters.wibble, frobnicate$" err &&

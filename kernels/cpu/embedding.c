@@ -11,9 +11,11 @@ void hp_embedding_fwd(float *out, const int32_t *ids, const float *table, long N
 		memcpy(out + n * C, table + (long)ids[n] * C, (size_t)C * sizeof(float));
 }
 
-void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C)
+void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C, int pad)
 {
 	for (long n = 0; n < N; n++) {
+		if (ids[n] == pad)
+			continue;
 		float *row = dtable + (long)ids[n] * C;
 		const float *d = dout + n * C;
 		for (int c = 0; c < C; c++)

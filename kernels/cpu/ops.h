@@ -25,7 +25,9 @@
 
 /* ---- embedding ---- */
 void hp_embedding_fwd(float *out, const int32_t *ids, const float *table, long N, int C);
-void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C);
+/* dtable[ids[n]] += dout[n], except for tokens whose id is pad (>= 0):
+ * nn.Embedding(padding_idx=pad) gives its row no gradient. */
+void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C, int pad);
 
 /* ---- RMSNorm: y = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps) ---- */
 void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long N, int C, float eps);

@@ -85,8 +85,9 @@ void hp_cuda_embedding_fwd(float *out, const int32_t *ids, const hp_bf16 *table,
 void hp_cuda_embedding_bwd(float *dtable, const float *dout, const int32_t *ids,
 			   const int32_t *order, const int32_t *starts, int nu, long N, int C);
 /* Host helper (host code, lib/gmodel.c, in every build): order and starts
- * as above from host ids; returns nu. */
-int hp_cuda_embedding_groups(int32_t *order, int32_t *starts, const int32_t *ids, long N);
+ * as above from host ids, leaving out the tokens whose id is pad (>= 0:
+ * nn.Embedding's padding_idx, whose row gets no gradient); returns nu. */
+int hp_cuda_embedding_groups(int32_t *order, int32_t *starts, const int32_t *ids, long N, int pad);
 
 /* ---- RMSNorm: y = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps) ---- */
 /* x fp32 (the residual stream), y bf16, rstd [N] fp32. */

@@ -99,8 +99,10 @@ if LINE == "5":
     IMPL["experts_implementation"] = "eager"
 
 
-def make_config(family, rope):
+def make_config(family, rope, pad=None):
     kw = dict(FAMILIES[family])
+    if pad is not None:   # nn.Embedding(padding_idx=pad_token_id): that row gets no gradient
+        kw["pad_token_id"] = pad
     mt = kw.pop("model_type")
     kw.update(vocab_size=VOCAB, max_position_embeddings=MAX_POS, rms_norm_eps=1e-6)
     theta = kw.pop("rope_theta")
@@ -205,11 +207,11 @@ def rotary(model):
     return [float(x) for x in re.inv_freq.float()], float(re.attention_scaling)
 
 
-def one(family, rope, seed):
-    folder = os.path.join(OUT, "tf" + LINE, "%s-%s" % (family, rope))
+def one(family, rope, seed, pad=None):
+    folder = os.path.join(OUT, "tf" + LINE, "%s-%s" % (family, rope) + ("-pad" if pad is not None else ""))
     os.makedirs(folder, exist_ok=True)
     ids, tgt = make_batch()
-    cfg = make_config(family, rope)
+    cfg = make_config(family, rope, pad)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, **IMPL).float()
     fill_weights(model, seed)
@@ -237,7 +239,7 @@ def one(family, rope, seed):
     # the same weights under default RoPE: the test's evidence that the type matters
     loss_default = None
     if rope != "default":
-        cd = make_config(family, "default")
+        cd = make_config(family, "default", pad)
         md = AutoModelForCausalLM.from_config(cd, **IMPL).double()
         md.load_state_dict(m64.state_dict())
         with torch.no_grad():
@@ -295,6 +297,13 @@ def main():
                 LINE, family, rope, seed, ref["loss"]["loss_f64"],
                 "%.10f" % d if d is not None else "-", "ok" if moved else "RoPE NOT VISIBLE"))
             bad += not moved
+    # a pad token that occurs in the batch (id 28, four times): its
+    # embedding row gets no gradient, though the tied LM head's share does
+    ids, _ = make_batch()
+    assert int((ids == 28).sum()) == 4
+    ref = one("llama", "default", 1999, pad=28)
+    print("tf%s llama      default  pad_token_id 28 (%d tokens) loss %.10f" % (
+        LINE, int((ids == 28).sum()), ref["loss"]["loss_f64"]))
     sys.exit(1 if bad else 0)
 
 

@@ -236,7 +236,7 @@ static void test_embedding(long N, int C, int V)
 	ok(g && !memcmp(got, want, no * 4), "embedding_fwd N=%ld C=%d V=%d: exact", N, C, V);
 
 	/* the host grouping: (id, index) order, one group per distinct id */
-	int nu = hp_cuda_embedding_groups(order, starts, ids, N), good = starts[0] == 0 && starts[nu] == N;
+	int nu = hp_cuda_embedding_groups(order, starts, ids, N, -1), good = starts[0] == 0 && starts[nu] == N;
 	char *seen = calloc((size_t)N + 1, 1), *idseen = calloc((size_t)V, 1);
 	int distinct = 0;
 	for (long i = 0; i < N; i++) {
@@ -263,7 +263,7 @@ static void test_embedding(long N, int C, int V)
 
 	/* backward: dtable += rows, per id in token order (the CPU's order) */
 	int32_t *dorder = ct_dev_i32(order, (size_t)N), *dstarts = ct_dev_i32(starts, (size_t)nu + 1);
-	hp_embedding_bwd(dwant, dout, ids, N, C);
+	hp_embedding_bwd(dwant, dout, ids, N, C, -1);
 	hp_cuda_embedding_bwd(dt1, dd, dids, dorder, dstarts, nu, N, C);
 	hp_cuda_embedding_bwd(dt2, dd, dids, dorder, dstarts, nu, N, C);
 	g = gpu_ok();

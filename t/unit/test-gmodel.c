@@ -525,6 +525,13 @@ int main(void)
 	run("data/ref/qwen3-moe-a", 1, 40, 1, 3, 0, 1e-5, 1e-4);
 	run("data/ref/qwen3-dense", 2, 16, 0, 3, 0, 1e-5, 1e-4);
 	run("data/stories260K/hf", 2, 32, 1, 3, 0, 1e-5, 1e-4);
+	/* every RoPE type (the GPU reads the same table), a new family each */
+	run("data/hf/tf5/llama-linear", 2, 32, 0, 3, 0, 1e-5, 1e-4);
+	run("data/hf/tf5/mistral-dynamic", 2, 32, 0, 3, 0, 1e-5, 1e-4);
+	run("data/hf/tf5/qwen3_moe-yarn", 2, 32, 0, 3, 0, 1e-5, 1e-4);
+	run("data/hf/tf4/qwen2-llama3", 2, 32, 1, 3, 0, 1e-5, 1e-4);
+	run("data/hf/tf5/llama-default-pad", 2, 32, 0, 3, 0, 1e-5, 1e-4);
+	run("data/hf/tf5/qwen3_moe-yarn", 2, 32, 0, 3, 1, 1e-2, 5e-2);
 	/* bf16 stores: the GPU's rounding points; the GPU run's 1e-2 for the
 	 * losses; the weights 5e-2 over the whole model, since AdamW moves by
 	 * about lr wherever a gradient is bf16 noise (measured 4e-3 to 7.5e-3) */

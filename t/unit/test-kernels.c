@@ -399,8 +399,12 @@ static void test_embedding(void)
 
 	hp_embedding_fwd(out, ids, table, 2, 3);
 	ok(out[0] == 9 && out[5] == 11, "embedding gathers rows");
-	hp_embedding_bwd(dt, dout, ids, 2, 3);
+	hp_embedding_bwd(dt, dout, ids, 2, 3, -1);
 	ok(dt[9] == 3 && dt[11] == 3 && dt[0] == 0, "embedding backward scatter-adds repeated ids");
+	memset(dt, 0, sizeof(dt));
+	ids[1] = 1;
+	hp_embedding_bwd(dt, dout, ids, 2, 3, 3);
+	ok(dt[9] == 0 && dt[3] == 2, "the padding_idx row gets no gradient, the others do");
 }
 
 /* ---- the vector element-wise kernels against their references ---- */
