@@ -57,6 +57,11 @@ enum hp_dtype hp_dtype_parse_torch(const char *s)
 	return HP_DTYPE_INVALID;
 }
 
+const char *hp_dtype_torch_name(enum hp_dtype t)
+{
+	return t == HP_DTYPE_BF16 ? "bfloat16" : t == HP_DTYPE_F16 ? "float16" : "float32";
+}
+
 int hp_dtype_is_float(enum hp_dtype t)
 {
 	return t == HP_DTYPE_F32 || t == HP_DTYPE_BF16 || t == HP_DTYPE_F16;

@@ -37,6 +37,8 @@ const char *hp_dtype_name(enum hp_dtype t);
 enum hp_dtype hp_dtype_parse(const char *s);
 /* Parse torch_dtype spellings ("float32", "bfloat16", "float16"). */
 enum hp_dtype hp_dtype_parse_torch(const char *s);
+/* The torch_dtype spelling of a float dtype ("float32" for any other). */
+const char *hp_dtype_torch_name(enum hp_dtype t);
 /* True for F32/BF16/F16 (the dtypes model weights may have). */
 int hp_dtype_is_float(enum hp_dtype t);
 

@@ -106,6 +106,14 @@ static const struct family families[] = {
 	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4 },
 };
 
+static const struct family *family_of(const char *model_type)
+{
+	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+		if (!strcmp(model_type, families[i].model_type))
+			return &families[i];
+	return NULL;
+}
+
 /* ---- the key lists ------------------------------------------------------ */
 
 /* Keys that change what hp computes and that parse() reads, for every family
@@ -211,14 +219,14 @@ static double yarn_mscale(double scale, double m)
 	return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
 }
 
-/* A key of the RoPE dict that is a number, or absent / null (*out = dflt). */
-static int rope_num(struct ctx *c, const char *key, int required, double dflt, double *out)
+/* A number the RoPE type needs from its dict. */
+static int rope_num(struct ctx *c, const char *key, double *out)
 {
 	json_t *v = json_object_get(c->root, key);
 
-	if ((!v || json_is_null(v)) && required)
+	if (!v || json_is_null(v))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': rope type needs '%s%s'", c->path, c->pre, key);
-	return get_num(c, key, dflt, out);
+	return get_num(c, key, 0, out);
 }
 
 static int parse_rope(struct ctx *c, struct hp_model_spec *s)
@@ -304,13 +312,14 @@ static int parse_rope(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': rope_theta must be positive", c->path);
 
 	/* 5.x puts a top-level original_max_position_embeddings into llama3's
-	 * and yarn's parameters; 4.x never reads it there */
+	 * and yarn's parameters; 4.x never reads it there, and neither line
+	 * reads it for default, linear or dynamic RoPE (only longrope, refused) */
 	int top_orig = 0;
 	if ((rc = get_int(c, "original_max_position_embeddings", 0, 0, &top_orig)))
 		return rc;
 	if (r->type == HP_ROPE_DEFAULT)
 		return 0;
-	if ((rc = rope_num(&sub, "factor", 1, 0, &r->factor)))
+	if ((rc = rope_num(&sub, "factor", &r->factor)))
 		return rc;
 	if (!(r->factor > 0))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': %sfactor must be positive", c->path, sub.pre);
@@ -324,11 +333,11 @@ static int parse_rope(struct ctx *c, struct hp_model_spec *s)
 				  "first, 4.x the second", c->path, top_orig, sub.pre,
 				  r->orig_max_pos ? r->orig_max_pos : s->max_pos);
 	if (r->type == HP_ROPE_LLAMA3) {
-		if (!r->orig_max_pos)
+		if (!r->orig_max_pos)   /* no max_position_embeddings fallback here */
 			return hp_err_set(c->e, HP_ECONFIG, "'%s': rope type needs '%soriginal_max_position_"
 					  "embeddings'", c->path, sub.pre);
-		if ((rc = rope_num(&sub, "low_freq_factor", 1, 0, &r->low_freq_factor)) ||
-		    (rc = rope_num(&sub, "high_freq_factor", 1, 0, &r->high_freq_factor)))
+		if ((rc = rope_num(&sub, "low_freq_factor", &r->low_freq_factor)) ||
+		    (rc = rope_num(&sub, "high_freq_factor", &r->high_freq_factor)))
 			return rc;
 		if (!(r->high_freq_factor > r->low_freq_factor) || !(r->low_freq_factor > 0))
 			return hp_err_set(c->e, HP_ECONFIG, "'%s': %shigh_freq_factor must exceed "
@@ -428,6 +437,9 @@ void hp_model_spec_rope_table(const struct hp_model_spec *s, float *cos_t, float
 
 int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err *e)
 {
+	if (T > s->max_pos)
+		return hp_err_set(e, HP_ECONFIG, "sequence length %d exceeds the model's "
+				  "max_position_embeddings %d", T, s->max_pos);
 	/* transformers' sliding mask keeps key j for query i iff j > i - W:
 	 * a row of T <= W tokens is fully causal */
 	for (int l = 0; l < s->n_layers; l++)
@@ -583,10 +595,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': missing required key 'model_type'", c->path);
 	if (!json_is_string(v))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
-	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
-		if (!strcmp(json_string_value(v), families[i].model_type))
-			f = &families[i];
-	if (!f)
+	if (!(f = family_of(json_string_value(v))))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
 				  "llama, mistral, qwen2, qwen3, qwen3_moe", c->path, json_string_value(v));
 	snprintf(s->model_type, sizeof(s->model_type), "%s", f->model_type);
@@ -733,19 +742,31 @@ int hp_hfconfig_load_buf(struct hp_model_spec *s, const char *name, const char *
 	return rc;
 }
 
+void hp_hfconfig_file(const char *path, char *file, size_t n, char *dir_out, size_t dn)
+{
+	size_t len = strlen(path);
+	int named = len >= 5 && !strcmp(path + len - 5, ".json");
+	const char *sl = strrchr(path, '/');
+
+	if (named)
+		snprintf(file, n, "%s", path);
+	else
+		snprintf(file, n, "%s/config.json", path);
+	if (dir_out && named)
+		snprintf(dir_out, dn, "%.*s", sl ? (int)(sl - path) : 1, sl ? path : ".");
+	else if (dir_out)
+		snprintf(dir_out, dn, "%s", path);
+}
+
 int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e)
 {
 	char file[4096];
 	json_error_t jerr;
 	json_t *root;
-	size_t n = strlen(path);
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	if (n >= 5 && !strcmp(path + n - 5, ".json"))
-		snprintf(file, sizeof(file), "%s", path);
-	else
-		snprintf(file, sizeof(file), "%s/config.json", path);
+	hp_hfconfig_file(path, file, sizeof(file), NULL, 0);
 	FILE *f = fopen(file, "r");
 	if (!f)
 		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", file, strerror(errno));
@@ -769,9 +790,9 @@ static void put(json_t *o, const char *k, json_t *v, int *bad)
 json_t *hp_model_spec_json(const struct hp_model_spec *s)
 {
 	const struct hp_rope_spec *r = &s->rope;
-	json_t *o = json_object(), *a, *rs;
-	int bad = !o, moe = !strcmp(s->model_type, "qwen3_moe");
-	int layers = !strcmp(s->model_type, "qwen2") || !strcmp(s->model_type, "qwen3");
+	const struct family *f = family_of(s->model_type);
+	json_t *o = f ? json_object() : NULL, *a, *rs;
+	int bad = !o;
 
 	if (bad)
 		return NULL;
@@ -812,27 +833,27 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 	}
 	put(o, "hidden_act", json_string("silu"), &bad);
 	put(o, "tie_word_embeddings", json_boolean(s->tie_word_embeddings), &bad);
-	if (!strcmp(s->model_type, "llama") || !strcmp(s->model_type, "qwen3") || moe)
+	/* each family's own keys, as family_key() lists them */
+	if (family_key(f, "attention_bias"))
 		put(o, "attention_bias", json_boolean(s->qkv_bias), &bad);
-	if (!strcmp(s->model_type, "llama"))
+	if (family_key(f, "mlp_bias"))
 		put(o, "mlp_bias", json_boolean(s->mlp_bias), &bad);
-	if (strcmp(s->model_type, "llama"))
+	if (family_key(f, "sliding_window"))
 		put(o, "sliding_window", s->sliding_window ? json_integer(s->sliding_window) : json_null(), &bad);
-	if (layers || moe)
+	if (family_key(f, "use_sliding_window"))
 		put(o, "use_sliding_window", json_boolean(s->sliding_window > 0), &bad);
-	if (layers) {
+	if (family_key(f, "layer_types")) {
 		put(o, "layer_types", a = json_array(), &bad);
 		for (int l = 0; a && l < s->n_layers; l++)
 			if (json_array_append_new(a, json_string(s->sliding[l] ? "sliding_attention" : "full_attention")))
 				bad = 1;
 	}
 	put(o, "initializer_range", json_real(s->initializer_range), &bad);
-	put(o, "torch_dtype", json_string(s->torch_dtype == HP_DTYPE_BF16 ? "bfloat16" :
-					  s->torch_dtype == HP_DTYPE_F16 ? "float16" : "float32"), &bad);
+	put(o, "torch_dtype", json_string(hp_dtype_torch_name(s->torch_dtype)), &bad);
 	put(o, "bos_token_id", s->bos_token_id >= 0 ? json_integer(s->bos_token_id) : json_null(), &bad);
 	put(o, "eos_token_id", s->eos_token_id >= 0 ? json_integer(s->eos_token_id) : json_null(), &bad);
 	put(o, "pad_token_id", s->pad_token_id >= 0 ? json_integer(s->pad_token_id) : json_null(), &bad);
-	if (moe) {
+	if (f->moe) {
 		put(o, "num_experts", json_integer(s->n_experts), &bad);
 		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
 		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);

@@ -113,11 +113,17 @@ void hp_model_spec_rope_table(const struct hp_model_spec *s, float *cos_t, float
 const char *hp_rope_type_name(enum hp_rope_type t);
 
 /*
- * Whether the model computes a T-token row as transformers does with full
- * causal attention: 0, or HP_EUNSUP naming the first layer whose sliding
- * window is shorter than T (sliding-window attention is not implemented).
+ * Whether the model computes a T-token row as transformers does: 0, or
+ * HP_ECONFIG when T exceeds max_position_embeddings (the RoPE table, and
+ * dynamic RoPE's unscaled range, end there), or HP_EUNSUP naming the first
+ * layer whose sliding window is shorter than T (sliding-window attention is
+ * not implemented; a window of at least T is full causal attention).
  */
 int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err *e);
+
+/* The config.json a model path names: the path itself when it ends in
+ * .json, else DIR/config.json; *dir_out (when not NULL) its folder. */
+void hp_hfconfig_file(const char *path, char *file, size_t n, char *dir_out, size_t dn);
 
 /* Read DIR/config.json (or the file itself if path ends in .json). */
 int hp_hfconfig_load(struct hp_model_spec *s, const char *path, struct hp_err *e);

@@ -380,9 +380,6 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 	m->ops = hp_cpu_ops_get();
 	if (B <= 0 || T <= 0)
 		return hp_err_set(e, HP_EINVAL, "micro-batch %d x %d must be positive", B, T);
-	if (T > spec->max_pos)
-		return hp_err_set(e, HP_ECONFIG, "sequence length %d exceeds the model's "
-				  "max_position_embeddings %d", T, spec->max_pos);
 	if ((rc = hp_model_spec_check_seq(spec, T, e)))
 		return rc;
 	if ((rc = set_par(m, par, B, T, e)))

@@ -9,6 +9,7 @@
  * file back by making it again from the config and model it carries.
  */
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -198,15 +199,11 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: %ld is not "
 				  "divisible by cp_size%s = %ld", f, seq,
 				  p->sequence_parallel ? "*tp_size (sequence_parallel)" : "", sq);
-	if (seq > s->max_pos)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: %ld exceeds the "
-				  "model's max_position_embeddings %d", f, seq, s->max_pos);
 	if (seq > 0) {
 		struct hp_err why = { 0 };
 
-		if (hp_model_spec_check_seq(s, (int)seq, &why))
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.seq_length: the model's %s",
-					  f, why.msg);
+		if (hp_model_spec_check_seq(s, seq > INT_MAX ? INT_MAX : (int)seq, &why))
+			return hp_err_set(e, why.code, "'%s': $.dataset.data_config.seq_length: %s", f, why.msg);
 	}
 	return 0;
 }
@@ -374,12 +371,13 @@ static int add_module(struct hp_plan *p, int cap, const char *name, const char *
 static int build_modules(struct hp_plan *p)
 {
 	const struct hp_model_spec *s = &p->spec;
-	const char *pre = !strcmp(s->model_type, "qwen3_moe") ? "Qwen3Moe" :
-			  !strcmp(s->model_type, "qwen3") ? "Qwen3" : !strcmp(s->model_type, "qwen2") ? "Qwen2" :
-			  !strcmp(s->model_type, "mistral") ? "Mistral" : "Llama";
+	/* the HF class names' prefix: Qwen3MoeForCausalLM -> Qwen3Moe(Attention) */
+	const char *arch = s->architecture, *cut = strstr(arch, "ForCausalLM");
+	char pre[64];
 	int cap = 3 + 10 * s->n_layers, bad = 0;
 	char name[96];
 
+	snprintf(pre, sizeof(pre), "%.*s", cut ? (int)(cut - arch) : (int)strlen(arch), arch);
 	if (!(p->modules = hp_calloc((size_t)cap, sizeof(*p->modules))))
 		return -1;
 	bad |= add_module(p, cap, "model.embed_tokens", "", "Embedding", "embedding");

@@ -739,24 +739,18 @@ out:
 
 /* --- the exported folder's config and side files ---------------------------------- */
 
-/* The folder the plan's model came from ("" when the config names none). */
-static void source_dir(const struct hp_plan *p, char *out, size_t n)
+/* The config.json and folder the plan's model came from ("" when the
+ * config names none). */
+static void source_of(const struct hp_plan *p, char *file, size_t fn, char *dir, size_t dn)
 {
 	json_t *m = p->config ? json_object_get(p->config, "model") : NULL;
 	json_t *v = m ? json_object_get(m, "config_path") : NULL;
-	const char *d;
-	size_t len;
 
 	if (!json_is_string(v))
 		v = m ? json_object_get(m, "pretrained_model_name_or_path") : NULL;
-	d = json_is_string(v) ? json_string_value(v) : "";
-	len = strlen(d);
-	if (len >= 5 && !strcmp(d + len - 5, ".json")) {   /* a config.json named as such */
-		const char *sl = strrchr(d, '/');
-		snprintf(out, n, "%.*s", sl ? (int)(sl - d) : 1, sl ? d : ".");
-	} else {
-		snprintf(out, n, "%s", d);
-	}
+	file[0] = dir[0] = 0;
+	if (json_is_string(v) && json_string_value(v)[0])
+		hp_hfconfig_file(json_string_value(v), file, fn, dir, dn);
 }
 
 /* The normalised spec in 5.x's spelling: rope_parameters with rope_theta
@@ -799,15 +793,14 @@ static void crop_layer_types(json_t *o, int n_layers)
  */
 static json_t *export_config(const struct hp_plan *p, enum hp_dtype dtype, char *src_dir, size_t n)
 {
-	const char *dt = dtype == HP_DTYPE_BF16 ? "bfloat16" : dtype == HP_DTYPE_F16 ? "float16" : "float32";
+	const char *dt = hp_dtype_torch_name(dtype);
 	struct hp_model_spec s;
 	struct hp_err e = { 0 };
 	json_error_t jerr;
 	json_t *o = NULL;
 	char path[4200];
 
-	source_dir(p, src_dir, n);
-	snprintf(path, sizeof(path), "%s/config.json", src_dir);
+	source_of(p, path, sizeof(path), src_dir, n);
 	if (src_dir[0] && (o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr)) && json_is_object(o)) {
 		char *t;
 

@@ -157,14 +157,11 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	fprintf(out, "%-40s %g\n", "spec.rms_norm_eps", s->rms_eps);
 	fprintf(out, "%-40s %g\n", "spec.rope_theta", s->rope.theta);
 	if (s->rope.type != HP_ROPE_DEFAULT) {
-		double f[HP_ROPE_MAX_HALF], af;
-
-		hp_model_spec_rope(s, f, &af);
 		fprintf(out, "%-40s %s factor %g%s\n", "spec.rope_type", hp_rope_type_name(s->rope.type),
 			s->rope.factor, s->rope.type == HP_ROPE_DYNAMIC ?
 			" (positions below max_position_embeddings: the unscaled table)" : "");
 		if (s->rope.type == HP_ROPE_YARN)
-			fprintf(out, "%-40s %.17g\n", "spec.rope_attention_factor", af);
+			fprintf(out, "%-40s %.17g\n", "spec.rope_attention_factor", s->rope.attention_factor);
 	}
 	if (s->sliding_window)
 		fprintf(out, "%-40s %d (at least the sequence: full attention)\n", "spec.sliding_window",

@@ -12,6 +12,16 @@ ROPES="default linear dynamic yarn llama3"
 A=--accelerator
 F=--fsdp_config
 
+# The bounds.  Loss 1e-6 relative and gradients 1e-5 relative L2: hp runs in
+# float32 against transformers' float64 (whose RoPE table, RMSNorm and
+# softmaxes are float32 islands), so both sides carry float32 rounding,
+# about 6e-8 per operation, summed over a few hundred terms per element;
+# measured worst 1.5e-7 and 4.7e-6.  AdamW losses 1e-5: both in float32,
+# five steps of a division that amplifies rounding (measured 1.7e-7).
+# inv_freq 1e-6: transformers computes it in float32 (pow, division), hp
+# in double rounded once, a few float32 ulps apart.  attention factor
+# 1e-12: both in double (math.log).
+
 # rel_close A B TOL: |A - B| <= TOL * |B|
 rel_close () {
 	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b;
@@ -60,7 +70,7 @@ test_expect_success 'pad_token_id: its embedding row gets no gradient (nn.Embedd
 
 test_expect_success 'the RoPE tables: inverse frequencies within 1e-6 and the attention factor within 1e-12 of transformers (both lines)' '
 	for d in "$HF"/tf4/* "$HF"/tf5/*; do
-		hp-test-tool rope "$d" >r.json &&
+		hp-test-tool spec "$d" | jq .hp_rope >r.json &&
 		jq -r ".inv_freq_f32[]" r.json >ours &&
 		jq -r ".rope.inv_freq_f32[]" "$d/reference.json" >theirs &&
 		test $(wc -l <ours) = $(wc -l <theirs) &&
@@ -87,8 +97,8 @@ test_expect_success 'the RoPE type matters: without its rope key a folder is the
 '
 
 test_expect_success 'dynamic RoPE below max_position_embeddings is the unscaled table, and hp-train says so' '
-	hp-test-tool rope "$HF/tf5/llama-dynamic" >a.json &&
-	hp-test-tool rope "$HF/tf5/llama-default" >b.json &&
+	hp-test-tool spec "$HF/tf5/llama-dynamic" | jq .hp_rope >a.json &&
+	hp-test-tool spec "$HF/tf5/llama-default" | jq .hp_rope >b.json &&
 	test "$(jq -c .inv_freq_f32 a.json)" = "$(jq -c .inv_freq_f32 b.json)" &&
 	hf_records recs "$HF/tf5/llama-dynamic" &&
 	write_config dyn.yaml "$HF/tf5/llama-dynamic" recs 32 1 2 1 </dev/null &&
@@ -127,16 +137,22 @@ test_expect_success MPI 'the seed'\''s 8-rank layout (TP2 x CP2 x EP2, SP, FSDP)
 	done
 '
 
-# bad NAME JQ EXIT PATTERN: the tf5 qwen3 folder with its config changed by
-# JQ is refused with EXIT, one line matching PATTERN, nothing written
-bad () {
-	rm -rf b-$1 && mkdir b-$1 && cp "$HF/tf5/qwen3-default/model.safetensors" b-$1/ &&
-	jq "$2" "$HF/tf5/qwen3-default/config.json" >b-$1/config.json &&
-	hf_records rb "$HF/tf5/qwen3-default" &&
+# bad_in MODEL NAME JQ EXIT PATTERN: the tf5 folder MODEL with its config
+# changed by JQ is refused with EXIT, one line matching PATTERN, nothing
+# written; bad NAME JQ EXIT PATTERN: the same on qwen3-default
+bad_in () {
+	src=$HF/tf5/$1; shift
+	rm -rf b-$1 && mkdir b-$1 && cp "$src/model.safetensors" b-$1/ &&
+	jq "$2" "$src/config.json" >b-$1/config.json &&
+	hf_records rb "$src" &&
 	write_config b-$1.yaml "$PWD/b-$1" rb 32 1 2 1 </dev/null &&
 	test_must_fail_with $3 hp-train -q b-$1.yaml --metrics m-$1.jsonl 2>err &&
 	test_one_line err && cat err && grep -q -- "$4" err &&
 	test ! -e m-$1.jsonl
+}
+
+bad () {
+	bad_in qwen3-default "$@"
 }
 
 test_expect_success 'refused by name, with exit 4: values hp does not compute' '
@@ -158,6 +174,54 @@ test_expect_success 'refused by name, with exit 4: values hp does not compute' '
 		"layer 0 has sliding_window 16, shorter than the sequence of 32 tokens" &&
 	bad ltype ".layer_types = [\"full_attention\", \"chunked_attention\"]" 4 "layer_types.1. .chunked_attention. is not supported" &&
 	bad mtype ".model_type = \"gemma\"" 4 "model_type .gemma. is not supported"
+'
+
+test_expect_success 'bad config.json values are named, with exit 3 (a wrong value) or 4 (what the two lines read apart)' '
+	bad_in qwen3_moe-default experts ".num_experts = 8" 3 "num_experts and num_local_experts differ" &&
+	bad dtypes ".torch_dtype = \"bfloat16\"" 3 "dtype and torch_dtype differ" &&
+	bad ropeobj ".rope_parameters = 5" 3 "key .rope_parameters.: expected an object" &&
+	bad nofactor ".rope_parameters = {rope_type: \"linear\", rope_theta: 1e6}" 3 \
+		"rope type needs .rope_parameters.factor." &&
+	bad zerofactor ".rope_parameters = {rope_type: \"linear\", factor: 0, rope_theta: 1e6}" 3 \
+		"rope_parameters.factor must be positive" &&
+	bad noorig ".rope_parameters = {rope_type: \"llama3\", factor: 8, low_freq_factor: 1, high_freq_factor: 4, rope_theta: 1e6}" 3 \
+		"rope type needs .rope_parameters.original_max_position_embeddings." &&
+	bad bands ".rope_parameters = {rope_type: \"llama3\", factor: 8, low_freq_factor: 4, high_freq_factor: 1, original_max_position_embeddings: 16, rope_theta: 1e6}" 3 \
+		"high_freq_factor must exceed low_freq_factor" &&
+	bad orig ".original_max_position_embeddings = 8 | .rope_parameters = {rope_type: \"yarn\", factor: 4, original_max_position_embeddings: 16, rope_theta: 1e6}" 4 \
+		"original_max_position_embeddings 8 and rope_parameters.original_max_position_embeddings 16 differ" &&
+	bad nlayers ".layer_types = [\"full_attention\"]" 3 "key .layer_types.: expected a list of 2 layer types" &&
+	bad nowin ".layer_types = [\"full_attention\", \"sliding_attention\"]" 4 "layer_types.1. is sliding_attention but there is no window" &&
+	bad zerowin ".use_sliding_window = true | .sliding_window = 0" 3 "sliding_window must be positive or null" &&
+	bad archstr ".architectures = \"Qwen3ForCausalLM\"" 3 "key .architectures.: expected a list of one class name" &&
+	bad pad ".pad_token_id = 64" 3 "pad_token_id 64 is not below vocab_size 64" &&
+	bad odd ".head_dim = 15" 3 "head_dim 15 must be positive, even" &&
+	bad maxpos ".max_position_embeddings = 16" 3 "sequence length 32 exceeds the model.s max_position_embeddings 16"
+'
+
+test_expect_success 'export: the source config.json key for key; without the source, the plan spec in the source line spelling' '
+	for n in tf5/qwen3_moe-yarn tf4/llama-llama3; do
+		d=$HF/$n && rm -rf src sh ex fb && cp -r "$d" src &&
+		hf_records re "$d" &&
+		write_config ex.yaml "$PWD/src" re 32 1 2 1 </dev/null &&
+		hp-plan ex.yaml --world 2 --fsdp_config.dp_shard_size=2 -o plan.json &&
+		hp-convert -q --plan plan.json -o sh src &&
+		hp-convert -q --export sh -o ex &&
+		jq -S . src/config.json >a && jq -S . ex/config.json >b && cmp a b &&
+		cmp src/generation_config.json ex/generation_config.json &&
+		hp-test-tool stsame src ex &&
+		rm -rf src && hp-convert -q --export sh -o fb &&
+		test ! -e fb/generation_config.json &&
+		hp-test-tool stsame "$d" fb &&
+		hp-test-tool spec "$d" | jq -S "del(.transformers_version)" >a &&
+		hp-test-tool spec fb | jq -S "del(.transformers_version)" >b && cmp a b &&
+		case $n in
+		tf5/*) jq -e "has(\"rope_parameters\") and has(\"dtype\") and has(\"num_local_experts\") and
+			(has(\"rope_scaling\") or has(\"torch_dtype\") or has(\"num_experts\") | not)" fb/config.json ;;
+		tf4/*) jq -e "has(\"rope_scaling\") and has(\"torch_dtype\") and (has(\"rope_parameters\") | not)" \
+			fb/config.json ;;
+		esac || return 1
+	done
 '
 
 test_expect_success 'refused: llama-only values (pretraining_tp 2, mlp_bias true)' '
@@ -188,6 +252,7 @@ test_expect_success 'a key in none of the lists: one warning line from hp-train 
 test_expect_success 'a 4.x and a 5.x folder of the same model make the same plan model, but for the version' '
 	hp-test-tool spec "$HF/tf4/qwen3-yarn" | jq -S "del(.transformers_version)" >a &&
 	hp-test-tool spec "$HF/tf5/qwen3-yarn" | jq -S "del(.transformers_version)" >b &&
+	jq -e ".hp_rope.type == \"yarn\"" a &&
 	cmp a b
 '
 

@@ -424,39 +424,12 @@ int cmd_stdrop(int argc, char **argv)
 }
 
 /*
- * rope MODEL_DIR
- *     the model's RoPE as hp computes it: {"type", "inv_freq_f32": [...],
- *     "attention_factor"} (the inverse frequencies rounded to float32, as
- *     transformers holds them), for comparison with the goldens.
- */
-int cmd_rope(int argc, char **argv);
-
-int cmd_rope(int argc, char **argv)
-{
-	struct hp_model_spec spec;
-	struct hp_err e = { 0 };
-	double f[HP_ROPE_MAX_HALF], af;
-
-	if (argc != 2) {
-		fprintf(stderr, "usage: hp-test-tool rope MODEL_DIR\n");
-		return 2;
-	}
-	if (hp_hfconfig_load(&spec, argv[1], &e)) {
-		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
-		return 1;
-	}
-	hp_model_spec_rope(&spec, f, &af);
-	printf("{\"type\": \"%s\", \"inv_freq_f32\": [", hp_rope_type_name(spec.rope.type));
-	for (int i = 0; i < spec.head_dim / 2; i++)
-		printf("%s%.9g", i ? ", " : "", (double)(float)f[i]);
-	printf("], \"attention_factor\": %.17g}\n", af);
-	return 0;
-}
-
-/*
  * spec MODEL_DIR
  *     the spec hp reads from MODEL_DIR/config.json, as the plan's model
- *     section holds it (hp_model_spec_json), and its parameter count.
+ *     section holds it (hp_model_spec_json), with its parameter count and
+ *     its RoPE as hp computes it: "hp_rope": {"type", "inv_freq_f32": [...],
+ *     "attention_factor"} (the inverse frequencies rounded to float32, as
+ *     transformers holds them).
  */
 int cmd_spec(int argc, char **argv);
 
@@ -464,7 +437,8 @@ int cmd_spec(int argc, char **argv)
 {
 	struct hp_model_spec spec;
 	struct hp_err e = { 0 };
-	json_t *j;
+	double f[HP_ROPE_MAX_HALF], af;
+	json_t *j, *inv;
 	char *t;
 
 	if (argc != 2) {
@@ -477,6 +451,13 @@ int cmd_spec(int argc, char **argv)
 	}
 	j = hp_model_spec_json(&spec);
 	json_object_set_new(j, "hp_parameters", json_integer(hp_model_spec_nparams(&spec)));
+	hp_model_spec_rope(&spec, f, &af);
+	inv = json_array();
+	for (int i = 0; i < spec.head_dim / 2; i++)
+		json_array_append_new(inv, json_real((float)f[i]));
+	json_object_set_new(j, "hp_rope", json_pack("{s:s, s:o, s:f}", "type",
+						     hp_rope_type_name(spec.rope.type), "inv_freq_f32", inv,
+						     "attention_factor", af));
 	t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	puts(t);
 	free(t);

@@ -19,7 +19,6 @@ int cmd_logits(int argc, char **argv);     /* test-model.c */
 int cmd_mkidx(int argc, char **argv);      /* test-mkidx.c */
 int cmd_packcheck(int argc, char **argv);  /* test-model.c */
 int cmd_refstep(int argc, char **argv);    /* test-model.c */
-int cmd_rope(int argc, char **argv);       /* test-model.c */
 int cmd_spec(int argc, char **argv);       /* test-model.c */
 int cmd_stdrop(int argc, char **argv);     /* test-model.c */
 int cmd_stsame(int argc, char **argv);     /* test-convert.c */
@@ -37,7 +36,6 @@ static const struct {
 	{ "mkidx", cmd_mkidx, "mkidx --vocab V [--records-of N] [--max-records K] -o PREFIX INPUT.jsonl" },
 	{ "packcheck", cmd_packcheck, "packcheck MODEL_DIR DATA T" },
 	{ "refstep", cmd_refstep, "refstep [--steps K] [--dump-grads F] [--no-router-logits] MODEL_DIR REFERENCE.json" },
-	{ "rope", cmd_rope, "rope MODEL_DIR" },
 	{ "spec", cmd_spec, "spec MODEL_DIR" },
 	{ "stdrop", cmd_stdrop, "stdrop IN.safetensors OUT.safetensors NAME..." },
 	{ "stsame", cmd_stsame, "stsame A_DIR B_DIR" },
