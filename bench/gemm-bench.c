@@ -1,19 +1,21 @@
 /*
- * gemm-bench.c - GFLOP/s of hp_sgemm against OpenBLAS's cblas_sgemm on the
- * shapes hp's training runs, single thread.
+ * gemm-bench.c - GFLOP/s of hp's SGEMM at each instruction-set level this
+ * CPU has against OpenBLAS's cblas_sgemm, on the shapes hp's training runs,
+ * one thread.
  *
- * Build and run (from the source root):
- *   gcc -O2 -std=gnu11 -include lib/compat.h -Ilib -Ikernels -o /tmp/gemm-bench \
- *       bench/gemm-bench.c kernels/cpu/gemm.c lib/alloc.c -lopenblas
- *   OPENBLAS_NUM_THREADS=1 /tmp/gemm-bench
+ * Built by make as build/bench/gemm-bench; `make bench` runs it.
+ *   build/bench/gemm-bench [--smoke]
  *
  * Each shape is timed as the best of 5 runs (each run repeats the product
  * until it has taken at least 50 ms), after one untimed warm-up call; the
- * same inputs go to both, and the max |difference| between their results is
- * printed so a fast wrong answer shows.  hp is hp_sgemm as training calls it
- * (its threshold may send small shapes to OpenBLAS: the "path" column says
- * which).  OPENBLAS_CORETYPE is left as the environment sets it and printed.
- * Not a test: it checks nothing.
+ * same inputs go to every path.  Columns: OpenBLAS (one thread), hp's
+ * kernels forced at each level (hp_sgemm_level: whatever the size, so small
+ * shapes show what the dispatch thresholds avoid), the ratio of the CPU's
+ * own level to OpenBLAS, and the max |difference| between hp's result and
+ * OpenBLAS's, so that a fast wrong answer shows.  OPENBLAS_CORETYPE is left
+ * as the environment sets it and printed.  --smoke: every shape at 1/8 of
+ * its sizes (at least 1), one call each, nothing timed worth reading: it
+ * proves the benchmark still runs (t/t1300).  Not a test: it checks nothing.
  */
 #include <cblas.h>
 #include <math.h>
@@ -21,6 +23,7 @@
 
 #include "alloc.h"
 #include "cpu/gemm.h"
+#include "cpu/isa.h"
 
 struct shape {
 	const char *what;
@@ -54,9 +57,6 @@ static const struct shape shapes[] = {
 	{ "small dW lm", 1, 0, 512, 64, 2048, 1 },
 };
 
-typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int,
-			float, float *, int);
-
 static double now(void)
 {
 	struct timespec ts;
@@ -65,69 +65,96 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double gflops(gemm_fn f, const struct shape *s, const float *A, const float *B, float *C)
+/* path -1: OpenBLAS, else hp's kernels at that level */
+static void run(int path, const struct shape *s, const float *A, const float *B, float *C)
 {
 	int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+
+	if (path < 0)
+		hp_sgemm_openblas(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, s->beta, C, s->N);
+	else
+		hp_sgemm_level(path, s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, s->beta, C, s->N);
+}
+
+static double gflops(int path, const struct shape *s, const float *A, const float *B, float *C, int smoke)
+{
 	double flop = 2.0 * s->M * s->N * s->K, best = 0;
 
-	f(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, s->beta, C, s->N);
-	for (int run = 0; run < 5; run++) {
+	run(path, s, A, B, C);
+	for (int r = 0; r < (smoke ? 1 : 5); r++) {
 		long reps = 0;
 		double t0 = now(), t;
 
 		do {
-			f(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, s->beta, C, s->N);
+			run(path, s, A, B, C);
 			reps++;
-		} while ((t = now() - t0) < 0.05);
+		} while ((t = now() - t0) < (smoke ? 0 : 0.05));
 		if (flop * reps / t > best)
 			best = flop * reps / t;
 	}
 	return best * 1e-9;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const char *ct = getenv("OPENBLAS_CORETYPE");
+	int smoke = argc > 1 && !strcmp(argv[1], "--smoke"), max = hp_cpu_level_max();
 	size_t cap = (size_t)2048 * 2048;
 	float *A = hp_malloc_aligned(cap * sizeof(float)), *B = hp_malloc_aligned(cap * sizeof(float));
 	float *C = hp_malloc_aligned(cap * sizeof(float)), *C2 = hp_malloc_aligned(cap * sizeof(float));
-	double lsum = 0, n = 0;
+	double lsum[HP_CPU_AVX512 + 1] = { 0 }, n = 0;
 
+	if (argc > 2 || (argc == 2 && !smoke)) {
+		fprintf(stderr, "usage: gemm-bench [--smoke]\n");
+		return 2;
+	}
 	if (!A || !B || !C || !C2)
 		return 1;
 	for (size_t i = 0; i < cap; i++) {
 		A[i] = (float)((i * 7919 % 1000) / 500.0 - 1.0);
 		B[i] = (float)((i * 104729 % 997) / 498.5 - 1.0);
 	}
-	printf("hp_sgemm vs cblas_sgemm, 1 thread; OPENBLAS_CORETYPE=%s; hp path: %s\n",
-	       ct ? ct : "unset", hp_sgemm_path());
-	printf("%-16s %2s %2s %5s %5s %5s %4s %9s %9s %6s %8s\n", "shape", "tA", "tB", "M", "N", "K",
-	       "beta", "openblas", "hp", "ratio", "maxdiff");
+	/* one call first: sets OpenBLAS to one thread before anything is timed */
+	hp_sgemm_openblas(0, 0, 1, 1, 1, 1.0f, A, 1, B, 1, 0.0f, C, 1);
+	printf("GFLOP/s, 1 thread%s; CPU level %s; OPENBLAS_CORETYPE=%s\n", smoke ? " (smoke: 1/8 sizes, untimed)" : "",
+	       hp_cpu_level_name(max), ct ? ct : "unset");
+	printf("%-16s %2s %2s %5s %5s %5s %4s %9s", "shape", "tA", "tB", "M", "N", "K", "beta", "openblas");
+	for (int l = 0; l <= max; l++)
+		printf(" %9s", hp_cpu_level_name(l));
+	printf(" %6s %8s\n", "ratio", "maxdiff");
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-		const struct shape *s = &shapes[i];
-		size_t nc = (size_t)s->M * s->N;
-		double maxd = 0;
+		struct shape s = shapes[i];
+		size_t nc;
+		double maxd = 0, go, g[HP_CPU_AVX512 + 1];
 
+		if (smoke) {
+			s.M = (s.M + 7) / 8;
+			s.N = (s.N + 7) / 8;
+			s.K = (s.K + 7) / 8;
+		}
+		nc = (size_t)s.M * s.N;
 		memset(C, 0, nc * sizeof(float));
 		memset(C2, 0, nc * sizeof(float));
-		hp_sgemm_openblas(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, s->ta ? s->M : s->K,
-				  B, s->tb ? s->K : s->N, 0.0f, C, s->N);
-		hp_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, s->ta ? s->M : s->K,
-			 B, s->tb ? s->K : s->N, 0.0f, C2, s->N);
+		run(-1, &s, A, B, C);
+		run(max, &s, A, B, C2);
 		for (size_t j = 0; j < nc; j++)
 			if (fabs((double)C[j] - C2[j]) > maxd)
 				maxd = fabs((double)C[j] - C2[j]);
-		double go = gflops(hp_sgemm_openblas, s, A, B, C);
-		double gh = gflops(hp_sgemm, s, A, B, C);
-		printf("%-16s %2d %2d %5d %5d %5d %4g %9.1f %9.1f %5.2fx %8.1e\n", s->what, s->ta, s->tb,
-		       s->M, s->N, s->K, s->beta, go, gh, gh / go, maxd);
-		if (s->M >= 256 && s->N >= 256 && s->K >= 256) {
-			lsum += log(gh / go);
+		go = gflops(-1, &s, A, B, C, smoke);
+		printf("%-16s %2d %2d %5d %5d %5d %4g %9.1f", s.what, s.ta, s.tb, s.M, s.N, s.K, s.beta, go);
+		for (int l = 0; l <= max; l++)
+			printf(" %9.1f", g[l] = gflops(l, &s, A, B, C, smoke));
+		printf(" %5.2fx %8.1e\n", g[max] / go, maxd);
+		if (shapes[i].M >= 256 && shapes[i].N >= 256 && shapes[i].K >= 256) {
+			for (int l = 0; l <= max; l++)
+				lsum[l] += log(g[l] / go);
 			n++;
 		}
 	}
-	printf("geometric-mean ratio over the big training shapes (M, N, K >= 256): %.2fx\n",
-	       exp(lsum / n));
+	printf("geometric-mean ratio to openblas over the big training shapes (M, N, K >= 256):");
+	for (int l = 0; l <= max; l++)
+		printf(" %s %.2fx", hp_cpu_level_name(l), exp(lsum[l] / n));
+	printf("\n");
 	hp_free_aligned(A);
 	hp_free_aligned(B);
 	hp_free_aligned(C);

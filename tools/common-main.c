@@ -8,6 +8,7 @@
 #include <getopt.h>
 
 #include "alloc.h"
+#include "cpu/isa.h"
 #include "common-main.h"
 #include "log.h"
 
@@ -78,6 +79,7 @@ int hp_agree_status(MPI_Comm comm, int status)
 int main(int argc, char **argv)
 {
 	int rank = 0, status, provided;
+	const char *cpu;
 
 	hp_log_init(hp_tool_name, 0);
 	if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
@@ -86,6 +88,14 @@ int main(int argc, char **argv)
 	}
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	hp_log_init(hp_tool_name, rank);
+	if (hp_cpu_env_check(&cpu)) {
+		/* every rank has the same environment under mpiexec; each says it
+		 * once would be noise, so rank 0 does */
+		if (rank == 0)
+			fprintf(stderr, "%s: HP_CPU='%s': expected baseline, avx2 or avx512\n", hp_tool_name, cpu);
+		MPI_Finalize();
+		return HP_EXIT_USAGE;
+	}
 	status = cmd_main(argc, argv, MPI_COMM_WORLD);
 	if (fflush(stdout) || ferror(stdout)) {
 		fprintf(stderr, "%s: error writing standard output\n", hp_tool_name);

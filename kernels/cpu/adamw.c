@@ -19,6 +19,7 @@
  */
 #include <math.h>
 
+#include "cpu/isa.h"
 #include "cpu/ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -69,7 +70,7 @@ void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
 
 	size_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	if (hp_cpu_level() >= HP_CPU_AVX2)
 		i = adamw_avx2(w, g, m, v, n, keep, decay, b1, b2, ob1, ob2, bc2_sqrt, eps, neg_step);
 #endif
 	for (; i < n; i++) {

@@ -12,6 +12,7 @@
 
 #include "cpu/attntile.h"
 #include "cpu/gemm.h"
+#include "cpu/isa.h"
 #include "cpu/ops.h"
 
 /* Workers' stack: a work item keeps up to about 300 KiB of tiles on it. */
@@ -27,15 +28,10 @@ _Static_assert(HP_FLASH_ATTENTION_MAX_HEAD_DIM <= AT_MAX_HEAD_DIM, "flash head d
 int hp_attntile_isa(void)
 {
 #ifdef AT_X86
-	const char *e = getenv("HP_FLASH");
-	int cap = e && !strcmp(e, "baseline") ? 0 : e && !strcmp(e, "avx2") ? 1 : 2;
-
-	if (cap >= 2 && __builtin_cpu_supports("x86-64-v4"))
-		return 2;
-	if (cap >= 1 && __builtin_cpu_supports("x86-64-v3"))
-		return 1;
-#endif
+	return hp_cpu_level();     /* 0, 1, 2: the index of the version, as isa.h's levels */
+#else
 	return 0;
+#endif
 }
 
 static void *at_drain(void *p)

@@ -9,7 +9,7 @@
  * tiles; the lanes and the mask of a query tile; the forward of one query
  * tile (at_fwd_tile: scores transposed, online softmax, out and lse), which
  * both kernels run as it is, flashattn.c with q0 = 0; and, in attntile.c,
- * the choice of the compiled version (HP_FLASH) and the threads that run a
+ * the choice of the compiled version (HP_CPU) and the threads that run a
  * call's work items.  What each kernel keeps: flashattn.c the square causal
  * row and its backward (key tiles outer), cpattn.c the chunk offset q0, the
  * keys of the whole row, P and its backward (query tiles outer).
@@ -116,7 +116,7 @@ struct at_job {
 };
 
 /* The version for this call (an index into AT_VERSIONS' table): the best
- * the CPU has, capped by HP_FLASH ("avx2" or "baseline"; read on every
+ * the CPU has, capped by HP_CPU ("avx2" or "baseline"; read on every
  * call, so that a test can compare the versions in one process); 0 without
  * clones. */
 int hp_attntile_isa(void);

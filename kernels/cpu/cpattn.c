@@ -49,7 +49,7 @@
  *
  * Exactness and determinism: the tile products are the flash kernel's
  * (each element one float sum in k order), compiled for AVX-512, AVX2 and
- * baseline x86-64 and picked per call (HP_FLASH=avx2 or baseline caps the
+ * baseline x86-64 and picked per call (HP_CPU=avx2 or baseline caps the
  * version, HP_NO_CLONES builds only the baseline one, as for the flash
  * kernel); every output element is computed by one thread in a fixed
  * order, so the results are bit-identical for any thread count and
@@ -304,7 +304,7 @@ AT_INLINE void cp_bwd_body(const struct cp_args *a, long item, int isa)
 AT_VERSIONS(cp_fwd_items, cp_fwd_body);
 AT_VERSIONS(cp_bwd_items, cp_bwd_body);
 
-/* Run n items of the version for this call (hp_attntile_isa: HP_FLASH, as
+/* Run n items of the version for this call (hp_attntile_isa: HP_CPU, as
  * the flash kernel) on HP_CPATTN_THREADS threads, or the default. */
 static void cp_run(const at_item_fn *items, const struct cp_args *a, long n, double macs)
 {

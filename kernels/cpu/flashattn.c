@@ -42,7 +42,7 @@
  *
  * The tile products (at_mm8, at_mm16 in attntile.h) are GCC vector
  * extensions, compiled three times - AVX-512 (16 lanes), AVX2 and baseline
- * x86-64 (8 lanes) - and picked per call (HP_FLASH=avx2 or baseline caps
+ * x86-64 (8 lanes) - and picked per call (HP_CPU=avx2 or baseline caps
  * the version; HP_NO_CLONES builds only the baseline one).  Each element
  * of a product is one float sum in k order, so the vector width, the
  * register blocking and the version do not change a single bit
@@ -255,7 +255,7 @@ AT_INLINE void fa_bwd_body(const struct fa_args *a, long item, int isa)
 AT_VERSIONS(fa_fwd_items, fa_fwd_body);
 AT_VERSIONS(fa_bwd_items, fa_bwd_body);
 
-/* Run n items of the version for this call (hp_attntile_isa: HP_FLASH)
+/* Run n items of the version for this call (hp_attntile_isa: HP_CPU)
  * on the threads hp_flash_attention_set_threads fixed, or the default. */
 static void fa_run(const at_item_fn *items, const struct fa_args *a, long n, double macs)
 {

@@ -1,37 +1,49 @@
 /*
- * gemm.c - single-threaded AVX-512 SGEMM (GotoBLAS/BLIS blocking), with
- * OpenBLAS as the fallback and the path for small problems.
+ * gemm.c - hp's single-precision GEMM (GotoBLAS/BLIS blocking) at three
+ * instruction-set levels, with OpenBLAS for small problems.
  *
- * Why it exists: training is GEMM-bound, and on this project's machines the
- * installed OpenBLAS (0.3.21) has to run with OPENBLAS_CORETYPE=Haswell, i.e.
- * AVX2 kernels, on CPUs that have two 512-bit FMA pipes.
+ * Why it exists: training is GEMM-bound, and a run must give the same bits
+ * whatever the thread count.  OpenBLAS's threaded GEMM splits the K sum
+ * differently with the thread count; hp's splits C by rows, so each element
+ * is the same sum in the same order however many threads share a product.
+ * hp's kernels also run faster than the installed OpenBLAS (0.3.21) on
+ * AVX-512 machines, where that OpenBLAS has to run its Haswell kernels.
  *
- * How: op(B) is packed a block of KC x NC at a time into panels of NR = 32
- * columns (two zmm per k), op(A) a block of MC x KC into panels of MR = 12
- * rows.  The micro-kernel keeps a 12 x 32 tile of C in 24 zmm accumulators
- * and, per k, loads two vectors of B and broadcasts the 12 elements of A
- * (24 FMAs against 14 loads).  All four trans cases differ only in packing,
- * so there is one micro-kernel.  Edges: packing pads the last panels with
- * zeros, and the micro-kernel stores only the valid rows and, through
- * AVX-512 masks, the valid columns.  alpha is applied when C is written;
- * the first K block writes alpha*AB + beta*C (no read of C when beta == 0),
- * later K blocks add.
+ * How: op(B) is packed a block of KC x NC at a time into panels of NR
+ * columns, op(A) a block of MC x KC into panels of MR rows; a micro-kernel
+ * keeps an MR x NR tile of C in registers.  The blocking loops are one
+ * function (sgemm_blocked) over a table per level:
+ *   avx512  MR 12, NR 32: 24 zmm accumulators; per k two vectors of B and
+ *           12 broadcasts of A (24 FMAs against 14 loads); packing by
+ *           16 x 16 transposes, edges through AVX-512 masks
+ *   avx2    MR 6, NR 16: 12 ymm accumulators; per k two vectors of B and
+ *           6 broadcasts (12 FMAs against 8 loads); plain-C packing
+ *   baseline MR 4, NR 8: vector extensions (SSE on x86-64, NEON on arm64),
+ *           a multiply and an add per term (no FMA at this level)
+ * All four trans cases differ only in packing.  Packing pads the last
+ * panels with zeros; the micro-kernels store only the valid rows and
+ * columns.  alpha is applied when C is written: the first K block writes
+ * alpha*AB + beta*C (no read of C when beta == 0), later K blocks add C.
+ *
+ * Bits: each element of C is, per K block of KC terms (K split into equal
+ * blocks by block_size, the same at every level), a sum in k order from
+ * zero, then alpha*sum + beta*C with one rounding of each.  MR, NR, MC and
+ * NC only decide which element is computed when, so avx2 and avx512 (both
+ * a fused multiply-add per term) give identical bits, and t/unit/test-gemm
+ * checks that they do; baseline rounds the product and the sum apart.
  *
  * Threads: a process that asks for more than one thread (HP_NUM_THREADS,
  * else OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else the online CPUs, as
  * OpenBLAS itself does) splits large products by rows of C over a small pool
  * of workers started on first use.  Each element of C is still computed by
  * one thread with the same K blocking, so the result is bit-identical
- * whatever the thread count.  Under MPI, run one thread per rank.
+ * whatever the thread count.  Under MPI, run one thread per rank.  OpenBLAS,
+ * which still gets the small products, runs on one thread per call.
  *
- * What it is not: a complex or double GEMM, or bit-compatible with
- * OpenBLAS.  The result is deterministic: the blocking depends only on
- * M, N, K.
- *
- * Only the functions marked HP_AVX512 are compiled for AVX-512 (target
- * attribute), so the rest of the file and the build stay baseline x86-64;
- * they are reached only after __builtin_cpu_supports says yes.  Other
- * architectures build the OpenBLAS path alone.
+ * Only the functions marked HP_AVX512 or HP_AVX2 are compiled for those
+ * levels (target attribute), so the rest of the file and the build stay
+ * baseline x86-64; they are reached only when hp_cpu_level() says so.
+ * Other architectures build the baseline level alone.
  */
 #include <cblas.h>
 #include <pthread.h>
@@ -39,6 +51,7 @@
 
 #include "alloc.h"
 #include "cpu/gemm.h"
+#include "cpu/isa.h"
 
 /* -DHP_GEMM_GENERIC builds the non-x86 configuration on x86 (to test it). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HP_GEMM_GENERIC)
@@ -54,11 +67,18 @@
  * (KC x NC = 2 MiB at NC = 2048) lives in L3 and each of its micro-panels is
  * read once per A block.  K and N are split into equal blocks no larger
  * than KC and NC, so a K of 1376 runs as 6 x ~230 rather than 5 x 256 + 96.
+ * KC is the same at every level (it decides the bits); MC must be a multiple
+ * of every level's MR and NC of every NR.
  */
 #ifndef HP_GEMM_MR
 #define HP_GEMM_MR 12
 #endif
-#define HP_GEMM_NR 32
+#define MR512 HP_GEMM_MR
+#define NR512 32
+#define MR2 6
+#define NR2 16
+#define MR0 4
+#define NR0 8
 #ifndef HP_GEMM_KC
 #define HP_GEMM_KC 256
 #endif
@@ -68,6 +88,13 @@
 #ifndef HP_GEMM_NC
 #define HP_GEMM_NC 2048
 #endif
+_Static_assert(HP_GEMM_MC % MR512 == 0 && HP_GEMM_MC % MR2 == 0 && HP_GEMM_MC % MR0 == 0,
+	       "MC must hold whole panels of every level");
+_Static_assert(HP_GEMM_NC % NR512 == 0 && HP_GEMM_NC % NR2 == 0 && HP_GEMM_NC % NR0 == 0,
+	       "NC must hold whole panels of every level");
+/* rows of C per thread are a multiple of this: whole panels at every level */
+#define HP_GEMM_ROW_UNIT 12
+_Static_assert(HP_GEMM_ROW_UNIT % MR2 == 0 && HP_GEMM_ROW_UNIT % MR0 == 0, "thread rows");
 
 /*
  * Dispatch thresholds: smaller calls go to OpenBLAS.  Measured on Zen 5
@@ -78,22 +105,23 @@
  * every shape measured (geometric mean 1.5x at these sizes, 1.7x from
  * 2^22 up); below, OpenBLAS won on 141 of 875 shapes, down to 0.3x.
  * The attention products with head_dim 8 (K = 8) stay on OpenBLAS.
+ * The same thresholds serve every level: which path a product takes
+ * never depends on the thread count, so they decide speed, not bits.
  */
 #define HP_SGEMM_MIN_M 24
 #define HP_SGEMM_MIN_N 32
 #define HP_SGEMM_MIN_K 16
 #define HP_SGEMM_MIN_MNK (32L * 32 * 32)
 
+static int sgemm_mode(void);
+
 void hp_sgemm_openblas(int transA, int transB, int M, int N, int K, float alpha,
 		       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+	sgemm_mode();   /* sets OpenBLAS to one thread, unless HP_GEMM=openblas */
 	cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
 		    transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-
-#ifdef HP_GEMM_X86
-
-#define HP_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
 
 /* One buffer per thread, allocated once at its full size (packed A block,
  * then packed B block; both 64-byte aligned) and freed by a thread-specific
@@ -121,11 +149,6 @@ static float *gemm_buffer(void)
 	return gemm_buf;
 }
 
-static int has_avx512(void)
-{
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-}
-
 static inline long imin(long a, long b)
 {
 	return a < b ? a : b;
@@ -141,6 +164,222 @@ static long block_size(long n, long max, long align)
 	b = (b + align - 1) / align * align;
 	return b < max ? b : max;
 }
+
+/* A level: its tile and its three functions.
+ *   pack_a(dst, transA, A, lda, i0, mc, k0, kc): op(A)[i0:i0+mc, k0:k0+kc]
+ *     into panels of mr rows (kc columns of mr floats each), rows past mc 0
+ *   pack_b(dst, transB, B, ldb, k0, kc, j0, nc): op(B)[k0:k0+kc, j0:j0+nc]
+ *     into panels of nr columns (kc rows of nr floats each), columns past nc 0
+ *   kernel(kc, a, b, c, ldc, m, n, alpha_beta): C[0:m, 0:n] (row stride
+ *     ldc) = alpha * a b + beta * C for one packed panel of each, m <= mr,
+ *     n <= nr, alpha_beta = {alpha, beta}; C is not read when beta == 0. */
+struct gemm_level {
+	int mr, nr;
+	void (*pack_a)(float *, int, const float *, long, long, long, long, long);
+	void (*pack_b)(float *, int, const float *, long, long, long, long, long);
+	void (*kernel)(long, const float *, const float *, float *, long, int, int, const float *);
+};
+
+/* ---- packing in plain C (avx2 and baseline) ---- */
+
+#define HP_INLINE static inline __attribute__((always_inline))
+
+HP_INLINE void pack_a_plain(float *dst, int transA, const float *A, long lda,
+			    long i0, long mc, long k0, long kc, const int mr)
+{
+	for (long ip = 0; ip < mc; ip += mr, dst += kc * mr) {
+		long mb = imin(mr, mc - ip);
+
+		if (transA) {
+			/* op(A)[i][k] = A[k*lda + i]: each k's mr rows are contiguous */
+			const float *src = A + k0 * lda + i0 + ip;
+
+			for (long k = 0; k < kc; k++, src += lda) {
+				long i = 0;
+				for (; i < mb; i++)
+					dst[k * mr + i] = src[i];
+				for (; i < mr; i++)
+					dst[k * mr + i] = 0.0f;
+			}
+		} else {
+			/* op(A)[i][k] = A[i*lda + k]: row i of the panel is column i */
+			for (long i = 0; i < mr; i++) {
+				const float *src = A + (i0 + ip + i) * lda + k0;
+
+				if (i < mb)
+					for (long k = 0; k < kc; k++)
+						dst[k * mr + i] = src[k];
+				else
+					for (long k = 0; k < kc; k++)
+						dst[k * mr + i] = 0.0f;
+			}
+		}
+	}
+}
+
+HP_INLINE void pack_b_plain(float *dst, int transB, const float *B, long ldb,
+			    long k0, long kc, long j0, long nc, const int nr)
+{
+	for (long jp = 0; jp < nc; jp += nr, dst += kc * nr) {
+		long nb = imin(nr, nc - jp);
+
+		if (!transB) {
+			/* op(B)[k][j] = B[k*ldb + j]: rows are contiguous */
+			const float *src = B + k0 * ldb + j0 + jp;
+
+			for (long k = 0; k < kc; k++, src += ldb) {
+				long j = 0;
+				for (; j < nb; j++)
+					dst[k * nr + j] = src[j];
+				for (; j < nr; j++)
+					dst[k * nr + j] = 0.0f;
+			}
+		} else {
+			/* op(B)[k][j] = B[j*ldb + k]: column j of the panel is row j */
+			for (long j = 0; j < nr; j++) {
+				const float *src = B + (j0 + jp + j) * ldb + k0;
+
+				if (j < nb)
+					for (long k = 0; k < kc; k++)
+						dst[k * nr + j] = src[k];
+				else
+					for (long k = 0; k < kc; k++)
+						dst[k * nr + j] = 0.0f;
+			}
+		}
+	}
+}
+
+/* ---- baseline: vector extensions, no FMA ---- */
+
+typedef float gv4 __attribute__((vector_size(16)));
+
+static gv4 gv4_load(const float *p)
+{
+	gv4 v;
+	__builtin_memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static void gv4_store(float *p, gv4 v)
+{
+	__builtin_memcpy(p, &v, sizeof(v));
+}
+
+static void pack_a_base(float *dst, int transA, const float *A, long lda, long i0, long mc, long k0, long kc)
+{
+	pack_a_plain(dst, transA, A, lda, i0, mc, k0, kc, MR0);
+}
+
+static void pack_b_base(float *dst, int transB, const float *B, long ldb, long k0, long kc, long j0, long nc)
+{
+	pack_b_plain(dst, transB, B, ldb, k0, kc, j0, nc, NR0);
+}
+
+static void kernel_base(long kc, const float *a, const float *b, float *c, long ldc,
+			int m, int n, const float *alpha_beta)
+{
+	gv4 acc[MR0][2] = { { { 0 } } };
+	float alpha = alpha_beta[0], beta = alpha_beta[1];
+
+	for (long k = 0; k < kc; k++, a += MR0, b += NR0) {
+		gv4 b0 = gv4_load(b), b1 = gv4_load(b + 4);
+
+		for (int r = 0; r < MR0; r++) {
+			gv4 ar = { a[r], a[r], a[r], a[r] };
+			acc[r][0] += ar * b0;
+			acc[r][1] += ar * b1;
+		}
+	}
+	for (int r = 0; r < m; r++) {
+		float t[NR0];
+
+		gv4_store(t, acc[r][0]);
+		gv4_store(t + 4, acc[r][1]);
+		for (int j = 0; j < n; j++) {
+			float v = alpha * t[j];
+			c[r * ldc + j] = beta != 0.0f ? beta * c[r * ldc + j] + v : v;
+		}
+	}
+}
+
+static const struct gemm_level level_base = { MR0, NR0, pack_a_base, pack_b_base, kernel_base };
+
+#ifdef HP_GEMM_X86
+
+/* ---- avx2: AVX2 + FMA ---- */
+
+#define HP_AVX2 __attribute__((target("avx2,fma")))
+
+HP_AVX2 static void pack_a_avx2(float *dst, int transA, const float *A, long lda, long i0, long mc, long k0, long kc)
+{
+	pack_a_plain(dst, transA, A, lda, i0, mc, k0, kc, MR2);
+}
+
+HP_AVX2 static void pack_b_avx2(float *dst, int transB, const float *B, long ldb, long k0, long kc, long j0, long nc)
+{
+	pack_b_plain(dst, transB, B, ldb, k0, kc, j0, nc, NR2);
+}
+
+/* C row (16 wide, lanes in mask m0/m1) = alpha * acc + beta * C, C not read
+ * when beta == 0: the operations of the AVX-512 store_row, lane for lane. */
+HP_AVX2 static inline void store_row2(float *c, __m256 v0, __m256 v1, __m256i m0, __m256i m1,
+				      __m256 va, __m256 vb, int read_c, int full)
+{
+	v0 = _mm256_mul_ps(va, v0);
+	v1 = _mm256_mul_ps(va, v1);
+	if (full) {
+		if (read_c) {
+			v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c), v0);
+			v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8), v1);
+		}
+		_mm256_storeu_ps(c, v0);
+		_mm256_storeu_ps(c + 8, v1);
+		return;
+	}
+	if (read_c) {
+		v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c, m0), v0);
+		v1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c + 8, m1), v1);
+	}
+	_mm256_maskstore_ps(c, m0, v0);
+	_mm256_maskstore_ps(c + 8, m1, v1);
+}
+
+#define HP_ROWS2(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define HP_ACC2_DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
+#define HP_ACC2_FMA(r) { \
+		__m256 ar = _mm256_broadcast_ss(a + r); \
+		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
+		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
+#define HP_ACC2_STORE(r) \
+	if (r < m) \
+		store_row2(c + r * ldc, c##r##0, c##r##1, m0, m1, va, vb, read_c, full);
+
+HP_AVX2 __attribute__((noinline)) static void kernel_avx2(long kc, const float *a, const float *b, float *c,
+							   long ldc, int m, int n, const float *alpha_beta)
+{
+	HP_ROWS2(HP_ACC2_DECL)
+	for (long k = 0; k < kc; k++) {
+		__m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+
+		HP_ROWS2(HP_ACC2_FMA)
+		a += MR2;
+		b += NR2;
+	}
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane);
+	__m256 va = _mm256_set1_ps(alpha_beta[0]), vb = _mm256_set1_ps(alpha_beta[1]);
+	int read_c = alpha_beta[1] != 0.0f, full = n == NR2;
+
+	HP_ROWS2(HP_ACC2_STORE)
+}
+
+static const struct gemm_level level_avx2 = { MR2, NR2, pack_a_avx2, pack_b_avx2, kernel_avx2 };
+
+/* ---- avx512: AVX-512 F and VL ---- */
+
+#define HP_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
 
 /*
  * dst[k * dstride + i] = src[i * sstride + k] for i < rows (<= 16), k < kc,
@@ -189,11 +428,11 @@ HP_AVX512 static void transpose_pack(float *dst, long dstride, const float *src,
  * Pack op(B)[k0:k0+kc, j0:j0+nc] into panels of NR columns: panel p holds
  * kc rows of NR floats, columns past nc are zero.
  */
-HP_AVX512 static void pack_b(float *dst, int transB, const float *B, long ldb,
+HP_AVX512 static void pack_b_avx512(float *dst, int transB, const float *B, long ldb,
 			     long k0, long kc, long j0, long nc)
 {
-	for (long jp = 0; jp < nc; jp += HP_GEMM_NR, dst += kc * HP_GEMM_NR) {
-		long nb = imin(HP_GEMM_NR, nc - jp);
+	for (long jp = 0; jp < nc; jp += NR512, dst += kc * NR512) {
+		long nb = imin(NR512, nc - jp);
 
 		if (!transB) {
 			/* op(B)[k][j] = B[k*ldb + j]: rows are contiguous */
@@ -202,13 +441,13 @@ HP_AVX512 static void pack_b(float *dst, int transB, const float *B, long ldb,
 			const float *src = B + k0 * ldb + j0 + jp;
 
 			for (long k = 0; k < kc; k++, src += ldb) {
-				_mm512_store_ps(dst + k * HP_GEMM_NR, _mm512_maskz_loadu_ps(m0, src));
-				_mm512_store_ps(dst + k * HP_GEMM_NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+				_mm512_store_ps(dst + k * NR512, _mm512_maskz_loadu_ps(m0, src));
+				_mm512_store_ps(dst + k * NR512 + 16, _mm512_maskz_loadu_ps(m1, src + 16));
 			}
 		} else {
 			/* op(B)[k][j] = B[j*ldb + k]: 16 x 16 transposes */
 			for (int h = 0; h < 2; h++)
-				transpose_pack(dst + 16 * h, HP_GEMM_NR, B + (j0 + jp + 16 * h) * ldb + k0, ldb,
+				transpose_pack(dst + 16 * h, NR512, B + (j0 + jp + 16 * h) * ldb + k0, ldb,
 					       (int)imin(16, nb > 16 * h ? nb - 16 * h : 0), kc, 0xffff);
 		}
 	}
@@ -218,23 +457,23 @@ HP_AVX512 static void pack_b(float *dst, int transB, const float *B, long ldb,
  * Pack op(A)[i0:i0+mc, k0:k0+kc] into panels of MR rows: panel p holds kc
  * columns of MR floats, rows past mc are zero.
  */
-HP_AVX512 static void pack_a(float *dst, int transA, const float *A, long lda,
+HP_AVX512 static void pack_a_avx512(float *dst, int transA, const float *A, long lda,
 			     long i0, long mc, long k0, long kc)
 {
-	for (long ip = 0; ip < mc; ip += HP_GEMM_MR, dst += kc * HP_GEMM_MR) {
-		long mb = imin(HP_GEMM_MR, mc - ip);
+	for (long ip = 0; ip < mc; ip += MR512, dst += kc * MR512) {
+		long mb = imin(MR512, mc - ip);
 
 		if (transA) {
 			/* op(A)[i][k] = A[k*lda + i]: each k's MR rows are contiguous */
-			__mmask16 lm = (__mmask16)((1u << mb) - 1), sm = (1u << HP_GEMM_MR) - 1;
+			__mmask16 lm = (__mmask16)((1u << mb) - 1), sm = (1u << MR512) - 1;
 			const float *src = A + k0 * lda + i0 + ip;
 
 			for (long k = 0; k < kc; k++, src += lda)
-				_mm512_mask_storeu_ps(dst + k * HP_GEMM_MR, sm, _mm512_maskz_loadu_ps(lm, src));
+				_mm512_mask_storeu_ps(dst + k * MR512, sm, _mm512_maskz_loadu_ps(lm, src));
 		} else {
 			/* op(A)[i][k] = A[i*lda + k]: 16 x 16 transposes, 12 lanes kept */
-			transpose_pack(dst, HP_GEMM_MR, A + (i0 + ip) * lda + k0, lda, (int)mb, kc,
-				       (__mmask16)((1u << HP_GEMM_MR) - 1));
+			transpose_pack(dst, MR512, A + (i0 + ip) * lda + k0, lda, (int)mb, kc,
+				       (__mmask16)((1u << MR512) - 1));
 		}
 	}
 }
@@ -253,11 +492,11 @@ HP_AVX512 static inline void store_row(float *c, __m512 v0, __m512 v1, __mmask16
 	_mm512_mask_storeu_ps(c + 16, m1, v1);
 }
 
-#if HP_GEMM_MR == 14
+#if MR512 == 14
 #define HP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
-#elif HP_GEMM_MR == 12
+#elif MR512 == 12
 #define HP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#elif HP_GEMM_MR == 10
+#elif MR512 == 10
 #define HP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9)
 #endif
 #define HP_ACC_DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
@@ -271,15 +510,15 @@ HP_AVX512 static inline void store_row(float *c, __m512 v0, __m512 v1, __mmask16
 #define HP_C_PREFETCH(r) \
 	if (r < m) { \
 		_mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0); \
-		_mm_prefetch((const char *)(c + r * ldc + HP_GEMM_NR - 1), _MM_HINT_T0); }
+		_mm_prefetch((const char *)(c + r * ldc + NR512 - 1), _MM_HINT_T0); }
 
 /*
  * The micro-kernel: C[0:m, 0:n] (row stride ldc) = alpha * a b + beta * C,
  * a one packed MR x kc panel of A, b one packed kc x NR panel of B; m <= MR
  * rows and n <= NR columns of C are written.  alpha_beta points at {alpha, beta}.
  */
-HP_AVX512 __attribute__((noinline)) static void kernel_12x32(long kc, const float *a, const float *b, float *c, long ldc,
-				   int m, int n, const float *alpha_beta)
+HP_AVX512 __attribute__((noinline)) static void kernel_12x32(long kc, const float *a, const float *b, float *c,
+							       long ldc, int m, int n, const float *alpha_beta)
 {
 	HP_ROWS(HP_ACC_DECL)
 	HP_ROWS(HP_C_PREFETCH)
@@ -287,8 +526,8 @@ HP_AVX512 __attribute__((noinline)) static void kernel_12x32(long kc, const floa
 		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 
 		HP_ROWS(HP_ACC_FMA)
-		a += HP_GEMM_MR;
-		b += HP_GEMM_NR;
+		a += MR512;
+		b += NR512;
 	}
 	__mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
 	__mmask16 m1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
@@ -298,14 +537,33 @@ HP_AVX512 __attribute__((noinline)) static void kernel_12x32(long kc, const floa
 	HP_ROWS(HP_ACC_STORE)
 }
 
-HP_AVX512 static void sgemm_avx512(int transA, int transB, long M, long N, long K, float alpha,
-				   const float *A, long lda, const float *B, long ldb,
-				   float beta, float *C, long ldc, float *buf)
+
+static const struct gemm_level level_avx512 = { MR512, NR512, pack_a_avx512, pack_b_avx512, kernel_12x32 };
+
+#endif /* HP_GEMM_X86 */
+
+/* The table of a level, or NULL when this build or CPU lacks it. */
+static const struct gemm_level *gemm_level(int level)
+{
+	if (level < HP_CPU_BASELINE || level > hp_cpu_level_max())
+		return NULL;
+#ifdef HP_GEMM_X86
+	if (level == HP_CPU_AVX512)
+		return &level_avx512;
+	if (level == HP_CPU_AVX2)
+		return &level_avx2;
+#endif
+	return &level_base;
+}
+
+static void sgemm_blocked(const struct gemm_level *lv, int transA, int transB, long M, long N, long K,
+			  float alpha, const float *A, long lda, const float *B, long ldb,
+			  float beta, float *C, long ldc, float *buf)
 {
 	float *pa = buf, *pb = buf + HP_GEMM_ABUF;
 	long KC = block_size(K, HP_GEMM_KC, 8);
-	long NC = block_size(N, HP_GEMM_NC, HP_GEMM_NR);
-	long MC = block_size(M, HP_GEMM_MC, HP_GEMM_MR);
+	long NC = block_size(N, HP_GEMM_NC, lv->nr);
+	long MC = block_size(M, HP_GEMM_MC, lv->mr);
 
 	for (long jc = 0; jc < N; jc += NC) {
 		long nc = imin(NC, N - jc);
@@ -313,26 +571,24 @@ HP_AVX512 static void sgemm_avx512(int transA, int transB, long M, long N, long 
 		for (long pc = 0; pc < K; pc += KC) {
 			long kc = imin(KC, K - pc);
 			/* by pointer: as arguments alpha and beta would sit in two
-			 * zmm registers through the k loop, which needs 27 of 32 */
+			 * vector registers through the k loop, which needs them all */
 			const float ab[2] = { alpha, pc == 0 ? beta : 1.0f };
 
-			pack_b(pb, transB, B, ldb, pc, kc, jc, nc);
+			lv->pack_b(pb, transB, B, ldb, pc, kc, jc, nc);
 			for (long ic = 0; ic < M; ic += MC) {
 				long mc = imin(MC, M - ic);
 
-				pack_a(pa, transA, A, lda, ic, mc, pc, kc);
-				for (long jr = 0; jr < nc; jr += HP_GEMM_NR)
-					for (long ir = 0; ir < mc; ir += HP_GEMM_MR)
-						kernel_12x32(kc, pa + ir * kc, pb + jr * kc,
-							     C + (ic + ir) * ldc + jc + jr, ldc,
-							     (int)imin(HP_GEMM_MR, mc - ir),
-							     (int)imin(HP_GEMM_NR, nc - jr), ab);
+				lv->pack_a(pa, transA, A, lda, ic, mc, pc, kc);
+				for (long jr = 0; jr < nc; jr += lv->nr)
+					for (long ir = 0; ir < mc; ir += lv->mr)
+						lv->kernel(kc, pa + ir * kc, pb + jr * kc,
+							   C + (ic + ir) * ldc + jc + jr, ldc,
+							   (int)imin(lv->mr, mc - ir),
+							   (int)imin(lv->nr, nc - jr), ab);
 			}
 		}
 	}
 }
-
-#endif /* HP_GEMM_X86 */
 
 /* C = beta * C (beta == 0: C = 0), for K == 0 or alpha == 0 as BLAS does. */
 static void scale_c(long M, long N, float beta, float *C, long ldc)
@@ -342,17 +598,17 @@ static void scale_c(long M, long N, float beta, float *C, long ldc)
 			C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
-int hp_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha,
-		    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+int hp_sgemm_level(int level, int transA, int transB, int M, int N, int K, float alpha,
+		   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-#ifdef HP_GEMM_X86
+	const struct gemm_level *lv = gemm_level(level);
 	float *buf;
 
 	/* the argument checks of cblas_sgemm, row-major */
 	if (M < 0 || N < 0 || K < 0 || lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1)) ||
 	    ldb < (transB ? (K > 1 ? K : 1) : (N > 1 ? N : 1)) || ldc < (N > 1 ? N : 1))
 		return -1;
-	if (!has_avx512())
+	if (!lv)
 		return -1;
 	if (M == 0 || N == 0)
 		return 0;
@@ -363,17 +619,13 @@ int hp_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha,
 	}
 	if (!(buf = gemm_buffer()))
 		return -1;
-	sgemm_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf);
+	sgemm_blocked(lv, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf);
 	return 0;
-#else
-	(void)transA; (void)transB; (void)M; (void)N; (void)K; (void)alpha; (void)A; (void)lda;
-	(void)B; (void)ldb; (void)beta; (void)C; (void)ldc; (void)scale_c;
-	return -1;
-#endif
 }
 
-/* 1: AVX-512, 0: OpenBLAS, -1: not decided yet (HP_GEMM and the CPU are
- * read on the first call; a race only repeats the same decision). */
+/* 1: hp's levels, 0: OpenBLAS alone (HP_GEMM=openblas), -1: not decided
+ * yet (HP_GEMM is read on the first call; a race only repeats the same
+ * decision). */
 static int gemm_mode = -1;
 
 static int sgemm_mode(void)
@@ -383,19 +635,15 @@ static int sgemm_mode(void)
 	if (mode < 0) {
 		const char *s = getenv("HP_GEMM");
 
-		mode = 0;
-#ifdef HP_GEMM_X86
-		if (!(s && !strcmp(s, "openblas")) && has_avx512()) {
-			mode = 1;
-			/* The products left to OpenBLAS are small; OpenBLAS's own
-			 * threading changes their rounding with the thread count,
-			 * hp's row split does not.  One OpenBLAS thread keeps a run's
-			 * numbers independent of HP_NUM_THREADS/OPENBLAS_NUM_THREADS. */
+		mode = !(s && !strcmp(s, "openblas"));
+		/* The products left to OpenBLAS are small; OpenBLAS's own
+		 * threading changes their rounding with the thread count, hp's
+		 * row split does not.  One OpenBLAS thread keeps a run's numbers
+		 * independent of HP_NUM_THREADS/OPENBLAS_NUM_THREADS.  With
+		 * HP_GEMM=openblas OpenBLAS keeps its threads (and that
+		 * dependence), as a user asking for OpenBLAS expects. */
+		if (mode)
 			openblas_set_num_threads(1);
-		}
-#else
-		(void)s;
-#endif
 		__atomic_store_n(&gemm_mode, mode, __ATOMIC_RELAXED);
 	}
 	return mode;
@@ -403,13 +651,13 @@ static int sgemm_mode(void)
 
 const char *hp_sgemm_path(void)
 {
-	return sgemm_mode() ? "avx512" : "openblas";
+	return sgemm_mode() ? hp_cpu_level_name(hp_cpu_level()) : "openblas";
 }
 
 /* ---- the worker pool ---- */
 
 struct gemm_job {
-	int transA, transB, M, N, K, lda, ldb, ldc;
+	int level, transA, transB, M, N, K, lda, ldb, ldc;
 	float alpha, beta;
 	const float *A, *B;
 	float *C;
@@ -455,14 +703,14 @@ static void run_part(const struct gemm_job *j, int part, int nparts)
 	long per = ((long)j->M + nparts - 1) / nparts;
 	long m0, m1;
 
-	per = (per + HP_GEMM_MR - 1) / HP_GEMM_MR * HP_GEMM_MR;
+	per = (per + HP_GEMM_ROW_UNIT - 1) / HP_GEMM_ROW_UNIT * HP_GEMM_ROW_UNIT;
 	m0 = part * per;
 	m1 = m0 + per < j->M ? m0 + per : j->M;
 	if (m0 >= m1)
 		return;
 	const float *A = j->transA ? j->A + m0 : j->A + m0 * j->lda;
 	float *C = j->C + m0 * j->ldc;
-	if (hp_sgemm_avx512(j->transA, j->transB, (int)(m1 - m0), j->N, j->K, j->alpha, A, j->lda,
+	if (hp_sgemm_level(j->level, j->transA, j->transB, (int)(m1 - m0), j->N, j->K, j->alpha, A, j->lda,
 			    j->B, j->ldb, j->beta, C, j->ldc))
 		hp_sgemm_openblas(j->transA, j->transB, (int)(m1 - m0), j->N, j->K, j->alpha, A, j->lda,
 				  j->B, j->ldb, j->beta, C, j->ldc);
@@ -553,12 +801,14 @@ void hp_sgemm(int transA, int transB, int M, int N, int K, float alpha,
 {
 	if (sgemm_mode() && M >= HP_SGEMM_MIN_M && N >= HP_SGEMM_MIN_N && K >= HP_SGEMM_MIN_K &&
 	    (long)M * N * K >= HP_SGEMM_MIN_MNK) {
-		if ((long)M * N * K >= HP_GEMM_MIN_THREADED_MNK && M >= 4 * HP_GEMM_MR && pool_claim()) {
-			struct gemm_job j = { transA, transB, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C };
+		int level = hp_cpu_level();
+
+		if ((long)M * N * K >= HP_GEMM_MIN_THREADED_MNK && M >= 4 * HP_GEMM_ROW_UNIT && pool_claim()) {
+			struct gemm_job j = { level, transA, transB, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C };
 			run_threaded(&j);
 			return;
 		}
-		if (!hp_sgemm_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+		if (!hp_sgemm_level(level, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
 			return;
 	}
 	hp_sgemm_openblas(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

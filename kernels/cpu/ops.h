@@ -182,7 +182,7 @@ void hp_cross_entropy_bwd_vec(float *dlogits, const float *logits, const int32_t
  * hp_flash_attention_set_threads, when a call is large enough) and on
  * every x86-64 level.  Tiles live on the stack: up to about 300 KiB of the
  * calling thread's.
- * Environment: HP_FLASH=avx2 or HP_FLASH=baseline caps the compiled
+ * Environment: HP_CPU=avx2 or HP_CPU=baseline caps the compiled
  * version used (read on every call; for tests and benchmarks). */
 #define HP_FLASH_ATTENTION_MAX_HEAD_DIM 512
 int hp_flash_attention_supports(int head_dim);

@@ -293,7 +293,7 @@ static int same_bits(float *ref[NRUN], float *x[NRUN], int B, int Tq, int S, int
 /*
  * The results must not depend on the thread count (HP_CPATTN_THREADS: 1
  * against 2 and 3, a count that does not divide the backward's 4 items)
- * nor on the compiled version (HP_FLASH=avx2 and =baseline cap it; on a CPU
+ * nor on the compiled version (HP_CPU=avx2 and =baseline cap it; on a CPU
  * without AVX-512 or AVX2 the capped runs repeat the one available).  The
  * second half of rows of 384 tokens, D = 48 (the 16-column edge of the
  * AVX-512 product), 8 heads on 2 kv heads: 42M multiply-adds a product,
@@ -324,10 +324,10 @@ static void test_bits(void)
 		}
 		unsetenv("HP_CPATTN_THREADS");
 		for (int c = 0; c < 2; c++) {
-			setenv("HP_FLASH", caps[c], 1);
+			setenv("HP_CPU", caps[c], 1);
 			run_chunk(x, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
-			unsetenv("HP_FLASH");
-			ok(same_bits(ref, x, B, Tq, S, H, KV, D), "HP_FLASH=%s%s: the same bits as the default", caps[c], what);
+			unsetenv("HP_CPU");
+			ok(same_bits(ref, x, B, Tq, S, H, KV, D), "HP_CPU=%s%s: the same bits as the default", caps[c], what);
 		}
 		for (int i = 0; i < NRUN; i++)
 			free(ref[i]);

@@ -187,7 +187,7 @@ static int same_bits(float *x[5], float *y[5], int B, int T, int H, int KV, int 
 /*
  * The result must not depend on the thread count (1 against 3, a count that
  * does not divide the work, on the first shape) nor on the compiled version the CPU picks:
- * HP_FLASH=avx2 and =baseline cap it (on a CPU without AVX-512 or AVX2 the
+ * HP_CPU=avx2 and =baseline cap it (on a CPU without AVX-512 or AVX2 the
  * capped runs repeat the one available, and the check is vacuous).  Head
  * dims 48 and 8 reach the 16-column edge of the AVX-512 product and the
  * one-vector rows; T = 150 and 97 the partial tiles.
@@ -215,10 +215,10 @@ static void test_bits(void)
 		}
 		hp_flash_attention_set_threads(0);
 		for (int c = 0; c < 2; c++) {
-			setenv("HP_FLASH", caps[c], 1);
+			setenv("HP_CPU", caps[c], 1);
 			run_flash(x, q, k, v, dout, seg, B, T, H, KV, D);
-			unsetenv("HP_FLASH");
-			ok(same_bits(ref, x, B, T, H, KV, D), "D=%d: HP_FLASH=%s gives the same bits as the default", D, caps[c]);
+			unsetenv("HP_CPU");
+			ok(same_bits(ref, x, B, T, H, KV, D), "D=%d: HP_CPU=%s gives the same bits as the default", D, caps[c]);
 		}
 		for (int i = 0; i < 5; i++)
 			free(ref[i]);

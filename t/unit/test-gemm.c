@@ -6,8 +6,8 @@
  * tile, K = 1, K across several K blocks, N across several N blocks, M
  * across several M blocks), each of the four trans cases, alpha in {1, 0.5}
  * and beta in {0, 1, -0.25}, and leading dimensions at and above the
- * minimum, the AVX-512 path (forced whatever the size) and the OpenBLAS
- * path are compared with
+ * minimum, hp's kernels at every level this machine has (forced whatever
+ * the size) and the OpenBLAS path are compared with
  *   C_ref = alpha * sum_k op(A)[i,k] op(B)[k,j] (in double) + beta * C0.
  * Tolerance: |C - C_ref| <= 1e-5 * K * max|a| * max|b| * |alpha|
  * + 1e-6 * |beta| * max|C0|: a float dot product of length K has a
@@ -16,8 +16,13 @@
  * order while an indexing or edge bug (an error of order max|a| max|b|)
  * fails even at K = 1.  The columns of C between N and ldc must be left
  * alone, and beta = 0 must not read C (C is filled with NaN first).
- * Without AVX-512 the same checks run through hp_sgemm (the fallback).
+ *
+ * Then the bit-level promises of gemm.h: avx2 and avx512 give the same bits
+ * on every shape (when the machine has both), and hp_sgemm gives the same
+ * bits at 1, 2 and 3 threads at each level (children with HP_CPU and
+ * HP_NUM_THREADS set, the thread count being read once per process).
  */
+#include <sys/mman.h>
 #include <math.h>
 #include <pthread.h>
 #include <sys/wait.h>
@@ -25,6 +30,7 @@
 
 #include "alloc.h"
 #include "cpu/gemm.h"
+#include "cpu/isa.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -50,13 +56,13 @@ static float *rnd(size_t n)
 typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int,
 			float, float *, int);
 
-/* hp_sgemm_avx512 as a gemm_fn; records a refusal in avx512_refused. */
-static int avx512_refused;
-static void run_avx512(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-		       const float *B, int ldb, float beta, float *C, int ldc)
+/* hp_sgemm_level at run_level as a gemm_fn; records a refusal in refused. */
+static int refused, run_level;
+static void run_at_level(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+			 const float *B, int ldb, float beta, float *C, int ldc)
 {
-	if (hp_sgemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-		avx512_refused = 1;
+	if (hp_sgemm_level(run_level, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+		refused = 1;
 }
 
 static float fmaxabs(const float *p, size_t n)
@@ -152,7 +158,7 @@ static const struct { int M, N, K; } shapes[] = {
 };
 
 /* In a new thread (so a new packing buffer) whose allocation fails:
- * the AVX-512 path refuses, and hp_sgemm still gives the right answer. */
+ * hp's kernels refuse, and hp_sgemm still gives the right answer. */
 struct nomem { int refused, right; };
 
 static void *nomem_thread(void *arg)
@@ -163,7 +169,7 @@ static void *nomem_thread(void *arg)
 	float *C1 = malloc((size_t)M * N * sizeof(float)), *C2 = malloc((size_t)M * N * sizeof(float));
 
 	hp_alloc_fail_at(1);
-	r->refused = hp_sgemm_avx512(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N) == -1;
+	r->refused = hp_sgemm_level(hp_cpu_level(), 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N) == -1;
 	hp_alloc_fail_at(1);
 	hp_sgemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N);
 	hp_alloc_fail_at(0);
@@ -194,27 +200,93 @@ static int path_with_env_openblas(void)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Every level against every other on every shape and trans case, alpha
+ * and beta as in check(): 1 when avx2 and avx512 agree bit for bit. */
+static int same_bits_avx2_avx512(int *shapes_checked)
+{
+	int same = 1;
+
+	*shapes_checked = 0;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int t = 0; t < 4; t++)
+			for (int bi = 0; bi < 2; bi++) {
+				int ta = t >> 1, tb = t & 1, M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
+				size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+				float *A = rnd(na), *B = rnd(nb), *C0 = rnd(nc);
+				float *C1 = malloc(nc * sizeof(float)), *C2 = malloc(nc * sizeof(float));
+				float beta = bi ? -0.25f : 0.0f;
+
+				memcpy(C1, C0, nc * sizeof(float));
+				memcpy(C2, C0, nc * sizeof(float));
+				if (hp_sgemm_level(HP_CPU_AVX2, ta, tb, M, N, K, 0.5f, A, ta ? M : K, B, tb ? K : N,
+						   beta, C1, N) ||
+				    hp_sgemm_level(HP_CPU_AVX512, ta, tb, M, N, K, 0.5f, A, ta ? M : K, B, tb ? K : N,
+						   beta, C2, N) ||
+				    memcmp(C1, C2, nc * sizeof(float))) {
+					if (same)
+						tap_diag("  avx2 and avx512 differ: %s%s %dx%dx%d beta %g",
+							 ta ? "A^T" : "A", tb ? "B^T" : "B", M, N, K, beta);
+					same = 0;
+				}
+				(*shapes_checked)++;
+				free(A);
+				free(B);
+				free(C0);
+				free(C1);
+				free(C2);
+			}
+	return same;
+}
+
+/* hp_sgemm's bits at HP_CPU=level and HP_NUM_THREADS=threads, in a child
+ * (the pool's size is read once per process): the four trans cases of a
+ * product large enough for the thread pool, written to out[4 * M * N].
+ * Returns 0, or -1 when the child failed or ran another level. */
+#define TI_M 300
+#define TI_N 200
+#define TI_K 600
+static int threaded_run(int level, int threads, float *out)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char nt[16];
+
+		snprintf(nt, sizeof(nt), "%d", threads);
+		setenv("HP_CPU", hp_cpu_level_name(level), 1);
+		setenv("HP_NUM_THREADS", nt, 1);
+		rng_state = 0x243f6a8885a308d3ull;
+		float *A = rnd((size_t)TI_M * TI_K), *B = rnd((size_t)TI_K * TI_N);
+		for (int t = 0; t < 4; t++)
+			hp_sgemm(t >> 1, t & 1, TI_M, TI_N, TI_K, 1.0f, A, t >> 1 ? TI_M : TI_K, B,
+				 t & 1 ? TI_K : TI_N, 0.0f, out + (size_t)t * TI_M * TI_N, TI_N);
+		_exit(hp_sgemm_threads() == threads && !strcmp(hp_sgemm_path(), hp_cpu_level_name(level)) ? 0 : 1);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
 int main(void)
 {
 	const char *env = getenv("HP_GEMM");
 	int forced = env && !strcmp(env, "openblas");
-	int have = !hp_sgemm_avx512(0, 0, 1, 1, 1, 1.0f, (float[]){ 1 }, 1, (float[]){ 1 }, 1,
-				     0.0f, (float[]){ 0 }, 1);
+	int max = hp_cpu_level_max(), level = hp_cpu_level();
 	/* before anything reads HP_GEMM in this process */
 	int child = path_with_env_openblas();
 	const char *path = hp_sgemm_path();
-	struct { const char *name; gemm_fn f; } paths[] = {
-		{ have ? "avx512" : "hp_sgemm (fallback)", have ? run_avx512 : hp_sgemm },
-		{ "openblas", hp_sgemm_openblas },
-	};
 
-	tap_diag("hp_sgemm path: %s%s", path, forced ? " (HP_GEMM=openblas)" : "");
-	if (!have)
-		tap_diag("no AVX-512 on this machine or build: checking the OpenBLAS fallback only");
-	ok(!strcmp(path, have && !forced ? "avx512" : "openblas"), "hp_sgemm_path() is '%s'", path);
+	tap_diag("CPU level %s, in use %s; hp_sgemm path: %s%s", hp_cpu_level_name(max),
+		 hp_cpu_level_name(level), path, forced ? " (HP_GEMM=openblas)" : "");
+	ok(!strcmp(path, forced ? "openblas" : hp_cpu_level_name(level)), "hp_sgemm_path() is '%s'", path);
 	ok(child == 0, "HP_GEMM=openblas selects the openblas path");
 
-	for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
+	for (int p = 0; p <= HP_CPU_AVX512 + 1; p++) {
+		const char *name = p <= HP_CPU_AVX512 ? hp_cpu_level_name(p) : "openblas";
+
 		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 			int M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
 
@@ -222,13 +294,54 @@ int main(void)
 				double worst = 0;
 				int good = 1;
 
-				avx512_refused = 0;
+				if (p <= HP_CPU_AVX512 && p > max) {
+					tap_skip("the CPU lacks it", "%s: %s%s %dx%dx%d", name, t >> 1 ? "A^T" : "A",
+						 t & 1 ? "B^T" : "B", M, N, K);
+					continue;
+				}
+				refused = 0;
+				run_level = p;
 				for (int pad = 0; pad <= 3; pad += 3)
-					good &= check(paths[p].f, t >> 1, t & 1, M, N, K, pad, &worst);
-				ok(good && !avx512_refused, "%s: %s%s %dx%dx%d (worst %.2g of tol)",
-				   paths[p].name, t >> 1 ? "A^T" : "A", t & 1 ? "B^T" : "B", M, N, K, worst);
+					good &= check(p <= HP_CPU_AVX512 ? run_at_level : hp_sgemm_openblas,
+						      t >> 1, t & 1, M, N, K, pad, &worst);
+				ok(good && !refused, "%s: %s%s %dx%dx%d (worst %.2g of tol)",
+				   name, t >> 1 ? "A^T" : "A", t & 1 ? "B^T" : "B", M, N, K, worst);
 			}
 		}
+	}
+
+	if (max >= HP_CPU_AVX512) {
+		int n = 0;
+		ok(same_bits_avx2_avx512(&n), "avx2 and avx512 give the same bits (%d products)", n);
+	} else {
+		tap_skip("no AVX-512 on this CPU", "avx2 and avx512 give the same bits");
+	}
+	ok(hp_sgemm_level(max + 1, 0, 0, 1, 1, 1, 1.0f, (float[]){ 1 }, 1, (float[]){ 1 }, 1, 0.0f,
+			  (float[]){ 0 }, 1) == -1,
+	   "a level above the CPU's is refused");
+
+	/* Thread-count invariance of hp_sgemm, per level. */
+	{
+		size_t n = (size_t)4 * TI_M * TI_N;
+		float *sh = mmap(NULL, 3 * n * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+		for (int l = HP_CPU_BASELINE; l <= HP_CPU_AVX512; l++) {
+			int good = sh != MAP_FAILED;
+
+			if (l > max) {
+				tap_skip("the CPU lacks it", "%s: hp_sgemm gives the same bits at 1, 2 and 3 threads",
+					 hp_cpu_level_name(l));
+				continue;
+			}
+			for (int t = 1; good && t <= 3; t++)
+				good = !threaded_run(l, t, sh + (t - 1) * n);
+			good = good && !memcmp(sh, sh + n, n * sizeof(float)) &&
+			       !memcmp(sh, sh + 2 * n, n * sizeof(float));
+			ok(good, "%s: hp_sgemm gives the same bits at 1, 2 and 3 threads (%dx%dx%d, 4 trans cases)",
+			   hp_cpu_level_name(l), TI_M, TI_N, TI_K);
+		}
+		if (sh != MAP_FAILED)
+			munmap(sh, 3 * n * sizeof(float));
 	}
 
 	/* The dispatcher on a shape big enough for the fast path. */
@@ -249,25 +362,20 @@ int main(void)
 		free(C2);
 	}
 
-	if (have) {
+	{
 		float x[4] = { 0 };
 		struct nomem r = { 0, 0 };
 		pthread_t th;
 
 		if (pthread_create(&th, NULL, nomem_thread, &r) || pthread_join(th, NULL))
 			r.refused = r.right = 0;
-		ok(r.refused, "avx512 path refuses when its buffer cannot be allocated");
+		ok(r.refused, "hp's kernels refuse when their buffer cannot be allocated");
 		ok(r.right, "... and hp_sgemm then falls back to OpenBLAS, same result bit for bit");
 
-		ok(hp_sgemm_avx512(0, 0, 2, 2, 2, 1.0f, x, 1, x, 2, 0.0f, x, 2) == -1,
-		   "avx512 path refuses lda < K");
-		ok(hp_sgemm_avx512(0, 0, -1, 2, 2, 1.0f, x, 2, x, 2, 0.0f, x, 2) == -1,
-		   "avx512 path refuses M < 0");
-	} else {
-		tap_skip("no AVX-512", "avx512 path refuses when its buffer cannot be allocated");
-		tap_skip("no AVX-512", "... and hp_sgemm then falls back to OpenBLAS");
-		tap_skip("no AVX-512", "avx512 path refuses lda < K");
-		tap_skip("no AVX-512", "avx512 path refuses M < 0");
+		ok(hp_sgemm_level(level, 0, 0, 2, 2, 2, 1.0f, x, 1, x, 2, 0.0f, x, 2) == -1,
+		   "hp's kernels refuse lda < K");
+		ok(hp_sgemm_level(level, 0, 0, -1, 2, 2, 1.0f, x, 2, x, 2, 0.0f, x, 2) == -1,
+		   "hp's kernels refuse M < 0");
 	}
 	return tap_done();
 }
