@@ -41,6 +41,31 @@ test_expect_success 'the thread count does not change a single bit of the losses
 	cmp a b
 '
 
+# At each CPU level this machine has (HP_CPU caps it; the lm_head product,
+# 1024 x 512 x 64, is large enough for hp_sgemm to split it over threads):
+# 1, 2 and 3 threads give the same losses and the same step-1 gradients,
+# bit for bit.  avx2 and avx512 also equal each other (same operations in
+# the same order); baseline (no FMA) has its own bits.
+test_expect_success 'at every CPU level, 1, 2 and 3 threads give the same bits' '
+	levels=$(hp-test-tool cpulevels) &&
+	echo "# levels: $levels" &&
+	for l in $levels; do
+		for t in 1 2 3; do
+			HP_CPU=$l HP_NUM_THREADS=$t hp-train -q thr.yaml --metrics l$l-$t.jsonl \
+				--dump-grads g$l-$t.safetensors &&
+			jq -r "[.loss, .grad_norm] | @tsv" l$l-$t.jsonl >a$l-$t || return 1
+		done &&
+		cmp a$l-1 a$l-2 && cmp a$l-1 a$l-3 &&
+		cmp g$l-1.safetensors g$l-2.safetensors && cmp g$l-1.safetensors g$l-3.safetensors || return 1
+	done &&
+	if test -f aavx512-1; then cmp aavx2-1 aavx512-1 && cmp gavx2-1.safetensors gavx512-1.safetensors; fi
+'
+
+test_expect_success 'HP_CPU with another value is a usage error' '
+	{ HP_CPU=sse9 hp-train -q thr.yaml 2>err; test $? = 2; } &&
+	grep -q "HP_CPU=.sse9.: expected baseline, avx2 or avx512" err
+'
+
 test_expect_success 'metrics lines carry the documented keys' '
 	jq -e "has(\"step\") and has(\"loss\") and has(\"grad_norm\") and has(\"lr\") and has(\"tokens\") and has(\"step_time_s\") and has(\"tokens_per_s\")" m1.jsonl >/dev/null &&
 	test "$(metric m1.jsonl 1 tokens)" = 1024

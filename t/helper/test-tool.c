@@ -10,6 +10,7 @@
  * subcommand's job is to print; errors go to stderr as "hp-test-tool: ...";
  * exit 0 on success, 1 on failure, 2 on a bad command line.
  */
+#include "cpu/isa.h"
 #include "err.h"
 
 /* Defined in t/helper/test-*.c; sorted by name, like the table. */
@@ -25,12 +26,27 @@ int cmd_stsame(int argc, char **argv);     /* test-convert.c */
 int cmd_teacher(int argc, char **argv);
 int cmd_tokbench(int argc, char **argv);  /* test-tokbench.c */    /* test-model.c */
 
+/* cpulevels: the CPU levels this machine has, lowest first (HP_CPU ignored) */
+static int cmd_cpulevels(int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "usage: hp-test-tool cpulevels\n");
+		return 2;
+	}
+	for (int l = HP_CPU_BASELINE; l <= hp_cpu_level_max(); l++)
+		printf("%s%s", l ? " " : "", hp_cpu_level_name(l));
+	printf("\n");
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
 	const char *usage;
 } cmds[] = {
-	{ "cmpst", cmd_cmpst, "cmpst [--max-rel-l2 R] [--max-abs A] A.safetensors B.safetensors" },
+	{ "cmpst", cmd_cmpst, "cmpst [--max-rel-l2 R] [--max-abs A] [--floor F] A.safetensors B.safetensors" },
+	{ "cpulevels", cmd_cpulevels, "cpulevels" },
 	{ "dumpidx", cmd_dumpidx, "dumpidx PREFIX" },
 	{ "logits", cmd_logits, "logits -o OUT.safetensors MODEL_DIR ID..." },
 	{ "mkidx", cmd_mkidx, "mkidx --vocab V [--records-of N] [--max-records K] -o PREFIX INPUT.jsonl" },
