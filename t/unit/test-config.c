@@ -48,9 +48,12 @@ static void expect_err(const char *yaml, int nov, char **ov, int code, const cha
 	hp_config_release(&c);
 }
 
-static int near(double a, double b)
+/* A float in the YAML is read by strtod, which rounds the decimal
+ * correctly, as the compiler does the literal: "1.0e-3" and 1e-3 are the
+ * same number, so the same double, exactly. */
+static int same_double(double got, double want)
 {
-	return fabs(a - b) <= 1e-12 * fabs(b);
+	return got == want;
 }
 
 static void write_file(const char *path, const char *text)
@@ -99,14 +102,14 @@ static void test_stories260K(void)
 	is_str(c.dataloader.target, "hyper_parallel.data.FixedBatchDataLoader", "dataloader");
 	is_str(c.dataloader.sampler_type, "single", "sampler_type");
 	is_int(c.dataloader.drop_last, 1, "drop_last");
-	ok(near(c.optimizer.lr, 1e-3) && near(c.optimizer.weight_decay, 0.1) &&
-	   near(c.optimizer.beta1, 0.9) && near(c.optimizer.beta2, 0.95) &&
-	   near(c.optimizer.eps, 1e-8), "adamw_config");
+	ok(same_double(c.optimizer.lr, 1e-3) && same_double(c.optimizer.weight_decay, 0.1) &&
+	   same_double(c.optimizer.beta1, 0.9) && same_double(c.optimizer.beta2, 0.95) &&
+	   same_double(c.optimizer.eps, 1e-8), "adamw_config");
 	ok(c.optimizer.nno_decay_params == 2 && !strcmp(c.optimizer.no_decay_params[0], "bias") &&
 	   !strcmp(c.optimizer.no_decay_params[1], "norm"), "no_decay_params");
 	is_int(c.lr_scheduler.style, HP_LR_COSINE, "cosine schedule");
-	ok(near(c.lr_scheduler.lr, 1e-3) && c.lr_scheduler.warmup_steps == 2 &&
-	   near(c.lr_scheduler.min_lr, 1e-4), "lr_config");
+	ok(same_double(c.lr_scheduler.lr, 1e-3) && c.lr_scheduler.warmup_steps == 2 &&
+	   same_double(c.lr_scheduler.min_lr, 1e-4), "lr_config");
 	is_int(c.debug.check_nan_inf, 1, "check_nan_inf");
 	hp_config_release(&c);
 }
@@ -155,9 +158,9 @@ static void test_seed(void)
 	ok(c.dataset.ntext_keys == 1 && c.dataset.max_seq_len == 4096 && c.dataset.shuffle,
 	   "data_transform and data_config");
 	is_str(c.dataloader.target, "hyper_parallel.data.DynamicBatchDataLoader", "dynamic loader");
-	ok(near(c.optimizer.lr, 3e-4) && near(c.optimizer.eps, 1e-8), "1e-4 style floats");
+	ok(same_double(c.optimizer.lr, 3e-4) && same_double(c.optimizer.eps, 1e-8), "1e-4 style floats");
 	ok(c.lr_scheduler.style == HP_LR_LINEAR && c.lr_scheduler.lr == -1 &&
-	   near(c.lr_scheduler.min_lr, 3e-5), "lr_config.lr absent: follow the optimizer");
+	   same_double(c.lr_scheduler.min_lr, 3e-5), "lr_config.lr absent: follow the optimizer");
 	ok(!strcmp(c.checkpoint.checkpoint_dir, "/ckpt/qwen3") && c.checkpoint.save_steps == 50 &&
 	   !strcmp(c.checkpoint.save_consolidated, "final"), "checkpoint");
 	is_str(c.activation_checkpoint.mode, "full", "activation checkpointing");

@@ -365,20 +365,44 @@ void hp_cuda_adamw(float *w, hp_bf16 *wb, const float *g, float *m, float *v, si
 
 /* ---- the test ---- */
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-	double num = 0, den = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		den += (double)b[i] * b[i];
-	}
-	return sqrt(num / (den > 0 ? den : 1));
-}
-
+/*
+ * Why the bounds are what they are.  The flat vectors of the two models
+ * hold the same tensors at the same offsets, so gradients are compared
+ * tensor by tensor with tap_rel_l2_parts: each against its own norm, or
+ * against the norm it would have at the model's typical gradient element
+ * where cancellation left it smaller (a bias whose terms nearly cancel,
+ * such as k_proj's: softmax would ignore its shift of a query's scores but
+ * for RoPE's rotation).  Exact mode differs from the CPU model in summation
+ * order only, as in test-modelk: independent roundings add like a random
+ * walk, sqrt(n) u for n terms summed (u = 2^-24), and an element's chain
+ * sums at most a few thousand terms in all (V 64 or 512, hidden 32 or 64,
+ * intermediate up to 172, up to 64 keys times the GQA group and B*T
+ * tokens for a weight, over 2 to 5 layers): about 50 u = 3e-6, so 1e-5
+ * per tensor.  The losses are sums of non-negative terms (cross-entropy,
+ * aux loss), so relative to themselves; a logit carries the forward's part
+ * of the same estimate, which the loss averages over the B*T targets, and
+ * the later steps' losses the weights' difference below: 1e-5.
+ *
+ * The weights are compared as one flat vector.  AdamW's step is
+ * lr m / sqrt(v), a ratio whose relative error is about twice the
+ * gradient's, so where a gradient is well above its rounding the weights
+ * differ by at most lr x steps x 2e-5 = 6e-8, about 1e-6 of weights of
+ * rms 0.06 to 0.18; but where a gradient element is within its rounding
+ * of zero its sign is noise and AdamW moves it by lr either way, 2 lr =
+ * 2e-3 apart whatever the noise's size.  Per tensor that measures AdamW, not gmodel.c; over the
+ * whole model (norms 22 to 91) one such element is 2e-5 to 9e-5, so 1e-4
+ * admits about one of them, and a wrong update (lr on many elements) fails.
+ *
+ * bf16 mode rounds every bf16 store to 8 mantissa bits (u_bf16 = 2^-9 =
+ * 2e-3 a rounding, a random walk over some tens of stores along a chain):
+ * the losses to the 1e-2 the GPU run is held to, the gradients and the
+ * weights to 5e-2.
+ */
 /* steps of B x T tokens, the CPU model against the emulated GPU one; the
- * largest relative loss difference, the weights' and step-1 gradients' */
-static void run(const char *dir, int B, int T, int packed, int steps, int bf16, double tol_loss, double tol_w)
+ * largest relative loss difference, the step-1 gradients' per tensor and
+ * the final weights' over the whole model */
+static void run(const char *dir, int B, int T, int packed, int steps, int bf16, double tol_loss, double tol_g,
+		double tol_w)
 {
 	struct hp_model_spec s;
 	struct hp_model cpu, host;
@@ -388,6 +412,8 @@ static void run(const char *dir, int B, int T, int packed, int steps, int bf16, 
 	long N = (long)B * T;
 	int32_t *ids = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N), *seg = malloc(sizeof(int32_t) * N);
 	double worst = 0, gerr = 0;
+	int gworst = 0;
+	size_t *off = NULL, *len = NULL;
 	char path[4096];
 
 	emu_bf16 = bf16;
@@ -396,6 +422,12 @@ static void run(const char *dir, int B, int T, int packed, int steps, int bf16, 
 	    hp_model_init(&host, &s, 1, 1, &e) || hp_model_load_hf(&host, path, &e)) {
 		ok(0, "%s: load: %s", dir, e.msg);
 		return;
+	}
+	off = malloc(sizeof(size_t) * (size_t)cpu.nparams);
+	len = malloc(sizeof(size_t) * (size_t)cpu.nparams);
+	for (int i = 0; i < cpu.nparams; i++) {
+		off[i] = cpu.params[i].offset;
+		len[i] = cpu.params[i].numel;
 	}
 	memset(&o1, 0, sizeof(o1));
 	o1.hp = (struct hp_adamw_hparams){ 1e-3, 0.9, 0.95, 1e-8, 0.1, 0 };
@@ -440,7 +472,7 @@ static void run(const char *dir, int B, int T, int packed, int steps, int bf16, 
 		}
 		if (st == 1) {
 			hp_gmodel_download(g, &host, NULL, 1, &e);
-			gerr = rel_l2(host.flat_g, cpu.flat_g, cpu.numel);
+			gerr = tap_rel_l2_parts(host.flat_g, cpu.flat_g, cpu.nparams, off, len, &gworst);
 		}
 		double L1 = l1 / total + s.router_aux_loss_coef * aux1, L2 = l2 / total + s.router_aux_loss_coef * aux2;
 		double d = fabs(L2 - L1) / fabs(L1);
@@ -456,24 +488,17 @@ static void run(const char *dir, int B, int T, int packed, int steps, int bf16, 
 		hp_gmodel_step(g, &o2, n2, &e);
 	}
 	hp_gmodel_download(g, &host, NULL, 0, &e);
-	double werr = rel_l2(host.flat_w, cpu.flat_w, cpu.numel), tworst = 0;
-	const char *tname = "";
-	int far = 0;
-	for (int i = 0; i < cpu.nparams; i++) {
-		double t = rel_l2(host.params[i].w, cpu.params[i].w, cpu.params[i].numel);
-		far += t > 2e-2;
-		if (t > tworst) {
-			tworst = t;
-			tname = cpu.params[i].name;
-		}
-	}
-	tap_diag("largest one-tensor difference of the final weights: %.2g (%s); %d of %d tensors beyond 2e-2",
-		 tworst, tname, far, cpu.nparams);
-	ok(worst <= tol_loss && werr <= tol_w && gerr <= tol_w && est == arena,
-	   "%s B=%d T=%d%s, %s: %d steps: losses within %.2g relative (<= %g), step-1 gradients %.2g and "
-	   "final weights %.2g relative L2 (<= %g); arena %zu bytes, estimated %zu", dir, B, T,
-	   packed ? " packed" : "", bf16 ? "bf16 stores" : "exact", steps, worst, tol_loss, gerr, werr, tol_w,
-	   arena, est);
+	double werr = tap_rel_l2(host.flat_w, cpu.flat_w, cpu.numel, 0);
+	int wworst;
+	double tw = tap_rel_l2_parts(host.flat_w, cpu.flat_w, cpu.nparams, off, len, &wworst);
+
+	tap_diag("largest one-tensor difference of the step-1 gradients: %s; of the final weights: %.2g (%s)",
+		 cpu.params[gworst].name, tw, cpu.params[wworst].name);
+	ok(worst <= tol_loss && gerr <= tol_g && werr <= tol_w && est == arena,
+	   "%s B=%d T=%d%s, %s: %d steps: losses within %.2g relative (<= %g), step-1 gradients %.2g "
+	   "relative L2 per tensor (<= %g), final weights %.2g over the model (<= %g); arena %zu bytes, "
+	   "estimated %zu", dir, B, T, packed ? " packed" : "", bf16 ? "bf16 stores" : "exact", steps, worst,
+	   tol_loss, gerr, tol_g, werr, tol_w, arena, est);
 	hp_gmodel_free(g);
 	hp_model_release(&cpu);
 	hp_model_release(&host);
@@ -483,6 +508,8 @@ static void run(const char *dir, int B, int T, int packed, int steps, int bf16, 
 	free(tg);
 	free(seg);
 	free(fscr);
+	free(off);
+	free(len);
 }
 
 /* what hp_gmodel_init refuses, with the key or layer named */
@@ -521,23 +548,21 @@ int main(void)
 	refusals();
 	/* exact: the same arithmetic as the CPU model up to summation order
 	 * (fused gate|up GEMM, flash vs eager attention, chunked head) */
-	run("data/ref/qwen3-moe-a", 2, 24, 0, 3, 0, 1e-5, 1e-4);
-	run("data/ref/qwen3-moe-a", 1, 40, 1, 3, 0, 1e-5, 1e-4);
-	run("data/ref/qwen3-dense", 2, 16, 0, 3, 0, 1e-5, 1e-4);
-	run("data/stories260K/hf", 2, 32, 1, 3, 0, 1e-5, 1e-4);
+	run("data/ref/qwen3-moe-a", 2, 24, 0, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/ref/qwen3-moe-a", 1, 40, 1, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/ref/qwen3-dense", 2, 16, 0, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/stories260K/hf", 2, 32, 1, 3, 0, 1e-5, 1e-5, 1e-4);
 	/* every RoPE type (the GPU reads the same table), a new family each */
-	run("data/hf/tf5/llama-linear", 2, 32, 0, 3, 0, 1e-5, 1e-4);
-	run("data/hf/tf5/mistral-dynamic", 2, 32, 0, 3, 0, 1e-5, 1e-4);
-	run("data/hf/tf5/qwen3_moe-yarn", 2, 32, 0, 3, 0, 1e-5, 1e-4);
-	run("data/hf/tf4/qwen2-llama3", 2, 32, 1, 3, 0, 1e-5, 1e-4);
-	run("data/hf/tf5/llama-default-pad", 2, 32, 0, 3, 0, 1e-5, 1e-4);
-	run("data/hf/tf5/qwen3_moe-yarn", 2, 32, 0, 3, 1, 1e-2, 5e-2);
-	/* bf16 stores: the GPU's rounding points; the GPU run's 1e-2 for the
-	 * losses; the weights 5e-2 over the whole model, since AdamW moves by
-	 * about lr wherever a gradient is bf16 noise (measured 4e-3 to 7.5e-3) */
-	run("data/ref/qwen3-moe-a", 2, 24, 0, 3, 1, 1e-2, 5e-2);
-	run("data/ref/qwen3-moe-a", 2, 32, 0, 5, 1, 1e-2, 5e-2);
-	run("data/ref/qwen3-moe-a", 2, 64, 0, 20, 1, 1e-2, 5e-2);
-	run("data/stories260K/hf", 2, 32, 1, 3, 1, 1e-2, 5e-2);
+	run("data/hf/tf5/llama-linear", 2, 32, 0, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/hf/tf5/mistral-dynamic", 2, 32, 0, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/hf/tf5/qwen3_moe-yarn", 2, 32, 0, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/hf/tf4/qwen2-llama3", 2, 32, 1, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/hf/tf5/llama-default-pad", 2, 32, 0, 3, 0, 1e-5, 1e-5, 1e-4);
+	run("data/hf/tf5/qwen3_moe-yarn", 2, 32, 0, 3, 1, 1e-2, 5e-2, 5e-2);
+	/* bf16 stores: the GPU's rounding points (bounds: above run()) */
+	run("data/ref/qwen3-moe-a", 2, 24, 0, 3, 1, 1e-2, 5e-2, 5e-2);
+	run("data/ref/qwen3-moe-a", 2, 32, 0, 5, 1, 1e-2, 5e-2, 5e-2);
+	run("data/ref/qwen3-moe-a", 2, 64, 0, 20, 1, 1e-2, 5e-2, 5e-2);
+	run("data/stories260K/hf", 2, 32, 1, 3, 1, 1e-2, 5e-2, 5e-2);
 	return tap_done();
 }
