@@ -10,10 +10,20 @@
 # rank; then a resume of the same checkpoint: read GB/s per rank.  The
 # baseline writes the same bytes with dd (conv=fsync, as the checkpoint
 # fsyncs every file) and reads them back with dd, in the same run.  Reads
-# come from the page cache on both sides.
+# come from the page cache on both sides.  Not a test: it prints, and only
+# a failed run exits non-zero (no mpiexec: skipped).
+#
+# Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): the same runs on a Llama
+# of hidden 64 (2 layers, 4 heads, intermediate 172, vocab 512: 0.2M
+# parameters): the same table in seconds, its numbers not worth reading.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${HP_BUILD_DIR:-$src/build}
+if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
+	smoke=1 hidden=64 inter=172 layers=2 heads=4 vocab=512 what="0.2M"
+else
+	smoke=0 hidden=1024 inter=2816 layers=8 heads=16 vocab=32000 what="165M"
+fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-ckpt-bench.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -21,14 +31,14 @@ command -v mpiexec >/dev/null || { echo "ckpt-bench: no mpiexec; skipped"; exit 
 
 mkdir -p "$tmp/model"
 cat >"$tmp/model/config.json" <<JSON
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
- "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
- "num_key_value_heads": 16, "vocab_size": 32000, "max_position_embeddings": 1024,
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": $hidden,
+ "intermediate_size": $inter, "num_hidden_layers": $layers, "num_attention_heads": $heads,
+ "num_key_value_heads": $heads, "vocab_size": $vocab, "max_position_embeddings": 1024,
  "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
 JSON
-awk 'BEGIN { srand(7); for (d = 0; d < 8; d++) { printf "{\"ids\":["
-	for (i = 0; i < 65; i++) printf "%s%d", i ? "," : "", int(rand() * 32000); print "]}" } }' >"$tmp/ids.jsonl"
-"$build/bin/hp-test-tool" mkidx --vocab 32000 --records-of 65 -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+awk -v V="$vocab" 'BEGIN { srand(7); for (d = 0; d < 8; d++) { printf "{\"ids\":["
+	for (i = 0; i < 65; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$tmp/ids.jsonl"
+"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of 65 -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
 cat >"$tmp/c.yaml" <<YAML
 model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
 training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
@@ -41,19 +51,22 @@ YAML
 
 now () { date +%s.%N; }
 
-echo "checkpoints: Llama 165M parameters (weights + AdamW moments), $(getconf _NPROCESSORS_ONLN) cores"
+echo "checkpoints: Llama $what parameters (weights + AdamW moments), $(getconf _NPROCESSORS_ONLN) cores"
+[ "$smoke" = 0 ] || echo "smoke mode: a tiny model, the numbers are not worth reading"
 printf '%-8s %10s %10s %12s %12s %12s %12s\n' ranks "GB" "held s" "write GB/s" "dd GB/s" "read GB/s" "dd GB/s"
 for n in 1 4; do
 	rm -rf "$tmp/ck"
 	mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" --fsdp_config.dp_shard_size=$n --max-steps 1 \
 		--metrics "$tmp/m.jsonl" || exit 1
 	held=$(jq -r .checkpoint_s "$tmp/m.jsonl")
+	case $held in ''|null) echo "ckpt-bench: $n rank(s): no checkpoint_s in the metrics" >&2; exit 1 ;; esac
 	bytes=$(du -sb "$tmp/ck/global_step_1" | cut -f1)
 	# read: a resume that loads it and trains the last step (its time less a step's)
 	t0=$(now)
 	mpiexec -n $n "$build/bin/hp-train" "$tmp/c.yaml" --fsdp_config.dp_shard_size=$n \
 		--checkpoint.restore_from=LATEST --checkpoint.save_ckpt=false >"$tmp/out" || exit 1
 	rs=$(sed -n "s/^checkpoint: resumed from .* (\([0-9.]*\) s)$/\1/p" "$tmp/out")
+	[ -n "$rs" ] || { echo "ckpt-bench: $n rank(s): the resume printed no time" >&2; exit 1; }
 	# dd: the same bytes in n files of bytes/n, written with fsync, then read
 	per=$((bytes / n / 1048576 + 1))
 	t0=$(now)
@@ -66,9 +79,11 @@ for n in 1 4; do
 	wait
 	t2=$(now)
 	rm -f "$tmp"/dd*
-	awk -v n=$n -v b=$bytes -v h="$held" -v r="$rs" -v t0=$t0 -v t1=$t1 -v t2=$t2 'BEGIN {
+	# a tiny checkpoint can take "0.00" s: "-" then, not a division by zero
+	awk -v n=$n -v b=$bytes -v h="$held" -v r="$rs" -v t0=$t0 -v t1=$t1 -v t2=$t2 '
+	function rate(s) { return s > 0 ? sprintf("%12.2f", g / n / s) : sprintf("%12s", "-") }
+	BEGIN {
 		g = b / 1e9
-		printf "%-8s %10.2f %10.2f %12.2f %12.2f %12.2f %12.2f\n", n, g, h, g / n / h,
-			g / n / (t1 - t0), g / n / r, g / n / (t2 - t1) }'
+		printf "%-8s %10.2f %10.2f %s %s %s %s\n", n, g, h, rate(h), rate(t1 - t0), rate(r), rate(t2 - t1) }'
 done
 echo "(held: the save's wall time inside the training loop; per rank: GB / ranks / seconds)"

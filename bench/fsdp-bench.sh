@@ -8,9 +8,21 @@
 # tokens/s, the ratio to one process, and rank 0's share of the step spent
 # waiting in collectives (metrics comm_wait_s).  On a 2-core machine 4 and 8
 # ranks oversubscribe the cores: this measures overhead, not speed-up.
+# Not a test: it prints, and only a failed run exits non-zero (no mpiexec:
+# skipped).
+#
+# Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): the same ranks on a Llama
+# of hidden 64 (2 layers, 4 heads, intermediate 172, vocab 512), a global
+# batch of 8 rows of 32 tokens, 2 steps: the same table in seconds, its
+# numbers not worth reading.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${HP_BUILD_DIR:-$src/build}
+if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
+	smoke=1 hidden=64 inter=172 layers=2 heads=4 vocab=512 seq=32 gbs=8 mbs=1 steps=2
+else
+	smoke=0 hidden=512 inter=1536 layers=4 heads=8 vocab=8192 seq=256 gbs=16 mbs=2 steps=6
+fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-fsdp-bench.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -18,30 +30,31 @@ command -v mpiexec >/dev/null || { echo "fsdp-bench: no mpiexec; skipped"; exit 
 
 mkdir -p "$tmp/model"
 cat >"$tmp/model/config.json" <<JSON
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
- "intermediate_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 8,
- "num_key_value_heads": 8, "vocab_size": 8192, "max_position_embeddings": 1024,
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": $hidden,
+ "intermediate_size": $inter, "num_hidden_layers": $layers, "num_attention_heads": $heads,
+ "num_key_value_heads": $heads, "vocab_size": $vocab, "max_position_embeddings": 1024,
  "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
 JSON
-awk 'BEGIN { srand(7); for (d = 0; d < 64; d++) { printf "{\"ids\":["
-	for (i = 0; i < 257; i++) printf "%s%d", i ? "," : "", int(rand() * 8192); print "]}" } }' >"$tmp/ids.jsonl"
-"$build/bin/hp-test-tool" mkidx --vocab 8192 --records-of 257 -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+awk -v V="$vocab" -v n=$((seq + 1)) 'BEGIN { srand(7); for (d = 0; d < 64; d++) { printf "{\"ids\":["
+	for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$tmp/ids.jsonl"
+"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of $((seq + 1)) -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
 cat >"$tmp/c.yaml" <<YAML
 model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
-training: {train_iters: 6, global_batch_size: 16, micro_batch_size: 2, seed: 1}
+training: {train_iters: $steps, global_batch_size: $gbs, micro_batch_size: $mbs, seed: 1}
 checkpoint: {save_ckpt: false}
 dataset:
   _target_: hyper_parallel.data.build_indexed_text_dataset
   data_path: $tmp/ids
-  data_config: {seq_length: 256, is_dataset_from_mr: true}
+  data_config: {seq_length: $seq, is_dataset_from_mr: true}
 YAML
 
-# median of steps 2..6 of FIELD in FILE
+# median of steps 2..$steps of FIELD in FILE
 med () {
 	jq -r "select(.step > 1) | .$2 // 0" "$1" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
-echo "hp-train FSDP: Llama (hidden 512, 4 layers, vocab 8192), 16 x 256 tokens per step, $(getconf _NPROCESSORS_ONLN) cores"
+echo "hp-train FSDP: Llama (hidden $hidden, $layers layers, vocab $vocab), $gbs x $seq tokens per step, $steps steps, $(getconf _NPROCESSORS_ONLN) cores"
+[ "$smoke" = 0 ] || echo "smoke mode: tiny sizes, the numbers are not worth reading"
 printf '%-10s %12s %10s %10s %14s\n' ranks "step s" "tok/s" "vs 1" "comm wait"
 base=
 for n in 1 2 4 8; do
@@ -52,7 +65,10 @@ for n in 1 2 4 8; do
 			--metrics "$tmp/m$n.jsonl" || exit 1
 	fi
 	t=$(med "$tmp/m$n.jsonl" step_time_s) w=$(med "$tmp/m$n.jsonl" comm_wait_s)
+	[ -n "$t" ] || { echo "fsdp-bench: $n ranks: no step times in the metrics" >&2; exit 1; }
 	[ -n "$base" ] || base=$t
-	awk -v n=$n -v t="$t" -v w="$w" -v b="$base" 'BEGIN {
-		printf "%-10s %12.4f %10.0f %9.2fx %13.0f%%\n", n, t, 16 * 256 / t, b / t, 100 * w / t }'
+	# a tiny step can round to 0 s: no ratio then, not a division by zero
+	awk -v n=$n -v t="$t" -v w="$w" -v b="$base" -v tok=$((gbs * seq)) 'BEGIN {
+		if (t <= 0) { printf "%-10s %12.4f %10s %10s %14s\n", n, t, "-", "-", "-"; exit }
+		printf "%-10s %12.4f %10.0f %9.2fx %13.0f%%\n", n, t, tok / t, b / t, 100 * w / t }'
 done

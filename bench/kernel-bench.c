@@ -3,7 +3,7 @@
  * reference it replaces): time and memory, in one run; part of `make bench`
  * through bench/kernels-bench.sh.
  *
- * Usage: kernel-bench [--quick] [--runs N] [--attn-runs N] [--what attention,moe,ce]
+ * Usage: kernel-bench [--quick] [--smoke] [--runs N] [--attn-runs N] [--what attention,moe,ce]
  *
  *   attention  hp_cpu_ops_blas.attention_fwd/bwd (HF eager: saves P
  *              [B,H,T,T], the backward needs T*T floats of scratch) against
@@ -38,6 +38,12 @@
  * kernel's result is from the reference's (max relative difference of the
  * attention output and dq; relative difference of the model's loss and the
  * L2 distance of the gradients), so a fast wrong answer shows.
+ *
+ * --smoke (or HP_BENCH_SMOKE=1 in the environment): the same lines at
+ * tiny sizes (attention T=128; the MoE model at hidden 128, 8 experts top-2,
+ * T=64; the cross-entropy model at vocab 4096, hidden 128, T=64, chunk 32),
+ * one run each, in well under a second: it proves the benchmark still runs
+ * (t/t1300), and its times are not worth reading.
  *
  * Output, one line per kernel:
  *   kernel  ref_ms  fast_ms  speedup  ref_MiB  fast_MiB  mem_ratio  check
@@ -273,6 +279,25 @@ static const char moe_json[] =
 	" \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0,"
 	" \"tie_word_embeddings\": false, \"attention_bias\": false, \"torch_dtype\": \"float32\"}";
 
+/* --smoke's models: the same families and kernels, small enough for a test */
+static const char moe_smoke_json[] =
+	"{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\","
+	" \"hidden_size\": 128, \"intermediate_size\": 256, \"num_hidden_layers\": 1,"
+	" \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32,"
+	" \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64,"
+	" \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true,"
+	" \"output_router_logits\": false, \"vocab_size\": 256, \"max_position_embeddings\": 4096,"
+	" \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0,"
+	" \"tie_word_embeddings\": false, \"attention_bias\": false, \"torch_dtype\": \"float32\"}";
+
+static const char ce_smoke_json[] =
+	"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\","
+	" \"hidden_size\": 128, \"intermediate_size\": 256, \"num_hidden_layers\": 1,"
+	" \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32,"
+	" \"vocab_size\": 4096, \"max_position_embeddings\": 4096, \"hidden_act\": \"silu\","
+	" \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false,"
+	" \"attention_bias\": false, \"mlp_bias\": false, \"torch_dtype\": \"float32\"}";
+
 static const char ce_json[] =
 	"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\","
 	" \"hidden_size\": 1024, \"intermediate_size\": 2816, \"num_hidden_layers\": 1,"
@@ -283,14 +308,17 @@ static const char ce_json[] =
 
 int main(int argc, char **argv)
 {
-	const char *what = "attention,moe,ce";
-	int quick = 0, threads, ce_T;
+	const char *what = "attention,moe,ce", *env = getenv("HP_BENCH_SMOKE");
+	const char *moe_cfg = moe_json, *ce_cfg = ce_json;
+	int quick = 0, smoke = env && !strcmp(env, "1"), threads, attn_T = 2048, moe_T = 1024, ce_T, ce_V;
 	long ce_chunk;
 	struct hp_model_kernels kr, kf;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--smoke"))
+			smoke = 1;
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
 			runs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--attn-runs") && i + 1 < argc)
@@ -298,7 +326,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--what") && i + 1 < argc)
 			what = argv[++i];
 		else {
-			fprintf(stderr, "usage: kernel-bench [--quick] [--runs N] [--attn-runs N] "
+			fprintf(stderr, "usage: kernel-bench [--quick] [--smoke] [--runs N] [--attn-runs N] "
 				"[--what attention,moe,ce]\n");
 			return 2;
 		}
@@ -311,8 +339,19 @@ int main(int argc, char **argv)
 	hp_flash_attention_set_threads(threads);
 	ce_T = quick ? 1024 : 2048;
 	ce_chunk = quick ? 512 : 1024;
+	ce_V = 151936;
+	if (smoke) {
+		runs = attn_runs = 1;
+		attn_T = 128;
+		moe_T = ce_T = 64;
+		ce_chunk = 32;
+		ce_V = 4096;
+		moe_cfg = moe_smoke_json;
+		ce_cfg = ce_smoke_json;
+	}
 	printf("kernels: fast against reference, forward + backward, best of %d runs (attention %d), "
-	       "%d thread%s, gemm %s\n", runs, attn_runs, threads, threads == 1 ? "" : "s", hp_sgemm_path());
+	       "%d thread%s, gemm %s%s\n", runs, attn_runs, threads, threads == 1 ? "" : "s", hp_sgemm_path(),
+	       smoke ? " (smoke: tiny sizes, times not worth reading)" : "");
 	printf("%-38s %9s %9s %8s %9s %9s %9s  %s\n", "kernel", "ref ms", "fast ms", "speedup", "ref MiB",
 	       "fast MiB", "mem", "fast vs ref");
 
@@ -320,14 +359,17 @@ int main(int argc, char **argv)
 		static const int cfg[][3] = { { 16, 4, 64 }, { 16, 4, 128 }, { 8, 8, 64 }, { 8, 8, 128 } };
 
 		for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++)
-			bench_attention(2048, cfg[i][0], cfg[i][1], cfg[i][2]);
+			bench_attention(attn_T, cfg[i][0], cfg[i][1], cfg[i][2]);
 	}
 	if (strstr(what, "moe")) {
+		char name[64];
+
 		memset(&kr, 0, sizeof(kr));
 		kr.flash[0] = 1;
 		kf = kr;
 		kf.grouped[0] = 1;
-		if (bench_model("moe E=64 k=8 (model, T=1024)", moe_json, 1024, &kr, &kf))
+		snprintf(name, sizeof(name), "moe E=%d k=%d (model, T=%d)", smoke ? 8 : 64, smoke ? 2 : 8, moe_T);
+		if (bench_model(name, moe_cfg, moe_T, &kr, &kf))
 			return 1;
 	}
 	if (strstr(what, "ce")) {
@@ -337,8 +379,8 @@ int main(int argc, char **argv)
 		kr.flash[0] = 1;
 		kf = kr;
 		kf.ce_chunk = ce_chunk;
-		snprintf(name, sizeof(name), "ce V=151936 chunk %ld (model, T=%d)", ce_chunk, ce_T);
-		if (bench_model(name, ce_json, ce_T, &kr, &kf))
+		snprintf(name, sizeof(name), "ce V=%d chunk %ld (model, T=%d)", ce_V, ce_chunk, ce_T);
+		if (bench_model(name, ce_cfg, ce_T, &kr, &kf))
 			return 1;
 	}
 	return 0;

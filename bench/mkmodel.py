@@ -7,7 +7,10 @@ RMSNorm weights set to one, from a fixed seed, so that two runs give the same
 bytes.  The safetensors file is written by hand (the safetensors package is
 not a dependency): an 8-byte little-endian header length, a JSON header
 {name: {dtype, shape, data_offsets}} with names sorted and padded with spaces
-to a multiple of 8, then the raw little-endian tensors in the same order.
+to a multiple of 8, then the raw little-endian tensors in the same order --
+the bytes t/ref/qwen3_ref.py's write_safetensors writes for F32, without
+importing it: that module imports torch (seconds), and this needs numpy
+alone, so that bench/run.sh's smoke mode makes the model without torch.
 
 This is a benchmark helper, not a converter: no tokenizer files are written
 and only the fields a Llama config needs are set.
@@ -19,13 +22,29 @@ Usage: /usr/bin/python3 bench/mkmodel.py -o DIR [--hidden 512] [--layers 8]
 import argparse
 import json
 import os
+import struct
 import sys
 
 import numpy as np
 
-# the safetensors writer shared with the Qwen3 reference (t/ref/qwen3_ref.py)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "t", "ref"))
-import qwen3_ref as Q  # noqa: E402
+
+def write_safetensors(path, tensors):
+    """tensors: dict name -> float32 ndarray, written F32 as described above."""
+    names = sorted(tensors)
+    header = {"__metadata__": {"format": "pt"}}
+    off = 0
+    for n in names:
+        size = tensors[n].size * 4
+        header[n] = {"dtype": "F32", "shape": list(tensors[n].shape), "data_offsets": [off, off + size]}
+        off += size
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for n in names:
+            f.write(np.ascontiguousarray(tensors[n], dtype="<f4").tobytes())
+    os.replace(path + ".tmp", path)
 
 
 def llama_tensors(a):
@@ -101,7 +120,7 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
-    Q.write_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
+    write_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
 
 
 if __name__ == "__main__":

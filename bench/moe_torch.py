@@ -2,13 +2,17 @@
 """moe_torch.py - the PyTorch side of bench/moe-bench.sh.
 
   /usr/bin/python3 bench/moe_torch.py make DIR          write the benchmark's
-      Qwen3-MoE as an HF folder (hidden 256, 4 layers, 16 experts, top-4,
-      moe_intermediate_size 128, vocab 512; normal(0, 0.02) weights, seeded)
-  /usr/bin/python3 bench/moe_torch.py train DIR PREFIX THREADS STEPS BATCH SEQ
+      Qwen3-MoE as an HF folder: normal(0, 0.02) weights, norms one, seeded,
+      for the shape of DIR/config.json when the caller wrote one
+      (moe-bench.sh does, so that its smoke mode can shrink it), else of
+      CONFIG below (hidden 256, 4 layers, 16 experts, top-4,
+      moe_intermediate_size 128, vocab 512), written to DIR/config.json
+  /usr/bin/python3 bench/moe_torch.py train DIR PREFIX THREADS STEPS BATCH SEQ [WARMUP]
       train it in float32 with t/ref/qwen3_ref.py (the faithful port of HF's
       modeling_qwen3_moe.py: per-expert loop with index_add, as HF's eager
       code) and torch.optim.AdamW, on the records of a Megatron dataset, and
-      print one JSON line like bench/torch_llama.py (first 2 steps untimed).
+      print one JSON line like bench/torch_llama.py (the first WARMUP steps,
+      default 2, untimed).
 """
 import json
 import os
@@ -39,16 +43,22 @@ CONFIG = {
 
 def make(folder):
     os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "config.json")
+    cfg = CONFIG
+    if os.path.exists(path):
+        with open(path) as f:
+            cfg = json.load(f)
     rng = np.random.RandomState(1234)
     w = {}
-    for name, shape, kind in Q.parameter_shapes(CONFIG):
+    for name, shape, kind in Q.parameter_shapes(cfg):
         w[name] = (np.ones(shape) if kind == "norm" else rng.normal(0, 0.02, size=shape)).astype(np.float32)
     Q.write_safetensors(os.path.join(folder, "model.safetensors"), w)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=2)
+    if cfg is CONFIG:
+        with open(path, "w") as f:
+            json.dump(CONFIG, f, indent=2)
 
 
-def train(folder, prefix, threads, steps, batch, seq):
+def train(folder, prefix, threads, steps, batch, seq, warmup=2):
     torch.set_num_threads(threads)
     cfg, w = Q.load_folder(folder)
     m = Q.Qwen3Ref(cfg, w, torch.float32)
@@ -70,7 +80,9 @@ def train(folder, prefix, threads, steps, batch, seq):
         opt.step()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
-    timed = times[2:]
+    timed = times[warmup:]
+    if not timed:
+        sys.exit("moe_torch: %d steps leave none timed after %d warm-up steps" % (steps, warmup))
     print(json.dumps({"impl": "torch", "tokens_per_s": batch * seq * len(timed) / sum(timed),
                       "step_time_s": sum(timed) / len(timed), "first_loss": losses[0],
                       "threads": threads}))
@@ -80,4 +92,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
     else:
-        train(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
+        train(sys.argv[2], sys.argv[3], *(int(x) for x in sys.argv[4:9]))

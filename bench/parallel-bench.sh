@@ -16,9 +16,24 @@
 # validation mode (--model.validate_placement=true: rank 0 runs the whole
 # model alongside and every module output is compared), and hp-verify's
 # wall-clock time for 3 steps against hp-train's for the same job.
+# Not a test: it prints, and only a failed run exits non-zero (no mpiexec:
+# skipped).
+#
+# Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): every layout and both
+# checks of the above on a Qwen3-MoE of hidden 64 (2 layers of 4 heads / 2
+# KV heads, 4 experts top-2 of 32, vocab 512), a global batch of 4 rows of
+# 64 tokens, 2 steps: the same table in seconds, its numbers not worth
+# reading.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${HP_BUILD_DIR:-$src/build}
+if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
+	smoke=1 hidden=64 inter=128 layers=2 heads=4 kv=2 hd=16 vocab=512 experts=4 topk=2 moe=32
+	seq=64 gbs=4 steps=2 vsteps=2
+else
+	smoke=0 hidden=256 inter=512 layers=4 heads=8 kv=4 hd=32 vocab=8192 experts=16 topk=4 moe=128
+	seq=512 gbs=16 steps=6 vsteps=3
+fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-parallel-bench.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -26,36 +41,38 @@ command -v mpiexec >/dev/null || { echo "parallel-bench: no mpiexec; skipped"; e
 
 mkdir -p "$tmp/model"
 cat >"$tmp/model/config.json" <<JSON
-{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 256,
- "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
- "head_dim": 32, "vocab_size": 8192, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
- "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 128, "decoder_sparse_step": 1,
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": $hidden,
+ "intermediate_size": $inter, "num_hidden_layers": $layers, "num_attention_heads": $heads, "num_key_value_heads": $kv,
+ "head_dim": $hd, "vocab_size": $vocab, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+ "num_experts": $experts, "num_experts_per_tok": $topk, "moe_intermediate_size": $moe, "decoder_sparse_step": 1,
  "norm_topk_prob": true, "output_router_logits": true, "router_aux_loss_coef": 0.001,
  "tie_word_embeddings": false, "torch_dtype": "float32", "rope_theta": 1000000.0}
 JSON
-awk 'BEGIN { srand(7); for (d = 0; d < 128; d++) { printf "{\"ids\":["
-	for (i = 0; i < 513; i++) printf "%s%d", i ? "," : "", int(rand() * 8192); print "]}" } }' >"$tmp/ids.jsonl"
-"$build/bin/hp-test-tool" mkidx --vocab 8192 --records-of 513 -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+# 128 records of seq+1 random ids: 16 rows for each of 8 steps
+awk -v V="$vocab" -v n=$((seq + 1)) 'BEGIN { srand(7); for (d = 0; d < 128; d++) { printf "{\"ids\":["
+	for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$tmp/ids.jsonl"
+"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of $((seq + 1)) -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
 {
 	cat <<-YAML
 	model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
-	training: {train_iters: 6, global_batch_size: 16, micro_batch_size: 1, seed: 1}
+	training: {train_iters: $steps, global_batch_size: $gbs, micro_batch_size: 1, seed: 1}
 	checkpoint: {save_ckpt: false}
 	dataset:
 	  _target_: hyper_parallel.data.build_indexed_text_dataset
 	  data_path: $tmp/ids
-	  data_config: {seq_length: 512, is_dataset_from_mr: true}
+	  data_config: {seq_length: $seq, is_dataset_from_mr: true}
 	YAML
 	awk '/^plan_overrides:/ { on = 1; print; next } on && /^[^ ]/ { exit } on' "$src/t/config/seed-8rank.yaml"
 } >"$tmp/c.yaml"
 
-# median of steps 2..6 of FIELD in FILE
+# median of steps 2..$steps of FIELD in FILE
 med () {
 	jq -r "select(.step > 1) | .$2 // 0" "$1" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
 A=--accelerator F=--fsdp_config
-echo "hp-train layouts: Qwen3-MoE (hidden 256, 4 layers, 16 experts top-4, vocab 8192), 16 x 512 tokens per step, $(getconf _NPROCESSORS_ONLN) cores"
+echo "hp-train layouts: Qwen3-MoE (hidden $hidden, $layers layers, $experts experts top-$topk, vocab $vocab), $gbs x $seq tokens per step, $steps steps, $(getconf _NPROCESSORS_ONLN) cores"
+[ "$smoke" = 0 ] || echo "smoke mode: tiny sizes, the numbers are not worth reading"
 printf '%-34s %6s %9s %9s %8s %10s\n' layout ranks "step s" "tok/s" "vs 1" "comm wait"
 base=
 run () {
@@ -66,9 +83,12 @@ run () {
 		mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" "$@" --metrics "$tmp/m.jsonl" || exit 1
 	fi
 	t=$(med "$tmp/m.jsonl" step_time_s) w=$(med "$tmp/m.jsonl" comm_wait_s)
+	[ -n "$t" ] || { echo "parallel-bench: $name: no step times in the metrics" >&2; exit 1; }
 	[ -n "$base" ] || base=$t
-	awk -v l="$name" -v n=$n -v t="$t" -v w="$w" -v b="$base" 'BEGIN {
-		printf "%-34s %6s %9.4f %9.0f %7.2fx %9.0f%%\n", l, n, t, 16 * 512 / t, b / t, 100 * w / t }'
+	# a tiny step can round to 0 s: no ratio then, not a division by zero
+	awk -v l="$name" -v n=$n -v t="$t" -v w="$w" -v b="$base" -v tok=$((gbs * seq)) 'BEGIN {
+		if (t <= 0) { printf "%-34s %6s %9.4f %9s %8s %10s\n", l, n, t, "-", "-", "-"; exit }
+		printf "%-34s %6s %9.4f %9.0f %7.2fx %9.0f%%\n", l, n, t, tok / t, b / t, 100 * w / t }'
 }
 run "one process" 1
 run "TP 2, sequence parallel" 2 $A.tp_size=2 $A.sequence_parallel=true
@@ -78,13 +98,13 @@ SEED8="$A.tp_size=2 $A.cp_size=2 $A.ep_size=2 $A.sequence_parallel=true $F.dp_sh
 run "TP2 x CP2 x EP2, FSDP 2 (seed)" 8 $SEED8
 prod=$t
 run "  the same, validation mode" 8 $SEED8 --model.validate_placement=true
-awk -v a="$t" -v b="$prod" 'BEGIN { printf "validation mode: %.2fx the production step time\n", a / b }'
-# hp-verify: the whole job's wall-clock time for 3 steps against hp-train's
+awk -v a="$t" -v b="$prod" 'BEGIN { printf "validation mode: %.2fx the production step time\n", (b > 0 ? a / b : 0) }'
+# hp-verify: the whole job's wall-clock time for $vsteps steps against hp-train's
 t0=$(date +%s.%N)
-mpiexec -n 8 "$build/bin/hp-train" -q "$tmp/c.yaml" $SEED8 --training.train_iters=3 || exit 1
+mpiexec -n 8 "$build/bin/hp-train" -q "$tmp/c.yaml" $SEED8 --training.train_iters=$vsteps || exit 1
 t1=$(date +%s.%N)
-mpiexec -n 8 "$build/bin/hp-verify" "$tmp/c.yaml" $SEED8 --steps 3 >"$tmp/verify.out" || exit 1
+mpiexec -n 8 "$build/bin/hp-verify" "$tmp/c.yaml" $SEED8 --steps $vsteps >"$tmp/verify.out" || exit 1
 t2=$(date +%s.%N)
 tail -n 1 "$tmp/verify.out"
-awk -v t0="$t0" -v t1="$t1" -v t2="$t2" 'BEGIN { p = t1 - t0; v = t2 - t1
-	printf "hp-verify, 3 steps: %.1f s against hp-train'"'"'s %.1f s for the same job: %.2fx\n", v, p, v / p }'
+awk -v t0="$t0" -v t1="$t1" -v t2="$t2" -v n=$vsteps 'BEGIN { p = t1 - t0; v = t2 - t1
+	printf "hp-verify, %d steps: %.1f s against hp-train'"'"'s %.1f s for the same job: %.2fx\n", n, v, p, (p > 0 ? v / p : 0) }'

@@ -12,10 +12,15 @@ embedding), mean cross-entropy over the tokens; then clip_grad_norm_ and
 torch.optim.AdamW with weight decay on matrices only (hp's default
 no_decay_params [bias, norm, ln_] leaves exactly the norms undecayed).
 
-Attention is explicit matmul + mask + softmax (HF's "eager" path):
-torch 1.13 has no scaled_dot_product_attention.  This is a baseline, not a
-second implementation to optimise: it should be what a competent PyTorch
-user runs, no slower and no cleverer.
+Attention (--attention auto, the default): where torch has
+F.scaled_dot_product_attention (2.0 and later) it is that, with
+is_causal=True after repeat_kv, as transformers' default "sdpa"
+implementation calls it; on torch 1.13, which has none, explicit matmul +
+mask + softmax (HF's "eager" path).  --attention eager or sdpa forces one.
+The JSON line names the one used.  This is a baseline, not a second
+implementation to optimise: it should be what a competent PyTorch user
+runs, no slower and no cleverer.  It runs unchanged on Debian's torch 1.13
+and on PyPI's torch 2.x (bench/run.sh times both).
 
 Batches: with --data PREFIX, records of a Megatron indexed dataset
 (PREFIX.idx/.bin, each record seq+1 tokens) in file order, batch b =
@@ -23,7 +28,9 @@ records [b*B, (b+1)*B) modulo the record count (wrapping row by row, as
 hp's batch.h does), inputs = rec[:-1], labels = rec[1:] -- the order
 hp-train reads them in, so the first losses of the two agree.  Without --data, random tokens from --seed.
 
-Prints one JSON line on stdout; the first --warmup steps are not timed.
+Prints one JSON line on stdout per --model (several: trained in turn in one
+process, which imports torch once: bench/run.sh does that); the first
+--warmup steps are not timed.
 --check-reference DIR instead checks the forward and backward against
 data/stories260K/reference (loss and every gradient) and exits 0 or 1.
 """
@@ -74,7 +81,8 @@ def read_indexed(prefix):
 # --- the model -------------------------------------------------------------
 
 class Llama:
-    def __init__(self, cfg, weights, seq):
+    def __init__(self, cfg, weights, seq, attention="eager"):
+        self.sdpa = attention == "sdpa"
         self.H = cfg["hidden_size"]
         self.nh = cfg["num_attention_heads"]
         self.nkv = cfg.get("num_key_value_heads", self.nh)
@@ -114,10 +122,14 @@ class Llama:
         if rep > 1:  # transformers' repeat_kv: query head h reads kv head h // rep
             k = k[:, :, None].expand(B, self.nkv, rep, T, self.hd).reshape(B, self.nh, T, self.hd)
             v = v[:, :, None].expand(B, self.nkv, rep, T, self.hd).reshape(B, self.nh, T, self.hd)
-        att = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(self.hd))
-        att = att + self.mask[:T, :T]
-        att = F.softmax(att, dim=-1, dtype=torch.float32)
-        y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, self.nh * self.hd)
+        if self.sdpa:  # scale defaults to 1/sqrt(hd), as in the eager path
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(self.hd))
+            att = att + self.mask[:T, :T]
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            y = torch.matmul(att, v)
+        y = y.transpose(1, 2).reshape(B, T, self.nh * self.hd)
         return F.linear(y, p[pre + "o_proj.weight"])
 
     def loss(self, ids, labels):
@@ -159,11 +171,19 @@ def check_reference(ref_dir, model_dir):
     return 0 if ok else 1
 
 
-def train(a):
+def attention_impl(want):
+    have = hasattr(F, "scaled_dot_product_attention")
+    if want == "sdpa" and not have:
+        sys.exit("torch_llama: torch %s has no scaled_dot_product_attention" % torch.__version__)
+    return want if want != "auto" else ("sdpa" if have else "eager")
+
+
+def train(a, folder):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    cfg, w = load_hf(a.model)
-    m = Llama(cfg, w, a.seq)
+    cfg, w = load_hf(folder)
+    attn = attention_impl(a.attention)
+    m = Llama(cfg, w, a.seq, attn)
     params = list(m.p.values())
     nparams = sum(t.numel() for t in params)
     decay = [t for t in params if t.dim() >= 2]
@@ -204,20 +224,21 @@ def train(a):
     timed = times[a.warmup:]
     tokens = a.batch * a.seq * len(timed)
     print(json.dumps({
-        "impl": "torch", "torch_version": torch.__version__,
-        "model": os.path.basename(os.path.normpath(a.model)), "params": nparams,
+        "impl": "torch", "torch_version": torch.__version__, "attention": attn,
+        "model": os.path.basename(os.path.normpath(folder)), "params": nparams,
         "threads": a.threads, "batch": a.batch, "seq": a.seq,
         "steps": a.steps, "timed_steps": len(timed),
         "tokens_per_s": tokens / sum(timed),
         "step_time_s": sum(timed) / len(timed),
         "first_loss": losses[0], "first_grad_norm": norms[0], "last_loss": losses[-1],
-    }))
+    }), flush=True)
     return 0
 
 
 def main():
     ap = argparse.ArgumentParser(description="train an HF Llama folder with PyTorch (CPU, fp32)")
-    ap.add_argument("--model", required=True, help="HF folder")
+    ap.add_argument("--model", required=True, action="append",
+                    help="HF folder; repeated: each trained in turn, one JSON line each")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2, help="untimed first steps")
@@ -228,16 +249,20 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
+    ap.add_argument("--attention", choices=("auto", "eager", "sdpa"), default="auto",
+                    help="sdpa where torch has it (auto), or force one")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per step on stderr")
     ap.add_argument("--check-reference", metavar="DIR",
                     help="check loss and gradients against DIR/reference.json (with --model)")
     a = ap.parse_args()
     if a.check_reference:
         torch.set_num_threads(a.threads)
-        return check_reference(a.check_reference, a.model)
+        return check_reference(a.check_reference, a.model[0])
     if a.steps <= a.warmup:
         sys.exit("torch_llama: --steps must exceed --warmup (%d)" % a.warmup)
-    return train(a)
+    for folder in a.model:
+        train(a, folder)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+#!/bin/sh
+test_description='make bench in smoke mode: every benchmark still runs and prints its table'
+. "$(dirname "$0")/test-lib.sh"
+
+# Each benchmark under HP_BENCH_SMOKE=1 (gemm-bench: --smoke) runs at tiny
+# sizes for one or two steps and prints its usual table; nothing it times
+# is judged, here or there.  What is checked: it exits 0, and its header
+# and rows are there.  A PyTorch, HF tokenizers or the torch 2.x venv that
+# is missing is a column of "-" with a printed reason, not a failure, so
+# this passes on a machine without them (CI's); mpiexec missing makes the
+# MPI benchmarks skip here as they skip themselves.  Benchmarks
+# oversubscribe 2 cores as the other tests do: one thread each.  Every run
+# has a timeout (a hung mpiexec must not hang the suite), far above the few
+# seconds each takes.
+BENCH=$HP_SRC_DIR/bench
+HP_BENCH_SMOKE=1
+export HP_BENCH_SMOKE
+unset HP_BENCH_THREADS HP_BENCH_STEPS HP_BENCH_MODELS HP_BENCH_TORCH_ONLY HP_BENCH_TORCH2 \
+	HP_BENCH_PYTHON HP_BENCH_QUICK HP_REF_VENV HP_TOKBENCH_VENV
+
+bench () {
+	timeout 300 "$@"
+}
+
+# has FILE EXTENDED-REGEX...: every pattern matches a line of FILE
+has () {
+	f=$1; shift
+	for re in "$@"; do
+		grep -q -E "$re" "$f" || { echo "no line matching '$re' in $f:" >&2; cat "$f" >&2; return 1; }
+	done
+}
+
+test_expect_success 'run.sh: hp-train against torch 1.13 and 2.x, every column or its reason' '
+	bench sh "$BENCH/run.sh" >run.out 2>run.err &&
+	has run.out "^model +params +threads +hp tok/s +[0-9.x]+ tok/s +[0-9.x]+ tok/s +hp/" \
+		"^stories260K +260K +1 +[0-9]+ " "^first-step loss" "^  stories260K +threads 1: hp [0-9.]+, " \
+		"^smoke mode: " &&
+	if test_have_prereq TORCH; then
+		has run.out "^stories260K +260K +1 +[0-9]+ +[0-9]+ " "^wide +[0-9.]+K +1 +[0-9]+ +[0-9]+ " \
+			"torch 1.13 [0-9.]+, torch"
+	else
+		has run.out "^torch 1.13 column skipped: "
+	fi &&
+	if sh "$HP_SRC_DIR/scripts/ref-venv.sh" --check >/dev/null; then
+		has run.out "^stories260K +260K +1 +[0-9]+ +[0-9-]+ +[0-9]+ " "torch 2\.[0-9]+ [0-9.]+"
+	else
+		has run.out "^torch 2.x column skipped: no venv"
+	fi
+'
+
+test_expect_success 'run.sh: a failed run is a non-zero exit, the table still printed' '
+	mkdir -p broken/bin &&
+	printf "#!/bin/sh\necho hp-train: broken on purpose >&2\nexit 1\n" >broken/bin/hp-train &&
+	chmod +x broken/bin/hp-train &&
+	ln -s "$HP_BUILD_DIR/bin/hp-test-tool" broken/bin/hp-test-tool &&
+	! env HP_BUILD_DIR="$PWD/broken" HP_BENCH_MODELS=stories260K HP_BENCH_PYTHON=/bin/false HP_BENCH_TORCH2=0 \
+		timeout 300 sh "$BENCH/run.sh" >broken.out 2>broken.err &&
+	has broken.out "^stories260K +- +1 +failed " &&
+	has broken.err "hp-train failed on stories260K" "some runs failed"
+'
+
+test_expect_success 'moe-bench.sh: hp-train against the Qwen3-MoE port' '
+	bench sh "$BENCH/moe-bench.sh" >moe.out 2>moe.err &&
+	has moe.out "^Qwen3-MoE \(hidden 64, " "^threads +hp tok/s +torch tok/s +ratio" "^1 +[0-9]+ " "^target: " &&
+	if test_have_prereq TORCH; then has moe.out "^1 +[0-9]+ +[0-9]+ +[0-9.]+x "
+	else has moe.out "^torch column skipped: "; fi
+'
+
+test_expect_success 'tok-bench.sh: hp tokenizer against HF tokenizers' '
+	bench sh "$BENCH/tok-bench.sh" >tok.out 2>tok.err &&
+	has tok.out "^tokenizer +text +hp whole +hf whole" "^qwen3 +tinystories_sample.txt +[0-9.]+ " \
+		"^llama3 +tinystories_sample.txt +[0-9.]+ " "^target: "
+'
+
+test_expect_success 'convert-bench.sh: hp-convert against cp' '
+	bench sh "$BENCH/convert-bench.sh" >conv.out 2>conv.err &&
+	has conv.out "^model +GB +files +cp GB/s" "^2 layers +[0-9.]+ +1 " "^1 layer +[0-9.]+ +1 " \
+		"^target GB/s >= 0.5x cp, 1 process: +- \(smoke\)" "^target peak RSS"
+'
+
+test_expect_success 'kernels-bench.sh: kernel-bench and the whole step, with and without the overrides' '
+	bench sh "$BENCH/kernels-bench.sh" >kern.out 2>kern.err &&
+	has kern.out "^kernel +ref ms +fast ms +speedup" "^attention T=128 H=16/4 D=64 +[0-9.]+ " \
+		"^moe E=8 k=2 \(model, T=64\) +[0-9.]+ " "^ce V=4096 chunk 32 \(model, T=64\) +[0-9.]+ " \
+		"^  step time s \(median 2-2\) +[0-9.]+ +[0-9.]+ " "^  activation MiB" \
+		"^smoke \(not judged\): step time"
+'
+
+test_expect_success 'kernel-bench: HP_BENCH_SMOKE=1 alone shrinks it too' '
+	bench "$HP_BUILD_DIR/bench/kernel-bench" --what moe >kb.out &&
+	has kb.out "\(smoke: tiny sizes" "^moe E=8 k=2 \(model, T=64\)"
+'
+
+test_expect_success 'gemm-bench --smoke: every shape at every CPU level' '
+	bench "$HP_BUILD_DIR/bench/gemm-bench" --smoke >gemm.out 2>gemm.err &&
+	has gemm.out "^shape +tA +tB +M +N +K +beta +openblas" "^fwd q/o/lm_head " "^geometric-mean"
+'
+
+test_expect_success MPI 'parallel-bench.sh: every layout against one process, hp-verify' '
+	bench sh "$BENCH/parallel-bench.sh" >par.out 2>par.err &&
+	has par.out "^layout +ranks +step s +tok/s" "^one process +1 +[0-9.]+ " \
+		"^TP2 x CP2 x EP2, FSDP 2 \(seed\) +8 +[0-9.]+ " "^validation mode: " "^verdict: " \
+		"^hp-verify, 2 steps: "
+'
+
+test_expect_success MPI 'fsdp-bench.sh: 1, 2, 4 and 8 ranks' '
+	bench sh "$BENCH/fsdp-bench.sh" >fsdp.out 2>fsdp.err &&
+	has fsdp.out "^ranks +step s +tok/s" "^1 +[0-9.]+ " "^2 +[0-9.]+ " "^4 +[0-9.]+ " "^8 +[0-9.]+ "
+'
+
+test_expect_success MPI 'ckpt-bench.sh: checkpoint write and read against dd' '
+	bench sh "$BENCH/ckpt-bench.sh" >ckpt.out 2>ckpt.err &&
+	has ckpt.out "^ranks +GB +held s +write GB/s" "^1 +[0-9.]+ +[0-9.]+ " "^4 +[0-9.]+ +[0-9.]+ "
+'
+
+test_done
