@@ -150,7 +150,8 @@ $(O)/t/unit/tap.o: t/tap.c $(O)/.flags
 	$(quiet) CC $<
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(HELPER): $(HELPER_SRC:%.c=$(O)/%.o) $(LIBHP)
+# tap.o: cmpst judges tensors with the unit tests' floor (tap_floor)
+$(HELPER): $(HELPER_SRC:%.c=$(O)/%.o) $(O)/t/unit/tap.o $(LIBHP)
 	@mkdir -p $(dir $@)
 	$(quiet) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

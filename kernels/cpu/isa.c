@@ -34,33 +34,30 @@ int hp_cpu_level_max(void)
 	return HP_CPU_BASELINE;
 }
 
-/* The cap HP_CPU sets; HP_CPU_AVX512 (no cap) when unset or invalid. */
-static int env_cap(void)
+/* The level HP_CPU names: -1 when unset or empty, -2 for any other value. */
+static int env_level(const char **value)
 {
 	const char *s = getenv("HP_CPU");
 
-	for (int l = HP_CPU_BASELINE; s && *s && l <= HP_CPU_AVX512; l++)
+	if (value)
+		*value = s;
+	if (!s || !*s)
+		return -1;
+	for (int l = HP_CPU_BASELINE; l <= HP_CPU_AVX512; l++)
 		if (!strcmp(s, level_names[l]))
 			return l;
-	return HP_CPU_AVX512;
+	return -2;
 }
 
 int hp_cpu_level(void)
 {
-	int max = hp_cpu_level_max(), cap = env_cap();
+	int max = hp_cpu_level_max(), cap = env_level(NULL);
 
-	return cap < max ? cap : max;
+	/* no cap when unset; an invalid value was refused at start-up */
+	return cap >= 0 && cap < max ? cap : max;
 }
 
 int hp_cpu_env_check(const char **value)
 {
-	const char *s = getenv("HP_CPU");
-
-	*value = s;
-	if (!s || !*s)
-		return 0;
-	for (int l = HP_CPU_BASELINE; l <= HP_CPU_AVX512; l++)
-		if (!strcmp(s, level_names[l]))
-			return 0;
-	return -1;
+	return env_level(value) == -2 ? -1 : 0;
 }

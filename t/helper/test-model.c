@@ -21,6 +21,7 @@
 #include "online.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "tap.h"
 
 int cmd_logits(int argc, char **argv);
 int cmd_teacher(int argc, char **argv);
@@ -133,7 +134,8 @@ done:
  * what its norm would be at the model's typical element (F = 1 by default),
  * against that: an error that is 1e-5 of the model's typical element fails
  * in any tensor, a wrong tensor of typical size fails by its own norm.
- * --floor 0 gives the plain per-tensor relative error.
+ * --floor 0 gives the plain per-tensor relative error.  The floor is
+ * tap_floor, the unit tests' (t/tap.h), so both judge a tensor alike.
  * --max-abs bounds every element's |a - b| (for logits, whose scale is O(1)).
  */
 int cmd_cmpst(int argc, char **argv)
@@ -202,7 +204,7 @@ int cmd_cmpst(int argc, char **argv)
 	for (size_t k = 0; c && k < a.ntensors; k++) {
 		if (!c[k].ok)
 			continue;
-		double fl = n_all > 0 ? floor_f * sqrt(ss_all / n_all * (double)a.tensors[k].numel) : 0;
+		double fl = n_all > 0 ? floor_f * tap_floor(sqrt(ss_all / n_all), (size_t)a.tensors[k].numel) : 0;
 		double scale = sqrt(c[k].den) > fl ? sqrt(c[k].den) : fl;
 		double rel = scale > 0 ? sqrt(c[k].num) / scale : sqrt(c[k].num);
 		int fail = !(rel <= max_rel) || !(c[k].mabs <= max_abs);
