@@ -551,6 +551,7 @@ enum ktype {
 	T_TARGET,       /* char *: a _target_ whose name ends in one of vals */
 	T_STRLIST,      /* char ** at off, int count at noff */
 	T_PAIR,         /* [a, b]: double at off and at noff */
+	T_INTLIST,      /* int * at off (each at least min when hasmin), int count at noff */
 	T_MAP,          /* nested mapping, keys in sub */
 	T_LIST,         /* list of mappings: array of isz-byte items at off, count at noff */
 	T_ANY,          /* accepted, not looked at */
@@ -560,7 +561,7 @@ enum ktype {
 #define F_PATH     0x02  /* a file path from the file: see resolve_path() */
 #define F_SCALAR   0x04  /* T_STRLIST: one string is a one-element list */
 #define F_OPEN     0x08  /* T_MAP: other keys are builder keywords, accepted */
-#define F_NONEMPTY 0x10  /* T_STRLIST: at least one entry */
+#define F_NONEMPTY 0x10  /* T_STRLIST, T_INTLIST: at least one entry */
 
 struct key {
 	const char *name;          /* the YAML key */
@@ -875,9 +876,18 @@ static const struct key ckpt_keys[] = {
 	{ NULL },
 };
 
+static const struct key ac_selection_keys[] = {
+	{ .name = "layer_count", .type = T_INT, .pname = "activation_checkpoint.selection.layer_count",
+	  CF(activation_checkpoint.layer_count), MIN(1) },
+	{ .name = "layer_indices", .type = T_INTLIST, .flags = F_NONEMPTY, .pname = "activation_checkpoint.selection.layer_indices",
+	  CF(activation_checkpoint.layer_indices), CN(activation_checkpoint.nlayer_indices), MIN(0) },
+	{ NULL },
+};
+
 static const struct key ac_keys[] = {
 	{ .name = "mode", .type = T_STR, .pname = "activation_checkpoint.mode",
 	  CF(activation_checkpoint.mode), .sdef = "off", .vals = ac_modes },
+	{ .name = "selection", .type = T_MAP, .sub = ac_selection_keys },
 	{ NULL },
 };
 
@@ -1149,6 +1159,7 @@ static const char *type_name(const struct key *k)
 	case T_STR_NULL: return "str or null";
 	case T_STRLIST: return k->flags & F_SCALAR ? "str or list of str" : "list of str";
 	case T_PAIR: return "list of 2 floats";
+	case T_INTLIST: return "list of int";
 	case T_MAP: return "mapping";
 	case T_LIST: return "list of mappings";
 	default: return "str";
@@ -1207,6 +1218,42 @@ static int store_str(struct walk *w, const struct node *n, const struct key *k, 
 
 static int walk_map(struct walk *w, const struct node *m, const struct key *tab, void *base,
 		    int open);
+
+static int walk_intlist(struct walk *w, const struct node *n, const struct key *k, void *base)
+{
+	int count = n->n, rc = 0, *v = NULL, **dst = field(base, k->off), *ndst = field(base, k->noff);
+
+	if (!count && (k->flags & F_NONEMPTY))
+		return werr(w, n, "expected at least one entry");
+	if (k->pname && count && !(v = hp_calloc((size_t)count, sizeof(*v))))
+		return nomem(w->e, w->file);
+	for (int i = 0; i < count && !rc; i++) {
+		size_t plen = w->plen;
+		struct value iv;
+
+		path_push(w, "[%d]", i);
+		value_of(n->kid[i], &iv);
+		if (iv.t != V_INT)
+			rc = werr(w, n->kid[i], "expected int, got %s", vtype_name[iv.t]);
+		else if (iv.overflow || iv.i < INT_MIN || iv.i > INT_MAX)
+			rc = werr(w, n->kid[i], "%s is out of range", n->kid[i]->text);
+		else if (k->hasmin && iv.i < k->min)
+			rc = werr(w, n->kid[i], "must be at least %ld, got %ld", k->min, iv.i);
+		else if (v)
+			v[i] = (int)iv.i;
+		path_pop(w, plen);
+	}
+	if (rc) {
+		hp_free(v);
+		return rc;
+	}
+	if (k->pname) {
+		hp_free(*dst);
+		*dst = v;
+		*ndst = count;
+	}
+	return 0;
+}
 
 static int walk_strlist(struct walk *w, const struct node *n, const struct key *k, void *base)
 {
@@ -1341,6 +1388,10 @@ static int walk_value(struct walk *w, const struct node *n, const struct key *k,
 		if (v.t != V_LIST && !(v.t == V_STR && (k->flags & F_SCALAR)))
 			return type_err(w, n, k, v.t);
 		return walk_strlist(w, n, k, base);
+	case T_INTLIST:
+		if (v.t != V_LIST)
+			return type_err(w, n, k, v.t);
+		return walk_intlist(w, n, k, base);
 	case T_PAIR: {
 		double pair[2];
 
@@ -1492,6 +1543,11 @@ static void release_keys(const struct key *tab, void *base)
 		case T_STRLIST:
 			free_strv(*(char ***)f, *(int *)field(base, k->noff));
 			*(char ***)f = NULL;
+			*(int *)field(base, k->noff) = 0;
+			break;
+		case T_INTLIST:
+			hp_free(*(int **)f);
+			*(int **)f = NULL;
 			*(int *)field(base, k->noff) = 0;
 			break;
 		case T_LIST: {
@@ -1859,6 +1915,22 @@ static void print_keys(struct printer *p, const struct key *tab, const void *bas
 			snprintf(val, sizeof(val), "%s", s ? s : "null");
 			break;
 		}
+		case T_INTLIST: {
+			const int *v = *(int *const *)f;
+			int n = *(const int *)((const char *)base + k->noff);
+			size_t at = 1;
+
+			val[0] = '[';
+			val[1] = '\0';
+			for (int i = 0; i < n && at < sizeof(val); i++) {
+				int r = snprintf(val + at, sizeof(val) - at, "%s%d", i ? ", " : "", v[i]);
+
+				at += r > 0 ? (size_t)r : 0;
+			}
+			if (at < sizeof(val) - 1)
+				snprintf(val + at, sizeof(val) - at, "]");
+			break;
+		}
 		case T_STRLIST: {
 			char *const *v = *(char **const *)f;
 			int n = *(const int *)((const char *)base + k->noff);
@@ -2021,6 +2093,20 @@ static json_t *keys_json(const struct key *tab, const void *base, int *bad)
 				jput(o, k->name, json_string(v), bad);
 			else if (k->type == T_STR_NULL)
 				jput(o, k->name, json_null(), bad);
+			break;
+		}
+		case T_INTLIST: {
+			const int *v = *(int *const *)f;
+			int n = *(const int *)((const char *)base + k->noff);
+			json_t *a;
+
+			if (!n)   /* not given (an empty list is refused) */
+				break;
+			a = json_array();
+			jput(o, k->name, a, bad);
+			for (int i = 0; a && i < n; i++)
+				if (json_array_append_new(a, json_integer(v[i])))
+					*bad = 1;
 			break;
 		}
 		case T_STRLIST:

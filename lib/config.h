@@ -166,6 +166,8 @@ struct hp_config {
 
 	struct {
 		char *mode;                         /* off | full | selective */
+		long layer_count;                   /* selection: the first n layers; 0 unset */
+		int *layer_indices, nlayer_indices; /* selection: these layers */
 	} activation_checkpoint;
 
 	struct {

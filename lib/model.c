@@ -142,6 +142,98 @@ static size_t scratch_floats(const struct hp_model *m)
 	return n ? n : 1;
 }
 
+/*
+ * One layer's activation buffers: what its backward reads.  A layer under
+ * activation checkpointing takes what it recomputes from work instead of
+ * keep: full, everything but its input x_in; selective, the attention
+ * probabilities (of a layer on the reference attention).  Every such layer
+ * takes from the same work region, so they share it.
+ */
+static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct hp_arena *work)
+{
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
+	       KD = (size_t)s->n_kv_heads * s->head_dim, f = sizeof(float), i4 = sizeof(int32_t);
+	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
+	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
+	size_t TS = (size_t)m->T * m->S;
+	struct hp_layer_act *t = &m->act[l];
+	int full = m->k.ckpt[l] == HP_ACT_CKPT_FULL;
+	struct hp_arena *a = full ? work : keep;
+	struct hp_arena *pa = full || (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l]) ? work : keep;
+	int ok = 1;
+
+#define TAKE_IN(ar, ptr, bytes) do { (ptr) = hp_arena_take(ar, (bytes)); ok &= (ptr) != NULL; } while (0)
+#define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
+	TAKE_IN(keep, t->x_in, Ns * C * f);
+	TAKE(t->rstd1, Ns * f);
+	TAKE(t->xn1, N * C * f);
+	if (s->qk_norm) {
+		TAKE(t->q_raw, N * QD * f);
+		TAKE(t->k_raw, N * KD * f);
+		TAKE(t->rstd_q, N * s->n_heads * f);
+		TAKE(t->rstd_k, N * s->n_kv_heads * f);
+	}
+	TAKE(t->q, N * QD * f);
+	TAKE(t->k, N * KD * f);
+	TAKE(t->v, N * KD * f);
+	if (m->k.flash[l])
+		TAKE_IN(pa, t->P, (size_t)m->B * s->n_heads * m->T * f);
+	else
+		TAKE_IN(pa, t->P, (size_t)m->B * s->n_heads * TS * f);
+	if (cp_ag(m)) {
+		TAKE(t->kg, BS * KD * f);
+		TAKE(t->vg, BS * KD * f);
+	} else if (cp_ul(m)) {
+		TAKE(t->att_u, N * QD * f);
+	}
+	TAKE(t->att, N * QD * f);
+	TAKE(t->x_mid, Ns * C * f);
+	TAKE(t->rstd2, Ns * f);
+	if (m->lw[l].moe) {
+		TAKE(t->xn2, Ns * C * f);
+		TAKE(t->probs, Ns * E * f);
+		TAKE(t->sel, NK * i4);
+		TAKE(t->wsel, NK * f);
+		TAKE(t->row_tok, NK * i4);
+		TAKE(t->row_slot, NK * i4);
+		TAKE(t->ex_off, (E + 1) * i4);
+		/* grouped on one rank: gathered per expert into m->xg */
+		if (!m->k.grouped[l] || pr->ep > 1)
+			TAKE(t->xe, R * C * f);
+		if (m->k.grouped[l]) {
+			TAKE(t->ge, R * 2 * Im * f);
+			t->ue = t->he = NULL;
+		} else {
+			TAKE(t->ge, R * Im * f);
+			TAKE(t->ue, R * Im * f);
+			TAKE(t->he, R * Im * f);
+		}
+		/* grouped on one rank: the experts' outputs are recomputed in the
+		 * backward (from the SwiGLU it recomputes anyway) instead of kept */
+		if (!m->k.grouped[l] || pr->ep > 1)
+			TAKE(t->ye, NK * C * f);
+		else
+			t->ye = NULL;
+		TAKE(t->moe_out, Ns * C * f);
+		if (pr->ep > 1) {
+			TAKE(t->ep_scount, (size_t)pr->ep * i4);
+			TAKE(t->ep_rcount, (size_t)pr->ep * i4);
+			TAKE(t->ep_perm, R * i4);
+			TAKE(t->ep_off, (size_t)(m->El + 1) * i4);
+		}
+	} else {
+		TAKE(t->xn2, N * C * f);
+		TAKE(t->g, N * I * f);
+		TAKE(t->u, N * I * f);
+		TAKE(t->h, N * I * f);
+	}
+#undef TAKE
+	return ok;
+}
+
 /* Take every activation buffer from the arena; with base NULL this only
  * measures.  Sizes are this rank's: N tokens of its chunk, Ns of them in
  * the residual stream, the local heads, intermediate rows and vocabulary;
@@ -155,77 +247,31 @@ static int take_acts(struct hp_model *m)
 	       KD = (size_t)s->n_kv_heads * s->head_dim, V = s->vocab, f = sizeof(float), i4 = sizeof(int32_t);
 	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
 	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
-	size_t TS = (size_t)m->T * m->S;
 	struct hp_arena *a = &m->aarena;
+	size_t wmax = 0;
+	unsigned char *wbase;
 	int ok = 1;
 
-#define TAKE(ptr, bytes) do { (ptr) = hp_arena_take(a, (bytes)); ok &= (ptr) != NULL; } while (0)
+	/* the checkpointed layers' shared work region: the largest of theirs */
 	for (int l = 0; l < s->n_layers; l++) {
-		struct hp_layer_act *t = &m->act[l];
-		TAKE(t->x_in, Ns * C * f);
-		TAKE(t->rstd1, Ns * f);
-		TAKE(t->xn1, N * C * f);
-		if (s->qk_norm) {
-			TAKE(t->q_raw, N * QD * f);
-			TAKE(t->k_raw, N * KD * f);
-			TAKE(t->rstd_q, N * s->n_heads * f);
-			TAKE(t->rstd_k, N * s->n_kv_heads * f);
-		}
-		TAKE(t->q, N * QD * f);
-		TAKE(t->k, N * KD * f);
-		TAKE(t->v, N * KD * f);
-		if (m->k.flash[l])
-			TAKE(t->P, (size_t)m->B * s->n_heads * m->T * f);
-		else
-			TAKE(t->P, (size_t)m->B * s->n_heads * TS * f);
-		if (cp_ag(m)) {
-			TAKE(t->kg, BS * KD * f);
-			TAKE(t->vg, BS * KD * f);
-		} else if (cp_ul(m)) {
-			TAKE(t->att_u, N * QD * f);
-		}
-		TAKE(t->att, N * QD * f);
-		TAKE(t->x_mid, Ns * C * f);
-		TAKE(t->rstd2, Ns * f);
-		if (m->lw[l].moe) {
-			TAKE(t->xn2, Ns * C * f);
-			TAKE(t->probs, Ns * E * f);
-			TAKE(t->sel, NK * i4);
-			TAKE(t->wsel, NK * f);
-			TAKE(t->row_tok, NK * i4);
-			TAKE(t->row_slot, NK * i4);
-			TAKE(t->ex_off, (E + 1) * i4);
-			/* grouped on one rank: gathered per expert into m->xg */
-			if (!m->k.grouped[l] || pr->ep > 1)
-				TAKE(t->xe, R * C * f);
-			if (m->k.grouped[l]) {
-				TAKE(t->ge, R * 2 * Im * f);
-				t->ue = t->he = NULL;
-			} else {
-				TAKE(t->ge, R * Im * f);
-				TAKE(t->ue, R * Im * f);
-				TAKE(t->he, R * Im * f);
-			}
-			/* grouped on one rank: the experts' outputs are recomputed in the
-			 * backward (from the SwiGLU it recomputes anyway) instead of kept */
-			if (!m->k.grouped[l] || pr->ep > 1)
-				TAKE(t->ye, NK * C * f);
-			else
-				t->ye = NULL;
-			TAKE(t->moe_out, Ns * C * f);
-			if (pr->ep > 1) {
-				TAKE(t->ep_scount, (size_t)pr->ep * i4);
-				TAKE(t->ep_rcount, (size_t)pr->ep * i4);
-				TAKE(t->ep_perm, R * i4);
-				TAKE(t->ep_off, (size_t)(m->El + 1) * i4);
-			}
-		} else {
-			TAKE(t->xn2, N * C * f);
-			TAKE(t->g, N * I * f);
-			TAKE(t->u, N * I * f);
-			TAKE(t->h, N * I * f);
-		}
+		struct hp_arena kp, w;
+
+		if (m->k.ckpt[l] == HP_ACT_CKPT_OFF)
+			continue;
+		hp_arena_init(&kp);
+		hp_arena_init(&w);
+		take_layer(m, l, &kp, &w);
+		if (w.used > wmax)
+			wmax = w.used;
 	}
+	wbase = wmax ? hp_arena_take(a, wmax) : NULL;
+	ok &= !wmax || wbase;
+	for (int l = 0; l < s->n_layers; l++) {
+		struct hp_arena w = { wbase, wbase ? wmax : 0, 0 };
+
+		ok &= take_layer(m, l, a, m->k.ckpt[l] == HP_ACT_CKPT_OFF ? a : &w);
+	}
+#define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
 	TAKE(m->x_final, Ns * C * f);
 	TAKE(m->rstd_f, Ns * f);
 	TAKE(m->xf, N * C * f);
@@ -291,6 +337,7 @@ static int take_acts(struct hp_model *m)
 		}
 	}
 #undef TAKE
+#undef TAKE_IN
 	return ok;
 }
 
@@ -890,18 +937,42 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 	}
 }
 
-static void attention_fwd(struct hp_model *m, int l)
+/* The attention kernel itself, on q, k, v as the exchanges left them
+ * (all-gathered K and V, or the ulysses head split). */
+static void attention_core(struct hp_model *m, int l)
 {
 	const struct hp_model_spec *s = &m->spec;
 	struct hp_layer_act *a = &m->act[l];
-	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp;
+	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp, fl = m->k.flash[l];
 
 	if (cp_ag(m)) {
 		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
 
+		hp_cp_attention_fwd(a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->seg,
+				    m->B, m->T, m->S, q0, Hq, Hkv, D);
+	} else if (cp_ul(m)) {
+		if (fl)
+			hp_flash_attention_fwd(a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
+					       Hkv / cp, D);
+		else
+			m->ops->attention_fwd(a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
+					      Hkv / cp, D);
+	} else if (fl) {
+		hp_flash_attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+	} else {
+		m->ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+	}
+}
+
+static void attention_fwd(struct hp_model *m, int l)
+{
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	int Hq = s->n_heads, Hkv = s->n_kv_heads;
+
+	if (cp_ag(m)) {
 		cp_gather_kv(m, a);
-		hp_cp_attention_fwd(a->att, m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg,
-				    a->vg, m->seg, m->B, m->T, m->S, q0, Hq, Hkv, D);
+		attention_core(m, l);
 		return;
 	}
 	if (cp_ul(m)) {
@@ -911,19 +982,11 @@ static void attention_fwd(struct hp_model *m, int l)
 		struct ul_t o = { a->att, a->att_u, Hq };
 
 		ulysses(m, x, 3, 0);
-		if (m->k.flash[l])
-			hp_flash_attention_fwd(a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
-					       Hkv / cp, D);
-		else
-			m->ops->attention_fwd(a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
-					      Hkv / cp, D);
+		attention_core(m, l);
 		ulysses(m, &o, 1, 1);
 		return;
 	}
-	if (m->k.flash[l])
-		hp_flash_attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
-	else
-		m->ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+	attention_core(m, l);
 }
 
 /* m->datt -> m->dq, m->dk, m->dv (this rank's tokens, local layout). */
@@ -1185,24 +1248,28 @@ static void moe_forward(struct hp_model *m, int l, float *out)
  * The micro-batch's tokens are spread over cp (and tp with sequence
  * parallelism): the per-expert sums are all-reduced there.
  */
-static void moe_aux(struct hp_model *m)
+static void moe_aux_add(struct hp_model *m, int l)
 {
 	const struct hp_model_spec *s = &m->spec;
 	long N = m->Ns;
 	int E = s->n_experts, K = s->top_k;
+	double *F = m->aux_frac, *P = m->aux_frac + E;
+
+	for (long i = 0; i < N * K; i++)
+		F[m->act[l].sel[i]] += 1;
+	for (long t = 0; t < N; t++)
+		for (int x = 0; x < E; x++)
+			P[x] += m->act[l].probs[t * E + x];
+}
+
+/* after every MoE layer's moe_aux_add, in layer order (a checkpointed
+ * layer's router outputs do not outlive its forward) */
+static void moe_aux(struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	int E = s->n_experts;
 	double n = (double)m->B * m->S * m->n_moe, aux = 0, *F = m->aux_frac, *P = m->aux_frac + E;
 
-	for (int x = 0; x < 2 * E; x++)
-		F[x] = 0;
-	for (int l = 0; l < s->n_layers; l++) {
-		if (!m->lw[l].moe)
-			continue;
-		for (long i = 0; i < N * K; i++)
-			F[m->act[l].sel[i]] += 1;
-		for (long t = 0; t < N; t++)
-			for (int x = 0; x < E; x++)
-				P[x] += m->act[l].probs[t * E + x];
-	}
 	if (m->par.cp > 1)
 		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_CP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, NULL));
 	if (m->par.sp)
@@ -1344,6 +1411,101 @@ static int vp_loss(struct hp_model *m, const int32_t *targets, double *loss_sum,
 	return hp_vp_ce_loss(loss_sum, count, st, mx, targets, N, m->gspec.vocab);
 }
 
+/*
+ * Layer l's forward from its input x_in (plus the residual ra + rb owed to
+ * it; NULL: x_in holds it already) up to mlp_out, which a dense layer
+ * writes into the next layer's input.  re: the backward's recomputation
+ * of a checkpointed layer: the same operations and collectives into the
+ * same (shared) buffers, with m->dx, the residual's live gradient, left
+ * alone; it stops where the backward needs nothing more (a dense layer's
+ * down_proj), and it neither probes nor calls hooks.
+ */
+static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)
+{
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_cpu_ops *ops = m->ops;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	int C = s->hidden, I = s->intermediate, D = s->head_dim;
+	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
+	float eps = (float)s->rms_eps;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
+	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
+	float *sp_out = re ? m->dxn : m->dx, *nout, *o;
+
+#define PROBE(...) (!re && probe(m, __VA_ARGS__))
+	nout = pr->sp ? sp_out : a->xn1;
+	norm_in(m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
+	if (l == 0 && m->fault == HP_FAULT_SP_SKIP_GATHER && pr->sp) {
+		/* each rank's own rows only, the others' left out */
+		memset(a->xn1, 0, sizeof(float) * (size_t)N * C);
+		memcpy(a->xn1 + (size_t)pr->tp_rank * Ns * C, nout, sizeof(float) * (size_t)Ns * C);
+	} else {
+		tp_gather(m, a->xn1, nout);
+	}
+	if (PROBE("model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
+		return -2;
+	if (s->qk_norm) {
+		/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
+		ops->linear_fwd(a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
+		ops->linear_fwd(a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
+		hp_rmsnorm_fwd(a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
+		hp_rmsnorm_fwd(a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
+	} else {
+		ops->linear_fwd(a->q, a->xn1, w->wq, w->bq, N, C, QD);
+		ops->linear_fwd(a->k, a->xn1, w->wk, w->bk, N, C, KD);
+	}
+	ops->linear_fwd(a->v, a->xn1, w->wv, w->bv, N, C, KD);
+	hp_rope_fwd(a->q, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
+	hp_rope_fwd(a->k, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
+	attention_fwd(m, l);
+	if (tp > 1) {
+		/* row-parallel: partial sums, reduced, then the bias once */
+		o = pr->sp ? m->dxn : a->x_mid;
+		ops->linear_fwd(o, a->att, w->wo, NULL, N, QD, C);
+		if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
+			if (pr->sp)   /* the rank's rows of its own partial sum */
+				memcpy(a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
+		} else {
+			tp_reduce(m, o, a->x_mid);
+		}
+		for (long n = 0; w->bo && n < Ns; n++)
+			for (int c = 0; c < C; c++)
+				a->x_mid[n * C + c] += w->bo[c];
+	} else {
+		ops->linear_fwd(a->x_mid, a->att, w->wo, w->bo, N, QD, C);
+	}
+	if (PROBE("model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
+		return -2;
+	nout = pr->sp && !w->moe ? sp_out : a->xn2;
+	norm_in(m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
+	if (w->moe) {
+		if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
+			return -2;
+		moe_forward(m, l, a->moe_out);
+		if (PROBE("model.layers.%d.mlp", l, a->moe_out, Ns, C, pr->sp, 0))
+			return -2;
+		return 0;
+	}
+	tp_gather(m, a->xn2, nout);
+	if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, N, C, 0, 0))
+		return -2;
+	ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
+	ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
+	ops->swiglu_fwd(a->h, a->g, a->u, N * I);
+	if (re)
+		return 0;
+	o = pr->sp ? m->dxn : next;
+	ops->linear_fwd(o, a->h, w->wd, NULL, N, I, C);
+	tp_reduce(m, o, next);
+	if (PROBE("model.layers.%d.mlp", l, next, Ns, C, pr->sp, 0))
+		return -2;
+	return 0;
+#undef PROBE
+}
+
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double *loss_sum, long *count)
 {
@@ -1352,8 +1514,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	const struct hp_cpu_ops *ops = m->ops;
 	const struct hp_model_par *pr = &m->par;
 	long N = (long)m->B * m->T, Ns = m->Ns;
-	int C = s->hidden, I = s->intermediate, D = s->head_dim, V = s->vocab;
-	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
+	int C = s->hidden, V = s->vocab, tp = pr->tp;
 	float eps = (float)s->rms_eps;
 	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
 	float *nout;
@@ -1386,82 +1547,30 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	}
 	if (probe(m, "model.embed_tokens", 0, m->act[0].x_in, Ns, C, pr->sp, 0))
 		return -2;
+	if (m->n_moe && s->output_router_logits)
+		memset(m->aux_frac, 0, 2 * sizeof(double) * (size_t)s->n_experts);
 	for (int l = 0; l < s->n_layers; l++) {
 		struct hp_layer_act *a = &m->act[l];
-		const struct hp_layer_w *w = &m->lw[l];
 		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
-		float *mlp_out, *o;
+		int rc;
 
 		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_FORWARD))
 			return -2;
-
-		nout = pr->sp ? m->dx : a->xn1;
-		norm_in(m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
-		if (l == 0 && m->fault == HP_FAULT_SP_SKIP_GATHER && pr->sp) {
-			/* each rank's own rows only, the others' left out */
-			memset(a->xn1, 0, sizeof(float) * (size_t)N * C);
-			memcpy(a->xn1 + (size_t)pr->tp_rank * Ns * C, nout, sizeof(float) * (size_t)Ns * C);
-		} else {
-			tp_gather(m, a->xn1, nout);
-		}
-		if (probe(m, "model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
-			return -2;
-		if (s->qk_norm) {
-			/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
-			ops->linear_fwd(a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
-			ops->linear_fwd(a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
-			hp_rmsnorm_fwd(a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
-			hp_rmsnorm_fwd(a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
-		} else {
-			ops->linear_fwd(a->q, a->xn1, w->wq, w->bq, N, C, QD);
-			ops->linear_fwd(a->k, a->xn1, w->wk, w->bk, N, C, KD);
-		}
-		ops->linear_fwd(a->v, a->xn1, w->wv, w->bv, N, C, KD);
-		hp_rope_fwd(a->q, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
-		hp_rope_fwd(a->k, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
-		attention_fwd(m, l);
-		if (tp > 1) {
-			/* row-parallel: partial sums, reduced, then the bias once */
-			o = pr->sp ? m->dxn : a->x_mid;
-			ops->linear_fwd(o, a->att, w->wo, NULL, N, QD, C);
-			if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
-				if (pr->sp)   /* the rank's rows of its own partial sum */
-					memcpy(a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
-			} else {
-				tp_reduce(m, o, a->x_mid);
-			}
-			for (long n = 0; w->bo && n < Ns; n++)
-				for (int c = 0; c < C; c++)
-					a->x_mid[n * C + c] += w->bo[c];
-		} else {
-			ops->linear_fwd(a->x_mid, a->att, w->wo, w->bo, N, QD, C);
-		}
-		if (probe(m, "model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
-			return -2;
-		nout = pr->sp && !w->moe ? m->dx : a->xn2;
-		norm_in(m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
-		if (w->moe) {
-			if (probe(m, "model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
-				return -2;
-			moe_forward(m, l, a->moe_out);
-			mlp_out = a->moe_out;
-		} else {
-			tp_gather(m, a->xn2, nout);
-			if (probe(m, "model.layers.%d.post_attention_layernorm", l, a->xn2, N, C, 0, 0))
-				return -2;
-			ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
-			ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
-			ops->swiglu_fwd(a->h, a->g, a->u, N * I);
-			o = pr->sp ? m->dxn : next;
-			ops->linear_fwd(o, a->h, w->wd, NULL, N, I, C);
-			tp_reduce(m, o, next);
-			mlp_out = next;
-		}
-		if (probe(m, "model.layers.%d.mlp", l, mlp_out, Ns, C, pr->sp, 0))
-			return -2;
+		if ((rc = layer_fwd(m, l, ra, rb, 0)))
+			return rc;
 		/* the residual add x_mid + mlp_out is owed to the next norm's input */
 		ra = a->x_mid;
-		rb = mlp_out;
+		rb = m->lw[l].moe ? a->moe_out : next;
+		if (m->k.ckpt[l] == HP_ACT_CKPT_FULL) {
+			/* unless the layer's buffers are shared: the next layer's
+			 * would overwrite them, so the add is paid now (the same
+			 * float sum the norm would make) */
+			for (long i = 0; i < Ns * C; i++)
+				next[i] = ra[i] + rb[i];
+			ra = rb = NULL;
+		}
+		if (m->lw[l].moe && s->output_router_logits)
+			moe_aux_add(m, l);
 		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_FORWARD))
 			return -2;
 	}
@@ -1580,6 +1689,9 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 
 		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_BACKWARD))
 			return;
+		/* checkpointed: the layer's forward again from its kept input */
+		if (m->k.ckpt[l] == HP_ACT_CKPT_FULL)
+			layer_fwd(m, l, NULL, NULL, 1);
 
 		/* MLP: x_out = x_mid + mlp(xn2) */
 		if (w->moe) {
@@ -1600,6 +1712,10 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		for (long n = 0; tp > 1 && g->bo && n < Ns; n++)   /* the bias was added once, after the sum */
 			for (int c = 0; c < C; c++)
 				g->bo[c] += m->dx[n * C + c];
+		/* selective: the probabilities again, from the kept q, k, v (the
+		 * output it rewrites is the same bits, read only by the backward) */
+		if (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l])
+			attention_core(m, l);
 		attention_bwd(m, l);
 		hp_rope_bwd(m->dq, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
 		hp_rope_bwd(m->dk, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);

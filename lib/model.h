@@ -72,9 +72,20 @@ struct hp_layer_w {
  *                  never the whole [tokens, vocab] logits (recomputed in the
  *                  backward); 0: whole.
  */
+/*
+ * Activation checkpointing of a layer (activation_checkpoint.mode).  full:
+ * only the layer's input is kept; the backward runs the layer's forward
+ * again, collectives included, into one working set that every such layer
+ * shares.  selective: everything is kept but the attention probabilities
+ * [B,H,T,S] of a layer on the reference attention, which the backward
+ * recomputes from the kept q, k, v (flash attention never keeps them).
+ */
+enum hp_act_ckpt { HP_ACT_CKPT_OFF = 0, HP_ACT_CKPT_FULL, HP_ACT_CKPT_SELECTIVE };
+
 struct hp_model_kernels {
 	unsigned char flash[HP_MAX_LAYERS], fused_in[HP_MAX_LAYERS], fused_post[HP_MAX_LAYERS];
 	unsigned char grouped[HP_MAX_LAYERS];
+	unsigned char ckpt[HP_MAX_LAYERS];   /* enum hp_act_ckpt of layer l */
 	unsigned char fused_final;
 	long ce_chunk;
 };

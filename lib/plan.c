@@ -551,6 +551,44 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 }
 
 /*
+ * Which layers activation checkpointing applies to: every layer, the
+ * first layer_count (Megatron's "block" method), or exactly layer_indices.
+ */
+static int ckpt_selection(struct hp_plan *p, const struct hp_config *c, const char *f, struct hp_err *e)
+{
+	const struct hp_model_spec *s = &p->spec;
+	long count = c->activation_checkpoint.layer_count;
+	int n = c->activation_checkpoint.nlayer_indices;
+	const int *ix = c->activation_checkpoint.layer_indices;
+
+	memset(p->ckpt_layer, 0, sizeof(p->ckpt_layer));
+	if (p->act_ckpt == HP_ACT_CKPT_OFF) {
+		if (count > 0 || ix)
+			return hp_err_set(e, HP_ECONFIG, "'%s': activation_checkpoint.selection is given but "
+					  "activation_checkpoint.mode is off", f);
+		return 0;
+	}
+	if (count > 0 && ix)
+		return hp_err_set(e, HP_ECONFIG, "'%s': activation_checkpoint.selection: give layer_count "
+				  "or layer_indices, not both", f);
+	if (count > s->n_layers)
+		return hp_err_set(e, HP_ECONFIG, "'%s': activation_checkpoint.selection.layer_count: %ld, "
+				  "but the model has %d layers", f, count, s->n_layers);
+	for (int i = 0; i < n; i++) {
+		if (ix[i] >= s->n_layers)
+			return hp_err_set(e, HP_ECONFIG, "'%s': activation_checkpoint.selection.layer_indices[%d]: "
+					  "%d, but the model has layers 0 to %d", f, i, ix[i], s->n_layers - 1);
+		if (p->ckpt_layer[ix[i]])
+			return hp_err_set(e, HP_ECONFIG, "'%s': activation_checkpoint.selection.layer_indices[%d]: "
+					  "layer %d is listed twice", f, i, ix[i]);
+		p->ckpt_layer[ix[i]] = 1;
+	}
+	for (int l = 0; !ix && l < s->n_layers; l++)
+		p->ckpt_layer[l] = count <= 0 || l < count;
+	return 0;
+}
+
+/*
  * What the estimates need from the config, the CP mode from the kernel
  * bound to attention, and the resolved config itself.
  */
@@ -558,7 +596,7 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 {
 	const char *f = c->path ? c->path : "config";
 	const struct hp_model_spec *s = &p->spec;
-	int ulysses = 0, other = 0;
+	int ulysses = 0, other = 0, rc;
 
 	p->micro = c->training.micro_batch_size;
 	p->seq = c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
@@ -574,6 +612,8 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 	p->act_ckpt = !c->activation_checkpoint.mode || !strcmp(c->activation_checkpoint.mode, "off") ?
 		      HP_ACT_CKPT_OFF : !strcmp(c->activation_checkpoint.mode, "full") ?
 		      HP_ACT_CKPT_FULL : HP_ACT_CKPT_SELECTIVE;
+	if ((rc = ckpt_selection(p, c, f, e)))
+		return rc;
 	p->max_grad_norm = c->training.max_grad_norm;
 	/* hp's loss_fn extension binds the LM head to the chunked kernel */
 	if (c->training.loss_fn && strstr(c->training.loss_fn, "ChunkedCausalLMLoss")) {
@@ -668,6 +708,8 @@ fail:
 void hp_plan_model_kernels(const struct hp_plan *p, struct hp_model_kernels *k)
 {
 	memset(k, 0, sizeof(*k));
+	for (int l = 0; l < p->spec.n_layers && l < HP_MAX_LAYERS; l++)
+		k->ckpt[l] = p->ckpt_layer[l] ? (unsigned char)p->act_ckpt : HP_ACT_CKPT_OFF;
 	for (int i = 0; i < p->nmodules; i++) {
 		const struct hp_plan_module *m = &p->modules[i];
 		int l = -1, n = 0;
@@ -795,6 +837,14 @@ static json_t *estimates_json(const struct hp_plan *p, int *bad)
 	set(step, "param_dtype", json_string(p->param_dtype), bad);
 	set(step, "reduce_dtype", json_string(p->reduce_dtype), bad);
 	set(step, "activation_checkpoint", json_string(ckpt[p->act_ckpt]), bad);
+	if (p->act_ckpt != HP_ACT_CKPT_OFF) {
+		json_t *ls = json_array();
+
+		set(step, "checkpointed_layers", ls, bad);
+		for (int l = 0; ls && l < p->spec.n_layers; l++)
+			if (p->ckpt_layer[l] && json_array_append_new(ls, json_integer(l)))
+				*bad = 1;
+	}
 	set(step, "cp_mode", json_string(p->cp_mode == HP_CP_ULYSSES ? "ulysses" : "allgather_kv"), bad);
 	for (int r = 0; r < p->world; r++)
 		if (hp_plan_estimate(p, r, &est[r]))

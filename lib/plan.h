@@ -62,6 +62,7 @@
 #include "config.h"
 #include "err.h"
 #include "hfconfig.h"
+#include "model.h"
 
 #define HP_PLAN_FORMAT "hp-plan/1"
 
@@ -104,7 +105,6 @@ struct hp_plan_module {
 	int override;                  /* plan_overrides index, or -1 */
 };
 
-enum hp_act_ckpt { HP_ACT_CKPT_OFF = 0, HP_ACT_CKPT_FULL, HP_ACT_CKPT_SELECTIVE };
 enum hp_cp_mode { HP_CP_ALLGATHER = 0, HP_CP_ULYSSES };
 
 struct hp_plan {
@@ -121,6 +121,7 @@ struct hp_plan {
 	long forward_prefetch, backward_prefetch;
 	char param_dtype[16], reduce_dtype[16];   /* mix_precision; "" = float32 */
 	enum hp_act_ckpt act_ckpt;
+	unsigned char ckpt_layer[HP_MAX_LAYERS];   /* 1: act_ckpt applies to layer l (selection) */
 	enum hp_cp_mode cp_mode;       /* from the kernel bound to attention */
 	double max_grad_norm;
 	long ce_chunk;                 /* lm_head bound to chunked_ce: tokens per chunk */

@@ -189,15 +189,17 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 		     flash ? (int64_t)hp_flash_attention_scratch((int)Tq, (int)H, (int)d.D) : Tq * Tq;
 		if (sc > scratch)
 			scratch = sc;
-		switch (p->act_ckpt) {
-		case HP_ACT_CKPT_FULL:      /* keep the layer input; recompute one layer at a time */
+		/* lib/model.c, take_layer: a checkpointed layer's recomputed
+		 * buffers live in one region the size of the largest */
+		switch (p->ckpt_layer[l] ? p->act_ckpt : HP_ACT_CKPT_OFF) {
+		case HP_ACT_CKPT_FULL:      /* keep the layer input; recompute the rest */
 			b += A64(d.Ns * d.C * f);
-			if (full > maxl)
-				maxl = full;
+			if (full - A64(d.Ns * d.C * f) > maxl)
+				maxl = full - A64(d.Ns * d.C * f);
 			break;
-		case HP_ACT_CKPT_SELECTIVE: /* recompute attention's probabilities */
-			b += noP;
-			if (full - noP > maxP)
+		case HP_ACT_CKPT_SELECTIVE: /* recompute the reference attention's probabilities */
+			b += flash ? full : noP;
+			if (!flash && full - noP > maxP)
 				maxP = full - noP;
 			break;
 		default:
@@ -292,7 +294,7 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 {
 	const struct hp_model_spec *s = &p->spec;
 	int64_t G = p->accum, ea = esize(p->param_dtype);
-	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0;
+	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0;
 
 	if (p->seq <= 0)
 		return;
@@ -300,22 +302,28 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	A = N * s->hidden * ea;
 	As = A / p->tp;
 	Nm = p->sequence_parallel ? N / p->tp : N;
-	for (int l = 0; l < s->n_layers; l++)
-		if (hp_model_spec_layer_is_moe(s, l))
-			nmoe++;
-		else
-			ndense++;
+	for (int l = 0; l < s->n_layers; l++) {
+		int moe = hp_model_spec_layer_is_moe(s, l), re = p->ckpt_layer[l] && p->act_ckpt == HP_ACT_CKPT_FULL;
+
+		nmoe += moe;
+		ndense += !moe;
+		/* full checkpointing runs the layer's forward again in the
+		 * backward, its collectives with it, up to a dense MLP's exit */
+		nre += re;
+		nre_moe += re && moe;
+		nre_dense += re && !moe;
+	}
 	/* tensor parallel: per attention and dense MLP block, the entry and exit */
 	if (p->sequence_parallel) {
 		int64_t blocks = s->n_layers + ndense;
 
-		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * 2 * blocks, As, 1);
-		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * 2 * blocks, A, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * (2 * blocks + nre + nre_dense), As, 1);
+		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * (2 * blocks + nre), A, 1);
 		/* embedding: RS forward, AG backward; LM head: AG forward, RS backward */
 		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * 2, A, 1);
 		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * 2, As, 1);
 	} else {
-		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G * (2 * (s->n_layers + ndense) + 2), A, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G * (2 * (s->n_layers + ndense) + 2 + nre), A, 1);
 	}
 	if (p->loss_parallel) {     /* max, then sum of exp and the target logit */
 		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, N * 4, 1);
@@ -328,18 +336,18 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	if (p->cp_mode == HP_CP_ULYSSES) {
 		int64_t q = N * (s->n_heads / p->tp) * s->head_dim * ea;
 
-		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * 2 * s->n_layers, q + 2 * kv, 1);
-		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * 2 * s->n_layers, q, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * s->n_layers + nre), q + 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * s->n_layers + nre), q, 1);
 	} else {
-		add(r, HP_DIM_CP, HP_COLL_ALL_GATHER, G * s->n_layers, 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_GATHER, G * (s->n_layers + nre), 2 * kv, 1);
 		add(r, HP_DIM_CP, HP_COLL_REDUCE_SCATTER, G * s->n_layers, p->cp * 2 * kv, 1);
 	}
 	if (!nmoe)
 		return;
 	/* expert parallel: counts, then rows out and back, forward and backward */
-	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALL, G * nmoe, s->n_experts * 4, 1);
-	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * nmoe * 2, Nm * s->top_k * s->hidden * ea, 1);
-	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * nmoe * 2, Nm * s->top_k * s->hidden * ea, 0);
+	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALL, G * (nmoe + nre_moe), s->n_experts * 4, 1);
+	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * (nmoe * 2 + nre_moe), Nm * s->top_k * s->hidden * ea, 1);
+	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * (nmoe * 2 + nre_moe), Nm * s->top_k * s->hidden * ea, 0);
 	/* the load-balancing loss counts every token of the micro-batch */
 	if (s->output_router_logits) {
 		add(r, HP_DIM_CP, HP_COLL_ALL_REDUCE, G, 2 * s->n_experts * 8, 1);

@@ -598,6 +598,10 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda trains on one rank for now; "
 				  "parallel layouts over GPUs are not implemented yet (run %d ranks with device: cpu)",
 				  p, r->world);
+	if (r->cfg.activation_checkpoint.mode && strcmp(r->cfg.activation_checkpoint.mode, "off"))
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.activation_checkpoint.mode: %s is not implemented on "
+				  "training.device: cuda yet (the GPU model keeps every activation); use mode: off, "
+				  "or device: cpu", p, r->cfg.activation_checkpoint.mode);
 	/* one GPU per rank, by the rank's place on its node */
 	MPI_Comm node;
 	int local = 0;
@@ -751,6 +755,25 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
 					  r->rank == 0 ? r->verify.first : "see rank 0's table");
 	}
+	if (!r->gm) {
+		/* activations: each rank's arena against the plan's estimate for it */
+		struct hp_rank_est est;
+		long long v[3] = { (long long)((m->aarena.used + 63) & ~(size_t)63), -1, 0 };
+		int nck = 0;
+
+		if (!hp_plan_estimate(r->plan, r->rank, &est))
+			v[1] = est.act_bytes;
+		v[2] = v[0] != v[1];
+		if (r->dist)
+			MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+		for (int l = 0; l < r->spec.n_layers; l++)
+			nck += m->k.ckpt[l] != HP_ACT_CKPT_OFF;
+		if (talk)
+			fprintf(out, "activations: %lld bytes on the largest rank, %s the plan's estimate on every "
+				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as", r->plan->act_ckpt == HP_ACT_CKPT_FULL ? "full" :
+				r->plan->act_ckpt == HP_ACT_CKPT_SELECTIVE ? "selective" : "off", nck,
+				r->spec.n_layers);
+	}
 	if (r->dist) {
 		/* did every rank move exactly what the plan estimates? */
 		int bad = r->comm_bad, any = 0;
@@ -881,8 +904,13 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	for (int i = 0; i < r.plan->nwarnings; i++)
 		hp_warn("%s", r.plan->warnings[i]);
 planned:
-	if (!r.reference)
-		hp_plan_model_kernels(r.plan, &r.kernels);
+	hp_plan_model_kernels(r.plan, &r.kernels);
+	if (r.reference) {   /* HF's algorithms; checkpointing is not a kernel */
+		struct hp_model_kernels ref = { .ce_chunk = 0 };
+
+		memcpy(ref.ckpt, r.kernels.ckpt, sizeof(ref.ckpt));
+		r.kernels = ref;
+	}
 	if (world > 1) {
 		/* this rank's part of the layout; its communicators first */
 		r.dist = 1;

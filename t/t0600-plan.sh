@@ -226,20 +226,25 @@ test_expect_success 'estimates: FSDP bytes per rank and all-gather traffic follo
 
 # tp-2: N = 2 x 256 tokens of 64 bf16 values make A = 65536 bytes; per
 # micro-batch 2 all-reduces per attention and per MLP block (5 layers), 2 for
-# embedding and LM head, and loss_parallel's max (4N: floats) and sums (16N: two doubles a row) bytes.
+# embedding and LM head, one more per layer for full checkpointing's second
+# forward of attention (it stops before the MLP's down_proj), and
+# loss_parallel's max (4N: floats) and sums (16N: two doubles a row) bytes.
 test_expect_success 'estimates: tensor-parallel traffic without sequence parallel, by hand' '
 	p=$PLANS/tp-2.json &&
 	jq_is "[.estimates.per_rank[0].comm[] | select(.dim == \"tp\") | [.op, .calls, .bytes]]" $p \
-		"[[\"all_reduce\",48,$((2 * (22 * 65536 + 20 * 512)))]]" &&
+		"[[\"all_reduce\",58,$((2 * ((22 + 5) * 65536 + 20 * 512)))]]" &&
 	jq_is ".estimates.step | [.grad_accumulation, .param_dtype, .activation_checkpoint]" $p "[2,\"bfloat16\",\"full\"]"
 '
 
+# all-8: rows out and back in the forward and the backward, and out and
+# back once more in full checkpointing's second forward: 6 per MoE layer and
+# micro-batch, half of them the rows that come back, which the routing sizes.
 test_expect_success 'estimates: expert parallel names the bytes that depend on the routing' '
 	p=$PLANS/all-8.json &&
 	jq_is "[.estimates.per_rank[0].comm[] | select(.op == \"all_to_allv\") | [.dim, .calls, .bytes, .routed_bytes]]" $p \
-		"[[\"ep\",64,33554432,16777216]]" &&
+		"[[\"ep\",96,50331648,25165824]]" &&
 	hp-plan --explain $p >ex &&
-	grep -q "^  ep  *all_to_allv  *64  *33554432  (16777216 of them for even routing)$" ex &&
+	grep -q "^  ep  *all_to_allv  *96  *50331648  (25165824 of them for even routing)$" ex &&
 	grep -q "^  0-7  *191.1 KiB  *191.1 KiB  *382.1 KiB" ex
 '
 

@@ -46,6 +46,7 @@ struct result {
 	int nparts;                  /* the tensors of grads: offsets, sizes, names */
 	size_t *off, *len;
 	char (*name)[96];
+	size_t act;                  /* the model's activation arena, bytes */
 };
 
 static uint32_t rng = 12345;
@@ -94,6 +95,7 @@ static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, 
 		r->len[i] = m.params[i].numel;
 		snprintf(r->name[i], sizeof(r->name[i]), "%s", m.params[i].name);
 	}
+	r->act = m.aarena.used;
 	r->grads = malloc(m.numel * sizeof(float));
 	if (r->grads)
 		memcpy(r->grads, m.flat_g, m.numel * sizeof(float));
@@ -150,6 +152,53 @@ static void compare(const char *model, const char *what, const struct hp_model_k
 	free(seg);
 }
 
+/*
+ * Activation checkpointing recomputes the same operations on the same
+ * inputs in the same order, so it is held to the bits: loss and every
+ * gradient identical to the run that keeps everything, with less memory.
+ */
+static void same_bits(const char *model, const char *what, const struct hp_model_kernels *keep,
+		      const struct hp_model_kernels *k, int B, int T, int packed)
+{
+	char dir[4200];
+	struct hp_model_spec s;
+	struct hp_err e;
+	struct result ref = { 0 }, got = { 0 };
+	int32_t *ids, *tg, *seg = NULL;
+	long N = (long)B * T;
+
+	snprintf(dir, sizeof(dir), "%s/data/%s", src, model);
+	hp_err_clear(&e);
+	if (hp_hfconfig_load(&s, dir, &e)) {
+		ok(0, "%s: %s", model, e.msg);
+		return;
+	}
+	ids = malloc((size_t)N * sizeof(*ids));
+	tg = malloc((size_t)N * sizeof(*tg));
+	seg = packed ? calloc((size_t)N, sizeof(*seg)) : NULL;
+	for (long i = 0; i < N; i++) {
+		ids[i] = (int32_t)(rnd() % (uint32_t)s.vocab);
+		tg[i] = i % 11 == 3 ? -100 : (int32_t)(rnd() % (uint32_t)s.vocab);
+		if (seg)
+			seg[i] = i % T < 5 ? 0 : 5;
+	}
+	if (run(dir, keep, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
+		ok(0, "%s %s: runs", model, what);
+	} else {
+		ok(got.count == ref.count && got.loss == ref.loss && got.n == ref.n &&
+		   !memcmp(got.grads, ref.grads, ref.n * sizeof(float)) && got.act < ref.act,
+		   "%s, %s, B=%d T=%d%s: loss and every gradient bit-identical, activations %zu of %zu bytes",
+		   model, what, B, T, packed ? " packed" : "", got.act, ref.act);
+	}
+	free(ref.grads);
+	free(got.grads);
+	free(ref.off); free(ref.len); free(ref.name);
+	free(got.off); free(got.len); free(got.name);
+	free(ids);
+	free(tg);
+	free(seg);
+}
+
 static void all_layers(struct hp_model_kernels *k, int flash, int norm, int grouped, long chunk)
 {
 	memset(k, 0, sizeof(*k));
@@ -164,7 +213,7 @@ static void all_layers(struct hp_model_kernels *k, int flash, int norm, int grou
 
 /* The plan's estimate at one rank equals the model's activation arena for
  * the kernels the plan binds. */
-static void estimate_is_arena(const char *model, const char *extra)
+static void estimate_is_arena(const char *model, const char *extra, const char *tail)
 {
 	char dir[4200], y[8192];
 	struct hp_config c;
@@ -185,8 +234,8 @@ static void estimate_is_arena(const char *model, const char *extra)
 		 "plan_overrides:\n"
 		 "  - {match: [\"*norm\"], replace_module: {_target_: fused_rmsnorm}}\n"
 		 "  - {match: \"*.self_attn\", replace_module: {_target_: flash_attention}}\n"
-		 "  - {match: \"*.mlp.experts\", replace_module: {_target_: grouped_experts}}\n",
-		 dir, extra);
+		 "  - {match: \"*.mlp.experts\", replace_module: {_target_: grouped_experts}}\n%s\n",
+		 dir, extra, tail);
 	hp_err_clear(&e);
 	if (hp_config_load_buf(&c, "k.yaml", y, strlen(y), 0, NULL, &e) || hp_hfconfig_load(&s, dir, &e) ||
 	    hp_plan_resolve(&p, &c, &s, 1, &e)) {
@@ -196,12 +245,14 @@ static void estimate_is_arena(const char *model, const char *extra)
 	}
 	hp_plan_model_kernels(p, &k);
 	ok(k.flash[0] && k.fused_in[0] && k.fused_post[s.n_layers - 1] && k.fused_final &&
-	   (!s.n_experts || k.grouped[s.n_layers - 1]) && k.ce_chunk == (*extra ? 16 : 0),
-	   "%s%s: the plan binds the kernels", model, extra);
+	   (!s.n_experts || k.grouped[s.n_layers - 1]) && k.ce_chunk == (*extra ? 16 : 0) &&
+	   k.ckpt[0] == (strstr(tail, "full") ? HP_ACT_CKPT_FULL : strstr(tail, "selective") ?
+			 HP_ACT_CKPT_SELECTIVE : HP_ACT_CKPT_OFF),
+	   "%s%s %s: the plan binds the kernels", model, extra, tail);
 	if (!hp_model_init_kernels(&m, &s, &k, 2, 40, &e)) {
 		hp_plan_estimate(p, 0, &r);
 		is_int(r.act_bytes, (long long)((m.aarena.used + 63) & ~(size_t)63),
-		       "%s%s: the activation estimate is the arena with the bound kernels", model, extra);
+		       "%s%s %s: the activation estimate is the arena with the bound kernels", model, extra, tail);
 		hp_model_release(&m);
 	} else {
 		ok(0, "%s: model: %s", model, e.msg);
@@ -215,7 +266,8 @@ static void estimate_is_arena(const char *model, const char *extra)
  * for its part (hp_model_init_par, no collective needed to size it) holds
  * the arena the plan estimates for that rank.
  */
-static void estimate_is_arena_par(const char *model, const char *acc, int world, int kernels)
+static void estimate_is_arena_par(const char *model, const char *acc, int world, int kernels,
+				  const char *tail)
 {
 	char dir[4200], y[8192];
 	struct hp_config c;
@@ -233,7 +285,7 @@ static void estimate_is_arena_par(const char *model, const char *acc, int world,
 		 "training: {train_iters: 1, micro_batch_size: 2, global_batch_size: 16}\n"
 		 "accelerator: {%s}\n"
 		 "dataset: {_target_: hyper_parallel.data.build_online_text_dataset, data_path: x,\n"
-		 "          data_config: {seq_length: 48}}\n%s", dir, acc, kernels ?
+		 "          data_config: {seq_length: 48}}\n%s\n%s", dir, acc, tail, kernels ?
 		 "plan_overrides:\n"
 		 "  - {match: [\"*norm\"], replace_module: {_target_: fused_rmsnorm}}\n"
 		 "  - {match: \"*.self_attn\", replace_module: {_target_: flash_attention}}\n"
@@ -269,8 +321,8 @@ static void estimate_is_arena_par(const char *model, const char *acc, int world,
 		hp_model_release(&m);
 	}
 	if (!bad || got != want)
-		is_int(got, want, "%s {%s}%s, %d ranks: every rank's activation estimate is its model's arena",
-		       model, acc, kernels ? " with the seed's kernels" : "", world);
+		is_int(got, want, "%s {%s}%s %s, %d ranks: every rank's activation estimate is its model's arena",
+		       model, acc, kernels ? " with the seed's kernels" : "", tail, world);
 	hp_plan_free(p);
 	hp_config_release(&c);
 }
@@ -300,17 +352,50 @@ int main(void)
 		all_layers(&k, 1, 1, 1, 16);
 		compare(models[i], "all together", &k, 2, 37, 1);
 		compare(models[i], "all together", &k, 1, 1, 0);
-		estimate_is_arena(models[i], "");
-		estimate_is_arena(models[i], ", loss_fn: {_target_: ChunkedCausalLMLoss, chunk_size: 16}");
+		for (int a = 0; a < 4; a++) {
+			static const char *const ac[] = {
+				"", "activation_checkpoint: {mode: full}",
+				"activation_checkpoint: {mode: selective}",
+				"activation_checkpoint: {mode: full, selection: {layer_indices: [1, 0]}}",
+			};
+			estimate_is_arena(models[i], "", ac[a]);
+			estimate_is_arena(models[i], ", loss_fn: {_target_: ChunkedCausalLMLoss, chunk_size: 16}", ac[a]);
+		}
+		/* checkpointing: on the reference kernels, on the substituted ones,
+		 * and on some layers only */
+		for (int kern = 0; kern < 2; kern++) {
+			struct hp_model_kernels keep, ck;
+
+			all_layers(&keep, kern, kern, kern, kern ? 16 : 0);
+			ck = keep;
+			memset(ck.ckpt, HP_ACT_CKPT_FULL, sizeof(ck.ckpt));
+			same_bits(models[i], kern ? "full checkpointing, substituted kernels" : "full checkpointing",
+				  &keep, &ck, 2, 37, kern);
+			memset(ck.ckpt, HP_ACT_CKPT_OFF, sizeof(ck.ckpt));
+			ck.ckpt[0] = ck.ckpt[1] = HP_ACT_CKPT_FULL;
+			same_bits(models[i], kern ? "full checkpointing of layers 0 and 1, substituted kernels" :
+				  "full checkpointing of layers 0 and 1", &keep, &ck, 2, 37, kern);
+			if (!kern) {   /* flash attention keeps no probabilities to drop */
+				memset(ck.ckpt, HP_ACT_CKPT_SELECTIVE, sizeof(ck.ckpt));
+				same_bits(models[i], "selective checkpointing", &keep, &ck, 2, 37, 1);
+			}
+		}
 	}
 	for (int kern = 0; kern < 2; kern++) {
-		estimate_is_arena_par("stories260K/hf", "tp_size: 2", 2, kern);
-		estimate_is_arena_par("stories260K/hf", "tp_size: 4, sequence_parallel: true, loss_parallel: true", 4, kern);
-		estimate_is_arena_par("stories260K/hf", "cp_size: 4", 4, kern);
-		estimate_is_arena_par("ref/qwen3-dense", "tp_size: 2, cp_size: 2, sequence_parallel: true", 8, kern);
-		estimate_is_arena_par("ref/qwen3-moe-a", "ep_size: 4", 8, kern);
-		estimate_is_arena_par("ref/qwen3-moe-b", "tp_size: 2, cp_size: 2, ep_size: 2, sequence_parallel: true",
-				      8, kern);
+		for (int a = 0; a < 3; a++) {
+			static const char *const ac[] = {
+				"", "activation_checkpoint: {mode: full}", "activation_checkpoint: {mode: selective}",
+			};
+			estimate_is_arena_par("stories260K/hf", "tp_size: 2", 2, kern, ac[a]);
+			estimate_is_arena_par("stories260K/hf", "tp_size: 4, sequence_parallel: true, loss_parallel: true",
+					      4, kern, ac[a]);
+			estimate_is_arena_par("stories260K/hf", "cp_size: 4", 4, kern, ac[a]);
+			estimate_is_arena_par("ref/qwen3-dense", "tp_size: 2, cp_size: 2, sequence_parallel: true", 8,
+					      kern, ac[a]);
+			estimate_is_arena_par("ref/qwen3-moe-a", "ep_size: 4", 8, kern, ac[a]);
+			estimate_is_arena_par("ref/qwen3-moe-b",
+					      "tp_size: 2, cp_size: 2, ep_size: 2, sequence_parallel: true", 8, kern, ac[a]);
+		}
 	}
 	return tap_done();
 }
