@@ -614,7 +614,13 @@ static const char *const data_types[] = { "plaintext", "conversation", NULL };
 static const char *const samplers[] = { "single", "cyclic", NULL };
 static const char *const lr_styles[] = { "constant", "linear", "cosine", NULL };
 static const char *const consolidated[] = { "none", "final", "every", NULL };
+/* in the order of enum hp_act_ckpt (model.h) */
 static const char *const ac_modes[] = { "off", "full", "selective", NULL };
+
+const char *hp_act_ckpt_name(int mode)
+{
+	return mode >= 0 && mode < 3 ? ac_modes[mode] : "?";
+}
 
 static const struct key model_keys[] = {
 	{ .name = "_target_", .type = T_TARGET, .flags = F_REQ, .pname = "model.target",
@@ -885,8 +891,8 @@ static const struct key ac_selection_keys[] = {
 };
 
 static const struct key ac_keys[] = {
-	{ .name = "mode", .type = T_STR, .pname = "activation_checkpoint.mode",
-	  CF(activation_checkpoint.mode), .sdef = "off", .vals = ac_modes },
+	{ .name = "mode", .type = T_ENUM, .pname = "activation_checkpoint.mode",
+	  CF(activation_checkpoint.mode), .vals = ac_modes },
 	{ .name = "selection", .type = T_MAP, .sub = ac_selection_keys },
 	{ NULL },
 };
@@ -1915,32 +1921,19 @@ static void print_keys(struct printer *p, const struct key *tab, const void *bas
 			snprintf(val, sizeof(val), "%s", s ? s : "null");
 			break;
 		}
-		case T_INTLIST: {
-			const int *v = *(int *const *)f;
-			int n = *(const int *)((const char *)base + k->noff);
-			size_t at = 1;
-
-			val[0] = '[';
-			val[1] = '\0';
-			for (int i = 0; i < n && at < sizeof(val); i++) {
-				int r = snprintf(val + at, sizeof(val) - at, "%s%d", i ? ", " : "", v[i]);
-
-				at += r > 0 ? (size_t)r : 0;
-			}
-			if (at < sizeof(val) - 1)
-				snprintf(val + at, sizeof(val) - at, "]");
-			break;
-		}
+		case T_INTLIST:
 		case T_STRLIST: {
-			char *const *v = *(char **const *)f;
 			int n = *(const int *)((const char *)base + k->noff);
 			size_t at = 1;
 
 			val[0] = '[';
 			val[1] = '\0';
 			for (int i = 0; i < n && at < sizeof(val); i++) {
-				int r = snprintf(val + at, sizeof(val) - at, "%s%s",
-						 i ? ", " : "", v[i]);
+				int r = k->type == T_INTLIST ?
+					snprintf(val + at, sizeof(val) - at, "%s%d", i ? ", " : "",
+						 (*(int *const *)f)[i]) :
+					snprintf(val + at, sizeof(val) - at, "%s%s", i ? ", " : "",
+						 (*(char **const *)f)[i]);
 
 				at += r > 0 ? (size_t)r : 0;
 			}

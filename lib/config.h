@@ -165,7 +165,7 @@ struct hp_config {
 	} checkpoint;
 
 	struct {
-		char *mode;                         /* off | full | selective */
+		int mode;                           /* enum hp_act_ckpt (model.h): off */
 		long layer_count;                   /* selection: the first n layers; 0 unset */
 		int *layer_indices, nlayer_indices; /* selection: these layers */
 	} activation_checkpoint;
@@ -189,6 +189,9 @@ int hp_config_load(struct hp_config *c, const char *path,
  * stands for the file in messages and relative paths.  For tests and the
  * fuzz target.
  */
+/* "off", "full" or "selective": activation_checkpoint.mode's value names */
+const char *hp_act_ckpt_name(int mode);
+
 int hp_config_load_buf(struct hp_config *c, const char *name, const char *buf, size_t len,
 		       int noverrides, char *const *overrides, struct hp_err *e);
 

@@ -1040,7 +1040,9 @@ static int first_moe(const struct hp_model *m)
 	return -1;
 }
 
-/* Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye. */
+/* Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye.
+ * ye NULL (grouped kernel): the gate|up rows only, all that the backward
+ * keeps of them (a checkpointed layer's recomputation). */
 static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, float *ye)
 {
 	const struct hp_model_spec *s = &m->spec;
@@ -1056,6 +1058,8 @@ static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_
 		if (m->k.grouped[l]) {
 			/* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
 			ops->linear_fwd(a->ge + r0 * 2 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
+			if (!ye)
+				continue;
 			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
 			ops->linear_fwd(ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 			continue;
@@ -1179,7 +1183,10 @@ static void ep_exchange(struct hp_model *m, int l, const float *send, float *rec
  * expert order as HF's index_add_ loop does.  With ep > 1 the rows travel
  * to their experts' ranks and back (ep_dispatch_counts, ep_exchange).
  */
-static void moe_forward(struct hp_model *m, int l, float *out)
+/* The MoE block of layer l into out [Ns, C]; re (recomputation): what its
+ * backward reads only, neither the grouped experts' outputs, which the
+ * backward makes again, nor out. */
+static void moe_forward(struct hp_model *m, int l, float *out, int re)
 {
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_cpu_ops *ops = m->ops;
@@ -1227,8 +1234,10 @@ static void moe_forward(struct hp_model *m, int l, float *out)
 		float *xe = m->k.grouped[l] ? m->xg : a->xe;
 		for (long r = 0; r < N * K; r++)
 			memcpy(xe + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
-		experts_fwd(m, l, xe, off, E, a->ye ? a->ye : m->dxe);
+		experts_fwd(m, l, xe, off, E, a->ye ? a->ye : re ? NULL : m->dxe);
 	}
+	if (re)
+		return;
 	const float *ye = a->ye ? a->ye : m->dxe;
 	memset(out, 0, sizeof(float) * (size_t)N * C);
 	for (long r = 0; r < N * K; r++) {
@@ -1359,6 +1368,13 @@ static int chunked(const struct hp_model *m)
 	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->B * m->T;
 }
 
+/* x = a + b over n floats: HF's residual add (x may be a or b) */
+static void residual_add(float *x, const float *a, const float *b, long n)
+{
+	for (long i = 0; i < n; i++)
+		x[i] = a[i] + b[i];
+}
+
 /*
  * A norm's input x is the residual a + b (b NULL: x already holds it; a
  * NULL: nothing owed), then y = rmsnorm(x): in one pass with the fused
@@ -1372,8 +1388,7 @@ static void norm_in(int fused, float *x, float *y, float *rstd, const float *a, 
 		return;
 	}
 	if (a)
-		for (long i = 0; i < N * C; i++)
-			x[i] = a[i] + b[i];
+		residual_add(x, a, b, N * C);
 	hp_rmsnorm_fwd(y, rstd, x, w, N, C, eps);
 }
 
@@ -1484,7 +1499,7 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	if (w->moe) {
 		if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
 			return -2;
-		moe_forward(m, l, a->moe_out);
+		moe_forward(m, l, a->moe_out, re);
 		if (PROBE("model.layers.%d.mlp", l, a->moe_out, Ns, C, pr->sp, 0))
 			return -2;
 		return 0;
@@ -1565,8 +1580,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			/* unless the layer's buffers are shared: the next layer's
 			 * would overwrite them, so the add is paid now (the same
 			 * float sum the norm would make) */
-			for (long i = 0; i < Ns * C; i++)
-				next[i] = ra[i] + rb[i];
+			residual_add(next, ra, rb, Ns * C);
 			ra = rb = NULL;
 		}
 		if (m->lw[l].moe && s->output_router_logits)

@@ -609,9 +609,7 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 		 c->fsdp.param_dtype ? c->fsdp.param_dtype : "float32");
 	snprintf(p->reduce_dtype, sizeof(p->reduce_dtype), "%s",
 		 c->fsdp.reduce_dtype ? c->fsdp.reduce_dtype : p->param_dtype);
-	p->act_ckpt = !c->activation_checkpoint.mode || !strcmp(c->activation_checkpoint.mode, "off") ?
-		      HP_ACT_CKPT_OFF : !strcmp(c->activation_checkpoint.mode, "full") ?
-		      HP_ACT_CKPT_FULL : HP_ACT_CKPT_SELECTIVE;
+	p->act_ckpt = (enum hp_act_ckpt)c->activation_checkpoint.mode;
 	if ((rc = ckpt_selection(p, c, f, e)))
 		return rc;
 	p->max_grad_norm = c->training.max_grad_norm;
@@ -820,7 +818,6 @@ static json_t *rank_est_json(const struct hp_rank_est *r, json_t *ranks, int *ba
 /* Ranks with the same figures share one entry, listed at its first rank. */
 static json_t *estimates_json(const struct hp_plan *p, int *bad)
 {
-	static const char *const ckpt[] = { "off", "full", "selective" };
 	json_t *o = json_object(), *step = json_object(), *per = json_array();
 	struct hp_rank_est *est = hp_calloc((size_t)p->world, sizeof(*est));
 	char *done = hp_calloc((size_t)p->world, 1);
@@ -836,7 +833,7 @@ static json_t *estimates_json(const struct hp_plan *p, int *bad)
 	set(step, "grad_accumulation", json_integer(p->accum), bad);
 	set(step, "param_dtype", json_string(p->param_dtype), bad);
 	set(step, "reduce_dtype", json_string(p->reduce_dtype), bad);
-	set(step, "activation_checkpoint", json_string(ckpt[p->act_ckpt]), bad);
+	set(step, "activation_checkpoint", json_string(hp_act_ckpt_name(p->act_ckpt)), bad);
 	if (p->act_ckpt != HP_ACT_CKPT_OFF) {
 		json_t *ls = json_array();
 

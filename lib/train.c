@@ -587,6 +587,12 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 #endif
 	if (d == HP_DEVICE_CPU || (d == HP_DEVICE_AUTO && n == 0))
 		return 0;
+	/* before the build and the GPU are looked at, so that the refusal is
+	 * the same (and testable) on every machine */
+	if (r->cfg.activation_checkpoint.mode != HP_ACT_CKPT_OFF)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.activation_checkpoint.mode: %s is not implemented on "
+				  "training.device: cuda yet (the GPU model keeps every activation); use mode: off, "
+				  "or device: cpu", p, hp_act_ckpt_name(r->cfg.activation_checkpoint.mode));
 #ifndef HP_HAVE_CUDA
 	return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but this hp was built without "
 			  "CUDA (no nvcc at build time); rebuild with the CUDA toolkit or use device: cpu", p);
@@ -598,10 +604,6 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda trains on one rank for now; "
 				  "parallel layouts over GPUs are not implemented yet (run %d ranks with device: cpu)",
 				  p, r->world);
-	if (r->cfg.activation_checkpoint.mode && strcmp(r->cfg.activation_checkpoint.mode, "off"))
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.activation_checkpoint.mode: %s is not implemented on "
-				  "training.device: cuda yet (the GPU model keeps every activation); use mode: off, "
-				  "or device: cpu", p, r->cfg.activation_checkpoint.mode);
 	/* one GPU per rank, by the rank's place on its node */
 	MPI_Comm node;
 	int local = 0;
@@ -770,9 +772,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			nck += m->k.ckpt[l] != HP_ACT_CKPT_OFF;
 		if (talk)
 			fprintf(out, "activations: %lld bytes on the largest rank, %s the plan's estimate on every "
-				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as", r->plan->act_ckpt == HP_ACT_CKPT_FULL ? "full" :
-				r->plan->act_ckpt == HP_ACT_CKPT_SELECTIVE ? "selective" : "off", nck,
-				r->spec.n_layers);
+				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as",
+				hp_act_ckpt_name(r->plan->act_ckpt), nck, r->spec.n_layers);
 	}
 	if (r->dist) {
 		/* did every rank move exactly what the plan estimates? */

@@ -99,6 +99,18 @@ test_expect_success 'selection: bad values are refused by name' '
 	done
 '
 
+test_expect_success 'the config table shows the selection; device: cuda refuses checkpointing by name' '
+	hp-train hf.yaml --max-steps 1 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selection.layer_indices=[4,0,2] >out &&
+	grep -q "activation_checkpoint.mode  *selective" out &&
+	grep -q "activation_checkpoint.selection.layer_indices  *\[4, 0, 2\]" out &&
+	rm -f m.jsonl &&
+	test_must_fail_with 4 hp-train -q hf.yaml --training.device=cuda --activation_checkpoint.mode=selective \
+		--metrics m.jsonl 2>err &&
+	cat err && test $(wc -l <err) = 1 && grep -q "activation_checkpoint.mode: selective is not implemented" err &&
+	! test -e m.jsonl
+'
+
 test_expect_success MPI 'TP 2 with sequence parallel, TP 2 with loss_parallel' '
 	ck 2 hf.yaml $A.tp_size=2 $A.sequence_parallel=true &&
 	ck 2 qwen3-dense.yaml $A.tp_size=2 $A.loss_parallel=true

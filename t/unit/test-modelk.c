@@ -103,35 +103,58 @@ static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, 
 	return r->grads && r->off && r->len && r->name ? 0 : -1;
 }
 
+/* Random ids and targets (every 11th ignored) for B rows of T tokens of
+ * model's vocabulary; packed: documents of 1, 6 and the rest tokens in
+ * every row.  0, or -1 with the failure reported. */
+static int make_batch(const char *model, char *dir, size_t ndir, int B, int T, int packed,
+		      int32_t **ids, int32_t **tg, int32_t **seg)
+{
+	struct hp_model_spec s;
+	struct hp_err e;
+	long N = (long)B * T;
+
+	snprintf(dir, ndir, "%s/data/%s", src, model);
+	hp_err_clear(&e);
+	*ids = *tg = *seg = NULL;
+	if (hp_hfconfig_load(&s, dir, &e)) {
+		ok(0, "%s: %s", model, e.msg);
+		return -1;
+	}
+	*ids = malloc((size_t)N * sizeof(**ids));
+	*tg = malloc((size_t)N * sizeof(**tg));
+	*seg = packed ? malloc((size_t)N * sizeof(**seg)) : NULL;
+	if (!*ids || !*tg || (packed && !*seg)) {
+		ok(0, "%s: out of memory for %ld tokens", model, N);
+		return -1;
+	}
+	for (long i = 0; i < N; i++) {
+		int t = (int)(i % T);
+
+		(*ids)[i] = (int32_t)(rnd() % (uint32_t)s.vocab);
+		(*tg)[i] = i % 11 == 3 ? -100 : (int32_t)(rnd() % (uint32_t)s.vocab);
+		if (packed)
+			(*seg)[i] = t < 1 ? 0 : t < 7 ? 1 : 7;
+	}
+	return 0;
+}
+
+static void result_free(struct result *r)
+{
+	free(r->grads);
+	free(r->off);
+	free(r->len);
+	free(r->name);
+}
+
 static void compare(const char *model, const char *what, const struct hp_model_kernels *k, int B, int T,
 		    int packed)
 {
 	char dir[4200];
-	struct hp_model_spec s;
-	struct hp_err e;
 	struct result ref = { 0 }, got = { 0 };
-	int32_t *ids, *tg, *seg = NULL;
-	long N = (long)B * T;
+	int32_t *ids, *tg, *seg;
 
-	snprintf(dir, sizeof(dir), "%s/data/%s", src, model);
-	hp_err_clear(&e);
-	if (hp_hfconfig_load(&s, dir, &e)) {
-		ok(0, "%s: %s", model, e.msg);
-		return;
-	}
-	ids = malloc((size_t)N * sizeof(*ids));
-	tg = malloc((size_t)N * sizeof(*tg));
-	if (packed)
-		seg = malloc((size_t)N * sizeof(*seg));
-	for (long i = 0; i < N; i++) {
-		ids[i] = (int32_t)(rnd() % (uint32_t)s.vocab);
-		tg[i] = i % 11 == 3 ? -100 : (int32_t)(rnd() % (uint32_t)s.vocab);
-	}
-	/* documents of 1, 6 and the rest tokens in every row */
-	for (long i = 0; seg && i < N; i++) {
-		int t = (int)(i % T);
-		seg[i] = t < 1 ? 0 : t < 7 ? 1 : 7;
-	}
+	if (make_batch(model, dir, sizeof(dir), B, T, packed, &ids, &tg, &seg))
+		goto out;
 	if (run(dir, NULL, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
 		ok(0, "%s %s: runs", model, what);
 	} else {
@@ -143,10 +166,9 @@ static void compare(const char *model, const char *what, const struct hp_model_k
 		   "%s, %s, B=%d T=%d%s: loss within %.1e, every gradient within %.1e (rel L2, worst %s)", model,
 		   what, B, T, packed ? " packed" : "", dl, dg, ref.name[wp]);
 	}
-	free(ref.grads);
-	free(got.grads);
-	free(ref.off); free(ref.len); free(ref.name);
-	free(got.off); free(got.len); free(got.name);
+	result_free(&ref);
+	result_free(&got);
+out:
 	free(ids);
 	free(tg);
 	free(seg);
@@ -161,27 +183,11 @@ static void same_bits(const char *model, const char *what, const struct hp_model
 		      const struct hp_model_kernels *k, int B, int T, int packed)
 {
 	char dir[4200];
-	struct hp_model_spec s;
-	struct hp_err e;
 	struct result ref = { 0 }, got = { 0 };
-	int32_t *ids, *tg, *seg = NULL;
-	long N = (long)B * T;
+	int32_t *ids, *tg, *seg;
 
-	snprintf(dir, sizeof(dir), "%s/data/%s", src, model);
-	hp_err_clear(&e);
-	if (hp_hfconfig_load(&s, dir, &e)) {
-		ok(0, "%s: %s", model, e.msg);
-		return;
-	}
-	ids = malloc((size_t)N * sizeof(*ids));
-	tg = malloc((size_t)N * sizeof(*tg));
-	seg = packed ? calloc((size_t)N, sizeof(*seg)) : NULL;
-	for (long i = 0; i < N; i++) {
-		ids[i] = (int32_t)(rnd() % (uint32_t)s.vocab);
-		tg[i] = i % 11 == 3 ? -100 : (int32_t)(rnd() % (uint32_t)s.vocab);
-		if (seg)
-			seg[i] = i % T < 5 ? 0 : 5;
-	}
+	if (make_batch(model, dir, sizeof(dir), B, T, packed, &ids, &tg, &seg))
+		goto out;
 	if (run(dir, keep, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
 		ok(0, "%s %s: runs", model, what);
 	} else {
@@ -190,10 +196,9 @@ static void same_bits(const char *model, const char *what, const struct hp_model
 		   "%s, %s, B=%d T=%d%s: loss and every gradient bit-identical, activations %zu of %zu bytes",
 		   model, what, B, T, packed ? " packed" : "", got.act, ref.act);
 	}
-	free(ref.grads);
-	free(got.grads);
-	free(ref.off); free(ref.len); free(ref.name);
-	free(got.off); free(got.len); free(got.name);
+	result_free(&ref);
+	result_free(&got);
+out:
 	free(ids);
 	free(tg);
 	free(seg);
