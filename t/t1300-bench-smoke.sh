@@ -113,4 +113,10 @@ test_expect_success MPI 'ckpt-bench.sh: checkpoint write and read against dd' '
 	has ckpt.out "^ranks +GB +held s +write GB/s" "^1 +[0-9.]+ +[0-9.]+ " "^4 +[0-9.]+ +[0-9.]+ "
 '
 
+test_expect_success 'actckpt-bench.sh: off, selective and full, the same final loss' '
+	bench sh "$BENCH/actckpt-bench.sh" >ac.out 2>ac.err &&
+	has ac.out "^mode +act bytes +plan@4 B +plan/off +RSS MB +step s" "^off +[0-9]+ +[0-9]+ +1.00x " \
+		"^selective +[0-9]+ " "^full +[0-9]+ "
+'
+
 test_done
