@@ -28,6 +28,7 @@
 #include <yaml.h>
 
 #include "alloc.h"
+#include "batch.h"
 #include "config.h"
 #include "fileio.h"
 
@@ -668,6 +669,10 @@ static const struct key training_keys[] = {
 	  .pname = "training.enable_full_determinism", CF(training.enable_full_determinism) },
 	{ .name = "logging_steps", .type = T_INT, .pname = "training.logging_steps",
 	  CF(training.logging_steps), .idef = 1, MIN(1) },
+	{ .name = "eval_iters", .type = T_INT, .pname = "training.eval_iters",
+	  CF(training.eval_iters), MIN(0) },
+	{ .name = "eval_steps", .type = T_INT, .pname = "training.eval_steps",
+	  CF(training.eval_steps), MIN(0) },
 	{ .name = "loss_aggregation", .type = T_ENUM, .pname = "training.loss_aggregation",
 	  CF(training.loss_aggregation), .vals = loss_aggs },
 	{ .name = "init_device", .type = T_STR_NULL, .pname = "training.init_device",
@@ -758,8 +763,11 @@ static const struct key override_keys[] = {
 };
 
 static const struct key tokenizer_keys[] = {
-	{ .name = "pretrained_model_name_or_path", .type = T_STR, .flags = F_REQ | F_PATH,
+	{ .name = "pretrained_model_name_or_path", .type = T_STR, .flags = F_PATH,
 	  .pname = "dataset.tokenizer_path", CF(dataset.tokenizer_path) },
+	/* the indexed dataset's end-of-document id, for eod_mask_loss and reset_* */
+	{ .name = "eod_token_id", .type = T_INT, .pname = "dataset.eod_token_id",
+	  CF(dataset.eod_token_id), .idef = -1, MIN(0) },
 	{ NULL },
 };
 static const struct key assets_keys[] = {
@@ -778,8 +786,8 @@ static const struct key transform_keys[] = {
 static const struct key dataconf_keys[] = {
 	{ .name = "seq_length", .type = T_INT, .pname = "dataset.seq_length",
 	  CF(dataset.seq_length), MIN(1) },
-	{ .name = "split", .type = T_STR, .pname = "dataset.split", CF(dataset.split),
-	  .sdef = "98,1,1" },
+	/* default set in finish(): "98,1,1", or "100,0,0" beside valid_data_path */
+	{ .name = "split", .type = T_STR_NULL, .pname = "dataset.split", CF(dataset.split) },
 	{ .name = "is_dataset_from_mr", .type = T_BOOL, .pname = "dataset.is_dataset_from_mr",
 	  CF(dataset.is_dataset_from_mr) },
 	{ .name = "labels_are_shifted", .type = T_BOOL, .pname = "dataset.labels_are_shifted",
@@ -788,6 +796,8 @@ static const struct key dataconf_keys[] = {
 	  CF(dataset.eod_mask_loss) },
 	{ .name = "reset_position_ids", .type = T_BOOL, .pname = "dataset.reset_position_ids",
 	  CF(dataset.reset_position_ids) },
+	{ .name = "reset_attention_mask", .type = T_BOOL, .pname = "dataset.reset_attention_mask",
+	  CF(dataset.reset_attention_mask) },
 	{ .name = "shuffle", .type = T_BOOL, .pname = "dataset.shuffle", CF(dataset.shuffle) },
 	{ .name = "create_attention_mask_in_dataloader", .type = T_BOOL,
 	  .pname = "dataset.create_attention_mask_in_dataloader",
@@ -802,6 +812,9 @@ static const struct key dataset_keys[] = {
 	  CF(dataset.target), .vals = dataset_targets },
 	{ .name = "data_path", .type = T_STRLIST, .flags = F_SCALAR | F_PATH | F_NONEMPTY,
 	  .pname = "dataset.data_path", CF(dataset.data_path), CN(dataset.ndata_path) },
+	/* hp's own: validation data apart from data_path, of the same kind */
+	{ .name = "valid_data_path", .type = T_STRLIST, .flags = F_SCALAR | F_PATH | F_NONEMPTY,
+	  .pname = "dataset.valid_data_path", CF(dataset.valid_data_path), CN(dataset.nvalid_data_path) },
 	{ .name = "model_assets", .type = T_MAP, .sub = assets_keys },
 	{ .name = "data_transform", .type = T_MAP, .sub = transform_keys },
 	{ .name = "data_config", .type = T_MAP, .sub = dataconf_keys },
@@ -1609,6 +1622,26 @@ static int finish(struct walk *w, const struct node *root)
 			return werr(w, dc ? dc : dm, "missing required key");
 		}
 	}
+	if (c->dataset.target) {
+		const struct node *dc = node_map(dm, "data_config"), *sn = node_get(dc, "split");
+		struct hp_split sp;
+
+		if (c->dataset.split && hp_split_parse(&sp, c->dataset.split, w->e)) {
+			char why[HP_ERR_MSG_MAX];
+
+			snprintf(why, sizeof(why), "%s", w->e->msg);
+			path_push(w, "$.dataset.data_config.split");
+			return werr(w, sn, "%s", why);
+		}
+		if (c->dataset.split && c->dataset.nvalid_data_path && sp.w[HP_SPLIT_VALID] > 0) {
+			path_push(w, "$.dataset.data_config.split");
+			return werr(w, sn, "'%s' has a validation share, and dataset.valid_data_path gives the "
+				    "validation data: set the share to 0 (e.g. \"99,0,1\") or drop one", c->dataset.split);
+		}
+		if (!c->dataset.split &&
+		    !(c->dataset.split = hp_strdup(c->dataset.nvalid_data_path ? "100,0,0" : "98,1,1")))
+			return nomem(w->e, w->file);
+	}
 	if (c->accelerator.pp_size != 1) {
 		path_push(w, "$.accelerator.pp_size");
 		return werr(w, node_get(node_map(root, "accelerator"), "pp_size"),
@@ -2103,6 +2136,9 @@ static json_t *keys_json(const struct key *tab, const void *base, int *bad)
 			break;
 		}
 		case T_STRLIST:
+			/* a list that must not be empty was not given */
+			if (!*(const int *)((const char *)base + k->noff) && (k->flags & F_NONEMPTY))
+				break;
 			jput(o, k->name, strv_json(*(char **const *)f,
 						  *(const int *)((const char *)base + k->noff), bad), bad);
 			break;

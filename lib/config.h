@@ -91,6 +91,8 @@ struct hp_config {
 		long seed;                   /* 42 */
 		int enable_full_determinism; /* 0 */
 		long logging_steps;          /* 1 */
+		long eval_iters;             /* 0: global batches per evaluation (0 = none) */
+		long eval_steps;             /* 0: evaluate every N steps (0 = after the last) */
 		enum hp_loss_agg loss_aggregation;
 		char *init_device;           /* NULL */
 		enum hp_device device;       /* cpu */
@@ -119,15 +121,18 @@ struct hp_config {
 		enum hp_dataset_kind kind;
 		char *target;
 		char **data_path; int ndata_path;   /* offline: one prefix; online: files/dirs */
+		char **valid_data_path; int nvalid_data_path;   /* hp's own: the validation data */
 		char *tokenizer_path;               /* model_assets.tokenizer.pretrained_model_name_or_path */
 		char *data_type;                    /* data_transform.data_type: plaintext|conversation */
 		char **text_keys; int ntext_keys;
 		long max_seq_len;
 		long seq_length;                    /* data_config.seq_length (required for offline) */
-		char *split;                        /* "98,1,1" */
+		char *split;                        /* "98,1,1"; "100,0,0" with valid_data_path */
 		int is_dataset_from_mr;             /* 0 */
 		int labels_are_shifted;             /* 0 */
-		int eod_mask_loss, reset_position_ids, shuffle, create_attention_mask_in_dataloader;
+		int eod_mask_loss, reset_position_ids, reset_attention_mask, shuffle;
+		int create_attention_mask_in_dataloader;
+		long eod_token_id;                  /* model_assets.tokenizer.eod_token_id: -1 unset */
 		int skip_invalid_lines;             /* hp extension, online mode: 0 */
 	} dataset;
 

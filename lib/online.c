@@ -46,6 +46,7 @@ struct hp_online {
 	struct hp_tokenizer *tok;
 	int32_t eod;
 	uint64_t empty, invalid;
+	uint64_t doc0, alldocs;   /* the part's first document, and every part's */
 
 	uint32_t *order;     /* this epoch's document order */
 	uint64_t epoch, k, off;
@@ -290,30 +291,9 @@ static int scan_file(struct hp_online *o, uint32_t fi, int skip_invalid, struct 
 
 /* ---- order ---- */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void make_order(struct hp_online *o)
 {
-	size_t n = o->ndocs;
-	uint64_t st = o->seed * 0x2545f4914f6cdd1dull ^ (o->epoch + 1) * 0x9e3779b97f4a7c15ull;
-
-	for (size_t i = 0; i < n; i++)
-		o->order[i] = (uint32_t)i;
-	if (!o->shuffle)
-		return;
-	for (size_t i = n - 1; i > 0; i--) {
-		/* multiply-shift: uniform enough for 2^32 documents, no division */
-		size_t j = (size_t)(((unsigned __int128)splitmix64(&st) * (i + 1)) >> 64);
-		uint32_t t = o->order[i];
-		o->order[i] = o->order[j];
-		o->order[j] = t;
-	}
+	hp_order(o->order, o->ndocs, o->seed, o->epoch, o->shuffle);
 }
 
 /* Tokenize the document at o->k of the current order into o->toks. */
@@ -421,6 +401,24 @@ int hp_online_open(struct hp_online **out, const struct hp_online_opts *opts, st
 				(unsigned long long)o->invalid);
 		goto fail;
 	}
+	o->alldocs = o->ndocs;
+	if (opts->split) {
+		uint64_t b[4];
+
+		hp_split_bounds(opts->split, o->ndocs, b);
+		o->doc0 = b[opts->part];
+		o->ndocs = b[opts->part + 1] - b[opts->part];
+		memmove(o->docs, o->docs + o->doc0, o->ndocs * sizeof(*o->docs));
+		if (!o->ndocs && opts->part != HP_SPLIT_TRAIN) {
+			hp_online_free(o);
+			return 0;
+		}
+		if (!o->ndocs) {
+			rc = hp_err_set(e, HP_EFORMAT, "'%s': the train split has no documents (%llu in all)",
+					opts->paths[0], (unsigned long long)o->alldocs);
+			goto fail;
+		}
+	}
 	if (!(o->order = hp_malloc(o->ndocs * sizeof(uint32_t)))) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for %zu documents", o->ndocs);
 		goto fail;
@@ -482,6 +480,8 @@ int hp_online_next(struct hp_online *o, int B, int32_t *inputs, int32_t *labels,
 void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s)
 {
 	s->documents = o->ndocs;
+	s->first_document = o->doc0;
+	s->all_documents = o->alldocs;
 	s->empty_lines = o->empty;
 	s->invalid_lines = o->invalid;
 	s->files = o->nfiles;

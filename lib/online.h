@@ -26,6 +26,11 @@
  * the same on every run and every machine.  The cursor (epoch, document,
  * pair offset) restores the exact position.
  *
+ * Splits: with opts.split, the usable documents in file order are cut as
+ * the indexed dataset's (hp_split_bounds) and the source serves those of
+ * opts.part only; a validation or test part may have none, and then open
+ * gives *o = NULL and 0.
+ *
  * Bad lines are found when the source is opened, before training starts:
  * invalid JSON, a missing or non-string text key, invalid UTF-8.  They are
  * an HP_EFORMAT error naming the file and line, or, with skip_invalid,
@@ -39,6 +44,7 @@
 
 #include <stdint.h>
 
+#include "batch.h"
 #include "err.h"
 
 struct hp_online_opts {
@@ -51,10 +57,14 @@ struct hp_online_opts {
 	int shuffle;
 	uint64_t seed;
 	int skip_invalid;
+	const struct hp_split *split;   /* NULL: every document */
+	int part;                       /* HP_SPLIT_*, with split */
 };
 
 struct hp_online_stats {
-	uint64_t documents;         /* usable documents */
+	uint64_t documents;         /* usable documents (of the part) */
+	uint64_t first_document;    /* the part's first, in file order */
+	uint64_t all_documents;     /* usable documents of every part */
 	uint64_t empty_lines;       /* blank lines, not documents */
 	uint64_t invalid_lines;     /* skipped (skip_invalid) */
 	uint64_t files;

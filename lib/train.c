@@ -7,6 +7,10 @@
  * HyperParallel's token_weighted aggregation), forward+backward each
  * micro-batch with the gradient scaled by 1/count, optionally dump the raw
  * gradients (step 1), clip, take the scheduled AdamW step.
+ *
+ * Evaluation (training.eval_iters): after every eval_steps steps and after
+ * the last, eval_iters global batches of the validation split, from its
+ * start each time, forward only; after the last step the test split once.
  */
 #include <errno.h>
 #include <math.h>
@@ -29,6 +33,7 @@
 #include "comm.h"
 #include "fsdp.h"
 #include "plan.h"
+#include "tokenizer.h"
 #include "train.h"
 #include "gmodel.h"
 #ifdef HP_HAVE_CUDA
@@ -60,6 +65,14 @@ struct run {
 	struct hp_optim opt;
 	struct hp_batcher *data;        /* offline */
 	struct hp_online *online;       /* online */
+	struct hp_split split;          /* data_config.split */
+	struct hp_batch_docs docs;      /* indexed: eod_mask_loss, reset_* */
+	int has_docs;
+	const char *eod_from;
+	/* [HP_SPLIT_VALID], [HP_SPLIT_TEST] with eval_iters: the evaluation
+	 * sources, of the training data's kind; NULL where a part is empty */
+	struct hp_batcher *edata[3];
+	struct hp_online *eonline[3];
 	int32_t *inputs, *labels, *seg;
 	FILE *metrics;
 	char metrics_tmp[4096];
@@ -135,6 +148,26 @@ out:
 
 static long seq_length(const struct hp_config *c);
 
+/* Part p's documents (the first, the count) and all of its source's;
+ * 0 when the part has no source (empty, or not opened). */
+static int part_docs(const struct run *r, int p, uint64_t *d0, uint64_t *n, uint64_t *all)
+{
+	const struct hp_batcher *b = p == HP_SPLIT_TRAIN ? r->data : r->edata[p];
+	const struct hp_online *o = p == HP_SPLIT_TRAIN ? r->online : r->eonline[p];
+	struct hp_online_stats st;
+
+	*d0 = *n = *all = 0;
+	if (b) {
+		hp_batcher_docs(b, d0, n, all);
+	} else if (o) {
+		hp_online_stats(o, &st);
+		*d0 = st.first_document;
+		*n = st.documents;
+		*all = st.all_documents;
+	}
+	return b || o;
+}
+
 static void print_table(FILE *out, const struct run *r, long accum)
 {
 	const struct hp_config *c = &r->cfg;
@@ -192,12 +225,48 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	if (online) {
 		struct hp_online_stats st;
 		hp_online_stats(online, &st);
-		fprintf(out, "%-40s %llu in %llu file%s\n", "data.documents", (unsigned long long)st.documents,
+		fprintf(out, "%-40s %llu of %llu in %llu file%s (the train split)\n", "data.documents",
+			(unsigned long long)st.documents, (unsigned long long)st.all_documents,
 			(unsigned long long)st.files, st.files == 1 ? "" : "s");
 		fprintf(out, "%-40s %llu\n", "data.empty_lines", (unsigned long long)st.empty_lines);
 		fprintf(out, "%-40s %llu\n", "data.skipped_invalid_lines", (unsigned long long)st.invalid_lines);
 		fprintf(out, "%-40s %d\n", "data.eod_id", st.eod_id);
 		fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
+	}
+	{
+		uint64_t d0, nd, all;
+
+		part_docs(r, HP_SPLIT_TRAIN, &d0, &nd, &all);
+		fprintf(out, "%-40s %s: train documents [%llu, %llu) of %llu", "data.split", c->dataset.split,
+			(unsigned long long)d0, (unsigned long long)(d0 + nd), (unsigned long long)all);
+		for (int p = HP_SPLIT_VALID; c->training.eval_iters > 0 && p <= HP_SPLIT_TEST; p++) {
+			if (p == HP_SPLIT_VALID && c->dataset.nvalid_data_path) {
+				part_docs(r, p, &d0, &nd, &all);
+				fprintf(out, "; validation: %llu documents of %s", (unsigned long long)nd,
+					c->dataset.valid_data_path[0]);
+			} else if (part_docs(r, p, &d0, &nd, &all)) {
+				fprintf(out, ", %s [%llu, %llu)", hp_split_name(p), (unsigned long long)d0,
+					(unsigned long long)(d0 + nd));
+			} else {
+				fprintf(out, ", %s none", hp_split_name(p));
+			}
+		}
+		fprintf(out, "\n");
+		if (r->has_docs)
+			fprintf(out, "%-40s EOD id %d (%s)%s%s\n", "data.documents_in_rows", r->docs.eod, r->eod_from,
+				r->docs.mask_loss ? "; no loss where the input is EOD" : "",
+				r->docs.reset ? "; positions and attention restart after each EOD" : "");
+		if (r->data && c->dataset.shuffle)
+			fprintf(out, "%-40s the rows of each epoch in a permutation of (training.seed, epoch)\n",
+				"data.shuffle");
+		if (c->training.eval_iters > 0 && c->training.eval_steps > 0)
+			fprintf(out, "%-40s %ld global batch%s of the validation split from its start, every %ld steps "
+				"and after the last; the test split after the last\n", "run.evaluation",
+				c->training.eval_iters, c->training.eval_iters == 1 ? "" : "es", c->training.eval_steps);
+		else if (c->training.eval_iters > 0)
+			fprintf(out, "%-40s %ld global batch%s of the validation split, then of the test split, after "
+				"the last step\n", "run.evaluation", c->training.eval_iters,
+				c->training.eval_iters == 1 ? "" : "es");
 	}
 	fprintf(out, "%-40s %s\n", "run.kernels", gpu ? "cuda" : m->ops->name);
 	if (gpu) {
@@ -252,16 +321,34 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_path: the indexed dataset takes "
 				  "one prefix, got %d", p, c->dataset.ndata_path);
-	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.shuffle)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.shuffle: shuffling the "
-				  "indexed dataset is not implemented yet (the online mode shuffles)", p);
+	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.nvalid_data_path > 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: the indexed dataset takes "
+				  "one prefix, got %d", p, c->dataset.nvalid_data_path);
+	if (c->training.eval_steps > 0 && c->training.eval_iters <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.eval_steps: %ld, but eval_iters is 0: "
+				  "nothing to evaluate (set eval_iters, the global batches per evaluation)", p,
+				  c->training.eval_steps);
+	if (c->dataset.nvalid_data_path && c->training.eval_iters <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: given, but "
+				  "training.eval_iters is 0: nothing would read it", p);
 	if (c->dataset.kind != HP_DATASET_INDEXED && c->dataset.data_type &&
 	    strcmp(c->dataset.data_type, "plaintext"))
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_transform.data_type: '%s' is not "
 				  "implemented yet (plaintext is)", p, c->dataset.data_type);
-	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config: eod_mask_loss and "
-				  "reset_position_ids are not implemented yet", p);
+	if (c->dataset.kind != HP_DATASET_INDEXED &&
+	    (c->dataset.eod_mask_loss || c->dataset.reset_position_ids || c->dataset.reset_attention_mask ||
+	     c->dataset.eod_token_id >= 0))
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.%s: for the indexed dataset; online data packs "
+				  "each document apart (block-diagonal, positions from its start) and never predicts "
+				  "across documents", p, c->dataset.eod_mask_loss ? "data_config.eod_mask_loss" :
+				  c->dataset.reset_position_ids ? "data_config.reset_position_ids" :
+				  c->dataset.reset_attention_mask ? "data_config.reset_attention_mask" :
+				  "model_assets.tokenizer.eod_token_id");
+	if (c->dataset.reset_position_ids != c->dataset.reset_attention_mask)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.%s without %s is not implemented: "
+				  "hp restarts positions and attention together at each EOD (set both)", p,
+				  c->dataset.reset_position_ids ? "reset_position_ids" : "reset_attention_mask",
+				  c->dataset.reset_position_ids ? "reset_attention_mask" : "reset_position_ids");
 	if (c->dataset.labels_are_shifted)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.labels_are_shifted "
 				  "is not implemented yet", p);
@@ -589,6 +676,9 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 		return 0;
 	/* before the build and the GPU are looked at, so that the refusal is
 	 * the same (and testable) on every machine */
+	if (r->cfg.training.eval_iters > 0)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.eval_iters: evaluation is not implemented on "
+				  "training.device: cuda yet; use device: cpu, or eval_iters: 0", p);
 	if (r->cfg.activation_checkpoint.mode != HP_ACT_CKPT_OFF)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.activation_checkpoint.mode: %s is not implemented on "
 				  "training.device: cuda yet (the GPU model keeps every activation); use mode: off, "
@@ -622,6 +712,217 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 #endif
 }
 
+/*
+ * Part p of the data (HP_SPLIT_*) as data_config.split cuts it, or, for
+ * validation with dataset.valid_data_path, all of that.  A validation or
+ * test part without rows is left NULL.
+ */
+static int open_part(struct run *r, int p, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	int other = p == HP_SPLIT_VALID && c->dataset.nvalid_data_path;
+	const struct hp_split *sp = other ? NULL : &r->split;
+	struct hp_batcher **b = p == HP_SPLIT_TRAIN ? &r->data : &r->edata[p];
+	struct hp_online **o = p == HP_SPLIT_TRAIN ? &r->online : &r->eonline[p];
+	int rc;
+
+	if (c->dataset.kind == HP_DATASET_INDEXED) {
+		if ((rc = hp_batcher_open_split(b, other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+						seq_length(c), c->dataset.is_dataset_from_mr, sp, p, e)))
+			return rc;
+		if (!hp_batcher_rows_per_epoch(*b)) {
+			hp_batcher_free(*b);
+			*b = NULL;
+		}
+		if (*b && r->has_docs)
+			hp_batcher_set_docs(*b, &r->docs);
+		return 0;
+	}
+	struct hp_online_opts oo = {
+		.paths = other ? c->dataset.valid_data_path : c->dataset.data_path,
+		.npaths = other ? c->dataset.nvalid_data_path : c->dataset.ndata_path,
+		.tokenizer = c->dataset.tokenizer_path ? c->dataset.tokenizer_path : c->model.path,
+		.text_keys = c->dataset.text_keys, .ntext_keys = c->dataset.ntext_keys,
+		.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
+		.seed = (uint64_t)c->training.seed, .skip_invalid = c->dataset.skip_invalid_lines,
+		.split = sp, .part = p,
+	};
+	return hp_online_open(o, &oo, e);
+}
+
+/*
+ * The indexed dataset's end-of-document id, for eod_mask_loss and
+ * reset_*: model_assets.tokenizer.eod_token_id, else the eos_token of the
+ * tokenizer at model_assets.tokenizer.pretrained_model_name_or_path, else
+ * the model's config.json eos_token_id.  *from says which.
+ */
+static int eod_id(const struct run *r, int32_t *eod, const char **from, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	long id = -1;
+	int rc;
+
+	if (c->dataset.eod_token_id >= 0) {
+		id = c->dataset.eod_token_id;
+		*from = "dataset.model_assets.tokenizer.eod_token_id";
+	} else if (c->dataset.tokenizer_path) {
+		struct hp_tokenizer *t;
+
+		if ((rc = hp_tok_load(&t, c->dataset.tokenizer_path, e)))
+			return rc;
+		id = hp_tok_eod_id(t);
+		hp_tok_free(t);
+		*from = "the tokenizer's eos_token";
+		if (id < 0)
+			return hp_err_set(e, HP_ECONFIG, "'%s': the tokenizer has no end-of-document token: set "
+					  "dataset.model_assets.tokenizer.eod_token_id", c->dataset.tokenizer_path);
+	} else if (r->spec.eos_token_id >= 0) {
+		id = r->spec.eos_token_id;
+		*from = "config.json's eos_token_id";
+	} else {
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config: eod_mask_loss and reset_* need the "
+				  "end-of-document id: set dataset.model_assets.tokenizer.eod_token_id (the model's "
+				  "config.json has no eos_token_id)", c->path);
+	}
+	if (id >= r->spec.vocab)
+		return hp_err_set(e, HP_ECONFIG, "'%s': the end-of-document id %ld (%s) is outside the model's "
+				  "vocabulary [0, %d)", c->path, id, *from, r->spec.vocab);
+	*eod = (int32_t)id;
+	return 0;
+}
+
+/* The training part, and with eval_iters the validation part (which must
+ * have rows) and the test part. */
+static int open_data(struct run *r, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	uint64_t d0, n, all;
+	int rc;
+
+	if ((rc = hp_split_parse(&r->split, c->dataset.split, e)))
+		return rc;
+	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids) {
+		r->docs.mask_loss = c->dataset.eod_mask_loss;
+		r->docs.reset = c->dataset.reset_position_ids;
+		if ((rc = eod_id(r, &r->docs.eod, &r->eod_from, e)))
+			return rc;
+		r->has_docs = 1;
+	}
+	if ((rc = open_part(r, HP_SPLIT_TRAIN, e)))
+		return rc;
+	if (r->data && c->dataset.shuffle &&
+	    (rc = hp_batcher_set_shuffle(r->data, (uint64_t)c->training.seed, e)))
+		return rc;
+	if (c->training.eval_iters <= 0)
+		return 0;
+	if ((rc = open_part(r, HP_SPLIT_VALID, e)) || (rc = open_part(r, HP_SPLIT_TEST, e)))
+		return rc;
+	if (!part_docs(r, HP_SPLIT_VALID, &d0, &n, &all)) {
+		if (c->dataset.nvalid_data_path)
+			return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.valid_data_path: '%s' cannot make one row "
+					  "of seq_length %ld to evaluate", c->path, c->dataset.valid_data_path[0],
+					  seq_length(c));
+		part_docs(r, HP_SPLIT_TRAIN, &d0, &n, &all);
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.eval_iters: %ld, but split '%s' leaves no "
+				  "validation row in the %llu documents of '%s' (give it a larger share, or "
+				  "dataset.valid_data_path)", c->path, c->training.eval_iters, c->dataset.split,
+				  (unsigned long long)all, c->dataset.data_path[0]);
+	}
+	return 0;
+}
+
+/* Every input id, and every target but the ignored, in [0, V). */
+static int check_ids(const struct run *r, long n, const char *what, long step, struct hp_err *e)
+{
+	int V = r->model.gspec.vocab;
+
+	for (long i = 0; i < n; i++) {
+		int32_t t = r->labels[i], x = r->inputs[i];
+
+		if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
+			return hp_err_set(e, HP_EFORMAT, "'%s': token id %d %s step %ld is outside the model's "
+					  "vocabulary [0, %d)", r->cfg.dataset.data_path[0], x < 0 || x >= V ? x : t,
+					  what, step, V);
+	}
+	return 0;
+}
+
+/*
+ * Evaluate on part p after step: eval_iters global batches from the
+ * part's start, forward only, the token-weighted cross-entropy (without
+ * the router's aux loss) over every rank: *loss and its *tokens.  Each
+ * rank runs its dp share of the micro-batches, as a training step; no
+ * weight, moment, gradient or training-data cursor changes.
+ */
+static int evaluate(struct run *r, int p, long step, double *loss, double *tokens, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_model *m = &r->model;
+	long B = c->training.micro_batch_size, T = seq_length(c);
+	long accum = c->training.global_batch_size / B, G = r->dist ? r->plan->accum : accum;
+	long first = r->dist ? hp_plan_coord(r->plan, HP_DIM_DP, r->rank) * G : 0;
+	double sums[2] = { 0, 0 };
+	int (*probe)(void *, const struct hp_probe *) = m->probe;
+	int rc = 0;
+
+	rc = r->edata[p] ? hp_batcher_seek(r->edata[p], 0, 0, e) : hp_online_seek(r->eonline[p], 0, 0, 0, e);
+	/* validation mode compares the training step's modules, not these */
+	m->probe = NULL;
+	for (long it = 0; !rc && it < c->training.eval_iters; it++) {
+		for (long a = 0; a < accum && !rc; a++) {
+			long at = a * B * T;
+
+			rc = r->edata[p] ? hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e) :
+			     hp_online_next(r->eonline[p], (int)B, r->inputs + at, r->labels + at, r->seg + at, e);
+		}
+		if (rc || (rc = check_ids(r, accum * B * T, p == HP_SPLIT_VALID ? "in the validation after" :
+					  "in the test after", step, e)))
+			break;
+		for (long a = first; a < first + G; a++) {
+			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+			double ls;
+			long cnt;
+
+			if (r->dist) {
+				r->fsdp.first_micro = 1;
+				r->fsdp.rc = 0;
+				r->fsdp.e = e;
+				if ((rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
+					break;
+			}
+			m->ce_scale = 0;   /* no gradient: the chunked head's own backward stays off */
+			if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt)) {
+				rc = r->dist && r->fsdp.rc ? r->fsdp.rc :
+				     hp_err_set(e, HP_EINVAL, "evaluation after step %ld: the forward failed", step);
+				break;
+			}
+			sums[0] += ls;
+			sums[1] += (double)cnt;
+		}
+	}
+	m->probe = probe;
+	if (r->dist) {
+		/* what the forwards gathered goes back; the next step gathers afresh */
+		for (int u = 0; u < r->fsdp.nunits; u++)
+			hp_fsdp_release(&r->fsdp, u, 0);
+		/* one rank's failure is every rank's: none may wait in a collective */
+		int bad = rc != 0, any = 0;
+		MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+		if (!rc && any)
+			rc = hp_err_set(e, HP_EINVAL, "evaluation after step %ld failed on another rank", step);
+		if (!rc && ((rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64,
+						    HP_RED_SUM, e)) ||
+			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64,
+						    HP_RED_SUM, e))))
+			return rc;
+	}
+	if (rc)
+		return rc;
+	*loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+	*tokens = sums[1];
+	return 0;
+}
+
 static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
 {
 	struct hp_config *c = &r->cfg;
@@ -629,13 +930,14 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	long B = c->training.micro_batch_size, T = seq_length(c);
 	long accum = c->training.global_batch_size / B;
 	long step_tokens = accum * B * T;
-	int V = m->gspec.vocab, rc, talk = !o->quiet && r->rank == 0;
+	int rc, talk = !o->quiet && r->rank == 0;
 	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
 
 	r->inputs = hp_malloc((size_t)step_tokens * sizeof(int32_t));
 	r->labels = hp_malloc((size_t)step_tokens * sizeof(int32_t));
-	r->seg = r->online ? hp_malloc((size_t)step_tokens * sizeof(int32_t)) : NULL;
-	if (!r->inputs || !r->labels || (r->online && !r->seg))
+	int want_seg = r->online || r->docs.reset;
+	r->seg = want_seg ? hp_malloc((size_t)step_tokens * sizeof(int32_t)) : NULL;
+	if (!r->inputs || !r->labels || (want_seg && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
 	if (talk)
 		print_table(out, r, accum);
@@ -650,18 +952,14 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		for (long a = 0; a < accum; a++) {
 			long at = a * B * T;
 			rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
-				       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, e);
+				       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
 			if (rc)
 				return rc;
 		}
-		for (long i = 0; i < step_tokens; i++) {
-			int32_t t = r->labels[i], x = r->inputs[i];
-			if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
-				return hp_err_set(e, HP_EFORMAT, "'%s': token id %d at step %ld is outside "
-						  "the model's vocabulary [0, %d)", c->dataset.data_path[0],
-						  x < 0 || x >= V ? x : t, step, V);
-			total += t != HP_IGNORE_INDEX;
-		}
+		if ((rc = check_ids(r, step_tokens, "at", step, e)))
+			return rc;
+		for (long i = 0; i < step_tokens; i++)
+			total += r->labels[i] != HP_IGNORE_INDEX;
 		lr = hp_lr_at(&r->opt, step);
 		double w0 = hp_comm_waited();
 		if (r->dist) {
@@ -723,6 +1021,27 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				metrics_comm(r->metrics, &r->comms);
 				fprintf(r->metrics, ", \"comm_wait_s\": %.6f", hp_comm_waited() - w0);
 			}
+		}
+		/* evaluation every eval_steps, and after the last step (then the test split too) */
+		for (int p = HP_SPLIT_VALID; c->training.eval_iters > 0 && p <= HP_SPLIT_TEST; p++) {
+			double el, et, t1 = now_s();
+			int due = step == iters || (c->training.eval_steps > 0 && step % c->training.eval_steps == 0);
+
+			if (!due || (p == HP_SPLIT_TEST && step != iters) || !(r->edata[p] || r->eonline[p]))
+				continue;
+			if ((rc = evaluate(r, p, step, &el, &et, e)))
+				return rc;
+			t1 = now_s() - t1;
+			if (talk) {
+				fprintf(out, "%s step %ld/%ld | %s loss %.6f | ppl %.3f | %.0f tokens | %.1f ms\n",
+					p == HP_SPLIT_VALID ? "eval" : "test", step, iters,
+					p == HP_SPLIT_VALID ? "validation" : "test", el, exp(el), et, t1 * 1e3);
+				fflush(out);
+			}
+			if (r->metrics)
+				fprintf(r->metrics, ", \"%s_loss\": %.9g, \"%s_tokens\": %.0f, \"%s_time_s\": %.6f",
+					p == HP_SPLIT_VALID ? "eval" : "test", el, p == HP_SPLIT_VALID ? "eval" : "test", et,
+					p == HP_SPLIT_VALID ? "eval" : "test", t1);
 		}
 		/* a checkpoint every save_steps, and after the last step */
 		/* (hp-verify saves nothing: it checks a layout, it does not train one) */
@@ -985,20 +1304,7 @@ planned:
 	} else if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e))) {
 		goto out;
 	}
-	if (r.cfg.dataset.kind == HP_DATASET_INDEXED) {
-		rc = hp_batcher_open(&r.data, r.cfg.dataset.data_path[0], seq_length(&r.cfg),
-				     r.cfg.dataset.is_dataset_from_mr, e);
-	} else {
-		struct hp_online_opts oo = {
-			.paths = r.cfg.dataset.data_path, .npaths = r.cfg.dataset.ndata_path,
-			.tokenizer = r.cfg.dataset.tokenizer_path ? r.cfg.dataset.tokenizer_path : r.cfg.model.path,
-			.text_keys = r.cfg.dataset.text_keys, .ntext_keys = r.cfg.dataset.ntext_keys,
-			.seq_length = seq_length(&r.cfg), .shuffle = r.cfg.dataset.shuffle,
-			.seed = (uint64_t)r.cfg.training.seed, .skip_invalid = r.cfg.dataset.skip_invalid_lines,
-		};
-		rc = hp_online_open(&r.online, &oo, e);
-	}
-	if (rc)
+	if ((rc = open_data(&r, e)))
 		goto out;
 	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
 		goto out;
@@ -1060,6 +1366,10 @@ out:
 	hp_free(r.seg);
 	hp_batcher_free(r.data);
 	hp_online_free(r.online);
+	for (int p = 0; p < 3; p++) {
+		hp_batcher_free(r.edata[p]);
+		hp_online_free(r.eonline[p]);
+	}
 	hp_optim_release(&r.opt);
 	hp_gmodel_free(r.gm);
 	hp_model_release(&r.model);

@@ -35,7 +35,7 @@ test_expect_success 'setup: the TinyStories texts of the tokenizer vectors as JS
 test_expect_success 'online training on text new to the model (Austen) lowers the loss' '
 	online_config on.yaml austen.jsonl 128 30 &&
 	hp-train on.yaml --metrics m.jsonl >out &&
-	grep -q "^data.documents  *200 in 1 file$" out &&
+	grep -q "^data.documents  *196 of 200 in 1 file (the train split)$" out &&
 	grep -q "^data.eod_id  *2$" out &&
 	first=$(head -n 5 m.jsonl | jq -s "map(.loss) | add / length") &&
 	last=$(tail -n 5 m.jsonl | jq -s "map(.loss) | add / length") &&
@@ -68,7 +68,7 @@ test_expect_success 'text files: one document per line, blank lines skipped' '
 	printf "Once upon a time, there was a cat.\n\nThe cat liked milk.\n   \nThe end.\n" >t.txt &&
 	online_config txt.yaml t.txt 32 2 &&
 	hp-train txt.yaml >out &&
-	grep -q "^data.documents  *3 in 1 file$" out &&
+	grep -q "^data.documents  *3 of 3 in 1 file (the train split)$" out &&
 	grep -q "^data.empty_lines  *2$" out
 '
 

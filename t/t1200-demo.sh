@@ -6,13 +6,19 @@ test_description='examples/training_demo: the seed'\''s 8-rank demo, offline and
 DEMO=$HP_SRC_DIR/examples/training_demo
 
 # demo MODE [ARGS...]: the script runs, the loss goes down, hp-verify's
-# verdict is clean, and the results are where it says
+# verdict is clean, the validation loss comes every 10 steps and after
+# the last (the test loss after the last), and the results are where it says
 demo () {
 	mode=$1; shift
 	HP_DEMO_DIR=$PWD/$mode sh $DEMO/run_parallel_$mode.sh "$@" >out 2>err || { cat out err; return 1; }
 	cat out | grep "^==\|verdict\|mean loss\|results" &&
 	grep -q "^   verdict: all [0-9]* checks of 2 steps match" out &&
 	grep -q "^   comm: every rank" out &&
+	n=$(jq -s length $mode/metrics.jsonl) &&
+	test "$(jq -c "select(.eval_loss != null) | .step" $mode/metrics.jsonl | awk "{ printf \"%s \", \$0 }")" = \
+		"$(awk -v n=$n "BEGIN { for (s = 10; s <= n; s += 10) printf \"%d \", s; if (n % 10) printf \"%d \", n }")" &&
+	test "$(jq -c "select(.test_loss != null) | .step" $mode/metrics.jsonl)" = $n &&
+	grep -q "^   validation loss after step [0-9]*: " out &&
 	test -s $mode/metrics.jsonl && test -s $mode/hf/model.safetensors && test -s $mode/hf/config.json &&
 	test -s $mode/checkpoints/global_step_$(jq -s length $mode/metrics.jsonl)/checkpoint.json &&
 	grep -q "^results in $PWD/$mode: " out &&

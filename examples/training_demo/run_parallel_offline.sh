@@ -14,9 +14,12 @@
 #   2. hp-plan: the config for 8 ranks -> plan.json
 #   3. hp-convert: the weights (or the random init) -> one shard per rank
 #   4. mpiexec -n 8 hp-verify: two steps against the one-process model
-#   5. mpiexec -n 8 hp-train: train, checkpoints every 20 steps
+#   5. mpiexec -n 8 hp-train: train, checkpoints every 20 steps, the
+#      validation loss every 10 (split 98,1,1 of the records), the test
+#      loss at the end
 #   6. hp-convert --export: the last checkpoint -> an HF folder
-#   7. the loss curve -> loss.png (gnuplot, when installed)
+#   7. the training and validation loss curves -> loss.png (gnuplot, when
+#      installed)
 # Everything lands in $HP_DEMO_DIR (default build/training_demo/offline).
 set -eu
 
@@ -95,7 +98,7 @@ tail -n 1 verify.txt | sed 's/^/   /'
 
 echo "== 5. mpiexec -n $ranks hp-train (metrics -> metrics.jsonl)"
 mpiexec -n "$ranks" hp-train plan.json --shards shards --metrics metrics.jsonl |
-	grep -E '^(step |comm:|memory:|fsdp:|checkpoint:)' | sed 's/^/   /'
+	grep -E '^(step |eval |test |comm:|memory:|fsdp:|checkpoint:)' | sed 's/^/   /'
 
 last=$(cat checkpoints/latest_checkpoint_iteration.txt)
 echo "== 6. hp-convert --export: checkpoints/global_step_$last -> hf/"
@@ -106,11 +109,16 @@ echo "== 7. loss curve"
 first=$(head -n 5 metrics.jsonl | jq -s 'map(.loss) | add / length')
 end=$(tail -n 5 metrics.jsonl | jq -s 'map(.loss) | add / length')
 echo "   mean loss of the first 5 steps $first -> of the last 5 $end"
+ev=$(jq -r 'select(.eval_loss != null) | "\(.step): \(.eval_loss * 10000 | round / 10000)"' metrics.jsonl | paste -sd ' ' -)
+[ -z "$ev" ] || echo "   validation loss after step $ev"
 if command -v gnuplot >/dev/null; then
 	jq -r '[.step, .loss] | @tsv' metrics.jsonl >loss.tsv
+	jq -r 'select(.eval_loss != null) | [.step, .eval_loss] | @tsv' metrics.jsonl >eval.tsv
+	plot="'loss.tsv' using 1:2 with lines title 'training loss'"
+	[ -s eval.tsv ] && plot="$plot, 'eval.tsv' using 1:2 with linespoints pt 7 title 'validation loss'"
 	gnuplot -e "set terminal png size 800,480 noenhanced; set output 'loss.png'; set xlabel 'step'; set ylabel 'loss';
 		set title 'hp training_demo ($mode): $ranks ranks, TP2 x CP2 x EP2 + FSDP'; set grid;
-		plot 'loss.tsv' using 1:2 with lines title 'training loss'"
+		plot $plot"
 	echo "   loss.png"
 fi
 echo "results in $out: metrics.jsonl, loss.png, verify.txt, checkpoints/, hf/"

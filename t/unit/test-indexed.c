@@ -465,7 +465,7 @@ static void test_bad_token(void)
 		is_int(rc, 0, "negative id: batcher opens");
 		if (rc)
 			return;
-		is_err(hp_batcher_next(b, 1, in, lab, &e), HP_EFORMAT, &e, "token 1 is -1",
+		is_err(hp_batcher_next(b, 1, in, lab, NULL, &e), HP_EFORMAT, &e, "token 1 is -1",
 		       "negative id: batcher_next fails");
 		hp_batcher_cursor(b, &pos, &epoch);
 		ok(pos == 0 && epoch == 0, "a failed batcher_next leaves the cursor at (0, 0)");
@@ -576,19 +576,19 @@ static void test_batcher_mr(void)
 		return;
 	}
 	is_int(hp_batcher_rows_per_epoch(b), 5, "mr: 5 rows per epoch");
-	rc = hp_batcher_next(b, 2, in, lab, &e);
+	rc = hp_batcher_next(b, 2, in, lab, NULL, &e);
 	ok(!rc && row_is(in, lab, T, 0) && row_is(in + T, lab + T, T, 5),
 	   "mr: rows 0, 1 are records 0, 1 (inputs rec[:-1], labels rec[1:])");
-	rc = hp_batcher_next(b, 2, in, lab, &e);
+	rc = hp_batcher_next(b, 2, in, lab, NULL, &e);
 	ok(!rc && row_is(in, lab, T, 10) && row_is(in + T, lab + T, T, 15), "mr: records 2, 3");
 	hp_batcher_cursor(b, &pos, &epoch);
 	ok(pos == 4 && epoch == 0, "mr: cursor (4, 0)");
-	rc = hp_batcher_next(b, 3, in, lab, &e);
+	rc = hp_batcher_next(b, 3, in, lab, NULL, &e);
 	ok(!rc && row_is(in, lab, T, 20) && row_is(in + T, lab + T, T, 0) &&
 	   row_is(in + 2 * T, lab + 2 * T, T, 5), "mr: wraps around: records 4, 0, 1");
 	hp_batcher_cursor(b, &pos, &epoch);
 	ok(pos == 2 && epoch == 1, "mr: cursor (2, 1) after the wrap");
-	is_err(hp_batcher_next(b, 0, in, lab, &e), HP_EINVAL, &e, "batch size 0", "mr: B = 0");
+	is_err(hp_batcher_next(b, 0, in, lab, NULL, &e), HP_EINVAL, &e, "batch size 0", "mr: B = 0");
 	hp_batcher_free(b);
 
 	/* Same records, wrong seq_length. */
@@ -634,12 +634,12 @@ static void test_batcher_stream(void)
 		return;
 	}
 	is_int(hp_batcher_rows_per_epoch(b), 4, "stream: (17 - 1) / 4 = 4 windows");
-	rc = hp_batcher_next(b, 3, in, lab, &e);
+	rc = hp_batcher_next(b, 3, in, lab, NULL, &e);
 	for (int r = 0; r < 3; r++)
 		good &= row_is(in + r * T, lab + r * T, T, r * T);
 	ok(!rc && good, "stream: window r is tokens [rT, rT+T], across sequence boundaries");
 	hp_batcher_cursor(b, &pos, &epoch);
-	rc = hp_batcher_next(b, 5, in, lab, &e);
+	rc = hp_batcher_next(b, 5, in, lab, NULL, &e);
 	good = row_is(in, lab, T, 12);
 	for (int r = 1; r < 5; r++)
 		good &= row_is(in + r * T, lab + r * T, T, (r - 1) * T);
@@ -651,9 +651,9 @@ static void test_batcher_stream(void)
 	is_int(hp_batcher_seek(b, 3, 7, &e), 0, "seek to (3, 7)");
 	hp_batcher_cursor(b, &pos, &epoch);
 	ok(pos == 3 && epoch == 7, "cursor reads back (3, 7)");
-	rc = hp_batcher_next(b, 5, in, lab, &e);
+	rc = hp_batcher_next(b, 5, in, lab, NULL, &e);
 	is_int(hp_batcher_seek(b, pos, epoch, &e), 0, "seek back");
-	rc |= hp_batcher_next(b, 5, in2, lab2, &e);
+	rc |= hp_batcher_next(b, 5, in2, lab2, NULL, &e);
 	ok(!rc && !memcmp(in, in2, sizeof(in)) && !memcmp(lab, lab2, sizeof(lab)),
 	   "the same rows after seeking back");
 	hp_batcher_cursor(b, &pos, &epoch);
@@ -673,6 +673,90 @@ static void test_batcher_stream(void)
 	if (b)
 		is_int(hp_batcher_rows_per_epoch(b), 1, "stream: one row");
 	hp_batcher_free(b);
+}
+
+/* ---- splits ----------------------------------------------------------------- */
+
+/*
+ * data_config.split.  The bounds are what Megatron's _get_split_indices
+ * gives under Python 3.11 (its round is half to even: "1,0,1" of 5
+ * documents rounds 2.5 down twice, and the train share takes up the 1).
+ */
+static void test_split(void)
+{
+	static const struct { const char *s; uint64_t n, b[4]; } cases[] = {
+		{ "98,1,1", 884, { 0, 866, 875, 884 } },   { "969,30,1", 884, { 0, 856, 883, 884 } },
+		{ "949/50/1", 884, { 0, 839, 883, 884 } }, { "1,1", 884, { 0, 442, 884, 884 } },
+		{ "1,1,2", 10, { 0, 3, 5, 10 } },          { "98,1,1", 300, { 0, 294, 297, 300 } },
+		{ "98,1,1", 3, { 0, 3, 3, 3 } },           { "5", 884, { 0, 884, 884, 884 } },
+		{ "0,1,0", 884, { 0, 0, 884, 884 } },      { "1,0,1", 5, { 0, 3, 3, 5 } },
+	};
+	static const char *const bad[] = { "1,2,3,4", "a", "0,0,0", "-1,2", "1,,2", "1,", "", "nan" };
+	struct hp_split sp;
+	struct hp_err e;
+	struct hp_batcher *b;
+	int32_t in[4 * 4], lab[4 * 4];
+	uint64_t bd[4], d0, nd, all;
+	const int lens[] = { 5, 5, 5, 5, 5, 5, 5, 5, 5, 5 };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = hp_split_parse(&sp, cases[i].s, &e);
+
+		if (!rc)
+			hp_split_bounds(&sp, cases[i].n, bd);
+		ok(!rc && !memcmp(bd, cases[i].b, sizeof(bd)), "split '%s' of %llu documents: [%llu, %llu, %llu, %llu]",
+		   cases[i].s, (unsigned long long)cases[i].n, (unsigned long long)cases[i].b[0],
+		   (unsigned long long)cases[i].b[1], (unsigned long long)cases[i].b[2],
+		   (unsigned long long)cases[i].b[3]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "split '%s' is refused", bad[i]);
+		is_err(hp_split_parse(&sp, bad[i], &e), HP_ECONFIG, &e, "split '", what);
+	}
+
+	/* 10 records of 5 in documents of two: split "1,0,1" of 5 documents
+	 * gives train documents [0, 3) (records 0-5), no validation, test
+	 * [3, 5) (records 6-9, tokens 30-49) */
+	is_int(write_counting(at("sp"), lens, 10, 1000), 0, "split: write 10 records in 5 documents");
+	if (hp_split_parse(&sp, "1,0,1", &e))
+		return;
+	is_int(hp_batcher_open_split(&b, at("sp"), 4, 1, &sp, HP_SPLIT_TRAIN, &e), 0, "split: train part opens");
+	if (b) {
+		hp_batcher_docs(b, &d0, &nd, &all);
+		ok(hp_batcher_rows_per_epoch(b) == 6 && d0 == 0 && nd == 3 && all == 5,
+		   "split: the train part is records 0-5 of documents [0, 3) of 5");
+		is_int(hp_batcher_next(b, 4, in, lab, NULL, &e), 0, "split: train rows");
+		is_int(hp_batcher_next(b, 4, in, lab, NULL, &e), 0, "split: train rows again");
+		ok(row_is(in, lab, 4, 20) && row_is(in + 4, lab + 4, 4, 25) && row_is(in + 8, lab + 8, 4, 0),
+		   "split: the train part wraps after record 5, not into record 6");
+		hp_batcher_free(b);
+	}
+	is_int(hp_batcher_open_split(&b, at("sp"), 4, 1, &sp, HP_SPLIT_VALID, &e), 0, "split: an empty part opens");
+	if (b) {
+		is_int(hp_batcher_rows_per_epoch(b), 0, "split: with no rows");
+		is_err(hp_batcher_next(b, 1, in, lab, NULL, &e), HP_EINVAL, &e, "the split has no rows",
+		       "split: and serves none");
+		hp_batcher_free(b);
+	}
+	is_int(hp_batcher_open_split(&b, at("sp"), 4, 1, &sp, HP_SPLIT_TEST, &e), 0, "split: test part opens");
+	if (b) {
+		ok(hp_batcher_rows_per_epoch(b) == 4 && !hp_batcher_next(b, 2, in, lab, NULL, &e) &&
+		   row_is(in, lab, 4, 30) && row_is(in + 4, lab + 4, 4, 35), "split: the test part is records 6-9");
+		hp_batcher_free(b);
+	}
+	/* the stream of the test part: tokens 30-49, windows from 30 */
+	is_int(hp_batcher_open_split(&b, at("sp"), 4, 0, &sp, HP_SPLIT_TEST, &e), 0, "split: test stream opens");
+	if (b) {
+		ok(hp_batcher_rows_per_epoch(b) == 4 && !hp_batcher_next(b, 4, in, lab, NULL, &e) &&
+		   row_is(in, lab, 4, 30) && row_is(in + 12, lab + 12, 4, 42),
+		   "split: the test stream is windows of tokens 30-49: (20 - 1) / 4 = 4");
+		hp_batcher_free(b);
+	}
+	if (!hp_split_parse(&sp, "0,1,0", &e))
+		is_err(hp_batcher_open_split(&b, at("sp"), 4, 1, &sp, HP_SPLIT_TRAIN, &e), HP_EFORMAT, &e,
+		       "no records in the train split (documents 0 to 0 of 5)", "split: an empty train part is an error");
 }
 
 /* ---- allocation failures -------------------------------------------------- */
@@ -754,6 +838,7 @@ int main(void)
 	test_batcher_mr();
 	test_batcher_bad_record();
 	test_batcher_stream();
+	test_split();
 	test_alloc_failures();
 	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	return tap_done();
