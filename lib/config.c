@@ -826,7 +826,7 @@ static const struct key loader_keys[] = {
 	  CF(dataloader.target), .sdef = "hyper_parallel.data.FixedBatchDataLoader",
 	  .vals = loader_targets },
 	{ .name = "sampler_type", .type = T_STR, .pname = "dataloader.sampler_type",
-	  CF(dataloader.sampler_type), .sdef = "single", .vals = samplers },
+	  CF(dataloader.sampler_type), .sdef = "cyclic", .vals = samplers },
 	{ .name = "drop_last", .type = T_BOOL, .pname = "dataloader.drop_last",
 	  CF(dataloader.drop_last), .idef = 1 },
 	{ NULL },
@@ -1359,10 +1359,10 @@ static int walk_value(struct walk *w, const struct node *n, const struct key *k,
 	const char *s;
 	int rc;
 
-	if (k->type == T_ANY)
-		return 0;
 	value_of(n, &v);
 	if (v.t == V_NULL) {
+		if (k->type == T_ANY)
+			return 0;
 		if (k->type == T_STR_NULL)
 			return store_str(w, n, k, base, NULL);
 		/* `lr_scheduler: null`, `dataset:` with nothing: as if absent */
@@ -1445,8 +1445,20 @@ static int walk_value(struct walk *w, const struct node *n, const struct key *k,
 		if (v.t != V_LIST)
 			return type_err(w, n, k, v.t);
 		return walk_list(w, n, k, base);
-	case T_ANY:
-		break;
+	case T_ANY: {
+		/* a section of HyperParallel's that hp has nothing for: loaded
+		 * when it is off (null, empty, or enable: false), refused when on */
+		const struct node *en = v.t == V_MAP ? node_get(n, "enable") : NULL;
+		struct value ev;
+
+		if (!en && v.t == V_MAP)
+			en = node_get(n, "enabled");
+		if (v.t == V_NULL || (v.t == V_MAP && !n->n) ||
+		    (en && value_of(en, &ev) == V_BOOL && !ev.b))
+			return 0;
+		werr(w, n, "not implemented by hp (give it enable: false, or leave it out)");
+		return w->e->code = HP_EUNSUP;
+	}
 	}
 	return 0;
 }
@@ -1638,10 +1650,10 @@ static int finish(struct walk *w, const struct node *root)
 			return werr(w, sn, "'%s' has a validation share, and dataset.valid_data_path gives the "
 				    "validation data: set the share to 0 (e.g. \"99,0,1\") or drop one", c->dataset.split);
 		}
-		if (!c->dataset.split &&
-		    !(c->dataset.split = hp_strdup(c->dataset.nvalid_data_path ? "100,0,0" : "98,1,1")))
-			return nomem(w->e, w->file);
 	}
+	if (!c->dataset.split &&
+	    !(c->dataset.split = hp_strdup(c->dataset.nvalid_data_path ? "100,0,0" : "98,1,1")))
+		return nomem(w->e, w->file);
 	if (c->accelerator.pp_size != 1) {
 		path_push(w, "$.accelerator.pp_size");
 		return werr(w, node_get(node_map(root, "accelerator"), "pp_size"),
@@ -2007,6 +2019,30 @@ static void print_keys(struct printer *p, const struct key *tab, const void *bas
 			row(p, "dataset.kind", kinds[c->dataset.kind]);
 		}
 	}
+}
+
+static void schema(const struct key *tab, const char *prefix, FILE *f)
+{
+	for (; tab->name; tab++) {
+		char path[256];
+
+		snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "." : "", tab->name);
+		if (tab->type == T_MAP || tab->type == T_LIST) {
+			if (tab->type == T_LIST)
+				snprintf(path + strlen(path), sizeof(path) - strlen(path), "[]");
+			schema(tab->sub, path, f);
+			continue;
+		}
+		fprintf(f, "%s\t%s\t", path, tab->type == T_ANY ? "any section" : type_name(tab));
+		for (int i = 0; tab->vals && tab->vals[i]; i++)
+			fprintf(f, "%s%s", i ? "|" : "", tab->vals[i]);
+		fputc('\n', f);
+	}
+}
+
+void hp_config_schema(FILE *f)
+{
+	schema(root_keys, "", f);
 }
 
 void hp_config_print(const struct hp_config *c, FILE *f)

@@ -138,7 +138,7 @@ struct hp_config {
 
 	struct {
 		char *target;                       /* FixedBatchDataLoader (default) | DynamicBatchDataLoader */
-		char *sampler_type;                 /* single | cyclic */
+		char *sampler_type;                 /* cyclic (wraps) | single (one pass) */
 		int drop_last;                      /* 1 */
 	} dataloader;
 
@@ -226,5 +226,9 @@ void hp_config_release(struct hp_config *c);
  * rank 0 shows at start-up), one per line, to f.
  */
 void hp_config_print(const struct hp_config *c, FILE *f);
+
+/* Every key of the schema, one "yaml.path<TAB>type<TAB>values|..." line
+ * each (a list of mappings as "path[].key"): what t/t0990 audits. */
+void hp_config_schema(FILE *f);
 
 #endif

@@ -331,6 +331,21 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 	if (c->dataset.nvalid_data_path && c->training.eval_iters <= 0)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: given, but "
 				  "training.eval_iters is 0: nothing would read it", p);
+	/* settings hp cannot honor: refused, not accepted and ignored */
+	if (c->fsdp.nreplicate_params)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.replicate_params: keeping parameters "
+				  "replicated outside FSDP is not implemented yet (every parameter is sharded as "
+				  "hp-plan says)", p);
+	if (!c->dataloader.drop_last)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataloader.drop_last: false is not implemented: every "
+				  "batch hp serves is full", p);
+	if (!c->optimizer.fp32_main_params)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.optimizer.fp32_main_params: false is not implemented: "
+				  "hp keeps float32 main parameters", p);
+	if (!c->checkpoint.save_train_state)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.checkpoint.save_train_state: false is not implemented: "
+				  "a checkpoint cannot resume without its step and data cursor, so hp always writes "
+				  "them", p);
 	if (c->dataset.kind != HP_DATASET_INDEXED && c->dataset.data_type &&
 	    strcmp(c->dataset.data_type, "plaintext"))
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_transform.data_type: '%s' is not "
@@ -676,6 +691,10 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 		return 0;
 	/* before the build and the GPU are looked at, so that the refusal is
 	 * the same (and testable) on every machine */
+	if (r->cfg.fsdp.enable_offload)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.enable_offload: offloading to the host is "
+				  "not implemented on training.device: cuda yet (on the CPU the parameters are in "
+				  "host memory already)", p);
 	if (r->cfg.training.eval_iters > 0)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.eval_iters: evaluation is not implemented on "
 				  "training.device: cuda yet; use device: cpu, or eval_iters: 0", p);
@@ -727,8 +746,10 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 	int rc;
 
 	if (c->dataset.kind == HP_DATASET_INDEXED) {
+		/* valid_data_path: the whole file */
 		if ((rc = hp_batcher_open_split(b, other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
-						seq_length(c), c->dataset.is_dataset_from_mr, sp, p, e)))
+						seq_length(c), c->dataset.is_dataset_from_mr, sp,
+						other ? HP_SPLIT_TRAIN : p, e)))
 			return rc;
 		if (!hp_batcher_rows_per_epoch(*b)) {
 			hp_batcher_free(*b);
@@ -813,6 +834,17 @@ static int open_data(struct run *r, struct hp_err *e)
 	if (r->data && c->dataset.shuffle &&
 	    (rc = hp_batcher_set_shuffle(r->data, (uint64_t)c->training.seed, e)))
 		return rc;
+	if (r->data && !strcmp(c->dataloader.sampler_type, "single")) {
+		/* one pass: the run must not need more rows than the train split has */
+		unsigned long long want = (unsigned long long)c->training.train_iters *
+					  (unsigned long long)c->training.global_batch_size;
+
+		if (want > hp_batcher_rows_per_epoch(r->data))
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.dataloader.sampler_type: single reads the train "
+					  "split once, %llu rows, but train_iters x global_batch_size is %llu (use cyclic, "
+					  "which wraps)", c->path, (unsigned long long)hp_batcher_rows_per_epoch(r->data),
+					  want);
+	}
 	if (c->training.eval_iters <= 0)
 		return 0;
 	if ((rc = open_part(r, HP_SPLIT_VALID, e)) || (rc = open_part(r, HP_SPLIT_TEST, e)))
@@ -955,6 +987,15 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
 			if (rc)
 				return rc;
+		}
+		if (r->online && !strcmp(c->dataloader.sampler_type, "single")) {
+			uint64_t ep, doc, off;
+
+			hp_online_cursor(r->online, &ep, &doc, &off);
+			if (ep > 1 || (ep == 1 && (doc || off)))
+				return hp_err_set(e, HP_EFORMAT, "'%s': $.dataloader.sampler_type: single reads the "
+						  "train split once, and step %ld ran past its end (use cyclic, which "
+						  "wraps)", c->path, step);
 		}
 		if ((rc = check_ids(r, step_tokens, "at", step, e)))
 			return rc;
@@ -1249,6 +1290,21 @@ planned:
 	}
 	if ((gpu = pick_device(&r, comm, &gpu_dev, e)) < 0) {
 		rc = gpu;
+		goto out;
+	}
+	/* the CPU computes in float32, whatever the checkpoint holds */
+	if (!gpu && r.cfg.model.torch_dtype && (!strcmp(r.cfg.model.torch_dtype, "bfloat16") ||
+						!strcmp(r.cfg.model.torch_dtype, "float16"))) {
+		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
+				"which trains in float32 (use float32 or auto; training.device: cuda computes in "
+				"bf16)", r.cfg.path, r.cfg.model.torch_dtype);
+		goto out;
+	}
+	/* rank_average is token_weighted on one data-parallel rank */
+	if (r.cfg.training.loss_aggregation == HP_LOSS_RANK_AVERAGE && r.plan->dp * r.plan->cp > 1) {
+		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.training.loss_aggregation: rank_average over %ld data "
+				"and context parallel ranks is not implemented yet (token_weighted is)", r.cfg.path,
+				(long)(r.plan->dp * r.plan->cp));
 		goto out;
 	}
 	/* on a GPU the host model only holds the weights: one token's activations */

@@ -10,6 +10,7 @@
  * subcommand's job is to print; errors go to stderr as "hp-test-tool: ...";
  * exit 0 on success, 1 on failure, 2 on a bad command line.
  */
+#include "config.h"
 #include "cpu/isa.h"
 #include "err.h"
 
@@ -25,6 +26,18 @@ int cmd_stdrop(int argc, char **argv);     /* test-model.c */
 int cmd_stsame(int argc, char **argv);     /* test-convert.c */
 int cmd_teacher(int argc, char **argv);
 int cmd_tokbench(int argc, char **argv);  /* test-tokbench.c */    /* test-model.c */
+
+/* configkeys: every key of the config schema (hp_config_schema) */
+static int cmd_configkeys(int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "usage: hp-test-tool configkeys\n");
+		return 2;
+	}
+	hp_config_schema(stdout);
+	return 0;
+}
 
 /* cpulevels: the CPU levels this machine has, lowest first (HP_CPU ignored) */
 static int cmd_cpulevels(int argc, char **argv)
@@ -46,6 +59,7 @@ static const struct {
 	const char *usage;
 } cmds[] = {
 	{ "cmpst", cmd_cmpst, "cmpst [--max-rel-l2 R] [--max-abs A] [--floor F] A.safetensors B.safetensors" },
+	{ "configkeys", cmd_configkeys, "configkeys" },
 	{ "cpulevels", cmd_cpulevels, "cpulevels" },
 	{ "dumpidx", cmd_dumpidx, "dumpidx PREFIX" },
 	{ "logits", cmd_logits, "logits -o OUT.safetensors MODEL_DIR ID..." },

@@ -201,7 +201,7 @@ static void test_defaults(void)
 	   !c.checkpoint.save_steps && !c.checkpoint.restore_from &&
 	   !strcmp(c.checkpoint.save_consolidated, "none"), "checkpoint defaults");
 	is_str(hp_act_ckpt_name(c.activation_checkpoint.mode), "off", "activation checkpointing off");
-	ok(!strcmp(c.dataloader.sampler_type, "single") && c.dataloader.drop_last,
+	ok(!strcmp(c.dataloader.sampler_type, "cyclic") && c.dataloader.drop_last,
 	   "dataloader defaults");
 	hp_config_release(&c);
 	ok(!c.path && !c.model.path && !c.optimizer.no_decay_params, "release zeroes");
@@ -226,7 +226,7 @@ static void test_scalars(void)
 		"activation_checkpoint: {mode: off}\n"
 		"lr_scheduler: null\n"
 		"dataset:\n"
-		"profiling: {anything: [goes, {here: 1}]}\n";
+		"profiling: {enable: false, anything: [goes, {here: 1}]}\n";
 
 	if (!is_int(load(&c, yaml, 0, NULL, &e), 0, "YAML 1.1 scalars load")) {
 		tap_diag("  %s", e.msg);
@@ -388,6 +388,7 @@ static void test_overrides(void)
 		"--lr_scheduler.lr_decay_style=linear",
 		"--model.torch_dtype=bfloat16",
 		"--profiling.steps.first=3",
+		"--profiling.enable=false",
 	};
 	const char *yaml = BASE
 		"dataset: {_target_: build_online_text_dataset, data_path: x}\n"
