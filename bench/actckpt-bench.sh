@@ -130,7 +130,7 @@ for mode in off selective full; do
 	[ "$mode" = off ] && offact=$plan offstep=$step offloss=$loss
 	[ "$loss" = "$offloss" ] || die "$mode: final loss $loss, not off's $offloss (recomputation is bit-exact)"
 	awk -v m=$mode -v a="$act" -v p="$plan" -v oa="$offact" -v rs="$r" -v s="$step" -v os="$offstep" -v l="$loss" \
-		'BEGIN { printf "%-10s %14d %14d %9.2fx %10s %8.3f %9.2fx %8.4f\n", m, a, p, p / oa, rs, s, s / os, l }'
+		'BEGIN { printf "%-10s %14.0f %14.0f %9.2fx %10s %8.3f %9.2fx %8.4f\n", m, a, p, p / oa, rs, s, s / os, l }'
 done
 if [ "$smoke" = 1 ]; then
 	echo "targets: full >= 3x less activation memory than off, <= 1.4x its step time (not judged in smoke mode)"
