@@ -38,6 +38,27 @@ write_config () {
 	} >"$1"
 }
 
+# online_config FILE DATA SEQ ITERS [extra yaml on stdin]: stories260K on
+# online JSONL or text, global batch 4 of micro 2
+online_config () {
+	{
+		cat <<-YAML
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
+		  pretrained_model_name_or_path: $MODEL
+		training: {train_iters: $4, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
+		dataset:
+		  _target_: hyper_parallel.data.build_online_text_dataset
+		  data_path: $2
+		  data_transform: {data_type: plaintext, text_keys: [text], max_seq_len: $3}
+		optimizer:
+		  _target_: hyper_parallel.components.optim.AdamW
+		  adamw_config: {adamw_lr: 1.0e-3}
+		YAML
+		if [ ! -t 0 ]; then cat; fi
+	} >"$1"
+}
+
 # make_refbatch PREFIX: the reference 2x128 batch as two records of 129 ids
 make_refbatch () {
 	jq -c '.loss_and_grads as $l | range(0; 2) as $b |

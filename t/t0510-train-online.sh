@@ -3,26 +3,6 @@ test_description='hp-train online mode: JSONL/text tokenized while training, pac
 . "$(dirname "$0")/test-lib.sh"
 . "$TEST_DIR/lib-train.sh"
 
-# online_config FILE DATA SEQ ITERS [extra yaml on stdin]
-online_config () {
-	{
-		cat <<-YAML
-		model:
-		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
-		  pretrained_model_name_or_path: $MODEL
-		training: {train_iters: $4, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
-		dataset:
-		  _target_: hyper_parallel.data.build_online_text_dataset
-		  data_path: $2
-		  data_transform: {data_type: plaintext, text_keys: [text], max_seq_len: $3}
-		optimizer:
-		  _target_: hyper_parallel.components.optim.AdamW
-		  adamw_config: {adamw_lr: 1.0e-3}
-		YAML
-		if [ ! -t 0 ]; then cat; fi
-	} >"$1"
-}
-
 test_expect_success 'setup: the TinyStories texts of the tokenizer vectors as JSONL' '
 	jq -c "{text: .text}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
 		sed -n "47,346p" >stories.jsonl &&

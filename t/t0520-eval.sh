@@ -106,19 +106,8 @@ test_expect_success 'online data: split shares of the documents, and valid_data_
 	jq -c "{text: .text}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
 		sed -n "47,346p" >stories.jsonl &&
 	sed -n "295,297p" stories.jsonl >held.jsonl &&
-	cat >on.yaml <<-YAML &&
-	model:
-	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
-	  pretrained_model_name_or_path: $MODEL
-	training: {train_iters: 1, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
-	dataset:
-	  _target_: hyper_parallel.data.build_online_text_dataset
-	  data_path: stories.jsonl
-	  data_transform: {data_type: plaintext, text_keys: [text], max_seq_len: 64}
-	optimizer:
-	  _target_: hyper_parallel.components.optim.AdamW
-	  adamw_config: {adamw_lr: 0}
-	YAML
+	online_config on.yaml stories.jsonl 64 1 </dev/null &&
+	sed -i "s/adamw_lr: 1.0e-3/adamw_lr: 0/" on.yaml &&
 	hp-train on.yaml --training.eval_iters=2 --metrics on.jsonl >out &&
 	grep -q "^data.split  *98,1,1: train documents \[0, 294) of 300, validation \[294, 297), test \[297, 300)$" out &&
 	grep -q "^data.documents  *294 of 300 in 1 file (the train split)$" out &&

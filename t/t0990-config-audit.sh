@@ -188,16 +188,7 @@ test_expect_success 'setup: the base configs and their data' '
 	jq -c "{text: .text, title: (.text | .[0:40])}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
 		sed -n "47,246p" >on.jsonl &&
 	{ head -n 3 on.jsonl; echo "{\"text\": broken"; tail -n 20 on.jsonl; } >bad.jsonl &&
-	cat >on.yaml <<-YAML &&
-	model:
-	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
-	  pretrained_model_name_or_path: $MODEL
-	training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
-	dataset:
-	  _target_: hyper_parallel.data.build_online_text_dataset
-	  data_path: $PWD/on.jsonl
-	  data_transform: {data_type: plaintext, text_keys: [text], max_seq_len: 64}
-	optimizer: {_target_: hyper_parallel.components.optim.AdamW, adamw_config: {adamw_lr: 1.0e-3}}
+	online_config on.yaml $PWD/on.jsonl 64 2 <<-YAML &&
 	checkpoint: {save_ckpt: false}
 	YAML
 	sed "s|data_path: $PWD/on.jsonl|data_path: $PWD/bad.jsonl|" on.yaml >onbad.yaml &&

@@ -146,8 +146,14 @@ static void result_free(struct result *r)
 	free(r->name);
 }
 
-static void compare(const char *model, const char *what, const struct hp_model_kernels *k, int B, int T,
-		    int packed)
+/*
+ * One batch run with kernels ref (NULL: HF's algorithms) and with k.
+ * exact (activation checkpointing, which recomputes the same operations on
+ * the same inputs in the same order): loss and every gradient identical,
+ * with less memory; else within the tolerances above.
+ */
+static void check(const char *model, const char *what, const struct hp_model_kernels *ref_k,
+		  const struct hp_model_kernels *k, int B, int T, int packed, int exact)
 {
 	char dir[4200];
 	struct result ref = { 0 }, got = { 0 };
@@ -155,8 +161,13 @@ static void compare(const char *model, const char *what, const struct hp_model_k
 
 	if (make_batch(model, dir, sizeof(dir), B, T, packed, &ids, &tg, &seg))
 		goto out;
-	if (run(dir, NULL, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
+	if (run(dir, ref_k, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
 		ok(0, "%s %s: runs", model, what);
+	} else if (exact) {
+		ok(got.count == ref.count && got.loss == ref.loss && got.n == ref.n &&
+		   !memcmp(got.grads, ref.grads, ref.n * sizeof(float)) && got.act < ref.act,
+		   "%s, %s, B=%d T=%d%s: loss and every gradient bit-identical, activations %zu of %zu bytes",
+		   model, what, B, T, packed ? " packed" : "", got.act, ref.act);
 	} else {
 		int wp;
 		double dl = fabs(got.loss - ref.loss) / fabs(ref.loss);
@@ -174,34 +185,16 @@ out:
 	free(seg);
 }
 
-/*
- * Activation checkpointing recomputes the same operations on the same
- * inputs in the same order, so it is held to the bits: loss and every
- * gradient identical to the run that keeps everything, with less memory.
- */
+static void compare(const char *model, const char *what, const struct hp_model_kernels *k, int B, int T,
+		    int packed)
+{
+	check(model, what, NULL, k, B, T, packed, 0);
+}
+
 static void same_bits(const char *model, const char *what, const struct hp_model_kernels *keep,
 		      const struct hp_model_kernels *k, int B, int T, int packed)
 {
-	char dir[4200];
-	struct result ref = { 0 }, got = { 0 };
-	int32_t *ids, *tg, *seg;
-
-	if (make_batch(model, dir, sizeof(dir), B, T, packed, &ids, &tg, &seg))
-		goto out;
-	if (run(dir, keep, B, T, ids, tg, seg, &ref) || run(dir, k, B, T, ids, tg, seg, &got)) {
-		ok(0, "%s %s: runs", model, what);
-	} else {
-		ok(got.count == ref.count && got.loss == ref.loss && got.n == ref.n &&
-		   !memcmp(got.grads, ref.grads, ref.n * sizeof(float)) && got.act < ref.act,
-		   "%s, %s, B=%d T=%d%s: loss and every gradient bit-identical, activations %zu of %zu bytes",
-		   model, what, B, T, packed ? " packed" : "", got.act, ref.act);
-	}
-	result_free(&ref);
-	result_free(&got);
-out:
-	free(ids);
-	free(tg);
-	free(seg);
+	check(model, what, keep, k, B, T, packed, 1);
 }
 
 static void all_layers(struct hp_model_kernels *k, int flash, int norm, int grouped, long chunk)
