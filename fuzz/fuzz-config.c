@@ -5,7 +5,7 @@
  * first line starts with "#override " also passes the rest of that line as
  * one --a.b=c override, so the override parser is fuzzed too.  Findings are
  * crashes, sanitizer reports, leaks and broken promises of config.h: a
- * failure returns HP_ECONFIG/HP_ENOMEM with a one-line message, a success
+ * failure returns HP_ECONFIG/HP_EUNSUP/HP_ENOMEM with a one-line message, a success
  * prints its table without crashing and releases cleanly.  The seed corpus
  * is fuzz/corpus/config/ (real configs and broken ones).
  */
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	rc = hp_config_load_buf(&c, "fuzz.yaml", buf, size, novr, ovrs, &e);
 	if (rc) {
-		if (rc != HP_ECONFIG && rc != HP_ENOMEM && rc != HP_EIO)
+		if (rc != HP_ECONFIG && rc != HP_EUNSUP && rc != HP_ENOMEM && rc != HP_EIO)
 			__builtin_trap();
 		if (strchr(e.msg, '\n'))
 			__builtin_trap();

@@ -183,7 +183,8 @@ struct hp_config {
 
 /*
  * Load path and apply overrides (each "--a.b=c" or "a.b=c").  On error returns
- * HP_ECONFIG (or HP_EIO for an unreadable file) with a one-line message that
+ * HP_ECONFIG (HP_EUNSUP for a HyperParallel section hp has nothing for,
+ * switched on; HP_EIO for an unreadable file) with a one-line message that
  * names the file and the key path; c is left released.
  */
 int hp_config_load(struct hp_config *c, const char *path,

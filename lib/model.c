@@ -235,9 +235,9 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 }
 
 /* Take every activation buffer from the arena; with base NULL this only
- * measures.  Sizes are this rank's: N tokens of its chunk, Ns of them in
- * the residual stream, the local heads, intermediate rows and vocabulary;
- * hp-plan's activation estimate (lib/planest.c) mirrors this function. */
+ * measures (hp_model_act_bytes: hp-plan's estimate).  Sizes are this
+ * rank's: N tokens of its chunk, Ns of them in the residual stream, the
+ * local heads, intermediate rows and vocabulary. */
 static int take_acts(struct hp_model *m)
 {
 	const struct hp_model_spec *s = &m->spec;
@@ -368,8 +368,6 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 		p->cp = 1;
 	if (p->ep < 1)
 		p->ep = 1;
-	if ((p->tp > 1 || p->cp > 1 || p->ep > 1) && !p->cs)
-		return hp_err_set(e, HP_EINVAL, "a parallel layout needs its communicators");
 	if (g->n_heads % p->tp || g->n_kv_heads % p->tp || g->intermediate % p->tp || g->vocab % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "tp %d must divide the heads (%d, %d KV), intermediate_size "
 				  "%d and vocab_size %d", p->tp, g->n_heads, g->n_kv_heads, g->intermediate,
@@ -407,6 +405,54 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 	return 0;
 }
 
+/*
+ * What decides the model's buffers: the layout's local sizes, the kernels
+ * as the layout leaves them, the layer tables and which layers are MoE.
+ */
+static int set_layout(struct hp_model *m, const struct hp_model_par *par, int B, int T, struct hp_err *e)
+{
+	const struct hp_model_spec *spec = &m->gspec;
+	int rc;
+
+	if ((rc = set_par(m, par, B, T, e)))
+		return rc;
+	if (m->par.tp > 1)   /* the LM head is vocab-parallel: no chunks */
+		m->k.ce_chunk = 0;
+	m->lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->lw));
+	m->act = hp_calloc((size_t)spec->n_layers, sizeof(*m->act));
+	if (!m->lw || !m->act)
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the layer tables");
+	for (int l = 0; l < spec->n_layers; l++)
+		if ((m->lw[l].moe = hp_model_spec_layer_is_moe(spec, l)))
+			m->n_moe++;
+	return 0;
+}
+
+int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+			   const struct hp_model_par *par, int B, int T)
+{
+	struct hp_model m;
+	struct hp_err e;
+	int64_t bytes = -1;
+
+	memset(&m, 0, sizeof(m));
+	if (k)
+		m.k = *k;
+	m.spec = m.gspec = *spec;
+	m.B = B;
+	m.T = m.S = T;
+	hp_arena_init(&m.aarena);
+	hp_err_clear(&e);
+	/* take_acts measures with the arena's base NULL: nothing is allocated */
+	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
+		take_acts(&m);
+		bytes = (int64_t)((m.aarena.used + 63) & ~(size_t)63);   /* whole slices */
+	}
+	hp_free(m.lw);
+	hp_free(m.act);
+	return bytes;
+}
+
 int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 		      const struct hp_model_kernels *k, const struct hp_model_par *par, int B, int T,
 		      struct hp_err *e)
@@ -429,23 +475,20 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 		return hp_err_set(e, HP_EINVAL, "micro-batch %d x %d must be positive", B, T);
 	if ((rc = hp_model_spec_check_seq(spec, T, e)))
 		return rc;
-	if ((rc = set_par(m, par, B, T, e)))
+	if (par && (par->tp > 1 || par->cp > 1 || par->ep > 1) && !par->cs)
+		return hp_err_set(e, HP_EINVAL, "a parallel layout needs its communicators");
+	if ((rc = set_layout(m, par, B, T, e)))
 		return rc;
-	if (m->par.tp > 1)   /* the LM head is vocab-parallel: no chunks */
-		m->k.ce_chunk = 0;
 	rc = HP_ENOMEM;
-	m->lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->lw));
 	m->lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->lg));
-	m->act = hp_calloc((size_t)spec->n_layers, sizeof(*m->act));
-	if (!m->lw || !m->lg || !m->act) {
+	if (!m->lg) {
 		hp_err_set(e, rc, "out of memory for the layer tables");
 		goto fail;
 	}
 	for (int l = 0; l < spec->n_layers; l++) {
-		if (!hp_model_spec_layer_is_moe(spec, l))
+		if (!m->lw[l].moe)
 			continue;
-		m->lw[l].moe = m->lg[l].moe = 1;
-		m->n_moe++;
+		m->lg[l].moe = 1;
 		m->lw[l].ex = hp_calloc((size_t)m->El + 1, sizeof(struct hp_expert_w));
 		m->lg[l].ex = hp_calloc((size_t)m->El + 1, sizeof(struct hp_expert_w));
 		if (!m->lw[l].ex || !m->lg[l].ex) {

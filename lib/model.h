@@ -268,6 +268,15 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 void hp_model_release(struct hp_model *m);
 
 /*
+ * The activation bytes hp_model_init_par would allocate for this layout
+ * (its communicators unused), without allocating them: hp-plan's estimate,
+ * the same code path as the model's own.  -1 when the layout is one the
+ * model refuses.
+ */
+int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+			   const struct hp_model_par *par, int B, int T);
+
+/*
  * Load every parameter from an HF folder (single file or index; F32, BF16,
  * F16 converted to F32).  A missing tensor, a shape mismatch, or a tensor
  * the model does not use is an HP_EFORMAT error naming the tensor and file.

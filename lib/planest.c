@@ -5,8 +5,8 @@
  * hp-plan(5), "ESTIMATES"; hp-train's allocator and its byte counters
  * follow the same rules, so a run can be checked against its plan.
  * Parameter, gradient and optimizer bytes are exact sums over the local
- * pieces; activation bytes mirror lib/model.c's activation arena at the
- * rank's local sizes (t/unit/test-plan.c holds them equal for one rank);
+ * pieces; activation bytes are lib/model.c's own activation arena at the
+ * rank's local sizes, measured by its take_acts without allocating;
  * traffic is counted as the bytes of the send buffer a rank passes to each
  * collective, which does not depend on the algorithm the library picks.
  * Only two all-to-allv exchanges of expert parallelism depend on the
@@ -88,151 +88,23 @@ int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
 
 /* --- activations ------------------------------------------------------------ */
 
-#define A64(x) (((int64_t)(x) + 63) & ~(int64_t)63)
-
-/* A rank's sizes (lib/model.c, set_par): N tokens of its chunk, Ns of them
- * in the residual stream, the tp-local heads, rows and vocabulary, R the
- * expert rows it can receive. */
-struct dims {
-	int64_t B, T, S, N, Ns, C, QD, KD, Hq, Hkv, I, V, E, K, Im, NK, R, El, D, ep;
-	int cpag, cpul;
-};
-
-/* One layer's saved activations at local sizes (lib/model.c, take_acts). */
-static int64_t layer_acts(const struct hp_plan *p, const struct dims *d, int l, int flash, int grouped,
-			  int noP)
-{
-	const int64_t f = 4, i4 = 4;
-	int64_t b = 0;
-
-	b += A64(d->Ns * d->C * f) + A64(d->Ns * f) + A64(d->N * d->C * f);
-	if (p->spec.qk_norm)
-		b += A64(d->N * d->QD * f) + A64(d->N * d->KD * f) + A64(d->N * d->Hq * f) +
-		     A64(d->N * d->Hkv * f);
-	b += A64(d->N * d->QD * f) + 2 * A64(d->N * d->KD * f);
-	if (!noP)
-		b += A64(flash ? d->B * d->Hq * d->T * f : d->B * d->Hq * d->T * d->S * f);
-	if (d->cpag)        /* the gathered K and V, kept for the backward */
-		b += 2 * A64(d->B * d->S * d->KD * f);
-	else if (d->cpul)   /* the output in the head split */
-		b += A64(d->N * d->QD * f);
-	b += A64(d->N * d->QD * f) + A64(d->Ns * d->C * f) + A64(d->Ns * f);
-	if (hp_model_spec_layer_is_moe(&p->spec, l)) {
-		b += A64(d->Ns * d->C * f);
-		b += A64(d->Ns * d->E * f) + A64(d->NK * i4) + A64(d->NK * f) + 2 * A64(d->NK * i4) +
-		     A64((d->E + 1) * i4) + (grouped && d->ep == 1 ? 0 : A64(d->R * d->C * f)) +
-		     (grouped ? A64(d->R * 2 * d->Im * f) : 3 * A64(d->R * d->Im * f)) +
-		     (grouped && d->ep == 1 ? 0 : A64(d->NK * d->C * f)) + A64(d->Ns * d->C * f);
-		if (d->ep > 1)
-			b += 2 * A64(d->ep * i4) + A64(d->R * i4) + A64((d->El + 1) * i4);
-	} else {
-		b += A64(d->N * d->C * f) + 3 * A64(d->N * d->I * f);
-	}
-	return b;
-}
-
-static int bound(const struct hp_plan *p, const char *module, const char *kernel)
-{
-	const struct hp_plan_module *m = hp_plan_find_module(p, module);
-
-	return m && !strcmp(m->kernel, kernel);
-}
-
+/* The bytes lib/model.c takes for this layout's activations: its own
+ * take_acts, measuring (hp_model_act_bytes), so the estimate cannot drift
+ * from what each rank allocates. */
 int64_t hp_plan_act_bytes(const struct hp_plan *p)
 {
-	const struct hp_model_spec *s = &p->spec;
-	const int64_t f = 4, i4 = 4;
-	struct dims d;
-	int64_t b = 0, maxl = 0, maxP = 0, nm = 0, ngrouped = 0, scratch = 1, N;
-	char name[96];
+	struct hp_model_kernels k;
+	struct hp_model_par par = {
+		.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep, .sp = p->sequence_parallel,
+		.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
+	};
+	int64_t b;
 
 	if (p->seq <= 0)
 		return 0;
-	d.B = p->micro;
-	d.S = p->seq;
-	d.T = p->seq / p->cp;
-	d.N = d.B * d.T;
-	d.Ns = p->sequence_parallel ? d.N / p->tp : d.N;
-	d.C = s->hidden;
-	d.D = s->head_dim;
-	d.Hq = s->n_heads / p->tp;
-	d.Hkv = s->n_kv_heads / p->tp;
-	d.QD = d.Hq * d.D;
-	d.KD = d.Hkv * d.D;
-	d.I = s->intermediate / p->tp;
-	d.V = s->vocab / p->tp;
-	d.E = s->n_experts;
-	d.K = s->top_k;
-	d.Im = s->moe_intermediate;
-	d.NK = d.Ns * d.K;
-	d.ep = p->ep;
-	d.El = d.E / p->ep;
-	d.R = p->ep > 1 ? p->ep * d.Ns * (d.K < d.El ? d.K : d.El) : d.NK;
-	d.cpag = p->cp > 1 && p->cp_mode != HP_CP_ULYSSES;
-	d.cpul = p->cp > 1 && p->cp_mode == HP_CP_ULYSSES;
-	for (int l = 0; l < s->n_layers; l++) {
-		int flash;
-		int64_t full, noP;
-
-		int grouped;
-		int64_t sc, Tq = d.cpul ? d.S : d.T, H = d.cpul ? d.Hq / p->cp : d.Hq;
-
-		snprintf(name, sizeof(name), "model.layers.%d.self_attn", l);
-		flash = bound(p, name, "flash_attention") || bound(p, name, "ulysses_attention");
-		snprintf(name, sizeof(name), "model.layers.%d.mlp.experts", l);
-		grouped = hp_model_spec_layer_is_moe(s, l) && bound(p, name, "grouped_experts");
-		full = layer_acts(p, &d, l, flash, grouped, 0);
-		noP = layer_acts(p, &d, l, flash, grouped, 1);
-		nm += hp_model_spec_layer_is_moe(s, l);
-		ngrouped += grouped;
-		sc = d.cpag ? (int64_t)hp_cp_attention_scratch((int)d.S) :
-		     flash ? (int64_t)hp_flash_attention_scratch((int)Tq, (int)H, (int)d.D) : Tq * Tq;
-		if (sc > scratch)
-			scratch = sc;
-		/* lib/model.c, take_layer: a checkpointed layer's recomputed
-		 * buffers live in one region the size of the largest */
-		switch (p->ckpt_layer[l] ? p->act_ckpt : HP_ACT_CKPT_OFF) {
-		case HP_ACT_CKPT_FULL:      /* keep the layer input; recompute the rest */
-			b += A64(d.Ns * d.C * f);
-			if (full - A64(d.Ns * d.C * f) > maxl)
-				maxl = full - A64(d.Ns * d.C * f);
-			break;
-		case HP_ACT_CKPT_SELECTIVE: /* recompute the reference attention's probabilities */
-			b += flash ? full : noP;
-			if (!flash && full - noP > maxP)
-				maxP = full - noP;
-			break;
-		default:
-			b += full;
-		}
-	}
-	b += maxl + maxP;
-	/* the tail: final norm, LM head (vocab-parallel with tp: no chunks),
-	 * RoPE tables, positions, the rank's chunk of the ids */
-	N = bound(p, "lm_head", "chunked_ce") && p->ce_chunk < d.N && p->tp == 1 ? p->ce_chunk : d.N;
-	b += A64(d.Ns * d.C * f) + A64(d.Ns * f) + A64(d.N * d.C * f) + A64(N * d.V * f);
-	if (p->tp > 1)   /* the row statistics; without loss_parallel the gathered logits */
-		b += (p->loss_parallel ? 0 : A64(d.N * s->vocab * f)) + A64(2 * d.N * f) + A64(4 * d.N * 8);
-	b += 2 * A64(d.S * d.D / 2 * f) + A64(d.N * i4);
-	if (p->cp > 1)
-		b += 3 * A64(d.N * i4);
-	/* backward scratch */
-	b += 2 * A64(d.N * d.C * f) + A64(d.N * d.QD * f) + 2 * A64(d.N * d.KD * f) +
-	     A64(d.N * d.QD * f) + 3 * A64(d.N * d.I * f) + A64(scratch * f);
-	if (s->qk_norm)
-		b += A64(d.N * d.QD * f) + A64(d.N * d.KD * f);
-	if (p->tp > 1)
-		b += A64(d.N * d.C * f) + A64(d.Ns * d.C * f);
-	if (d.cpag)
-		b += 2 * A64(2 * d.B * d.S * d.KD * f);
-	else if (d.cpul)
-		b += 2 * A64(d.N * (d.QD + 2 * d.KD) * f);
-	if (nm)
-		b += 2 * A64(d.R * d.C * f) + A64(d.R * (ngrouped ? 2 : 1) * d.Im * f) +
-		     2 * A64(d.R * d.Im * f) + A64(d.Ns * d.E * f) + A64(d.NK * f) + A64(2 * d.E * i4) +
-		     A64(2 * d.E * 8) + (ngrouped ? A64(d.R * d.Im * f) + (p->ep == 1 ? A64(d.NK * d.C * f) : 0) : 0) +
-		     (p->ep > 1 ? 2 * A64(d.R * d.C * f) : 0);
-	return b;
+	hp_plan_model_kernels(p, &k);
+	b = hp_model_act_bytes(&p->spec, &k, &par, (int)p->micro, (int)p->seq);
+	return b > 0 ? b : 0;
 }
 
 /* --- traffic ---------------------------------------------------------------- */

@@ -5,7 +5,8 @@
  * all together, on the Llama, Qwen3 and Qwen3-MoE fixtures, with packed
  * rows, odd lengths and chunks that do not divide the tokens.  And the
  * plan's activation estimate equals the model's arena with every kernel
- * choice (lib/planest.c mirrors lib/model.c).
+ * choice (hp-plan measures with lib/model.c's own take_acts; this holds the
+ * measuring pass equal to the allocation).
  *
  * Tolerances.  A substituted kernel computes HF's algebra in another
  * summation order (flash tiles against the eager softmax, eight double
