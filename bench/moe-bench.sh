@@ -43,7 +43,7 @@ case $steps in ''|*[!0-9]*) die "HP_BENCH_STEPS='$steps': expected an integer ab
 torch=$py note=
 if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
 	[ "$smoke" = 1 ] || { echo "moe-bench: no torch in $py; skipped" >&2; exit 0; }
-	torch='' note="torch column skipped: '$py' cannot import torch and numpy (apt-get install python3-torch)"
+	torch='' note="torch column skipped: '$py' cannot import torch and numpy (sh scripts/install-deps.sh --bench installs python3-torch)"
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-moe-bench.XXXXXX") || die "mktemp failed"
 trap 'rm -rf "$tmp"' EXIT

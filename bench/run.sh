@@ -103,7 +103,7 @@ case $steps in
 ''|*[!0-9]*) die "HP_BENCH_STEPS='$steps': expected an integer above $warmup" ;;
 esac
 [ "$steps" -gt "$warmup" ] || die "HP_BENCH_STEPS='$steps': expected an integer above $warmup"
-command -v jq >/dev/null || die "jq not found (apt-get install jq)"
+command -v jq >/dev/null || die "jq not found (sh scripts/install-deps.sh installs it)"
 
 # --- the PyTorches: py1 Debian's, py2 the venv's; empty when left out --------
 notes=
@@ -113,8 +113,8 @@ note() {
 }
 py1=$py
 if ! "$py1" -c 'import torch, numpy' 2>/dev/null; then
-	[ "$smoke" = 1 ] || die "'$py1': cannot import torch and numpy (apt-get install python3-torch)"
-	note "torch 1.13 column skipped: '$py1' cannot import torch and numpy (apt-get install python3-torch)"
+	[ "$smoke" = 1 ] || die "'$py1': cannot import torch and numpy (sh scripts/install-deps.sh --bench installs python3-torch)"
+	note "torch 1.13 column skipped: '$py1' cannot import torch and numpy (sh scripts/install-deps.sh --bench installs python3-torch)"
 	py1=
 fi
 py2=

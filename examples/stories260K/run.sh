@@ -104,6 +104,6 @@ if command -v gnuplot >/dev/null; then
 	GP
 	echo "   $out/loss.png"
 else
-	echo "   gnuplot not installed: no plot (apt-get install gnuplot-nox)"
+	echo "   gnuplot not installed: no plot (sh scripts/install-deps.sh installs gnuplot-nox)"
 fi
 echo "results: $out/metrics.jsonl $out/online.jsonl $out/grads.safetensors $out/hf"

@@ -33,7 +33,7 @@ PATH=$build/bin:$PATH
 export OPENBLAS_NUM_THREADS=1
 
 command -v hp-train >/dev/null || { echo "run_parallel_$mode.sh: hp-train not built; run make first" >&2; exit 1; }
-command -v mpiexec >/dev/null || { echo "run_parallel_$mode.sh: needs mpiexec (apt-get install mpich)" >&2; exit 1; }
+command -v mpiexec >/dev/null || { echo "run_parallel_$mode.sh: needs mpiexec (sh scripts/install-deps.sh installs mpich, as root or through sudo)" >&2; exit 1; }
 
 # the config, with its relative paths made absolute so it can live in $out
 config=$here/train_parallel.yaml model=
