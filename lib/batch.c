@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "batch.h"
+#include "cpu/ops.h"
 #include "indexed.h"
 
 struct hp_batcher {
@@ -69,7 +70,7 @@ void hp_batch_docs_row(const struct hp_batch_docs *d, const int32_t *in, int32_t
 		if (in[i] != d->eod)
 			continue;
 		if (d->mask_loss)
-			lab[i] = -100;   /* HP_IGNORE_INDEX */
+			lab[i] = HP_IGNORE_INDEX;
 		start = (int32_t)(i + 1);
 	}
 }

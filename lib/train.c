@@ -863,8 +863,10 @@ static int open_data(struct run *r, struct hp_err *e)
 	return 0;
 }
 
-/* Every input id, and every target but the ignored, in [0, V). */
-static int check_ids(const struct run *r, long n, const char *what, long step, struct hp_err *e)
+/* Every input id, and every target but the ignored, in [0, V); path is
+ * the data they came from. */
+static int check_ids(const struct run *r, long n, const char *path, const char *what, long step,
+		     struct hp_err *e)
 {
 	int V = r->model.gspec.vocab;
 
@@ -873,7 +875,7 @@ static int check_ids(const struct run *r, long n, const char *what, long step, s
 
 		if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
 			return hp_err_set(e, HP_EFORMAT, "'%s': token id %d %s step %ld is outside the model's "
-					  "vocabulary [0, %d)", r->cfg.dataset.data_path[0], x < 0 || x >= V ? x : t,
+					  "vocabulary [0, %d)", path, x < 0 || x >= V ? x : t,
 					  what, step, V);
 	}
 	return 0;
@@ -907,8 +909,9 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 			rc = r->edata[p] ? hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e) :
 			     hp_online_next(r->eonline[p], (int)B, r->inputs + at, r->labels + at, r->seg + at, e);
 		}
-		if (rc || (rc = check_ids(r, accum * B * T, p == HP_SPLIT_VALID ? "in the validation after" :
-					  "in the test after", step, e)))
+		if (rc || (rc = check_ids(r, accum * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
+					  c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+					  p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e)))
 			break;
 		for (long a = first; a < first + G; a++) {
 			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
@@ -975,6 +978,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		print_table(out, r, accum);
 	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
 		     c->training.train_iters;
+	int one_pass = !strcmp(c->dataloader.sampler_type, "single");
 
 	for (long step = r->first_step; step <= iters; step++) {
 		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0, lr, loss;
@@ -988,7 +992,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			if (rc)
 				return rc;
 		}
-		if (r->online && !strcmp(c->dataloader.sampler_type, "single")) {
+		if (r->online && one_pass) {
 			uint64_t ep, doc, off;
 
 			hp_online_cursor(r->online, &ep, &doc, &off);
@@ -997,7 +1001,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 						  "train split once, and step %ld ran past its end (use cyclic, which "
 						  "wraps)", c->path, step);
 		}
-		if ((rc = check_ids(r, step_tokens, "at", step, e)))
+		if ((rc = check_ids(r, step_tokens, c->dataset.data_path[0], "at", step, e)))
 			return rc;
 		for (long i = 0; i < step_tokens; i++)
 			total += r->labels[i] != HP_IGNORE_INDEX;

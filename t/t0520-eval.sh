@@ -120,7 +120,10 @@ test_expect_success 'online data: split shares of the documents, and valid_data_
 '
 
 test_expect_success 'bad settings are refused by name, before anything is written' '
-	for bad in "3 --dataset.data_config.split=1,2,3,4" "3 --dataset.data_config.split=a" \
+	awk "BEGIN { printf \"{\\\"ids\\\":[\"; for (i = 0; i < 65; i++) printf \"%s%d\", i ? \",\" : \"\", 600 + i; print \"]}\" }" >big.jsonl &&
+	hp-test-tool mkidx --vocab 1000 --records-of 65 -o big big.jsonl &&
+	for bad in "4 --training.eval_iters=1 --dataset.valid_data_path=$PWD/big" \
+		"3 --dataset.data_config.split=1,2,3,4" "3 --dataset.data_config.split=a" \
 		"3 --dataset.data_config.split=0,0,0" "3 --training.eval_steps=2" "3 --training.eval_iters=-1" \
 		"3 --dataset.valid_data_path=valid" \
 		"3 --training.eval_iters=1 --dataset.valid_data_path=valid --dataset.data_config.split=98,1,1" \
@@ -130,7 +133,7 @@ test_expect_success 'bad settings are refused by name, before anything is writte
 		set -- $bad && code=$1 && shift &&
 		rm -f x.jsonl &&
 		test_must_fail_with $code hp-train -q hf.yaml "$@" --metrics x.jsonl 2>err &&
-		cat err && test $(wc -l <err) = 1 && grep -q "split\|eval\|valid_data_path" err && ! test -e x.jsonl ||
+		cat err && test $(wc -l <err) = 1 && grep -q "split\|eval\|valid" err && ! test -e x.jsonl ||
 		return 1
 	done
 '

@@ -107,6 +107,7 @@ dataset.data_config.create_attention_mask_in_dataloader | same | hf | | --datase
 dataset.data_config.skip_invalid_lines | rescues | onbad | | --dataset.data_config.skip_invalid_lines=true
 dataloader._target_ | same | on | | @ondyn
 dataloader.sampler_type | refused 3 | hf | --training.train_iters=300 | --dataloader.sampler_type=single
+dataloader.sampler_type | refused 4 | on | --training.train_iters=150 | --dataloader.sampler_type=single
 dataloader.drop_last | refused 4 | hf | | --dataloader.drop_last=false
 optimizer._target_ | refused 3 | hf | | @sgd
 optimizer.adamw_config.adamw_lr | computes | hf | --lr_scheduler=null | --optimizer.adamw_config.adamw_lr=1e-2
