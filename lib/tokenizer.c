@@ -134,6 +134,7 @@ struct hp_tokenizer {
 	struct tok_trie trie_raw, trie_norm;
 	const char **tok_str;           /* id -> token for decode; NULL for a hole */
 	uint32_t *tok_len;
+	uint8_t *is_added;              /* id -> 1 for an added token */
 	int64_t vocab_size;
 	int32_t eod;
 	uint32_t byte_char[256];
@@ -145,6 +146,13 @@ struct hp_tokenizer {
 	int32_t *cps;
 	size_t cps_cap;
 	int text_max;                   /* the largest byte of the text being encoded */
+	/* hp_tok_encode_marked: the text's marks, the tokens' (grown with
+	 * out.ids), and a scratch vector for prefix encodes */
+	const uint8_t *mark;
+	uint8_t **tmark;
+	size_t tmark_cap;
+	int32_t *pre_ids;
+	size_t pre_cap;
 };
 
 #define FERR(code, ...) hp_err_set(e, code, "'%s': " __VA_ARGS__)
@@ -827,6 +835,134 @@ static int trie_find(const struct tok_trie *tr, const char *s, size_t len, size_
 static int piece_stage(struct hp_tokenizer *t, int stage, const char *s, size_t len, int first,
 		       struct hp_err *e);
 
+/* ---- marks (hp_tok_encode_marked) ---- */
+
+static int hexval(char c);
+
+/*
+ * The bytes token id stands for once its text is normalized and
+ * pre-tokenized: the model's pieces of a word concatenate to the word, so
+ * these lengths add up to the position in that text.  Byte mode: one byte
+ * per byte-level character; a byte-fallback token <0xNN>: one byte; an
+ * added token: its (normalized) content.
+ */
+static size_t final_len(const struct hp_tokenizer *t, int32_t id)
+{
+	const char *s;
+	size_t n, k = 0;
+
+	if (id < 0 || id >= t->vocab_size || !(s = t->tok_str[id]))
+		return 0;
+	n = t->tok_len[id];
+	if (t->is_added[id])
+		return n;
+	if (t->bpe.byte_mode) {
+		for (size_t i = 0; i < n; i++)
+			k += ((uint8_t)s[i] & 0xC0) != 0x80;
+		return k;
+	}
+	if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hexval(s[3]) >= 0 && hexval(s[4]) >= 0 &&
+	    t->bpe.fallback[hexval(s[3]) * 16 + hexval(s[4])] == id)
+		return 1;
+	return n;
+}
+
+/* The tokens' marks grown to the ids' capacity, then [from, n) set to m. */
+static int mark_fill(struct hp_tokenizer *t, size_t from, uint8_t m)
+{
+	if (t->tmark_cap < *t->out.cap) {
+		uint8_t *p = hp_realloc(*t->tmark, *t->out.cap);
+
+		if (!p)
+			return HP_ENOMEM;
+		*t->tmark = p;
+		t->tmark_cap = *t->out.cap;
+	}
+	if (*t->out.n > from)
+		memset(*t->tmark + from, m, *t->out.n - from);
+	return 0;
+}
+
+/*
+ * Marks for the tokens [n0, n) of piece s[0..len) whose bytes' marks m
+ * are not all equal.  The tokens' final lengths place them in the
+ * normalized, pre-tokenized text; a mark boundary at byte b of the piece
+ * is placed there by encoding s[0..b) alone and adding up its tokens'
+ * final lengths.  That is exact when the pipeline is prefix-consistent
+ * (the text of a prefix is a prefix of the text), which Prepend, Replace,
+ * the Split and ByteLevel pre-tokenizers and Metaspace are; NFC can move a
+ * boundary that falls inside a combining sequence by that sequence, and an
+ * unk token stands for its own length, not its text's.  A token is marked
+ * when any byte of it is.
+ */
+static int mark_split(struct hp_tokenizer *t, const char *s, size_t len, const uint8_t *m, int first,
+		      size_t n0, struct hp_err *e)
+{
+	struct seg {
+		size_t start;   /* in the final text */
+		uint8_t m;
+	} *sg;
+	struct tok_out saved = t->out;
+	const uint8_t *saved_mark = t->mark;
+	size_t nseg = 1, n1 = *t->out.n, pos = 0, k = 0;
+	int rc = mark_fill(t, n0, 0);
+
+	if (rc)
+		return rc;
+	for (size_t b = 1; b < len; b++)
+		nseg += m[b] != m[b - 1];
+	if (!(sg = hp_malloc(nseg * sizeof(*sg))))
+		return HP_ENOMEM;
+	sg[0] = (struct seg){ 0, m[0] };
+	for (size_t b = 1, q = 1; b < len && !rc; b++) {
+		size_t pre_n = 0, at = 0;
+
+		if (m[b] == m[b - 1])
+			continue;
+		/* where byte b lands in the final text: encode s[0..b) alone */
+		t->out = (struct tok_out){ &t->pre_ids, &pre_n, &t->pre_cap };
+		t->mark = NULL;
+		rc = piece_stage(t, 0, s, b, first, e);
+		t->out = saved;
+		t->mark = saved_mark;
+		for (size_t i = 0; i < pre_n; i++)
+			at += final_len(t, t->pre_ids[i]);
+		sg[q++] = (struct seg){ at, m[b] };
+	}
+	for (size_t j = n0; j < n1 && !rc; j++) {
+		size_t f = final_len(t, (*t->out.ids)[j]), z = pos + (f ? f : 1);
+		uint8_t mk;
+
+		while (k + 1 < nseg && sg[k + 1].start <= pos)
+			k++;
+		mk = sg[k].m;
+		for (size_t q = k + 1; q < nseg && sg[q].start < z; q++)
+			mk |= sg[q].m;
+		(*t->tmark)[j] = mk;
+		pos += f;
+	}
+	hp_free(sg);
+	return rc;
+}
+
+/* A stage-0 piece text[off..off+len): encoded, and marked when asked. */
+static int piece0(struct hp_tokenizer *t, const char *text, size_t off, size_t len, int first,
+		  struct hp_err *e)
+{
+	size_t n0 = *t->out.n, i = 1;
+	const uint8_t *m;
+	int rc = piece_stage(t, 0, text + off, len, first, e);
+
+	if (rc || !t->mark || !len)
+		return rc;
+	m = t->mark + off;
+	while (i < len && m[i] == m[0])
+		i++;
+	if (i == len)
+		return mark_fill(t, n0, m[0]);
+	return mark_split(t, text + off, len, m, first, n0, e);
+}
+
 /*
  * HF's AddedVocabulary::find_matches: split s on the added tokens of one
  * trie (stage 0: the ones matched on raw text, stage 1: the normalized
@@ -843,7 +979,7 @@ static int split_added(struct hp_tokenizer *t, int stage, const char *s, size_t 
 	if (!len)
 		return 0;
 	if (!tr->count)
-		return piece_stage(t, stage, s, len, first, e);
+		return stage ? piece_stage(t, stage, s, len, first, e) : piece0(t, s, 0, len, first, e);
 	while (trie_find(tr, s, len, from, &a, &b, &tok)) {
 		const struct tok_added *at = &t->added[tok];
 
@@ -874,15 +1010,27 @@ static int split_added(struct hp_tokenizer *t, int stage, const char *s, size_t 
 			while (b < len && is_space_cp(tok_u8dec((const uint8_t *)s + b, &cl)))
 				b += cl;
 		}
-		if (start_off < a && (rc = piece_stage(t, stage, s + start_off, a - start_off,
-						       first && start_off == 0, e)))
-			return rc;
+		if (start_off < a) {
+			rc = stage ? piece_stage(t, stage, s + start_off, a - start_off, first && start_off == 0, e)
+				   : piece0(t, s, start_off, a - start_off, first && start_off == 0, e);
+			if (rc)
+				return rc;
+		}
 		if ((rc = tok_out_push(&t->out, at->id)))
 			return rc;
+		if (!stage && t->mark) {
+			uint8_t mk = 0;
+
+			for (size_t i = a; i < b; i++)
+				mk |= t->mark[i];
+			if ((rc = mark_fill(t, *t->out.n - 1, mk)))
+				return rc;
+		}
 		start_off = b;
 	}
 	if (start_off != len)
-		return piece_stage(t, stage, s + start_off, len - start_off, first && start_off == 0, e);
+		return stage ? piece_stage(t, stage, s + start_off, len - start_off, first && start_off == 0, e)
+			     : piece0(t, s, start_off, len - start_off, first && start_off == 0, e);
 	return 0;
 }
 
@@ -902,13 +1050,13 @@ static int piece_stage(struct hp_tokenizer *t, int stage, const char *s, size_t 
 	return split_added(t, 1, ns, nl, first, e);
 }
 
-int hp_tok_encode(struct hp_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
-		  size_t *cap, struct hp_err *e)
+static int encode(struct hp_tokenizer *t, const char *text, size_t len, const uint8_t *mark,
+		  int32_t **ids, uint8_t **marks, size_t *n, size_t *cap, struct hp_err *e)
 {
 	size_t n0, bad;
 	int rc;
 
-	if (!t || !ids || !n || !cap || (!text && len))
+	if (!t || !ids || !n || !cap || (!text && len) || (mark && (!marks || (!*marks && *cap))))
 		return hp_err_set(e, HP_EINVAL, "hp_tok_encode: NULL argument");
 	n0 = *n;
 	t->text_max = 0;
@@ -916,12 +1064,58 @@ int hp_tok_encode(struct hp_tokenizer *t, const char *text, size_t len, int32_t 
 	if (bad != len)
 		return hp_err_set(e, HP_EFORMAT, "invalid UTF-8 at byte %zu", bad);
 	t->out = (struct tok_out){ ids, n, cap };
+	t->mark = mark;
+	t->tmark = marks;
+	t->tmark_cap = *cap;
 	rc = split_added(t, 0, text, len, 1, e);
+	t->mark = NULL;
+	t->tmark = NULL;
+	if (!rc && mark && *cap > t->tmark_cap) {
+		/* keep the promise that *marks has room for *cap entries */
+		uint8_t *p = hp_realloc(*marks, *cap);
+
+		if (p)
+			*marks = p;
+		rc = p ? 0 : HP_ENOMEM;
+	}
 	if (rc)
 		*n = n0;
 	if (rc == HP_ENOMEM)   /* raised deep down without a message */
 		hp_err_set(e, HP_ENOMEM, "out of memory encoding %zu bytes", len);
 	return rc;
+}
+
+int hp_tok_encode(struct hp_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
+		  size_t *cap, struct hp_err *e)
+{
+	return encode(t, text, len, NULL, ids, NULL, n, cap, e);
+}
+
+int hp_tok_encode_marked(struct hp_tokenizer *t, const char *text, size_t len, const uint8_t *mark,
+			 int32_t **ids, uint8_t **marks, size_t *n, size_t *cap, struct hp_err *e)
+{
+	if (!mark && len)
+		return hp_err_set(e, HP_EINVAL, "hp_tok_encode_marked: NULL argument");
+	return encode(t, text, len, mark ? mark : (const uint8_t *)"", ids, marks, n, cap, e);
+}
+
+int hp_tok_find_special(const struct hp_tokenizer *t, const char *text, size_t len, size_t from,
+			size_t *start, size_t *end, int32_t *id)
+{
+	const struct tok_trie *tr = &t->trie_raw;
+	size_t a, b;
+	int32_t tok;
+
+	while (tr->count && from < len && trie_find(tr, text, len, from, &a, &b, &tok)) {
+		if (t->added[tok].special) {
+			*start = a;
+			*end = b;
+			*id = t->added[tok].id;
+			return 1;
+		}
+		from = a + 1;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1677,7 +1871,8 @@ static int build_id_table(struct hp_tokenizer *t)
 	t->vocab_size = max + 1;
 	t->tok_str = hp_calloc((size_t)t->vocab_size + 1, sizeof(*t->tok_str));
 	t->tok_len = hp_calloc((size_t)t->vocab_size + 1, sizeof(*t->tok_len));
-	if (!t->tok_str || !t->tok_len)
+	t->is_added = hp_calloc((size_t)t->vocab_size + 1, 1);
+	if (!t->tok_str || !t->tok_len || !t->is_added)
 		return HP_ENOMEM;
 	for (size_t i = 0; i <= v->mask && v->slots; i++) {
 		const struct tok_slot *s = &v->slots[i];
@@ -1692,6 +1887,7 @@ static int build_id_table(struct hp_tokenizer *t)
 
 		t->tok_str[at->id] = at->norm ? at->norm : at->content;
 		t->tok_len[at->id] = (uint32_t)(at->norm ? at->norm_len : at->len);
+		t->is_added[at->id] = 1;
 	}
 	return 0;
 }
@@ -1947,6 +2143,8 @@ void hp_tok_free(struct hp_tokenizer *t)
 	tok_bpe_release(&t->bpe);
 	hp_free(t->tok_str);
 	hp_free(t->tok_len);
+	hp_free(t->is_added);
+	hp_free(t->pre_ids);
 	hp_free(t->nbuf[0]);
 	hp_free(t->nbuf[1]);
 	hp_free(t->cps);

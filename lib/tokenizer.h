@@ -106,6 +106,34 @@ int hp_tok_encode(struct hp_tokenizer *t, const char *text, size_t len,
 		  int32_t **ids, size_t *n, size_t *cap, struct hp_err *e);
 
 /*
+ * hp_tok_encode, and a mark for every token: marks[i] is the OR of the
+ * marks of the text's bytes that token i stands for (mark[0..len), one per
+ * byte), so a token that straddles a change of mark takes both.  Used for
+ * loss masks: the bytes of a rendered conversation that the model must
+ * learn to produce are marked, and the tokens overlapping them are its
+ * targets, as transformers' return_assistant_tokens_mask maps character
+ * spans to tokens.  An added token stands for its match (with what lstrip
+ * and rstrip absorb); inside a piece between added tokens the tokens are
+ * placed by their lengths in the normalized text and a change of mark by
+ * normalizing the piece up to it, which is exact unless the change falls
+ * inside a combining sequence that NFC recomposes or next to an unk token
+ * (see tokenizer.c).  *marks is grown with *ids: it must have room for
+ * *cap entries on entry (NULL when *cap is 0) and has on return.  Same
+ * errors as hp_tok_encode.
+ */
+int hp_tok_encode_marked(struct hp_tokenizer *t, const char *text, size_t len, const uint8_t *mark,
+			 int32_t **ids, uint8_t **marks, size_t *n, size_t *cap, struct hp_err *e);
+
+/*
+ * The first special added token (tokenizer.json's "special": true) whose
+ * match in text[0..len) starts at or after byte from, matched on the raw
+ * text leftmost-longest as encoding matches them: 1 with its bytes [*start,
+ * *end) and *id, or 0 when there is none.
+ */
+int hp_tok_find_special(const struct hp_tokenizer *t, const char *text, size_t len, size_t from,
+			size_t *start, size_t *end, int32_t *id);
+
+/*
  * Decode n ids into *out (hp_malloc'd, NUL-terminated, *out_len bytes not
  * counting the NUL) exactly as HF's decode(ids, skip_special_tokens=false):
  * each id's token (an added token's content, else the model's), then the
