@@ -208,6 +208,7 @@ bench: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/ckpt-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/actckpt-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/chat-bench.sh
 
 demo: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh examples/training_demo/run_parallel_offline.sh

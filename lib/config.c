@@ -612,6 +612,7 @@ static const char *const loss_aggs[] = { "token_weighted", "rank_average", NULL 
 static const char *const devices[] = { "cpu", "cuda", "auto", NULL };
 static const char *const when_vals[] = { "cp", "ep", NULL };
 static const char *const data_types[] = { "plaintext", "conversation", NULL };
+static const char *const loss_tokens[] = { "assistant", "all", NULL };
 static const char *const samplers[] = { "single", "cyclic", NULL };
 static const char *const lr_styles[] = { "constant", "linear", "cosine", NULL };
 static const char *const consolidated[] = { "none", "final", "every", NULL };
@@ -772,6 +773,9 @@ static const struct key tokenizer_keys[] = {
 };
 static const struct key assets_keys[] = {
 	{ .name = "tokenizer", .type = T_MAP, .sub = tokenizer_keys },
+	/* conversations: auto (the model's own), chatml, or a .jinja file */
+	{ .name = "chat_template", .type = T_STR_NULL, .pname = "dataset.chat_template",
+	  CF(dataset.chat_template), .sdef = "auto" },
 	{ NULL },
 };
 static const struct key transform_keys[] = {
@@ -781,6 +785,14 @@ static const struct key transform_keys[] = {
 	  CF(dataset.text_keys), CN(dataset.ntext_keys), .sdef = "text" },
 	{ .name = "max_seq_len", .type = T_INT, .pname = "dataset.max_seq_len",
 	  CF(dataset.max_seq_len), MIN(0) },
+	/* conversations: the message keys (ShareGPT: from, value) */
+	{ .name = "role_key", .type = T_STR, .pname = "dataset.role_key", CF(dataset.role_key),
+	  .sdef = "role" },
+	{ .name = "content_key", .type = T_STR, .pname = "dataset.content_key", CF(dataset.content_key),
+	  .sdef = "content" },
+	/* hp's own: which tokens of a conversation have a loss */
+	{ .name = "loss_tokens", .type = T_ENUM, .pname = "dataset.loss_tokens", CF(dataset.loss_tokens),
+	  .vals = loss_tokens },
 	{ NULL },
 };
 static const struct key dataconf_keys[] = {
@@ -1654,6 +1666,59 @@ static int finish(struct walk *w, const struct node *root)
 	if (!c->dataset.split &&
 	    !(c->dataset.split = hp_strdup(c->dataset.nvalid_data_path ? "100,0,0" : "98,1,1")))
 		return nomem(w->e, w->file);
+	if (c->dataset.target) {
+		/* conversation keys without conversations to read would be ignored */
+		const struct node *dt = node_map(dm, "data_transform");
+		const struct node *ct = node_get(node_map(dm, "model_assets"), "chat_template");
+		static const char *const conv_keys[] = { "role_key", "content_key", "loss_tokens" };
+		int conv = c->dataset.data_type && !strcmp(c->dataset.data_type, "conversation");
+		int online = c->dataset.kind != HP_DATASET_INDEXED;
+
+		/* a default value is what it would be anyway (a plan.json carries them all) */
+		int set[3] = { strcmp(c->dataset.role_key, "role") != 0, strcmp(c->dataset.content_key, "content") != 0,
+			       c->dataset.loss_tokens != HP_LOSS_TOKENS_ASSISTANT };
+
+		for (size_t i = 0; i < 3; i++)
+			if (set[i] && node_get(dt, conv_keys[i]) && (!conv || !online)) {
+				path_push(w, "$.dataset.data_transform.%s", conv_keys[i]);
+				return werr(w, node_get(dt, conv_keys[i]), "%s", !online ?
+					    "for online conversations; an indexed dataset's mask was made by "
+					    "hp-data build --chat-template" : "only with data_type: conversation");
+			}
+		if (ct && c->dataset.chat_template && strcmp(c->dataset.chat_template, "auto") && (!conv || !online)) {
+			path_push(w, "$.dataset.model_assets.chat_template");
+			return werr(w, ct, "%s", !online ? "for online conversations; an indexed dataset was "
+				    "rendered by hp-data build --chat-template" : "only with data_type: conversation");
+		}
+	}
+	if (c->dataset.data_type && !strcmp(c->dataset.data_type, "conversation") &&
+	    c->dataset.kind != HP_DATASET_INDEXED) {
+		const struct node *dt = node_map(dm, "data_transform");
+		const struct node *ct = node_get(node_map(dm, "model_assets"), "chat_template");
+		const char *t = c->dataset.chat_template;
+
+		/* a conversation's messages are under "messages" unless named */
+		if (!node_get(dt, "text_keys") && c->dataset.ntext_keys == 1 &&
+		    !strcmp(c->dataset.text_keys[0], "text")) {
+			hp_free(c->dataset.text_keys[0]);
+			if (!(c->dataset.text_keys[0] = hp_strdup("messages")))
+				return nomem(w->e, w->file);
+		}
+		if (c->dataset.ntext_keys != 1) {
+			path_push(w, "$.dataset.data_transform.text_keys");
+			return werr(w, node_get(dt, "text_keys"), "conversations have one list of messages: "
+				    "name one key, got %d", c->dataset.ntext_keys);
+		}
+		/* a template file is found beside the YAML, like the data */
+		if (ct && t && (strchr(t, '/') || (strlen(t) > 6 && !strcmp(t + strlen(t) - 6, ".jinja")))) {
+			char *r = resolve_path(w, ct, t);
+
+			if (!r)
+				return nomem(w->e, w->file);
+			hp_free(c->dataset.chat_template);
+			c->dataset.chat_template = r;
+		}
+	}
 	if (c->accelerator.pp_size != 1) {
 		path_push(w, "$.accelerator.pp_size");
 		return werr(w, node_get(node_map(root, "accelerator"), "pp_size"),

@@ -38,6 +38,11 @@ enum hp_dataset_kind {
 	HP_DATASET_ONLINE_MAPPING,      /* ...build_online_text_mapping_dataset */
 };
 
+enum hp_loss_tokens {
+	HP_LOSS_TOKENS_ASSISTANT = 0,   /* conversations: the assistant's replies */
+	HP_LOSS_TOKENS_ALL,             /* every token */
+};
+
 enum hp_lr_style {
 	HP_LR_CONSTANT = 0,
 	HP_LR_LINEAR,
@@ -124,8 +129,11 @@ struct hp_config {
 		char **valid_data_path; int nvalid_data_path;   /* hp's own: the validation data */
 		char *tokenizer_path;               /* model_assets.tokenizer.pretrained_model_name_or_path */
 		char *data_type;                    /* data_transform.data_type: plaintext|conversation */
-		char **text_keys; int ntext_keys;
+		char **text_keys; int ntext_keys;   /* conversation: the messages ("messages") */
 		long max_seq_len;
+		char *chat_template;                /* model_assets.chat_template: "auto" */
+		char *role_key, *content_key;       /* data_transform: "role", "content" */
+		int loss_tokens;                    /* hp's own: HP_LOSS_TOKENS_* */
 		long seq_length;                    /* data_config.seq_length (required for offline) */
 		char *split;                        /* "98,1,1"; "100,0,0" with valid_data_path */
 		int is_dataset_from_mr;             /* 0 */

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "chat.h"
 #include "comm.h"
 #include "fileio.h"
 #include "hpdata.h"
@@ -259,9 +260,14 @@ struct run {
 	uint64_t total;               /* bytes of all inputs */
 	int rank, size;
 
-	/* ids of the record at hand */
+	/* ids of the record at hand, and with chat their marks (room for cap) */
 	int32_t *ids;
 	size_t nids, cap;
+	struct hp_chat *chat;
+	uint8_t *marks;
+	struct hp_indexed_writer *mw; /* build, rank 0: PREFIX.mask */
+	int32_t *mtmp;                /* the marks as ids for the writer */
+	size_t mtmp_cap;
 
 	/* where ids go */
 	int (*sink)(struct run *r, const int32_t *ids, size_t n, struct hp_err *e);
@@ -357,17 +363,25 @@ static int line_ids(struct run *r, const struct input *in, const char *s, size_t
 			goto out;
 		}
 		v = json_object_get(root, r->key);
-		if (!v) {
+		if (r->chat) {
+			/* chat.h checks the conversation and names what is wrong */
+		} else if (!v) {
 			rc = hp_err_set(e, HP_EFORMAT, "no key \"%s\" (see --text-key)", r->key);
 			goto out;
-		}
-		if (!json_is_string(v)) {
+		} else if (!json_is_string(v)) {
 			rc = hp_err_set(e, HP_EFORMAT, "\"%s\" is %s, not a string", r->key,
 					json_type_name(v));
 			goto out;
 		}
 		text = json_string_value(v);
 		tlen = json_string_length(v);
+	}
+	if (r->chat) {
+		r->nids = 0;
+		rc = hp_chat_encode(r->chat, root, 0, &r->ids, &r->marks, &r->nids, &r->cap, NULL, NULL, e);
+		if (!rc)
+			rc = 1;
+		goto out;
 	}
 	r->nids = 0;
 	rc = hp_tok_encode(r->tok, text, tlen, &r->ids, &r->nids, &r->cap, e);
@@ -466,8 +480,8 @@ static size_t put_u32(char *p, uint32_t v)
 
 static int sink_json(struct run *r, const int32_t *ids, size_t n, struct hp_err *e)
 {
-	/* 10 digits and a comma per id, and the braces around them. */
-	size_t need = 11 * n + 16, k = 0;
+	/* 10 digits and a comma per id (twice with labels), and the braces. */
+	size_t need = 22 * n + 32, k = 0;
 
 	if (need > r->line_cap) {
 		char *p = hp_realloc(r->line, need);
@@ -484,6 +498,21 @@ static int sink_json(struct run *r, const int32_t *ids, size_t n, struct hp_err 
 			r->line[k++] = ',';
 		k += put_u32(r->line + k, (uint32_t)ids[i]);
 	}
+	if (r->chat) {
+		/* labels: the id where it is a target, else -100 */
+		memcpy(r->line + k, "],\"labels\":[", 12);
+		k += 12;
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				r->line[k++] = ',';
+			if (r->marks[i]) {
+				k += put_u32(r->line + k, (uint32_t)ids[i]);
+			} else {
+				memcpy(r->line + k, "-100", 4);
+				k += 4;
+			}
+		}
+	}
 	memcpy(r->line + k, "]}\n", 3);
 	k += 3;
 	if (fwrite(r->line, 1, k, r->out) != k)
@@ -496,6 +525,21 @@ static int add_sequence(struct run *r, const int32_t *ids, size_t n, struct hp_e
 {
 	int rc = hp_indexed_writer_add(r->w, ids, n, e);
 
+	if (!rc && r->mw) {
+		if (n > r->mtmp_cap) {
+			int32_t *p = hp_realloc(r->mtmp, n * sizeof(*p));
+
+			if (!p)
+				return hp_err_set(e, HP_ENOMEM, "out of memory for a record's marks");
+			r->mtmp = p;
+			r->mtmp_cap = n;
+		}
+		for (size_t i = 0; i < n; i++)
+			r->mtmp[i] = r->marks[i];
+		rc = hp_indexed_writer_add(r->mw, r->mtmp, n, e);
+		if (!rc)
+			rc = hp_indexed_writer_end_document(r->mw, e);
+	}
 	if (!rc)
 		rc = hp_indexed_writer_end_document(r->w, e);
 	if (!rc) {
@@ -543,6 +587,8 @@ static int sink_part(struct run *r, const int32_t *ids, size_t n, struct hp_err 
 	rc = part_put(&r->part, &n32, sizeof(n32), e);
 	if (!rc)
 		rc = part_put(&r->part, ids, n * sizeof(*ids), e);
+	if (!rc && r->chat)
+		rc = part_put(&r->part, r->marks, n, e);
 	r->st.tokens += n;
 	return rc;
 }
@@ -567,6 +613,20 @@ static int setup_tokenizer(struct run *r, struct hp_err *e)
 		rc = e->code = HP_ECONFIG;
 	if (rc)
 		return rc;
+	if (r->o->chat_template) {
+		struct hp_chat_opts co = {
+			.template_spec = r->o->chat_template, .tokenizer_path = r->o->tokenizer,
+			.messages_key = r->o->text_key, .role_key = r->o->role_key,
+			.content_key = r->o->content_key, .all_tokens = r->o->all_tokens,
+		};
+
+		if (r->o->append_eod || r->o->pack_to_seq_len)
+			return hp_err_set(e, HP_ECONFIG, "%s with a chat template: the template ends each "
+					  "conversation, and hp-train packs conversations whole",
+					  r->o->append_eod ? "--append-eod" : "--pack-to-seq-len");
+		if ((rc = hp_chat_open(&r->chat, &co, r->tok, e)))
+			return rc;
+	}
 	r->eod = -1;
 	if (r->o->append_eod) {
 		r->eod = hp_tok_eod_id(r->tok);
@@ -584,7 +644,7 @@ static int setup_inputs(struct run *r, int stat_them, struct hp_err *e)
 {
 	const struct hp_data_opts *o = r->o;
 
-	r->key = o->text_key ? o->text_key : "text";
+	r->key = o->text_key ? o->text_key : o->chat_template ? "messages" : "text";
 	r->nin = o->ninputs;
 	r->in = hp_calloc((size_t)(o->ninputs ? o->ninputs : 1), sizeof(*r->in));
 	if (!r->in)
@@ -597,6 +657,9 @@ static int setup_inputs(struct run *r, int stat_them, struct hp_err *e)
 		in->name = strcmp(in->path, "-") ? in->path : "<stdin>";
 		in->jsonl = o->format == HP_DATA_AUTO ? is_jsonl_name(in->path) :
 			    o->format == HP_DATA_JSONL;
+		if (o->chat_template && !in->jsonl)
+			return hp_err_set(e, HP_EFORMAT, "'%s': conversations are read from JSONL, one a line "
+					  "(--format jsonl, or a .jsonl name)", in->name);
 		if (!stat_them || !strcmp(in->path, "-"))
 			continue;
 		if (stat(in->path, &sb) < 0)
@@ -611,6 +674,10 @@ static int setup_inputs(struct run *r, int stat_them, struct hp_err *e)
 
 static void run_release(struct run *r)
 {
+	hp_chat_free(r->chat);
+	hp_free(r->marks);
+	hp_free(r->mtmp);
+	hp_indexed_writer_abort(r->mw);
 	hp_tok_free(r->tok);
 	hp_free(r->in);
 	hp_free(r->ids);
@@ -746,15 +813,21 @@ static int append_part(struct run *r, const char *path, struct hp_err *e)
 			break;
 		if (n > r->cap) {
 			int32_t *p = hp_realloc(r->ids, (size_t)n * sizeof(*p));
+			uint8_t *m = r->chat ? hp_realloc(r->marks, n) : NULL;
 
-			if (!p) {
+			if (p)
+				r->ids = p;
+			if (m)
+				r->marks = m;
+			if (!p || (r->chat && !m)) {
 				rc = hp_err_set(e, HP_ENOMEM, "out of memory for a record of %u ids", n);
 				break;
 			}
-			r->ids = p;
 			r->cap = n;
 		}
 		if ((rc = rd_exact(&d, r->ids, (size_t)n * sizeof(*r->ids), e)))
+			break;
+		if (r->chat && (rc = rd_exact(&d, r->marks, n, e)))
 			break;
 		r->st.records++;
 		if ((rc = r->sink(r, r->ids, n, e)))
@@ -762,6 +835,31 @@ static int append_part(struct run *r, const char *path, struct hp_err *e)
 	}
 	rd_close(&d);
 	return rc;
+}
+
+static char *mask_prefix(const char *prefix)
+{
+	size_t n = strlen(prefix) + 6;
+	char *s = hp_malloc(n);
+
+	if (s)
+		snprintf(s, n, "%s.mask", prefix);
+	return s;
+}
+
+/* PREFIX.mask.{bin,idx}, if there: a mask must not outlive its ids. */
+static void remove_mask(const char *prefix)
+{
+	size_t n = strlen(prefix) + 16;
+	char *s = hp_malloc(n);
+
+	if (!s)
+		return;
+	snprintf(s, n, "%s.mask.idx", prefix);
+	unlink(s);
+	snprintf(s, n, "%s.mask.bin", prefix);
+	unlink(s);
+	hp_free(s);
 }
 
 static char *part_name(const char *prefix, int rank, long pid)
@@ -833,6 +931,12 @@ int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_dat
 	/* Phase 3: the outputs: the dataset on rank 0, a part file elsewhere. */
 	if (!rc && r.rank == 0) {
 		rc = hp_indexed_writer_open(&r.w, o->prefix, hp_tok_vocab_size(r.tok), e);
+		if (!rc && r.chat) {
+			char *mp = mask_prefix(o->prefix);
+
+			rc = mp ? hp_indexed_writer_open(&r.mw, mp, 2, e) : hp_err_set(e, HP_ENOMEM, "out of memory");
+			hp_free(mp);
+		}
 		r.sink = sink_dataset;
 		if (!rc && o->pack_to_seq_len) {
 			r.packlen = (size_t)o->pack_to_seq_len + 1;
@@ -884,10 +988,19 @@ int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_dat
 			hp_free(path);
 		}
 		r.st.dropped = r.npack;
+		/* the mask first: ids that land are never without theirs */
+		if (!rc && r.mw) {
+			rc = hp_indexed_writer_finish(r.mw, e);
+			r.mw = NULL;
+		}
 		if (!rc) {
 			rc = hp_indexed_writer_finish(r.w, e);
 			r.w = NULL;
+			if (rc && r.chat)
+				remove_mask(o->prefix);
 		}
+		if (!rc && !r.chat)
+			remove_mask(o->prefix);
 		r.st.bytes = r.size > 1 ? r.total : r.done;
 		r.st.seconds = MPI_Wtime() - t0;
 		if (!rc)

@@ -28,6 +28,18 @@
  * Nothing named PREFIX.bin or PREFIX.idx is created unless the whole run
  * succeeds, and temporaries are removed on every path.
  *
+ * Conversations (chat_template set): every record is a JSON object holding
+ * a conversation, rendered and encoded as chat.h says, with the marks of
+ * its target tokens.  encode writes {"ids": [...], "labels": [...]} per
+ * conversation, labels -100 where there is no loss (transformers' labels:
+ * aligned with ids, shifted by the model).  build writes the ids as
+ * PREFIX.bin/.idx, one sequence and document per conversation, and the
+ * marks as the indexed dataset PREFIX.mask (uint8, 1 = target, the same
+ * sequence lengths), which hp-train finds beside PREFIX; append_eod and
+ * packing are refused (hp-train packs conversations whole).  A build
+ * without chat_template removes a PREFIX.mask left by an earlier one, so a
+ * mask never outlives its ids.
+ *
  * Not here: shuffling, splitting into train/validation sets, sentence
  * splitting, Megatron's --split-sentences, or reading compressed input.
  * encode does not run in parallel (rank 0 does all of it).
@@ -69,6 +81,13 @@ struct hp_data_opts {
 	const char *prefix;          /* PREFIX of PREFIX.bin / PREFIX.idx */
 	int append_eod;              /* append hp_tok_eod_id to every record */
 	int64_t pack_to_seq_len;     /* > 0: records of exactly this + 1 ids */
+	/* conversations (chat.h): each JSONL record a conversation under
+	 * text_key (NULL: "messages") rendered with this template ("auto",
+	 * "chatml" or a .jinja file); NULL: text records */
+	const char *chat_template;
+	const char *role_key;        /* NULL: "role" */
+	const char *content_key;     /* NULL: "content" */
+	int all_tokens;              /* every token a target */
 	/* optional, called on rank 0 only */
 	hp_data_progress_fn *progress;
 	void *progress_arg;

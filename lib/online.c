@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "chat.h"
+#include "indexed.h"
 #include "online.h"
 #include "tokenizer.h"
 #include "utf8.h"
@@ -52,6 +54,16 @@ struct hp_online {
 	uint64_t epoch, k, off;
 	int32_t *toks;       /* the current document's tokens, EOD appended */
 	size_t ntoks, captoks;
+	/* conversations: toks' marks (room for captoks), the template */
+	uint8_t *marks;
+	struct hp_chat *chat;
+	int all_tokens;
+	uint64_t no_target, truncated;
+	/* the indexed source: ids and marks, a scratch for the marks */
+	int indexed;
+	struct hp_indexed idx, midx;
+	int32_t *mtmp;
+	size_t capmtmp;
 	int have_doc;
 	char *text;          /* scratch for JSONL text */
 	size_t captext;
@@ -229,6 +241,33 @@ static int doc_text(struct hp_online *o, const struct doc *d, const char **text,
 	return 0;
 }
 
+/*
+ * Conversation d parsed into *root (NULL: only checked) and checked by
+ * chat.h; *keep is 0 when it has nothing to learn from (no assistant
+ * message, unless every token is a target).  Errors name file and line.
+ */
+static int doc_conv(struct hp_online *o, const struct doc *d, json_t **root, int *keep,
+		    struct hp_err *e)
+{
+	const struct src_file *f = &o->files[d->file];
+	json_error_t jerr;
+	json_t *j = json_loadb(f->map + d->off, d->len, JSON_REJECT_DUPLICATES, &jerr);
+	int assistants = 0, rc;
+
+	if (!j)
+		return hp_err_set(e, HP_EFORMAT, "'%s' line %u: invalid JSON: %s", f->path, d->line, jerr.text);
+	if ((rc = hp_chat_check(o->chat, j, &assistants, e))) {
+		json_decref(j);
+		return hp_err_prefix(e, "'%s' line %u", f->path, d->line);
+	}
+	*keep = assistants > 0 || o->all_tokens;
+	if (root)
+		*root = j;
+	else
+		json_decref(j);
+	return 0;
+}
+
 /* ---- scanning ---- */
 
 static int is_blank(const char *s, size_t n)
@@ -267,7 +306,21 @@ static int scan_file(struct hp_online *o, uint32_t fi, int skip_invalid, struct 
 		if (len > UINT32_MAX)
 			return hp_err_set(e, HP_EFORMAT, "'%s' line %u: line longer than 4 GiB", f->path, line);
 		d.len = (uint32_t)len;
-		if ((rc = doc_text(o, &d, &text, &tlen, e))) {
+		if (o->chat) {
+			int keep = 0;
+
+			if ((rc = doc_conv(o, &d, NULL, &keep, e))) {
+				if (rc == HP_EFORMAT && skip_invalid) {
+					o->invalid++;
+					continue;
+				}
+				return rc;
+			}
+			if (!keep) {
+				o->no_target++;
+				continue;
+			}
+		} else if ((rc = doc_text(o, &d, &text, &tlen, e))) {
 			if (rc == HP_EFORMAT && skip_invalid) {
 				o->invalid++;
 				continue;
@@ -296,6 +349,66 @@ static void make_order(struct hp_online *o)
 	hp_order(o->order, o->ndocs, o->seed, o->epoch, o->shuffle);
 }
 
+static int grow_toks(struct hp_online *o, size_t need)
+{
+	if (need <= o->captoks)
+		return 0;
+	int32_t *n = hp_realloc(o->toks, need * sizeof(int32_t));
+	if (!n)
+		return -1;
+	o->toks = n;
+	if (o->chat || o->indexed) {
+		uint8_t *m = hp_realloc(o->marks, need);
+		if (!m)
+			return -1;
+		o->marks = m;
+	}
+	o->captoks = need;
+	return 0;
+}
+
+/* Conversation d rendered and encoded into o->toks and o->marks. */
+static int load_conv(struct hp_online *o, const struct doc *d, struct hp_err *e)
+{
+	const struct src_file *f = &o->files[d->file];
+	json_t *root = NULL;
+	int keep, rc;
+
+	o->ntoks = 0;
+	if ((rc = doc_conv(o, d, &root, &keep, e)))
+		return rc;
+	rc = hp_chat_encode(o->chat, root, 0, &o->toks, &o->marks, &o->ntoks, &o->captoks, NULL, NULL, e);
+	json_decref(root);
+	if (rc)
+		return hp_err_prefix(e, "'%s' line %u", f->path, d->line);
+	return 0;
+}
+
+/* Sequence d->off of the indexed source with its marks. */
+static int load_indexed(struct hp_online *o, const struct doc *d, struct hp_err *e)
+{
+	uint64_t i = d->off;
+	size_t n = (size_t)hp_indexed_seq_len(&o->idx, i);
+	long got;
+
+	if (grow_toks(o, n + 1))
+		return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", o->idx.bin_path);
+	if (n > o->capmtmp) {
+		int32_t *m = hp_realloc(o->mtmp, n * sizeof(int32_t));
+		if (!m)
+			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", o->midx.bin_path);
+		o->mtmp = m;
+		o->capmtmp = n;
+	}
+	if ((got = hp_indexed_read(&o->idx, i, o->toks, o->captoks, e)) < 0 ||
+	    hp_indexed_read(&o->midx, i, o->mtmp, o->capmtmp, e) < 0)
+		return got < 0 ? (int)got : e->code;
+	for (size_t k = 0; k < n; k++)
+		o->marks[k] = o->mtmp[k] != 0;
+	o->ntoks = n;
+	return 0;
+}
+
 /* Tokenize the document at o->k of the current order into o->toks. */
 static int load_doc(struct hp_online *o, struct hp_err *e)
 {
@@ -304,6 +417,28 @@ static int load_doc(struct hp_online *o, struct hp_err *e)
 	size_t len;
 	int rc;
 
+	if (o->chat || o->indexed) {
+		size_t any = 0;
+
+		if ((rc = o->chat ? load_conv(o, d, e) : load_indexed(o, d, e)))
+			return rc;
+		/* a conversation is never split: cut to one row */
+		if (o->ntoks > (size_t)o->T + 1) {
+			o->ntoks = (size_t)o->T + 1;
+			if (!o->off)
+				o->truncated++;
+		}
+		for (size_t k = 1; k < o->ntoks && !any; k++)
+			any = o->marks[k];
+		if (!any) {
+			/* nothing to learn from: served as empty (skipped) */
+			if (!o->off)
+				o->no_target++;
+			o->ntoks = o->ntoks ? 1 : 0;
+		}
+		o->have_doc = 1;
+		return 0;
+	}
 	if ((rc = doc_text(o, d, &text, &len, e)))
 		return rc;
 	o->ntoks = 0;
@@ -335,6 +470,49 @@ static int advance(struct hp_online *o)
 
 /* ---- API ---- */
 
+/*
+ * The indexed source: PREFIX and PREFIX.mask, the same sequences; each
+ * sequence is one document (a conversation).  The padding id is the
+ * tokenizer's EOD when one is given, else 0.
+ */
+static int open_indexed(struct hp_online *o, const struct hp_online_opts *opts, struct hp_err *e)
+{
+	char mprefix[4096];
+	int rc;
+
+	snprintf(mprefix, sizeof(mprefix), "%s.mask", opts->indexed);
+	if ((rc = hp_indexed_open(&o->idx, opts->indexed, e)) || (rc = hp_indexed_open(&o->midx, mprefix, e)))
+		return rc;
+	if (o->midx.nseq != o->idx.nseq)
+		return hp_err_set(e, HP_EFORMAT, "'%s': %llu sequences, but '%s' has %llu: not its mask",
+				  o->midx.idx_path, (unsigned long long)o->midx.nseq, o->idx.idx_path,
+				  (unsigned long long)o->idx.nseq);
+	if (o->idx.nseq > UINT32_MAX)
+		return hp_err_set(e, HP_EUNSUP, "'%s': more than 2^32 sequences", o->idx.idx_path);
+	if (!(o->docs = hp_malloc((o->idx.nseq ? o->idx.nseq : 1) * sizeof(*o->docs))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for %llu sequences",
+				  (unsigned long long)o->idx.nseq);
+	for (uint64_t i = 0; i < o->idx.nseq; i++) {
+		int32_t n = hp_indexed_seq_len(&o->idx, i);
+
+		if (n != hp_indexed_seq_len(&o->midx, i))
+			return hp_err_set(e, HP_EFORMAT, "'%s': sequence %llu has %d marks for %d ids in '%s': "
+					  "not its mask", o->midx.idx_path, (unsigned long long)i,
+					  hp_indexed_seq_len(&o->midx, i), n, o->idx.idx_path);
+		o->docs[i] = (struct doc){ .off = i, .len = (uint32_t)n, .file = 0, .line = (uint32_t)(i + 1) };
+	}
+	o->ndocs = o->capdocs = o->idx.nseq;
+	o->indexed = 1;
+	o->eod = 0;
+	if (opts->tokenizer) {
+		if ((rc = hp_tok_load(&o->tok, opts->tokenizer, e)))
+			return rc;
+		if ((o->eod = hp_tok_eod_id(o->tok)) < 0)
+			o->eod = 0;
+	}
+	return 0;
+}
+
 void hp_online_free(struct hp_online *o)
 {
 	if (!o)
@@ -350,6 +528,11 @@ void hp_online_free(struct hp_online *o)
 		hp_free(o->keys[i]);
 	hp_free(o->keys);
 	hp_tok_free(o->tok);
+	hp_chat_free(o->chat);
+	hp_indexed_close(&o->idx);
+	hp_indexed_close(&o->midx);
+	hp_free(o->mtmp);
+	hp_free(o->marks);
 	hp_free(o->order);
 	hp_free(o->toks);
 	hp_free(o->text);
@@ -382,23 +565,48 @@ int hp_online_open(struct hp_online **out, const struct hp_online_opts *opts, st
 			rc = hp_err_set(e, HP_ENOMEM, "out of memory");
 			goto fail;
 		}
-	if ((rc = hp_tok_load(&o->tok, opts->tokenizer, e)))
-		goto fail;
-	if ((o->eod = hp_tok_eod_id(o->tok)) < 0) {
-		rc = hp_err_set(e, HP_ECONFIG, "'%s': the tokenizer has no end-of-document token "
-				"(eos_token in tokenizer_config.json)", opts->tokenizer);
-		goto fail;
+	if (opts->indexed) {
+		if ((rc = open_indexed(o, opts, e)))
+			goto fail;
+	} else {
+		if ((rc = hp_tok_load(&o->tok, opts->tokenizer, e)))
+			goto fail;
+		if ((o->eod = hp_tok_eod_id(o->tok)) < 0 && !opts->chat) {
+			rc = hp_err_set(e, HP_ECONFIG, "'%s': the tokenizer has no end-of-document token "
+					"(eos_token in tokenizer_config.json)", opts->tokenizer);
+			goto fail;
+		}
+		if (o->eod < 0)
+			o->eod = 0;   /* conversations: only the padding's input */
+		if (opts->chat) {
+			struct hp_chat_opts co = *opts->chat;
+
+			if (!co.tokenizer_path)
+				co.tokenizer_path = opts->tokenizer;
+			if ((rc = hp_chat_open(&o->chat, &co, o->tok, e)))
+				goto fail;
+			o->all_tokens = co.all_tokens;
+		}
+		for (int i = 0; i < opts->npaths && !rc; i++)
+			rc = add_path(o, opts->paths[i], e);
+		for (size_t i = 0; i < o->nfiles && !rc; i++) {
+			if (o->chat && !o->files[i].json)
+				rc = hp_err_set(e, HP_EFORMAT, "'%s': conversations are read from JSONL (.jsonl or "
+						".json), one conversation a line", o->files[i].path);
+			else
+				rc = scan_file(o, (uint32_t)i, opts->skip_invalid, e);
+		}
 	}
-	for (int i = 0; i < opts->npaths && !rc; i++)
-		rc = add_path(o, opts->paths[i], e);
-	for (size_t i = 0; i < o->nfiles && !rc; i++)
-		rc = scan_file(o, (uint32_t)i, opts->skip_invalid, e);
 	if (rc)
 		goto fail;
 	if (!o->ndocs) {
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': no documents (%llu empty and %llu invalid lines)",
-				opts->npaths ? opts->paths[0] : "", (unsigned long long)o->empty,
-				(unsigned long long)o->invalid);
+		rc = o->chat ? hp_err_set(e, HP_EFORMAT, "'%s': no conversations to learn from (%llu empty and "
+					  "%llu invalid lines, %llu without an assistant message)",
+					  opts->npaths ? opts->paths[0] : "", (unsigned long long)o->empty,
+					  (unsigned long long)o->invalid, (unsigned long long)o->no_target) :
+			hp_err_set(e, HP_EFORMAT, "'%s': no documents (%llu empty and %llu invalid lines)",
+				   opts->indexed ? opts->indexed : opts->npaths ? opts->paths[0] : "",
+				   (unsigned long long)o->empty, (unsigned long long)o->invalid);
 		goto fail;
 	}
 	o->alldocs = o->ndocs;
@@ -450,8 +658,10 @@ int hp_online_next(struct hp_online *o, int B, int32_t *inputs, int32_t *labels,
 				/* an empty text gives only the EOD: nothing to learn from */
 				advance(o);
 				if (++guard > 2 * o->ndocs)
-					return hp_err_set(e, HP_EFORMAT, "online data: no document has a token "
-							  "besides the end-of-document id");
+					return hp_err_set(e, HP_EFORMAT, o->chat || o->indexed ?
+							  "conversations: none has a target token within seq_length" :
+							  "online data: no document has a token besides the "
+							  "end-of-document id");
 				continue;
 			}
 			guard = 0;
@@ -463,6 +673,10 @@ int hp_online_next(struct hp_online *o, int B, int32_t *inputs, int32_t *labels,
 				lb[pos + i] = o->toks[o->off + i + 1];
 				sg[pos + i] = (int32_t)pos;
 			}
+			if (o->marks)
+				for (long i = 0; i < take; i++)
+					if (!o->marks[o->off + i + 1])
+						lb[pos + i] = -100;
 			pos += take;
 			o->off += take;
 			if ((long)o->off == (long)o->ntoks - 1)
@@ -484,9 +698,11 @@ void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s)
 	s->all_documents = o->alldocs;
 	s->empty_lines = o->empty;
 	s->invalid_lines = o->invalid;
-	s->files = o->nfiles;
-	s->vocab_size = hp_tok_vocab_size(o->tok);
+	s->files = o->indexed ? 1 : o->nfiles;
+	s->vocab_size = o->tok ? hp_tok_vocab_size(o->tok) : -1;
 	s->eod_id = o->eod;
+	s->no_target = o->no_target;
+	s->truncated = o->truncated;
 }
 
 void hp_online_cursor(const struct hp_online *o, uint64_t *epoch, uint64_t *doc, uint64_t *off)

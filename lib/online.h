@@ -31,6 +31,15 @@
  * opts.part only; a validation or test part may have none, and then open
  * gives *o = NULL and 0.
  *
+ * Conversations (opts.chat): a line is one conversation, rendered with the
+ * chat template and encoded with its marks (chat.h); no EOD is appended
+ * (the template closes the conversation).  Labels are -100 where the
+ * target token is not marked.  A conversation is never split: one longer
+ * than a row (seq_length + 1 tokens) is cut to its first seq_length + 1
+ * tokens, as transformers' truncation to max_length does, and counted;
+ * one with no marked token left is not served (counted).  The indexed
+ * source (opts.indexed) serves hp-data's conversations the same way.
+ *
  * Bad lines are found when the source is opened, before training starts:
  * invalid JSON, a missing or non-string text key, invalid UTF-8.  They are
  * an HP_EFORMAT error naming the file and line, or, with skip_invalid,
@@ -47,6 +56,8 @@
 #include "batch.h"
 #include "err.h"
 
+struct hp_chat_opts;
+
 struct hp_online_opts {
 	char *const *paths;         /* files or directories */
 	int npaths;
@@ -59,6 +70,13 @@ struct hp_online_opts {
 	int skip_invalid;
 	const struct hp_split *split;   /* NULL: every document */
 	int part;                       /* HP_SPLIT_*, with split */
+	/* conversations: each JSONL line rendered and marked by chat.h (its
+	 * messages under chat->messages_key; text_keys unused); NULL: text */
+	const struct hp_chat_opts *chat;
+	/* instead of paths: the conversations of an indexed dataset made by
+	 * hp-data build --chat-template, PREFIX with its PREFIX.mask; the
+	 * tokenizer is then optional (the padding id is its EOD, else 0) */
+	const char *indexed;
 };
 
 struct hp_online_stats {
@@ -68,8 +86,12 @@ struct hp_online_stats {
 	uint64_t empty_lines;       /* blank lines, not documents */
 	uint64_t invalid_lines;     /* skipped (skip_invalid) */
 	uint64_t files;
-	int64_t vocab_size;
+	int64_t vocab_size;         /* -1 without a tokenizer (indexed) */
 	int32_t eod_id;
+	/* conversations */
+	uint64_t no_target;         /* left out: no assistant message (scan) or
+				     * no target token left in the row (served) */
+	uint64_t truncated;         /* served cut to seq_length + 1 tokens */
 };
 
 struct hp_online;

@@ -15,9 +15,11 @@
 #include <errno.h>
 #include <math.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "chat.h"
 #include "batch.h"
 #include "ckpt.h"
 #include "config.h"
@@ -68,6 +70,7 @@ struct run {
 	struct hp_split split;          /* data_config.split */
 	struct hp_batch_docs docs;      /* indexed: eod_mask_loss, reset_* */
 	int has_docs;
+	int conv_indexed;               /* indexed conversations (PREFIX.mask) */
 	const char *eod_from;
 	/* [HP_SPLIT_VALID], [HP_SPLIT_TEST] with eval_iters: the evaluation
 	 * sources, of the training data's kind; NULL where a part is empty */
@@ -147,6 +150,11 @@ out:
 }
 
 static long seq_length(const struct hp_config *c);
+
+static int conversations(const struct hp_config *c)
+{
+	return c->dataset.data_type && !strcmp(c->dataset.data_type, "conversation");
+}
 
 /* Part p's documents (the first, the count) and all of its source's;
  * 0 when the part has no source (empty, or not opened). */
@@ -230,8 +238,19 @@ static void print_table(FILE *out, const struct run *r, long accum)
 			(unsigned long long)st.files, st.files == 1 ? "" : "s");
 		fprintf(out, "%-40s %llu\n", "data.empty_lines", (unsigned long long)st.empty_lines);
 		fprintf(out, "%-40s %llu\n", "data.skipped_invalid_lines", (unsigned long long)st.invalid_lines);
-		fprintf(out, "%-40s %d\n", "data.eod_id", st.eod_id);
-		fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
+		if (r->conv_indexed || conversations(&r->cfg)) {
+			fprintf(out, "%-40s %s\n", "data.conversations", r->conv_indexed ?
+				"hp-data's, with their loss mask (PREFIX.mask)" : c->dataset.loss_tokens ==
+				HP_LOSS_TOKENS_ALL ? "rendered by the chat template; loss on every token" :
+				"rendered by the chat template; loss on the assistant's replies");
+			fprintf(out, "%-40s %llu (no assistant message)\n", "data.conversations_without_target",
+				(unsigned long long)st.no_target);
+			fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask; "
+				"a conversation is never split (a longer one is cut to seq_length + 1 tokens)");
+		} else {
+			fprintf(out, "%-40s %d\n", "data.eod_id", st.eod_id);
+			fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
+		}
 	}
 	{
 		uint64_t d0, nd, all;
@@ -346,10 +365,6 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.checkpoint.save_train_state: false is not implemented: "
 				  "a checkpoint cannot resume without its step and data cursor, so hp always writes "
 				  "them", p);
-	if (c->dataset.kind != HP_DATASET_INDEXED && c->dataset.data_type &&
-	    strcmp(c->dataset.data_type, "plaintext"))
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_transform.data_type: '%s' is not "
-				  "implemented yet (plaintext is)", p, c->dataset.data_type);
 	if (c->dataset.kind != HP_DATASET_INDEXED &&
 	    (c->dataset.eod_mask_loss || c->dataset.reset_position_ids || c->dataset.reset_attention_mask ||
 	     c->dataset.eod_token_id >= 0))
@@ -745,6 +760,16 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 	struct hp_online **o = p == HP_SPLIT_TRAIN ? &r->online : &r->eonline[p];
 	int rc;
 
+	if (c->dataset.kind == HP_DATASET_INDEXED && r->conv_indexed) {
+		/* hp-data's conversations: packed as the online mode packs them */
+		struct hp_online_opts oo = {
+			.indexed = other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+			.tokenizer = c->dataset.tokenizer_path,
+			.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
+			.seed = (uint64_t)c->training.seed, .split = sp, .part = other ? HP_SPLIT_TRAIN : p,
+		};
+		return hp_online_open(o, &oo, e);
+	}
 	if (c->dataset.kind == HP_DATASET_INDEXED) {
 		/* valid_data_path: the whole file */
 		if ((rc = hp_batcher_open_split(b, other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
@@ -759,6 +784,13 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 			hp_batcher_set_docs(*b, &r->docs);
 		return 0;
 	}
+	struct hp_chat_opts co = {
+		.template_spec = c->dataset.chat_template,
+		.tokenizer_path = c->dataset.tokenizer_path ? c->dataset.tokenizer_path : c->model.path,
+		.messages_key = c->dataset.text_keys[0], .role_key = c->dataset.role_key,
+		.content_key = c->dataset.content_key,
+		.all_tokens = c->dataset.loss_tokens == HP_LOSS_TOKENS_ALL,
+	};
 	struct hp_online_opts oo = {
 		.paths = other ? c->dataset.valid_data_path : c->dataset.data_path,
 		.npaths = other ? c->dataset.nvalid_data_path : c->dataset.ndata_path,
@@ -767,6 +799,7 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 		.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
 		.seed = (uint64_t)c->training.seed, .skip_invalid = c->dataset.skip_invalid_lines,
 		.split = sp, .part = p,
+		.chat = conversations(c) ? &co : NULL,
 	};
 	return hp_online_open(o, &oo, e);
 }
@@ -812,6 +845,44 @@ static int eod_id(const struct run *r, int32_t *eod, const char **from, struct h
 	return 0;
 }
 
+/*
+ * An indexed dataset with PREFIX.mask beside it holds conversations from
+ * hp-data build --chat-template: served packed, with their masks, never
+ * cut into windows.  data_type conversation asks for that mask; the
+ * settings of window cutting do not apply to it.
+ */
+static int find_mask(struct run *r, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	char path[4200];
+	struct stat st;
+
+	if (c->dataset.kind != HP_DATASET_INDEXED)
+		return 0;
+	snprintf(path, sizeof(path), "%s.mask.idx", c->dataset.data_path[0]);
+	r->conv_indexed = !stat(path, &st);
+	if (!r->conv_indexed && conversations(c))
+		return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.data_transform.data_type: conversation, but "
+				  "'%s' has no loss mask ('%s'): build it with hp-data build --chat-template", c->path,
+				  c->dataset.data_path[0], path);
+	if (r->conv_indexed && c->dataset.nvalid_data_path) {
+		snprintf(path, sizeof(path), "%s.mask.idx", c->dataset.valid_data_path[0]);
+		if (stat(path, &st))
+			return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.valid_data_path: '%s' has no loss mask "
+					  "('%s') but data_path has: both must be conversations", c->path,
+					  c->dataset.valid_data_path[0], path);
+	}
+	if (r->conv_indexed && (c->dataset.is_dataset_from_mr || c->dataset.eod_mask_loss ||
+				c->dataset.reset_position_ids))
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.%s: '%s' holds conversations "
+				  "(it has a loss mask), which hp packs apart, each with its own positions and "
+				  "attention, and never cuts", c->path,
+				  c->dataset.is_dataset_from_mr ? "is_dataset_from_mr" :
+				  c->dataset.eod_mask_loss ? "eod_mask_loss" : "reset_position_ids",
+				  c->dataset.data_path[0]);
+	return 0;
+}
+
 /* The training part, and with eval_iters the validation part (which must
  * have rows) and the test part. */
 static int open_data(struct run *r, struct hp_err *e)
@@ -821,6 +892,8 @@ static int open_data(struct run *r, struct hp_err *e)
 	int rc;
 
 	if ((rc = hp_split_parse(&r->split, c->dataset.split, e)))
+		return rc;
+	if ((rc = find_mask(r, e)))
 		return rc;
 	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids) {
 		r->docs.mask_loss = c->dataset.eod_mask_loss;
@@ -1120,6 +1193,15 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		if (bad)
 			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
 					  r->rank == 0 ? r->verify.first : "see rank 0's table");
+	}
+	if (r->online && talk) {
+		struct hp_online_stats st;
+
+		hp_online_stats(r->online, &st);
+		if (r->conv_indexed || conversations(&r->cfg))
+			fprintf(out, "data: %llu conversations served cut to seq_length + 1 tokens, %llu without a "
+				"target token left out\n", (unsigned long long)st.truncated,
+				(unsigned long long)st.no_target);
 	}
 	if (!r->gm) {
 		/* activations: each rank's arena against the plan's estimate for it */

@@ -169,11 +169,18 @@ test_expect_success MANDOC_MPI 'the EXAMPLES of hp-data(1) run as written, from 
 	mkdir top && cd top &&
 	ln -s "$HP_SRC_DIR/examples" examples && ln -s "$DATA" data &&
 	run_examples hp-data.1 &&
-	test $(wc -l <cmds) = 6 &&
+	test $(wc -l <cmds) = 9 &&
 	e=$(example_at "hp-data encode --tokenizer data/stories260K/hf *") &&
 	test $(wc -l <$e.out) = $(wc -l <examples/data/stories.jsonl) &&
 	jq -e "(keys == [\"ids\"]) and (.ids | length > 0)" $e.out >/dev/null &&
-	e=$(example_at "hp-data encode --tokenizer data/tokenizers/qwen3 *") &&
+	e=$(example_at "hp-data encode --tokenizer data/tokenizers/qwen3 --chat-template auto *") &&
+	test $(wc -l <$e.out) = 2 &&
+	jq -e "(keys == [\"ids\", \"labels\"]) and (.ids | length) == (.labels | length) and
+		(.labels | map(select(. != -100)) | length > 0)" $e.out >/dev/null &&
+	test -s chat.mask.bin && hp-test-tool dumpidx chat.mask | grep -x "sequences 2" &&
+	e=$(example_at "* --role-key from *") &&
+	test $(wc -l <$e.out) = 2 && jq -e ".labels[-2] == 151645" $e.out >/dev/null &&
+	e=$(example_at "hp-data encode --tokenizer data/tokenizers/qwen3 examples/data/notes.txt *") &&
 	test $(wc -l <$e.out) = $(wc -l <examples/data/notes.txt) &&
 	! grep -v -x "[0-9][0-9]*" $e.out &&
 	e=$(example_at "* --text-key title *") &&

@@ -76,10 +76,4 @@ test_expect_success 'a missing text key is an error naming it' '
 	grep -q "text key .text. is missing" err
 '
 
-test_expect_success 'conversation data is refused as not implemented' '
-	online_config conv.yaml stories.jsonl 64 1 &&
-	test_must_fail_with 4 hp-train -q conv.yaml --dataset.data_transform.data_type=conversation 2>err &&
-	grep -q "conversation" err
-'
-
 test_done

@@ -6,39 +6,6 @@ test_description='hp-train under mpiexec: tensor, sequence, context and expert p
 A=--accelerator
 F=--fsdp_config
 
-# same_losses A B: every step's loss within 1e-5 relative
-same_losses () {
-	test $(wc -l <"$1") = $(wc -l <"$2") &&
-	paste "$1" "$2" | awk -F'\t' '{
-		split($1, a, "\"loss\": "); split(a[2], x, ","); split($2, b, "\"loss\": "); split(b[2], y, ",")
-		d = (x[1] - y[1]) / y[1]; if (d < 0) d = -d
-		if (d > m) m = d
-		if (d > 1e-5) { printf "step %d: %s vs %s\n", NR, x[1], y[1]; bad = 1 } }
-		END { printf "# %d steps, largest relative loss difference %.2g\n", NR, m; exit bad }'
-}
-
-# single NAME CONFIG: the one-process run every layout is held to
-single () {
-	hp-train -q "$2" --metrics "s-$1.jsonl" --dump-grads "sg-$1.safetensors" --dump-params "sp-$1.safetensors"
-}
-
-# layout NAME CONFIG N OVERRIDES...: train under mpiexec -n N; the losses
-# of every step, step 1's gradients and the final weights equal the
-# one-process run's within 1e-5 (relative L2 for tensors; the weights
-# within $PTOL when set), and every rank moved exactly what the plan estimates
-layout () {
-	name=$1 cfg=$2 n=$3; shift 3
-	echo "# $name on $n ranks: $*"
-	mpiexec -n $n hp-train "$cfg" "$@" --metrics p.jsonl --dump-grads pg.safetensors \
-		--dump-params pp.safetensors >out &&
-	grep -q "^comm: every rank's bytes per collective and mesh dim equal the plan's estimate" out &&
-	same_losses p.jsonl "s-$name.jsonl" &&
-	hp-test-tool cmpst --max-rel-l2 1e-5 "sg-$name.safetensors" pg.safetensors >cmp &&
-	! grep -q FAIL cmp &&
-	hp-test-tool cmpst --max-rel-l2 ${PTOL:-1e-5} "sp-$name.safetensors" pp.safetensors >cmp &&
-	! grep -q FAIL cmp
-}
-
 test_expect_success MPI 'setup: TinyStories records and a 10-step config per model' '
 	make_tinystories ts 64 &&
 	for m in stories260K/hf ref/qwen3-dense ref/qwen3-moe-a ref/qwen3-moe-b; do

@@ -20,7 +20,8 @@ test_description='every config key is honored or refused: the audit walks the sc
 # A row is KEY | CLASS | BASE | BASE ARGS | ARGS: BASE is a config made
 # below (hf: stories260K on records, st: on a token stream of documents
 # ending in EOD, fc: a random init from config.json, on: online JSONL, moe:
-# the Qwen3-MoE fixture), a trailing 2 runs it on two ranks (the class is
+# the Qwen3-MoE fixture, cv: online conversations whose messages have a
+# second role and content under from and value), a trailing 2 runs it on two ranks (the class is
 # then checked at world size 2), and the run is BASE with BASE ARGS, then
 # also with ARGS.  The runs are 2 steps.
 
@@ -90,7 +91,13 @@ dataset.data_path | computes | hf | | --dataset.data_path=$PWD/ts2
 dataset.valid_data_path | writes | hf | --training.eval_iters=1 | --dataset.valid_data_path=$PWD/ts2 --dataset.data_config.split=99,0,1
 dataset.model_assets.tokenizer.pretrained_model_name_or_path | computes | on | | --dataset.model_assets.tokenizer.pretrained_model_name_or_path=$PWD/tok
 dataset.model_assets.tokenizer.eod_token_id | computes | st | --dataset.data_config.eod_mask_loss=true | --dataset.model_assets.tokenizer.eod_token_id=13
-dataset.data_transform.data_type | refused 4 | on | | --dataset.data_transform.data_type=conversation
+dataset.model_assets.chat_template | computes | cv | | --dataset.model_assets.chat_template=chatml
+dataset.model_assets.chat_template | refused 3 | on | | --dataset.model_assets.chat_template=chatml
+dataset.data_transform.data_type | computes | cv | --dataset.data_transform.data_type=plaintext --dataset.data_transform.text_keys=[text] | --dataset.data_transform.data_type=conversation --dataset.data_transform.text_keys=[messages]
+dataset.data_transform.role_key | computes | cv | | --dataset.data_transform.role_key=from
+dataset.data_transform.role_key | refused 3 | on | | --dataset.data_transform.role_key=from
+dataset.data_transform.content_key | computes | cv | | --dataset.data_transform.content_key=value
+dataset.data_transform.loss_tokens | computes | cv | | --dataset.data_transform.loss_tokens=all
 dataset.data_transform.text_keys | computes | on | | --dataset.data_transform.text_keys=[title]
 dataset.data_transform.max_seq_len | computes | on | | --dataset.data_transform.max_seq_len=32
 dataset.data_config.seq_length | computes | st | | --dataset.data_config.seq_length=32
@@ -193,6 +200,12 @@ test_expect_success 'setup: the base configs and their data' '
 	checkpoint: {save_ckpt: false}
 	YAML
 	sed "s|data_path: $PWD/on.jsonl|data_path: $PWD/bad.jsonl|" on.yaml >onbad.yaml &&
+	jq -c "{text: .text, messages: [{role: \"user\", from: \"assistant\", content: .text[0:40], value: .text[40:90]},
+		{role: \"assistant\", from: \"user\", content: .text[40:], value: .text[0:40]}]}" on.jsonl >cv.jsonl &&
+	mkdir tokc && cp "$MODEL/tokenizer.json" "$MODEL/tokenizer_config.json" tokc/ &&
+	printf "%s" "{% for m in messages %}{{ \"<s>\" + m.role + \": \" + m.content + \"</s>\" }}{% endfor %}{% if add_generation_prompt %}<s>assistant: {% endif %}" >tokc/chat_template.jinja &&
+	sed -e "s|data_path: $PWD/on.jsonl|data_path: $PWD/cv.jsonl\n  model_assets: {tokenizer: {pretrained_model_name_or_path: $PWD/tokc}}|" \
+		-e "s|data_type: plaintext, text_keys: \[text\]|data_type: conversation|" on.yaml >cv.yaml &&
 	sed "s|^  _target_: hyper_parallel.data.build_online_text_dataset|  _target_: hyper_parallel.data.build_indexed_text_dataset|; s|data_path: $PWD/on.jsonl|data_path: $PWD/ts\n  data_config: {seq_length: 64, is_dataset_from_mr: true}|; /data_transform/d" on.yaml >onidx.yaml &&
 	sed "s|_target_: hyper_parallel.components.optim.AdamW|_target_: torch.optim.SGD|" hf.yaml >sgd.yaml &&
 	sed "s|^  logging_steps: 1|  logging_steps: 1\n  loss_fn: {_target_: hyper_parallel.ops.ChunkedCausalLMLoss, chunk_size: 48}|" hf.yaml >chunk.yaml &&

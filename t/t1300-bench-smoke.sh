@@ -16,7 +16,7 @@ BENCH=$HP_SRC_DIR/bench
 HP_BENCH_SMOKE=1
 export HP_BENCH_SMOKE
 unset HP_BENCH_THREADS HP_BENCH_STEPS HP_BENCH_MODELS HP_BENCH_TORCH_ONLY HP_BENCH_TORCH2 \
-	HP_BENCH_PYTHON HP_BENCH_QUICK HP_REF_VENV HP_TOKBENCH_VENV
+	HP_BENCH_PYTHON HP_BENCH_QUICK HP_REF_VENV HP_TOKBENCH_VENV HP_CHATBENCH_PYTHON
 
 bench () {
 	timeout 300 "$@"
@@ -89,6 +89,12 @@ test_expect_success 'kernels-bench.sh: kernel-bench and the whole step, with and
 test_expect_success 'kernel-bench: HP_BENCH_SMOKE=1 alone shrinks it too' '
 	bench "$HP_BUILD_DIR/bench/kernel-bench" --what moe >kb.out &&
 	has kb.out "\(smoke: tiny sizes" "^moe E=8 k=2 \(model, T=64\)"
+'
+
+test_expect_success 'chat-bench.sh: hp chat templates against transformers' '
+	bench sh "$BENCH/chat-bench.sh" >chat.out 2>chat.err &&
+	has chat.out "^chat templates: conversations rendered" "^smoke mode: 20 conversations" \
+		"^qwen3 +20 +[0-9]+ " "^llama3 +20 +[0-9]+ " "^mistral +20 +[0-9]+ " "^chatml +20 +[0-9]+ "
 '
 
 test_expect_success 'gemm-bench --smoke: every shape at every CPU level' '

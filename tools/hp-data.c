@@ -19,9 +19,11 @@
 const char hp_tool_name[] = "hp-data";
 
 static const char usage_str[] =
-	"hp-data encode --tokenizer T [--text-key KEY] [--format jsonl|text] FILE...\n"
+	"hp-data encode --tokenizer T [--text-key KEY] [--format jsonl|text] [chat] FILE...\n"
 	"   or: hp-data build --tokenizer T [--text-key KEY] [--format jsonl|text] "
-	"[--append-eod] [--pack-to-seq-len N] -o PREFIX FILE...";
+	"[--append-eod] [--pack-to-seq-len N] [chat] -o PREFIX FILE...\n"
+	"  where chat is --chat-template auto|chatml|FILE.jinja [--role-key K] [--content-key K] "
+	"[--all-tokens]";
 
 static void help(void)
 {
@@ -36,6 +38,13 @@ static void help(void)
 	       "  --append-eod              build: end every record with the EOD token\n"
 	       "  --pack-to-seq-len N       build: cut all ids into records of N+1 tokens\n"
 	       "  -o, --output PREFIX       build: write PREFIX.bin and PREFIX.idx\n"
+	       "  --chat-template T         records are conversations (messages under\n"
+	       "                            --text-key, default messages) rendered with the\n"
+	       "                            model's template (auto), chatml, or FILE.jinja;\n"
+	       "                            encode prints ids and labels, build also writes\n"
+	       "                            the loss mask PREFIX.mask.bin + .idx\n"
+	       "  --role-key K, --content-key K   message keys (default: role, content)\n"
+	       "  --all-tokens              loss on every token, not the assistant's only\n"
 	       "  -h, --help                show this help\n"
 	       "      --version             show the version\n\n"
 	       "See hp-data(1).\n", usage_str);
@@ -85,7 +94,7 @@ static int parse_seq_len(const char *s, int64_t *out)
 
 int cmd_main(int argc, char **argv, MPI_Comm comm)
 {
-	enum { O_TOK = 256, O_KEY, O_FORMAT, O_EOD, O_PACK, O_VERSION };
+	enum { O_TOK = 256, O_KEY, O_FORMAT, O_EOD, O_PACK, O_VERSION, O_CHAT, O_ROLE, O_CONTENT, O_ALL };
 	static const struct option longopts[] = {
 		{ "tokenizer", required_argument, NULL, O_TOK },
 		{ "text-key", required_argument, NULL, O_KEY },
@@ -93,6 +102,10 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		{ "append-eod", no_argument, NULL, O_EOD },
 		{ "pack-to-seq-len", required_argument, NULL, O_PACK },
 		{ "output", required_argument, NULL, 'o' },
+		{ "chat-template", required_argument, NULL, O_CHAT },
+		{ "role-key", required_argument, NULL, O_ROLE },
+		{ "content-key", required_argument, NULL, O_CONTENT },
+		{ "all-tokens", no_argument, NULL, O_ALL },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -145,6 +158,10 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 						 "from 1 to %d", optarg, INT32_MAX - 1);
 			break;
 		case 'o': o.prefix = optarg; break;
+		case O_CHAT: o.chat_template = optarg; break;
+		case O_ROLE: o.role_key = optarg; break;
+		case O_CONTENT: o.content_key = optarg; break;
+		case O_ALL: o.all_tokens = 1; break;
 		case 'h': if (!rank) help(); rc = 0; break;
 		case O_VERSION: if (!rank) printf("hp-data %s\n", HP_VERSION); rc = 0; break;
 		case ':':
@@ -167,6 +184,9 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 				   o.prefix ? "-o" : o.append_eod ? "--append-eod" : "--pack-to-seq-len");
 	if (build && !o.prefix)
 		return usage_error(usage_str, "missing -o PREFIX");
+	if (!o.chat_template && (o.role_key || o.content_key || o.all_tokens))
+		return usage_error(usage_str, "%s is an option of conversations: give --chat-template",
+				   o.role_key ? "--role-key" : o.content_key ? "--content-key" : "--all-tokens");
 	for (int i = 0; build && world > 1 && i < o.ninputs; i++)
 		if (!strcmp(o.inputs[i], "-"))
 			return usage_error(usage_str, "'-': standard input cannot be split over %d ranks",
@@ -194,6 +214,9 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 				(unsigned long long)st.dropped);
 		double work = st.seconds - st.load_seconds;
 
+		if (o.chat_template)
+			hp_info("conversations: ids in %s.bin/.idx, loss mask in %s.mask.bin/.idx",
+				o.prefix, o.prefix);
 		hp_info("%llu records, %llu tokens (%s), %.2f MB, %.2f s (%.2f s loading the "
 			"tokenizer), %.2f MB/s tokenizing, %d rank%s",
 			(unsigned long long)st.records, (unsigned long long)st.tokens,

@@ -8,7 +8,9 @@
 # 3. train 200 steps offline with hp-train, metrics to metrics.jsonl;
 # 4. train 60 steps in online mode on Pride and Prejudice (raw text,
 #    tokenized while training, packed rows), metrics to online.jsonl;
-# 5. plot both loss curves to loss.png (gnuplot, when installed).
+# 5. supervised fine-tuning on conversations (sft.jsonl, the Mistral-Instruct
+#    chat template, loss on the assistant's replies), metrics to sft.jsonl;
+# 6. plot the loss curves to loss.png (gnuplot, when installed).
 # Everything lands in $HP_BUILD_DIR/demo (default build/demo).
 set -eu
 
@@ -85,13 +87,24 @@ first=$(head -n 5 online.jsonl | jq -s 'map(.loss) | add / length')
 last=$(tail -n 5 online.jsonl | jq -s 'map(.loss) | add / length')
 echo "   mean loss steps 1-5: $first -> steps 56-60: $last"
 
-echo "== 5. loss curves"
+echo "== 5. supervised fine-tuning: 60 steps on conversations, loss on the assistant's replies"
+rm -f sft-metrics.jsonl
+hp-train "$src/examples/stories260K/sft.yaml" --checkpoint.save_ckpt=false --metrics sft-metrics.jsonl |
+	grep -E '^(step|eval|data\.(conversations|packing))'
+e0=$(jq -s 'map(select(.eval_loss != null)) | first | .eval_loss' sft-metrics.jsonl)
+e1=$(jq -s 'map(select(.eval_loss != null)) | last | .eval_loss' sft-metrics.jsonl)
+echo "   validation loss on the assistant's tokens: step 10 $e0 -> step 60 $e1"
+awk -v a="$e0" -v b="$e1" 'BEGIN { exit !(b < a) }' ||
+	{ echo "the assistant-token validation loss did not go down" >&2; exit 1; }
+
+echo "== 6. loss curves"
 if command -v gnuplot >/dev/null; then
 	w=20    # running mean over 20 steps
 	jq -r '[.step, .loss] | @tsv' metrics.jsonl |
 		awk -v w="$w" '{ l[NR] = $2; s += $2; if (NR > w) s -= l[NR - w];
 			printf "%s\t%s\t%s\n", $1, $2, (NR >= w ? s / w : "NaN") }' >loss.tsv
 	jq -r '[.step, .loss] | @tsv' online.jsonl >online.tsv
+	jq -r '[.step, .loss] | @tsv' sft-metrics.jsonl >sft.tsv
 	gnuplot <<-GP
 	set terminal pngcairo size 800,480 noenhanced
 	set output "loss.png"
@@ -100,10 +113,11 @@ if command -v gnuplot >/dev/null; then
 	set grid
 	plot "loss.tsv" using 1:2 with lines lw 1 title "offline, TinyStories (per step)", \\
 	     "loss.tsv" using 1:3 with lines lw 3 title "offline, mean of the last $w steps", \\
-	     "online.tsv" using 1:2 with lines lw 2 title "online, Pride and Prejudice"
+	     "online.tsv" using 1:2 with lines lw 2 title "online, Pride and Prejudice", \\
+	     "sft.tsv" using 1:2 with lines lw 2 title "SFT, conversations (assistant tokens)"
 	GP
 	echo "   $out/loss.png"
 else
 	echo "   gnuplot not installed: no plot (sh scripts/install-deps.sh installs gnuplot-nox)"
 fi
-echo "results: $out/metrics.jsonl $out/online.jsonl $out/grads.safetensors $out/hf"
+echo "results: $out/metrics.jsonl $out/online.jsonl $out/sft-metrics.jsonl $out/grads.safetensors $out/hf"

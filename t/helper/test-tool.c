@@ -15,6 +15,7 @@
 #include "err.h"
 
 /* Defined in t/helper/test-*.c; sorted by name, like the table. */
+int cmd_chatbench(int argc, char **argv);  /* test-chatbench.c */
 int cmd_cmpst(int argc, char **argv);      /* test-model.c */
 int cmd_dumpidx(int argc, char **argv);    /* test-mkidx.c */
 int cmd_logits(int argc, char **argv);     /* test-model.c */
@@ -58,6 +59,7 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *usage;
 } cmds[] = {
+	{ "chatbench", cmd_chatbench, "chatbench TOKENIZER TEMPLATE CONVERSATIONS.jsonl [REPEAT]" },
 	{ "cmpst", cmd_cmpst, "cmpst [--max-rel-l2 R] [--max-abs A] [--floor F] A.safetensors B.safetensors" },
 	{ "configkeys", cmd_configkeys, "configkeys" },
 	{ "cpulevels", cmd_cpulevels, "cpulevels" },
