@@ -24,6 +24,7 @@
 #include "alloc.h"
 #include "tokenizer.h"
 #include "tokint.h"
+#include "utf8.h"
 
 /* ------------------------------------------------------------------ */
 /* hashing and the string dictionary                                   */
@@ -468,7 +469,7 @@ int tok_bpe_load(struct tok_bpe *b, json_t *m, int byte_mode, const char *file, 
 	b->unk_id = -1;
 	tok_bytelevel_tables(byte_char, char_byte);
 	for (int i = 0; i < 256; i++) {
-		b->bl_len[i] = (uint8_t)tok_u8enc(byte_char[i], b->bl[i]);
+		b->bl_len[i] = (uint8_t)hp_utf8_encode(byte_char[i], b->bl[i]);
 		b->single[i] = b->fallback[i] = -1;
 	}
 	if (dropout && !json_is_null(dropout)) {

@@ -673,7 +673,7 @@ static int unicode_run(struct hp_tokenizer *t, utf8proc_option_t opt, const char
 	if ((rc = grow(&t->nbuf[dst], &t->ncap[dst], *olen + 4 * (size_t)n + 1, 1)))
 		return rc;
 	for (utf8proc_ssize_t i = 0; i < n; i++)
-		*olen += tok_u8enc((uint32_t)t->cps[i], (uint8_t *)t->nbuf[dst] + *olen);
+		*olen += hp_utf8_encode((uint32_t)t->cps[i], (unsigned char *)t->nbuf[dst] + *olen);
 	return 0;
 }
 

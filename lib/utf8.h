@@ -1,10 +1,12 @@
 /*
- * utf8.h - UTF-8 validation shared by the readers and writers of lib/.
+ * utf8.h - UTF-8 validation and encoding shared by the readers and writers
+ * of lib/.
  */
 #ifndef HP_UTF8_H
 #define HP_UTF8_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /*
  * Check that s[0, n) is UTF-8 as Rust's str (and so HF tokenizers) accepts
@@ -42,6 +44,32 @@ static inline unsigned hp_utf8_lead(unsigned c, unsigned *lo, unsigned *hi)
 		return 3;
 	}
 	return 0;
+}
+
+/* Encode code point cp (at most U+10FFFF) as UTF-8 into out (room for 4);
+ * returns the length. */
+static inline size_t hp_utf8_encode(uint32_t cp, unsigned char *out)
+{
+	if (cp < 0x80) {
+		out[0] = (unsigned char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (unsigned char)(0xC0 | cp >> 6);
+		out[1] = (unsigned char)(0x80 | (cp & 0x3F));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (unsigned char)(0xE0 | cp >> 12);
+		out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+		out[2] = (unsigned char)(0x80 | (cp & 0x3F));
+		return 3;
+	}
+	out[0] = (unsigned char)(0xF0 | cp >> 18);
+	out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+	out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+	out[3] = (unsigned char)(0x80 | (cp & 0x3F));
+	return 4;
 }
 
 #endif

@@ -14,25 +14,13 @@ A=--accelerator
 F=--fsdp_config
 SEED8="$A.tp_size=2 $A.cp_size=2 $A.ep_size=2 $A.sequence_parallel=true $F.dp_shard_size=2 $F.edp_shard_size=2"
 
-# conv_config FILE DATA SEQ ITERS [model]: online conversations, global 4 of micro 2
+# conv_config FILE DATA SEQ ITERS [model] [extra yaml on stdin]: online_config's
+# run on conversations with tokc's template, global 4 of micro 2
 conv_config () {
-	{
-		cat <<-YAML
-		model:
-		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
-		  pretrained_model_name_or_path: ${5:-$MODEL}
-		training: {train_iters: $4, global_batch_size: 4, micro_batch_size: 2, seed: 1234}
-		dataset:
-		  _target_: hyper_parallel.data.build_online_text_dataset
-		  data_path: $2
-		  model_assets: {tokenizer: {pretrained_model_name_or_path: $PWD/tokc}}
-		  data_transform: {data_type: conversation, max_seq_len: $3}
-		optimizer:
-		  _target_: hyper_parallel.components.optim.AdamW
-		  adamw_config: {adamw_lr: 1.0e-3}
-		YAML
-		if [ ! -t 0 ]; then cat; fi
-	} >"$1"
+	online_config "$1" "$2" "$3" "$4" &&
+	sed -i -e "s|data_type: plaintext, text_keys: \[text\]|data_type: conversation|" \
+		-e "s|^  data_path: .*|&\n  model_assets: {tokenizer: {pretrained_model_name_or_path: $PWD/tokc}}|" \
+		-e "s|^  pretrained_model_name_or_path: .*|  pretrained_model_name_or_path: ${5:-$MODEL}|" "$1"
 }
 
 test_expect_success 'setup: a tokenizer folder with a chat template, conversations' '
@@ -146,6 +134,22 @@ test_expect_success 'bad conversations are named by file and line, or counted' '
 	printf "just text\n" >plain.txt &&
 	test_must_fail_with 4 hp-data encode --tokenizer tokc --chat-template auto plain.txt 2>err &&
 	test_one_line err && grep -q "conversations are read from JSONL" err
+'
+
+# Loading the tokenizer and compiling the template, then rendering,
+# masking and writing the ids and their mask: every allocation can fail.
+test_expect_success 'a failed allocation in a conversation build is reported and leaves nothing' '
+	for n in $(seq 1 120) $(seq 130 37 1500) 3000 6000; do
+		rm -f fa.*
+		HP_FAIL_ALLOC=$n hp-data build --tokenizer tokc --chat-template auto -o fa three.jsonl 2>err
+		rc=$?
+		test $rc = 5 -o $rc = 0 || { echo "HP_FAIL_ALLOC=$n exit $rc"; cat err; return 1; }
+		test_no_sanitizer_report err || return 1
+		test $rc = 0 || { test_one_line err && test -z "$(ls | grep -e "^fa\.")"; } ||
+			{ echo "HP_FAIL_ALLOC=$n"; cat err; return 1; }
+	done &&
+	hp-data build --tokenizer tokc --chat-template auto -o fa three.jsonl 2>/dev/null &&
+	test -s fa.mask.bin
 '
 
 test_expect_success 'settings that would be ignored, and templates that cannot be found, are refused' '
