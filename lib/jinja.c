@@ -184,11 +184,31 @@ static struct hp_jval *mkval(struct jarena *a, int type)
 	return v;
 }
 
+/* a JV_BOOL or JV_INT holding i, a JV_FLOAT holding f */
+static struct hp_jval *mkival(struct jarena *a, int type, int64_t i)
+{
+	struct hp_jval *v = mkval(a, type);
+
+	if (v)
+		v->i = i;
+	return v;
+}
+
+static struct hp_jval *mkfval(struct jarena *a, double f)
+{
+	struct hp_jval *v = mkval(a, JV_FLOAT);
+
+	if (v)
+		v->f = f;
+	return v;
+}
+
 /* shared immutable singletons: never written after initialisation */
 static struct hp_jval v_none = { .type = JV_NONE };
 static struct hp_jval v_true = { .type = JV_BOOL, .i = 1 };
 static struct hp_jval v_false = { .type = JV_BOOL, .i = 0 };
 static struct hp_jval v_empty = { .type = JV_STR, .flags = JF_ASCII, .s = { "", NULL, 0, 0 } };
+static struct hp_jval v_space = { .type = JV_STR, .flags = JF_ASCII, .s = { " ", NULL, 1, 1 } };
 
 #define VBOOL(b) ((b) ? &v_true : &v_false)
 
@@ -228,29 +248,6 @@ static uint32_t u8dec(const char *s, size_t n, size_t *i)
 	return cp;
 }
 
-static size_t u8enc(uint32_t cp, char *o)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xC0 | cp >> 6);
-		o[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xE0 | cp >> 12);
-		o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-		o[2] = (char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (char)(0xF0 | cp >> 18);
-	o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-	o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-	o[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
-}
 
 static size_t u8count(const char *s, size_t n, int *ascii)
 {
@@ -539,6 +536,12 @@ static int sb_val(struct sbuf *b, const struct hp_jval *v)
 	return sb_put(b, v->s.s, v->s.len, v->s.tag, 0);
 }
 
+/* append v's bytes [off, off + n) with their tags */
+static int sb_span(struct sbuf *b, const struct hp_jval *v, size_t off, size_t n)
+{
+	return sb_put(b, v->s.s + off, n, v->s.tag ? v->s.tag + off : NULL, 0);
+}
+
 static int sb_printf(struct sbuf *b, uint16_t tag, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static int sb_printf(struct sbuf *b, uint16_t tag, const char *fmt, ...)
@@ -658,29 +661,17 @@ struct hp_jval *hp_jv_none(struct hp_jctx *c)
 
 struct hp_jval *hp_jv_bool(struct hp_jctx *c, int b)
 {
-	struct hp_jval *v = mkval(&c->ar, JV_BOOL);
-
-	if (v)
-		v->i = !!b;
-	return v;
+	return mkival(&c->ar, JV_BOOL, !!b);
 }
 
 struct hp_jval *hp_jv_int(struct hp_jctx *c, int64_t i)
 {
-	struct hp_jval *v = mkval(&c->ar, JV_INT);
-
-	if (v)
-		v->i = i;
-	return v;
+	return mkival(&c->ar, JV_INT, i);
 }
 
 struct hp_jval *hp_jv_float(struct hp_jctx *c, double f)
 {
-	struct hp_jval *v = mkval(&c->ar, JV_FLOAT);
-
-	if (v)
-		v->f = f;
-	return v;
+	return mkfval(&c->ar, f);
 }
 
 struct hp_jval *hp_jv_str(struct hp_jctx *c, const char *s, size_t len, uint16_t tag)
@@ -703,19 +694,32 @@ struct hp_jval *hp_jv_dict(struct hp_jctx *c)
 	return mkval(&c->ar, JV_DICT);
 }
 
+/* room for one more after the n elements of size sz at v: v itself, or a
+ * copy twice as large (*cap updated); NULL when out of memory */
+static void *arr_room(struct jarena *a, void *v, size_t n, size_t *cap, size_t sz)
+{
+	size_t nc;
+	void *nv;
+
+	if (n < *cap)
+		return v;
+	nc = *cap ? *cap * 2 : 4;
+	nv = aalloc(a, nc * sz);
+	if (!nv)
+		return NULL;
+	if (n)
+		memcpy(nv, v, n * sz);
+	*cap = nc;
+	return nv;
+}
+
 static int list_push(struct jarena *a, struct hp_jval *l, struct hp_jval *v)
 {
-	if (l->l.n == l->l.cap) {
-		size_t cap = l->l.cap ? l->l.cap * 2 : 4;
-		struct hp_jval **nv = aalloc(a, cap * sizeof(*nv));
+	struct hp_jval **nv = arr_room(a, l->l.v, l->l.n, &l->l.cap, sizeof(*nv));
 
-		if (!nv)
-			return HP_ENOMEM;
-		if (l->l.n)
-			memcpy(nv, l->l.v, l->l.n * sizeof(*nv));
-		l->l.v = nv;
-		l->l.cap = cap;
-	}
+	if (!nv)
+		return HP_ENOMEM;
+	l->l.v = nv;
 	l->l.v[l->l.n++] = v;
 	return 0;
 }
@@ -741,17 +745,11 @@ static struct jent *dict_find_str(const struct hp_jval *d, const char *k, size_t
 
 static int dict_put(struct jarena *a, struct hp_jval *d, struct hp_jval *k, struct hp_jval *v)
 {
-	if (d->d.n == d->d.cap) {
-		size_t cap = d->d.cap ? d->d.cap * 2 : 4;
-		struct jent *ne = aalloc(a, cap * sizeof(*ne));
+	struct jent *ne = arr_room(a, d->d.e, d->d.n, &d->d.cap, sizeof(*ne));
 
-		if (!ne)
-			return HP_ENOMEM;
-		if (d->d.n)
-			memcpy(ne, d->d.e, d->d.n * sizeof(*ne));
-		d->d.e = ne;
-		d->d.cap = cap;
-	}
+	if (!ne)
+		return HP_ENOMEM;
+	d->d.e = ne;
 	d->d.e[d->d.n].k = k;
 	d->d.e[d->d.n].v = v;
 	d->d.n++;
@@ -817,21 +815,12 @@ static struct hp_jval *from_json(struct jarena *a, const json_t *j, uint16_t tag
 	case JSON_STRING:
 		return mkstr_copy(a, json_string_value(j), json_string_length(j), NULL, tag);
 	case JSON_INTEGER:
-		v = mkval(a, JV_INT);
-		if (v)
-			v->i = json_integer_value(j);
-		return v;
+		return mkival(a, JV_INT, json_integer_value(j));
 	case JSON_REAL:
-		v = mkval(a, JV_FLOAT);
-		if (v)
-			v->f = json_real_value(j);
-		return v;
+		return mkfval(a, json_real_value(j));
 	case JSON_TRUE:
 	case JSON_FALSE:
-		v = mkval(a, JV_BOOL);
-		if (v)
-			v->i = json_is_true(j);
-		return v;
+		return mkival(a, JV_BOOL, json_is_true(j));
 	case JSON_NULL:
 		return mkval(a, JV_NONE);
 	}
@@ -1053,6 +1042,15 @@ static int count_nl(const char *s, size_t n)
 	return k;
 }
 
+/* skip_ws, counting the newlines skipped into *line */
+static size_t skip_ws_lines(const char *s, size_t n, size_t i, int *line)
+{
+	size_t j = skip_ws(s, n, i);
+
+	*line += count_nl(s + i, j - i);
+	return j;
+}
+
 /* emit a data token for s[0, n) after whitespace control */
 static int lex_data(struct comp *c, const char *s, size_t n, int sign, int is_var, int line_starting,
 		    int line)
@@ -1130,7 +1128,7 @@ static int lex_string(struct comp *c, struct tok *t, const char *s, size_t n)
 				for (int j = 0; j < 3 && i < n && s[i] >= '0' && s[i] <= '7'; j++, i++)
 					cp = cp * 8 + (uint32_t)(s[i] - '0');
 				i--;
-				k += u8enc(cp, o + k);
+				k += hp_utf8_encode(cp, (unsigned char *)o + k);
 				continue;
 			}
 			/* an unknown escape stays as written */
@@ -1149,7 +1147,7 @@ static int lex_string(struct comp *c, struct tok *t, const char *s, size_t n)
 		i += (size_t)nd;
 		if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
 			return cerr(c, HP_EFORMAT, t->line, "escape out of range or a surrogate in a string");
-		k += u8enc(cp, o + k);
+		k += hp_utf8_encode(cp, (unsigned char *)o + k);
 	}
 	o[k] = '\0';
 	t->s = o;
@@ -1303,11 +1301,9 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 	int ns = 0;
 
 	for (;;) {
-		size_t j = skip_ws(s, n, i);
 		struct tok *t;
 
-		*line += count_nl(s + i, j - i);
-		i = j;
+		i = skip_ws_lines(s, n, i, line);
 		if (i >= n)
 			return cerr(c, HP_EFORMAT, *line, "unexpected end of template inside a %s tag",
 				    is_var ? "{{ }}" : "{% %}");
@@ -1323,12 +1319,12 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 				return 0;
 			}
 			if (s[i] == '-' && i + 2 < n && !strncmp(s + i + 1, end, 2)) {
-				size_t k = i + 3, m = skip_ws(s, n, k);
+				size_t k = i + 3, m;
 
 				t = tk_add(c, is_var ? T_VEND : T_BEND, *line);
 				if (!t)
 					return c->rc;
-				*line += count_nl(s + k, m - k);
+				m = skip_ws_lines(s, n, k, line);
 				*line_starting = m > k && s[m - 1] == '\n';
 				*pos = m;
 				return 0;
@@ -1482,12 +1478,8 @@ static int lex(struct comp *c)
 				if (lex_data(c, s + pos, p - pos, sign, 0, line_starting, line))
 					return c->rc;
 				line += count_nl(s + pos, r - pos);
-				if (esign == '-') {
-					size_t m = skip_ws(s, n, r);
-
-					line += count_nl(s + r, m - r);
-					r = m;
-				}
+				if (esign == '-')
+					r = skip_ws_lines(s, n, r, &line);
 				line_starting = r > 0 && s[r - 1] == '\n';
 				body = r;
 				for (k = r; k + 1 < n; k++) {
@@ -1508,10 +1500,7 @@ static int lex(struct comp *c)
 					return c->rc;
 				line += count_nl(s + body, ee - body);
 				if (es2 == '-') {
-					size_t m = skip_ws(s, n, ee);
-
-					line += count_nl(s + ee, m - ee);
-					ee = m;
+					ee = skip_ws_lines(s, n, ee, &line);
 				} else if (es2 != '+' && ee < n && s[ee] == '\n') {
 					ee++;
 					line++;
@@ -1893,6 +1882,13 @@ static struct node *p_subscript(struct comp *c, struct node *x)
 		} else {
 			struct node *tu = nnew(c, N_TUPLE, t->line);
 
+			/* x[a:b, c]: a tuple holding a slice object, which no chat
+			 * template needs (Python indexes no str, list or dict by it) */
+			for (int k = 0; k < args.n; k++)
+				if (args.v[k]->kind == N_SLICE) {
+					cerr(c, HP_EUNSUP, t->line, "a slice inside a subscript tuple is not supported");
+					return NULL;
+				}
 			if (!tu)
 				return NULL;
 			tu->v = args.v;
@@ -1908,55 +1904,89 @@ static struct node *p_subscript(struct comp *c, struct node *x)
 	}
 }
 
-static struct node *p_postfix(struct comp *c, struct node *n)
+/* fn(args...) */
+static struct node *p_call(struct comp *c, struct node *fn)
+{
+	struct node *call = nnew(c, N_CALL, cur(c)->line);
+
+	if (!call)
+		return NULL;
+	call->a = fn;
+	return p_call_args(c, call) ? NULL : call;
+}
+
+static struct node *p_test(struct comp *c, struct node *x);
+
+/*
+ * What follows an operand n: subscripts and calls (jinja2's parse_postfix),
+ * or with filters, filters, tests and calls (parse_filter_expr).
+ */
+static struct node *p_postfix(struct comp *c, struct node *n, int filters)
 {
 	while (n) {
-		if (is_op(cur(c), OP_DOT) || is_op(cur(c), OP_LBRACKET)) {
+		if (!filters && (is_op(cur(c), OP_DOT) || is_op(cur(c), OP_LBRACKET)))
 			n = p_subscript(c, n);
-		} else if (is_op(cur(c), OP_LPAREN)) {
-			struct node *call = nnew(c, N_CALL, cur(c)->line);
-
-			if (!call)
-				return NULL;
-			call->a = n;
-			if (p_call_args(c, call))
-				return NULL;
-			n = call;
-		} else {
+		else if (filters && is_op(cur(c), OP_PIPE))
+			n = p_filter(c, n, 0);
+		else if (filters && is_name(cur(c), "is"))
+			n = p_test(c, n);
+		else if (is_op(cur(c), OP_LPAREN))
+			n = p_call(c, n);
+		else
 			break;
-		}
 	}
+	return n;
+}
+
+/*
+ * The name after `is` or `|`: a node of kind N_TEST or N_FILTER applying it
+ * to x, its id -1 when unknown (check_soft decides); a filter jinja2 has and
+ * this interpreter lacks is refused here.
+ */
+static struct node *p_named(struct comp *c, int kind, int line, struct node *x)
+{
+	const char *what = kind == N_TEST ? "test" : "filter", *name;
+	struct node *n;
+	int id;
+
+	if (cur(c)->type != T_NAME) {
+		cerr(c, HP_EFORMAT, cur(c)->line, "expected a %s name, got '%s'", what, describe(cur(c)));
+		return NULL;
+	}
+	name = cur(c)->s;
+	adv(c);
+	if (is_op(cur(c), OP_DOT)) {
+		cerr(c, HP_EUNSUP, line, "dotted %s names are not supported", what);
+		return NULL;
+	}
+	id = kind == N_TEST ? name_index(test_names, X_N, name) : name_index(filter_names, F_N, name);
+	for (int i = 0; kind == N_FILTER && id < 0 && filter_unsup[i]; i++)
+		if (!strcmp(filter_unsup[i], name)) {
+			cerr(c, HP_EUNSUP, line, "filter '%s' is not supported", name);
+			return NULL;
+		}
+	n = nnew(c, kind, line);
+	if (!n)
+		return NULL;
+	n->a = x;
+	n->name = name;
+	n->id = id;
 	return n;
 }
 
 static struct node *p_test(struct comp *c, struct node *x)
 {
-	int line = cur(c)->line, neg = 0, id;
+	int line = cur(c)->line, neg = 0;
 	struct node *n;
-	const char *name;
 
 	adv(c);   /* is */
 	if (is_name(cur(c), "not")) {
 		neg = 1;
 		adv(c);
 	}
-	if (cur(c)->type != T_NAME) {
-		cerr(c, HP_EFORMAT, cur(c)->line, "expected a test name, got '%s'", describe(cur(c)));
-		return NULL;
-	}
-	name = cur(c)->s;
-	adv(c);
-	if (is_op(cur(c), OP_DOT)) {
-		cerr(c, HP_EUNSUP, line, "dotted test names are not supported");
-		return NULL;
-	}
-	id = name_index(test_names, X_N, name);
-	n = nnew(c, N_TEST, line);
+	n = p_named(c, N_TEST, line, x);
 	if (!n)
 		return NULL;
-	n->a = x;
-	n->name = name;
-	n->id = id;
 	if (is_op(cur(c), OP_LPAREN)) {
 		if (p_call_args(c, n))
 			return NULL;
@@ -1972,7 +2002,7 @@ static struct node *p_test(struct comp *c, struct node *x)
 				cerr(c, HP_EFORMAT, line, "you cannot chain multiple tests with is");
 				return NULL;
 			}
-			arg = p_postfix(c, p_primary(c));
+			arg = p_postfix(c, p_primary(c), 0);
 			if (!arg)
 				return NULL;
 			n->v = aalloc(&c->t->ar, sizeof(*n->v));
@@ -1998,66 +2028,16 @@ static struct node *p_filter(struct comp *c, struct node *x, int start_inline)
 {
 	while (is_op(cur(c), OP_PIPE) || start_inline) {
 		struct node *n;
-		const char *name;
-		int line, id;
 
 		if (!start_inline)
 			adv(c);
 		start_inline = 0;
-		line = cur(c)->line;
-		if (cur(c)->type != T_NAME) {
-			cerr(c, HP_EFORMAT, line, "expected a filter name, got '%s'", describe(cur(c)));
-			return NULL;
-		}
-		name = cur(c)->s;
-		adv(c);
-		if (is_op(cur(c), OP_DOT)) {
-			cerr(c, HP_EUNSUP, line, "dotted filter names are not supported");
-			return NULL;
-		}
-		id = name_index(filter_names, F_N, name);
-		if (id < 0) {
-			for (int i = 0; filter_unsup[i]; i++)
-				if (!strcmp(filter_unsup[i], name)) {
-					cerr(c, HP_EUNSUP, line, "filter '%s' is not supported", name);
-					return NULL;
-				}
-			/* unknown: a compile error unless in an if (check_soft) */
-		}
-		n = nnew(c, N_FILTER, line);
-		if (!n)
-			return NULL;
-		n->a = x;
-		n->name = name;
-		n->id = id;
-		if (is_op(cur(c), OP_LPAREN) && p_call_args(c, n))
+		n = p_named(c, N_FILTER, cur(c)->line, x);
+		if (!n || (is_op(cur(c), OP_LPAREN) && p_call_args(c, n)))
 			return NULL;
 		x = n;
 	}
 	return x;
-}
-
-static struct node *p_filter_expr(struct comp *c, struct node *n)
-{
-	while (n) {
-		if (is_op(cur(c), OP_PIPE)) {
-			n = p_filter(c, n, 0);
-		} else if (is_name(cur(c), "is")) {
-			n = p_test(c, n);
-		} else if (is_op(cur(c), OP_LPAREN)) {
-			struct node *call = nnew(c, N_CALL, cur(c)->line);
-
-			if (!call)
-				return NULL;
-			call->a = n;
-			if (p_call_args(c, call))
-				return NULL;
-			n = call;
-		} else {
-			break;
-		}
-	}
-	return n;
 }
 
 static struct node *p_primary(struct comp *c)
@@ -2184,58 +2164,74 @@ static struct node *p_unary(struct comp *c, int with_filter)
 	} else {
 		n = p_primary(c);
 	}
-	n = p_postfix(c, n);
+	n = p_postfix(c, n, 0);
 	if (with_filter)
-		n = p_filter_expr(c, n);
+		n = p_postfix(c, n, 1);
 	c->depth--;
 	return n;
 }
 
-static struct node *bin(struct comp *c, int op, int line, struct node *l, struct node *r)
-{
-	struct node *n;
+/*
+ * A level of left-associative binary operators, `a op b op c` parsed as
+ * `(a op b) op c`: its operator is a keyword (and, or: nodes N_AND, N_OR) or
+ * one of a few operator tokens (N_BIN), and its operands are parsed by the
+ * next tighter level, or by operand where there is none.
+ */
+struct binlevel {
+	uint8_t kind;
+	const char *word;
+	uint8_t ops[4];   /* 0 ends the list */
+	const struct binlevel *next;
+	struct node *(*operand)(struct comp *c);
+};
 
-	if (!l || !r)
-		return NULL;
-	n = nnew(c, N_BIN, line);
-	if (n) {
-		n->op = (uint8_t)op;
+static struct node *p_unary_filtered(struct comp *c)
+{
+	return p_unary(c, 1);
+}
+
+static struct node *p_concat(struct comp *c);
+static struct node *p_not(struct comp *c);
+
+/* tightest first: **; * / // %; then ~ (p_concat); + -; then comparisons and not (p_compare, p_not); and; or */
+static const struct binlevel lv_pow = { N_BIN, NULL, { OP_POW }, NULL, p_unary_filtered };
+static const struct binlevel lv_mul = { N_BIN, NULL, { OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD }, &lv_pow, NULL };
+static const struct binlevel lv_add = { N_BIN, NULL, { OP_ADD, OP_SUB }, NULL, p_concat };
+static const struct binlevel lv_and = { N_AND, "and", { 0 }, NULL, p_not };
+static const struct binlevel lv_or = { N_OR, "or", { 0 }, &lv_and, NULL };
+
+static int at_binop(struct comp *c, const struct binlevel *lv)
+{
+	if (lv->word)
+		return is_name(cur(c), lv->word);
+	for (int k = 0; k < (int)sizeof(lv->ops) && lv->ops[k]; k++)
+		if (is_op(cur(c), lv->ops[k]))
+			return 1;
+	return 0;
+}
+
+static struct node *p_binary(struct comp *c, const struct binlevel *lv)
+{
+	struct node *l = lv->next ? p_binary(c, lv->next) : lv->operand(c);
+
+	while (l && at_binop(c, lv)) {
+		struct node *n = nnew(c, lv->kind, cur(c)->line);
+
+		if (!n)
+			return NULL;
+		if (!lv->word)
+			n->op = (uint8_t)cur(c)->op;
+		adv(c);
 		n->a = l;
-		n->b = r;
-	}
-	return n;
-}
-
-static struct node *p_pow(struct comp *c)
-{
-	struct node *l = p_unary(c, 1);
-
-	while (l && is_op(cur(c), OP_POW)) {
-		int line = cur(c)->line;
-
-		adv(c);
-		l = bin(c, OP_POW, line, l, p_unary(c, 1));
-	}
-	return l;
-}
-
-static struct node *p_math2(struct comp *c)
-{
-	struct node *l = p_pow(c);
-
-	while (l && (is_op(cur(c), OP_MUL) || is_op(cur(c), OP_DIV) || is_op(cur(c), OP_FLOORDIV) ||
-		     is_op(cur(c), OP_MOD))) {
-		int op = cur(c)->op, line = cur(c)->line;
-
-		adv(c);
-		l = bin(c, op, line, l, p_pow(c));
+		n->b = lv->next ? p_binary(c, lv->next) : lv->operand(c);
+		l = n->b ? n : NULL;
 	}
 	return l;
 }
 
 static struct node *p_concat(struct comp *c)
 {
-	struct node *first = p_math2(c), *n;
+	struct node *first = p_binary(c, &lv_mul), *n;
 	struct nlist args = { 0 };
 
 	if (!first || !is_op(cur(c), OP_TILDE))
@@ -2247,7 +2243,7 @@ static struct node *p_concat(struct comp *c)
 		struct node *x;
 
 		adv(c);
-		x = p_math2(c);
+		x = p_binary(c, &lv_mul);
 		if (!x || nl_add(c, &args, x))
 			return NULL;
 	}
@@ -2256,23 +2252,10 @@ static struct node *p_concat(struct comp *c)
 	return n;
 }
 
-static struct node *p_math1(struct comp *c)
-{
-	struct node *l = p_concat(c);
-
-	while (l && (is_op(cur(c), OP_ADD) || is_op(cur(c), OP_SUB))) {
-		int op = cur(c)->op, line = cur(c)->line;
-
-		adv(c);
-		l = bin(c, op, line, l, p_concat(c));
-	}
-	return l;
-}
-
 static struct node *p_compare(struct comp *c)
 {
 	int line = cur(c)->line;
-	struct node *x = p_math1(c), *n;
+	struct node *x = p_binary(c, &lv_add), *n;
 	struct nlist args = { 0 };
 	uint8_t opsbuf[64];
 	int nops = 0;
@@ -2302,7 +2285,7 @@ static struct node *p_compare(struct comp *c)
 			cerr(c, HP_EUNSUP, line, "more than %d chained comparisons", (int)sizeof(opsbuf));
 			return NULL;
 		}
-		y = p_math1(c);
+		y = p_binary(c, &lv_add);
 		if (!y)
 			return NULL;
 		if (!nops && nl_add(c, &args, x))
@@ -2342,43 +2325,9 @@ static struct node *p_not(struct comp *c)
 	return p_compare(c);
 }
 
-static struct node *p_and(struct comp *c)
-{
-	struct node *l = p_not(c);
-
-	while (l && is_name(cur(c), "and")) {
-		struct node *n = nnew(c, N_AND, cur(c)->line);
-
-		adv(c);
-		if (!n)
-			return NULL;
-		n->a = l;
-		n->b = p_not(c);
-		l = n->b ? n : NULL;
-	}
-	return l;
-}
-
-static struct node *p_or(struct comp *c)
-{
-	struct node *l = p_and(c);
-
-	while (l && is_name(cur(c), "or")) {
-		struct node *n = nnew(c, N_OR, cur(c)->line);
-
-		adv(c);
-		if (!n)
-			return NULL;
-		n->a = l;
-		n->b = p_and(c);
-		l = n->b ? n : NULL;
-	}
-	return l;
-}
-
 static struct node *p_condexpr(struct comp *c)
 {
-	struct node *x = p_or(c);
+	struct node *x = p_binary(c, &lv_or);
 
 	while (x && is_name(cur(c), "if")) {
 		struct node *n = nnew(c, N_COND, cur(c)->line);
@@ -2387,7 +2336,7 @@ static struct node *p_condexpr(struct comp *c)
 		if (!n || enter(c))
 			return NULL;
 		n->b = x;
-		n->a = p_or(c);
+		n->a = p_binary(c, &lv_or);
 		if (!n->a)
 			return NULL;
 		if (is_name(cur(c), "else")) {
@@ -2408,7 +2357,7 @@ static struct node *p_expr(struct comp *c, int with_condexpr)
 
 	if (enter(c))
 		return NULL;
-	n = with_condexpr ? p_condexpr(c) : p_or(c);
+	n = with_condexpr ? p_condexpr(c) : p_binary(c, &lv_or);
 	c->depth--;
 	return n;
 }
@@ -2793,19 +2742,17 @@ static struct node *p_body(struct comp *c, const char *const *ends, int loop, co
 				return NULL;
 		} else if (t->type == T_BBEGIN) {
 			struct tok *nm = peek(c, 1);
+			int e = -1;
 
-			if (nm->type == T_NAME && ends)
-				for (int i = 0; ends[i]; i++)
-					if (!strcmp(nm->s, ends[i])) {
-						adv(c);
-						adv(c);
-						*which = ends[i];
-						body->v = st.v;
-						body->nv = st.n;
-						c->depth--;
-						return body;
-					}
+			for (int i = 0; nm->type == T_NAME && ends && ends[i] && e < 0; i++)
+				if (!strcmp(nm->s, ends[i]))
+					e = i;
 			adv(c);
+			if (e >= 0) {
+				adv(c);
+				*which = ends[e];
+				break;
+			}
 			n = p_statement(c, loop);
 		} else {
 			cerr(c, HP_EFORMAT, t->line, "unexpected '%s'", describe(t));
@@ -3006,53 +2953,52 @@ static void *room(struct rs *r)
 	return NULL;
 }
 
+/* count n more loop iterations or range() items: -1 with the error past the limit */
+static int count_iters(struct rs *r, long n)
+{
+	r->iters += n;
+	if (r->iters <= r->lim_iters)
+		return 0;
+	rerr(r, "more than %ld loop iterations and range() items (limit)", r->lim_iters);
+	return -1;
+}
+
+/* the render-state allocators: the arena's, with the error when they fail (p NULL) */
+static void *got(struct rs *r, void *p)
+{
+	return p ? p : room(r);
+}
+
 static void *ral(struct rs *r, size_t n)
 {
-	void *p = aalloc(&r->ar, n);
-
-	return p ? p : room(r);
+	return got(r, aalloc(&r->ar, n));
 }
 
 static struct hp_jval *mk(struct rs *r, int type)
 {
-	struct hp_jval *v = mkval(&r->ar, type);
-
-	return v ? v : room(r);
+	return got(r, mkval(&r->ar, type));
 }
 
 static struct hp_jval *mkint(struct rs *r, int64_t i)
 {
-	struct hp_jval *v = mk(r, JV_INT);
-
-	if (v)
-		v->i = i;
-	return v;
+	return got(r, mkival(&r->ar, JV_INT, i));
 }
 
 static struct hp_jval *mkfloat(struct rs *r, double f)
 {
-	struct hp_jval *v = mk(r, JV_FLOAT);
-
-	if (v)
-		v->f = f;
-	return v;
+	return got(r, mkfval(&r->ar, f));
 }
 
 static struct hp_jval *mkstrc(struct rs *r, const char *s, size_t n)
 {
-	struct hp_jval *v = mkstr_copy(&r->ar, s, n, NULL, 0);
-
-	return v ? v : room(r);
+	return got(r, mkstr_copy(&r->ar, s, n, NULL, 0));
 }
 
 static struct hp_jval *sub(struct rs *r, const struct hp_jval *v, size_t off, size_t len)
 {
-	struct hp_jval *x;
-
 	if (off == 0 && len == v->s.len)
 		return (struct hp_jval *)v;
-	x = substr(&r->ar, v, off, len);
-	return x ? x : room(r);
+	return got(r, substr(&r->ar, v, off, len));
 }
 
 static struct hp_jval *mklist(struct rs *r, size_t cap, int flags)
@@ -3104,9 +3050,7 @@ static struct sbuf sb_new(struct rs *r)
 
 static struct hp_jval *sb_fin(struct rs *r, struct sbuf *b)
 {
-	struct hp_jval *v = sb_done(b);
-
-	return v ? v : room(r);
+	return got(r, sb_done(b));
 }
 
 static const char *type_name(const struct hp_jval *v)
@@ -3296,7 +3240,7 @@ static int put_str_repr(struct sbuf *b, const struct hp_jval *v)
 				: snprintf(esc, sizeof(esc), "\\U%08x", c);
 			sb_put(b, esc, (size_t)k, NULL, tg);
 		} else {
-			sb_put(b, s + st, i - st, v->s.tag ? v->s.tag + st : NULL, 0);
+			sb_span(b, v, st, i - st);
 		}
 	}
 	return sb_ch(b, q, t1);
@@ -3321,14 +3265,21 @@ static int put_str(struct rs *r, struct sbuf *b, const struct hp_jval *v)
 	return put_repr(r, b, v, 0);
 }
 
+/* -1 with the error when a value nests deeper than LIM_NEST (a list holding itself) */
+static int too_deep(struct rs *r, int depth)
+{
+	if (depth <= LIM_NEST)
+		return 0;
+	rerr(r, "values nested deeper than %d", LIM_NEST);
+	return -1;
+}
+
 static int put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth)
 {
 	char buf[64];
 
-	if (depth > LIM_NEST) {
-		rerr(r, "values nested deeper than %d", LIM_NEST);
+	if (too_deep(r, depth))
 		return -1;
-	}
 	switch (v->type) {
 	case JV_UNDEF:
 		return sb_str(b, "Undefined", 0);
@@ -3438,7 +3389,7 @@ static int put_json_str(struct sbuf *b, const struct hp_jval *v, int ascii)
 				break;
 		}
 		if (run > i) {
-			sb_put(b, s + i, run - i, v->s.tag ? v->s.tag + i : NULL, 0);
+			sb_span(b, v, i, run - i);
 			i = run;
 			continue;
 		}
@@ -3462,7 +3413,7 @@ static int put_json_str(struct sbuf *b, const struct hp_jval *v, int ascii)
 			snprintf(esc, sizeof(esc), "\\u%04x\\u%04x", 0xD800 + (x >> 10), 0xDC00 + (x & 0x3FF));
 			sb_put(b, esc, 12, NULL, tg);
 		} else {
-			sb_put(b, s + st, i - st, v->s.tag ? v->s.tag + st : NULL, 0);
+			sb_span(b, v, st, i - st);
 		}
 	}
 	return sb_ch(b, '"', t1);
@@ -3476,15 +3427,29 @@ static int json_nl(struct sbuf *b, const struct jopt *o, int level)
 	return b->oom ? -1 : 0;
 }
 
+/* what goes before item i of a list or dict at level, and after its last */
+static void json_item(struct sbuf *b, const struct jopt *o, int level, size_t i)
+{
+	if (i)
+		sb_val(b, o->isep);
+	if (o->indent)
+		json_nl(b, o, level + 1);
+}
+
+static int json_close(struct sbuf *b, const struct jopt *o, int level, char close)
+{
+	if (o->indent)
+		json_nl(b, o, level);
+	return sb_ch(b, close, 0);
+}
+
 static int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct jopt *o,
 		    int level)
 {
 	char buf[64];
 
-	if (level > LIM_NEST) {
-		rerr(r, "values nested deeper than %d", LIM_NEST);
+	if (too_deep(r, level))
 		return -1;
-	}
 	switch (v->type) {
 	case JV_NONE:
 		return sb_str(b, "null", 0);
@@ -3508,16 +3473,11 @@ static int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const
 			return sb_str(b, "[]", 0);
 		sb_ch(b, '[', 0);
 		for (size_t i = 0; i < v->l.n; i++) {
-			if (i)
-				sb_val(b, o->isep);
-			if (o->indent)
-				json_nl(b, o, level + 1);
+			json_item(b, o, level, i);
 			if (put_json(r, b, v->l.v[i], o, level + 1))
 				return -1;
 		}
-		if (o->indent)
-			json_nl(b, o, level);
-		return sb_ch(b, ']', 0);
+		return json_close(b, o, level, ']');
 	case JV_DICT: {
 		size_t n = v->d.n;
 		const struct jent **ord;
@@ -3559,19 +3519,13 @@ static int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const
 		for (size_t i = 0; i < n; i++) {
 			const struct hp_jval *k = ord[i]->k;
 
-			if (i)
-				sb_val(b, o->isep);
-			if (o->indent)
-				json_nl(b, o, level + 1);
+			json_item(b, o, level, i);
 			if (k->type == JV_STR) {
 				put_json_str(b, k, o->ascii);
 			} else {
+				/* a number or None, quoted */
 				sb_ch(b, '"', 0);
-				if (k->type == JV_NONE)
-					sb_str(b, "null", 0);
-				else if (k->type == JV_BOOL)
-					sb_str(b, k->i ? "true" : "false", 0);
-				else if (put_json(r, b, k, o, level + 1))
+				if (put_json(r, b, k, o, level + 1))
 					return -1;
 				sb_ch(b, '"', 0);
 			}
@@ -3579,9 +3533,7 @@ static int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const
 			if (put_json(r, b, ord[i]->v, o, level + 1))
 				return -1;
 		}
-		if (o->indent)
-			json_nl(b, o, level);
-		return sb_ch(b, '}', 0);
+		return json_close(b, o, level, '}');
 	}
 	}
 	if (v->type == JV_UNDEF && v->aux != UN_MSG)
@@ -3972,52 +3924,52 @@ static struct hp_jval *get_item(struct rs *r, struct hp_jval *x, struct hp_jval 
 	return mkundef(r, UN_ITEM, "?", 1, type_name(x));
 }
 
+/* a slice index given (not absent or None), and one given that is no integer */
+static int slice_given(const struct hp_jval *v)
+{
+	return v && v->type != JV_NONE;
+}
+
+static int slice_bad(const struct hp_jval *v)
+{
+	return slice_given(v) && v->type != JV_INT && v->type != JV_BOOL;
+}
+
+/* one slice bound v into a sequence of len with step st; dflt where v is not given */
+static int64_t slice_bound(const struct hp_jval *v, int64_t len, int64_t st, int64_t dflt)
+{
+	int64_t a;
+
+	if (!slice_given(v))
+		return dflt;
+	a = v->i;
+	if (a < 0) {
+		a += len;
+		if (a < 0)
+			a = st < 0 ? -1 : 0;
+	} else if (a >= len) {
+		a = st < 0 ? len - 1 : len;
+	}
+	return a;
+}
+
 /* Python slice indices for a sequence of n: PySlice_AdjustIndices */
 static int slice_idx(struct rs *r, struct hp_jval *sv, struct hp_jval *ev, struct hp_jval *tv, size_t n,
 		     int64_t *start, int64_t *stop, int64_t *step, int64_t *count)
 {
 	int64_t st = 1, len = (int64_t)n, a, b;
 
-	if (tv && tv->type != JV_NONE) {
-		if (tv->type != JV_INT && tv->type != JV_BOOL) {
-			rerr(r, "slice indices must be integers or None");
-			return -1;
-		}
-		st = tv->i;
-		if (!st) {
-			rerr(r, "slice step cannot be zero");
-			return -1;
-		}
+	/* Python checks the step first */
+	if (!slice_bad(tv) && slice_given(tv) && !(st = tv->i)) {
+		rerr(r, "slice step cannot be zero");
+		return -1;
 	}
-	if ((sv && sv->type != JV_NONE && sv->type != JV_INT && sv->type != JV_BOOL) ||
-	    (ev && ev->type != JV_NONE && ev->type != JV_INT && ev->type != JV_BOOL)) {
+	if (slice_bad(tv) || slice_bad(sv) || slice_bad(ev)) {
 		rerr(r, "slice indices must be integers or None");
 		return -1;
 	}
-	if (!sv || sv->type == JV_NONE) {
-		a = st < 0 ? len - 1 : 0;
-	} else {
-		a = sv->i;
-		if (a < 0) {
-			a += len;
-			if (a < 0)
-				a = st < 0 ? -1 : 0;
-		} else if (a >= len) {
-			a = st < 0 ? len - 1 : len;
-		}
-	}
-	if (!ev || ev->type == JV_NONE) {
-		b = st < 0 ? -1 : len;
-	} else {
-		b = ev->i;
-		if (b < 0) {
-			b += len;
-			if (b < 0)
-				b = st < 0 ? -1 : 0;
-		} else if (b >= len) {
-			b = st < 0 ? len - 1 : len;
-		}
-	}
+	a = slice_bound(sv, len, st, st < 0 ? len - 1 : 0);
+	b = slice_bound(ev, len, st, st < 0 ? -1 : len);
 	*count = 0;
 	if (st < 0) {
 		if (b < a)
@@ -4085,7 +4037,7 @@ static struct hp_jval *get_slice(struct rs *r, struct hp_jval *x, struct hp_jval
 		for (int64_t i = 0, j = a; i < cnt; i++, j += st) {
 			size_t o1 = offs ? offs[j] : (size_t)j, o2 = offs ? offs[j + 1] : (size_t)j + 1;
 
-			sb_put(&bb, x->s.s + o1, o2 - o1, x->s.tag ? x->s.tag + o1 : NULL, 0);
+			sb_span(&bb, x, o1, o2 - o1);
 		}
 		return sb_fin(r, &bb);
 	}
@@ -4129,6 +4081,44 @@ static struct hp_jval *iter_list(struct rs *r, struct hp_jval *x)
 	return rerr(r, "'%s' object is not iterable", type_name(x));
 }
 
+/* --- argument checks -------------------------------------------------------- */
+static int need_int(struct rs *r, const struct hp_jval *v, const char *what, int64_t *out)
+{
+	if (v->type == JV_UNDEF) {
+		undef_err(r, v);
+		return -1;
+	}
+	if (v->type != JV_INT && v->type != JV_BOOL) {
+		rerr(r, "%s: '%s' object cannot be interpreted as an integer", what, type_name(v));
+		return -1;
+	}
+	*out = v->i;
+	return 0;
+}
+
+static struct hp_jval *need_str(struct rs *r, struct hp_jval *v, const char *what)
+{
+	if (v->type == JV_STR)
+		return v;
+	if (v->type == JV_UNDEF)
+		return undef_err(r, v);
+	return rerr(r, "%s: must be str, not %s", what, type_name(v));
+}
+
+/* a required argument v of what(): when not given (NULL), the error "what() <missing>" */
+static struct hp_jval *arg_str(struct rs *r, struct hp_jval *v, const char *what, const char *missing)
+{
+	return v ? need_str(r, v, what) : rerr(r, "%s() %s", what, missing);
+}
+
+static int arg_int(struct rs *r, struct hp_jval *v, const char *what, const char *missing, int64_t *out)
+{
+	if (v)
+		return need_int(r, v, what, out);
+	rerr(r, "%s() %s", what, missing);
+	return -1;
+}
+
 /* --- string operations ------------------------------------------------------ */
 static int in_chars(const struct hp_jval *chars, uint32_t c)
 {
@@ -4142,11 +4132,16 @@ static int in_chars(const struct hp_jval *chars, uint32_t c)
 	return 0;
 }
 
-/* str.strip/lstrip/rstrip: chars NULL for whitespace */
-static struct hp_jval *s_strip(struct rs *r, struct hp_jval *v, const struct hp_jval *chars, int left,
-			       int right)
+/* str.strip/lstrip/rstrip and the trim filter, named what: chars absent or None for whitespace */
+static struct hp_jval *s_strip(struct rs *r, struct hp_jval *v, struct hp_jval *chars, const char *what,
+			       int left, int right)
 {
 	size_t a = 0, b = v->s.len;
+
+	if (chars && chars->type == JV_NONE)
+		chars = NULL;
+	if (chars && !need_str(r, chars, what))
+		return NULL;
 
 	if (left)
 		while (a < b) {
@@ -4186,9 +4181,18 @@ static const char *mem_rfind(const char *h, size_t hn, const char *nd, size_t nn
 	return NULL;
 }
 
+/* push v's bytes [off, off + len) onto l */
+static int push_sub(struct rs *r, struct hp_jval *l, struct hp_jval *v, size_t off, size_t len)
+{
+	struct hp_jval *x = sub(r, v, off, len);
+
+	return !x || push(r, l, x) ? -1 : 0;
+}
+
+/* str.split/rsplit: rsplit collects its parts from the right, then reverses them */
 static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *sep, int64_t max, int rev)
 {
-	struct hp_jval *l = mklist(r, 0, 0), *x;
+	struct hp_jval *l = mklist(r, 0, 0);
 	const char *s = v->s.s;
 	size_t n = v->s.len;
 
@@ -4205,13 +4209,11 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 
 			while ((max < 0 || (int64_t)l->l.n < max) &&
 			       (p = mem_find(s + a, n - a, sep->s.s, sep->s.len))) {
-				x = sub(r, v, a, (size_t)(p - s) - a);
-				if (!x || push(r, l, x))
+				if (push_sub(r, l, v, a, (size_t)(p - s) - a))
 					return NULL;
 				a = (size_t)(p - s) + sep->s.len;
 			}
-			x = sub(r, v, a, n - a);
-			if (!x || push(r, l, x))
+			if (push_sub(r, l, v, a, n - a))
 				return NULL;
 		} else {
 			size_t b = n;
@@ -4220,25 +4222,15 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 			while ((max < 0 || (int64_t)l->l.n < max) && (p = mem_rfind(s, b, sep->s.s, sep->s.len))) {
 				size_t e = (size_t)(p - s) + sep->s.len;
 
-				x = sub(r, v, e, b - e);
-				if (!x || push(r, l, x))
+				if (push_sub(r, l, v, e, b - e))
 					return NULL;
 				b = (size_t)(p - s);
 			}
-			x = sub(r, v, 0, b);
-			if (!x || push(r, l, x))
+			if (push_sub(r, l, v, 0, b))
 				return NULL;
-			for (size_t i = 0; i < l->l.n / 2; i++) {
-				struct hp_jval *t = l->l.v[i];
-
-				l->l.v[i] = l->l.v[l->l.n - 1 - i];
-				l->l.v[l->l.n - 1 - i] = t;
-			}
 		}
-		return l;
-	}
-	/* whitespace runs, no empty parts */
-	if (!rev) {
+	} else if (!rev) {
+		/* whitespace runs, no empty parts */
 		size_t i = 0;
 
 		for (;;) {
@@ -4251,15 +4243,13 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 			a = i;
 			if (max >= 0 && (int64_t)l->l.n >= max) {
 				/* the rest, its trailing whitespace kept as Python keeps it */
-				x = sub(r, v, a, n - a);
-				if (!x || push(r, l, x))
+				if (push_sub(r, l, v, a, n - a))
 					return NULL;
 				break;
 			}
 			while (i < n && !ws_at(s, n, i))
 				u8dec(s, n, &i);
-			x = sub(r, v, a, i - a);
-			if (!x || push(r, l, x))
+			if (push_sub(r, l, v, a, i - a))
 				return NULL;
 		}
 	} else {
@@ -4272,8 +4262,7 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 			if (!b)
 				break;
 			if (max >= 0 && (int64_t)l->l.n >= max) {
-				x = sub(r, v, 0, b);
-				if (!x || push(r, l, x))
+				if (push_sub(r, l, v, 0, b))
 					return NULL;
 				break;
 			}
@@ -4285,16 +4274,15 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 					break;
 				b = p;
 			}
-			x = sub(r, v, b, e - b);
-			if (!x || push(r, l, x))
+			if (push_sub(r, l, v, b, e - b))
 				return NULL;
 		}
-		for (size_t i = 0; i < l->l.n / 2; i++) {
-			struct hp_jval *t = l->l.v[i];
+	}
+	for (size_t i = 0; rev && i < l->l.n / 2; i++) {
+		struct hp_jval *t = l->l.v[i];
 
-			l->l.v[i] = l->l.v[l->l.n - 1 - i];
-			l->l.v[l->l.n - 1 - i] = t;
-		}
+		l->l.v[i] = l->l.v[l->l.n - 1 - i];
+		l->l.v[l->l.n - 1 - i] = t;
 	}
 	return l;
 }
@@ -4319,10 +4307,10 @@ static struct hp_jval *s_replace(struct rs *r, struct hp_jval *v, struct hp_jval
 				break;
 			a = i;
 			u8dec(v->s.s, n, &i);
-			sb_put(&b, v->s.s + a, i - a, v->s.tag ? v->s.tag + a : NULL, 0);
+			sb_span(&b, v, a, i - a);
 		}
 		if (i < n)
-			sb_put(&b, v->s.s + i, n - i, v->s.tag ? v->s.tag + i : NULL, 0);
+			sb_span(&b, v, i, n - i);
 		return sb_fin(r, &b);
 	}
 	for (;;) {
@@ -4331,14 +4319,14 @@ static struct hp_jval *s_replace(struct rs *r, struct hp_jval *v, struct hp_jval
 
 		if (!p)
 			break;
-		sb_put(&b, v->s.s + a, (size_t)(p - v->s.s) - a, v->s.tag ? v->s.tag + a : NULL, 0);
+		sb_span(&b, v, a, (size_t)(p - v->s.s) - a);
 		sb_val(&b, nw);
 		a = (size_t)(p - v->s.s) + old->s.len;
 		done++;
 	}
 	if (!done)
 		return v;
-	sb_put(&b, v->s.s + a, n - a, v->s.tag ? v->s.tag + a : NULL, 0);
+	sb_span(&b, v, a, n - a);
 	return sb_fin(r, &b);
 }
 
@@ -4400,7 +4388,7 @@ static void put_mapped(struct sbuf *b, const struct hp_jval *v, size_t st, size_
 	size_t ol = 0;
 
 	for (int j = 0; j < k; j++)
-		ol += u8enc(m[j], o + ol);
+		ol += hp_utf8_encode(m[j], (unsigned char *)o + ol);
 	if (ol == end - st)
 		sb_put(b, o, ol, v->s.tag ? v->s.tag + st : NULL, 0);
 	else
@@ -4466,7 +4454,7 @@ static struct hp_jval *s_case(struct rs *r, struct hp_jval *v, int how)
 		if (how == HOW_TITLE)
 			prev_cased = py_iscased(c);
 		if (mode < 0 || (i - st == 1 && c >= 0x80)) {
-			sb_put(&b, v->s.s + st, i - st, v->s.tag ? v->s.tag + st : NULL, 0);
+			sb_span(&b, v, st, i - st);
 			continue;
 		}
 		if (mode == CASE_LOWER && c == 0x03A3 && final_sigma(v, st, i)) {
@@ -4493,12 +4481,12 @@ static struct hp_jval *f_title(struct rs *r, struct hp_jval *v)
 		int k;
 
 		if (py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
-			sb_put(&b, v->s.s + st, i - st, v->s.tag ? v->s.tag + st : NULL, 0);
+			sb_span(&b, v, st, i - st);
 			start = 1;
 			continue;
 		}
 		if (i - st == 1 && c >= 0x80) {
-			sb_put(&b, v->s.s + st, 1, v->s.tag ? v->s.tag + st : NULL, 0);
+			sb_span(&b, v, st, 1);
 			start = 0;
 			continue;
 		}
@@ -4668,30 +4656,31 @@ static int bind(struct rs *r, const char *what, const struct args *a, int skip, 
 	return 0;
 }
 
-static int need_int(struct rs *r, const struct hp_jval *v, const char *what, int64_t *out)
-{
-	if (v->type == JV_UNDEF) {
-		undef_err(r, v);
-		return -1;
-	}
-	if (v->type != JV_INT && v->type != JV_BOOL) {
-		rerr(r, "%s: '%s' object cannot be interpreted as an integer", what, type_name(v));
-		return -1;
-	}
-	*out = v->i;
-	return 0;
-}
-
-static struct hp_jval *need_str(struct rs *r, struct hp_jval *v, const char *what)
-{
-	if (v->type == JV_STR)
-		return v;
-	if (v->type == JV_UNDEF)
-		return undef_err(r, v);
-	return rerr(r, "%s: must be str, not %s", what, type_name(v));
-}
-
 /* --- % formatting ----------------------------------------------------------- */
+/*
+ * Append one printf conversion of the number that follows conv: "%" flags,
+ * the width and precision where given (>= 0), then conv ("lld", "f", ...).
+ * Both are at most 4096, so 8400 bytes hold any result, a double's 309
+ * integer digits included.
+ */
+static void sb_conv(struct sbuf *b, const char *flags, int width, int prec, const char *conv, ...)
+{
+	char spec[48], w[16] = "", p[16] = "", out[8400];
+	va_list ap;
+	int k;
+
+	if (width >= 0)
+		snprintf(w, sizeof(w), "%d", width);
+	if (prec >= 0)
+		snprintf(p, sizeof(p), ".%d", prec);
+	snprintf(spec, sizeof(spec), "%%%s%s%s%s", flags, w, p, conv);
+	va_start(ap, conv);
+	k = vsnprintf(out, sizeof(out), spec, ap);
+	va_end(ap);
+	if (k > 0)
+		sb_put(b, out, (size_t)k < sizeof(out) ? (size_t)k : sizeof(out) - 1, NULL, 0);
+}
+
 static struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *args)
 {
 	struct sbuf b = sb_new(r);
@@ -4707,16 +4696,16 @@ static struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_j
 	}
 	while (i < n) {
 		const char *p = memchr(s + i, '%', n - i);
-		char flags[8], spec[48];
+		char flags[8];
 		int nf = 0, width = -1, prec = -1;
 		struct hp_jval *arg;
 		char conv;
 
 		if (!p) {
-			sb_put(&b, s + i, n - i, fmt->s.tag ? fmt->s.tag + i : NULL, 0);
+			sb_span(&b, fmt, i, n - i);
 			break;
 		}
-		sb_put(&b, s + i, (size_t)(p - s) - i, fmt->s.tag ? fmt->s.tag + i : NULL, 0);
+		sb_span(&b, fmt, i, (size_t)(p - s) - i);
 		i = (size_t)(p - s) + 1;
 		if (i < n && s[i] == '%') {
 			sb_ch(&b, '%', fmt->s.tag ? fmt->s.tag[i] : 0);
@@ -4806,6 +4795,9 @@ static struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_j
 			if (arg->type == JV_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o') {
 				if (!isfinite(arg->f))
 					return rerr(r, "cannot convert float infinity or NaN to integer");
+				/* Python's ints are unbounded, hp's int64 (see jinja.h) */
+				if (!(arg->f > -9223372036854775808.0 && arg->f < 9223372036854775808.0))
+					return rerr(r, "%%%c of %g: outside the 64-bit integers", conv, arg->f);
 				v = (long long)arg->f;
 			} else if (arg->type == JV_INT || arg->type == JV_BOOL) {
 				v = arg->i;
@@ -4821,52 +4813,19 @@ static struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_j
 
 				if (v < 0 || v > 0x10FFFF)
 					return rerr(r, "%%c arg not in range(0x110000)");
-				sb_put(&b, o, u8enc((uint32_t)v, o), NULL, 0);
+				sb_put(&b, o, hp_utf8_encode((uint32_t)v, (unsigned char *)o), NULL, 0);
 				break;
 			}
 			if (conv == 'u' || conv == 'i')
 				conv = 'd';
-			snprintf(spec, sizeof(spec), "%%%s%s%s%s%s%sll%c", flags, width >= 0 ? "*" : "",
-				 "", prec >= 0 ? ".*" : "", "", "", conv);
-			{
-				char out[8400];
-				int k;
-
-				if (width >= 0 && prec >= 0)
-					k = snprintf(out, sizeof(out), spec, width, prec, v);
-				else if (width >= 0)
-					k = snprintf(out, sizeof(out), spec, width, v);
-				else if (prec >= 0)
-					k = snprintf(out, sizeof(out), spec, prec, v);
-				else
-					k = snprintf(out, sizeof(out), spec, v);
-				if (k > 0)
-					sb_put(&b, out, (size_t)k < sizeof(out) ? (size_t)k : sizeof(out) - 1, NULL, 0);
-			}
+			sb_conv(&b, flags, width, prec, (char[]){ 'l', 'l', conv, '\0' }, v);
 			break;
 		}
-		case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
-			double v;
-			char out[8400];
-			int k;
-
+		case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
 			if (!isnum(arg))
 				return rerr(r, "must be real number, not %s", type_name(arg));
-			v = numf(arg);
-			snprintf(spec, sizeof(spec), "%%%s%s%s%c", flags, width >= 0 ? "*" : "",
-				 prec >= 0 ? ".*" : "", conv);
-			if (width >= 0 && prec >= 0)
-				k = snprintf(out, sizeof(out), spec, width, prec, v);
-			else if (width >= 0)
-				k = snprintf(out, sizeof(out), spec, width, v);
-			else if (prec >= 0)
-				k = snprintf(out, sizeof(out), spec, prec, v);
-			else
-				k = snprintf(out, sizeof(out), spec, v);
-			if (k > 0)
-				sb_put(&b, out, (size_t)k < sizeof(out) ? (size_t)k : sizeof(out) - 1, NULL, 0);
+			sb_conv(&b, flags, width, prec, (char[]){ conv, '\0' }, numf(arg));
 			break;
-		}
 		default:
 			return rerr(r, "unsupported format character '%c'", conv);
 		}
@@ -5158,8 +5117,7 @@ static struct hp_jval *f_tojson(struct rs *r, struct hp_jval *v, struct hp_jval 
 
 			if (k > 1024)
 				return rerr(r, "tojson indent above 1024 is not supported");
-			o.indent = repeat(r, &(struct hp_jval){ .type = JV_STR, .flags = JF_ASCII,
-							       .s = { " ", NULL, 1, 1 } }, k);
+			o.indent = repeat(r, &v_space, k);
 			if (!o.indent)
 				return NULL;
 		} else {
@@ -5181,12 +5139,35 @@ static struct hp_jval *f_tojson(struct rs *r, struct hp_jval *v, struct hp_jval 
 	return sb_fin(r, &b);
 }
 
+/*
+ * The line of s that starts at *i, as str.splitlines() breaks lines: its end
+ * before the line break, with *i moved past the break ("\r\n" is one).
+ */
+static size_t line_end(const struct hp_jval *s, size_t *i)
+{
+	size_t n = s->s.len, e;
+	uint32_t c = 0;
+
+	for (;;) {
+		e = *i;
+		if (*i >= n)
+			break;
+		c = u8dec(s->s.s, n, i);
+		if (c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+		    c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029)
+			break;
+	}
+	if (c == '\r' && *i < n && s->s.s[*i] == '\n')
+		(*i)++;
+	return e;
+}
+
 static struct hp_jval *f_indent(struct rs *r, struct hp_jval *s, struct hp_jval **p)
 {
 	struct hp_jval *ind, *lines, *nl;
 	struct sbuf b = sb_new(r);
 	int first = p[1] && truthy(p[1]), blank = p[2] && truthy(p[2]);
-	size_t i = 0, n;
+	size_t i = 0;
 
 	if (p[0] && p[0]->type == JV_STR) {
 		ind = p[0];
@@ -5197,8 +5178,7 @@ static struct hp_jval *f_indent(struct rs *r, struct hp_jval *s, struct hp_jval 
 			return NULL;
 		if (w > 4096)
 			return rerr(r, "indent width above 4096 is not supported");
-		ind = repeat(r, &(struct hp_jval){ .type = JV_STR, .flags = JF_ASCII, .s = { " ", NULL, 1, 1 } },
-			     w);
+		ind = repeat(r, &v_space, w);
 		if (!ind)
 			return NULL;
 	}
@@ -5208,22 +5188,9 @@ static struct hp_jval *f_indent(struct rs *r, struct hp_jval *s, struct hp_jval 
 	lines = s ? mklist(r, 0, 0) : NULL;
 	if (!lines)
 		return NULL;
-	n = s->s.len;
-	while (i < n) {
-		size_t a = i, e;
-		uint32_t c = 0;
+	while (i < s->s.len) {
+		size_t a = i, e = line_end(s, &i);
 
-		for (;;) {
-			e = i;
-			if (i >= n)
-				break;
-			c = u8dec(s->s.s, n, &i);
-			if (c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
-			    c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029)
-				break;
-		}
-		if (c == '\r' && i < n && s->s.s[i] == '\n')
-			i++;
 		if (push(r, lines, sub(r, s, a, e - a)))
 			return NULL;
 	}
@@ -5264,24 +5231,35 @@ static struct hp_jval *f_escape(struct rs *r, struct hp_jval *s)
 	return sb_fin(r, &b);
 }
 
-/* Python int(str, base) for base 10 and float(str), as jinja's int/float filters use */
-static int parse_pyint(const struct hp_jval *s, int base, int64_t *out)
+/*
+ * The text of a number as Python's int() and float() read it: s without its
+ * surrounding whitespace and without the underscores between digits, into
+ * buf[80]; 0 when that leaves nothing or more than fits.
+ */
+static size_t py_numtext(const struct hp_jval *s, char *buf)
 {
-	char buf[80];
 	size_t k = 0, i = 0, n = s->s.len;
-	char *end;
 
 	while (i < n && py_isspace((unsigned char)s->s.s[i]))
 		i++;
 	while (n > i && py_isspace((unsigned char)s->s.s[n - 1]))
 		n--;
-	for (; i < n && k < sizeof(buf) - 1; i++) {
+	for (; i < n && k < 79; i++) {
 		if (s->s.s[i] == '_' && k && isdig(buf[k - 1]) && i + 1 < n && isdig(s->s.s[i + 1]))
 			continue;
 		buf[k++] = s->s.s[i];
 	}
 	buf[k] = '\0';
-	if (!k || i < n)
+	return i < n ? 0 : k;
+}
+
+/* Python int(str, base) for base 10 and float(str), as jinja's int/float filters use */
+static int parse_pyint(const struct hp_jval *s, int base, int64_t *out)
+{
+	char buf[80];
+	char *end;
+
+	if (!py_numtext(s, buf))
 		return -1;
 	errno = 0;
 	*out = strtoll(buf, &end, base);
@@ -5293,20 +5271,9 @@ static int parse_pyint(const struct hp_jval *s, int base, int64_t *out)
 static int parse_pyfloat(const struct hp_jval *s, double *out)
 {
 	char buf[80];
-	size_t k = 0, i = 0, n = s->s.len;
 	char *end;
 
-	while (i < n && py_isspace((unsigned char)s->s.s[i]))
-		i++;
-	while (n > i && py_isspace((unsigned char)s->s.s[n - 1]))
-		n--;
-	for (; i < n && k < sizeof(buf) - 1; i++) {
-		if (s->s.s[i] == '_' && k && isdig(buf[k - 1]) && i + 1 < n && isdig(s->s.s[i + 1]))
-			continue;
-		buf[k++] = s->s.s[i];
-	}
-	buf[k] = '\0';
-	if (!k || i < n || (buf[0] == '0' && (buf[1] | 32) == 'x') ||
+	if (!py_numtext(s, buf) || (buf[0] == '0' && (buf[1] | 32) == 'x') ||
 	    ((buf[0] == '-' || buf[0] == '+') && buf[1] == '0' && (buf[2] | 32) == 'x'))
 		return -1;
 	*out = strtod(buf, &end);
@@ -5497,15 +5464,25 @@ static int64_t length_of(struct rs *r, struct hp_jval *v)
 	return -1;
 }
 
-#define BIND(...) do { \
+/*
+ * Inside a filter, method or global with arguments a and room p[] for them:
+ * bind the arguments after the first skip to the names given, in order, or
+ * refuse any; on a mismatch return NULL with the error.  A filter's value is
+ * its argument 0 (skip 1); methods and globals bind from 0.
+ */
+#define BIND_AT(what, skip, ...) do { \
 	static const char *const nm_[] = { __VA_ARGS__ }; \
-	if (bind(r, filter_names[id], a, 1, nm_, (int)(sizeof(nm_) / sizeof(nm_[0])), p)) \
+	if (bind(r, what, a, skip, nm_, (int)(sizeof(nm_) / sizeof(nm_[0])), p)) \
 		return NULL; \
 } while (0)
-#define NOARGS() do { \
-	if (a->np > 1 || a->nk) \
-		return rerr(r, "%s() takes no arguments", filter_names[id]); \
+#define NOARGS_AT(what, skip) do { \
+	if (a->np > (skip) || a->nk) \
+		return rerr(r, "%s() takes no arguments", what); \
 } while (0)
+#define BIND(...) BIND_AT(filter_names[id], 1, __VA_ARGS__)
+#define NOARGS() NOARGS_AT(filter_names[id], 1)
+#define MBIND(what, ...) BIND_AT(what, 0, __VA_ARGS__)
+#define MNOARGS(what) NOARGS_AT(what, 0)
 
 static struct hp_jval *apply_filter(struct rs *r, int id, struct args *a)
 {
@@ -5692,8 +5669,8 @@ static struct hp_jval *apply_filter(struct rs *r, int id, struct args *a)
 		struct hp_jval *items, *out, *cur = NULL;
 
 		BIND("linecount", "fill_with");
-		if (!p[0] || need_int(r, p[0], "batch", &k))
-			return p[0] ? NULL : rerr(r, "batch() needs a line count");
+		if (arg_int(r, p[0], "batch", "needs a line count", &k))
+			return NULL;
 		if (k <= 0)
 			return rerr(r, "batch() needs a positive line count");
 		items = iter_list(r, v);
@@ -5799,9 +5776,7 @@ static struct hp_jval *apply_filter(struct rs *r, int id, struct args *a)
 	switch (id) {
 	case F_TRIM:
 		BIND("chars");
-		if (p[0] && p[0]->type != JV_NONE && !need_str(r, p[0], "trim"))
-			return NULL;
-		return s_strip(r, s, p[0] && p[0]->type != JV_NONE ? p[0] : NULL, 1, 1);
+		return s_strip(r, s, p[0], "trim", 1, 1);
 	case F_UPPER:
 		NOARGS();
 		return s_case(r, s, HOW_UPPER);
@@ -5870,16 +5845,6 @@ static struct hp_jval g_funcs[] = {
 };
 static const char *const g_names[] = { "range", "dict", "namespace", "raise_exception", "strftime_now" };
 
-#define MBIND(what, ...) do { \
-	static const char *const nm_[] = { __VA_ARGS__ }; \
-	if (bind(r, what, a, 0, nm_, (int)(sizeof(nm_) / sizeof(nm_[0])), p)) \
-		return NULL; \
-} while (0)
-#define MNOARGS(what) do { \
-	if (a->np || a->nk) \
-		return rerr(r, "%s() takes no arguments", what); \
-} while (0)
-
 static struct hp_jval *s_affix(struct rs *r, struct hp_jval *s, struct hp_jval *x, int end)
 {
 	struct hp_jval one[1] = { 0 }, **cands;
@@ -5908,6 +5873,15 @@ static struct hp_jval *s_affix(struct rs *r, struct hp_jval *s, struct hp_jval *
 	return &v_false;
 }
 
+/* the str.isX() methods that hold when every character is in a class */
+static const struct {
+	const char *name;
+	int (*pred)(uint32_t);
+} char_classes[] = {
+	{ "isdigit", py_isdigit }, { "isdecimal", py_isdigit }, { "isnumeric", py_isdigit },
+	{ "isalpha", py_isalpha }, { "isalnum", py_isalnum }, { "isspace", py_isspace },
+};
+
 static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m, struct args *a)
 {
 	struct hp_jval *p[3] = { NULL, NULL, NULL };
@@ -5928,9 +5902,7 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 	}
 	if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
 		MBIND(m, "chars");
-		if (p[0] && p[0]->type != JV_NONE && !need_str(r, p[0], m))
-			return NULL;
-		return s_strip(r, s, p[0] && p[0]->type != JV_NONE ? p[0] : NULL, m[0] != 'r', m[0] != 'l');
+		return s_strip(r, s, p[0], m, m[0] != 'r', m[0] != 'l');
 	}
 	if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize") ||
 	    !strcmp(m, "swapcase") || !strcmp(m, "casefold")) {
@@ -5952,8 +5924,8 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 		const char *hit;
 
 		MBIND(m, "sub");
-		if (!p[0] || !need_str(r, p[0], m))
-			return p[0] ? NULL : rerr(r, "%s() takes at least 1 argument", m);
+		if (!arg_str(r, p[0], m, "takes at least 1 argument"))
+			return NULL;
 		if (!strcmp(m, "count")) {
 			size_t a0 = 0;
 			int64_t cnt = 0;
@@ -5978,38 +5950,27 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 			return rerr(r, "join() takes exactly one argument");
 		return f_join(r, p[0], s, NULL, 1);
 	}
-	if (!strcmp(m, "isdigit") || !strcmp(m, "isdecimal") || !strcmp(m, "isnumeric")) {
-		MNOARGS(m);
-		return VBOOL(all_chars(s, py_isdigit));
-	}
-	if (!strcmp(m, "isalpha")) {
-		MNOARGS(m);
-		return VBOOL(all_chars(s, py_isalpha));
-	}
-	if (!strcmp(m, "isalnum")) {
-		MNOARGS(m);
-		return VBOOL(all_chars(s, py_isalnum));
-	}
-	if (!strcmp(m, "isspace")) {
-		MNOARGS(m);
-		return VBOOL(all_chars(s, py_isspace));
-	}
+	for (size_t i = 0; i < sizeof(char_classes) / sizeof(char_classes[0]); i++)
+		if (!strcmp(m, char_classes[i].name)) {
+			MNOARGS(m);
+			return VBOOL(all_chars(s, char_classes[i].pred));
+		}
 	if (!strcmp(m, "islower") || !strcmp(m, "isupper")) {
 		MNOARGS(m);
 		return VBOOL(s_iscase(s, m[2] == 'u'));
 	}
 	if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust")) {
 		MBIND(m, "width", "fillchar");
-		if (!p[0] || need_int(r, p[0], m, &k))
-			return p[0] ? NULL : rerr(r, "%s() takes at least 1 argument", m);
+		if (arg_int(r, p[0], m, "takes at least 1 argument", &k))
+			return NULL;
 		return s_pad(r, s, k, p[1], m[0] == 'c' ? 0 : m[0] == 'l' ? -1 : 1);
 	}
 	if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
 		int end = m[6] == 's';
 
 		MBIND(m, "affix");
-		if (!p[0] || !need_str(r, p[0], m))
-			return p[0] ? NULL : rerr(r, "%s() takes exactly one argument", m);
+		if (!arg_str(r, p[0], m, "takes exactly one argument"))
+			return NULL;
 		if (p[0]->s.len <= s->s.len &&
 		    !memcmp(s->s.s + (end ? s->s.len - p[0]->s.len : 0), p[0]->s.s, p[0]->s.len))
 			return sub(r, s, end ? 0 : p[0]->s.len, s->s.len - p[0]->s.len);
@@ -6020,8 +5981,8 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 		struct hp_jval *t;
 
 		MBIND(m, "sep");
-		if (!p[0] || !need_str(r, p[0], m))
-			return p[0] ? NULL : rerr(r, "%s() takes exactly one argument", m);
+		if (!arg_str(r, p[0], m, "takes exactly one argument"))
+			return NULL;
 		if (!p[0]->s.len)
 			return rerr(r, "empty separator");
 		hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
@@ -6053,20 +6014,8 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 		if (!l)
 			return NULL;
 		while (i < s->s.len) {
-			size_t st = i, e, nx;
-			uint32_t c = 0;
+			size_t st = i, e = line_end(s, &i), nx;
 
-			for (;;) {
-				e = i;
-				if (i >= s->s.len)
-					break;
-				c = u8dec(s->s.s, s->s.len, &i);
-				if (c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
-				    c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029)
-					break;
-			}
-			if (c == '\r' && i < s->s.len && s->s.s[i] == '\n')
-				i++;
 			nx = p[0] && truthy(p[0]) ? i : e;
 			if (push(r, l, sub(r, s, st, nx - st)))
 				return NULL;
@@ -6077,8 +6026,8 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 	}
 	if (!strcmp(m, "zfill")) {
 		MBIND(m, "width");
-		if (!p[0] || need_int(r, p[0], m, &k))
-			return p[0] ? NULL : rerr(r, "zfill() takes exactly one argument");
+		if (arg_int(r, p[0], m, "takes exactly one argument", &k))
+			return NULL;
 		if (k <= (int64_t)s->s.ncp)
 			return s;
 		if (k > 4096)
@@ -6093,7 +6042,7 @@ static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m
 			}
 			for (int64_t i = (int64_t)s->s.ncp; i < k; i++)
 				sb_ch(&b, '0', 0);
-			sb_put(&b, s->s.s + o, s->s.len - o, s->s.tag ? s->s.tag + o : NULL, 0);
+			sb_span(&b, s, o, s->s.len - o);
 			return sb_fin(r, &b);
 		}
 	}
@@ -6194,9 +6143,8 @@ static struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 		if (cnt > LIM_RANGE)
 			return rerr(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
 				    LIM_RANGE);
-		r->iters += cnt;
-		if (r->iters > r->lim_iters)
-			return rerr(r, "more than %ld loop iterations and range() items (limit)", r->lim_iters);
+		if (count_iters(r, (long)cnt))
+			return NULL;
 		l = mklist(r, (size_t)cnt, 0);
 		if (!l)
 			return NULL;
@@ -6264,10 +6212,8 @@ static struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 	}
 	case G_RAISE: {
 		struct hp_jval *msg;
-		static const char *const nm[] = { "message" };
 
-		if (bind(r, "raise_exception", a, 0, nm, 1, p))
-			return NULL;
+		MBIND("raise_exception", "message");
 		if (!p[0])
 			return rerr(r, "raise_exception() missing 1 required positional argument: 'message'");
 		msg = to_str(r, p[0]);
@@ -6276,14 +6222,12 @@ static struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 		return rerr(r, "%.*s", (int)(msg->s.len > 400 ? 400 : msg->s.len), msg->s.s);
 	}
 	case G_STRFTIME: {
-		static const char *const nm[] = { "format" };
 		char fmt[256], out[1024];
 		time_t now = time(NULL);
 		struct tm tm;
 		size_t n;
 
-		if (bind(r, "strftime_now", a, 0, nm, 1, p))
-			return NULL;
+		MBIND("strftime_now", "format");
 		if (!p[0] || p[0]->type != JV_STR)
 			return rerr(r, "strftime_now() needs a format string");
 		if (p[0]->s.len >= sizeof(fmt))
@@ -6389,13 +6333,25 @@ static int assign(struct rs *r, struct frame *f, const struct node *t, struct hp
 /* --- expressions ------------------------------------------------------------ */
 static int exec_body(struct rs *r, struct frame *f, const struct node *body);
 
+/* render body into a string (a macro call, block set, filter block) */
+static struct hp_jval *capture(struct rs *r, struct frame *f, const struct node *body)
+{
+	struct sbuf b = sb_new(r), *save = r->out;
+	int rc;
+
+	r->out = &b;
+	rc = exec_body(r, f, body);
+	r->out = save;
+	if (rc < 0)
+		return NULL;
+	return sb_fin(r, &b);
+}
+
 static struct hp_jval *call_macro(struct rs *r, struct hp_jval *m, struct args *a)
 {
 	const struct node *def = m->m.def;
 	struct frame *mf;
-	struct hp_jval *varargs = NULL, *kwargs = NULL, **got;
-	struct sbuf b, *save = r->out;
-	int rc;
+	struct hp_jval *varargs = NULL, *kwargs = NULL, **got, *out;
 
 	if (r->mdepth >= LIM_MACRO_DEPTH)
 		return rerr(r, "macro calls nested deeper than %d (limit)", LIM_MACRO_DEPTH);
@@ -6453,15 +6409,10 @@ static struct hp_jval *call_macro(struct rs *r, struct hp_jval *m, struct args *
 	}
 	if ((varargs && frame_set(r, mf, "varargs", varargs)) || (kwargs && frame_set(r, mf, "kwargs", kwargs)))
 		return NULL;
-	b = sb_new(r);
-	r->out = &b;
 	r->mdepth++;
-	rc = exec_body(r, mf, def->d);
+	out = capture(r, mf, def->d);
 	r->mdepth--;
-	r->out = save;
-	if (rc < 0)
-		return NULL;
-	return sb_fin(r, &b);
+	return out;
 }
 
 static struct hp_jval *call_value(struct rs *r, struct hp_jval *fn, struct args *a)
@@ -6477,6 +6428,22 @@ static struct hp_jval *call_value(struct rs *r, struct hp_jval *fn, struct args 
 		return undef_err(r, fn);
 	}
 	return rerr(r, "'%s' object is not callable", type_name(fn));
+}
+
+/*
+ * What a call, filter or test node applies to (n->a: the function, or the
+ * value filtered or tested), and its arguments into args, the filtered value
+ * in front where first; the line back at n's for what follows.
+ */
+static struct hp_jval *eval_applied(struct rs *r, struct frame *f, const struct node *n, int first,
+				    struct args *args)
+{
+	struct hp_jval *x = eval(r, f, n->a);
+
+	if (!x || eval_args(r, f, n, first ? x : NULL, args))
+		return NULL;
+	r->line = n->line;
+	return x;
 }
 
 static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
@@ -6508,19 +6475,12 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 		return get_slice(r, a, s, e, t);
 	}
 	case N_CALL:
-		a = eval(r, f, n->a);
-		if (!a || eval_args(r, f, n, NULL, &args))
-			return NULL;
-		r->line = n->line;
-		return call_value(r, a, &args);
+		a = eval_applied(r, f, n, 0, &args);
+		return a ? call_value(r, a, &args) : NULL;
 	case N_FILTER:
 		if (n->id < 0)
 			return rerr(r, "no filter named '%s' found", n->name);
-		a = eval(r, f, n->a);
-		if (!a || eval_args(r, f, n, a, &args))
-			return NULL;
-		r->line = n->line;
-		return apply_filter(r, n->id, &args);
+		return eval_applied(r, f, n, 1, &args) ? apply_filter(r, n->id, &args) : NULL;
 	case N_BODYVAL: {
 		/* the body of a block set / filter block, bound by its statement */
 		struct frame *g = f;
@@ -6534,10 +6494,9 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 
 		if (n->id < 0)
 			return rerr(r, "no test named '%s' found", n->name);
-		a = eval(r, f, n->a);
-		if (!a || eval_args(r, f, n, NULL, &args))
+		a = eval_applied(r, f, n, 0, &args);
+		if (!a)
 			return NULL;
-		r->line = n->line;
 		if (args.nk)
 			return rerr(r, "test '%s' takes no keyword arguments", n->name);
 		if (a->type == JV_UNDEF && n->id != X_DEFINED && n->id != X_UNDEFINED && n->id != X_NONE &&
@@ -6703,32 +6662,27 @@ static int emit(struct rs *r, const char *s, size_t n, const uint16_t *tags)
 	return 0;
 }
 
-/* render body into a string (block set, filter block) */
-static struct hp_jval *capture(struct rs *r, struct frame *f, const struct node *body)
+/* a block set's or filter block's value: its filter chain n->b applied to its rendered body n->d */
+static struct hp_jval *filter_body(struct rs *r, struct frame *f, const struct node *n)
 {
-	struct sbuf b = sb_new(r), *save = r->out;
-	int rc;
-
-	r->out = &b;
-	rc = exec_body(r, f, body);
-	r->out = save;
-	if (rc < 0)
-		return NULL;
-	return sb_fin(r, &b);
-}
-
-/* apply a filter chain whose innermost value is the rendered body */
-static struct hp_jval *filter_body(struct rs *r, struct frame *f, const struct node *chain,
-				   struct hp_jval *body)
-{
+	struct hp_jval *body = capture(r, f, n->d);
 	struct frame *bf;
 
-	if (chain->kind == N_BODYVAL)
+	if (!body || n->b->kind == N_BODYVAL)
 		return body;
 	bf = frame_new(r, f);
 	if (!bf || frame_set(r, bf, " body", body))
 		return NULL;
-	return eval(r, bf, chain);
+	return eval(r, bf, n->b);
+}
+
+/* a fresh scope for each iteration (jinja's), reusing the last one's memory unless a macro closed over it */
+static struct frame *iter_frame(struct rs *r, struct frame *f, struct frame *last)
+{
+	if (!last || last->captured)
+		return frame_new(r, f);
+	last->n = 0;
+	return last;
 }
 
 static int exec_for(struct rs *r, struct frame *f, const struct node *n)
@@ -6753,15 +6707,8 @@ static int exec_for(struct rs *r, struct frame *f, const struct node *n)
 		for (size_t i = 0; i < items->l.n; i++) {
 			struct hp_jval *c;
 
-			if (++r->iters > r->lim_iters) {
-				rerr(r, "more than %ld loop iterations and range() items (limit)", r->lim_iters);
-				return r->rc;
-			}
-			if (!tf || tf->captured)
-				tf = frame_new(r, f);
-			else
-				tf->n = 0;
-			if (!tf || assign(r, tf, n->a, items->l.v[i]) || !(c = eval(r, tf, n->c)))
+			if (count_iters(r, 1) || !(tf = iter_frame(r, f, tf)) ||
+			    assign(r, tf, n->a, items->l.v[i]) || !(c = eval(r, tf, n->c)))
 				return r->rc;
 			if (truthy(c) && push(r, kept, items->l.v[i]))
 				return r->rc;
@@ -6781,18 +6728,12 @@ static int exec_for(struct rs *r, struct frame *f, const struct node *n)
 	for (size_t i = 0; i < items->l.n; i++) {
 		int rc;
 
-		if (++r->iters > r->lim_iters) {
+		if (r->iters >= r->lim_iters)   /* the limit error names the for tag */
 			r->line = n->line;
-			rerr(r, "more than %ld loop iterations and range() items (limit)", r->lim_iters);
+		if (count_iters(r, 1) || !(bf = iter_frame(r, f, bf)))
 			return r->rc;
-		}
-		/* a fresh scope each iteration (jinja's), reusing the last one's memory */
-		if (!bf || bf->captured)
-			bf = frame_new(r, f);
-		else
-			bf->n = 0;
 		lp->i = i;
-		if (!bf || assign(r, bf, n->a, items->l.v[i]) || frame_set(r, bf, "loop", lv))
+		if (assign(r, bf, n->a, items->l.v[i]) || frame_set(r, bf, "loop", lv))
 			return r->rc;
 		rc = exec_body(r, bf, n->d);
 		if (rc < 0)
@@ -6899,16 +6840,12 @@ static int exec_body(struct rs *r, struct frame *f, const struct node *body)
 				return r->rc;
 			break;
 		case S_SETBLOCK:
-			v = capture(r, f, n->d);
-			if (v)
-				v = filter_body(r, f, n->b, v);
+			v = filter_body(r, f, n);
 			if (!v || exec_set(r, f, n->a, v))
 				return r->rc;
 			break;
 		case S_FILTER:
-			v = capture(r, f, n->d);
-			if (v)
-				v = filter_body(r, f, n->b, v);
+			v = filter_body(r, f, n);
 			if (v && v->type != JV_STR)
 				v = to_str(r, v);
 			if (!v || emit(r, v->s.s, v->s.len, v->s.tag))

@@ -376,6 +376,10 @@ static void test_errors(void)
 	expect_fail("{% for x in y recursive %}{% endfor %}", HP_EUNSUP, "recursive", "recursive loops refused");
 	expect_fail("{{ '\\N{BULLET}' }}", HP_EUNSUP, "\\N{", "\\N escapes refused");
 	expect_fail("{{ 99999999999999999999 }}", HP_EUNSUP, "64 bits", "big integer literals refused");
+	/* found by fuzz-jinja: a slice in a subscript tuple (once a NULL
+	 * dereference), and a float past int64 under %d (once undefined) */
+	expect_fail("{{ 'ab'[::,3] }}", HP_EUNSUP, "a slice inside a subscript tuple", "slice tuples refused");
+	expect_fail("{{ '%d' % 1e300 }}", HP_EFORMAT, "outside the 64-bit integers", "%d of a huge float refused");
 	expect_fail("{{ x|nope }}", HP_EFORMAT, "no filter named 'nope'", "unknown filter");
 	expect_fail("{{ x is nope }}", HP_EFORMAT, "no test named 'nope'", "unknown test");
 	expect_fail("{% for m in a %}{{ m|nope }}{% endfor %}", HP_EFORMAT, "no filter named 'nope'",

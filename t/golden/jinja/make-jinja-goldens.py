@@ -546,65 +546,52 @@ TOOLS = [
     {"type": "function", "function": {"name": "add", "description": "Add numbers", "parameters": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}}},
 ]
 
+def turns(*ts):
+    """Messages from (role, content) pairs, a dict of further fields as a third item."""
+    return [dict({"role": t[0], "content": t[1]}, **(t[2] if len(t) > 2 else {})) for t in ts]
+
+
 CONVS = {
-    "single": [{"role": "user", "content": "Hello!"}],
-    "basic": [
-        {"role": "user", "content": "Hello!"},
-        {"role": "assistant", "content": "Hi there. How can I help?"},
-        {"role": "user", "content": "Tell me a joke."},
-    ],
-    "system": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4"},
-    ],
-    "padded": [
-        {"role": "system", "content": "  Be brief.\n\n"},
-        {"role": "user", "content": "\n  spaces around  \n"},
-        {"role": "assistant", "content": "  ok  "},
-    ],
-    "unicode": [
-        {"role": "user", "content": "Gr\u00fc\u00df dich! \u4f60\u597d \U0001F600 \"quoted\" 'single' \\back"},
-        {"role": "assistant", "content": "\u00c7a va \u2014 tr\u00e8s bien.\n\tTabbed."},
-    ],
-    "think": [
-        {"role": "user", "content": "Solve x+1=2"},
-        {"role": "assistant", "content": "<think>\nx = 2 - 1\n</think>\n\nx = 1"},
-        {"role": "user", "content": "And x+2=5?"},
-        {"role": "assistant", "content": "<think>\n\nsubtract 2\n\n</think>\n\n\nx = 3"},
-    ],
-    "reasoning-field": [
-        {"role": "user", "content": "Q1"},
-        {"role": "assistant", "content": "A1", "reasoning_content": "\nthought one\n"},
-        {"role": "user", "content": "Q2"},
-        {"role": "assistant", "content": "A2", "reasoning_content": "thought two"},
-    ],
-    "tools": [
-        {"role": "system", "content": "You can call tools."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius"}}}]},
-        {"role": "tool", "content": "{\"temp\": 21}"},
-        {"role": "tool", "content": "second result"},
-        {"role": "assistant", "content": "It is 21 degrees."},
-    ],
-    "tools-string-args": [
-        {"role": "user", "content": "Add 1 and 2"},
-        {"role": "assistant", "content": "Let me add.", "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": "{\"x\": 1, \"y\": 2}"}}, {"name": "add", "arguments": {"x": 3.5, "y": -1}}]},
-        {"role": "tool", "content": "3"},
-    ],
-    "empty": [
-        {"role": "user", "content": ""},
-        {"role": "assistant", "content": ""},
-    ],
-    "ten-turns": [m for k in range(10) for m in (
-        {"role": "user", "content": "Question number %d: what is %d squared?" % (k, k)},
-        {"role": "assistant", "content": "<think>\nSquare of %d.\n</think>\n\n%d squared is %d." % (k, k, k * k)},
-    )],
-    "bad-alternation": [
-        {"role": "user", "content": "a"},
-        {"role": "user", "content": "b"},
-    ],
-    "system-only": [{"role": "system", "content": "sys"}],
+    "single": turns(("user", "Hello!")),
+    "basic": turns(("user", "Hello!"), ("assistant", "Hi there. How can I help?"), ("user", "Tell me a joke.")),
+    "system": turns(("system", "You are a helpful assistant."), ("user", "What is 2+2?"), ("assistant", "4")),
+    "padded": turns(("system", "  Be brief.\n\n"), ("user", "\n  spaces around  \n"), ("assistant", "  ok  ")),
+    "unicode": turns(
+        ("user", "Gr\u00fc\u00df dich! \u4f60\u597d \U0001F600 \"quoted\" 'single' \\back"),
+        ("assistant", "\u00c7a va \u2014 tr\u00e8s bien.\n\tTabbed."),
+    ),
+    "think": turns(
+        ("user", "Solve x+1=2"),
+        ("assistant", "<think>\nx = 2 - 1\n</think>\n\nx = 1"),
+        ("user", "And x+2=5?"),
+        ("assistant", "<think>\n\nsubtract 2\n\n</think>\n\n\nx = 3"),
+    ),
+    "reasoning-field": turns(
+        ("user", "Q1"),
+        ("assistant", "A1", {"reasoning_content": "\nthought one\n"}),
+        ("user", "Q2"),
+        ("assistant", "A2", {"reasoning_content": "thought two"}),
+    ),
+    "tools": turns(
+        ("system", "You can call tools."),
+        ("user", "Weather in Paris?"),
+        ("assistant", "", {"tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius"}}}]}),
+        ("tool", "{\"temp\": 21}"),
+        ("tool", "second result"),
+        ("assistant", "It is 21 degrees."),
+    ),
+    "tools-string-args": turns(
+        ("user", "Add 1 and 2"),
+        ("assistant", "Let me add.", {"tool_calls": [{"type": "function", "function": {"name": "add", "arguments": "{\"x\": 1, \"y\": 2}"}}, {"name": "add", "arguments": {"x": 3.5, "y": -1}}]}),
+        ("tool", "3"),
+    ),
+    "empty": turns(("user", ""), ("assistant", "")),
+    "ten-turns": turns(*[t for k in range(10) for t in (
+        ("user", "Question number %d: what is %d squared?" % (k, k)),
+        ("assistant", "<think>\nSquare of %d.\n</think>\n\n%d squared is %d." % (k, k, k * k)),
+    )]),
+    "bad-alternation": turns(("user", "a"), ("user", "b")),
+    "system-only": turns(("system", "sys")),
 }
 
 REAL = [
