@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "chat.h"
+#include "fileio.h"
 #include "jinja.h"
 
 /* The plain ChatML template (the Hugging Face chat-templating guide's). */
@@ -41,37 +42,15 @@ struct hp_chat {
 static int read_file(const char *path, char **buf, size_t *len, struct hp_err *e)
 {
 	FILE *f = fopen(path, "rb");
-	size_t cap = 4096, n = 0, got;
-	char *b;
+	int rc;
 
 	if (!f)
 		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
-	if (!(b = hp_malloc(cap))) {
-		fclose(f);
-		return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path);
-	}
-	while ((got = fread(b + n, 1, cap - n - 1, f)) > 0) {
-		n += got;
-		if (cap - n - 1 == 0) {
-			char *nb = hp_realloc(b, cap * 2);
-			if (!nb) {
-				hp_free(b);
-				fclose(f);
-				return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path);
-			}
-			b = nb;
-			cap *= 2;
-		}
-	}
-	if (ferror(f)) {
-		hp_free(b);
-		fclose(f);
-		return hp_err_set(e, HP_EIO, "'%s': read failed", path);
-	}
+	rc = hp_read_stream(f, buf, len);
 	fclose(f);
-	b[n] = 0;
-	*buf = b;
-	*len = n;
+	if (rc)
+		return errno == ENOMEM ? hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", path) :
+			hp_err_set(e, HP_EIO, "'%s': read failed: %s", path, strerror(errno));
 	return 0;
 }
 
