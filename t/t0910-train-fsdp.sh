@@ -5,17 +5,9 @@ test_description='hp-train under mpiexec: FSDP and HSDP equal the single-process
 
 REFS=$DATA/ref
 
-# same_losses A B: every step's loss within 1e-5 relative
-same_losses () {
-	paste "$1" "$2" | awk -F'\t' '{
-		split($1, a, "\"loss\": "); split(a[2], x, ","); split($2, b, "\"loss\": "); split(b[2], y, ",")
-		d = (x[1] - y[1]) / y[1]; if (d < 0) d = -d
-		if (d > 1e-5) { printf "step %d: %s vs %s\n", NR, x[1], y[1]; bad = 1 } }
-		END { exit bad }'
-}
-
-# layout N OVERRIDES...: train under mpiexec -n N; losses and step-1 grads
-# equal the single-process run's, and every rank's traffic equals the plan's
+# layout N OVERRIDES...: train under mpiexec -n N; losses (lib-train.sh's
+# same_losses) and step-1 grads equal the single-process run's, and every
+# rank's traffic equals the plan's
 layout () {
 	n=$1; shift
 	mpiexec -n $n hp-train c.yaml "$@" --metrics p.jsonl --dump-grads pg.safetensors >out &&
