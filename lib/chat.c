@@ -152,10 +152,11 @@ static int read_config(struct hp_chat *c, const char *dir, int want_template, ch
 	return 0;
 }
 
-static int has_suffix(const char *s, const char *suf)
+int hp_chat_spec_is_file(const char *spec)
 {
-	size_t n = strlen(s), m = strlen(suf);
-	return n >= m && !strcmp(s + n - m, suf);
+	size_t n = strlen(spec);
+
+	return strchr(spec, '/') || (n > 6 && !strcmp(spec + n - 6, ".jinja"));
 }
 
 void hp_chat_free(struct hp_chat *c)
@@ -223,7 +224,7 @@ int hp_chat_open(struct hp_chat **out, const struct hp_chat_opts *o, struct hp_t
 		}
 		len = strlen(src);
 		snprintf(where, sizeof(where), "chatml");
-	} else if (strchr(spec, '/') || has_suffix(spec, ".jinja")) {
+	} else if (hp_chat_spec_is_file(spec)) {
 		if ((rc = read_file(spec, &src, &len, e)) || (rc = read_config(c, dir, 0, NULL, e)))
 			goto fail;
 		snprintf(where, sizeof(where), "%s", spec);
@@ -348,7 +349,7 @@ nomem:
 
 /* Render the first n messages. */
 static int render(struct hp_chat *c, struct hp_jctx *jc, struct hp_jval **msgs, size_t n, int gen,
-		  const json_t *tools, struct hp_jout *out, struct hp_err *e)
+		  struct hp_jval *tools, struct hp_jout *out, struct hp_err *e)
 {
 	struct hp_jval *vars = hp_jv_dict(jc), *list = hp_jv_list(jc);
 
@@ -362,7 +363,7 @@ static int render(struct hp_chat *c, struct hp_jctx *jc, struct hp_jval **msgs, 
 					       hp_jv_str(jc, c->special[k], strlen(c->special[k]), 0)))
 			return hp_err_set(e, HP_ENOMEM, "out of memory");
 	if (hp_jv_set(jc, vars, "messages", list) ||
-	    hp_jv_set(jc, vars, "tools", tools ? hp_jv_from_json(jc, tools, 0) : hp_jv_none(jc)) ||
+	    hp_jv_set(jc, vars, "tools", tools) ||
 	    hp_jv_set(jc, vars, "documents", hp_jv_none(jc)) ||
 	    hp_jv_set(jc, vars, "add_generation_prompt", hp_jv_bool(jc, gen)))
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
@@ -388,7 +389,7 @@ static int render(struct hp_chat *c, struct hp_jctx *jc, struct hp_jval **msgs, 
  * (a template that raises on it) leaves hi.
  */
 static int reply_start(struct hp_chat *c, struct hp_jctx *jc, struct hp_jval **msgs, size_t i,
-		       const json_t *tools, const struct hp_jout *F, size_t lo, size_t hi, size_t *start,
+		       struct hp_jval *tools, const struct hp_jout *F, size_t lo, size_t hi, size_t *start,
 		       struct hp_err *e)
 {
 	struct hp_jout P = { 0 };
@@ -416,7 +417,7 @@ static int reply_start(struct hp_chat *c, struct hp_jctx *jc, struct hp_jval **m
  * The bytes of each assistant reply in F (see chat.h), marked in mask.
  */
 static int mark_replies(struct hp_chat *c, struct hp_jctx *jc, struct hp_jval **msgs, const char **roles,
-			size_t n, const json_t *tools, const struct hp_jout *F, uint8_t *mask,
+			size_t n, struct hp_jval *tools, const struct hp_jout *F, uint8_t *mask,
 			struct hp_err *e)
 {
 	/* each message's first and last byte in F: tag t is message t - 1 */
@@ -479,9 +480,9 @@ int hp_chat_encode(struct hp_chat *c, const json_t *conv, int gen_prompt, int32_
 		   uint8_t **marks, size_t *n, size_t *cap, char **text, size_t *text_len,
 		   struct hp_err *e)
 {
-	const json_t *msgs, *tools;
+	const json_t *msgs, *tj;
 	struct hp_jctx *jc;
-	struct hp_jval **vals = NULL;
+	struct hp_jval **vals = NULL, *tools;
 	const char **roles = NULL;
 	struct hp_jout F = { 0 };
 	size_t nm, n0 = *n;
@@ -492,12 +493,15 @@ int hp_chat_encode(struct hp_chat *c, const json_t *conv, int gen_prompt, int32_
 	if ((rc = hp_chat_check(c, conv, &assistants, e)))
 		return rc;
 	msgs = json_object_get(conv, c->messages_key);
-	tools = json_object_get(conv, "tools");
-	if (tools && json_is_null(tools))
-		tools = NULL;
+	tj = json_object_get(conv, "tools");
 	nm = json_array_size(msgs);
 	if (!(jc = hp_jctx_new()))
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	/* the conversation's tools (None without), one value for every render */
+	if (!(tools = tj && !json_is_null(tj) ? hp_jv_from_json(jc, tj, 0) : hp_jv_none(jc))) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory");
+		goto out;
+	}
 	if ((rc = build_messages(c, jc, msgs, &vals, &roles, e)))
 		goto out;
 	if ((rc = render(c, jc, vals, nm, gen_prompt, tools, &F, e)))

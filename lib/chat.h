@@ -75,6 +75,11 @@ int hp_chat_open(struct hp_chat **c, const struct hp_chat_opts *o, struct hp_tok
 		 struct hp_err *e);
 void hp_chat_free(struct hp_chat *c);
 
+/* 1 when spec names a template file (a slash in it, or a name ending in
+ * .jinja) rather than a template by name; the YAML resolves such a path
+ * beside itself. */
+int hp_chat_spec_is_file(const char *spec);
+
 /* What the template is, for logs: "chatml", the file, or "FOLDER/tokenizer_config.json". */
 const char *hp_chat_source(const struct hp_chat *c);
 

@@ -29,6 +29,7 @@
 
 #include "alloc.h"
 #include "batch.h"
+#include "chat.h"
 #include "config.h"
 #include "fileio.h"
 
@@ -1710,7 +1711,7 @@ static int finish(struct walk *w, const struct node *root)
 				    "name one key, got %d", c->dataset.ntext_keys);
 		}
 		/* a template file is found beside the YAML, like the data */
-		if (ct && t && (strchr(t, '/') || (strlen(t) > 6 && !strcmp(t + strlen(t) - 6, ".jinja")))) {
+		if (ct && t && hp_chat_spec_is_file(t)) {
 			char *r = resolve_path(w, ct, t);
 
 			if (!r)

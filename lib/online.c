@@ -242,12 +242,11 @@ static int doc_text(struct hp_online *o, const struct doc *d, const char **text,
 }
 
 /*
- * Conversation d parsed into *root (NULL: only checked) and checked by
- * chat.h; *keep is 0 when it has nothing to learn from (no assistant
- * message, unless every token is a target).  Errors name file and line.
+ * Conversation d parsed and checked by chat.h, at open; *keep is 0 when it
+ * has nothing to learn from (no assistant message, unless every token is a
+ * target).  Errors name file and line.
  */
-static int doc_conv(struct hp_online *o, const struct doc *d, json_t **root, int *keep,
-		    struct hp_err *e)
+static int doc_conv(struct hp_online *o, const struct doc *d, int *keep, struct hp_err *e)
 {
 	const struct src_file *f = &o->files[d->file];
 	json_error_t jerr;
@@ -261,10 +260,7 @@ static int doc_conv(struct hp_online *o, const struct doc *d, json_t **root, int
 		return hp_err_prefix(e, "'%s' line %u", f->path, d->line);
 	}
 	*keep = assistants > 0 || o->all_tokens;
-	if (root)
-		*root = j;
-	else
-		json_decref(j);
+	json_decref(j);
 	return 0;
 }
 
@@ -309,7 +305,7 @@ static int scan_file(struct hp_online *o, uint32_t fi, int skip_invalid, struct 
 		if (o->chat) {
 			int keep = 0;
 
-			if ((rc = doc_conv(o, &d, NULL, &keep, e))) {
+			if ((rc = doc_conv(o, &d, &keep, e))) {
 				if (rc == HP_EFORMAT && skip_invalid) {
 					o->invalid++;
 					continue;
@@ -367,16 +363,18 @@ static int grow_toks(struct hp_online *o, size_t need)
 	return 0;
 }
 
-/* Conversation d rendered and encoded into o->toks and o->marks. */
+/* Conversation d (checked when the source was opened) rendered and
+ * encoded into o->toks and o->marks; hp_chat_encode checks it again. */
 static int load_conv(struct hp_online *o, const struct doc *d, struct hp_err *e)
 {
 	const struct src_file *f = &o->files[d->file];
-	json_t *root = NULL;
-	int keep, rc;
+	json_error_t jerr;
+	json_t *root = json_loadb(f->map + d->off, d->len, JSON_REJECT_DUPLICATES, &jerr);
+	int rc;
 
 	o->ntoks = 0;
-	if ((rc = doc_conv(o, d, &root, &keep, e)))
-		return rc;
+	if (!root)
+		return hp_err_set(e, HP_EFORMAT, "'%s' line %u: invalid JSON: %s", f->path, d->line, jerr.text);
 	rc = hp_chat_encode(o->chat, root, 0, &o->toks, &o->marks, &o->ntoks, &o->captoks, NULL, NULL, e);
 	json_decref(root);
 	if (rc)
@@ -444,13 +442,8 @@ static int load_doc(struct hp_online *o, struct hp_err *e)
 	o->ntoks = 0;
 	if ((rc = hp_tok_encode(o->tok, text, len, &o->toks, &o->ntoks, &o->captoks, e)))
 		return hp_err_prefix(e, "'%s' line %u", o->files[d->file].path, d->line);
-	if (o->ntoks == o->captoks) {
-		int32_t *n = hp_realloc(o->toks, (o->captoks + 16) * sizeof(int32_t));
-		if (!n)
-			return hp_err_set(e, HP_ENOMEM, "out of memory tokenizing");
-		o->toks = n;
-		o->captoks += 16;
-	}
+	if (o->ntoks == o->captoks && grow_toks(o, o->captoks + 16))
+		return hp_err_set(e, HP_ENOMEM, "out of memory tokenizing");
 	o->toks[o->ntoks++] = o->eod;
 	o->have_doc = 1;
 	return 0;

@@ -94,7 +94,19 @@ test_expect_success 'a mask that is not the dataset'\''s is refused' '
 	hp-data build --tokenizer tokc --chat-template auto -o cv3 three.jsonl 2>/dev/null &&
 	cp cv3.mask.bin cv.mask.bin && cp cv3.mask.idx cv.mask.idx &&
 	test_must_fail_with 4 hp-train -q off.yaml 2>err &&
-	test_one_line err && grep -q "cv.mask.idx.: 3 sequences, but .*cv.idx. has 80: not its mask" err
+	test_one_line err && grep -q "cv.mask.idx.: 3 sequences, but .*cv.idx. has 80: not its mask" err &&
+	# as many sequences, other lengths: the ChatML rendering of the same conversations
+	hp-data build --tokenizer tokc --chat-template chatml -o cvc conv.jsonl 2>/dev/null &&
+	cp cvc.mask.bin cv.mask.bin && cp cvc.mask.idx cv.mask.idx &&
+	test_must_fail_with 4 hp-train -q off.yaml 2>err &&
+	test_one_line err && grep -q "cv.mask.idx.: sequence 0 has [0-9]* marks for [0-9]* ids in .*cv.idx.: not its mask" err
+'
+
+test_expect_success MPI 'a conversation build on two ranks writes the bytes of one' '
+	hp-data build --tokenizer tokc --chat-template auto -o one conv.jsonl 2>/dev/null &&
+	timeout 120 mpiexec -n 2 hp-data build --tokenizer tokc --chat-template auto -o two conv.jsonl 2>/dev/null &&
+	for x in bin idx mask.bin mask.idx; do cmp one.$x two.$x || return 1; done &&
+	! ls | grep -q "part-"
 '
 
 test_expect_success 'shuffled conversations resume from a checkpoint where they left off' '
