@@ -1,15 +1,20 @@
 /*
  * model.c - LlamaForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM in
- * F32: parameter table, HF loading, forward and backward through the CPU op
- * table.
+ * F32: parameter table, buffers, forward and backward, written once over
+ * the backend op table (lib/backend.h) for every backend and every
+ * parallel layout.
  *
- * This is the single-process model every parallel layout is checked
- * against, so it follows transformers' modeling code step by step rather
- * than fusing anything: embedding, for each layer
+ * It follows transformers' modeling code step by step: embedding, for
+ * each layer
  * x += o_proj(attn(rope(qk_norm(q_proj(norm(x)))), rope(..k..), v_proj(..)))
  * and x += mlp(norm(x)), the mlp dense SwiGLU or the sparse MoE block,
- * final norm, LM head, cross-entropy (+ the router's load-balancing loss).
- * Fused and parallel variants live elsewhere.
+ * final norm, LM head, cross-entropy (+ the router's load-balancing loss);
+ * the kernels the plan binds (flash attention, fused norms, grouped
+ * experts, chunked cross-entropy) and this rank's part of a layout (the
+ * collectives at TP/SP, CP and EP module boundaries) are choices made here,
+ * the arithmetic is the backend's.  What runs on the host is bookkeeping:
+ * positions, routing tables, row counts and the reductions' final sums.
+ * Loading and saving by name are in modelio.c.
  */
 #include <math.h>
 
@@ -17,7 +22,6 @@
 #include "comm.h"
 #include "model.h"
 #include "params.h"
-#include "safetensors.h"
 
 static void add_param(struct hp_model *m, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
 		      float **wslot, float **gslot)
@@ -126,20 +130,60 @@ static int cp_ul(const struct hp_model *m)
 	return m->par.cp > 1 && m->par.ulysses;
 }
 
+static int on_device(const struct hp_model *m)
+{
+	return m->bk && m->bk->device;
+}
+
 /* The attention backward's scratch: a row block for HF's algorithm, the
  * flash kernel's own for flash layers, the context-parallel kernel's. */
 static size_t scratch_floats(const struct hp_model *m)
 {
+	struct hp_backend *bk = m->bk;
 	int Tq = cp_ul(m) ? m->S : m->T, H = cp_ul(m) ? m->spec.n_heads / m->par.cp : m->spec.n_heads;
-	size_t n = 0, fl = hp_flash_attention_scratch(Tq, H, m->spec.head_dim);
+	size_t n = 0, fl = bk->flash_scratch(bk, m->B, Tq, H, m->spec.head_dim);
 
 	for (int l = 0; l < m->spec.n_layers; l++) {
-		size_t x = cp_ag(m) ? hp_cp_attention_scratch(m->S) : m->k.flash[l] ? fl : (size_t)Tq * Tq;
+		size_t x = cp_ag(m) ? bk->cp_attention_scratch(bk, m->S) : m->k.flash[l] ? fl : (size_t)Tq * Tq;
 
 		if (x > n)
 			n = x;
 	}
 	return n ? n : 1;
+}
+
+/*
+ * The model's buffers come from arenas: floats (and the index arrays the
+ * kernels read) from the activation arena in the backend's memory; on a
+ * device backend, the index arrays' host copies and what only the host
+ * reads from harena.  On the CPU both are one array of the activation
+ * arena, taken in the same order as they always were, so that the arena's
+ * size is hp-plan's estimate to the byte.
+ */
+struct takes {
+	struct hp_model *m;
+	int ok;
+};
+
+static void *take_in(struct takes *t, struct hp_arena *a, size_t bytes)
+{
+	void *p = hp_arena_take(a, bytes);
+
+	t->ok &= p != NULL;
+	return p;
+}
+
+/* host-only: the activation arena on the CPU, harena on a device */
+static int32_t *take_host(struct takes *t, struct hp_arena *a, size_t n)
+{
+	return take_in(t, on_device(t->m) ? &t->m->harena : a, n * sizeof(int32_t));
+}
+
+/* both copies */
+static void take_pair(struct takes *t, struct hp_arena *a, struct hp_i32 *x, size_t n)
+{
+	x->d = take_in(t, a, n * sizeof(int32_t));
+	x->h = on_device(t->m) ? take_in(t, &t->m->harena, n * sizeof(int32_t)) : x->d;
 }
 
 /*
@@ -155,7 +199,7 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	const struct hp_model_par *pr = &m->par;
 	long N = (long)m->B * m->T, Ns = m->Ns;
 	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
-	       KD = (size_t)s->n_kv_heads * s->head_dim, f = sizeof(float), i4 = sizeof(int32_t);
+	       KD = (size_t)s->n_kv_heads * s->head_dim, f = sizeof(float);
 	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
 	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
 	size_t TS = (size_t)m->T * m->S;
@@ -163,9 +207,9 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	int full = m->k.ckpt[l] == HP_ACT_CKPT_FULL;
 	struct hp_arena *a = full ? work : keep;
 	struct hp_arena *pa = full || (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l]) ? work : keep;
-	int ok = 1;
+	struct takes tk = { m, 1 };
 
-#define TAKE_IN(ar, ptr, bytes) do { (ptr) = hp_arena_take(ar, (bytes)); ok &= (ptr) != NULL; } while (0)
+#define TAKE_IN(ar, ptr, bytes) ((ptr) = take_in(&tk, ar, (bytes)))
 #define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
 	TAKE_IN(keep, t->x_in, Ns * C * f);
 	TAKE(t->rstd1, Ns * f);
@@ -195,11 +239,11 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	if (m->lw[l].moe) {
 		TAKE(t->xn2, Ns * C * f);
 		TAKE(t->probs, Ns * E * f);
-		TAKE(t->sel, NK * i4);
+		take_pair(&tk, a, &t->sel, NK);
 		TAKE(t->wsel, NK * f);
-		TAKE(t->row_tok, NK * i4);
-		TAKE(t->row_slot, NK * i4);
-		TAKE(t->ex_off, (E + 1) * i4);
+		take_pair(&tk, a, &t->row_tok, NK);
+		take_pair(&tk, a, &t->row_slot, NK);
+		t->ex_off = take_host(&tk, a, E + 1);
 		/* grouped on one rank: gathered per expert into m->xg */
 		if (!m->k.grouped[l] || pr->ep > 1)
 			TAKE(t->xe, R * C * f);
@@ -219,11 +263,14 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 			t->ye = NULL;
 		TAKE(t->moe_out, Ns * C * f);
 		if (pr->ep > 1) {
-			TAKE(t->ep_scount, (size_t)pr->ep * i4);
-			TAKE(t->ep_rcount, (size_t)pr->ep * i4);
-			TAKE(t->ep_perm, R * i4);
-			TAKE(t->ep_off, (size_t)(m->El + 1) * i4);
+			t->ep_scount = take_host(&tk, a, (size_t)pr->ep);
+			t->ep_rcount = take_host(&tk, a, (size_t)pr->ep);
+			take_pair(&tk, a, &t->ep_perm, R);
+			t->ep_off = take_host(&tk, a, (size_t)m->El + 1);
 		}
+		/* the device's combine and scatter-add read each token's rows */
+		if (on_device(m))
+			take_pair(&tk, a, &t->tok_rows, NK);
 	} else {
 		TAKE(t->xn2, N * C * f);
 		TAKE(t->g, N * I * f);
@@ -231,7 +278,7 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		TAKE(t->h, N * I * f);
 	}
 #undef TAKE
-	return ok;
+	return tk.ok;
 }
 
 /* Take every activation buffer from the arena; with base NULL this only
@@ -248,28 +295,28 @@ static int take_acts(struct hp_model *m)
 	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
 	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
 	struct hp_arena *a = &m->aarena;
+	struct takes tk = { m, 1 };
 	size_t wmax = 0;
 	unsigned char *wbase;
-	int ok = 1;
 
 	/* the checkpointed layers' shared work region: the largest of theirs */
 	for (int l = 0; l < s->n_layers; l++) {
-		struct hp_arena kp, w;
+		struct hp_arena kp, w, h = m->harena;
 
 		if (m->k.ckpt[l] == HP_ACT_CKPT_OFF)
 			continue;
 		hp_arena_init(&kp);
 		hp_arena_init(&w);
 		take_layer(m, l, &kp, &w);
+		m->harena = h;   /* host copies are per layer: taken below */
 		if (w.used > wmax)
 			wmax = w.used;
 	}
-	wbase = wmax ? hp_arena_take(a, wmax) : NULL;
-	ok &= !wmax || wbase;
+	wbase = wmax ? take_in(&tk, a, wmax) : NULL;
 	for (int l = 0; l < s->n_layers; l++) {
 		struct hp_arena w = { wbase, wbase ? wmax : 0, 0 };
 
-		ok &= take_layer(m, l, a, m->k.ckpt[l] == HP_ACT_CKPT_OFF ? a : &w);
+		tk.ok &= take_layer(m, l, a, m->k.ckpt[l] == HP_ACT_CKPT_OFF ? a : &w);
 	}
 #define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
 	TAKE(m->x_final, Ns * C * f);
@@ -285,11 +332,22 @@ static int take_acts(struct hp_model *m)
 	}
 	TAKE(m->cos_t, (size_t)m->S * s->head_dim / 2 * f);
 	TAKE(m->sin_t, (size_t)m->S * s->head_dim / 2 * f);
-	TAKE(m->pos, N * i4);
-	if (pr->cp > 1) {
-		TAKE(m->ids_l, N * i4);
-		TAKE(m->tgt_l, N * i4);
-		TAKE(m->seg_l, N * i4);
+	take_pair(&tk, a, &m->pos, (size_t)N);
+	if (on_device(m)) {
+		/* the micro-batch on the device: the chunk (cp), or its whole rows
+		 * (the segments of ulysses attention); host copies for cp */
+		m->ids.d = take_in(&tk, a, N * i4);
+		m->tgt.d = take_in(&tk, a, N * i4);
+		m->segs.d = take_in(&tk, a, BS * i4);
+		if (pr->cp > 1) {
+			m->ids.h = take_host(&tk, a, (size_t)N);
+			m->tgt.h = take_host(&tk, a, (size_t)N);
+			m->segs.h = take_host(&tk, a, (size_t)N);
+		}
+	} else if (pr->cp > 1) {
+		take_pair(&tk, a, &m->ids, (size_t)N);
+		take_pair(&tk, a, &m->tgt, (size_t)N);
+		take_pair(&tk, a, &m->segs, (size_t)N);
 	}
 	TAKE(m->dx, N * C * f);
 	TAKE(m->dxn, N * C * f);
@@ -324,8 +382,8 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->dhe, R * Im * f);
 		TAKE(m->dprob, Ns * E * f);
 		TAKE(m->dwsel, NK * f);
-		TAKE(m->moe_fill, 2 * E * i4);
-		TAKE(m->aux_frac, 2 * E * sizeof(double));
+		m->moe_fill = take_host(&tk, a, 2 * E);
+		m->aux_frac = take_in(&tk, on_device(m) ? &m->harena : a, 2 * E * sizeof(double));
 		if (any_grouped(m)) {
 			TAKE(m->hrec, R * Im * f);
 			if (pr->ep == 1)
@@ -335,23 +393,24 @@ static int take_acts(struct hp_model *m)
 			TAKE(m->ep_send, R * C * f);
 			TAKE(m->ep_recv, R * C * f);
 		}
+		if (on_device(m) && s->output_router_logits)
+			m->h_probs = take_in(&tk, &m->harena, Ns * E * f);
 	}
 #undef TAKE
 #undef TAKE_IN
-	return ok;
+	return tk.ok;
 }
 
 int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e)
 {
-	return hp_model_init_par(m, spec, NULL, NULL, B, T, e);
+	return hp_model_init_par(m, NULL, spec, NULL, NULL, B, T, e);
 }
 
 int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
 			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e)
 {
-	return hp_model_init_par(m, spec, k, NULL, B, T, e);
+	return hp_model_init_par(m, NULL, spec, k, NULL, B, T, e);
 }
-
 /* Check the layout against the model and derive the rank's sizes. */
 static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, int T, struct hp_err *e)
 {
@@ -441,7 +500,9 @@ int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_mod
 	m.spec = m.gspec = *spec;
 	m.B = B;
 	m.T = m.S = T;
+	m.bk = hp_backend_cpu();
 	hp_arena_init(&m.aarena);
+	hp_arena_init(&m.harena);
 	hp_err_clear(&e);
 	/* take_acts measures with the arena's base NULL: nothing is allocated */
 	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
@@ -453,7 +514,29 @@ int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_mod
 	return bytes;
 }
 
-int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
+/* An arena of cap bytes in the backend's memory (zeroed). */
+static int arena_on(struct hp_model *m, struct hp_arena *a, size_t cap, struct hp_err *e)
+{
+	if (!on_device(m))
+		return hp_arena_alloc(a, cap) ? hp_err_set(e, HP_ENOMEM, "out of memory") : 0;
+	if (!(a->base = m->bk->alloc(m->bk, cap ? cap : 1, e)))
+		return e->code;
+	a->cap = cap;
+	a->used = 0;
+	return 0;
+}
+
+static void arena_off(struct hp_model *m, struct hp_arena *a)
+{
+	if (on_device(m)) {
+		m->bk->free(m->bk, a->base);
+		hp_arena_init(a);
+	} else {
+		hp_arena_release(a);
+	}
+}
+
+int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp_model_spec *spec,
 		      const struct hp_model_kernels *k, const struct hp_model_par *par, int B, int T,
 		      struct hp_err *e)
 {
@@ -465,12 +548,13 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 	hp_arena_init(&m->warena);
 	hp_arena_init(&m->garena);
 	hp_arena_init(&m->aarena);
+	hp_arena_init(&m->harena);
 	m->spec = *spec;
 	m->gspec = *spec;
 	m->B = B;
 	m->T = T;
 	m->S = T;
-	m->ops = hp_cpu_ops_get();
+	m->bk = bk ? bk : hp_backend_cpu();
 	if (B <= 0 || T <= 0)
 		return hp_err_set(e, HP_EINVAL, "micro-batch %d x %d must be positive", B, T);
 	if ((rc = hp_model_spec_check_seq(spec, T, e)))
@@ -506,22 +590,41 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 	}
 	m->flat_w = hp_arena_take(&m->warena, m->numel * sizeof(float));
 	m->flat_g = hp_arena_take(&m->garena, m->numel * sizeof(float));
+	m->bw = m->flat_w;
+	m->bg = m->flat_g;
+	if (on_device(m)) {
+		if (!(m->bw = m->bk->alloc(m->bk, m->numel * sizeof(float), e)) ||
+		    !(m->bg = m->bk->alloc(m->bk, m->numel * sizeof(float), e))) {
+			rc = e->code;
+			goto fail;
+		}
+	}
+	if ((rc = m->bk->weights(m->bk, m->bw, m->numel, e)))
+		goto fail;
 	for (int i = 0; i < m->nparams; i++) {
 		struct hp_param *p = &m->params[i];
 		p->w = m->flat_w + p->offset;
 		p->g = m->flat_g + p->offset;
-		*p->wslot = p->w;
-		*p->gslot = p->g;
+		*p->wslot = m->bw + p->offset;
+		*p->gslot = m->bg + p->offset;
 	}
 	if (spec->tie_word_embeddings) {
 		m->lm_head = m->embed;
 		m->d_lm_head = m->d_embed;
 	}
+	/* a backend without HF's eager attention runs flash in its place: the
+	 * same function, lse kept instead of P */
+	for (int l = 0; l < spec->n_layers && !m->bk->has_eager; l++)
+		m->k.flash[l] = 1;
 	for (int l = 0; l < spec->n_layers; l++)
-		if (m->k.flash[l] && !hp_flash_attention_supports(spec->head_dim)) {
-			rc = hp_err_set(e, HP_ECONFIG, "flash_attention takes head_dim up to %d, the model has %d; "
-					"leave its attention on the reference", HP_FLASH_ATTENTION_MAX_HEAD_DIM,
-					spec->head_dim);
+		if (m->k.flash[l] && !m->bk->flash_supports(m->bk, spec->head_dim)) {
+			if (!m->bk->has_eager)
+				rc = hp_err_set(e, HP_EUNSUP, "%s: no attention kernel takes head_dim %d",
+						m->bk->name, spec->head_dim);
+			else
+				rc = hp_err_set(e, HP_ECONFIG, "flash_attention takes head_dim up to %d, the model "
+						"has %d; leave its attention on the reference",
+						HP_FLASH_ATTENTION_MAX_HEAD_DIM, spec->head_dim);
 			goto fail;
 		}
 	/* grouped experts read gate and up as one [2*Im, C] matrix */
@@ -531,14 +634,34 @@ int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
 			    m->lg[l].ex[x].wu != m->lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
 				m->k.grouped[l] = 0;
 	take_acts(m);                       /* measure */
-	if (hp_arena_alloc(&m->aarena, m->aarena.used)) {
-		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens)",
-			   m->aarena.used >> 20, B, T);
+	if ((rc = arena_on(m, &m->aarena, m->aarena.used, e))) {
+		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens on %s)",
+			   m->aarena.cap >> 20, B, T, m->bk->name);
+		goto fail;
+	}
+	if (on_device(m) && hp_arena_alloc(&m->harena, m->harena.used ? m->harena.used : 1)) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the host's index arrays");
 		goto fail;
 	}
 	take_acts(m);
-	hp_model_spec_rope_table(spec, m->cos_t, m->sin_t, m->S);
-	return 0;
+	if (!on_device(m)) {
+		hp_model_spec_rope_table(spec, m->cos_t, m->sin_t, m->S);
+		return 0;
+	}
+	/* the RoPE tables are made on the host */
+	size_t half = (size_t)m->S * spec->head_dim / 2;
+	float *ct = hp_malloc(2 * half * sizeof(float) + 1);
+	if (!ct) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the RoPE tables");
+		goto fail;
+	}
+	hp_model_spec_rope_table(spec, ct, ct + half, m->S);
+	rc = m->bk->upload(m->bk, m->cos_t, ct, half * sizeof(float), e);
+	if (!rc)
+		rc = m->bk->upload(m->bk, m->sin_t, ct + half, half * sizeof(float), e);
+	hp_free(ct);
+	if (!rc)
+		return 0;
 fail:
 	hp_model_release(m);
 	return e ? e->code : rc;
@@ -546,9 +669,16 @@ fail:
 
 void hp_model_release(struct hp_model *m)
 {
+	if (on_device(m)) {
+		m->bk->free(m->bk, m->bw);
+		m->bk->free(m->bk, m->bg);
+	}
+	m->bw = m->bg = NULL;
 	hp_arena_release(&m->warena);
 	hp_arena_release(&m->garena);
-	hp_arena_release(&m->aarena);
+	if (m->bk)
+		arena_off(m, &m->aarena);
+	hp_arena_release(&m->harena);
 	hp_free(m->params);
 	for (int l = 0; m->lw && l < m->spec.n_layers; l++) {
 		hp_free(m->lw[l].ex);
@@ -557,212 +687,40 @@ void hp_model_release(struct hp_model *m)
 	hp_free(m->lw);
 	hp_free(m->lg);
 	hp_free(m->act);
+	hp_free(m->probe_buf);
+	m->probe_buf = NULL;
 	m->params = NULL;
 	m->lw = m->lg = NULL;
 	m->act = NULL;
 	m->nparams = 0;
 }
 
-struct hp_param *hp_model_param(struct hp_model *m, const char *name)
+int hp_model_upload(struct hp_model *m, struct hp_err *e)
 {
-	for (int i = 0; i < m->nparams; i++)
-		if (!strcmp(m->params[i].name, name))
-			return &m->params[i];
-	return NULL;
-}
+	int rc;
 
-static int cmp_param_name(const void *a, const void *b)
-{
-	return strcmp((*(struct hp_param *const *)a)->name, (*(struct hp_param *const *)b)->name);
-}
-
-static int shape_matches(const struct hp_st_tensor *t, const struct hp_param *p)
-{
-	if (t->ndim != p->ndim)
+	if (!on_device(m))
 		return 0;
-	for (int d = 0; d < p->ndim; d++)
-		if (t->shape[d] != p->shape[d])
-			return 0;
-	return 1;
-}
-
-static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
-{
-	size_t used = 0;
-
-	used += (size_t)snprintf(buf, n, "[");
-	for (int d = 0; d < ndim && used < n; d++)
-		used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
-	if (used < n)
-		snprintf(buf + used, n - used, "]");
-}
-
-/*
- * Newer transformers store a layer's experts stacked: experts.gate_up_proj
- * [E, 2*Im, C] (each expert's gate rows, then its up rows) and
- * experts.down_proj [E, C, Im].  Fill expert parameter p from them; returns
- * 1 when p is not an expert tensor or the stacked tensor is absent, 0 when
- * filled, or a negative error.  The whole stacked tensor is converted once
- * and kept in *cache while the same tensor serves the next experts.
- */
-static int load_stacked(struct hp_model *m, const struct hp_st_model *st, const char *dir,
-			struct hp_param *p, const struct hp_st_tensor **cached, float **cache,
-			struct hp_err *e)
-{
-	const struct hp_model_spec *s = &m->spec;
-	int l, x, n = 0, C = s->hidden, Im = s->moe_intermediate, E = s->n_experts;
-	char proj[8], name[96];
-	const struct hp_st_tensor *t;
-	int64_t want0, want1, want2;
-
-	if (sscanf(p->name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.weight%n", &l, &x, proj, &n) != 3 ||
-	    p->name[n] != '\0')
-		return 1;
-	int down = !strcmp(proj, "down");
-	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
-	if (!(t = hp_st_model_find(st, name)))
-		return 1;
-	want0 = E;
-	want1 = down ? C : 2 * (int64_t)Im;
-	want2 = down ? Im : C;
-	if (t->ndim != 3 || t->shape[0] != want0 || t->shape[1] != want1 || t->shape[2] != want2)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has the wrong shape for %d experts of "
-				  "%d x %d", dir, name, E, Im, C);
-	if (*cached != t) {
-		hp_free(*cache);
-		*cached = NULL;
-		if (!(*cache = hp_malloc((size_t)t->numel * sizeof(float))))
-			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", name);
-		int rc = hp_st_read_f32(t, *cache, e);
-		if (rc)
-			return rc;
-		*cached = t;
-	}
-	size_t per = (size_t)want1 * want2;
-	const float *src = *cache + (size_t)x * per;
-	if (!strcmp(proj, "up"))
-		src += (size_t)Im * C;
-	memcpy(p->w, src, p->numel * sizeof(float));
+	if ((rc = m->bk->upload(m->bk, m->bw, m->flat_w, m->numel * sizeof(float), e)))
+		return rc;
+	m->bk->weights_changed(m->bk, m->bw, m->numel);
 	return 0;
 }
 
-static int is_stacked_name(const char *name)
+int hp_model_download(struct hp_model *m, int grads, struct hp_err *e)
 {
-	int l, n = 0;
-
-	if (sscanf(name, "model.layers.%d.mlp.experts.gate_up_proj%n", &l, &n) == 1 && name[n] == '\0')
-		return 1;
-	n = 0;
-	return sscanf(name, "model.layers.%d.mlp.experts.down_proj%n", &l, &n) == 1 && name[n] == '\0';
-}
-
-int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
-{
-	struct hp_st_model st;
-	const struct hp_st_tensor *cached = NULL;
-	float *cache = NULL;
-	int rc = 0;
-
-	if ((rc = hp_st_model_open(&st, dir, e)))
-		return rc;
-	for (int i = 0; i < m->nparams && !rc; i++) {
-		struct hp_param *p = &m->params[i];
-		const struct hp_st_tensor *t = hp_st_model_find(&st, p->name);
-		char want[64], got[64];
-
-		if (!t && m->n_moe) {
-			rc = load_stacked(m, &st, dir, p, &cached, &cache, e);
-			if (rc <= 0)
-				continue;
-			rc = 0;
-		}
-		if (!t) {
-			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is missing", dir, p->name);
-			break;
-		}
-		if (!shape_matches(t, p)) {
-			shape_str(want, sizeof(want), p->ndim, p->shape);
-			shape_str(got, sizeof(got), t->ndim, t->shape);
-			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has shape %s, config.json implies %s",
-					dir, p->name, got, want);
-			break;
-		}
-		rc = hp_st_read_f32(t, p->w, e);
-	}
-	/* Every tensor in the checkpoint must be one the model uses: a sorted
-	 * index of the parameter names keeps this O(n log n) for checkpoints of
-	 * tens of thousands of expert tensors. */
-	struct hp_param **byname = rc ? NULL : hp_malloc((size_t)m->nparams * sizeof(*byname));
-	if (!rc && !byname)
-		rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", dir);
-	for (int i = 0; byname && i < m->nparams; i++)
-		byname[i] = &m->params[i];
-	if (byname)
-		qsort(byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name);
-	for (size_t j = 0; j < st.ntensors && !rc; j++) {
-		const struct hp_st_tensor *t = st.tensors[j];
-		struct hp_param key, *kp = &key;
-		snprintf(key.name, sizeof(key.name), "%s", t->name);
-		if ((strlen(t->name) < sizeof(key.name) &&
-		     bsearch(&kp, byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name)) ||
-		    (m->n_moe && is_stacked_name(t->name)))
-			continue;
-		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
-			/* some exporters write the tied head out; accept it only if it is the embedding */
-			float *tmp;
-			int same = 1;
-			if ((size_t)t->numel != m->params[0].numel) {
-				same = 0;
-			} else if (!(tmp = hp_malloc((size_t)t->numel * sizeof(float)))) {
-				rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", t->name);
-				break;
-			} else {
-				rc = hp_st_read_f32(t, tmp, e);
-				if (!rc)
-					same = !memcmp(tmp, m->embed, (size_t)t->numel * sizeof(float));
-				hp_free(tmp);
-			}
-			if (!rc && !same)
-				rc = hp_err_set(e, HP_EFORMAT, "'%s': tie_word_embeddings is true but "
-						"'lm_head.weight' differs from the embedding", dir);
-			continue;
-		}
-		if (strstr(t->name, "rotary_emb.inv_freq"))
-			continue;   /* a buffer old transformers saved; recomputed from rope_theta */
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': unexpected tensor '%s' for model_type %s",
-				dir, t->name, m->spec.model_type);
-	}
-	hp_free(byname);
-	hp_free(cache);
-	hp_st_model_close(&st);
-	return rc;
-}
-
-int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
-			const char *const *keys, const char *const *vals, struct hp_err *e)
-{
-	struct hp_st_entry *ent = hp_calloc((size_t)m->nparams, sizeof(*ent));
 	int rc;
 
-	if (!ent)
-		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
-	for (int i = 0; i < m->nparams; i++) {
-		const struct hp_param *p = &m->params[i];
-		ent[i].name = p->name;
-		ent[i].dtype = HP_DTYPE_F32;
-		ent[i].ndim = p->ndim;
-		ent[i].shape[0] = p->shape[0];
-		ent[i].shape[1] = p->shape[1];
-		ent[i].data = p->g;
-	}
-	rc = hp_st_write(path, (size_t)m->nparams, ent, nmeta, keys, vals, e);
-	hp_free(ent);
-	return rc;
+	if (!on_device(m))
+		return 0;
+	if ((rc = m->bk->download(m->bk, m->flat_w, m->bw, m->numel * sizeof(float), e)))
+		return rc;
+	return grads ? m->bk->download(m->bk, m->flat_g, m->bg, m->numel * sizeof(float), e) : 0;
 }
 
 void hp_model_zero_grad(struct hp_model *m)
 {
-	memset(m->flat_g, 0, m->numel * sizeof(float));
+	m->bk->zero(m->bk, m->bg, m->numel * sizeof(float));
 }
 
 /* ---- faults injected on purpose ---- */
@@ -785,15 +743,40 @@ int hp_fault_parse(const char *name)
 	return -1;
 }
 
-/* Show a module's output to the probe; non-zero stops the forward. */
+/* The first failure of a pass: its code, its message kept in m->err. */
+static void par_rc(struct hp_model *m, int rc)
+{
+	if (rc && !m->par_rc)
+		m->par_rc = rc;
+}
+
+/* Show a module's output to the probe (from a device, through a host
+ * copy); non-zero stops the forward. */
 static int probe(struct hp_model *m, const char *fmt, int l, const float *x, long rows, int cols,
 		 int row_split, int col_split)
 {
 	char name[96];
 	struct hp_probe p = { name, x, rows, cols, row_split, col_split };
+	size_t n = (size_t)rows * cols;
 
 	if (!m->probe)
 		return 0;
+	if (on_device(m)) {
+		if (n > m->probe_cap) {
+			hp_free(m->probe_buf);
+			m->probe_cap = 0;
+			if (!(m->probe_buf = hp_malloc(n * sizeof(float) + 1))) {
+				par_rc(m, hp_err_set(&m->err, HP_ENOMEM, "out of memory for a probe"));
+				return -2;
+			}
+			m->probe_cap = n;
+		}
+		if (m->bk->download(m->bk, m->probe_buf, x, n * sizeof(float), &m->err)) {
+			par_rc(m, m->err.code);
+			return -2;
+		}
+		p.x = m->probe_buf;
+	}
 	snprintf(name, sizeof(name), fmt, l);
 	return m->probe(m->probe_ctx, &p);
 }
@@ -805,25 +788,20 @@ static struct hp_comm *dimc(struct hp_model *m, int d)
 	return &m->par.cs->dim[d];
 }
 
-static void par_rc(struct hp_model *m, int rc)
-{
-	if (rc && !m->par_rc)
-		m->par_rc = rc;
-}
-
 /* A block's entry: y [N,C] from this rank's rows src [Ns,C] (sequence
  * parallel: all-gathered over tp; else src is y). */
 static void tp_gather(struct hp_model *m, float *y, const float *src)
 {
+	struct hp_backend *bk = m->bk;
 	long N = (long)m->B * m->T;
 	size_t C = (size_t)m->spec.hidden;
 
 	if (m->Ns == N) {
 		if (y != src)
-			memcpy(y, src, (size_t)N * C * sizeof(float));
+			bk->copy(bk, y, src, (size_t)N * C * sizeof(float));
 		return;
 	}
-	par_rc(m, hp_comm_allgather(dimc(m, HP_DIM_TP), src, y, (size_t)m->Ns * C, HP_DTYPE_F32, NULL));
+	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_TP), src, y, (size_t)m->Ns * C, HP_DTYPE_F32, &m->err));
 }
 
 /* A block's exit: partial [N,C] holds this rank's share of a sum over tp;
@@ -831,50 +809,19 @@ static void tp_gather(struct hp_model *m, float *y, const float *src)
  * (sequence parallel), or all-reduced in place. */
 static float *tp_reduce(struct hp_model *m, float *partial, float *out)
 {
+	struct hp_backend *bk = m->bk;
 	long N = (long)m->B * m->T;
 	size_t C = (size_t)m->spec.hidden;
 
 	if (m->par.tp == 1)
 		return partial;
 	if (m->par.sp) {
-		par_rc(m, hp_comm_reduce_scatter(dimc(m, HP_DIM_TP), partial, out, (size_t)m->Ns * C,
-						 HP_DTYPE_F32, HP_RED_SUM, NULL));
+		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_TP), partial, out, (size_t)m->Ns * C, HP_DTYPE_F32,
+					     HP_RED_SUM, &m->err));
 		return out;
 	}
-	par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_TP), partial, (size_t)N * C, HP_DTYPE_F32, HP_RED_SUM, NULL));
+	par_rc(m, bk->allreduce(bk, dimc(m, HP_DIM_TP), partial, (size_t)N * C, HP_DTYPE_F32, HP_RED_SUM, &m->err));
 	return partial;
-}
-
-/* Vocab-parallel embedding: rows of the rank's vocabulary slice, zero for
- * the others (their ranks add theirs). */
-static void embed_fwd(struct hp_model *m, float *out, const int32_t *ids, long N)
-{
-	int C = m->spec.hidden, V = m->spec.vocab;
-
-	for (long n = 0; n < N; n++) {
-		int t = ids[n] - m->v0;
-
-		if (t >= 0 && t < V)
-			memcpy(out + n * C, m->embed + (long)t * C, (size_t)C * sizeof(float));
-		else
-			memset(out + n * C, 0, (size_t)C * sizeof(float));
-	}
-}
-
-static void embed_bwd(struct hp_model *m, const float *dout, const int32_t *ids, long N)
-{
-	int C = m->spec.hidden, V = m->spec.vocab;
-
-	for (long n = 0; n < N; n++) {
-		int t = ids[n] - m->v0;
-
-		if (t < 0 || t >= V || ids[n] == m->spec.pad_token_id)   /* padding_idx: no gradient */
-			continue;
-		float *row = m->d_embed + (long)t * C;
-		const float *d = dout + n * C;
-		for (int c = 0; c < C; c++)
-			row[c] += d[c];
-	}
 }
 
 /* ---- attention: one rank, or context parallel ---- */
@@ -886,19 +833,20 @@ static void embed_bwd(struct hp_model *m, const float *dout, const int32_t *ids,
  */
 static void cp_gather_kv(struct hp_model *m, struct hp_layer_act *a)
 {
+	struct hp_backend *bk = m->bk;
 	int B = m->B, T = m->T, cp = m->par.cp;
 	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
 
-	memcpy(m->cp_send, a->k, n * sizeof(float));
-	memcpy(m->cp_send + n, a->v, n * sizeof(float));
-	par_rc(m, hp_comm_allgather(dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32, NULL));
+	bk->copy(bk, m->cp_send, a->k, n * sizeof(float));
+	bk->copy(bk, m->cp_send + n, a->v, n * sizeof(float));
+	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32, &m->err));
 	for (int r = 0; r < cp; r++)
 		for (int b = 0; b < B; b++) {
 			const float *src = m->cp_recv + (size_t)r * 2 * n + (size_t)b * blk;
 			size_t at = ((size_t)b * m->S + (size_t)r * T) * KD;
 
-			memcpy(a->kg + at, src, blk * sizeof(float));
-			memcpy(a->vg + at, src + n, blk * sizeof(float));
+			bk->copy(bk, a->kg + at, src, blk * sizeof(float));
+			bk->copy(bk, a->vg + at, src + n, blk * sizeof(float));
 		}
 }
 
@@ -906,6 +854,7 @@ static void cp_gather_kv(struct hp_model *m, struct hp_layer_act *a)
  * cp_recv) reduce-scattered, each rank keeping its chunk's. */
 static void cp_scatter_dkv(struct hp_model *m, int skip)
 {
+	struct hp_backend *bk = m->bk;
 	int B = m->B, T = m->T, cp = m->par.cp;
 	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
 	size_t whole = (size_t)B * m->S * KD;
@@ -915,23 +864,24 @@ static void cp_scatter_dkv(struct hp_model *m, int skip)
 			float *dst = m->cp_send + (size_t)r * 2 * n + (size_t)b * blk;
 			size_t at = ((size_t)b * m->S + (size_t)r * T) * KD;
 
-			memcpy(dst, m->cp_recv + at, blk * sizeof(float));
-			memcpy(dst + n, m->cp_recv + whole + at, blk * sizeof(float));
+			bk->copy(bk, dst, m->cp_recv + at, blk * sizeof(float));
+			bk->copy(bk, dst + n, m->cp_recv + whole + at, blk * sizeof(float));
 		}
 	if (skip)   /* the fault: only this rank's own contribution to its keys */
-		memcpy(m->cp_recv, m->cp_send + (size_t)m->par.cp_rank * 2 * n, 2 * n * sizeof(float));
+		bk->copy(bk, m->cp_recv, m->cp_send + (size_t)m->par.cp_rank * 2 * n, 2 * n * sizeof(float));
 	else
-		par_rc(m, hp_comm_reduce_scatter(dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32,
-						 HP_RED_SUM, NULL));
-	memcpy(m->dk, m->cp_recv, n * sizeof(float));
-	memcpy(m->dv, m->cp_recv + n, n * sizeof(float));
+		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32,
+					     HP_RED_SUM, &m->err));
+	bk->copy(bk, m->dk, m->cp_recv, n * sizeof(float));
+	bk->copy(bk, m->dv, m->cp_recv + n, n * sizeof(float));
 }
 
 /*
  * Ulysses: the all-to-all that trades this rank's tokens of every head for
  * every token of its heads.  Per tensor x of H heads: to (dir 0) the head
  * split, x local [B, T, H, D] -> xs [B, S, H/cp, D]; back (dir 1) the
- * reverse.  nt tensors go in one call, packed per peer.
+ * reverse.  nt tensors go in one call, packed per peer: block (peer r,
+ * tensor i, row b) is T rows of the head slice, one strided copy.
  */
 struct ul_t {
 	float *loc, *split;
@@ -940,8 +890,9 @@ struct ul_t {
 
 static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 {
+	struct hp_backend *bk = m->bk;
 	int B = m->B, T = m->T, cp = m->par.cp, D = m->spec.head_dim;
-	size_t per = 0;
+	size_t per = 0, f = sizeof(float);
 
 	for (int i = 0; i < nt; i++)
 		per += (size_t)B * T * (x[i].H / cp) * D;
@@ -952,16 +903,17 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 			int Hc = x[i].H / cp;
 			size_t row = (size_t)Hc * D;
 
-			for (int b = 0; b < B; b++)
-				for (int t = 0; t < T; t++, o += row) {
-					const float *src = dir == 0 ?
-						x[i].loc + (((size_t)b * T + t) * x[i].H + (size_t)r * Hc) * D :
-						x[i].split + ((size_t)b * m->S + (size_t)r * T + t) * row;
-					memcpy(o, src, row * sizeof(float));
-				}
+			for (int b = 0; b < B; b++, o += (size_t)T * row) {
+				if (dir == 0)
+					bk->copy2d(bk, o, row * f, x[i].loc + ((size_t)b * T * x[i].H + (size_t)r * Hc) * D,
+						   (size_t)x[i].H * D * f, row * f, (size_t)T);
+				else
+					bk->copy(bk, o, x[i].split + ((size_t)b * m->S + (size_t)r * T) * row,
+						 (size_t)T * row * f);
+			}
 		}
 	}
-	par_rc(m, hp_comm_alltoall(dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, per, HP_DTYPE_F32, NULL));
+	par_rc(m, bk->alltoall(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, per, HP_DTYPE_F32, &m->err));
 	for (int s = 0; s < cp; s++) {
 		const float *in = m->cp_recv + (size_t)s * per;
 
@@ -969,13 +921,14 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 			int Hc = x[i].H / cp;
 			size_t row = (size_t)Hc * D;
 
-			for (int b = 0; b < B; b++)
-				for (int t = 0; t < T; t++, in += row) {
-					float *dst = dir == 0 ?
-						x[i].split + ((size_t)b * m->S + (size_t)s * T + t) * row :
-						x[i].loc + (((size_t)b * T + t) * x[i].H + (size_t)s * Hc) * D;
-					memcpy(dst, in, row * sizeof(float));
-				}
+			for (int b = 0; b < B; b++, in += (size_t)T * row) {
+				if (dir == 0)
+					bk->copy(bk, x[i].split + ((size_t)b * m->S + (size_t)s * T) * row, in,
+						 (size_t)T * row * f);
+				else
+					bk->copy2d(bk, x[i].loc + ((size_t)b * T * x[i].H + (size_t)s * Hc) * D,
+						   (size_t)x[i].H * D * f, in, row * f, row * f, (size_t)T);
+			}
 		}
 	}
 }
@@ -984,6 +937,7 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
  * (all-gathered K and V, or the ulysses head split). */
 static void attention_core(struct hp_model *m, int l)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	struct hp_layer_act *a = &m->act[l];
 	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp, fl = m->k.flash[l];
@@ -991,19 +945,18 @@ static void attention_core(struct hp_model *m, int l)
 	if (cp_ag(m)) {
 		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
 
-		hp_cp_attention_fwd(a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->seg,
-				    m->B, m->T, m->S, q0, Hq, Hkv, D);
+		bk->cp_attention_fwd(bk, a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->seg,
+				     m->B, m->T, m->S, q0, Hq, Hkv, D);
 	} else if (cp_ul(m)) {
 		if (fl)
-			hp_flash_attention_fwd(a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
-					       Hkv / cp, D);
+			bk->flash_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp, Hkv / cp, D);
 		else
-			m->ops->attention_fwd(a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
-					      Hkv / cp, D);
+			bk->attention_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
+					  Hkv / cp, D);
 	} else if (fl) {
-		hp_flash_attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+		bk->flash_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
 	} else {
-		m->ops->attention_fwd(a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
 	}
 }
 
@@ -1035,6 +988,7 @@ static void attention_fwd(struct hp_model *m, int l)
 /* m->datt -> m->dq, m->dk, m->dv (this rank's tokens, local layout). */
 static void attention_bwd(struct hp_model *m, int l)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	struct hp_layer_act *a = &m->act[l];
 	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp;
@@ -1044,9 +998,9 @@ static void attention_bwd(struct hp_model *m, int l)
 
 		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
 
-		hp_cp_attention_bwd(m->dq, m->cp_recv, m->cp_recv + whole, m->datt, a->att,
-				    m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
-				    m->seg, m->dscratch, m->B, m->T, m->S, q0, Hq, Hkv, D);
+		bk->cp_attention_bwd(bk, m->dq, m->cp_recv, m->cp_recv + whole, m->datt, a->att,
+				     m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
+				     m->seg, m->dscratch, m->B, m->T, m->S, q0, Hq, Hkv, D);
 		cp_scatter_dkv(m, l == 0 && m->fault == HP_FAULT_CP_SKIP_KV_GRAD_REDUCE);
 		return;
 	}
@@ -1057,20 +1011,20 @@ static void attention_bwd(struct hp_model *m, int l)
 
 		ulysses(m, &d, 1, 0);
 		if (m->k.flash[l])
-			hp_flash_attention_bwd(m->dq, m->dk, m->dv, m->datt, a->att_u, a->P, a->q, a->k, a->v,
-					       m->seg, m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
+			bk->flash_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->att_u, a->P, a->q, a->k, a->v, m->seg,
+				      m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
 		else
-			m->ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
-					      m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
+			bk->attention_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
+					  m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
 		ulysses(m, x, 3, 1);
 		return;
 	}
 	if (m->k.flash[l])
-		hp_flash_attention_bwd(m->dq, m->dk, m->dv, m->datt, a->att, a->P, a->q, a->k, a->v, m->seg,
-				       m->dscratch, m->B, m->T, Hq, Hkv, D);
+		bk->flash_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->att, a->P, a->q, a->k, a->v, m->seg,
+			      m->dscratch, m->B, m->T, Hq, Hkv, D);
 	else
-		m->ops->attention_bwd(m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
-				      m->dscratch, m->B, m->T, Hq, Hkv, D);
+		bk->attention_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
+				  m->dscratch, m->B, m->T, Hq, Hkv, D);
 }
 
 /* ---- the sparse MoE block (Qwen3MoeSparseMoeBlock) ---- */
@@ -1083,34 +1037,47 @@ static int first_moe(const struct hp_model *m)
 	return -1;
 }
 
-/* Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye.
+/*
+ * Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye:
+ * each expert's gate and up projections and SwiGLU, then its down
+ * projection.  Grouped: one GEMM over the adjacent gate and up weights,
+ * the SwiGLU of [gate | up] rows over every expert's rows at once (row by
+ * row, so the same numbers as expert by expert).
  * ye NULL (grouped kernel): the gate|up rows only, all that the backward
- * keeps of them (a checkpointed layer's recomputation). */
+ * keeps of them (a checkpointed layer's recomputation).
+ */
 static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, float *ye)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	struct hp_layer_act *a = &m->act[l];
 	const struct hp_layer_w *w = &m->lw[l];
 	int C = s->hidden, Im = s->moe_intermediate;
 
+	if (!m->k.grouped[l]) {
+		for (int x = 0; x < nx; x++) {
+			long r0 = off[x], n = off[x + 1] - off[x];
+			if (!n)
+				continue;
+			bk->linear_fwd(bk, a->ge + r0 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, Im);
+			bk->linear_fwd(bk, a->ue + r0 * Im, xe + r0 * C, w->ex[x].wu, NULL, n, C, Im);
+			bk->swiglu_fwd(bk, a->he + r0 * Im, a->ge + r0 * Im, a->ue + r0 * Im, n * Im);
+			bk->linear_fwd(bk, ye + r0 * C, a->he + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+		}
+		return;
+	}
 	for (int x = 0; x < nx; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
-		if (!n)
-			continue;
-		if (m->k.grouped[l]) {
-			/* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
-			ops->linear_fwd(a->ge + r0 * 2 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
-			if (!ye)
-				continue;
-			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
-			ops->linear_fwd(ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
-			continue;
-		}
-		ops->linear_fwd(a->ge + r0 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, Im);
-		ops->linear_fwd(a->ue + r0 * Im, xe + r0 * C, w->ex[x].wu, NULL, n, C, Im);
-		ops->swiglu_fwd(a->he + r0 * Im, a->ge + r0 * Im, a->ue + r0 * Im, n * Im);
-		ops->linear_fwd(ye + r0 * C, a->he + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+		if (n)   /* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
+			bk->linear_fwd(bk, a->ge + r0 * 2 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
+	}
+	if (!ye)
+		return;
+	bk->swiglu_rows_fwd(bk, m->hrec, a->ge, off[nx], Im);
+	for (int x = 0; x < nx; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (n)
+			bk->linear_fwd(bk, ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 	}
 }
 
@@ -1120,37 +1087,45 @@ static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_
 static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx,
 			const float *dye, float *dxe, int h_ready)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	struct hp_layer_act *a = &m->act[l];
 	const struct hp_layer_w *w = &m->lw[l];
 	struct hp_layer_w *g = &m->lg[l];
 	int C = s->hidden, Im = s->moe_intermediate;
 
+	if (!m->k.grouped[l]) {
+		for (int x = 0; x < nx; x++) {
+			long r0 = off[x], n = off[x + 1] - off[x];
+			if (!n)
+				continue;
+			bk->linear_bwd(bk, m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, a->he + r0 * Im,
+				       w->ex[x].wd, n, Im, C, 0);
+			bk->swiglu_bwd(bk, m->dge + r0 * Im, m->due + r0 * Im, m->dhe + r0 * Im, a->ge + r0 * Im,
+				       a->ue + r0 * Im, n * Im);
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * Im, xe + r0 * C,
+				       w->ex[x].wg, n, C, Im, 0);
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wu, NULL, m->due + r0 * Im, xe + r0 * C,
+				       w->ex[x].wu, n, C, Im, 1);
+		}
+		return;
+	}
+	/* the SwiGLU output is recomputed rather than kept (unless the
+	 * recomputed expert outputs needed it first) */
+	if (!h_ready)
+		bk->swiglu_rows_fwd(bk, m->hrec, a->ge, off[nx], Im);
 	for (int x = 0; x < nx; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
-		if (!n)
-			continue;
-		if (m->k.grouped[l]) {
-			/* the SwiGLU output is recomputed rather than kept (unless the
-			 * recomputed expert outputs needed it first) */
-			if (!h_ready)
-				hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
-			ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->hrec + r0 * Im,
-					w->ex[x].wd, n, Im, C, 0);
-			hp_swiglu_rows_bwd(m->dge + r0 * 2 * Im, m->dhe + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
-			ops->linear_bwd(dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, xe + r0 * C,
-					w->ex[x].wg, n, C, 2 * Im, 0);
-			continue;
-		}
-		ops->linear_bwd(m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, a->he + r0 * Im,
-				w->ex[x].wd, n, Im, C, 0);
-		ops->swiglu_bwd(m->dge + r0 * Im, m->due + r0 * Im, m->dhe + r0 * Im, a->ge + r0 * Im,
-				a->ue + r0 * Im, n * Im);
-		ops->linear_bwd(dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * Im, xe + r0 * C,
-				w->ex[x].wg, n, C, Im, 0);
-		ops->linear_bwd(dxe + r0 * C, g->ex[x].wu, NULL, m->due + r0 * Im, xe + r0 * C,
-				w->ex[x].wu, n, C, Im, 1);
+		if (n)
+			bk->linear_bwd(bk, m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->hrec + r0 * Im,
+				       w->ex[x].wd, n, Im, C, 0);
+	}
+	bk->swiglu_rows_bwd(bk, m->dge, m->dhe, a->ge, off[nx], Im);
+	for (int x = 0; x < nx; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (n)
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, xe + r0 * C,
+				       w->ex[x].wg, n, C, 2 * Im, 0);
 	}
 }
 
@@ -1159,18 +1134,20 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
  * experts (rank r owns experts r*El ..), with the per-expert counts first,
  * so that each rank receives, from each peer, its rows grouped by local
  * expert; regroup them expert-major (a->ep_perm remembers the order) into
- * a->xe with a->ep_off.  routed: whether the bytes depend on the routing.
+ * a->xe with a->ep_off.  The counts are host integers, exchanged over MPI
+ * on every backend.
  */
 static void ep_dispatch_counts(struct hp_model *m, int l)
 {
 	struct hp_layer_act *a = &m->act[l];
 	int ep = m->par.ep, El = m->El, E = m->spec.n_experts;
 	int32_t *cnt = m->moe_fill, *rcnt = m->moe_fill + E;   /* [E] sent, [ep*El] = [E] received */
+	int32_t *perm = a->ep_perm.h;
 	long at = 0;
 
 	for (int x = 0; x < E; x++)
 		cnt[x] = a->ex_off[x + 1] - a->ex_off[x];
-	par_rc(m, hp_comm_alltoall(dimc(m, HP_DIM_EP), cnt, rcnt, (size_t)El, HP_DTYPE_I32, NULL));
+	par_rc(m, hp_comm_alltoall(dimc(m, HP_DIM_EP), cnt, rcnt, (size_t)El, HP_DTYPE_I32, &m->err));
 	for (int r = 0; r < ep; r++) {
 		a->ep_scount[r] = a->ex_off[(r + 1) * El] - a->ex_off[r * El];
 		a->ep_rcount[r] = 0;
@@ -1190,17 +1167,19 @@ static void ep_dispatch_counts(struct hp_model *m, int l)
 			for (int y = 0; y < x; y++)
 				src += rcnt[r * El + y];
 			for (int j = 0; j < rcnt[r * El + x]; j++)
-				a->ep_perm[at++] = (int32_t)(src + j);
+				perm[at++] = (int32_t)(src + j);
 			n += rcnt[r * El + x];
 		}
 		a->ep_off[x + 1] = a->ep_off[x] + (int32_t)n;
 	}
 	a->ep_rows = at;
+	par_rc(m, m->bk->put(m->bk, &a->ep_perm, (size_t)at, &m->err));
 }
 
 /* Rows out (dir 0: to the experts, send order -> recv order) or back. */
 static void ep_exchange(struct hp_model *m, int l, const float *send, float *recv, int back)
 {
+	struct hp_backend *bk = m->bk;
 	struct hp_layer_act *a = &m->act[l];
 	int ep = m->par.ep, C = m->spec.hidden;
 	int sc[HP_MAX_EP], sd[HP_MAX_EP], rc[HP_MAX_EP], rd[HP_MAX_EP];
@@ -1214,7 +1193,75 @@ static void ep_exchange(struct hp_model *m, int l, const float *send, float *rec
 		s0 += sc[r];
 		r0 += rc[r];
 	}
-	par_rc(m, hp_comm_alltoallv(dimc(m, HP_DIM_EP), send, sc, sd, recv, rc, rd, HP_DTYPE_F32, back, NULL));
+	par_rc(m, bk->alltoallv(bk, dimc(m, HP_DIM_EP), send, sc, sd, recv, rc, rd, HP_DTYPE_F32, back, &m->err));
+}
+
+/*
+ * Routing on the host: the router's top-k choices (from the backend) are
+ * grouped expert-major, token order within an expert, into row_tok,
+ * row_slot (and, for a device's combine, each token's rows in ascending
+ * order), which go back to the backend.  A failure is kept in m->par_rc
+ * and the layer goes on with what it has (expert 0 for a choice out of
+ * range), so that every rank still makes the same collectives.
+ */
+static void route(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	struct hp_layer_act *a = &m->act[l];
+	long N = m->Ns;
+	int E = m->spec.n_experts, K = m->spec.top_k;
+	int32_t *off = a->ex_off, *sel = a->sel.h;
+	size_t NK = (size_t)N * K;
+
+	par_rc(m, bk->get(bk, &a->sel, NK, &m->err));
+	/* the fault: the first token's first row goes to an expert of the next ep rank */
+	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0) {
+		sel[0] = (sel[0] + m->El) % E;
+		par_rc(m, bk->put(bk, &a->sel, 1, &m->err));
+	}
+	/* expert-major rows */
+	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
+	for (size_t i = 0; i < NK; i++) {
+		if (sel[i] < 0 || sel[i] >= E) {   /* a top-k of NaN logits */
+			par_rc(m, hp_err_set(&m->err, HP_ENUM, "layer %d: the router chose expert %d of %d "
+					     "(NaN logits?)", l, sel[i], E));
+			sel[i] = 0;
+		}
+		off[sel[i] + 1]++;
+	}
+	for (int x = 0; x < E; x++)
+		off[x + 1] += off[x];
+	memcpy(m->moe_fill, off, sizeof(int32_t) * (size_t)E);
+	for (long t = 0; t < N; t++)
+		for (int k = 0; k < K; k++) {
+			int32_t r = m->moe_fill[sel[t * K + k]]++;
+			a->row_tok.h[r] = (int32_t)t;
+			a->row_slot.h[r] = k;
+		}
+	if (!bk->device)
+		return;
+	/* each token's rows in ascending order, the order of the host's loops
+	 * over rows: its slots' rows, sorted (K is small) */
+	int32_t *tr = a->tok_rows.h;
+	for (size_t r = 0; r < NK; r++)
+		tr[(size_t)a->row_tok.h[r] * K + (size_t)a->row_slot.h[r]] = (int32_t)r;
+	for (long t = 0; t < N; t++)
+		for (int k = 1; k < K; k++)
+			for (int j = k; j > 0 && tr[t * K + j - 1] > tr[t * K + j]; j--) {
+				int32_t x = tr[t * K + j];
+				tr[t * K + j] = tr[t * K + j - 1];
+				tr[t * K + j - 1] = x;
+			}
+	par_rc(m, bk->put(bk, &a->row_tok, NK, &m->err));
+	par_rc(m, bk->put(bk, &a->row_slot, NK, &m->err));
+	par_rc(m, bk->put(bk, &a->tok_rows, NK, &m->err));
+}
+
+static struct hp_route route_of(const struct hp_layer_act *a)
+{
+	struct hp_route rt = { a->row_tok.d, a->row_slot.d, a->tok_rows.d };
+
+	return rt;
 }
 
 /*
@@ -1231,66 +1278,38 @@ static void ep_exchange(struct hp_model *m, int l, const float *send, float *rec
  * backward makes again, nor out. */
 static void moe_forward(struct hp_model *m, int l, float *out, int re)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	struct hp_layer_act *a = &m->act[l];
 	const struct hp_layer_w *w = &m->lw[l];
 	long N = m->Ns;
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
+	struct hp_route rt = route_of(a);
 
-	ops->linear_fwd(a->probs, a->xn2, w->router, NULL, N, C, E);
-	hp_router_topk(a->probs, a->sel, a->wsel, N, E, K, s->norm_topk_prob);
-	/* the fault: the first token's first row goes to an expert of the next ep rank */
-	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0)
-		a->sel[0] = (a->sel[0] + m->El) % E;
-	/* expert-major rows */
-	int32_t *off = a->ex_off;
-	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
-	for (long i = 0; i < N * K; i++)
-		off[a->sel[i] + 1]++;
-	for (int x = 0; x < E; x++)
-		off[x + 1] += off[x];
-	memcpy(m->moe_fill, off, sizeof(int32_t) * (size_t)E);
-	for (long t = 0; t < N; t++)
-		for (int k = 0; k < K; k++) {
-			int32_t r = m->moe_fill[a->sel[t * K + k]]++;
-			a->row_tok[r] = (int32_t)t;
-			a->row_slot[r] = k;
-		}
+	bk->linear_fwd(bk, a->probs, a->xn2, w->router, NULL, N, C, E);
+	bk->router_topk(bk, a->probs, a->sel.d, a->wsel, N, E, K, s->norm_topk_prob);
+	route(m, l);
 	if (m->par.ep > 1) {
 		/* HF's index_select into the send buffer; the experts' ranks get them */
-		for (long r = 0; r < N * K; r++)
-			memcpy(m->ep_send + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
+		bk->gather_rows(bk, m->ep_send, a->xn2, a->row_tok.d, N * K, C);
 		ep_dispatch_counts(m, l);
 		ep_exchange(m, l, m->ep_send, m->ep_recv, 0);
-		for (long r = 0; r < a->ep_rows; r++)
-			memcpy(a->xe + r * C, m->ep_recv + (long)a->ep_perm[r] * C, sizeof(float) * (size_t)C);
+		bk->gather_rows(bk, a->xe, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
 		experts_fwd(m, l, a->xe, a->ep_off, m->El, m->ep_recv);
-		for (long r = 0; r < a->ep_rows; r++)
-			memcpy(m->ep_send + (long)a->ep_perm[r] * C, m->ep_recv + r * C, sizeof(float) * (size_t)C);
+		bk->scatter_rows(bk, m->ep_send, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
 		ep_exchange(m, l, m->ep_send, a->ye, 1);
 		if (m->fault == HP_FAULT_EP_DROP_TOKEN && l == first_moe(m) && N > 0)
-			memset(a->ye, 0, sizeof(float) * (size_t)C);   /* the fault: one row lost */
+			bk->zero(bk, a->ye, sizeof(float) * (size_t)C);   /* the fault: one row lost */
 	} else {
 		/* HF's index_select: every routed row copied out; the grouped kernel
 		 * gathers rows into one shared buffer instead of keeping a copy */
 		float *xe = m->k.grouped[l] ? m->xg : a->xe;
-		for (long r = 0; r < N * K; r++)
-			memcpy(xe + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
-		experts_fwd(m, l, xe, off, E, a->ye ? a->ye : re ? NULL : m->dxe);
+		bk->gather_rows(bk, xe, a->xn2, a->row_tok.d, N * K, C);
+		experts_fwd(m, l, xe, a->ex_off, E, a->ye ? a->ye : re ? NULL : m->dxe);
 	}
 	if (re)
 		return;
-	const float *ye = a->ye ? a->ye : m->dxe;
-	memset(out, 0, sizeof(float) * (size_t)N * C);
-	for (long r = 0; r < N * K; r++) {
-		long t = a->row_tok[r];
-		float wt = a->wsel[t * K + a->row_slot[r]];
-		const float *y = ye + r * C;
-		float *o = out + t * C;
-		for (int c = 0; c < C; c++)
-			o[c] += y[c] * wt;
-	}
+	bk->moe_combine(bk, out, a->ye ? a->ye : m->dxe, a->wsel, &rt, N, K, C);
 }
 
 /*
@@ -1298,7 +1317,8 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
  * with all router outputs concatenated (n tokens), F_e = (slots routed to
  * e) / n and P_e = mean probability of e; aux = E * sum_e F_e * P_e.
  * The micro-batch's tokens are spread over cp (and tp with sequence
- * parallelism): the per-expert sums are all-reduced there.
+ * parallelism): the per-expert sums are all-reduced there.  The sums are
+ * the host's (a device's probabilities come to it).
  */
 static void moe_aux_add(struct hp_model *m, int l)
 {
@@ -1306,12 +1326,17 @@ static void moe_aux_add(struct hp_model *m, int l)
 	long N = m->Ns;
 	int E = s->n_experts, K = s->top_k;
 	double *F = m->aux_frac, *P = m->aux_frac + E;
+	const float *probs = m->act[l].probs;
 
+	if (m->bk->device) {
+		par_rc(m, m->bk->download(m->bk, m->h_probs, probs, sizeof(float) * (size_t)N * E, &m->err));
+		probs = m->h_probs;
+	}
 	for (long i = 0; i < N * K; i++)
-		F[m->act[l].sel[i]] += 1;
+		F[m->act[l].sel.h[i]] += 1;
 	for (long t = 0; t < N; t++)
 		for (int x = 0; x < E; x++)
-			P[x] += m->act[l].probs[t * E + x];
+			P[x] += probs[t * E + x];
 }
 
 /* after every MoE layer's moe_aux_add, in layer order (a checkpointed
@@ -1323,9 +1348,9 @@ static void moe_aux(struct hp_model *m)
 	double n = (double)m->B * m->S * m->n_moe, aux = 0, *F = m->aux_frac, *P = m->aux_frac + E;
 
 	if (m->par.cp > 1)
-		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_CP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, NULL));
+		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_CP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
 	if (m->par.sp)
-		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_TP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, NULL));
+		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_TP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
 	for (int x = 0; x < E; x++) {
 		F[x] /= n;
 		aux += F[x] * (P[x] / n);
@@ -1336,14 +1361,15 @@ static void moe_aux(struct hp_model *m)
 /* Backward of moe_forward: dout is d(loss)/d(out) [N,C]; writes dxn [N,C]. */
 static void moe_backward(struct hp_model *m, int l, const float *dout, float *dxn, double aux_grad)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	struct hp_layer_act *a = &m->act[l];
 	const struct hp_layer_w *w = &m->lw[l];
 	struct hp_layer_w *g = &m->lg[l];
 	long N = m->Ns;
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
-	float *dprob = m->dprob, *dxe = m->dxe;
+	float *dxe = m->dxe;
+	struct hp_route rt = route_of(a);
 
 	/* the experts' outputs again where they were not kept (grouped, one
 	 * rank): the SwiGLU from the saved gate|up rows, then down_proj, into
@@ -1352,58 +1378,37 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	if (!ye) {
 		int Im = s->moe_intermediate;
 
+		bk->swiglu_rows_fwd(bk, m->hrec, a->ge, a->ex_off[E], Im);
 		for (int x = 0; x < E; x++) {
 			long r0 = a->ex_off[x], n = a->ex_off[x + 1] - a->ex_off[x];
-			if (!n)
-				continue;
-			hp_swiglu_rows_fwd(m->hrec + r0 * Im, a->ge + r0 * 2 * Im, n, Im);
-			ops->linear_fwd(m->dxe + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+			if (n)
+				bk->linear_fwd(bk, m->dxe + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 		}
 		ye = m->dxe;
 	}
 	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
-	float *dws = m->dwsel;
-	for (long r = 0; r < N * K; r++) {
-		long t = a->row_tok[r];
-		int k = a->row_slot[r];
-		float wt = a->wsel[t * K + k];
-		const float *d = dout + t * C, *y = ye + r * C;
-		float *dy = m->dye + r * C;
-		double dot = 0;
-		for (int c = 0; c < C; c++) {
-			dy[c] = d[c] * wt;
-			dot += (double)d[c] * y[c];
-		}
-		dws[t * K + k] = (float)dot;
-	}
+	bk->moe_combine_bwd(bk, m->dye, m->dwsel, dout, ye, a->wsel, &rt, N, K, C);
 	if (m->par.ep > 1) {
 		/* dY to the experts' ranks, dX back, the forward's routes reversed */
 		ep_exchange(m, l, m->dye, m->ep_recv, 0);
-		for (long r = 0; r < a->ep_rows; r++)
-			memcpy(m->dye + r * C, m->ep_recv + (long)a->ep_perm[r] * C, sizeof(float) * (size_t)C);
+		bk->gather_rows(bk, m->dye, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
 		experts_bwd(m, l, a->xe, a->ep_off, m->El, m->dye, m->dxe, 0);
-		for (long r = 0; r < a->ep_rows; r++)
-			memcpy(m->ep_send + (long)a->ep_perm[r] * C, m->dxe + r * C, sizeof(float) * (size_t)C);
+		bk->scatter_rows(bk, m->ep_send, m->dxe, a->ep_perm.d, a->ep_rows, C);
 		ep_exchange(m, l, m->ep_send, m->ep_recv, 1);
 		dxe = m->ep_recv;
 	} else {
 		const float *xe = a->xe;
 		if (m->k.grouped[l]) {   /* the routed rows again, for the weight gradients */
-			for (long r = 0; r < N * K; r++)
-				memcpy(m->xg + r * C, a->xn2 + (long)a->row_tok[r] * C, sizeof(float) * (size_t)C);
+			bk->gather_rows(bk, m->xg, a->xn2, a->row_tok.d, N * K, C);
 			xe = m->xg;
 		}
 		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe, !a->ye);
 	}
 	/* routing weights -> probabilities of the chosen experts -> router logits */
-	hp_router_bwd(dprob, a->probs, a->sel, a->wsel, dws, m->aux_frac, aux_grad, N, E, K, s->norm_topk_prob);
-	ops->linear_bwd(dxn, g->router, NULL, dprob, a->xn2, w->router, N, C, E, 0);
-	for (long r = 0; r < N * K; r++) {
-		float *d = dxn + (long)a->row_tok[r] * C;
-		const float *x = dxe + r * C;
-		for (int c = 0; c < C; c++)
-			d[c] += x[c];
-	}
+	bk->router_bwd(bk, m->dprob, a->probs, a->sel.d, a->wsel, m->dwsel, m->aux_frac, aux_grad, N, E, K,
+		       s->norm_topk_prob);
+	bk->linear_bwd(bk, dxn, g->router, NULL, m->dprob, a->xn2, w->router, N, C, E, 0);
+	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
 }
 
 static int chunked(const struct hp_model *m)
@@ -1411,62 +1416,60 @@ static int chunked(const struct hp_model *m)
 	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->B * m->T;
 }
 
-/* x = a + b over n floats: HF's residual add (x may be a or b) */
-static void residual_add(float *x, const float *a, const float *b, long n)
-{
-	for (long i = 0; i < n; i++)
-		x[i] = a[i] + b[i];
-}
-
 /*
  * A norm's input x is the residual a + b (b NULL: x already holds it; a
  * NULL: nothing owed), then y = rmsnorm(x): in one pass with the fused
  * kernel, else HF's add then norm.
  */
-static void norm_in(int fused, float *x, float *y, float *rstd, const float *a, const float *b,
-		    const float *w, long N, int C, float eps)
+static void norm_in(struct hp_model *m, int fused, float *x, float *y, float *rstd, const float *a,
+		    const float *b, const float *w, long N, int C, float eps)
 {
+	struct hp_backend *bk = m->bk;
+
 	if (fused) {
-		hp_rmsnorm_res_fwd(x, y, rstd, a ? a : x, a ? b : NULL, w, N, C, eps);
+		bk->rmsnorm_res_fwd(bk, x, y, rstd, a ? a : x, a ? b : NULL, w, N, C, eps);
 		return;
 	}
 	if (a)
-		residual_add(x, a, b, N * C);
-	hp_rmsnorm_fwd(y, rstd, x, w, N, C, eps);
+		bk->add(bk, x, a, b, N * C);
+	bk->rmsnorm_fwd(bk, y, rstd, x, w, N, C, eps);
 }
 
 /* Cross-entropy of the vocab-parallel logits [N, V/tp]: with loss_parallel
  * the row maxima and sums are all-reduced over tp; else every rank's
  * logits are all-gathered and each rank reduces them alike.  Leaves the
  * row statistics in vp_mx, vp_st for the backward. */
-static int vp_loss(struct hp_model *m, const int32_t *targets, double *loss_sum, long *count)
+static int vp_loss(struct hp_model *m, double *loss_sum, long *count)
 {
+	struct hp_backend *bk = m->bk;
 	long N = (long)m->B * m->T;
 	int Vl = m->spec.vocab, tp = m->par.tp;
 	struct hp_comm *c = dimc(m, HP_DIM_TP);
 	double *st = m->vp_st, *st2 = m->vp_st + 2 * N;
 	float *mx = m->vp_mx, *mx2 = m->vp_mx + N;
+	const int32_t *tg = m->tgt.d;
 
 	if (m->par.loss_parallel) {
-		hp_vp_ce_max(mx, m->logits, N, Vl);
-		par_rc(m, hp_comm_allreduce(c, mx, (size_t)N, HP_DTYPE_F32, HP_RED_MAX, NULL));
-		hp_vp_ce_sums(st, m->logits, mx, targets, N, Vl, m->v0);
-		par_rc(m, hp_comm_allreduce(c, st, 2 * (size_t)N, HP_DTYPE_F64, HP_RED_SUM, NULL));
+		bk->vp_ce_max(bk, mx, m->logits, N, Vl);
+		par_rc(m, bk->allreduce(bk, c, mx, (size_t)N, HP_DTYPE_F32, HP_RED_MAX, &m->err));
+		bk->vp_ce_sums(bk, st, m->logits, mx, tg, N, Vl, m->v0);
+		par_rc(m, bk->allreduce(bk, c, st, 2 * (size_t)N, HP_DTYPE_F64, HP_RED_SUM, &m->err));
 	} else {
-		par_rc(m, hp_comm_allgather(c, m->logits, m->glogits, (size_t)N * Vl, HP_DTYPE_F32, NULL));
+		par_rc(m, bk->allgather(bk, c, m->logits, m->glogits, (size_t)N * Vl, HP_DTYPE_F32, &m->err));
 		for (int r = 0; r < tp; r++) {
-			hp_vp_ce_max(r ? mx2 : mx, m->glogits + (size_t)r * N * Vl, N, Vl);
-			for (long n = 0; r && n < N; n++)
-				if (mx2[n] > mx[n])
-					mx[n] = mx2[n];
+			bk->vp_ce_max(bk, r ? mx2 : mx, m->glogits + (size_t)r * N * Vl, N, Vl);
+			if (r)
+				bk->max(bk, mx, mx2, N);
 		}
 		for (int r = 0; r < tp; r++) {
-			hp_vp_ce_sums(r ? st2 : st, m->glogits + (size_t)r * N * Vl, mx, targets, N, Vl, r * Vl);
-			for (long n = 0; r && n < 2 * N; n++)
-				st[n] += st2[n];
+			bk->vp_ce_sums(bk, r ? st2 : st, m->glogits + (size_t)r * N * Vl, mx, tg, N, Vl, r * Vl);
+			if (r)
+				bk->add_f64(bk, st, st2, 2 * N);
 		}
 	}
-	return hp_vp_ce_loss(loss_sum, count, st, mx, targets, N, m->gspec.vocab);
+	if (m->par_rc)
+		return -2;
+	return bk->vp_ce_loss(bk, loss_sum, count, st, mx, &m->tgt, N, m->gspec.vocab);
 }
 
 /*
@@ -1480,8 +1483,8 @@ static int vp_loss(struct hp_model *m, const int32_t *targets, double *loss_sum,
  */
 static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	const struct hp_model_par *pr = &m->par;
 	long N = (long)m->B * m->T, Ns = m->Ns;
 	int C = s->hidden, I = s->intermediate, D = s->head_dim;
@@ -1495,11 +1498,11 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 
 #define PROBE(...) (!re && probe(m, __VA_ARGS__))
 	nout = pr->sp ? sp_out : a->xn1;
-	norm_in(m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
+	norm_in(m, m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
 	if (l == 0 && m->fault == HP_FAULT_SP_SKIP_GATHER && pr->sp) {
 		/* each rank's own rows only, the others' left out */
-		memset(a->xn1, 0, sizeof(float) * (size_t)N * C);
-		memcpy(a->xn1 + (size_t)pr->tp_rank * Ns * C, nout, sizeof(float) * (size_t)Ns * C);
+		bk->zero(bk, a->xn1, sizeof(float) * (size_t)N * C);
+		bk->copy(bk, a->xn1 + (size_t)pr->tp_rank * Ns * C, nout, sizeof(float) * (size_t)Ns * C);
 	} else {
 		tp_gather(m, a->xn1, nout);
 	}
@@ -1507,38 +1510,37 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		return -2;
 	if (s->qk_norm) {
 		/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
-		ops->linear_fwd(a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
-		ops->linear_fwd(a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
-		hp_rmsnorm_fwd(a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
-		hp_rmsnorm_fwd(a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
+		bk->linear_fwd(bk, a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
+		bk->linear_fwd(bk, a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
+		bk->rmsnorm_fwd(bk, a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
+		bk->rmsnorm_fwd(bk, a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
 	} else {
-		ops->linear_fwd(a->q, a->xn1, w->wq, w->bq, N, C, QD);
-		ops->linear_fwd(a->k, a->xn1, w->wk, w->bk, N, C, KD);
+		bk->linear_fwd(bk, a->q, a->xn1, w->wq, w->bq, N, C, QD);
+		bk->linear_fwd(bk, a->k, a->xn1, w->wk, w->bk, N, C, KD);
 	}
-	ops->linear_fwd(a->v, a->xn1, w->wv, w->bv, N, C, KD);
-	hp_rope_fwd(a->q, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
-	hp_rope_fwd(a->k, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
+	bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
+	bk->rope_fwd(bk, a->q, m->pos.d, m->cos_t, m->sin_t, N, s->n_heads, D);
+	bk->rope_fwd(bk, a->k, m->pos.d, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
 	attention_fwd(m, l);
 	if (tp > 1) {
 		/* row-parallel: partial sums, reduced, then the bias once */
 		o = pr->sp ? m->dxn : a->x_mid;
-		ops->linear_fwd(o, a->att, w->wo, NULL, N, QD, C);
+		bk->linear_fwd(bk, o, a->att, w->wo, NULL, N, QD, C);
 		if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
 			if (pr->sp)   /* the rank's rows of its own partial sum */
-				memcpy(a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
+				bk->copy(bk, a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
 		} else {
 			tp_reduce(m, o, a->x_mid);
 		}
-		for (long n = 0; w->bo && n < Ns; n++)
-			for (int c = 0; c < C; c++)
-				a->x_mid[n * C + c] += w->bo[c];
+		if (w->bo)
+			bk->add_bias(bk, a->x_mid, w->bo, Ns, C);
 	} else {
-		ops->linear_fwd(a->x_mid, a->att, w->wo, w->bo, N, QD, C);
+		bk->linear_fwd(bk, a->x_mid, a->att, w->wo, w->bo, N, QD, C);
 	}
 	if (PROBE("model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
 		return -2;
 	nout = pr->sp && !w->moe ? sp_out : a->xn2;
-	norm_in(m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
+	norm_in(m, m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
 	if (w->moe) {
 		if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
 			return -2;
@@ -1550,13 +1552,13 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	tp_gather(m, a->xn2, nout);
 	if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, N, C, 0, 0))
 		return -2;
-	ops->linear_fwd(a->g, a->xn2, w->wg, NULL, N, C, I);
-	ops->linear_fwd(a->u, a->xn2, w->wu, NULL, N, C, I);
-	ops->swiglu_fwd(a->h, a->g, a->u, N * I);
+	bk->linear_fwd(bk, a->g, a->xn2, w->wg, NULL, N, C, I);
+	bk->linear_fwd(bk, a->u, a->xn2, w->wu, NULL, N, C, I);
+	bk->swiglu_fwd(bk, a->h, a->g, a->u, N * I);
 	if (re)
 		return 0;
 	o = pr->sp ? m->dxn : next;
-	ops->linear_fwd(o, a->h, w->wd, NULL, N, I, C);
+	bk->linear_fwd(bk, o, a->h, w->wd, NULL, N, I, C);
 	tp_reduce(m, o, next);
 	if (PROBE("model.layers.%d.mlp", l, next, Ns, C, pr->sp, 0))
 		return -2;
@@ -1564,12 +1566,63 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 #undef PROBE
 }
 
+/*
+ * The micro-batch as the kernels read it: this rank's chunk of every row
+ * (cp), RoPE positions counted from each document's start, on the
+ * backend.  On the CPU at cp 1 the caller's arrays are read in place.
+ */
+static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *targets, const int32_t *seg)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T;
+	int32_t *pos = m->pos.h;
+	int rc;
+
+	m->seg = seg;
+	if (pr->cp > 1) {
+		/* this rank's chunk of every row; positions stay those of the whole row */
+		for (long n = 0; n < N; n++) {
+			long b = n / m->T, at = b * m->S + (long)pr->cp_rank * m->T + n % m->T;
+
+			m->ids.h[n] = ids[at];
+			m->tgt.h[n] = targets ? targets[at] : HP_IGNORE_INDEX;
+			m->segs.h[n] = seg ? seg[at] : 0;
+			pos[n] = (int32_t)(at - b * m->S) - m->segs.h[n];
+		}
+		if (cp_ag(m))
+			m->seg = seg ? m->segs.h : NULL;
+	} else {
+		for (long n = 0; n < N; n++)
+			pos[n] = (int32_t)(n % m->T) - (seg ? seg[n] : 0);
+		m->ids.h = (int32_t *)ids;
+		m->tgt.h = (int32_t *)targets;
+		if (!bk->device) {
+			m->ids.d = m->ids.h;
+			m->tgt.d = m->tgt.h;
+		}
+	}
+	if (!bk->device)
+		return 0;
+	/* the attention's segments: the chunk's (cp all-gather), else the whole rows' */
+	struct hp_i32 sg = { (int32_t *)m->seg, m->segs.d };
+	size_t ns = cp_ul(m) ? (size_t)m->B * m->S : (size_t)N;
+	if ((rc = bk->put(bk, &m->pos, (size_t)N, &m->err)) || (rc = bk->put(bk, &m->ids, (size_t)N, &m->err)) ||
+	    (m->tgt.h && (rc = bk->put(bk, &m->tgt, (size_t)N, &m->err))) ||
+	    (m->seg && (rc = bk->put(bk, &sg, ns, &m->err)))) {
+		par_rc(m, rc);
+		return -2;
+	}
+	m->seg = m->seg ? m->segs.d : NULL;
+	return 0;
+}
+
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double *loss_sum, long *count)
 {
+	struct hp_backend *bk = m->bk;
 	const float *ra = NULL, *rb = NULL;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	const struct hp_model_par *pr = &m->par;
 	long N = (long)m->B * m->T, Ns = m->Ns;
 	int C = s->hidden, V = s->vocab, tp = pr->tp;
@@ -1578,30 +1631,15 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	float *nout;
 
 	m->par_rc = 0;
-	m->seg = seg;
-	if (pr->cp > 1) {
-		/* this rank's chunk of every row; positions stay those of the whole row */
-		for (long n = 0; n < N; n++) {
-			long b = n / m->T, at = b * m->S + (long)pr->cp_rank * m->T + n % m->T;
-
-			m->ids_l[n] = ids[at];
-			m->tgt_l[n] = targets ? targets[at] : HP_IGNORE_INDEX;
-			m->seg_l[n] = seg ? seg[at] : 0;
-			m->pos[n] = (int32_t)(at - b * m->S) - m->seg_l[n];
-		}
-		ids = m->ids_l;
-		targets = targets ? m->tgt_l : NULL;
-		if (cp_ag(m))
-			m->seg = seg ? m->seg_l : NULL;
-	} else {
-		for (long n = 0; n < N; n++)
-			m->pos[n] = (int32_t)(n % m->T) - (seg ? seg[n] : 0);
-	}
+	hp_err_clear(&m->err);
+	if (stage_batch(m, ids, targets, seg))
+		return -2;
+	targets = m->tgt.h;
 	if (tp > 1) {
-		embed_fwd(m, pr->sp ? m->dxn : m->act[0].x_in, ids, N);
+		bk->embed_fwd(bk, pr->sp ? m->dxn : m->act[0].x_in, &m->ids, m->embed, N, C, m->v0, V);
 		tp_reduce(m, pr->sp ? m->dxn : m->act[0].x_in, m->act[0].x_in);
 	} else {
-		hp_embedding_fwd(m->act[0].x_in, ids, m->embed, N, C);
+		bk->embed_fwd(bk, m->act[0].x_in, &m->ids, m->embed, N, C, 0, V);
 	}
 	if (probe(m, "model.embed_tokens", 0, m->act[0].x_in, Ns, C, pr->sp, 0))
 		return -2;
@@ -1623,7 +1661,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			/* unless the layer's buffers are shared: the next layer's
 			 * would overwrite them, so the add is paid now (the same
 			 * float sum the norm would make) */
-			residual_add(next, ra, rb, Ns * C);
+			bk->add(bk, next, ra, rb, Ns * C);
 			ra = rb = NULL;
 		}
 		if (m->lw[l].moe && s->output_router_logits)
@@ -1635,16 +1673,19 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	if (m->n_moe && s->output_router_logits)
 		moe_aux(m);
 	nout = pr->sp ? m->dx : m->xf;
-	norm_in(m->k.fused_final, m->x_final, nout, m->rstd_f, ra, rb, m->final_norm, Ns, C, eps);
+	norm_in(m, m->k.fused_final, m->x_final, nout, m->rstd_f, ra, rb, m->final_norm, Ns, C, eps);
 	tp_gather(m, m->xf, nout);
 	if (probe(m, "model.norm", 0, m->xf, N, C, 0, 0))
 		return -2;
 	if (tp > 1) {
-		ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
+		bk->linear_fwd(bk, m->logits, m->xf, m->lm_head, NULL, N, C, V);
 		if (probe(m, "lm_head", 0, m->logits, N, V, 0, 1))
 			return -2;
-		if (targets && vp_loss(m, targets, loss_sum, count))
-			return -1;
+		if (targets) {
+			int rc = vp_loss(m, loss_sum, count);
+			if (rc)
+				return rc;
+		}
 		return m->par_rc ? -2 : 0;
 	}
 	if (chunked(m)) {
@@ -1654,38 +1695,41 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		*count = 0;
 		for (long c0 = 0; targets && c0 < N; c0 += ch) {
 			long n = N - c0 < ch ? N - c0 : ch, cnt;
+			struct hp_i32 tg = { m->tgt.h + c0, m->tgt.d + c0 };
 			double ls;
 
-			ops->linear_fwd(m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
-			if (ops->cross_entropy_fwd(&ls, &cnt, m->logits, targets + c0, n, V))
+			bk->linear_fwd(bk, m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
+			if (bk->ce_fwd(bk, &ls, &cnt, m->logits, &tg, n, V))
 				return -1;
 			*loss_sum += ls;
 			*count += cnt;
 			if (m->ce_scale > 0) {
 				/* the scale is known: the head's gradients now, no second pass */
-				ops->cross_entropy_bwd(m->logits, m->logits, targets + c0, n, V, (float)m->ce_scale);
-				ops->linear_bwd(m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
-						m->lm_head, n, C, V, 0);
+				bk->ce_bwd(bk, m->logits, m->logits, tg.d, n, V, (float)m->ce_scale);
+				bk->linear_bwd(bk, m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
+					       m->lm_head, n, C, V, 0);
 			}
 		}
 		m->head_done = targets && m->ce_scale > 0;
 		return m->par_rc ? -2 : 0;
 	}
-	ops->linear_fwd(m->logits, m->xf, m->lm_head, NULL, N, C, V);
+	bk->linear_fwd(bk, m->logits, m->xf, m->lm_head, NULL, N, C, V);
 	if (probe(m, "lm_head", 0, m->logits, N, V, 0, 0))
 		return -2;
-	if (targets && ops->cross_entropy_fwd(loss_sum, count, m->logits, targets, N, V))
+	if (targets && bk->ce_fwd(bk, loss_sum, count, m->logits, &m->tgt, N, V))
 		return -1;
 	return m->par_rc ? -2 : 0;
 }
 
-static void norm_bwd(int fused, float *dx, float *dw, const float *dy, const float *x, const float *w,
-		     const float *rstd, long N, int C, int accumulate)
+static void norm_bwd(struct hp_model *m, int fused, float *dx, float *dw, const float *dy, const float *x,
+		     const float *w, const float *rstd, long N, int C, int accumulate)
 {
+	struct hp_backend *bk = m->bk;
+
 	if (fused)
-		hp_rmsnorm_bwd_vec(dx, dw, dy, x, w, rstd, N, C, accumulate);
+		bk->rmsnorm_res_bwd(bk, dx, dw, dy, x, w, rstd, N, C, accumulate);
 	else
-		hp_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, accumulate);
+		bk->rmsnorm_bwd(bk, dx, dw, dy, x, w, rstd, N, C, accumulate);
 }
 
 /* The gradient at a block's entry: this rank's rows of the residual's
@@ -1701,8 +1745,8 @@ static const float *entry_grad(struct hp_model *m)
 void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
 		       double aux_weight)
 {
+	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	const struct hp_cpu_ops *ops = m->ops;
 	const struct hp_model_par *pr = &m->par;
 	long N = (long)m->B * m->T, Ns = m->Ns;
 	int C = s->hidden, I = s->intermediate, D = s->head_dim, V = s->vocab;
@@ -1715,30 +1759,29 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 
 	float scale = total_count > 0 ? (float)(1.0 / total_count) : 0.0f;
 
-	if (pr->cp > 1) {
-		ids = m->ids_l;
-		targets = m->tgt_l;
-	}
+	/* the forward staged the batch (the caller passes the same one) */
+	(void)ids;
+	(void)targets;
 	if (tp > 1) {
-		hp_vp_ce_bwd(dlogits, m->logits, m->vp_st, m->vp_mx, targets, N, V, m->v0, scale);
-		ops->linear_bwd(m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+		bk->vp_ce_bwd(bk, dlogits, m->logits, m->vp_st, m->vp_mx, m->tgt.d, N, V, m->v0, scale);
+		bk->linear_bwd(bk, m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
 	} else if (chunked(m)) {
 		/* the logits of each chunk again, never all of them at once (unless
 		 * the forward already did the head's backward) */
 		for (long c0 = 0; !m->head_done && c0 < N; c0 += m->k.ce_chunk) {
 			long n = N - c0 < m->k.ce_chunk ? N - c0 : m->k.ce_chunk;
 
-			ops->linear_fwd(m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
-			ops->cross_entropy_bwd(m->logits, m->logits, targets + c0, n, V, scale);
-			ops->linear_bwd(m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
-					m->lm_head, n, C, V, 0);
+			bk->linear_fwd(bk, m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
+			bk->ce_bwd(bk, m->logits, m->logits, m->tgt.d + c0, n, V, scale);
+			bk->linear_bwd(bk, m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
+				       m->lm_head, n, C, V, 0);
 		}
 	} else {
-		ops->cross_entropy_bwd(dlogits, m->logits, targets, N, V, scale);
-		ops->linear_bwd(m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+		bk->ce_bwd(bk, dlogits, m->logits, m->tgt.d, N, V, scale);
+		bk->linear_bwd(bk, m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
 	}
 	dy = tp_reduce(m, m->dxn, m->dred);
-	norm_bwd(m->k.fused_final, m->dx, m->d_final_norm, dy, m->x_final, m->final_norm, m->rstd_f, Ns, C, 0);
+	norm_bwd(m, m->k.fused_final, m->dx, m->d_final_norm, dy, m->x_final, m->final_norm, m->rstd_f, Ns, C, 0);
 	for (int l = s->n_layers - 1; l >= 0; l--) {
 		struct hp_layer_act *a = &m->act[l];
 		const struct hp_layer_w *w = &m->lw[l];
@@ -1757,42 +1800,40 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		} else {
 			const float *din = entry_grad(m);
 
-			ops->linear_bwd(m->dh, g->wd, NULL, din, a->h, w->wd, N, I, C, 0);
-			ops->swiglu_bwd(m->dg, m->du, m->dh, a->g, a->u, N * I);
-			ops->linear_bwd(m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
-			ops->linear_bwd(m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
+			bk->linear_bwd(bk, m->dh, g->wd, NULL, din, a->h, w->wd, N, I, C, 0);
+			bk->swiglu_bwd(bk, m->dg, m->du, m->dh, a->g, a->u, N * I);
+			bk->linear_bwd(bk, m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
+			bk->linear_bwd(bk, m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
 			dy = tp_reduce(m, m->dxn, m->dred);
 		}
-		norm_bwd(m->k.fused_post[l], m->dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
+		norm_bwd(m, m->k.fused_post[l], m->dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
-		ops->linear_bwd(m->datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, QD, C, 0);
-		for (long n = 0; tp > 1 && g->bo && n < Ns; n++)   /* the bias was added once, after the sum */
-			for (int c = 0; c < C; c++)
-				g->bo[c] += m->dx[n * C + c];
+		bk->linear_bwd(bk, m->datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, QD, C, 0);
+		if (tp > 1 && g->bo)   /* the bias was added once, after the sum */
+			bk->colsum(bk, g->bo, m->dx, Ns, C);
 		/* selective: the probabilities again, from the kept q, k, v (the
 		 * output it rewrites is the same bits, read only by the backward) */
 		if (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l])
 			attention_core(m, l);
 		attention_bwd(m, l);
-		hp_rope_bwd(m->dq, m->pos, m->cos_t, m->sin_t, N, s->n_heads, D);
-		hp_rope_bwd(m->dk, m->pos, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
+		bk->rope_bwd(bk, m->dq, m->pos.d, m->cos_t, m->sin_t, N, s->n_heads, D);
+		bk->rope_bwd(bk, m->dk, m->pos.d, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
 		const float *dqp = m->dq, *dkp = m->dk;
 		if (s->qk_norm) {
-			hp_rmsnorm_bwd(m->dq2, g->q_norm, m->dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
-			hp_rmsnorm_bwd(m->dk2, g->k_norm, m->dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads, D, 0);
+			bk->rmsnorm_bwd(bk, m->dq2, g->q_norm, m->dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
+			bk->rmsnorm_bwd(bk, m->dk2, g->k_norm, m->dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
+					D, 0);
 			dqp = m->dq2;
 			dkp = m->dk2;
 		}
-		ops->linear_bwd(m->dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
-		ops->linear_bwd(m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
-		ops->linear_bwd(m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
+		bk->linear_bwd(bk, m->dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+		bk->linear_bwd(bk, m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
+		bk->linear_bwd(bk, m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
 		dy = tp_reduce(m, m->dxn, m->dred);
-		norm_bwd(m->k.fused_in[l], m->dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
+		norm_bwd(m, m->k.fused_in[l], m->dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
 		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_BACKWARD))
 			return;
 	}
-	if (tp > 1)
-		embed_bwd(m, entry_grad(m), ids, N);
-	else
-		hp_embedding_bwd(m->d_embed, m->dx, ids, N, C, m->spec.pad_token_id);
+	par_rc(m, bk->embed_bwd(bk, m->d_embed, tp > 1 ? entry_grad(m) : m->dx, &m->ids, N, C, tp > 1 ? m->v0 : 0,
+				V, m->spec.pad_token_id, &m->err));
 }

@@ -1,7 +1,8 @@
 /*
  * model.h - a decoder-only transformer (HF LlamaForCausalLM,
- * Qwen3ForCausalLM, Qwen3MoeForCausalLM) in F32 on the CPU: parameters,
- * gradients and activations in arenas, forward, backward.
+ * Qwen3ForCausalLM, Qwen3MoeForCausalLM) in F32 on a backend (lib/backend.h:
+ * the CPU, or a GPU): parameters, gradients and activations in arenas,
+ * forward, backward.  One orchestration for every backend and layout.
  *
  * Invariants:
  *  - Parameters are a flat list in a fixed order (embed, per layer
@@ -15,6 +16,13 @@
  *    reads model.embed_tokens.weight and adds its gradient there.
  *  - Activations are sized for one micro-batch of B x T tokens at
  *    hp_model_init time; no allocation happens in forward or backward.
+ *  - Memory: params[i].w and .g (flat_w, flat_g) are host memory, the
+ *    copy that loading, initialisation, checkpoints and the CPU optimizer
+ *    read and write.  The model computes on bw, bg and the activations,
+ *    in the backend's memory: on the CPU, bw == flat_w and bg == flat_g;
+ *    on a device, hp_model_upload and hp_model_download move the weights
+ *    (and gradients) between the two.  The layer tables lw, lg and embed,
+ *    lm_head, ... point into bw and bg.
  *
  * Ownership: struct hp_model is caller-owned (hp_model_init/release); it
  * owns its arenas and parameter table.
@@ -25,6 +33,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "backend.h"
 #include "cpu/ops.h"
 #include "err.h"
 #include "hfconfig.h"
@@ -35,8 +44,8 @@ struct hp_param {
 	int64_t shape[2];
 	size_t numel;
 	size_t offset;          /* element offset in the flat parameter/gradient arrays */
-	float *w, *g;           /* views into the arenas */
-	float **wslot, **gslot; /* where the model keeps its pointer to w and g */
+	float *w, *g;           /* host views into flat_w, flat_g */
+	float **wslot, **gslot; /* where the model keeps its pointer to its copy in bw, bg */
 	int decay;              /* weight decay applies (set by the optimizer setup) */
 };
 
@@ -163,10 +172,11 @@ struct hp_layer_act {
 	float *g, *u, *h;  /* dense: [N,I] */
 	/* MoE: router and the expert-major rows (N*k of them) */
 	float *probs;      /* [N,E] softmax of the router logits, fp32 */
-	int32_t *sel;      /* [N,k] chosen experts, by falling probability */
+	struct hp_i32 sel; /* [N,k] chosen experts, by falling probability */
 	float *wsel;       /* [N,k] their weights (renormalized if norm_topk_prob) */
-	int32_t *row_tok, *row_slot;   /* [N*k] token and slot of each row */
-	int32_t *ex_off;   /* [E+1] first row of each expert */
+	struct hp_i32 row_tok, row_slot;   /* [N*k] token and slot of each row */
+	struct hp_i32 tok_rows;   /* [N*k] each token's rows, ascending (device backends) */
+	int32_t *ex_off;   /* [E+1] first row of each expert (host) */
 	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
 					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL,
 					  and on one rank ye NULL too (recomputed) */
@@ -176,9 +186,9 @@ struct hp_layer_act {
 	float *kg, *vg, *att_u;
 	/* expert parallelism: rows received for this rank's experts, grouped
 	 * expert-major, and where each came from */
-	int32_t *ep_scount, *ep_rcount;   /* [ep] rows sent to / received from each rank */
-	int32_t *ep_perm;  /* [rcap] expert-major row -> received row */
-	int32_t *ep_off;   /* [El+1] first expert-major row of each local expert */
+	int32_t *ep_scount, *ep_rcount;   /* [ep] rows sent to / received from each rank (host) */
+	struct hp_i32 ep_perm;   /* [rcap] expert-major row -> received row */
+	int32_t *ep_off;   /* [El+1] first expert-major row of each local expert (host) */
 	long ep_rows;      /* rows received */
 };
 
@@ -191,18 +201,24 @@ struct hp_model {
 	long Ns;                      /* tokens of the residual stream (N / tp with sp) */
 	int v0, e0, El;               /* first vocabulary row, first and number of local experts */
 	long ep_rcap;                 /* rows a rank can receive per MoE layer (no token dropped) */
-	int32_t *ids_l, *tgt_l, *seg_l;   /* this rank's chunk of the micro-batch */
+	/* the micro-batch as the kernels read it: this rank's chunk of it (cp),
+	 * in the backend's memory; on the CPU at cp 1 the caller's arrays */
+	struct hp_i32 ids, tgt, segs;
 	float *dfull, *dred;          /* tp: [N,C] gathered gradient, [Ns,C] reduced one */
 	float *glogits;               /* tp without loss_parallel: [N, vocab] */
 	float *vp_mx; double *vp_st;  /* loss_parallel: [N] row maxima, [2N] sums */
 	float *cp_send, *cp_recv;     /* cp: packing buffers */
 	float *ep_send, *ep_recv;     /* ep: rows in flight */
-	int par_rc;                   /* the first error of a collective */
+	int par_rc;                   /* the first error of a collective or of the backend */
+	struct hp_err err;            /* its message */
 	int nparams, cap_params;
 	struct hp_param *params;
 	size_t numel;                 /* total parameter elements */
-	float *flat_w, *flat_g;       /* all parameters / gradients, numel each */
+	float *flat_w, *flat_g;       /* all parameters / gradients, numel each (host) */
+	float *bw, *bg;               /* the same in the backend's memory (== flat_w, flat_g on the CPU) */
 	struct hp_arena warena, garena, aarena;
+	struct hp_arena harena;       /* device backends: the host-only index arrays */
+	struct hp_backend *bk;        /* borrowed */
 
 	float *embed, *final_norm, *lm_head;      /* lm_head == embed when tied */
 	float *d_embed, *d_final_norm, *d_lm_head;
@@ -215,8 +231,11 @@ struct hp_model {
 	struct hp_layer_act *act;
 	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V]; chunked: [ce_chunk,V] */
 	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
-	int32_t *pos;                             /* [N] RoPE position of each token */
-	const int32_t *seg;                       /* the last forward's segments (borrowed) */
+	struct hp_i32 pos;                        /* [N] RoPE position of each token */
+	const int32_t *seg;                       /* the last forward's segments, as the kernels read them */
+	float *probe_buf;                         /* device backends: a probed output, on the host */
+	size_t probe_cap;
+	float *h_probs;                           /* device backends, aux loss: the router's probs on the host */
 	/* backward scratch */
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
@@ -247,7 +266,6 @@ struct hp_model {
 	double *aux_frac;                         /* [2E] fraction of routed slots per expert, then
 						     the summed probabilities */
 
-	const struct hp_cpu_ops *ops;
 };
 
 /*
@@ -258,14 +276,22 @@ int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, i
 /* The same with the kernels k (NULL: all HF's). */
 int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
 			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e);
-/* The same for this rank's part of a parallel layout (par NULL: none);
- * T is the whole row's length.  The parameter table then holds the rank's
+/* The same for this rank's part of a parallel layout (par NULL: none) on
+ * backend bk (NULL: the CPU's; borrowed, it must outlive the model); T is
+ * the whole row's length.  The parameter table then holds the rank's
  * tp-local tensors (hp_plan_piece's rows x cols before FSDP) and its own
- * experts, under their global HF names. */
-int hp_model_init_par(struct hp_model *m, const struct hp_model_spec *spec,
+ * experts, under their global HF names.  On a backend without the eager
+ * attention (CUDA) every layer runs flash attention. */
+int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp_model_spec *spec,
 		      const struct hp_model_kernels *k, const struct hp_model_par *par, int B, int T,
 		      struct hp_err *e);
 void hp_model_release(struct hp_model *m);
+
+/* Device backends: the host weights (flat_w) to the device, and the
+ * device's weights (and gradients, with grads) back to the host.  Nothing
+ * on the CPU, where they are one array. */
+int hp_model_upload(struct hp_model *m, struct hp_err *e);
+int hp_model_download(struct hp_model *m, int grads, struct hp_err *e);
 
 /*
  * The activation bytes hp_model_init_par would allocate for this layout
@@ -309,7 +335,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
  * Backward of the last forward for the loss
  *   sum(CE) / total_count + aux_weight * router_aux_loss_coef * aux_loss
  * (aux_weight is this micro-batch's share of the averaged aux loss; 0 when
- * the model has no aux loss).  Gradients are ADDED to m->flat_g (zero them
+ * the model has no aux loss).  Gradients are ADDED to m->bg (zero them
  * with hp_model_zero_grad).  m->logits is overwritten.
  */
 void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,

@@ -287,7 +287,7 @@ static void print_table(FILE *out, const struct run *r, long accum)
 				"the last step\n", "run.evaluation", c->training.eval_iters,
 				c->training.eval_iters == 1 ? "" : "es");
 	}
-	fprintf(out, "%-40s %s\n", "run.kernels", gpu ? "cuda" : m->ops->name);
+	fprintf(out, "%-40s %s\n", "run.kernels", gpu ? "cuda" : hp_backend_cpu_ops()->name);
 	if (gpu) {
 		/* the CUDA backend has one kernel per module (hp-kernels(7)) */
 		fprintf(out, "%-40s flash_attention %d/%d layers, grouped_experts %d/%d MoE layers, chunked_ce %ld "
@@ -1394,7 +1394,7 @@ planned:
 		goto out;
 	}
 	/* on a GPU the host model only holds the weights: one token's activations */
-	if ((rc = hp_model_init_par(&r.model, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
+	if ((rc = hp_model_init_par(&r.model, NULL, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
 				    gpu ? 1 : (int)r.cfg.training.micro_batch_size,
 				    gpu ? 1 : (int)seq_length(&r.cfg), e)))
 		goto out;

@@ -308,7 +308,7 @@ static void estimate_is_arena_par(const char *model, const char *acc, int world,
 		struct hp_model m;
 		struct hp_rank_est est;
 
-		if (hp_model_init_par(&m, &s, &k, &par, 2, 48, &e)) {
+		if (hp_model_init_par(&m, NULL, &s, &k, &par, 2, 48, &e)) {
 			ok(0, "%s {%s}: rank %d: %s", model, acc, r, e.msg);
 			bad = 1;
 			break;
