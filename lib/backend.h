@@ -74,9 +74,9 @@ struct hp_route {
 /* A started collective (hp_backend.iallgather), finished by wait. */
 struct hp_breq {
 	MPI_Request req;          /* MPI, host buffers or staged */
-	void *recv, *stage;       /* staged: where the result goes, and comes from */
-	size_t bytes;
-	void *event;              /* NCCL: the comm stream's event */
+	void *recv, *stage;       /* staged: where the result goes, and the host buffer */
+	size_t off, bytes;        /* staged: the result's place in stage, and its size */
+	void *nc;                 /* NCCL: the group whose stream carries it */
 	int active;
 };
 
@@ -204,7 +204,8 @@ struct hp_backend {
 	void (*add)(struct hp_backend *b, float *x, const float *a, const float *bb, long n);
 	/* x[n, :] += bias over N rows of C */
 	void (*add_bias)(struct hp_backend *b, float *x, const float *bias, long N, int C);
-	/* db[c] += sum over rows (in row order) of x[n, c] */
+	/* db[c] += sum over rows of x[n, c] (the CPU in row order, a GPU in a
+	 * fixed order of its own) */
 	void (*colsum)(struct hp_backend *b, float *db, const float *x, long N, int C);
 	/* x = max(x, y) element-wise; xd += yd (doubles) */
 	void (*max)(struct hp_backend *b, float *x, const float *y, long n);
@@ -261,10 +262,12 @@ const struct hp_cpu_ops *hp_backend_cpu_ops(void);
 
 /*
  * The CUDA backend on device dev (HP_EMULATE_OFF), or its host emulation
- * (exact or bf16; dev ignored, no GPU needed).  HP_EUNSUP when this hp was
- * built without CUDA and no emulation is asked for.
+ * (exact or bf16; dev ignored, no GPU needed).  shared: other ranks use
+ * this GPU too, so collectives go host-staged (NCCL wants a GPU per
+ * rank).  HP_EUNSUP when this hp was built without CUDA and no emulation
+ * is asked for.
  */
-int hp_backend_cuda_open(struct hp_backend **bp, int dev, enum hp_emulate emu, struct hp_err *e);
+int hp_backend_cuda_open(struct hp_backend **bp, int dev, int shared, enum hp_emulate emu, struct hp_err *e);
 /* HP_CUDA_EMULATE from the environment: 0 and *emu, or HP_EINVAL naming
  * the value when it is none of "exact", "bf16" (unset or empty: OFF). */
 int hp_emulate_from_env(enum hp_emulate *emu, struct hp_err *e);

@@ -6,7 +6,7 @@
  * backend table, with the same arguments, so the CPU's numbers are the
  * same bits whatever goes through the table.  The loops that were the
  * model's own (the vocabulary-parallel embedding, the MoE combine and its
- * backward, the residual adds) are here, unchanged.
+ * backward, the residual adds) are kernels/cpu/rows.c, unchanged.
  */
 #include <sys/mman.h>
 #include <unistd.h>
@@ -327,119 +327,67 @@ static void c_vp_ce_bwd(struct hp_backend *b, float *dlogits, const float *logit
 static void c_embed_fwd(struct hp_backend *b, float *out, const struct hp_i32 *ids, const float *table, long N,
 			int C, int v0, int V)
 {
-	for (long n = 0; n < N; n++) {
-		int t = ids->h[n] - v0;
-
-		if (t >= 0 && t < V)
-			memcpy(out + n * C, table + (long)t * C, (size_t)C * sizeof(float));
-		else
-			memset(out + n * C, 0, (size_t)C * sizeof(float));
-	}
+	hp_embedding_fwd_range(out, ids->h, table, N, C, v0, V);
 }
 
 static int c_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, const struct hp_i32 *ids, long N,
 		       int C, int v0, int V, int pad, struct hp_err *e)
 {
-	for (long n = 0; n < N; n++) {
-		int t = ids->h[n] - v0;
-
-		if (t < 0 || t >= V || ids->h[n] == pad)   /* padding_idx: no gradient */
-			continue;
-		float *row = dtable + (long)t * C;
-		const float *d = dout + n * C;
-		for (int c = 0; c < C; c++)
-			row[c] += d[c];
-	}
+	hp_embedding_bwd_range(dtable, dout, ids->h, N, C, v0, V, pad);
 	return 0;
 }
 
 static void c_add(struct hp_backend *b, float *x, const float *a, const float *bb, long n)
 {
-	for (long i = 0; i < n; i++)
-		x[i] = a[i] + bb[i];
+	hp_residual_add(x, a, bb, n);
 }
 
 static void c_add_bias(struct hp_backend *b, float *x, const float *bias, long N, int C)
 {
-	for (long n = 0; n < N; n++)
-		for (int c = 0; c < C; c++)
-			x[n * C + c] += bias[c];
+	hp_bias_add(x, bias, N, C);
 }
 
 static void c_colsum(struct hp_backend *b, float *db, const float *x, long N, int C)
 {
-	for (long n = 0; n < N; n++)
-		for (int c = 0; c < C; c++)
-			db[c] += x[n * C + c];
+	hp_bias_grad(db, x, N, C);
 }
 
 static void c_max(struct hp_backend *b, float *x, const float *y, long n)
 {
-	for (long i = 0; i < n; i++)
-		if (y[i] > x[i])
-			x[i] = y[i];
+	hp_max_into(x, y, n);
 }
 
 static void c_add_f64(struct hp_backend *b, double *x, const double *y, long n)
 {
-	for (long i = 0; i < n; i++)
-		x[i] += y[i];
+	hp_add_into_f64(x, y, n);
 }
 
 static void c_gather_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
 {
-	for (long r = 0; r < R; r++)
-		memcpy(dst + r * C, src + (long)idx[r] * C, sizeof(float) * (size_t)C);
+	hp_rows_gather(dst, src, idx, R, C);
 }
 
 static void c_scatter_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
 {
-	for (long r = 0; r < R; r++)
-		memcpy(dst + (long)idx[r] * C, src + r * C, sizeof(float) * (size_t)C);
+	hp_rows_scatter(dst, src, idx, R, C);
 }
 
-/* the rows in expert-major order, as HF's index_add_ adds them */
 static void c_moe_combine(struct hp_backend *b, float *out, const float *ye, const float *wsel,
 			  const struct hp_route *rt, long N, int K, int C)
 {
-	memset(out, 0, sizeof(float) * (size_t)N * C);
-	for (long r = 0; r < N * K; r++) {
-		long t = rt->row_tok[r];
-		float wt = wsel[t * K + rt->row_slot[r]];
-		const float *y = ye + r * C;
-		float *o = out + t * C;
-		for (int c = 0; c < C; c++)
-			o[c] += y[c] * wt;
-	}
+	hp_moe_combine(out, ye, wsel, rt->row_tok, rt->row_slot, N, K, C);
 }
 
 static void c_moe_combine_bwd(struct hp_backend *b, float *dye, float *dwsel, const float *dout, const float *ye,
 			      const float *wsel, const struct hp_route *rt, long N, int K, int C)
 {
-	for (long r = 0; r < N * K; r++) {
-		long t = rt->row_tok[r];
-		int k = rt->row_slot[r];
-		float wt = wsel[t * K + k];
-		const float *d = dout + t * C, *y = ye + r * C;
-		float *dy = dye + r * C;
-		double dot = 0;
-		for (int c = 0; c < C; c++) {
-			dy[c] = d[c] * wt;
-			dot += (double)d[c] * y[c];
-		}
-		dwsel[t * K + k] = (float)dot;
-	}
+	hp_moe_combine_bwd(dye, dwsel, dout, ye, wsel, rt->row_tok, rt->row_slot, N * K, K, C);
 }
 
 static void c_moe_scatter_add(struct hp_backend *b, float *dx, const float *dxe, const struct hp_route *rt, long N,
 			      int K, int C)
 {
-	for (long r = 0; r < N * K; r++) {
-		float *d = dx + (long)rt->row_tok[r] * C;
-		const float *x = dxe + r * C;
-		for (int c = 0; c < C; c++)
-			d[c] += x[c];
-	}
+	hp_moe_scatter_add(dx, dxe, rt->row_tok, N * K, C);
 }
 
 static int c_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t n, struct hp_err *e)

@@ -87,12 +87,18 @@ static int bad_args(struct hp_err *e, const char *what, enum hp_dtype t, size_t 
 			  hp_dtype_name(t));
 }
 
-static void count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed)
+void hp_comm_count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed)
 {
 	c->calls[op]++;
 	c->bytes[op] += (int64_t)bytes;
 	if (routed)
 		c->routed[op] += (int64_t)bytes;
+}
+
+static void count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed)
+{
+	if (!c->quiet)
+		hp_comm_count(c, op, bytes, routed);
 }
 
 int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const struct hp_plan *p, struct hp_err *e)

@@ -39,6 +39,7 @@ struct hp_comm {
 	int64_t calls[HP_NCOLL];
 	int64_t bytes[HP_NCOLL];    /* send-buffer bytes, as hp-plan(5) counts them */
 	int64_t routed[HP_NCOLL];   /* the part the caller marked routing-dependent */
+	int quiet;                  /* > 0: calls count nothing (a caller that counts them itself) */
 };
 
 struct hp_comms {
@@ -58,6 +59,11 @@ void hp_comm_wait(MPI_Request *req);
  * counted nowhere: for checks and agreements that are not a step's
  * traffic (validation, checkpoints). */
 void hp_comm_allreduce_raw(MPI_Comm c, void *buf, int n, MPI_Datatype t, MPI_Op op);
+/* Count a call of op moving bytes (routed: as hp_comm_alltoallv's flag)
+ * into c, as its own collectives count: for callers that carry a
+ * collective another way (a device's host-staged path, whose wire type
+ * may differ from the type it counts). */
+void hp_comm_count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed);
 /* Seconds this process has spent waiting in collectives so far. */
 double hp_comm_waited(void);
 

@@ -76,10 +76,8 @@ static ncclRedOp_t nccl_op(enum hp_red op)
 /* As comm.c's count(). */
 static void count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed)
 {
-	c->calls[op]++;
-	c->bytes[op] += (int64_t)bytes;
-	if (routed)
-		c->routed[op] += (int64_t)bytes;
+	if (!c->quiet)
+		hp_comm_count(c, op, bytes, routed);
 }
 
 /* A device-to-device copy on the group's stream (a group of one, and the
@@ -332,6 +330,34 @@ int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int 
 	return r == ncclSuccess ? 0 : nccl_fail(e, "broadcast", c, nc->comm, "ncclBroadcast", r);
 }
 
+int hp_nccl_event_new(void **ev, struct hp_err *e)
+{
+	cudaEvent_t x;
+	cudaError_t rc = cudaEventCreateWithFlags(&x, cudaEventDisableTiming);
+
+	*ev = NULL;
+	if (rc != cudaSuccess)
+		return hp_err_set(e, HP_ECUDA, "nccl: cudaEventCreateWithFlags: %s", cudaGetErrorString(rc));
+	*ev = x;
+	return 0;
+}
+
+void hp_nccl_event_free(void *ev)
+{
+	if (ev)
+		cudaEventDestroy((cudaEvent_t)ev);
+}
+
+int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e)
+{
+	cudaError_t rc = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)from);
+
+	if (rc == cudaSuccess)
+		rc = cudaStreamWaitEvent((cudaStream_t)to, (cudaEvent_t)ev, 0);
+	return rc == cudaSuccess ? 0 : hp_err_set(e, HP_ECUDA, "nccl: ordering streams: %s",
+						   cudaGetErrorString(rc));
+}
+
 #else /* no CUDA or no NCCL in this build: stubs that say so */
 
 static int unsup(struct hp_err *e, const char *what)
@@ -394,6 +420,22 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e)
 {
 	return unsup(e, "broadcast");
+}
+
+int hp_nccl_event_new(void **ev, struct hp_err *e)
+{
+	*ev = NULL;
+	return unsup(e, "event");
+}
+
+void hp_nccl_event_free(void *ev)
+{
+	(void)ev;
+}
+
+int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e)
+{
+	return unsup(e, "order");
 }
 
 #endif

@@ -76,4 +76,12 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 		      struct hp_err *e);
 int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
 
+/* Ordering between streams (cudaStream_t as void *): an event (disable
+ * timing), and "to waits for what is queued on from so far" through it.
+ * The CUDA backend orders each group's collectives after the compute that
+ * made their input, and the compute that reads their output after them. */
+int hp_nccl_event_new(void **ev, struct hp_err *e);
+void hp_nccl_event_free(void *ev);
+int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e);
+
 #endif

@@ -3,15 +3,45 @@
  * dims of a plan (see fsdp.h).  The shard arrays hold, unit after unit,
  * each parameter's chunk of rows padded to the chunk (padding stays zero),
  * so that a unit's shard is one contiguous run: the send buffer of its
- * all-gather and the target of its replica all-reduce.
+ * all-gather and the target of its replica all-reduce.  Every byte moves
+ * through the model's backend (lib/backend.h), so the same code shards a
+ * CPU model and a GPU one.
  */
 #include <math.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "fsdp.h"
 #include "shard.h"
+
+/* "bfloat16" -> BF16, "float32" or "" -> F32; INVALID for the others */
+static enum hp_dtype mp_dtype(const char *s)
+{
+	if (!s[0] || !strcmp(s, "float32") || !strcmp(s, "fp32"))
+		return HP_DTYPE_F32;
+	return !strcmp(s, "bfloat16") ? HP_DTYPE_BF16 : HP_DTYPE_INVALID;
+}
+
+/* The element at index i of a buffer of dtype t on f's backend. */
+static void *at(const struct hp_fsdp *f, const void *buf, enum hp_dtype t, size_t i)
+{
+	return (char *)buf + i * f->bk->esize(f->bk, t);
+}
+
+/* A backend array of n floats (zeroed), and its host copy. */
+static float *arr(struct hp_fsdp *f, size_t n, float **host, struct hp_err *e)
+{
+	float *d = f->bk->alloc(f->bk, (n + 1) * sizeof(float), e);
+
+	if (!d)
+		return NULL;
+	*host = d;
+	if (f->bk->device && !(*host = hp_calloc(n + 1, sizeof(float)))) {
+		f->bk->free(f->bk, d);
+		hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP shards' host copies");
+		return NULL;
+	}
+	return d;
+}
 
 int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
 		 struct hp_err *e)
@@ -23,8 +53,14 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->p = p;
 	f->cs = cs;
 	f->m = m;
+	f->bk = m->bk;
 	f->rank = cs->world_rank;
 	f->stale_unit = -1;
+	f->pdt = mp_dtype(p->param_dtype);
+	f->rdt = mp_dtype(p->reduce_dtype);
+	if (f->pdt == HP_DTYPE_INVALID || f->rdt == HP_DTYPE_INVALID)
+		return hp_err_set(e, HP_EUNSUP, "fsdp_config.mix_precision: %s is not implemented (float32 or "
+				  "bfloat16)", f->pdt == HP_DTYPE_INVALID ? p->param_dtype : p->reduce_dtype);
 	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
 	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
 	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
@@ -81,24 +117,24 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->slots = hp_calloc((size_t)f->nslots, sizeof(*f->slots));
 	if (!f->slots)
 		goto oom;
-	for (int i = 0; i < f->nslots; i++) {
+	for (int i = 0; i < f->nslots; i++)
 		f->slots[i].unit = -1;
-		f->slots[i].req = MPI_REQUEST_NULL;
-	}
 	f->slot_floats = 0;
 	for (int u = 0; u < p->nunits; u++) {
 		size_t n = (size_t)p->size[f->units[u].shard_dim] * f->units[u].padded;
 		if (n > f->slot_floats)
 			f->slot_floats = n;
 	}
-	f->w = hp_calloc(f->total + 1, sizeof(float));
-	f->g = hp_calloc(f->total + 1, sizeof(float));
-	f->m1 = hp_calloc(f->total + 1, sizeof(float));
-	f->m2 = hp_calloc(f->total + 1, sizeof(float));
-	f->buf = hp_calloc(maxbuf + 1, sizeof(float));
+	if (!(f->w = arr(f, f->total, &f->hw, e)) || !(f->g = arr(f, f->total, &f->hg, e)) ||
+	    !(f->m1 = arr(f, f->total, &f->hm1, e)) || !(f->m2 = arr(f, f->total, &f->hm2, e)) ||
+	    !(f->buf = f->bk->alloc(f->bk, (maxbuf + 1) * sizeof(float), e))) {
+		int rc = e->code;
+		hp_fsdp_free(f);
+		return rc;
+	}
 	f->layer_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
 	f->expert_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
-	if (!f->w || !f->g || !f->m1 || !f->m2 || !f->buf || !f->layer_unit || !f->expert_unit)
+	if (!f->layer_unit || !f->expert_unit)
 		goto oom;
 	for (int l = 0; l < p->spec.n_layers; l++)
 		f->layer_unit[l] = f->expert_unit[l] = -1;
@@ -125,42 +161,65 @@ int hp_fsdp_load(struct hp_fsdp *f, struct hp_src *src, struct hp_err *e)
 		int rc;
 
 		if (f->mp[i] && pc->nrows > 0 &&
-		    (rc = hp_src_read(src, i, pc->row0, pc->nrows, pc->col0, pc->cols, f->w + f->poff[i], e)))
+		    (rc = hp_src_read(src, i, pc->row0, pc->nrows, pc->col0, pc->cols, f->hw + f->poff[i], e)))
 			return rc;
 	}
-	return 0;
+	return hp_fsdp_upload(f, e);
 }
 
-int hp_fsdp_load_model(struct hp_fsdp *f)
+int hp_fsdp_upload(struct hp_fsdp *f, struct hp_err *e)
 {
-	for (int i = 0; i < f->p->nparams; i++) {
-		const struct hp_piece *pc = &f->pc[i];
+	size_t n = f->total * sizeof(float);
+	int rc;
 
-		if (f->mp[i])
-			memcpy(f->w + f->poff[i], f->mp[i]->w + pc->first * pc->cols,
-			       (size_t)(pc->nrows * pc->cols) * sizeof(float));
-	}
-	return 0;
+	if (!f->bk->device)
+		return 0;
+	if ((rc = f->bk->upload(f->bk, f->w, f->hw, n, e)) || (rc = f->bk->upload(f->bk, f->m1, f->hm1, n, e)))
+		return rc;
+	return f->bk->upload(f->bk, f->m2, f->hm2, n, e);
+}
+
+int hp_fsdp_download(struct hp_fsdp *f, int grads, int moments, struct hp_err *e)
+{
+	size_t n = f->total * sizeof(float);
+	int rc;
+
+	if (!f->bk->device)
+		return 0;
+	if ((rc = f->bk->download(f->bk, f->hw, f->w, n, e)) ||
+	    (grads && (rc = f->bk->download(f->bk, f->hg, f->g, n, e))) ||
+	    (moments && (rc = f->bk->download(f->bk, f->hm1, f->m1, n, e))))
+		return rc;
+	return moments ? f->bk->download(f->bk, f->hm2, f->m2, n, e) : 0;
 }
 
 void hp_fsdp_free(struct hp_fsdp *f)
 {
+	struct hp_backend *bk = f->bk;
+
 	hp_free(f->units);
 	hp_free(f->order);
 	hp_free(f->poff);
 	hp_free(f->mp);
 	hp_free(f->pc);
-	hp_free(f->w);
-	hp_free(f->g);
-	hp_free(f->m1);
-	hp_free(f->m2);
-	hp_free(f->buf);
+	if (bk) {
+		float *const d[4] = { f->w, f->g, f->m1, f->m2 }, *const h[4] = { f->hw, f->hg, f->hm1, f->hm2 };
+
+		for (int i = 0; i < 4; i++) {
+			if (h[i] != d[i])
+				hp_free(h[i]);
+			bk->free(bk, d[i]);
+		}
+		bk->free(bk, f->buf);
+		for (int i = 0; f->slots && i < f->nslots; i++) {
+			bk->free(bk, f->slots[i].buf);
+			bk->free(bk, f->slots[i].send);
+		}
+		bk->free(bk, f->stale);
+	}
 	hp_free(f->layer_unit);
 	hp_free(f->expert_unit);
-	for (int i = 0; f->slots && i < f->nslots; i++)
-		hp_free(f->slots[i].buf);
 	hp_free(f->slots);
-	hp_free(f->stale);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -172,35 +231,58 @@ static int64_t rows_of(const struct hp_piece *pc, int s)
 	return r < 0 ? 0 : r > pc->chunk ? pc->chunk : r;
 }
 
-/* Unit un's gathered chunks (k blocks of padded floats in buf) into the
- * model's weights. */
-static void unpack_unit(struct hp_fsdp *f, const struct hp_fsdp_unit *un, const float *buf)
+/* The unit's span of the model's flat arrays (its params are contiguous). */
+static void span(const struct hp_fsdp *f, int u, size_t *off, size_t *n)
 {
+	const struct hp_fsdp_unit *un = &f->units[u];
+	size_t lo = (size_t)-1, hi = 0;
+
+	for (int j = 0; j < un->n; j++) {
+		const struct hp_param *mp = f->mp[f->order[un->first + j]];
+
+		if (mp->offset < lo)
+			lo = mp->offset;
+		if (mp->offset + mp->numel > hi)
+			hi = mp->offset + mp->numel;
+	}
+	*off = un->n ? lo : 0;
+	*n = un->n ? hi - lo : 0;
+}
+
+/* Unit un's gathered chunks (k blocks of padded elements of the param
+ * dtype in buf) into the model's weights, whose working copy follows. */
+static void unpack_unit(struct hp_fsdp *f, int u, const void *buf)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
 	int k = f->cs->dim[un->shard_dim].size;
+	size_t off, n;
 
 	for (int s = 0; s < k; s++)
 		for (int j = 0; j < un->n; j++) {
 			int i = f->order[un->first + j];
 			const struct hp_piece *pc = &f->pc[i];
 
-			memcpy(f->mp[i]->w + (int64_t)s * pc->chunk * pc->cols,
-			       buf + (size_t)s * un->padded + (f->poff[i] - un->off),
-			       (size_t)(rows_of(pc, s) * pc->cols) * sizeof(float));
+			f->bk->convert(f->bk, f->m->bw + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols,
+				       HP_DTYPE_F32, at(f, buf, f->pdt, (size_t)s * un->padded + (f->poff[i] - un->off)),
+				       f->pdt, (size_t)(rows_of(pc, s) * pc->cols));
 		}
+	span(f, u, &off, &n);
+	f->bk->weights_changed(f->bk, f->m->bw + off, n);
 }
 
 void hp_fsdp_zero_grad(struct hp_fsdp *f)
 {
-	memset(f->g, 0, f->total * sizeof(float));
+	f->bk->zero(f->bk, f->g, f->total * sizeof(float));
 }
 
-/* Reduce-scatter unit u's gradients into the shard sums. */
+/* Reduce-scatter unit u's gradients into the shard sums, in the reduce dtype. */
 static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
 	const struct hp_fsdp_unit *un = &f->units[u];
 	struct hp_comm *c = &f->cs->dim[un->shard_dim];
+	struct hp_backend *bk = f->bk;
 	int k = c->size, rc;
-	float *out = f->buf + (size_t)k * un->padded;
+	void *out = at(f, f->buf, f->rdt, (size_t)k * un->padded);
 
 	/* block s: every param's rows of rank s, padded to the chunk */
 	for (int s = 0; s < k; s++)
@@ -208,32 +290,48 @@ static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 			int i = f->order[un->first + j];
 			const struct hp_piece *pc = &f->pc[i];
 			int64_t r = rows_of(pc, s);
-			float *b = f->buf + (size_t)s * un->padded + (f->poff[i] - un->off);
+			size_t b = (size_t)s * un->padded + (f->poff[i] - un->off);
 
-			memcpy(b, f->mp[i]->g + (int64_t)s * pc->chunk * pc->cols, (size_t)(r * pc->cols) * sizeof(float));
-			memset(b + r * pc->cols, 0, (size_t)((pc->chunk - r) * pc->cols) * sizeof(float));
+			bk->convert(bk, at(f, f->buf, f->rdt, b), f->rdt,
+				    f->m->bg + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols, HP_DTYPE_F32,
+				    (size_t)(r * pc->cols));
+			bk->zero(bk, at(f, f->buf, f->rdt, b + (size_t)(r * pc->cols)),
+				 (size_t)((pc->chunk - r) * pc->cols) * bk->esize(bk, f->rdt));
 		}
-	if ((rc = hp_comm_reduce_scatter(c, f->buf, out, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
+	if ((rc = bk->reduce_scatter(bk, c, f->buf, out, un->padded, f->rdt, HP_RED_SUM, e)))
 		return rc;
-	for (size_t x = 0; x < un->padded; x++)
-		f->g[un->off + x] += out[x];
+	bk->acc(bk, f->g + un->off, out, f->rdt, un->padded);
 	return 0;
 }
 
 int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
 {
+	struct hp_backend *bk = f->bk;
+
 	for (int u = 0; u < f->nunits; u++) {
 		const struct hp_fsdp_unit *un = &f->units[u];
-		int rc = hp_comm_allreduce(&f->cs->dim[un->rep_dim], f->g + un->off, un->padded, HP_DTYPE_F32,
-					   HP_RED_SUM, e);
+		struct hp_comm *c = &f->cs->dim[un->rep_dim];
+		float *g = f->g + un->off;
+		int rc;
 
-		if (rc)
+		if (f->rdt == HP_DTYPE_F32) {
+			if ((rc = bk->allreduce(bk, c, g, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
+				return rc;
+			continue;
+		}
+		/* in the reduce dtype, as the reduce-scatter */
+		if (c->size <= 1)
+			continue;
+		bk->convert(bk, f->buf, f->rdt, g, HP_DTYPE_F32, un->padded);
+		if ((rc = bk->allreduce(bk, c, f->buf, un->padded, f->rdt, HP_RED_SUM, e)))
 			return rc;
+		bk->convert(bk, g, HP_DTYPE_F32, f->buf, f->rdt, un->padded);
 	}
 	return 0;
 }
 
-/* Pack (dir 0) or unpack the shard sums of the tp-partial parameters. */
+/* Pack (dir 0) or unpack the shard sums of the tp-partial parameters, in
+ * the reduce dtype. */
 static size_t tp_partials(struct hp_fsdp *f, int dir)
 {
 	size_t n = 0;
@@ -244,9 +342,9 @@ static size_t tp_partials(struct hp_fsdp *f, int dir)
 		if (!f->mp[i] || !hp_plan_tp_partial(f->p, &f->p->params[i]))
 			continue;
 		if (dir == 0)
-			memcpy(f->buf + n, f->g + f->poff[i], len * sizeof(float));
+			f->bk->convert(f->bk, at(f, f->buf, f->rdt, n), f->rdt, f->g + f->poff[i], HP_DTYPE_F32, len);
 		else
-			memcpy(f->g + f->poff[i], f->buf + n, len * sizeof(float));
+			f->bk->convert(f->bk, f->g + f->poff[i], HP_DTYPE_F32, at(f, f->buf, f->rdt, n), f->rdt, len);
 		n += len;
 	}
 	return n;
@@ -259,7 +357,7 @@ int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e)
 
 	if (!n)
 		return 0;
-	if ((rc = hp_comm_allreduce(&f->cs->dim[HP_DIM_TP], f->buf, n, HP_DTYPE_F32, HP_RED_SUM, e)))
+	if ((rc = f->bk->allreduce(f->bk, &f->cs->dim[HP_DIM_TP], f->buf, n, f->rdt, HP_RED_SUM, e)))
 		return rc;
 	tp_partials(f, 1);
 	return 0;
@@ -283,16 +381,28 @@ static int canonical(const struct hp_fsdp *f, int i)
 double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
 {
 	double ss = 0;
+	size_t run0 = 0, run = 0;
 
-	/* each distinct piece once: replicas hold the same sums */
-	for (int i = 0; i < f->p->nparams; i++) {
-		const float *g = f->g + f->poff[i];
-		size_t n = (size_t)(f->pc[i].chunk * f->pc[i].cols);
+	/* each distinct piece once: replicas hold the same sums.  Pieces that
+	 * follow each other in the shards are summed in one call, in the same
+	 * order as piece by piece */
+	for (int i = 0; i <= f->p->nparams; i++) {
+		int last = i == f->p->nparams;
+		size_t n = last ? 0 : (size_t)(f->pc[i].chunk * f->pc[i].cols);
 
-		if (!f->mp[i] || !canonical(f, i))
+		if (!last && (!f->mp[i] || !canonical(f, i)))
 			continue;
-		for (size_t x = 0; x < n; x++)
-			ss += (double)g[x] * g[x];
+		if (!last && run && run0 + run == f->poff[i]) {
+			run += n;
+			continue;
+		}
+		/* a backend failure still joins the all-reduce: no rank may wait alone */
+		if (run && f->bk->sumsq_acc(f->bk, &ss, f->g + run0, run, e)) {
+			ss = NAN;
+			break;
+		}
+		run0 = last ? 0 : f->poff[i];
+		run = n;
 	}
 	if (hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e))
 		return NAN;
@@ -304,8 +414,8 @@ void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, floa
 	const struct hp_plan_param *q = &f->p->params[i];
 	const struct hp_piece *pc = &f->pc[i];
 	int64_t cols = q->ndim > 1 ? q->shape[1] : 1;
-	const float *const arr[] = { f->w, f->g, f->m1, f->m2 };
-	const float *src = arr[which] + f->poff[i];
+	const float *const arrs[] = { f->hw, f->hg, f->hm1, f->hm2 };
+	const float *src = arrs[which] + f->poff[i];
 
 	if (f->mp[i] && canonical(f, i))
 		for (int64_t r = 0; r < pc->nrows; r++)
@@ -332,74 +442,51 @@ void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
 	coef = (float)(max_norm / (norm + 1e-6));   /* as hp_clip_grads: clip_grad_norm_ */
 	if (coef >= 1.0f)
 		return;
-	for (size_t x = 0; x < f->total; x++)
-		f->g[x] *= coef;
+	f->bk->scale(f->bk, f->g, coef, f->total);
 }
 
 void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
 {
+	struct hp_backend *bk = f->bk;
+
 	if (f->stale_unit >= 0) {
 		/* the fault (fsdp_stale_shard): keep this step's shard of the unit for the next */
 		const struct hp_fsdp_unit *un = &f->units[f->stale_unit];
+		struct hp_err e;
 
 		if (!f->stale)
-			f->stale = hp_malloc((un->padded + 1) * sizeof(float));
+			f->stale = bk->alloc(bk, (un->padded + 1) * sizeof(float), &e);
 		if (f->stale)
-			memcpy(f->stale, f->w + un->off, un->padded * sizeof(float));
+			bk->copy(bk, f->stale, f->w + un->off, un->padded * sizeof(float));
 	}
-	for (int i = 0; i < f->p->nparams; i++) {
-		const struct hp_piece *pc = &f->pc[i];
+	/* runs of pieces that follow each other in the shards and share the
+	 * decay flag: one call each (AdamW is element-wise; the padding
+	 * between pieces is zero and stays zero) */
+	for (int i = 0, j; i < f->p->nparams; i = j) {
+		size_t off, n;
+		int decay;
 
-		if (f->mp[i])
-			hp_adamw_step(f->w + f->poff[i], f->g + f->poff[i], f->m1 + f->poff[i], f->m2 + f->poff[i],
-				      (size_t)(pc->chunk * pc->cols), h, f->mp[i]->decay);
+		if (!f->mp[i]) {
+			j = i + 1;
+			continue;
+		}
+		off = f->poff[i];
+		n = (size_t)(f->pc[i].chunk * f->pc[i].cols);
+		decay = f->mp[i]->decay;
+		for (j = i + 1; j < f->p->nparams && f->mp[j] && f->mp[j]->decay == decay && f->poff[j] == off + n; j++)
+			n += (size_t)(f->pc[j].chunk * f->pc[j].cols);
+		bk->adamw(bk, f->w + off, f->g + off, f->m1 + off, f->m2 + off, n, h, decay);
 	}
 }
 
 /* --- just in time: one unit at a time -------------------------------------- */
-
-/*
- * Zero n floats at p and give their whole pages back to the system
- * (MADV_DONTNEED on private anonymous memory reads back as zeros), so a
- * released unit costs no memory until it is gathered again.
- */
-static void drop(float *p, size_t n)
-{
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = (uintptr_t)(p + n);
-	uintptr_t lo = (a + page - 1) & ~(page - 1), hi = b & ~(page - 1);
-
-	if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED)) {
-		memset(p, 0, n * sizeof(float));
-		return;
-	}
-	memset(p, 0, lo - a);
-	memset((void *)hi, 0, b - hi);
-}
-
-/* The unit's span of the model's flat arrays (its params are contiguous). */
-static void span(const struct hp_fsdp *f, int u, size_t *off, size_t *n)
-{
-	const struct hp_fsdp_unit *un = &f->units[u];
-	size_t lo = (size_t)-1, hi = 0;
-
-	for (int j = 0; j < un->n; j++) {
-		const struct hp_param *mp = f->mp[f->order[un->first + j]];
-
-		if (mp->offset < lo)
-			lo = mp->offset;
-		if (mp->offset + mp->numel > hi)
-			hi = mp->offset + mp->numel;
-	}
-	*off = un->n ? lo : 0;
-	*n = un->n ? hi - lo : 0;
-}
 
 void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
 {
 	size_t off, n;
 
 	span(f, u, &off, &n);
-	drop((grads ? f->m->flat_g : f->m->flat_w) + off, n);
+	f->bk->release(f->bk, (grads ? f->m->bg : f->m->bw) + off, n * sizeof(float));
 }
 
 
@@ -427,11 +514,15 @@ static struct hp_fsdp_slot *slot_of(struct hp_fsdp *f, int u)
 	return NULL;
 }
 
-/* Start unit u's all-gather into a free slot of the ring (prefetch). */
+/* Start unit u's all-gather into a free slot of the ring (prefetch), in
+ * the param dtype. */
 static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 {
 	const struct hp_fsdp_unit *un = &f->units[u];
+	struct hp_backend *bk = f->bk;
 	struct hp_fsdp_slot *sl = NULL;
+	const float *shard = u == f->stale_unit && f->stale ? f->stale : f->w + un->off;
+	const void *send = shard;
 
 	if (slot_of(f, u))
 		return 0;
@@ -440,11 +531,16 @@ static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 			sl = &f->slots[i];
 	if (!sl)
 		return hp_err_set(e, HP_EINVAL, "FSDP: no free prefetch slot for unit %d", u);
-	if (!sl->buf && !(sl->buf = hp_malloc((f->slot_floats + 1) * sizeof(float))))
-		return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP prefetch buffers");
+	if (!sl->buf && !(sl->buf = bk->alloc(bk, (f->slot_floats + 1) * sizeof(float), e)))
+		return e->code;
+	if (f->pdt != HP_DTYPE_F32) {
+		if (!sl->send && !(sl->send = bk->alloc(bk, (f->slot_floats + 1) * sizeof(float), e)))
+			return e->code;
+		bk->convert(bk, sl->send, f->pdt, shard, HP_DTYPE_F32, un->padded);
+		send = sl->send;
+	}
 	sl->unit = u;
-	return hp_comm_iallgather(&f->cs->dim[un->shard_dim], u == f->stale_unit && f->stale ? f->stale :
-				  f->w + un->off, sl->buf, un->padded, HP_DTYPE_F32, &sl->req, e);
+	return bk->iallgather(bk, &f->cs->dim[un->shard_dim], send, sl->buf, un->padded, f->pdt, &sl->req, e);
 }
 
 /* Unit u in the model's tensors: its gather (started now if it was not
@@ -457,8 +553,9 @@ static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 	if ((rc = start_gather(f, u, e)))
 		return rc;
 	sl = slot_of(f, u);
-	hp_comm_wait(&sl->req);
-	unpack_unit(f, &f->units[u], sl->buf);
+	if ((rc = f->bk->wait(f->bk, &sl->req, e)))
+		return rc;
+	unpack_unit(f, u, sl->buf);
 	sl->unit = -1;
 	return 0;
 }

@@ -36,18 +36,19 @@ const struct hp_kernel_info hp_kernel_list[] = {
 	{ "cross_entropy", "cpu", "vocab_parallel", "substitute",
 	  "accelerator.loss_parallel at tp > 1: the logits never gathered" },
 	{ "adamw", "cpu", "reference", "default", "scalar, or AVX2+FMA with the same bits" },
-	/* training.device: cuda (lib/gmodel.c): each op has one CUDA kernel */
+	/* training.device: cuda (lib/backend_cuda.c over kernels/cuda; HP_CUDA_EMULATE: its host emulation) */
 	{ "embedding", "cuda", "embedding", "built", "training.device: cuda" },
-	{ "rmsnorm", "cuda", "rmsnorm", "built", "training.device: cuda" },
+	{ "rmsnorm", "cuda", "rmsnorm", "built", "training.device: cuda (fused_rmsnorm: the add, then the norm)" },
 	{ "rope", "cuda", "rope", "built", "training.device: cuda" },
-	{ "linear", "cuda", "cublaslt", "built", "training.device: cuda" },
-	{ "attention", "cuda", "flash_attention", "built", "training.device: cuda, head_dim 64 or 128" },
-	{ "attention", "cuda", "attn_small", "built", "training.device: cuda, other head_dim up to 256" },
+	{ "linear", "cuda", "cublaslt", "built", "training.device: cuda (bf16 operands, fp32 out)" },
+	{ "attention", "cuda", "flash_attention", "built", "training.device: cuda, every layer, head_dim 64 or 128" },
+	{ "attention", "cuda", "attn_small", "built", "training.device: cuda, every layer, other head_dim up to 256" },
 	{ "swiglu", "cuda", "swiglu", "built", "training.device: cuda" },
 	{ "router", "cuda", "router_topk", "built", "training.device: cuda" },
-	{ "experts", "cuda", "grouped_gemm", "built", "training.device: cuda" },
-	{ "lm_head", "cuda", "chunked_ce", "built", "training.device: cuda (chunk: loss_fn.chunk_size, else 1024)" },
-	{ "adamw", "cuda", "adamw_master", "built", "training.device: cuda" },
+	{ "experts", "cuda", "cublaslt", "built", "training.device: cuda (grouped_experts: gate|up as one product)" },
+	{ "cross_entropy", "cuda", "cross_entropy", "built", "training.device: cuda (vocab_parallel with loss_parallel)" },
+	{ "lm_head", "cuda", "chunked_ce", "built", "training.device: cuda, training.loss_fn: ChunkedCausalLMLoss" },
+	{ "adamw", "cuda", "adamw", "built", "training.device: cuda" },
 };
 
 const int hp_nkernel_list = (int)(sizeof(hp_kernel_list) / sizeof(hp_kernel_list[0]));

@@ -1,5 +1,6 @@
 /*
- * optim.c - clipping, schedules and AdamW over the model's flat parameters.
+ * optim.c - clipping, schedules and AdamW over the model's flat parameters,
+ * on the model's backend.
  */
 #include <math.h>
 
@@ -13,16 +14,22 @@ static int name_has(const char *name, const char *sub)
 
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e)
 {
+	size_t bytes = m->numel * sizeof(float);
+
 	memset(o, 0, sizeof(*o));
-	o->m = hp_malloc_aligned(m->numel * sizeof(float));
-	o->v = hp_malloc_aligned(m->numel * sizeof(float));
-	if (!o->m || !o->v) {
+	o->bk = m->bk;
+	if (!(o->m = o->bk->alloc(o->bk, bytes, e)) || !(o->v = o->bk->alloc(o->bk, bytes, e))) {
 		hp_optim_release(o);
-		return hp_err_set(e, HP_ENOMEM, "out of memory for optimizer state (%zu MiB)",
-				  2 * m->numel * sizeof(float) >> 20);
+		return hp_err_set(e, HP_ENOMEM, "out of memory for optimizer state (%zu MiB on %s)",
+				  2 * bytes >> 20, m->bk->name);
 	}
-	memset(o->m, 0, m->numel * sizeof(float));
-	memset(o->v, 0, m->numel * sizeof(float));
+	o->hm = o->m;
+	o->hv = o->v;
+	if (o->bk->device && (!(o->hm = hp_calloc(m->numel + 1, sizeof(float))) ||
+			      !(o->hv = hp_calloc(m->numel + 1, sizeof(float))))) {
+		hp_optim_release(o);
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the optimizer state's host copy");
+	}
 	o->hp.beta1 = c->optimizer.beta1;
 	o->hp.beta2 = c->optimizer.beta2;
 	o->hp.eps = c->optimizer.eps;
@@ -43,18 +50,44 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 	return 0;
 }
 
-void hp_optim_release(struct hp_optim *o)
-{
-	hp_free_aligned(o->m);
-	hp_free_aligned(o->v);
-	o->m = o->v = NULL;
-}
-
 void hp_optim_drop_moments(struct hp_optim *o)
 {
-	hp_free_aligned(o->m);
-	hp_free_aligned(o->v);
-	o->m = o->v = NULL;
+	if (o->hm != o->m)
+		hp_free(o->hm);
+	if (o->hv != o->v)
+		hp_free(o->hv);
+	if (o->bk) {
+		o->bk->free(o->bk, o->m);
+		o->bk->free(o->bk, o->v);
+	}
+	o->m = o->v = o->hm = o->hv = NULL;
+}
+
+void hp_optim_release(struct hp_optim *o)
+{
+	hp_optim_drop_moments(o);
+}
+
+int hp_optim_download(struct hp_optim *o, size_t numel, struct hp_err *e)
+{
+	int rc;
+
+	if (!o->bk || !o->bk->device || !o->m)
+		return 0;
+	if ((rc = o->bk->download(o->bk, o->hm, o->m, numel * sizeof(float), e)))
+		return rc;
+	return o->bk->download(o->bk, o->hv, o->v, numel * sizeof(float), e);
+}
+
+int hp_optim_upload(struct hp_optim *o, size_t numel, struct hp_err *e)
+{
+	int rc;
+
+	if (!o->bk || !o->bk->device || !o->m)
+		return 0;
+	if ((rc = o->bk->upload(o->bk, o->m, o->hm, numel * sizeof(float), e)))
+		return rc;
+	return o->bk->upload(o->bk, o->v, o->hv, numel * sizeof(float), e);
 }
 
 double hp_lr_at(const struct hp_optim *o, long s)
@@ -76,12 +109,12 @@ double hp_lr_at(const struct hp_optim *o, long s)
 double hp_grad_norm(const struct hp_model *m)
 {
 	double ss = 0;
+	struct hp_err e;
 
-	for (int i = 0; i < m->nparams; i++) {
-		const struct hp_param *p = &m->params[i];
-		for (size_t j = 0; j < p->numel; j++)
-			ss += (double)p->g[j] * p->g[j];
-	}
+	/* the whole flat array at once: the padding between tensors is zero,
+	 * and adding zeros leaves the sum's bits alone */
+	if (m->bk->sumsq_acc(m->bk, &ss, m->bg, m->numel, &e))
+		return NAN;
 	return sqrt(ss);
 }
 
@@ -94,8 +127,7 @@ double hp_clip_grads(struct hp_model *m, double norm, double max_norm)
 	coef = (float)(max_norm / (norm + 1e-6));
 	if (coef >= 1.0f)
 		return 1.0;
-	for (size_t j = 0; j < m->numel; j++)
-		m->flat_g[j] *= coef;
+	m->bk->scale(m->bk, m->bg, coef, m->numel);
 	return coef;
 }
 
@@ -104,8 +136,16 @@ void hp_optim_step(struct hp_optim *o, struct hp_model *m, double lr)
 	o->step++;
 	o->hp.step = o->step;
 	o->hp.lr = lr;
-	for (int i = 0; i < m->nparams; i++) {
-		struct hp_param *p = &m->params[i];
-		hp_adamw_step(p->w, p->g, o->m + p->offset, o->v + p->offset, p->numel, &o->hp, p->decay);
+	/* one call per run of parameters alike in weight decay (AdamW is
+	 * element-wise; the 16-float padding between tensors is zero in the
+	 * weights, gradients and moments, and stays zero) */
+	for (int i = 0, j; i < m->nparams; i = j) {
+		const struct hp_param *p = &m->params[i];
+
+		for (j = i + 1; j < m->nparams && m->params[j].decay == p->decay; j++)
+			;
+		size_t n = m->params[j - 1].offset + m->params[j - 1].numel - p->offset;
+		m->bk->adamw(m->bk, m->bw + p->offset, m->bg + p->offset, o->m + p->offset, o->v + p->offset, n,
+			     &o->hp, p->decay);
 	}
 }

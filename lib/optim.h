@@ -14,7 +14,10 @@
 #include "model.h"
 
 struct hp_optim {
-	float *m, *v;               /* AdamW moments, model->numel each (owned) */
+	float *m, *v;               /* AdamW moments, model->numel each, in the model's
+				       backend's memory (owned) */
+	float *hm, *hv;             /* their host copies (checkpoints): == m, v on the CPU */
+	struct hp_backend *bk;      /* the model's (borrowed) */
 	long step;                  /* optimizer steps taken */
 	struct hp_adamw_hparams hp;
 	/* schedule */
@@ -24,9 +27,13 @@ struct hp_optim {
 	double max_grad_norm;       /* 0: no clipping */
 };
 
-/* Set up moments and decay flags for m from the config's optimizer,
- * lr_scheduler and training sections. */
+/* Set up moments (on m's backend) and decay flags for m from the
+ * config's optimizer, lr_scheduler and training sections. */
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e);
+/* Device backends: the moments to their host copies, and back.  Nothing
+ * on the CPU. */
+int hp_optim_download(struct hp_optim *o, size_t numel, struct hp_err *e);
+int hp_optim_upload(struct hp_optim *o, size_t numel, struct hp_err *e);
 void hp_optim_release(struct hp_optim *o);
 /* Free the model-sized moments: under FSDP they live with the shards
  * (lib/fsdp.c) and hp_optim_step is not used. */
@@ -39,13 +46,15 @@ void hp_optim_drop_moments(struct hp_optim *o);
  */
 double hp_lr_at(const struct hp_optim *o, long s);
 
-/* Global L2 norm of the gradients (accumulated in double). */
+/* Global L2 norm of the gradients (accumulated in double, in index
+ * order); NaN when the backend failed. */
 double hp_grad_norm(const struct hp_model *m);
 
 /* Scale gradients as clip_grad_norm_ does; returns the factor applied (1 if none). */
 double hp_clip_grads(struct hp_model *m, double norm, double max_norm);
 
-/* One AdamW step with learning rate lr; increments o->step. */
+/* One AdamW step with learning rate lr, on the model's backend (its
+ * weights' working copy follows); increments o->step. */
 void hp_optim_step(struct hp_optim *o, struct hp_model *m, double lr);
 
 #endif

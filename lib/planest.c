@@ -161,11 +161,14 @@ static void param_traffic(const struct hp_plan *p, int rank, struct hp_rank_est 
 	add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, partial ? 1 : 0, partial * er, 1);
 }
 
-/* Activation traffic of one micro-batch, times the micro-batches. */
+/* Activation traffic of one micro-batch, times the micro-batches.
+ * Activations travel in fp32 on every backend: mix_precision sets the
+ * dtype of FSDP's parameter gathers and gradient reductions (the CUDA
+ * backend rounds to bf16 only the operands its tensor cores read). */
 static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 {
 	const struct hp_model_spec *s = &p->spec;
-	int64_t G = p->accum, ea = esize(p->param_dtype);
+	int64_t G = p->accum, ea = 4;
 	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0;
 
 	if (p->seq <= 0)

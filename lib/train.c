@@ -37,7 +37,6 @@
 #include "plan.h"
 #include "tokenizer.h"
 #include "train.h"
-#include "gmodel.h"
 #ifdef HP_HAVE_CUDA
 #include "cuda/ops.h"
 #endif
@@ -84,7 +83,7 @@ struct run {
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
 	long first_step;                /* 1, or the step after the restored checkpoint */
-	struct hp_gmodel *gm;           /* training.device cuda: the step runs there */
+	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
 	char gpu_name[160];
 };
 
@@ -103,6 +102,9 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 	float **bufs;
 	int n = r->dist ? p->nparams : r->model.nparams, rc = 0;
 
+	/* a device's tensors come to their host copies first */
+	if ((rc = r->dist ? hp_fsdp_download(&r->fsdp, grads, 0, e) : hp_model_download(&r->model, grads, e)))
+		return rc;
 	ent = hp_calloc((size_t)n + 1, sizeof(*ent));
 	bufs = hp_calloc((size_t)n + 1, sizeof(*bufs));
 	if (!ent || !bufs) {
@@ -182,7 +184,7 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	const struct hp_model *m = &r->model;
 	const struct hp_model_spec *s = &m->gspec;
 	const struct hp_online *online = r->online;
-	const char *gpu = r->gm ? r->gpu_name : NULL;   /* the step runs there */
+	const char *gpu = r->bk->device ? r->gpu_name : NULL;   /* the step runs there */
 
 	fprintf(out, "# resolved parameters\n");
 	hp_config_print(c, out);
@@ -226,10 +228,14 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	fprintf(out, "%-40s %d\n", "run.world_size", r->world);
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
 	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * c->training.micro_batch_size * seq_length(c));
-	fprintf(out, "%-40s %s\n", "run.compute_dtype", gpu ? "BF16 (fp32 accumulation, master weights, "
-		"gradients and AdamW moments)" : "F32");
-	if (gpu)
+	fprintf(out, "%-40s %s\n", "run.compute_dtype", gpu ? "BF16 operands of the GEMMs and attention (fp32 "
+		"accumulation, activations, gradients, weights and AdamW moments)" : "F32");
+	if (gpu) {
 		fprintf(out, "%-40s %s\n", "run.device", gpu);
+		if (r->dist)
+			fprintf(out, "%-40s %s (params gather in %s, gradients reduce in %s)\n", "run.device_comm",
+				r->bk->comm_path(r->bk), r->plan->param_dtype, r->plan->reduce_dtype);
+	}
 	if (online) {
 		struct hp_online_stats st;
 		hp_online_stats(online, &st);
@@ -288,12 +294,7 @@ static void print_table(FILE *out, const struct run *r, long accum)
 				c->training.eval_iters == 1 ? "" : "es");
 	}
 	fprintf(out, "%-40s %s\n", "run.kernels", gpu ? "cuda" : hp_backend_cpu_ops()->name);
-	if (gpu) {
-		/* the CUDA backend has one kernel per module (hp-kernels(7)) */
-		fprintf(out, "%-40s flash_attention %d/%d layers, grouped_experts %d/%d MoE layers, chunked_ce %ld "
-			"(the CUDA backend's kernels)\n", "run.module_kernels", s->n_layers, s->n_layers, m->n_moe,
-			m->n_moe, hp_gmodel_ce_chunk(r->gm));
-	} else {
+	{
 		int nf = 0, ng = 0, nn = m->k.fused_final;
 
 		for (int l = 0; l < s->n_layers; l++) {
@@ -301,12 +302,14 @@ static void print_table(FILE *out, const struct run *r, long accum)
 			ng += m->k.grouped[l] && m->lw[l].moe;
 			nn += m->k.fused_in[l] + m->k.fused_post[l];
 		}
-		fprintf(out, "%-40s flash_attention %d/%d layers, fused_rmsnorm %d/%d norms, "
+		fprintf(out, "%-40s flash_attention %d/%d layers%s, fused_rmsnorm %d/%d norms, "
 			"grouped_experts %d/%d MoE layers, chunked_ce %ld\n", "run.module_kernels", nf,
-			s->n_layers, nn, 2 * s->n_layers + 1, ng, m->n_moe, m->k.ce_chunk);
+			s->n_layers, gpu ? " (the GPU's attention)" : "", nn, 2 * s->n_layers + 1, ng, m->n_moe,
+			m->k.ce_chunk);
 	}
 	if (gpu)
-		fprintf(out, "%-40s %s\n", "run.gemm", "cuBLASLt bf16, fp32 accumulation");
+		fprintf(out, "%-40s %s\n", "run.gemm", r->bk->kind == HP_BACKEND_CUDA_EMU ?
+			"the host's, on bf16 operands (HP_CUDA_EMULATE)" : "cuBLASLt, bf16 operands, fp32 accumulation");
 	else
 		fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
 			hp_sgemm_threads() == 1 ? "" : "s");
@@ -325,16 +328,6 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 {
 	const char *p = c->path;
 
-	/* FSDP over ranks computes and communicates in fp32 (training.device
-	 * cuda, one rank, has its own bf16 with fp32 master weights); lower
-	 * precision would change the numbers, so it is refused, not ignored */
-	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
-	static const char *const mpk[3] = { "param_dtype", "reduce_dtype", "output_dtype" };
-	for (int i = 0; i < 3; i++)
-		if (mp[i] && strcmp(mp[i], "float32") && strcmp(mp[i], "fp32"))
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented: "
-					  "FSDP trains in float32 (training.device: cuda computes in bf16 on its own); "
-					  "set it to float32 or leave it out", p, mpk[i], mp[i]);
 	if (c->dataset.kind == HP_DATASET_NONE)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
 	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
@@ -395,6 +388,42 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
 	return 0;
 }
 
+
+/*
+ * fsdp_config.mix_precision: on a GPU over ranks, FSDP gathers the
+ * parameters in param_dtype and reduces the gradients in reduce_dtype
+ * (bfloat16 or float32); elsewhere it would change nothing or be ignored,
+ * so anything but float32 is refused there.  output_dtype: the modules'
+ * outputs are float32 on every backend.
+ */
+static int check_mix_precision(const struct run *r, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
+	static const char *const mpk[3] = { "param_dtype", "reduce_dtype", "output_dtype" };
+
+	for (int i = 0; i < 3; i++) {
+		if (!mp[i] || !strcmp(mp[i], "float32") || !strcmp(mp[i], "fp32"))
+			continue;
+		if (!r->bk->device)
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented on "
+					  "the CPU, which trains in float32 (training.device: cuda gathers and reduces "
+					  "in bfloat16 over ranks); set it to float32 or leave it out", c->path, mpk[i],
+					  mp[i]);
+		if (i == 2)
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.output_dtype: %s is not "
+					  "implemented: the modules' outputs are float32 on every backend (bf16 is what "
+					  "the tensor cores read); set it to float32 or leave it out", c->path, mp[i]);
+		if (strcmp(mp[i], "bfloat16"))
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented "
+					  "(bfloat16 or float32)", c->path, mpk[i], mp[i]);
+		if (r->world == 1)
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s: one rank has no "
+					  "FSDP gathers or reductions for it to apply to (the GPU's GEMMs read bf16 "
+					  "operands whatever it says); leave it out", c->path, mpk[i], mp[i]);
+	}
+	return 0;
+}
 
 static int open_metrics(struct run *r, const char *path, struct hp_err *e)
 {
@@ -531,14 +560,16 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 		r->verify.micro = (int)(a - first);
 		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
 			return r->fsdp.rc ? r->fsdp.rc : r->verify.rc ? r->verify.rc :
-			       hp_err_set(e, HP_EINVAL, "step %ld: a collective of the forward failed", step);
+			       hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "step %ld: the forward failed: %s", step,
+					  m->err.msg[0] ? m->err.msg : "a collective failed");
 		sums[0] += ls;
 		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
 		hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp));
 		if (r->fsdp.rc)
 			return r->fsdp.rc;
 		if (m->par_rc)
-			return hp_err_set(e, HP_EINVAL, "step %ld: a collective of the backward failed", step);
+			return hp_err_set(e, m->par_rc, "step %ld: the backward failed: %s", step,
+					  m->err.msg[0] ? m->err.msg : "a collective failed");
 		if ((rc = hp_fsdp_reduce_scatter_unit(&r->fsdp, 0, e)))
 			return rc;
 		if (r->plan->reshard_after_backward)
@@ -583,7 +614,7 @@ static float *ckpt_piece(void *ctx, int kind, int i)
 	struct hp_param *mp;
 
 	if (r->dist) {
-		float *base = kind == HP_CKPT_WEIGHTS ? r->fsdp.w : kind == HP_CKPT_EXP_AVG ? r->fsdp.m1 : r->fsdp.m2;
+		float *base = kind == HP_CKPT_WEIGHTS ? r->fsdp.hw : kind == HP_CKPT_EXP_AVG ? r->fsdp.hm1 : r->fsdp.hm2;
 
 		return r->fsdp.mp[i] ? base + r->fsdp.poff[i] : NULL;
 	}
@@ -591,7 +622,7 @@ static float *ckpt_piece(void *ctx, int kind, int i)
 		return NULL;
 	if (kind == HP_CKPT_WEIGHTS)
 		return mp->w;
-	return (kind == HP_CKPT_EXP_AVG ? r->opt.m : r->opt.v) + mp->offset;
+	return (kind == HP_CKPT_EXP_AVG ? r->opt.hm : r->opt.hv) + mp->offset;
 }
 
 static void data_cursor(const struct run *r, struct hp_ckpt_state *st)
@@ -620,6 +651,10 @@ static int save_ckpt(struct run *r, long step, int last, double *held, struct hp
 
 	if (so.hf_dtype != HP_DTYPE_BF16 && so.hf_dtype != HP_DTYPE_F16)
 		so.hf_dtype = HP_DTYPE_F32;
+	/* what ckpt_piece hands out is the host's copy: a device's state first comes to it */
+	if ((rc = r->dist ? hp_fsdp_download(&r->fsdp, 0, 1, e) :
+	     hp_model_download(&r->model, 0, e) ? e->code : hp_optim_download(&r->opt, r->model.numel, e)))
+		return rc;
 	data_cursor(r, &st);
 	rc = hp_ckpt_save(&so, r->plan, MPI_COMM_WORLD, ckpt_piece, r, &st, e);
 	*held = now_s() - t0;
@@ -645,6 +680,10 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	}
 	if (rc || (rc = hp_ckpt_restore(dir, r->plan, MPI_COMM_WORLD, 1, ckpt_piece, r, &st, e)))
 		return rc;
+	/* ckpt_piece filled the host's copies: a device takes them */
+	if ((rc = r->dist ? hp_fsdp_upload(&r->fsdp, e) :
+	     hp_model_upload(&r->model, e) ? e->code : hp_optim_upload(&r->opt, r->model.numel, e)))
+		return rc;
 	if (st.online != (r->online != NULL))
 		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint was made with %s data, this run reads %s",
 				  dir, st.online ? "online" : "indexed", r->online ? "online" : "indexed");
@@ -662,46 +701,29 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	return 0;
 }
 
-/* One step's micro-batches on the GPU (training.device cuda): gradients,
- * the loss sums and the gradient norm, as the CPU branch of train_loop. */
-static int gpu_step(struct run *r, long step, const struct hp_train_opts *o, long accum, double total,
-		    double *loss_sum, double *aux_sum, double *norm, struct hp_err *e)
-{
-	long B = r->cfg.training.micro_batch_size, T = seq_length(&r->cfg);
-	int rc;
-
-	hp_gmodel_zero_grad(r->gm);
-	for (long a = 0; a < accum; a++) {
-		double ls, aux;
-		long cnt;
-
-		if ((rc = hp_gmodel_micro(r->gm, r->inputs + a * B * T, r->labels + a * B * T,
-					  r->seg ? r->seg + a * B * T : NULL, total > 0 ? 1.0 / total : 0,
-					  1.0 / accum, &ls, &cnt, &aux, e)))
-			return rc;
-		*loss_sum += ls;
-		*aux_sum += aux;
-	}
-	if (step == 1 && o->dump_grads) {
-		if ((rc = hp_gmodel_download(r->gm, &r->model, NULL, 1, e)) ||
-		    (rc = dump_tensors(r, o->dump_grads, 1, e)))
-			return rc;
-		r->dumped = 1;
-	}
-	return hp_gmodel_grad_norm(r->gm, norm, e);
-}
-
-/* training.device: 1 when this rank's step runs on a GPU (its device in
- * *dev, named in r->gpu_name), 0 on the CPU, or an error. */
-static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
+/*
+ * training.device: the backend this rank's model runs on, into r->bk:
+ * the CPU's, or the CUDA backend on this rank's GPU (its place on its
+ * node modulo the node's GPUs: ranks may share one, their collectives
+ * then go host-staged), or with HP_CUDA_EMULATE its host emulation (no GPU
+ * needed; device auto runs there too).  0 or an error.
+ */
+static int pick_device(struct run *r, MPI_Comm comm, struct hp_err *e)
 {
 	enum hp_device d = r->cfg.training.device;
 	const char *p = r->cfg.path;
-	int n = 0;
+	enum hp_emulate emu;
+	int n = 0, rc;
 
+	r->bk = hp_backend_cpu();
+	if ((rc = hp_emulate_from_env(&emu, e)))
+		return rc;
 #ifdef HP_HAVE_CUDA
-	n = hp_cuda_device_count();
+	if (emu == HP_EMULATE_OFF)
+		n = hp_cuda_device_count();
 #endif
+	if (emu != HP_EMULATE_OFF)
+		n = 1;
 	if (d == HP_DEVICE_CPU || (d == HP_DEVICE_AUTO && n == 0))
 		return 0;
 	/* before the build and the GPU are looked at, so that the refusal is
@@ -710,40 +732,30 @@ static int pick_device(struct run *r, MPI_Comm comm, int *dev, struct hp_err *e)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.enable_offload: offloading to the host is "
 				  "not implemented on training.device: cuda yet (on the CPU the parameters are in "
 				  "host memory already)", p);
-	if (r->cfg.training.eval_iters > 0)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.eval_iters: evaluation is not implemented on "
-				  "training.device: cuda yet; use device: cpu, or eval_iters: 0", p);
-	if (r->cfg.activation_checkpoint.mode != HP_ACT_CKPT_OFF)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.activation_checkpoint.mode: %s is not implemented on "
-				  "training.device: cuda yet (the GPU model keeps every activation); use mode: off, "
-				  "or device: cpu", p, hp_act_ckpt_name(r->cfg.activation_checkpoint.mode));
 #ifndef HP_HAVE_CUDA
-	return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but this hp was built without "
-			  "CUDA (no nvcc at build time); rebuild with the CUDA toolkit or use device: cpu", p);
-#else
+	if (emu == HP_EMULATE_OFF)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but this hp was built without "
+				  "CUDA (no nvcc at build time); rebuild with the CUDA toolkit, use device: cpu, or "
+				  "set HP_CUDA_EMULATE=exact to run the CUDA backend's host emulation", p);
+#endif
 	if (n == 0)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but no CUDA device is visible "
 				  "(check nvidia-smi and CUDA_VISIBLE_DEVICES); use device: cpu or auto", p);
-	if (r->world > 1)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda trains on one rank for now; "
-				  "parallel layouts over GPUs are not implemented yet (run %d ranks with device: cpu)",
-				  p, r->world);
-	/* one GPU per rank, by the rank's place on its node */
+	/* one GPU per rank by the rank's place on its node; more ranks than
+	 * GPUs share them */
 	MPI_Comm node;
-	int local = 0;
+	int local = 0, nlocal = 1;
 	MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &node);
 	MPI_Comm_rank(node, &local);
+	MPI_Comm_size(node, &nlocal);
 	MPI_Comm_free(&node);
-	if (local >= n)
-		return hp_err_set(e, HP_EUNSUP, "rank %d is rank %d on its node, which has %d visible CUDA "
-				  "device%s: start at most %d ranks per node", r->rank, local, n, n == 1 ? "" : "s", n);
-	*dev = local;
-	char name[128] = "";
-	if (hp_cuda_device_name(local, name, sizeof(name), e))
-		return e->code;
-	snprintf(r->gpu_name, sizeof(r->gpu_name), "cuda:%d %s", local, name);
-	return 1;
-#endif
+	if ((rc = hp_backend_cuda_open(&r->bk, local % n, nlocal > n, emu, e))) {
+		r->bk = hp_backend_cpu();
+		return rc;
+	}
+	snprintf(r->gpu_name, sizeof(r->gpu_name), "%s%s", r->bk->name, nlocal > n && emu == HP_EMULATE_OFF ?
+		 " (shared by the node's ranks)" : "");
+	return 0;
 }
 
 /*
@@ -1001,7 +1013,8 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 			m->ce_scale = 0;   /* no gradient: the chunked head's own backward stays off */
 			if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt)) {
 				rc = r->dist && r->fsdp.rc ? r->fsdp.rc :
-				     hp_err_set(e, HP_EINVAL, "evaluation after step %ld: the forward failed", step);
+				     hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "evaluation after step %ld: the "
+						"forward failed%s%s", step, m->err.msg[0] ? ": " : "", m->err.msg);
 				break;
 			}
 			sums[0] += ls;
@@ -1084,9 +1097,6 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			hp_comms_reset(&r->comms);
 			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, lr, e)))
 				return rc;
-		} else if (r->gm) {
-			if ((rc = gpu_step(r, step, o, accum, total, &loss_sum, &aux_sum, &norm, e)))
-				return rc;
 		} else {
 			hp_model_zero_grad(m);
 			for (long a = 0; a < accum; a++) {
@@ -1094,7 +1104,9 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				long cnt;
 				const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 				m->ce_scale = total > 0 ? 1.0 / total : 0;
-				hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt);
+				if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
+					return hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "step %ld: %s", step,
+							  m->err.msg[0] ? m->err.msg : "the forward failed");
 				loss_sum += ls;
 				aux_sum += m->aux_loss;
 				/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
@@ -1106,6 +1118,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				r->dumped = 1;
 			}
 			norm = hp_grad_norm(m);
+			if (m->par_rc)
+				return hp_err_set(e, m->par_rc, "step %ld: %s", step, m->err.msg);
 		}
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)
@@ -1113,16 +1127,13 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm)))
 			return hp_err_set(e, HP_ENUM, "step %ld: loss %g, grad norm %g is not finite",
 					  step, loss, norm);
-		if (r->gm) {
-			r->opt.step++;
-			r->opt.hp.step = r->opt.step;
-			r->opt.hp.lr = lr;
-			if ((rc = hp_gmodel_step(r->gm, &r->opt, norm, e)))
-				return rc;
-		} else if (!r->dist) {
+		if (!r->dist) {
 			hp_clip_grads(m, norm, r->opt.max_grad_norm);
 			hp_optim_step(&r->opt, m, lr);
 		}
+		/* a device's step is done (and its errors known) when its stream is */
+		if ((rc = r->bk->sync(r->bk, e)))
+			return rc;
 		double dt = now_s() - t0;
 		if (talk && (step % log_every == 0 || step == iters || step == 1)) {
 			fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
@@ -1167,8 +1178,6 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		    ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) || step == iters)) {
 			double held;
 
-			if (r->gm && (rc = hp_gmodel_download(r->gm, m, &r->opt, 0, e)))
-				return rc;
 			if ((rc = save_ckpt(r, step, step == iters, &held, e)))
 				return rc;
 			if (talk)
@@ -1180,8 +1189,6 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		if (r->metrics)
 			fprintf(r->metrics, "}\n");
 	}
-	if (o->dump_params && r->gm && (rc = hp_gmodel_download(r->gm, m, NULL, 0, e)))
-		return rc;
 	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
 		return rc;
 	if (o->verify) {
@@ -1203,7 +1210,18 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				"target token left out\n", (unsigned long long)st.truncated,
 				(unsigned long long)st.no_target);
 	}
-	if (!r->gm) {
+	if (r->bk->device) {
+		/* the device's arena is its own layout (flash attention on every
+		 * layer, the index arrays' device copies): not the plan's, the CPU's */
+		long long v = (long long)m->aarena.cap;
+
+		if (r->dist)
+			MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+		if (talk)
+			fprintf(out, "activations: %lld bytes on the largest rank's device (the plan estimates the "
+				"CPU's arena)\n", v);
+	}
+	if (!r->bk->device) {
 		/* activations: each rank's arena against the plan's estimate for it */
 		struct hp_rank_est est;
 		long long v[3] = { (long long)((m->aarena.used + 63) & ~(size_t)63), -1, 0 };
@@ -1304,7 +1322,7 @@ static int is_plan_file(const char *path)
 int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
 {
 	struct run r;
-	int world = 1, rc, gpu = 0, gpu_dev = 0;
+	int world = 1, rc;
 
 	memset(&r, 0, sizeof(r));
 	MPI_Comm_size(comm, &world);
@@ -1374,12 +1392,13 @@ planned:
 		r.par.ulysses = r.plan->cp_mode == HP_CP_ULYSSES;
 		r.par.cs = &r.comms;
 	}
-	if ((gpu = pick_device(&r, comm, &gpu_dev, e)) < 0) {
-		rc = gpu;
+	if ((rc = pick_device(&r, comm, e)) || (rc = check_mix_precision(&r, e)))
 		goto out;
-	}
+	/* device collectives: NCCL or host-staged, decided by every rank alike */
+	if (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e)))
+		goto out;
 	/* the CPU computes in float32, whatever the checkpoint holds */
-	if (!gpu && r.cfg.model.torch_dtype && (!strcmp(r.cfg.model.torch_dtype, "bfloat16") ||
+	if (!r.bk->device && r.cfg.model.torch_dtype && (!strcmp(r.cfg.model.torch_dtype, "bfloat16") ||
 						!strcmp(r.cfg.model.torch_dtype, "float16"))) {
 		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
 				"which trains in float32 (use float32 or auto; training.device: cuda computes in "
@@ -1393,10 +1412,8 @@ planned:
 				(long)(r.plan->dp * r.plan->cp));
 		goto out;
 	}
-	/* on a GPU the host model only holds the weights: one token's activations */
-	if ((rc = hp_model_init_par(&r.model, NULL, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
-				    gpu ? 1 : (int)r.cfg.training.micro_batch_size,
-				    gpu ? 1 : (int)seq_length(&r.cfg), e)))
+	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
+				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)))
 		goto out;
 	if ((rc = set_fault(&r, e)))
 		goto out;
@@ -1446,6 +1463,9 @@ planned:
 	} else if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e))) {
 		goto out;
 	}
+	/* one process: the weights, loaded on the host, go to its device */
+	if (!r.dist && (rc = hp_model_upload(&r.model, e)))
+		goto out;
 	if ((rc = open_data(&r, e)))
 		goto out;
 	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
@@ -1487,9 +1507,6 @@ planned:
 		if ((rc = hp_comms_watch_peers(&r.comms, e)))
 			goto out;
 	}
-	if (gpu && (rc = hp_gmodel_init(&r.gm, &r.model, &r.opt, gpu_dev, (int)r.cfg.training.micro_batch_size,
-					(int)seq_length(&r.cfg), r.kernels.ce_chunk, e)))
-		goto out;
 	if (o->metrics && r.rank == 0 && (rc = open_metrics(&r, o->metrics, e)))
 		goto out;
 	rc = train_loop(&r, o, out, e);
@@ -1513,11 +1530,11 @@ out:
 		hp_online_free(r.eonline[p]);
 	}
 	hp_optim_release(&r.opt);
-	hp_gmodel_free(r.gm);
-	hp_model_release(&r.model);
-	hp_fsdp_free(&r.fsdp);
 	if (r.verifying)
 		hp_verify_free(&r.verify);
+	hp_fsdp_free(&r.fsdp);
+	hp_model_release(&r.model);
+	hp_backend_close(r.bk);
 	if (r.dist)
 		hp_comms_free(&r.comms);
 	hp_plan_free(r.plan);

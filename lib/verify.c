@@ -118,7 +118,8 @@ int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp 
 	if (cs->dim[HP_DIM_TP].comm != MPI_COMM_NULL)
 		MPI_Comm_dup(cs->dim[HP_DIM_TP].comm, &v->tp);
 	if (v->rank == 0) {
-		if ((rc = hp_model_init_kernels(&v->ref, &p->spec, k, (int)p->micro, (int)p->seq, e)))
+		/* on the run's backend: a GPU run is held to a GPU model */
+		if ((rc = hp_model_init_par(&v->ref, m->bk, &p->spec, k, NULL, (int)p->micro, (int)p->seq, e)))
 			return rc;
 		v->have_ref = 1;
 		if ((rc = hp_optim_init(&v->opt, &v->ref, cfg, e)))
@@ -140,6 +141,8 @@ int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp 
 				memcpy(rp->w, v->buf, n * sizeof(float));
 		}
 	}
+	if (!rc && v->have_ref)
+		rc = hp_model_upload(&v->ref, e);
 	return rc;
 }
 
@@ -210,10 +213,11 @@ int hp_verify_reference(struct hp_verify *v, long step, const int32_t *ids, cons
 		v->rec_micro = (int)a;
 		r->ce_scale = total > 0 ? 1.0 / total : 0;
 		if (hp_model_forward(r, ids + a * BS, labels + a * BS, seg ? seg + a * BS : NULL, &ls, &cnt))
-			return e->code ? e->code : hp_err_set(e, HP_EINVAL, "the reference's forward failed");
+			return e->code ? e->code : hp_err_set(e, HP_EINVAL, "the reference's forward failed%s%s",
+							      r->err.msg[0] ? ": " : "", r->err.msg);
 		hp_model_backward(r, ids + a * BS, labels + a * BS, total, 1.0 / accum);
 	}
-	return 0;
+	return r->par_rc ? hp_err_set(e, r->par_rc, "the reference's backward failed: %s", r->err.msg) : 0;
 }
 
 /* Validation mode: when rank 0 found a difference, every rank stops with
@@ -347,6 +351,10 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 	const struct hp_plan *p = v->p;
 	int rc;
 
+	/* a device's shards and the reference's tensors come to the host */
+	if ((rc = hp_fsdp_download(v->f, grads, !grads, e)) ||
+	    (v->have_ref && (rc = hp_model_download(&v->ref, grads, e))))
+		return rc;
 	/* gradients in the backward's order: the last parameter first */
 	for (int j = 0; j < p->nparams; j++) {
 		int i = grads ? p->nparams - 1 - j : j;
@@ -373,11 +381,14 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 			memcpy(rp->w, v->buf, n * sizeof(float));
 		assemble(v, i, HP_FSDP_EXP_AVG, n);
 		if (rp)
-			memcpy(v->opt.m + rp->offset, v->buf, n * sizeof(float));
+			memcpy(v->opt.hm + rp->offset, v->buf, n * sizeof(float));
 		assemble(v, i, HP_FSDP_EXP_AVG_SQ, n);
 		if (rp)
-			memcpy(v->opt.v + rp->offset, v->buf, n * sizeof(float));
+			memcpy(v->opt.hv + rp->offset, v->buf, n * sizeof(float));
 	}
+	if (!grads && v->have_ref && ((rc = hp_model_upload(&v->ref, e)) ||
+				      (rc = hp_optim_upload(&v->opt, v->ref.numel, e))))
+		return rc;
 	return stop_here(v, e);
 }
 

@@ -6,7 +6,9 @@
 #      compute-sanitizer where the machine supports it;
 #   3. runs t/t0950-train-gpu.sh: 20 bf16 steps of the Qwen3-MoE fixture on
 #      the GPU against the fp32 CPU run (1e-2 relative), bit-identical
-#      repeats, final weights;
+#      repeats, final weights; the seed's 8-rank TP2 x CP2 x EP2 + FSDP
+#      layout as 8 ranks on the one GPU (host-staged collectives, bytes as
+#      the plan); 2 ranks over NCCL when the machine has 2 GPUs or more;
 #   4. runs the benchmark bench/gpu/gpu-bench (GEMM vs cuBLAS, flash
 #      attention, a Qwen3-30B-A3B-shaped stack: tokens/s and MFU);
 #   5. prints a short table last.
@@ -85,12 +87,16 @@ else
 fi
 
 # 3. training on the GPU against the CPU
-if HP_BUILD_DIR=$PWD/$B HP_HAVE_CUDA=1 sh t/t0950-train-gpu.sh -v >"$LOGS/train-gpu.log" 2>&1; then
-	step "train qwen3-moe bf16" ok "$(grep -m1 'largest relative' "$LOGS/train-gpu.log" | sed 's/^# //')"
+if HP_BUILD_DIR=$PWD/$B HP_SRC_DIR=$PWD HP_HAVE_CUDA=1 sh t/t0950-train-gpu.sh -v >"$LOGS/train-gpu.log" 2>&1; then
+	step "train qwen3-moe bf16" ok "$(grep 'largest relative' "$LOGS/train-gpu.log" | sed 's/^# //' | tr '\n' ';')"
 else
 	step "train qwen3-moe bf16" FAIL "$(grep -m1 '^not ok' "$LOGS/train-gpu.log" | cut -c1-60)"
 	fail=1
 fi
+step "  8 ranks, 1 GPU" "$(grep -q '^ok.*8 ranks on one GPU' "$LOGS/train-gpu.log" && echo ok || echo FAIL)" \
+	"$(grep -m1 -o 'run.device_comm.*' "$LOGS/train-gpu.log" | tr -s ' ')"
+step "  2 ranks, NCCL" "$(grep -o '^ok [0-9]* .*two GPUs.*' "$LOGS/train-gpu.log" | grep -q skip && echo skip || \
+	(grep -q '^ok.*two GPUs' "$LOGS/train-gpu.log" && echo ok || echo FAIL))" "needs 2 GPUs"
 
 # 4. benchmark
 left=$((480 - ($(date +%s) - T0)))

@@ -99,6 +99,13 @@ single () {
 	hp-train -q "$2" --metrics "s-$1.jsonl" --dump-grads "sg-$1.safetensors" --dump-params "sp-$1.safetensors"
 }
 
+# A device for the layouts: DEVICE_ARGS, what hp-train and hp-verify
+# take after the config to run there (t/t0931 and t/t0941 set it to
+# training.device: cuda, with HP_CUDA_EMULATE in the environment); empty,
+# the CPU.  The one-process references (single) stay on the CPU either way.
+# Prerequisite DEVICE: the layouts run on a device; CPUDEV: on the CPU.
+if [ -n "${DEVICE_ARGS:-}" ]; then test_set_prereq DEVICE; else test_set_prereq CPUDEV; fi
+
 # layout NAME CONFIG N OVERRIDES...: train under mpiexec -n N; the losses
 # of every step, step 1's gradients and the final weights equal the
 # one-process run's within 1e-5 (relative L2 for tensors; the weights
@@ -106,7 +113,9 @@ single () {
 layout () {
 	name=$1 cfg=$2 n=$3; shift 3
 	echo "# $name on $n ranks: $*"
-	mpiexec -n $n hp-train "$cfg" "$@" --metrics p.jsonl --dump-grads pg.safetensors \
+	# a plan carries its device (and takes no overrides)
+	case $cfg in *.json) dev= ;; *) dev=${DEVICE_ARGS:-} ;; esac
+	mpiexec -n $n hp-train "$cfg" $dev "$@" --metrics p.jsonl --dump-grads pg.safetensors \
 		--dump-params pp.safetensors >out &&
 	grep -q "^comm: every rank's bytes per collective and mesh dim equal the plan's estimate" out &&
 	same_losses p.jsonl "s-$name.jsonl" &&

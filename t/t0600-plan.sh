@@ -224,7 +224,9 @@ test_expect_success 'estimates: FSDP bytes per rank and all-gather traffic follo
 		$p "[[$((units * G)),$((G * 2 * held))]]"
 '
 
-# tp-2: N = 2 x 256 tokens of 64 bf16 values make A = 65536 bytes; per
+# tp-2: N = 2 x 256 tokens of 64 fp32 values make A = 131072 bytes
+# (activations travel in fp32 whatever mix_precision says: it is the
+# parameters' and gradients' dtype); per
 # micro-batch 2 all-reduces per attention and per MLP block (5 layers), 2 for
 # embedding and LM head, one more per layer for full checkpointing's second
 # forward of attention (it stops before the MLP's down_proj), and
@@ -232,7 +234,7 @@ test_expect_success 'estimates: FSDP bytes per rank and all-gather traffic follo
 test_expect_success 'estimates: tensor-parallel traffic without sequence parallel, by hand' '
 	p=$PLANS/tp-2.json &&
 	jq_is "[.estimates.per_rank[0].comm[] | select(.dim == \"tp\") | [.op, .calls, .bytes]]" $p \
-		"[[\"all_reduce\",58,$((2 * ((22 + 5) * 65536 + 20 * 512)))]]" &&
+		"[[\"all_reduce\",58,$((2 * ((22 + 5) * 131072 + 20 * 512)))]]" &&
 	jq_is ".estimates.step | [.grad_accumulation, .param_dtype, .activation_checkpoint]" $p "[2,\"bfloat16\",\"full\"]"
 '
 

@@ -21,7 +21,7 @@ test_expect_success MPI 'setup: TinyStories records and a config per model' '
 # verify N CONFIG OVERRIDES...: hp-verify passes, and says how many checks
 verify () {
 	n=$1 cfg=$2; shift 2
-	mpiexec -n $n hp-verify "$cfg" "$@" >out &&
+	mpiexec -n $n hp-verify "$cfg" ${DEVICE_ARGS:-} "$@" >out &&
 	tail -n 1 out &&
 	grep -q "^verdict: all [0-9]* checks of 2 steps match" out &&
 	! grep -q DIFFERS out
@@ -43,7 +43,7 @@ test_expect_success MPI 'hp-verify passes for every layout of the parallel train
 '
 
 test_expect_success MPI 'the table has every module output, gradient and updated parameter; --json says the same' '
-	mpiexec -n 8 hp-verify qwen3-moe-b.yaml $SEED8 --json >v.json &&
+	mpiexec -n 8 hp-verify qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --json >v.json &&
 	jq -e ".ok == true and .first_divergence == null and .steps == 2" v.json &&
 	jq -r ".rows[] | select(.kind == \"output\") | .name" v.json >outputs &&
 	test "$(head -n 1 outputs)" = model.embed_tokens &&
@@ -59,11 +59,12 @@ test_expect_success MPI 'the table has every module output, gradient and updated
 # regular expression for the start of the first-divergence text)
 fault () {
 	echo "# $1"
-	test_must_fail_with 1 mpiexec -n 8 hp-verify qwen3-moe-b.yaml $SEED8 --debug.inject_fault=$1 >out 2>err &&
+	test_must_fail_with 1 mpiexec -n 8 hp-verify qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --debug.inject_fault=$1 \
+		>out 2>err &&
 	grep "^first divergence: " out &&
 	grep -q "^first divergence: $2" out &&
 	grep -q "^hp-verify: the parallel run differs from one process: $2" err &&
-	test_must_fail_with 1 mpiexec -n 8 hp-train -q qwen3-moe-b.yaml $SEED8 --debug.inject_fault=$1 \
+	test_must_fail_with 1 mpiexec -n 8 hp-train -q qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --debug.inject_fault=$1 \
 		--model.validate_placement=true 2>err &&
 	test $(grep -c "validation: $2" err) = 8
 }
@@ -79,7 +80,7 @@ test_expect_success MPI 'each injected fault is named at its module and step, by
 	fault grad_scale "step 1, the gradient of lm_head.weight ("
 '
 
-test_expect_success MPI 'validation costs production nothing: the same bytes as the plan, the same losses' '
+test_expect_success CPUDEV 'validation costs production nothing: the same bytes as the plan, the same losses' '
 	mpiexec -n 8 hp-train qwen3-moe-b.yaml $SEED8 --training.train_iters=3 --metrics p.jsonl >out &&
 	grep -q "^comm: every rank" out &&
 	mpiexec -n 8 hp-train qwen3-moe-b.yaml $SEED8 --training.train_iters=3 --metrics v.jsonl \
@@ -88,7 +89,7 @@ test_expect_success MPI 'validation costs production nothing: the same bytes as 
 	jq -c "[.loss, .comm]" p.jsonl >a && jq -c "[.loss, .comm]" v.jsonl >b && cmp a b
 '
 
-test_expect_success MPI 'bad uses are one line and a documented status' '
+test_expect_success CPUDEV 'bad uses are one line and a documented status' '
 	test_must_fail_with 3 hp-verify hf.yaml 2>err &&
 	grep -q "^hp-verify: hp-verify holds a layout over ranks to one process; run it under mpiexec" err &&
 	test_must_fail_with 3 mpiexec -n 2 hp-verify hf.yaml $A.tp_size=2 --debug.inject_fault=nope 2>err &&

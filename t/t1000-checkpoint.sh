@@ -84,6 +84,40 @@ test_expect_success MPI 'an 8-rank TP2 x CP2 x EP2 checkpoint resumes on 1, 2 an
 	done
 '
 
+# cross NAME N FROM TO OVERRIDES...: 20 steps straight on training.device
+# FROM; 10 on FROM, then 10 on TO from FROM's checkpoint: the same bits.
+# The device is the CUDA backend on its host emulation in exact mode, which
+# computes the CPU's bits wherever the CPU runs the kernels a GPU has
+# (flash attention and grouped experts bound: mfl.yaml), so a checkpoint
+# crossing backends must change nothing at all.
+cross () {
+	name=$1 n=$2 from=$3 to=$4; shift 4
+	HP_CUDA_EMULATE=exact mpiexec -n $n hp-train -q mfl.yaml "$@" --training.device=$from \
+		--checkpoint.checkpoint_dir=$name-a --metrics $name-a.jsonl --dump-params $name-a.safetensors &&
+	HP_CUDA_EMULATE=exact mpiexec -n $n hp-train -q mfl.yaml "$@" --training.device=$from \
+		--checkpoint.checkpoint_dir=$name-b --max-steps 10 --metrics $name-b1.jsonl &&
+	HP_CUDA_EMULATE=exact mpiexec -n $n hp-train mfl.yaml "$@" --training.device=$to \
+		--checkpoint.checkpoint_dir=$name-b --checkpoint.restore_from=LATEST --metrics $name-b2.jsonl \
+		--dump-params $name-b.safetensors >out &&
+	grep -q "^checkpoint: resumed from .$name-b/global_step_10. at step 10" out &&
+	steps $name-a.jsonl >a && steps $name-b1.jsonl $name-b2.jsonl >b &&
+	test $(wc -l <a) = 20 && cmp a b &&
+	cmp $name-a.safetensors $name-b.safetensors
+}
+
+test_expect_success MPI 'a checkpoint crosses backends bit-exactly: GPU to CPU and back (HP_CUDA_EMULATE=exact)' '
+	write_config mfl.yaml "$DATA/ref/qwen3-moe-b" ts 64 2 16 20 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: flash_attention}}
+	  - {match: "*.mlp.experts", replace_module: {_target_: grouped_experts}}
+	YAML
+	cross gc8 8 cuda cpu $SEED8 &&
+	cross cg8 8 cpu cuda $SEED8 &&
+	cross gc1 1 cuda cpu &&
+	cross cg1 1 cpu cuda &&
+	cmp gc8-a.safetensors cg8-a.safetensors
+'
+
 # rank_pid TAG R: the pid of rank R of the job started with HP_KILL_TAG=TAG
 rank_pid () {
 	for d in /proc/[0-9]*; do

@@ -1,22 +1,38 @@
 /*
- * gpu-bench.c - the CUDA backend's benchmark (issue: CUDA and NCCL backend).
+ * gpu-bench.c - the CUDA backend's benchmark.
  *
  *   gpu-bench [--layers N] [--seq T] [--steps S] CONFIG.json
  *
- * 1. bf16 GEMMs: hp_cuda_linear_fwd against cublasGemmEx with the same
- *    shapes, types and stream, measured in the same run (target >= 0.90).
+ * 1. GEMMs: hp_cuda_linear_fwd (bf16 operands, fp32 output) against
+ *    cublasGemmEx with the same shapes, types and stream, measured in the
+ *    same run (target >= 0.90).
  * 2. Flash attention forward and backward TFLOP/s at B=1, T, 32 heads,
  *    4 KV heads, head_dim 128 (causal: forward 2*T*T*Hq*D flops,
  *    backward 2.5x that).
- * 3. The model of CONFIG (a Qwen3-30B-A3B-shaped config.json by default),
- *    with as many layers as fit in device memory (or --layers), one
- *    sequence of T tokens: forward + backward + AdamW step, tokens/s and
- *    MFU against 989 TFLOP/s (H100/H200 dense bf16).  Model flops per
- *    token: 6 * (active matmul parameters, LM head included) +
- *    6 * layers * T * Hq * D (causal attention, forward and backward).
+ * 3. The model of CONFIG (a Qwen3-30B-A3B-shaped config.json by default)
+ *    on the CUDA backend (lib/backend_cuda.c, lib/model.c's one
+ *    orchestration), one sequence of T tokens: forward + backward + grad
+ *    norm and clipping + AdamW step, as hp-train's single-process loop
+ *    (lib/train.c) runs them, tokens/s and MFU against 989 TFLOP/s
+ *    (H100/H200 dense bf16).  Model flops per token: 6 * (active matmul
+ *    parameters, LM head included) + 6 * layers * T * Hq * D (causal
+ *    attention, forward and backward).  Kernels: flash attention (the
+ *    backend's only one), grouped experts, the LM head and loss in chunks
+ *    of 1024 tokens.
+ *    Layers: --layers, else as many as fit, from a measurement: a 1-layer
+ *    and a 2-layer model each run one step, and the device memory each
+ *    used (hp_cuda_mem_info before and after) gives a fixed part and a
+ *    part per layer; the layers that fit in the free memory less 2 GiB of
+ *    headroom are run, at most the config's, and at most what 80% of the
+ *    host's memory holds (the model keeps host copies of the weights,
+ *    gradients and moments: 16 bytes a parameter).
  * Weights are a cheap deterministic pattern, not trained values: the
  * router still spreads tokens over experts.  Prints one line per result;
  * exit 0, or 1 on a CUDA error, 77 without a GPU.
+ *
+ * HP_CUDA_EMULATE=exact|bf16 runs part 3 alone on the backend's host
+ * emulation (no GPU needed; a smoke test of this program with a small
+ * config and --layers).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -24,14 +40,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "backend.h"
 #include "cuda/ops.h"
-#include "gmodel.h"
 #include "hfconfig.h"
 #include "model.h"
 #include "optim.h"
 
 #define PEAK 989e12
+#define GIB 1073741824.0
+#define HEADROOM (2.0 * GIB)    /* device memory left for what a step grows beyond the measured one */
+#define CE_CHUNK 1024
 
 static double now(void)
 {
@@ -47,7 +67,7 @@ static void die(const char *what, const struct hp_err *e)
 	exit(1);
 }
 
-/* mean seconds of fn over reps after a warm-up, timed with events on the stream */
+/* mean seconds of body over reps after a warm-up, timed with events on the stream */
 #define TIME(reps, secs, body) do { \
 	cudaEvent_t a_, b_; float ms_; \
 	body; \
@@ -73,19 +93,19 @@ static void bench_gemm(void)
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
 		long N = shapes[i][0], K = shapes[i][1], O = shapes[i][2];
 		hp_bf16 *x = hp_cuda_alloc(sizeof(hp_bf16) * N * K, &e), *W = hp_cuda_alloc(sizeof(hp_bf16) * O * K, &e);
-		hp_bf16 *y = hp_cuda_alloc(sizeof(hp_bf16) * N * O, &e);
+		float *y = hp_cuda_alloc(sizeof(float) * N * O, &e);
 		float one = 1, zero = 0;
 		double t_hp, t_cb, fl = 2.0 * N * K * O;
 
 		if (!x || !W || !y)
 			die("gemm buffers", &e);
-		TIME(20, t_hp, if (hp_cuda_linear_fwd(y, 0, x, W, NULL, N, (int)K, (int)O, &e)) die("linear", &e));
+		TIME(20, t_hp, if (hp_cuda_linear_fwd(y, x, W, NULL, N, (int)K, (int)O, &e)) die("linear", &e));
 		/* row-major y[N,O] = x[N,K] W[O,K]^T is column-major y^T = W^T' x^T: op(A)=W^T of [K,O] col */
 		TIME(20, t_cb, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)O, (int)N, (int)K, &one, W, CUDA_R_16BF,
-					    (int)K, x, CUDA_R_16BF, (int)K, &zero, y, CUDA_R_16BF, (int)O,
+					    (int)K, x, CUDA_R_16BF, (int)K, &zero, y, CUDA_R_32F, (int)O,
 					    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-		printf("gemm %ldx%ldx%ld  hp %.1f TFLOP/s  cublas %.1f TFLOP/s  ratio %.3f\n", N, K, O,
-		       fl / t_hp * 1e-12, fl / t_cb * 1e-12, t_cb / t_hp);
+		printf("gemm %ldx%ldx%ld (bf16 in, fp32 out)  hp %.1f TFLOP/s  cublas %.1f TFLOP/s  ratio %.3f\n",
+		       N, K, O, fl / t_hp * 1e-12, fl / t_cb * 1e-12, t_cb / t_hp);
 		hp_cuda_free(x);
 		hp_cuda_free(W);
 		hp_cuda_free(y);
@@ -130,75 +150,165 @@ static void pattern(float *w, size_t n, unsigned salt, float a)
 	}
 }
 
-static void bench_model(const char *config, int layers, int T, int steps)
-{
-	struct hp_model_spec s;
+/* one model on its own backend, with its optimizer and one sequence */
+struct run {
+	struct hp_backend *bk;
 	struct hp_model m;
 	struct hp_optim o;
-	struct hp_gmodel *g = NULL;
-	struct hp_err e;
-	size_t free_b, total_b;
+	int32_t *ids, *tg;
+	int T, has_aux;
+	size_t free0;       /* device memory free once the backend was set up (a GPU's) */
+};
 
-	if (hp_hfconfig_load(&s, config, &e))
-		die(config, &e);
-	/* the device arena grows by the same bytes with each layer (every
-	 * layer of the config alike); 2 GiB stay for the kernels' workspace */
-	int L0 = s.n_layers;
-	s.n_layers = 1;
-	double one = (double)hp_gmodel_bytes_for(&s, 1, T, 0);
-	s.n_layers = 2;
-	double per = (double)hp_gmodel_bytes_for(&s, 1, T, 0) - one;
-	if (hp_cuda_mem_info(&free_b, &total_b, &e))
-		die("memory", &e);
-	int fit = (int)(((double)free_b - 2.0 * 1073741824.0 - (one - per)) / per);
-	if (layers <= 0)
-		layers = fit < L0 ? fit : L0;
-	if (layers < 1) {
-		printf("model: not even one layer fits in %.1f GiB\n", free_b / 1073741824.0);
-		return;
-	}
+/* backend, model of `layers` layers, weights, optimizer (AdamW as a
+ * pretraining run sets it), tokens; exits on failure */
+static void run_open(struct run *r, const struct hp_model_spec *spec, int layers, int T, enum hp_emulate emu)
+{
+	struct hp_model_spec s = *spec;
+	struct hp_model_kernels k;
+	struct hp_config cfg;
+	struct hp_err e;
+	size_t total;
+
+	memset(r, 0, sizeof(*r));
+	memset(&k, 0, sizeof(k));
+	memset(&cfg, 0, sizeof(cfg));
 	s.n_layers = layers;
-	if (hp_model_init(&m, &s, 1, 1, &e))
-		die("host model", &e);
-	for (int i = 0; i < m.nparams; i++) {
-		struct hp_param *p = &m.params[i];
-		int norm = p->ndim == 1;
-		if (norm)
+	for (int l = 0; l < layers; l++) {
+		k.flash[l] = 1;
+		k.grouped[l] = 1;     /* MoE layers only: one GEMM for gate and up */
+	}
+	k.ce_chunk = CE_CHUNK;
+	r->T = T;
+	r->has_aux = s.n_experts > 0 && s.output_router_logits;
+	if (hp_backend_cuda_open(&r->bk, 0, 0, emu, &e) ||
+	    (emu == HP_EMULATE_OFF && hp_cuda_mem_info(&r->free0, &total, &e)))
+		die("cuda backend", &e);
+	if (hp_model_init_par(&r->m, r->bk, &s, &k, NULL, 1, T, &e))
+		die("model", &e);
+	for (int i = 0; i < r->m.nparams; i++) {
+		struct hp_param *p = &r->m.params[i];
+		if (p->ndim == 1)
 			for (size_t j = 0; j < p->numel; j++)
 				p->w[j] = 1.0f;
 		else
 			pattern(p->w, p->numel, (unsigned)i, 0.02f);
 	}
-	memset(&o, 0, sizeof(o));
-	o.hp.lr = 1e-4;
-	o.hp.beta1 = 0.9;
-	o.hp.beta2 = 0.95;
-	o.hp.eps = 1e-8;
-	o.hp.weight_decay = 0.1;
-	o.max_grad_norm = 1.0;
-	if (hp_gmodel_init(&g, &m, NULL, 0, 1, T, 1024, &e))
-		die("device model", &e);
-	int32_t *ids = malloc(sizeof(int32_t) * T), *tg = malloc(sizeof(int32_t) * T);
-	for (int i = 0; i < T; i++) {
-		ids[i] = (int32_t)((i * 7919u + 13) % (unsigned)s.vocab);
-		tg[i] = (int32_t)((i * 104729u + 7) % (unsigned)s.vocab);
+	if (hp_model_upload(&r->m, &e) || hp_optim_init(&r->o, &r->m, &cfg, &e))
+		die("model on the device", &e);
+	r->o.hp.beta1 = 0.9;
+	r->o.hp.beta2 = 0.95;
+	r->o.hp.eps = 1e-8;
+	r->o.hp.weight_decay = 0.1;
+	r->o.max_grad_norm = 1.0;
+	r->ids = malloc(sizeof(int32_t) * T);
+	r->tg = malloc(sizeof(int32_t) * T);
+	if (!r->ids || !r->tg) {
+		fprintf(stderr, "gpu-bench: out of host memory\n");
+		exit(1);
 	}
+	for (int i = 0; i < T; i++) {
+		r->ids[i] = (int32_t)((i * 7919u + 13) % (unsigned)s.vocab);
+		r->tg[i] = (int32_t)((i * 104729u + 7) % (unsigned)s.vocab);
+	}
+}
+
+/* one optimizer step of one micro-batch, as lib/train.c's loop runs it;
+ * the loss (CE mean, plus the weighted aux loss) and the gradient norm */
+static void run_step(struct run *r, double lr, double *loss, double *norm)
+{
+	struct hp_model *m = &r->m;
+	struct hp_err e;
+	double ls = 0;
+	long cnt = 0;
+
+	hp_model_zero_grad(m);
+	m->ce_scale = 1.0 / r->T;     /* every target counts */
+	if (hp_model_forward(m, r->ids, r->tg, NULL, &ls, &cnt))
+		die("forward", m->par_rc ? &m->err : NULL);
+	hp_model_backward(m, r->ids, r->tg, (double)r->T, 1.0);
+	*norm = hp_grad_norm(m);
+	if (m->par_rc)
+		die("backward", &m->err);
+	hp_clip_grads(m, *norm, r->o.max_grad_norm);
+	hp_optim_step(&r->o, m, lr);
+	if (r->bk->sync(r->bk, &e))
+		die("step", &e);
+	*loss = (cnt > 0 ? ls / cnt : 0) + (r->has_aux ? m->spec.router_aux_loss_coef * m->aux_loss : 0);
+}
+
+static void run_close(struct run *r)
+{
+	hp_optim_release(&r->o);
+	hp_model_release(&r->m);
+	hp_backend_close(r->bk);
+	free(r->ids);
+	free(r->tg);
+}
+
+/* device bytes a model of `layers` layers holds after its first step (the
+ * backend's scratch grows to its size there), and its parameter count */
+static double measure(const struct hp_model_spec *s, int layers, int T, size_t *numel)
+{
+	struct run r;
+	struct hp_err e;
+	size_t f1, tot;
+	double loss, norm;
+
+	run_open(&r, s, layers, T, HP_EMULATE_OFF);
+	run_step(&r, 1e-4, &loss, &norm);
+	if (hp_cuda_mem_info(&f1, &tot, &e))
+		die("memory", &e);
+	*numel = r.m.numel;
+	run_close(&r);
+	return (double)r.free0 - (double)f1;
+}
+
+/* the layers that fit on the device and the host (see the top), at most max */
+static int layers_that_fit(const struct hp_model_spec *s, int T, int max)
+{
+	struct hp_backend *bk;
+	struct hp_err e;
+	size_t n1, n2, fb, tb;
+	double u1 = measure(s, 1, T, &n1), u2 = measure(s, 2, T, &n2), per = u2 - u1, base = u1 - per;
+	double hper = 16.0 * (double)(n2 - n1), hbase = 16.0 * (double)n1 - hper;
+	double host = 0.8 * (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+
+	if (hp_backend_cuda_open(&bk, 0, 0, HP_EMULATE_OFF, &e) || hp_cuda_mem_info(&fb, &tb, &e))
+		die("memory", &e);
+	hp_backend_close(bk);
+	int fit = per > 0 ? (int)(((double)fb - HEADROOM - base) / per) : max;
+	int hfit = hper > 0 ? (int)((host - hbase) / hper) : max;
+	printf("model memory: %.2f GiB + %.2f GiB a layer on the device (measured), %.2f GiB a layer on the host; "
+	       "%.1f of %.1f GiB free: %d layers fit (the host's memory: %d)\n", base / GIB, per / GIB, hper / GIB,
+	       fb / GIB, tb / GIB, fit, hfit);
+	fit = fit < hfit ? fit : hfit;
+	return fit < max ? fit : max;
+}
+
+static void bench_model(const char *config, int layers, int T, int steps, enum hp_emulate emu)
+{
+	struct hp_model_spec s;
+	struct hp_err e;
+	struct run r;
+
+	if (hp_hfconfig_load(&s, config, &e))
+		die(config, &e);
+	int L0 = s.n_layers;
+	if (layers <= 0 && emu == HP_EMULATE_OFF)
+		layers = layers_that_fit(&s, T, L0);
+	else if (layers <= 0)
+		layers = L0;
+	if (layers < 1) {
+		printf("model %s: not even one layer fits\n", config);
+		return;
+	}
+	run_open(&r, &s, layers, T, emu);
 	double t0 = 0, loss = 0, norm = 0;
 	for (int st = 0; st <= steps; st++) {
-		double ls, aux;
-		long cnt;
-
 		if (st == 1)
-			t0 = now();   /* the first step warms up */
-		hp_gmodel_zero_grad(g);
-		if (hp_gmodel_micro(g, ids, tg, NULL, 1.0 / T, 1.0, &ls, &cnt, &aux, &e) ||
-		    hp_gmodel_grad_norm(g, &norm, &e))
-			die("step", &e);
-		o.step++;
-		o.hp.step = o.step;
-		if (hp_gmodel_step(g, &o, norm, &e) || hp_cuda_sync(&e))
-			die("optimizer", &e);
-		loss = ls / cnt;
+			t0 = now();   /* the first step warms up (and grows the backend's scratch) */
+		run_step(&r, 1e-4, &loss, &norm);
 	}
 	double dt = (now() - t0) / steps;
 	double C = s.hidden, D = s.head_dim, Hq = s.n_heads, Hkv = s.n_kv_heads, E = s.n_experts, K = s.top_k;
@@ -206,19 +316,20 @@ static void bench_model(const char *config, int layers, int T, int steps)
 	double active = (double)layers * (C * D * (2 * Hq + 2 * Hkv) + (E ? C * E + K * 3 * C * Im :
 						3 * C * s.intermediate)) + C * s.vocab;
 	double fl = 6 * active + 6.0 * layers * T * Hq * D;
-	printf("model %s: %d of %d layers (%.1f GiB on the device), seq %d: %.3f s/step, %.0f tokens/s, "
-	       "%.1f TFLOP/s, MFU %.1f%% (loss %.4f, grad norm %.3g)\n", config, layers, fit, hp_gmodel_bytes(g) / 1073741824.0,
-	       T, dt, T / dt, fl * T / dt * 1e-12, 100 * fl * T / dt / PEAK, loss, norm);
-	free(ids);
-	free(tg);
-	hp_gmodel_free(g);
-	hp_model_release(&m);
+	printf("model %s on %s: %d of %d layers, seq %d: %.3f s/step, %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% "
+	       "(loss %.4f, grad norm %.3g)\n", config, r.bk->name, layers, L0, T, dt, T / dt, fl * T / dt * 1e-12,
+	       100 * fl * T / dt / PEAK, loss, norm);
+	run_close(&r);
 }
 
 int main(int argc, char **argv)
 {
+	static const char usage[] = "usage: gpu-bench [--layers N] [--seq T] [--steps S] CONFIG.json\n";
 	int layers = 0, T = 4096, steps = 3;
 	const char *config = NULL;
+	enum hp_emulate emu;
+	struct hp_err e;
+	char name[128];
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--layers") && i + 1 < argc)
@@ -230,25 +341,30 @@ int main(int argc, char **argv)
 		else if (argv[i][0] != '-' && !config)
 			config = argv[i];
 		else {
-			fprintf(stderr, "usage: gpu-bench [--layers N] [--seq T] [--steps S] CONFIG.json\n");
+			fputs(usage, stderr);
 			return 2;
 		}
 	}
 	if (!config || steps < 1 || T < 1) {
-		fprintf(stderr, "usage: gpu-bench [--layers N] [--seq T] [--steps S] CONFIG.json\n");
+		fputs(usage, stderr);
 		return 2;
+	}
+	if (hp_emulate_from_env(&emu, &e))
+		die("HP_CUDA_EMULATE", &e);
+	if (emu != HP_EMULATE_OFF) {
+		bench_model(config, layers, T, steps, emu);
+		return 0;
 	}
 	if (hp_cuda_device_count() == 0) {
 		printf("gpu-bench: no CUDA device; nothing measured\n");
 		return 77;
 	}
-	struct hp_err e;
-	char name[128];
 	if (hp_cuda_init(0, &e) || hp_cuda_device_name(0, name, sizeof(name), &e))
 		die("init", &e);
 	printf("device: %s\n", name);
 	bench_gemm();
 	bench_flash(T);
-	bench_model(config, layers, T, steps);
+	hp_cuda_fini();     /* the model's backend sets the device up again, as its own */
+	bench_model(config, layers, T, steps, HP_EMULATE_OFF);
 	return 0;
 }

@@ -3,22 +3,16 @@
  * Ids are assumed validated by the caller (the data reader checks them
  * against the vocabulary).
  */
+#include <limits.h>
+
 #include "cpu/ops.h"
 
 void hp_embedding_fwd(float *out, const int32_t *ids, const float *table, long N, int C)
 {
-	for (long n = 0; n < N; n++)
-		memcpy(out + n * C, table + (long)ids[n] * C, (size_t)C * sizeof(float));
+	hp_embedding_fwd_range(out, ids, table, N, C, 0, INT_MAX);
 }
 
 void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C, int pad)
 {
-	for (long n = 0; n < N; n++) {
-		if (ids[n] == pad)
-			continue;
-		float *row = dtable + (long)ids[n] * C;
-		const float *d = dout + n * C;
-		for (int c = 0; c < C; c++)
-			row[c] += d[c];
-	}
+	hp_embedding_bwd_range(dtable, dout, ids, N, C, 0, INT_MAX, pad);
 }

@@ -29,6 +29,36 @@ void hp_embedding_fwd(float *out, const int32_t *ids, const float *table, long N
  * nn.Embedding(padding_idx=pad) gives its row no gradient. */
 void hp_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, long N, int C, int pad);
 
+/* The vocabulary-parallel embedding (kernels/cpu/rows.c): rows of the
+ * table for ids in [v0, v0 + V), zero rows for the others; the backward
+ * adds only the ids in range, except pad. */
+void hp_embedding_fwd_range(float *out, const int32_t *ids, const float *table, long N, int C, int v0, int V);
+void hp_embedding_bwd_range(float *dtable, const float *dout, const int32_t *ids, long N, int C, int v0, int V,
+			    int pad);
+
+/* ---- the model's bookkeeping between kernels (kernels/cpu/rows.c) ---- */
+/* dst[r] = src[idx[r]]; dst[idx[r]] = src[r] (rows of C, r < R) */
+void hp_rows_gather(float *dst, const float *src, const int32_t *idx, long R, int C);
+void hp_rows_scatter(float *dst, const float *src, const int32_t *idx, long R, int C);
+/* The MoE block's output: out [N,C] = the sum, over the expert-major rows
+ * r < N*K in order (row r is token row_tok[r]'s slot row_slot[r]), of
+ * wsel[t, slot] * ye[r], as HF's index_add_ adds them. */
+void hp_moe_combine(float *out, const float *ye, const float *wsel, const int32_t *row_tok,
+		    const int32_t *row_slot, long N, int K, int C);
+/* Its backward, row by row: dye[r] = wsel[t, s] * dout[t]; dwsel[t, s] =
+ * dout[t] . ye[r] (in double). */
+void hp_moe_combine_bwd(float *dye, float *dwsel, const float *dout, const float *ye, const float *wsel,
+			const int32_t *row_tok, const int32_t *row_slot, long R, int K, int C);
+/* dx[row_tok[r]] += dxe[r], rows in order */
+void hp_moe_scatter_add(float *dx, const float *dxe, const int32_t *row_tok, long R, int C);
+/* x = a + b (x may alias either); x[n, :] += bias; db[c] += sum over rows
+ * in order of x[n, c]; x = max(x, y) (y taken where y > x); x += y */
+void hp_residual_add(float *x, const float *a, const float *b, long n);
+void hp_bias_add(float *x, const float *bias, long N, int C);
+void hp_bias_grad(float *db, const float *x, long N, int C);
+void hp_max_into(float *x, const float *y, long n);
+void hp_add_into_f64(double *x, const double *y, long n);
+
 /* ---- RMSNorm: y = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps) ---- */
 void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long N, int C, float eps);
 /* dx = (accumulate ? dx : 0) + d/dx; dw += d/dw */

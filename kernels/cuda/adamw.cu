@@ -1,9 +1,10 @@
 /*
- * adamw.cu - one AdamW step on fp32 master weights, then their bf16 working
- * copy.  The arithmetic is kernels/cpu/adamw.c's line for line (torch's
- * rounding: two fmas, a correctly rounded sqrt and divisions); the explicit
- * _rn intrinsics keep nvcc from contracting or approximating any of it, so
- * the GPU's master weights are the CPU's bit for bit.
+ * adamw.cu - one AdamW step on fp32 weights, then, when the caller keeps
+ * one (wb not NULL), their bf16 working copy.  The arithmetic is
+ * kernels/cpu/adamw.c's line for line (torch's rounding: two fmas, a
+ * correctly rounded sqrt and divisions); the explicit _rn intrinsics keep
+ * nvcc from contracting or approximating any of it, so the GPU's weights
+ * are the CPU's bit for bit.
  */
 #include <math.h>
 
@@ -24,7 +25,8 @@ static __global__ void adamw_kernel(float *w, hp_bf16 *wb, const float *g, float
 		m[i] = mi;
 		v[i] = vi;
 		w[i] = wi;
-		wb[i] = f2bf(wi);
+		if (wb)
+			wb[i] = f2bf(wi);
 	}
 }
 

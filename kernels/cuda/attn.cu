@@ -1,7 +1,9 @@
 /*
  * attn.cu - the attention entry points of kernels/cuda/ops.h: the call's
  * preconditions, then head_dim 64 and 128 to the tensor-core kernels
- * (flashattn.cu) and the other head dims up to 256 to attnsmall.cu.  A
+ * (flashattn.cu) and the other head dims up to 256 to attnsmall.cu, and
+ * hp_cuda_fill_inf, with which a caller marks the query rows it pads (lse
+ * +inf: probability 0 in the backward, so they add nothing to dK, dV).  A
  * call that breaks the preconditions fills its outputs with NaN, as the
  * CPU kernel does.
  */
@@ -18,6 +20,18 @@ static __global__ void nan_f32(float *p, size_t n)
 {
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		p[i] = __int_as_float(0x7fc00000);
+}
+
+static __global__ void inf_f32(float *p, size_t n)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = INFINITY;
+}
+
+extern "C" void hp_cuda_fill_inf(float *x, size_t n)
+{
+	if (n)
+		inf_f32<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(x, n);
 }
 
 static void fill_nan_bf16(hp_bf16 *p, size_t n)

@@ -4,7 +4,9 @@
  * small models the tests train.  Same semantics as hp_cuda_flash_fwd/bwd
  * (kernels/cuda/ops.h), one thread per query row (forward, dQ) or key row
  * (dK, dV) with an online softmax in fp32, no atomics: correct and
- * deterministic, not fast.
+ * deterministic, not fast.  A query row whose lse is +inf (one a caller
+ * pads) is skipped outright in the backward, not multiplied by a zero
+ * probability, so that nothing its q, out or dout hold can make a NaN.
  */
 #include "cuda/common.cuh"
 #include "cuda/attn.cuh"
@@ -69,7 +71,7 @@ static __global__ void as_bwd_dq(hp_bf16 *dq, float *Di, const hp_bf16 *dout, co
 			acc[d] = 0;
 		}
 		Di[r] = di;
-		for (int j = as_lo(seg, b, T, i); j <= i; j++) {
+		for (int j = as_lo(seg, b, T, i); j <= i && lse[r] != INFINITY; j++) {
 			long kj = ((long)b * T + j) * Hkv * D + (long)kh * D;
 			float s = 0, dp = 0;
 			for (int d = 0; d < D; d++) {
@@ -103,9 +105,9 @@ static __global__ void as_bwd_dkdv(hp_bf16 *dk, hp_bf16 *dv, const float *Di, co
 			ak[d] = av[d] = 0;
 		for (int h = kh * G; h < (kh + 1) * G; h++)
 			for (int i = j; i < T; i++) {
-				if (as_lo(seg, b, T, i) > j)
-					continue;
 				long at = ((long)b * T + i) * Hq * D + (long)h * D, ri = ((long)b * Hq + h) * T + i;
+				if (as_lo(seg, b, T, i) > j || lse[ri] == INFINITY)
+					continue;
 				float s = 0, dp = 0;
 				for (int d = 0; d < D; d++) {
 					s += bf2f(q[at + d]) * bf2f(k[kj + d]);

@@ -1,59 +1,236 @@
 /*
- * ce.cu - cross-entropy on fp32 logits with its gradient in the same call:
- * one block per row, two passes over the row (an online max and sum of
- * exponentials, then the bf16 gradient), the same algebra as
- * kernels/cpu/crossentropy.c with fp32 sums.
+ * ce.cu - cross-entropy on fp32 logits: the loss (summed on the host), its
+ * gradient (in place allowed), and the three device passes of the
+ * vocabulary-parallel form.  What it is not: the LM head's GEMM (gemm.cu)
+ * or the collectives between the vocabulary-parallel passes (the backend's).
+ *
+ * One block per row, the algebra of kernels/cpu/crossentropy.c step for
+ * step: the row's max in fp32 (exact in any order), each exponential an
+ * expf of (logit - max), their sum in double (a block sum: another order
+ * than the CPU's, a difference in the last bits of a double), the loss
+ * log(sum) + max - logit[t] in double, the gradient's scale / sum rounded
+ * to float once and the products kept unfused.  The loss of a row is
+ * written to device scratch in double and the rows are summed on the host
+ * in row order, as hp_cross_entropy_fwd sums them; so the loss differs from
+ * the CPU's only by expf's last ulp and the order of the exponentials' sum.
+ *
+ * Deterministic: block sums in a fixed shape, no atomics.
  */
+#include <math.h>
+
 #include "cuda/common.cuh"
 
-static __global__ void ce_kernel(float *loss, hp_bf16 *dl, const float *logits, const int32_t *targets,
-				 long n, int V, float scale)
+extern "C" {
+#include "alloc.h"
+}
+
+/* threads for rows of V: enough to keep a 150k-entry vocabulary's row
+ * from being a single block's long loop, few for small rows */
+static unsigned ce_threads(int V)
 {
-	__shared__ float sh[32];
+	return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64;
+}
+
+/* blocks for n rows (the kernels loop over the rest) */
+static unsigned ce_blocks(long n)
+{
+	return (unsigned)(n < (1L << 20) ? n : (1L << 20));
+}
+
+/* the largest logit of row l (fmaxf skips NaN as the CPU's > does) */
+static __device__ __forceinline__ float row_max(const float *l, int V, float *sh)
+{
+	float m = -INFINITY;
+
+	for (int v = threadIdx.x; v < V; v += blockDim.x)
+		m = fmaxf(m, l[v]);
+	return block_max(m, sh);
+}
+
+/* sum over the row of exp(l - mx), each term an fp32 expf, the sum in double */
+static __device__ __forceinline__ double row_expsum(const float *l, int V, float mx, double *sh)
+{
+	double s = 0;
+
+	for (int v = threadIdx.x; v < V; v += blockDim.x)
+		s += expf(l[v] - mx);
+	return block_sum(s, sh);
+}
+
+/* ---- the loss: per-row losses on the device, their sum on the host ---- */
+
+/* loss[r] = log(sum exp) + max - logit[t]; 0 for -100, NaN for a target
+ * out of range (the caller checks targets: this only keeps it visible) */
+static __global__ void k_ce_loss(double *loss, const float *logits, const int32_t *targets, long n, int V)
+{
+	__shared__ float shf[32];
+	__shared__ double shd[32];
 
 	for (long r = blockIdx.x; r < n; r += gridDim.x) {
 		const float *l = logits + r * V;
-		hp_bf16 *d = dl + r * V;
 		int t = targets[r];
 
 		/* t is the same for the whole block: no divergent __syncthreads */
 		if (t < 0 || t >= V) {
-			for (int v = threadIdx.x; v < V; v += blockDim.x)
-				d[v] = 0;
 			if (threadIdx.x == 0)
-				loss[r] = t == -100 ? 0.0f : NAN;   /* -100 ignored; NaN: a bad target, the caller checks */
+				loss[r] = t == -100 ? 0.0 : (double)NAN;
 			continue;
 		}
-		/* this thread's running max m and sum s of exp(x - m) */
-		float m = -INFINITY, s = 0.0f;
-		for (int v = threadIdx.x; v < V; v += blockDim.x) {
-			float x = l[v];
-			if (x > m) {
-				s = s * expf(m - x) + 1.0f;
-				m = x;
-			} else if (x != -INFINITY) {   /* -inf adds 0, and -inf - -inf is NaN */
-				s += expf(x - m);
-			}
-		}
-		float mx = block_max(m, sh);
-		float se = block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx), sh);
-		float k = scale / se;
-		for (int v = threadIdx.x; v < V; v += blockDim.x) {
-			float p = expf(l[v] - mx) * k;
-			d[v] = f2bf(v == t ? p - scale : p);
-		}
+		float mx = row_max(l, V, shf);
+		double se = row_expsum(l, V, mx, shd);
 		if (threadIdx.x == 0)
-			loss[r] = logf(se) + mx - l[t];
+			loss[r] = log(se) + mx - l[t];
 	}
 }
 
-extern "C" void hp_cuda_ce_fwd_bwd(float *loss, hp_bf16 *dlogits, const float *logits, const int32_t *targets,
-				   long n, int V, float scale)
-{
-	unsigned threads = V >= 8192 ? 1024 : V >= 1024 ? 256 : 64;
+/* device scratch for the per-row losses and its host copy, grown to the
+ * most rows asked for; the call synchronises, so nothing reads either
+ * when it grows */
+static double *ce_dev, *ce_host;
+static long ce_cap;
 
+extern "C" int hp_cuda_ce_loss(double *host_sum, const float *logits, const int32_t *targets, long n, int V,
+			       struct hp_err *e)
+{
+	double sum = 0;
+
+	*host_sum = 0;
 	if (n <= 0)
-		return;
-	ce_kernel<<<(unsigned)(n < (1L << 20) ? n : (1L << 20)), threads, 0, hp_cu_stream>>>(
-		loss, dlogits, logits, targets, n, V, scale);
+		return 0;
+	if (n > ce_cap) {
+		cudaFree(ce_dev);
+		hp_free(ce_host);
+		ce_dev = NULL;
+		ce_cap = 0;
+		if (!(ce_host = (double *)hp_malloc((size_t)n * sizeof(double))))
+			return hp_err_set(e, HP_ENOMEM, "cuda: out of host memory for %ld cross-entropy rows", n);
+		CK(cudaMalloc(&ce_dev, (size_t)n * sizeof(double)));
+		ce_cap = n;
+	}
+	k_ce_loss<<<ce_blocks(n), ce_threads(V), 0, hp_cu_stream>>>(ce_dev, logits, targets, n, V);
+	CK(cudaGetLastError());
+	CK(cudaMemcpyAsync(ce_host, ce_dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, hp_cu_stream));
+	CK(cudaStreamSynchronize(hp_cu_stream));
+	/* row order, as hp_cross_entropy_fwd; an ignored row's 0 adds nothing */
+	for (long r = 0; r < n; r++)
+		sum += ce_host[r];
+	*host_sum = sum;
+	return 0;
+}
+
+/* ---- the gradient: scale * (softmax - onehot), zero rows for -100 ---- */
+
+/* d may be l: each thread reads and writes only its own columns */
+static __global__ void k_ce_bwd(float *dlogits, const float *logits, const int32_t *targets, long n, int V,
+				float scale)
+{
+	__shared__ float shf[32];
+	__shared__ double shd[32];
+
+	for (long r = blockIdx.x; r < n; r += gridDim.x) {
+		const float *l = logits + r * V;
+		float *d = dlogits + r * V;
+		int t = targets[r];
+
+		if (t < 0 || t >= V) {    /* -100 (anything else is the caller's bug): no gradient */
+			for (int v = threadIdx.x; v < V; v += blockDim.x)
+				d[v] = 0.0f;
+			continue;
+		}
+		float mx = row_max(l, V, shf);
+		/* the exponentials kept in d, then scaled in place: crossentropy.c's order */
+		double s = 0;
+		for (int v = threadIdx.x; v < V; v += blockDim.x) {
+			float ev = expf(l[v] - mx);
+			d[v] = ev;
+			s += ev;
+		}
+		double se = block_sum(s, shd);
+		float k = (float)(scale / se);
+		for (int v = threadIdx.x; v < V; v += blockDim.x) {
+			float p = __fmul_rn(d[v], k);
+			d[v] = v == t ? __fsub_rn(p, scale) : p;
+		}
+	}
+}
+
+extern "C" void hp_cuda_ce_bwd(float *dlogits, const float *logits, const int32_t *targets, long n, int V, float scale)
+{
+	if (n > 0 && V > 0)
+		k_ce_bwd<<<ce_blocks(n), ce_threads(V), 0, hp_cu_stream>>>(dlogits, logits, targets, n, V, scale);
+}
+
+/* ---- vocabulary-parallel: hp_vp_ce_max, _sums, _bwd on this rank's Vl columns ---- */
+
+static __global__ void k_vp_max(float *mx, const float *logits, long N, int Vl)
+{
+	__shared__ float sh[32];
+
+	for (long r = blockIdx.x; r < N; r += gridDim.x) {
+		float m = row_max(logits + r * Vl, Vl, sh);
+		if (threadIdx.x == 0)
+			mx[r] = m;
+	}
+}
+
+/* stats[2r] = sum exp(l - mx[r]) (double); stats[2r+1] = the target's logit
+ * when it is one of these columns, else 0 */
+static __global__ void k_vp_sums(double *stats, const float *logits, const float *mx, const int32_t *targets, long N,
+				 int Vl, int v0)
+{
+	__shared__ double sh[32];
+
+	for (long r = blockIdx.x; r < N; r += gridDim.x) {
+		const float *l = logits + r * Vl;
+		double se = row_expsum(l, Vl, mx[r], sh);
+		if (threadIdx.x == 0) {
+			long t = (long)targets[r] - v0;
+			stats[2 * r] = se;
+			stats[2 * r + 1] = targets[r] != -100 && t >= 0 && t < Vl ? (double)l[t] : 0.0;
+		}
+	}
+}
+
+/* d = (float)(exp(l - mx) / sum) * scale, minus scale at a local target */
+static __global__ void k_vp_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
+				const int32_t *targets, long N, int Vl, int v0, float scale)
+{
+	for (long r = blockIdx.x; r < N; r += gridDim.x) {
+		const float *l = logits + r * Vl;
+		float *d = dlogits + r * Vl;
+		long t = (long)targets[r] - v0;
+
+		if (targets[r] == -100) {
+			for (int v = threadIdx.x; v < Vl; v += blockDim.x)
+				d[v] = 0.0f;
+			continue;
+		}
+		double inv = 1.0 / stats[2 * r];
+		float m = mx[r];
+		for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
+			float p = __fmul_rn((float)(expf(l[v] - m) * inv), scale);
+			d[v] = v == t ? __fsub_rn(p, scale) : p;
+		}
+	}
+}
+
+extern "C" void hp_cuda_vp_ce_max(float *mx, const float *logits, long N, int Vl)
+{
+	if (N > 0)
+		k_vp_max<<<ce_blocks(N), ce_threads(Vl), 0, hp_cu_stream>>>(mx, logits, N, Vl);
+}
+
+extern "C" void hp_cuda_vp_ce_sums(double *stats, const float *logits, const float *mx, const int32_t *targets,
+				   long N, int Vl, int v0)
+{
+	if (N > 0)
+		k_vp_sums<<<ce_blocks(N), ce_threads(Vl), 0, hp_cu_stream>>>(stats, logits, mx, targets, N, Vl, v0);
+}
+
+extern "C" void hp_cuda_vp_ce_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
+				  const int32_t *targets, long N, int Vl, int v0, float scale)
+{
+	if (N > 0 && Vl > 0)
+		k_vp_bwd<<<ce_blocks(N), ce_threads(Vl), 0, hp_cu_stream>>>(dlogits, logits, stats, mx, targets, N, Vl,
+									    v0, scale);
 }

@@ -1,6 +1,6 @@
 /*
- * common.cuh - what every .cu file of the CUDA backend shares: the stream,
- * the error-check macro, bf16 conversions and block reductions.
+ * common.cuh - what every .cu file of the CUDA kernels shares: the stream,
+ * the GEMM, the error-check macro, bf16 conversions and block reductions.
  */
 #ifndef HP_KERNELS_CUDA_COMMON_CUH
 #define HP_KERNELS_CUDA_COMMON_CUH
@@ -12,6 +12,12 @@
 
 /* the backend's stream (context.cu) */
 extern cudaStream_t hp_cu_stream;
+
+/* gemm.cu: D = op(A) op(B) + beta C, column-major (ta, tb: A, B transposed),
+ * A and B bf16, C = D fp32 with leading dimension ldc; nothing to do when m,
+ * n or k is 0.  0 or HP_ECUDA with e set. */
+extern "C" int hp_cu_mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const hp_bf16 *A, int64_t lda,
+			const hp_bf16 *B, int64_t ldb, float *C, int64_t ldc, float beta, struct hp_err *e);
 
 /* CK(call): on failure set e and return HP_ECUDA from the enclosing function */
 #define CK(call) do { cudaError_t rc_ = (call); if (rc_ != cudaSuccess) \

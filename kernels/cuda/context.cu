@@ -1,6 +1,8 @@
 /*
- * context.cu - the CUDA backend's process-wide state: the device, the one
- * stream every kernel runs on, device memory and copies.
+ * context.cu - the CUDA kernels' process-wide state: the device, the one
+ * stream every kernel runs on, device memory and copies.  A copy's or
+ * memset's launch error is left pending for hp_cuda_sync/hp_cuda_check,
+ * as a kernel's is.
  */
 #include <stdio.h>
 
@@ -8,6 +10,13 @@
 
 cudaStream_t hp_cu_stream;
 static int inited = -1;
+
+/* Overlapping copies go through this scratch, grown to the largest: the
+ * copy engine's areas may not overlap (cudaMemcpyAsync), and a kernel
+ * cannot move a range onto itself in parallel.  The backend's copies
+ * rarely overlap, so it is usually never made. */
+static void *mv_buf;
+static size_t mv_cap;
 
 extern "C" int hp_cuda_device_count(void)
 {
@@ -57,6 +66,9 @@ extern "C" void hp_cuda_fini(void)
 	if (inited < 0)
 		return;
 	hp_cu_gemm_fini();
+	cudaFree(mv_buf);
+	mv_buf = NULL;
+	mv_cap = 0;
 	cudaStreamDestroy(hp_cu_stream);
 	hp_cu_stream = 0;
 	inited = -1;
@@ -125,7 +137,34 @@ extern "C" void hp_cuda_zero(void *p, size_t bytes)
 
 extern "C" void hp_cuda_copy(void *dst, const void *src, size_t bytes)
 {
-	cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, hp_cu_stream);
+	const char *d = (const char *)dst, *s = (const char *)src;
+
+	if (!bytes || dst == src)
+		return;
+	if (d + bytes <= s || s + bytes <= d) {
+		cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, hp_cu_stream);
+		return;
+	}
+	if (bytes > mv_cap) {
+		if (mv_buf) {
+			cudaStreamSynchronize(hp_cu_stream);   /* an earlier copy may still read it */
+			cudaFree(mv_buf);
+		}
+		mv_buf = NULL;
+		mv_cap = 0;
+		if (cudaMalloc(&mv_buf, bytes) != cudaSuccess)
+			return;   /* the error stays pending for hp_cuda_sync */
+		mv_cap = bytes;
+	}
+	cudaMemcpyAsync(mv_buf, src, bytes, cudaMemcpyDeviceToDevice, hp_cu_stream);
+	cudaMemcpyAsync(dst, mv_buf, bytes, cudaMemcpyDeviceToDevice, hp_cu_stream);
+}
+
+/* rows of width bytes between pitched buffers, one copy engine call */
+extern "C" void hp_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows)
+{
+	if (width && rows)
+		cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, hp_cu_stream);
 }
 
 extern "C" int hp_cuda_mem_info(size_t *free_b, size_t *total_b, struct hp_err *e)

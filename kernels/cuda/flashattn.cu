@@ -37,6 +37,11 @@
  *    for 16 queries at a time;
  *  - fa_bwd_dq: one block per (query tile, head, batch row) over the key
  *    tiles, dQ in registers.
+ * A query whose lse is +inf (a row the caller pads, hp_cuda_fill_inf) has
+ * P = dS = 0 by a select, not by a product, so that its Di cannot bring a
+ * NaN into dK, dV; its q and dout rows still enter the tensor-core
+ * products (multiplied by those zeros), so they must be finite - the
+ * backend pads with zero rows.
  * Every output element is summed by one thread in a fixed order: no
  * atomics on floats, the same bits every run.  Tiles no query of a block
  * (or warp) can see are skipped: keys after the block's last query, keys
@@ -491,15 +496,18 @@ fa_bwd_dkdv(hp_bf16 *__restrict__ dk, hp_bf16 *__restrict__ dv, const hp_bf16 *_
 					mma16816(dp[nt], av, ld32(po), ld32(po + 8));
 				}
 			}
-			/* P^T (masked entries exactly 0), dS^T = P^T (dP^T - Di) */
+			/* P^T (masked entries and padded queries, lse +inf,
+			 * exactly 0), dS^T = P^T (dP^T - Di) (exactly 0 there too,
+			 * whatever Di holds) */
 			#pragma unroll
 			for (int nt = 0; nt < 2; nt++)
 				#pragma unroll
 				for (int e = 0; e < 4; e++) {
 					int r = qc + nt * 8 + 2 * t + (e & 1), i = r0 + r, j = e >> 1 ? jb : ja;
-					float p = j >= Lo[r] && j <= i ? exp2f(s[nt][e] * sl2 - L[r] * FA_LOG2E) : 0.0f;
+					int live = j >= Lo[r] && j <= i && L[r] != INFINITY;
+					float p = live ? exp2f(s[nt][e] * sl2 - L[r] * FA_LOG2E) : 0.0f;
 					s[nt][e] = p;
-					dp[nt][e] = p * (dp[nt][e] - Dd[r]);
+					dp[nt][e] = live ? p * (dp[nt][e] - Dd[r]) : 0.0f;
 				}
 			/* dV += P^T dO, dK += dS^T Q: B[k = query][n = d] */
 			unsigned ap[4], as[4];
@@ -557,6 +565,16 @@ fa_bwd_dq(hp_bf16 *__restrict__ dq, const hp_bf16 *__restrict__ q, const hp_bf16
 	const float *lh = lse + ((long)b * Hq + h) * T, *dh = di + ((long)b * Hq + h) * T;
 	float la = ia < T ? lh[ia] * FA_LOG2E : 0.0f, lb = ib < T ? lh[ib] * FA_LOG2E : 0.0f;
 	float da = ia < T ? dh[ia] : 0.0f, db = ib < T ? dh[ib] : 0.0f;
+
+	/* a padded query (lse +inf) sees nothing either: its dQ row is 0 */
+	if (la == INFINITY) {
+		loa = INT_MAX;
+		la = da = 0.0f;
+	}
+	if (lb == INFINITY) {
+		lob = INT_MAX;
+		lb = db = 0.0f;
+	}
 
 	if (tid == 0)
 		sKlo = INT_MAX;
@@ -627,7 +645,7 @@ fa_bwd_dq(hp_bf16 *__restrict__ dq, const hp_bf16 *__restrict__ q, const hp_bf16
 					mma16816(s[nt], qf[kk], ld32(pk), ld32(pk + 8));
 					mma16816(dp[nt], of[kk], ld32(pv), ld32(pv + 8));
 				}
-			/* P (masked entries exactly 0), dS = P (dP - Di) */
+			/* P (masked entries exactly 0), dS = P (dP - Di) (exactly 0 there too) */
 			#pragma unroll
 			for (int nt = 0; nt < 2; nt++)
 				#pragma unroll
@@ -635,7 +653,7 @@ fa_bwd_dq(hp_bf16 *__restrict__ dq, const hp_bf16 *__restrict__ q, const hp_bf16
 					int hf = e >> 1, j = c0 + kc + nt * 8 + 2 * t + (e & 1);
 					int vis = hf ? (j >= lob && j <= ib) : (j >= loa && j <= ia);
 					float p = vis ? exp2f(s[nt][e] * sl2 - (hf ? lb : la)) : 0.0f;
-					dp[nt][e] = p * (dp[nt][e] - (hf ? db : da));
+					dp[nt][e] = vis ? p * (dp[nt][e] - (hf ? db : da)) : 0.0f;
 				}
 			/* dQ += dS K: B[k = key][n = d] */
 			unsigned as[4];
@@ -659,8 +677,6 @@ fa_bwd_dq(hp_bf16 *__restrict__ dq, const hp_bf16 *__restrict__ q, const hp_bf16
 			*(unsigned *)(p + dt * 8) = pack_bf2(scale * dqa[dt][2 * hf], scale * dqa[dt][2 * hf + 1]);
 	}
 }
-
-/* ---- calls that break the preconditions: NaN outputs, as the CPU kernel ---- */
 
 /* ---- host side ---- */
 

@@ -1,24 +1,17 @@
 /*
- * gemm.cu - the linear layers' GEMMs (dense and grouped experts) through
- * cuBLASLt: bf16 A and B, fp32 accumulation (CUBLAS_COMPUTE_32F), bf16 or
- * fp32 C = D, all on hp_cu_stream with one 32 MiB workspace.
- *
- * Row-major to cuBLAS's column-major: a row-major [r, c] matrix is, byte for
- * byte, the column-major [c, r] matrix (its transpose) with ld = c.  So with
- * W [O,K], x [N,K], y [N,O], dy [N,O] row-major:
- *   y  = x W^T    is  y^T [O,N]  = (W^T)^T x^T  : m=O n=N k=K, A=W (K x O, ld K) op T,
- *                                                 B=x (K x N, ld K) op N, D ld O
- *   dx = dy W     is  dx^T [K,N] = W^T dy^T     : m=K n=N k=O, A=W (K x O, ld K) op N,
- *                                                 B=dy (O x N, ld O) op N, D ld K
- *   dW += dy^T x  is  dW^T [K,O] = x^T dy       : m=K n=O k=N, A=x (K x N, ld K) op N,
- *                                                 B=dy (O x N, ld O) op T, D ld K
- * (dims written column-major: rows x cols of the stored matrix).
+ * gemm.cu - the one GEMM the linear layers (linear.cu) are made of, through
+ * cuBLASLt: D = op(A) op(B) + beta C, column-major, bf16 A and B, fp32
+ * accumulation (CUBLAS_COMPUTE_32F) and fp32 C = D, on hp_cu_stream with
+ * one 32 MiB workspace.  What it is not: a grouped or batched GEMM (the
+ * experts run one call each, from the backend's loop over them), nor the
+ * row-major bookkeeping (linear.cu).  Under t/cuemu, t/cuemu/stubs.cpp
+ * stands in for this file.
  *
  * Determinism: cuBLASLt gives the same bits for the same algorithm on the
  * same GPU, and its split-K reductions are ordered (the in-place scheme uses
  * counters for sequentiality, the others a separate reduction pass); the
  * algorithm is chosen once per shape and cached, so a shape always runs the
- * same one.  The bias and db are plain kernels with a fixed order.
+ * same one.
  *
  * The descriptors live by value in a small table (cuBLASLt's *Init calls on
  * its semi-opaque structs allocate nothing), keyed by the whole problem
@@ -39,8 +32,9 @@
 struct mm_key {
 	uint64_t m, n, k;
 	int64_t lda, ldb, ldc;
-	int ta, tb, ct;                 /* transposes, C/D data type */
+	int ta, tb;                     /* transposes */
 	unsigned al_a, al_b, al_c;      /* pointer alignments in bytes, <= 256 */
+	int pad_;                       /* 0: the key's size a multiple of 8 */
 };
 static_assert(sizeof(struct mm_key) == 6 * 8 + 6 * 4, "mm_key must have no padding");
 
@@ -109,7 +103,7 @@ static cublasStatus_t mm_setup(struct mm_entry *c)
 	/* stored shapes: op(A) is m x k, op(B) k x n */
 	TRY(cublasLtMatrixLayoutInit(&c->a, CUDA_R_16BF, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda));
 	TRY(cublasLtMatrixLayoutInit(&c->b, CUDA_R_16BF, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb));
-	TRY(cublasLtMatrixLayoutInit(&c->c, (cudaDataType_t)k->ct, k->m, k->n, k->ldc));
+	TRY(cublasLtMatrixLayoutInit(&c->c, CUDA_R_32F, k->m, k->n, k->ldc));
 	TRY(cublasLtMatmulPreferenceInit(&pref));
 	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
 	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_a, 4));
@@ -125,14 +119,9 @@ static cublasStatus_t mm_setup(struct mm_entry *c)
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/*
- * D = op(A) op(B) + beta C, column-major, C = D (type ct, ld ldc), A and B
- * bf16.  Nothing to do when m, n or k is 0 (callers never need the k = 0
- * "D = beta C" case).
- */
-static int mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const void *A, int64_t lda,
-	      const void *B, int64_t ldb, void *C, cudaDataType_t ct, int64_t ldc, float beta,
-	      struct hp_err *e)
+/* common.cuh: D = op(A) op(B) + beta C; nothing when m, n or k is 0 */
+extern "C" int hp_cu_mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const hp_bf16 *A, int64_t lda,
+			const hp_bf16 *B, int64_t ldb, float *C, int64_t ldc, float beta, struct hp_err *e)
 {
 	struct mm_key key;
 	struct mm_entry *c = NULL;
@@ -141,7 +130,8 @@ static int mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const void *A,
 
 	if (m == 0 || n == 0 || k == 0)
 		return 0;
-	key.ta = ta; key.tb = tb; key.ct = ct;
+	memset(&key, 0, sizeof(key));
+	key.ta = ta; key.tb = tb;
 	key.m = m; key.n = n; key.k = k;
 	key.lda = lda; key.ldb = ldb; key.ldc = ldc;
 	key.al_a = align_of(A); key.al_b = align_of(B); key.al_c = align_of(C);
@@ -172,111 +162,3 @@ static int mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const void *A,
 	return 0;
 }
 
-/* y[r, o] += b[o] over rows of O (a separate pass: a bf16 y is rounded twice) */
-template <typename T>
-static __global__ void bias_kernel(T *y, const float *b, size_t n, int O)
-{
-	HP_CU_GRID_STRIDE(i, n)
-		hp_st(y + i, hp_ld(y + i) + b[i % O]);
-}
-
-/*
- * db[o] += sum over rows of dy[., o]: a block takes 32 columns, thread
- * (tx, ty) sums rows ty, ty+16, ... of column tx in order, then ty = 0 adds
- * the 16 partial sums in order: the same order on every run.
- */
-#define DB_ROWS 16
-static __global__ void colsum_kernel(float *db, const hp_bf16 *dy, long N, int O)
-{
-	__shared__ float sh[DB_ROWS][33];
-	int tx = threadIdx.x, ty = threadIdx.y;
-	long c = (long)blockIdx.x * 32 + tx;
-	float s = 0.0f;
-
-	if (c < O)
-		for (long r = ty; r < N; r += DB_ROWS)
-			s += bf2f(dy[r * O + c]);
-	sh[ty][tx] = s;
-	__syncthreads();
-	if (ty == 0 && c < O) {
-		for (int j = 1; j < DB_ROWS; j++)
-			s += sh[j][tx];
-		db[c] += s;
-	}
-}
-
-extern "C" int hp_cuda_linear_fwd(void *y, int y_f32, const hp_bf16 *x, const hp_bf16 *W, const float *b,
-				  long N, int K, int O, struct hp_err *e)
-{
-	size_t n = (size_t)N * O;
-
-	if (N <= 0 || O <= 0)
-		return 0;
-	if (mm(1, 0, O, N, K, W, K, x, K, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, O, 0.0f, e))
-		return HP_ECUDA;
-	if (b) {
-		if (y_f32)
-			bias_kernel<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>((float *)y, b, n, O);
-		else
-			bias_kernel<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>((hp_bf16 *)y, b, n, O);
-	}
-	return 0;
-}
-
-extern "C" int hp_cuda_linear_bwd_dx(hp_bf16 *dx, const hp_bf16 *dy, const hp_bf16 *W, long N, int K, int O,
-				     int accumulate, struct hp_err *e)
-{
-	if (N <= 0 || K <= 0)
-		return 0;
-	return mm(0, 0, K, N, O, W, K, dy, O, dx, CUDA_R_16BF, K, accumulate ? 1.0f : 0.0f, e);
-}
-
-extern "C" int hp_cuda_linear_bwd_dw(float *dW, float *db, const hp_bf16 *dy, const hp_bf16 *x,
-				     long N, int K, int O, struct hp_err *e)
-{
-	if (N <= 0 || O <= 0)
-		return 0;
-	if (mm(0, 1, K, O, N, x, K, dy, O, dW, CUDA_R_32F, K, 1.0f, e))
-		return HP_ECUDA;
-	if (db)
-		colsum_kernel<<<(unsigned)((O + 31) / 32), dim3(32, DB_ROWS), 0, hp_cu_stream>>>(db, dy, N, O);
-	return 0;
-}
-
-/*
- * Grouped experts: one cublasLtMatmul per non-empty group over the host
- * offsets (the groups are few and each GEMM is large enough to fill the GPU
- * reasonably; a grouped kernel would save the launches).
- */
-extern "C" int hp_cuda_grouped_fwd(hp_bf16 *y, const hp_bf16 *x, const hp_bf16 *const *W, const int32_t *off,
-				   int ng, int K, int O, struct hp_err *e)
-{
-	for (int g = 0; g < ng; g++) {
-		long r0 = off[g], rows = (long)off[g + 1] - off[g];
-		if (rows > 0 && hp_cuda_linear_fwd(y + r0 * O, 0, x + r0 * K, W[g], NULL, rows, K, O, e))
-			return HP_ECUDA;
-	}
-	return 0;
-}
-
-extern "C" int hp_cuda_grouped_bwd_dx(hp_bf16 *dx, const hp_bf16 *dy, const hp_bf16 *const *W,
-				      const int32_t *off, int ng, int K, int O, struct hp_err *e)
-{
-	for (int g = 0; g < ng; g++) {
-		long r0 = off[g], rows = (long)off[g + 1] - off[g];
-		if (rows > 0 && hp_cuda_linear_bwd_dx(dx + r0 * K, dy + r0 * O, W[g], rows, K, O, 0, e))
-			return HP_ECUDA;
-	}
-	return 0;
-}
-
-extern "C" int hp_cuda_grouped_bwd_dw(float *const *dW, const hp_bf16 *dy, const hp_bf16 *x,
-				      const int32_t *off, int ng, int K, int O, struct hp_err *e)
-{
-	for (int g = 0; g < ng; g++) {
-		long r0 = off[g], rows = (long)off[g + 1] - off[g];
-		if (rows > 0 && hp_cuda_linear_bwd_dw(dW[g], NULL, dy + r0 * O, x + r0 * K, rows, K, O, e))
-			return HP_ECUDA;
-	}
-	return 0;
-}

@@ -1,16 +1,20 @@
 /*
  * moe.cu - the CUDA backend's MoE routing: the router's softmax and top-k,
- * its backward, and the row movements around the grouped expert GEMMs
- * (gather, weighted combine and its backward, scatter-add of the experts'
- * input gradients).
+ * its backward, and the row movements around the experts' GEMMs (gather
+ * and scatter of rows by an index, the weighted combine and its backward,
+ * the scatter-add of the experts' input gradients), on fp32 rows.  The
+ * experts' GEMMs themselves are gemm.cu's, one call per expert.
  *
- * The arithmetic is lib/model.c's moe_forward / moe_backward, one warp per
+ * The arithmetic is kernels/cpu/router.c's and rows.c's, one warp per
  * token for the router (softmax sums and dot products in double, top-k by
  * repeated argmax with ties to the lower index, the renormalisation and
- * the backward's scalars computed sequentially as the CPU does) and one
- * block per token for the rows.  Deterministic: every sum has a fixed
- * order (a token's k slots in slot order, warp and block sums in a fixed
- * shape), no atomics; a row of dye belongs to exactly one (token, slot).
+ * the backward's scalars computed sequentially as the CPU does).  The rows
+ * run one block per token (combine, scatter-add: a token's rows in the
+ * ascending order tok_rows gives, which is the order the CPU's row loop
+ * adds them, so their sums are the CPU's bits) or per row (the combine's
+ * backward, whose dot product is a double block sum in another order than
+ * the CPU's).  Deterministic: every sum has a fixed order, no atomics;
+ * every output element is written by one thread.
  */
 #include <limits.h>
 #include <math.h>
@@ -39,7 +43,6 @@ static __device__ __forceinline__ float warp_max(float v)
 		v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
 	return v;
 }
-
 
 /* ---- router: softmax, top-k, renormalisation; one warp per token ---- */
 
@@ -116,23 +119,23 @@ extern "C" void hp_cuda_router_topk(float *probs, int32_t *sel, float *wsel, con
 											  N, E, k, norm);
 }
 
-/* dL/dprob[x] before the softmax backward, as moe_backward builds dprob:
+/* dL/dprob[x] before the softmax backward, as hp_router_bwd builds dprob:
  * the slot's term (through the renormalisation when norm), then aux */
 static __device__ __forceinline__ float router_dp(int x, const int32_t *st, const float *dw, int k, int norm,
-						  double S, double c, const float *aux, double aux_grad)
+						  double S, double c, const double *aux, double aux_grad)
 {
 	float d = 0;
 
 	for (int j = 0; j < k; j++)
 		if (st[j] == x)
-			d += norm ? (float)((dw[j] - c) / S) : dw[j];
+			d = __fadd_rn(d, norm ? (float)((dw[j] - c) / S) : dw[j]);
 	if (aux && aux_grad != 0)
-		d += (float)(aux_grad * aux[x]);
+		d = __fadd_rn(d, (float)(aux_grad * aux[x]));
 	return d;
 }
 
-static __global__ void k_router_bwd(hp_bf16 *dlogits, const float *probs, const int32_t *sel, const float *wsel,
-				    const float *dwsel, const float *aux, double aux_grad, long N, int E, int k,
+static __global__ void k_router_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *wsel,
+				    const float *dwsel, const double *aux, double aux_grad, long N, int E, int k,
 				    int norm)
 {
 	int lane = threadIdx.x & 31;
@@ -141,7 +144,7 @@ static __global__ void k_router_bwd(hp_bf16 *dlogits, const float *probs, const 
 	for (long t = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t < N; t += nw) {
 		const float *p = probs + t * E, *ws = wsel + t * k, *dw = dwsel + t * k;
 		const int32_t *st = sel + t * k;
-		hp_bf16 *dl = dlogits + t * E;
+		float *dl = dlogits + t * E;
 		/* w_j = p_j / S:  dL/dp_j = (dw_j - sum_i dw_i w_i) / S (every lane, in slot order) */
 		double S = 0, c = 0, sdp = 0;
 
@@ -156,126 +159,140 @@ static __global__ void k_router_bwd(hp_bf16 *dlogits, const float *probs, const 
 		/* softmax: dlogit = p * (dp - sum p dp) */
 		for (int x = lane; x < E; x += 32) {
 			float d = router_dp(x, st, dw, k, norm, S, c, aux, aux_grad);
-			dl[x] = f2bf(__fmul_rn(p[x], (float)(d - sdp)));
+			dl[x] = __fmul_rn(p[x], (float)(d - sdp));
 		}
 	}
 }
 
-extern "C" void hp_cuda_router_bwd(hp_bf16 *dlogits, const float *probs, const int32_t *sel, const float *wsel,
-				   const float *dwsel, const float *aux, double aux_grad, long N, int E, int k,
+extern "C" void hp_cuda_router_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *wsel,
+				   const float *dwsel, const double *aux, double aux_grad, long N, int E, int k,
 				   int norm)
 {
 	if (N > 0 && E > 0)
-		k_router_bwd<<<hp_cu_blocks((size_t)N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(dlogits, probs, sel, wsel,
-											 dwsel, aux, aux_grad,
-											 N, E, k, norm);
+		k_router_bwd<<<hp_cu_blocks((size_t)N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(
+			dlogits, probs, sel, wsel, dwsel, aux, aux_grad, N, E, k, norm);
 }
 
-/* ---- rows: gather, combine, combine backward, scatter-add ---- */
+/* ---- rows: gather, scatter, combine, combine backward, scatter-add ---- */
 
-/* xs[r] = x[row_tok[r]] in words of W (16, 4 or 2 bytes), Cw words a row */
+/* Row r < R of Cw words of W (16, 8 or 4 bytes): gather copies src row
+ * idx[r] to dst row r, scatter src row r to dst row idx[r]. */
 template <typename W>
-static __global__ void k_gather(W *xs, const W *x, const int32_t *row_tok, long R, int Cw)
+static __global__ void k_rows(W *dst, const W *src, const int32_t *idx, long R, int Cw, int scatter)
 {
 	for (long r = blockIdx.x; r < R; r += gridDim.x) {
-		const W *src = x + (long)row_tok[r] * Cw;
-		W *dst = xs + r * Cw;
+		const W *s = src + (scatter ? r : (long)idx[r]) * Cw;
+		W *d = dst + (scatter ? (long)idx[r] : r) * Cw;
 		for (int c = threadIdx.x; c < Cw; c += blockDim.x)
-			dst[c] = src[c];
+			d[c] = s[c];
 	}
 }
 
-extern "C" void hp_cuda_gather_rows(hp_bf16 *xs, const hp_bf16 *x, const int32_t *row_tok, long R, int C)
+/* the widest word both rows' alignment and C allow */
+static void rows(float *dst, const float *src, const int32_t *idx, long R, int C, int scatter)
 {
-	uintptr_t a = (uintptr_t)xs | (uintptr_t)x;
+	uintptr_t a = (uintptr_t)dst | (uintptr_t)src;
 
 	if (R <= 0 || C <= 0)
 		return;
-	if (C % 8 == 0 && a % 16 == 0)
-		k_gather<uint4><<<hp_cu_rows(R), row_threads(C / 8), 0, hp_cu_stream>>>((uint4 *)xs, (const uint4 *)x,
-											 row_tok, R, C / 8);
-	else if (C % 2 == 0 && a % 4 == 0)
-		k_gather<uint32_t><<<hp_cu_rows(R), row_threads(C / 2), 0, hp_cu_stream>>>((uint32_t *)xs,
-											    (const uint32_t *)x,
-											    row_tok, R, C / 2);
+	if (C % 4 == 0 && a % 16 == 0)
+		k_rows<uint4><<<hp_cu_rows(R), row_threads(C / 4), 0, hp_cu_stream>>>((uint4 *)dst, (const uint4 *)src,
+										       idx, R, C / 4, scatter);
+	else if (C % 2 == 0 && a % 8 == 0)
+		k_rows<uint2><<<hp_cu_rows(R), row_threads(C / 2), 0, hp_cu_stream>>>((uint2 *)dst, (const uint2 *)src,
+										       idx, R, C / 2, scatter);
 	else
-		k_gather<hp_bf16><<<hp_cu_rows(R), row_threads(C), 0, hp_cu_stream>>>(xs, x, row_tok, R, C);
+		k_rows<float><<<hp_cu_rows(R), row_threads(C), 0, hp_cu_stream>>>(dst, src, idx, R, C, scatter);
 }
 
-/* out[t] = sum_j wsel[t,j] * ye[tok_row[t,j]], fp32, slots in order */
-static __global__ void k_combine(hp_bf16 *out, const hp_bf16 *ye, const float *wsel, const int32_t *tok_row,
-				 long N, int k, int C)
+extern "C" void hp_cuda_gather_rows(float *dst, const float *src, const int32_t *idx, long R, int C)
+{
+	rows(dst, src, idx, R, C, 0);
+}
+
+/* idx a permutation of distinct rows (as the model's are): no row is
+ * written twice */
+extern "C" void hp_cuda_scatter_rows(float *dst, const float *src, const int32_t *idx, long R, int C)
+{
+	rows(dst, src, idx, R, C, 1);
+}
+
+/* out[t] = sum_j wsel[t, slot] * ye[r], r = tok_rows[t*k + j] in order:
+ * hp_moe_combine's fp32 additions, in its order (out starts at 0) */
+static __global__ void k_combine(float *out, const float *ye, const float *wsel, const int32_t *tok_rows,
+				 const int32_t *row_slot, long N, int k, int C)
 {
 	for (long t = blockIdx.x; t < N; t += gridDim.x) {
-		const int32_t *tr = tok_row + t * k;
+		const int32_t *tr = tok_rows + t * k;
 		const float *w = wsel + t * k;
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
 			float acc = 0;
-			for (int j = 0; j < k; j++)
-				acc = __fadd_rn(acc, __fmul_rn(bf2f(ye[(long)tr[j] * C + c]), w[j]));
-			out[t * C + c] = f2bf(acc);
+			for (int j = 0; j < k; j++) {
+				long r = tr[j];
+				acc = __fadd_rn(acc, __fmul_rn(ye[r * C + c], w[row_slot[r]]));
+			}
+			out[t * C + c] = acc;
 		}
 	}
 }
 
-extern "C" void hp_cuda_combine(hp_bf16 *out, const hp_bf16 *ye, const float *wsel, const int32_t *tok_row,
-				long N, int k, int C)
+extern "C" void hp_cuda_combine(float *out, const float *ye, const float *wsel, const int32_t *tok_rows,
+				const int32_t *row_slot, long N, int k, int C)
 {
 	if (N > 0 && C > 0)
-		k_combine<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(out, ye, wsel, tok_row, N, k, C);
+		k_combine<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(out, ye, wsel, tok_rows, row_slot, N, k,
+									       C);
 }
 
-/* dye[row] = wsel * dout[t]; dwsel[t,j] = dout[t] . ye[row] (double, block sum) */
-static __global__ void k_combine_bwd(hp_bf16 *dye, float *dwsel, const hp_bf16 *dout, const hp_bf16 *ye,
-				     const float *wsel, const int32_t *tok_row, long N, int k, int C)
+/* one block per row r: dye[r] = wsel[t, s] * dout[t]; dwsel[t, s] =
+ * dout[t] . ye[r] (a double block sum) */
+static __global__ void k_combine_bwd(float *dye, float *dwsel, const float *dout, const float *ye, const float *wsel,
+				     const int32_t *row_tok, const int32_t *row_slot, long R, int k, int C)
 {
 	__shared__ double sh[32];
 
-	for (long t = blockIdx.x; t < N; t += gridDim.x) {
-		const hp_bf16 *d = dout + t * C;
-		for (int j = 0; j < k; j++) {
-			long row = tok_row[t * k + j];
-			float wt = wsel[t * k + j];
-			const hp_bf16 *y = ye + row * C;
-			hp_bf16 *dy = dye + row * C;
-			double dot = 0;
-			for (int c = threadIdx.x; c < C; c += blockDim.x) {
-				float dv = bf2f(d[c]);
-				dy[c] = f2bf(__fmul_rn(dv, wt));
-				dot += (double)dv * bf2f(y[c]);
-			}
-			dot = block_sum(dot, sh);
-			if (threadIdx.x == 0)
-				dwsel[t * k + j] = (float)dot;
-		}
-	}
-}
-
-extern "C" void hp_cuda_combine_bwd(hp_bf16 *dye, float *dwsel, const hp_bf16 *dout, const hp_bf16 *ye,
-				    const float *wsel, const int32_t *tok_row, long N, int k, int C)
-{
-	if (N > 0 && C > 0)
-		k_combine_bwd<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dye, dwsel, dout, ye, wsel,
-										    tok_row, N, k, C);
-}
-
-/* dx[t] += dxe rows of its slots, in slot order, in fp32, one rounding */
-static __global__ void k_scatter_add(hp_bf16 *dx, const hp_bf16 *dxe, const int32_t *tok_row, long N, int k, int C)
-{
-	for (long t = blockIdx.x; t < N; t += gridDim.x) {
-		const int32_t *tr = tok_row + t * k;
+	for (long r = blockIdx.x; r < R; r += gridDim.x) {
+		long t = row_tok[r];
+		int s = row_slot[r];
+		float wt = wsel[t * k + s];
+		const float *d = dout + t * C, *y = ye + r * C;
+		float *dy = dye + r * C;
+		double dot = 0;
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
-			float acc = bf2f(dx[t * C + c]);
+			float dv = d[c];
+			dy[c] = __fmul_rn(dv, wt);
+			dot += (double)dv * y[c];
+		}
+		dot = block_sum(dot, sh);
+		if (threadIdx.x == 0)
+			dwsel[t * k + s] = (float)dot;
+	}
+}
+
+extern "C" void hp_cuda_combine_bwd(float *dye, float *dwsel, const float *dout, const float *ye, const float *wsel,
+				    const int32_t *row_tok, const int32_t *row_slot, long R, int k, int C)
+{
+	if (R > 0 && C > 0)
+		k_combine_bwd<<<hp_cu_rows(R), row_threads(C), 0, hp_cu_stream>>>(dye, dwsel, dout, ye, wsel, row_tok,
+										   row_slot, R, k, C);
+}
+
+/* dx[t] += its rows of dxe, one at a time in tok_rows order: hp_moe_scatter_add's additions */
+static __global__ void k_scatter_add(float *dx, const float *dxe, const int32_t *tok_rows, long N, int k, int C)
+{
+	for (long t = blockIdx.x; t < N; t += gridDim.x) {
+		const int32_t *tr = tok_rows + t * k;
+		for (int c = threadIdx.x; c < C; c += blockDim.x) {
+			float acc = dx[t * C + c];
 			for (int j = 0; j < k; j++)
-				acc += bf2f(dxe[(long)tr[j] * C + c]);
-			dx[t * C + c] = f2bf(acc);
+				acc = __fadd_rn(acc, dxe[(long)tr[j] * C + c]);
+			dx[t * C + c] = acc;
 		}
 	}
 }
 
-extern "C" void hp_cuda_scatter_add_rows(hp_bf16 *dx, const hp_bf16 *dxe, const int32_t *tok_row,
-					 long N, int k, int C)
+extern "C" void hp_cuda_scatter_add_rows(float *dx, const float *dxe, const int32_t *tok_rows, long N, int k, int C)
 {
 	if (N > 0 && C > 0)
-		k_scatter_add<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dxe, tok_row, N, k, C);
+		k_scatter_add<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dxe, tok_rows, N, k, C);
 }

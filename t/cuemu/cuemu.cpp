@@ -466,10 +466,30 @@ cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) { if (n) memmove(d, s, n); return cudaSuccess; }
+/* overlapping areas (undefined on a GPU) abort */
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t)
 {
+	if (n && (const char *)d < (const char *)s + n && (const char *)s < (const char *)d + n)
+		die("cudaMemcpyAsync: %zu bytes between overlapping areas", n);
 	if (n)
-		memmove(d, s, n);
+		memcpy(d, s, n);
+	return cudaSuccess;
+}
+/* a pitched copy: rows wider than a pitch, or source and destination
+ * spans that overlap (undefined on a GPU), abort */
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind,
+			      cudaStream_t)
+{
+	if (!w || !h)
+		return cudaSuccess;
+	if (w > dp || w > sp)
+		die("cudaMemcpy2DAsync: rows of %zu bytes, pitches %zu and %zu", w, dp, sp);
+	const char *d0 = (const char *)d, *d1 = d0 + (h - 1) * dp + w;
+	const char *s0 = (const char *)s, *s1 = s0 + (h - 1) * sp + w;
+	if (d0 < s1 && s0 < d1)
+		die("cudaMemcpy2DAsync: source and destination overlap");
+	for (size_t r = 0; r < h; r++)
+		memcpy((char *)d + r * dp, (const char *)s + r * sp, w);
 	return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = *t = (size_t)16 << 30; return cudaSuccess; }

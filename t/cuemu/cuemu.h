@@ -6,7 +6,8 @@
  * deterministic.  t/cuemu/xform rewrites launches (k<<<g, b, s, st>>>(...))
  * into cuemu_launch and __shared__ declarations into registered statics.
  * Loud aborts: barrier deadlock or divergence, barriers or shuffles with
- * exited threads, bad launch shapes, shared memory over 48 KiB.
+ * exited threads, bad launch shapes, shared memory over 48 KiB, copies
+ * between overlapping areas (undefined on a GPU).
  */
 #ifndef CUEMU_H
 #define CUEMU_H

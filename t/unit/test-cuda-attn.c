@@ -1,18 +1,29 @@
 /*
- * test-cuda-attn.c - the CUDA flash attention (kernels/cuda/flashattn.cu)
+ * test-cuda-attn.c - the CUDA flash attention (kernels/cuda/attn.cu,
+ * flashattn.cu at head_dims 64 and 128, attnsmall.cu at the others)
  * against the CPU flash kernel (kernels/cpu/flashattn.c, fp32), forward
  * (out, lse) and backward (dq, dk, dv), causal and with packed documents,
- * over GQA ratios 1, 2, 4, 8, head_dims 64 and 128 and lengths off the
- * 64-row tile (T = 1, 77, 300) as well as on it (T = 1024); then the
- * backward's determinism (two runs, the same bits) and a timing of both
- * directions at T = 4096 (a diagnostic, never a verdict).  Inputs are
- * rounded to bf16 on the host first, so the reference sees what the GPU
- * sees.  Skips without a CUDA build or a GPU.
+ * over GQA ratios 1, 2, 4, 8 and lengths off the 64-row tile (T = 1, 77,
+ * 300) as well as on it (T = 1024); then the backward's determinism (two
+ * runs, the same bits) and a timing of both directions at T = 4096 (a
+ * diagnostic, never a verdict).  Inputs are rounded to bf16 on the host
+ * first, so the reference sees what the GPU sees.  Skips without a CUDA
+ * build or a GPU; under t/cuemu only the small head dims run.
  *
  * The backward is tested on its own: both sides get the reference's out
  * (rounded to bf16, the GPU's storage) and lse, so a forward error does not
  * show up again in dq, dk, dv.  Outputs are filled with NaN before each
  * call, so an element left unwritten fails its comparison.
+ *
+ * Padded queries: the CUDA backend runs a context-parallel chunk of Tq
+ * queries at q0 as flash attention over the row prefix of q0 + Tq tokens,
+ * the q0 queries before the chunk padded and marked with lse +inf
+ * (hp_cuda_fill_inf, the chunk's lse put in with hp_cuda_copy2d).  Those
+ * rows must add exactly nothing to dK and dV: the test gives them random
+ * q, zero dout (as the backend) and NaN out (so their Di is NaN, which a
+ * product with a zero probability would spread), and compares with the
+ * CPU's context-parallel backward (kernels/cpu/cpattn.c) of the chunk
+ * alone.
  */
 #include <math.h>
 
@@ -57,20 +68,6 @@ static float *vec(size_t n, unsigned seed, float a)
 	ct_fill(x, n, seed, a);
 	ct_round(x, n);
 	return x;
-}
-
-/* a device bf16 (bf 1) or fp32 (bf 0) buffer of n NaNs */
-static void *dev_nan(size_t n, int bf)
-{
-	float *x = malloc(n * sizeof(float) + 4);
-	void *d;
-
-	for (size_t i = 0; i < n; i++)
-		x[i] = NAN;
-	d = ct_dev(x, n, bf);
-	hp_cuda_sync(&err);     /* the upload reads x until then */
-	free(x);
-	return d;
 }
 
 /* ||got - want|| / max(||want||, GRAD_FLOOR sqrt(n)) (see GRAD_FLOOR) */
@@ -133,7 +130,7 @@ static void test_case(struct acase c, int packed)
 	/* forward */
 	hp_flash_attention_fwd(out, lse, q, k, v, seg, B, T, H, KV, D);
 	void *qd = ct_dev(q, nq, 1), *kd = ct_dev(k, nk, 1), *vd = ct_dev(v, nk, 1), *dod = ct_dev(dout, nq, 1);
-	void *od = dev_nan(nq, 1), *ld = dev_nan(nl, 0);
+	void *od = ct_dnan(nq, 1), *ld = ct_dnan(nl, 0);
 	hp_cuda_flash_fwd(od, ld, qd, kd, vd, segd, B, T, H, KV, D);
 	int rc = hp_cuda_sync(&err);
 	float *og = ct_host(od, nq, 1), *lg = ct_host(ld, nl, 0);
@@ -148,7 +145,7 @@ static void test_case(struct acase c, int packed)
 	hp_cuda_free(ld);
 	od = ct_dev(out, nq, 1);
 	ld = ct_dev(lse, nl, 0);
-	void *dqd = dev_nan(nq, 1), *dkd = dev_nan(nk, 1), *dvd = dev_nan(nk, 1);
+	void *dqd = ct_dnan(nq, 1), *dkd = ct_dnan(nk, 1), *dvd = ct_dnan(nk, 1);
 	float *scr = hp_cuda_alloc(hp_cuda_flash_scratch(B, T, H) * sizeof(float) + 4, &err);
 	hp_cuda_flash_bwd(dqd, dkd, dvd, dod, od, ld, qd, kd, vd, segd, scr, B, T, H, KV, D);
 	rc = hp_cuda_sync(&err);
@@ -163,9 +160,9 @@ static void test_case(struct acase c, int packed)
 	hp_cuda_free(dqd);
 	hp_cuda_free(dkd);
 	hp_cuda_free(dvd);
-	dqd = dev_nan(nq, 1);
-	dkd = dev_nan(nk, 1);
-	dvd = dev_nan(nk, 1);
+	dqd = ct_dnan(nq, 1);
+	dkd = ct_dnan(nk, 1);
+	dvd = ct_dnan(nk, 1);
 	hp_cuda_flash_bwd(dqd, dkd, dvd, dod, od, ld, qd, kd, vd, segd, scr, B, T, H, KV, D);
 	rc = hp_cuda_sync(&err);
 	hp_bf16 *b2q = bits(dqd, nq), *b2k = bits(dkd, nk), *b2v = bits(dvd, nk);
@@ -179,6 +176,108 @@ static void test_case(struct acase c, int packed)
 	hp_cuda_free(segd);
 	free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv);
 	free(cs); free(seg);
+}
+
+/* fill_inf: n floats of +inf, nothing past them */
+static void test_fill_inf(size_t n)
+{
+	float *d = ct_dnan(n + 1, 0), *h;
+	int good;
+
+	hp_cuda_fill_inf(d, n);
+	h = ct_host(d, n + 1, 0);
+	good = !hp_cuda_sync(&err) && isnan(h[n]);
+	for (size_t i = 0; i < n; i++)
+		good &= h[i] == INFINITY;
+	ok(good, "fill_inf n=%zu: +inf, the next float untouched", n);
+	free(h);
+	hp_cuda_free(d);
+}
+
+struct pcase {
+	int B, Tq, q0, Hq, Hkv, D;
+};
+
+/* rows [B, Tq, w] at offset q0 of rows [B, L, w], the q0 before them fill */
+static float *pad_rows(const float *x, int B, int Tq, int q0, size_t w, float fill)
+{
+	size_t L = (size_t)q0 + Tq;
+	float *y = malloc((size_t)B * L * w * 4 + 4);
+
+	for (int b = 0; b < B; b++) {
+		for (size_t i = 0; i < (size_t)q0 * w; i++)
+			y[(size_t)b * L * w + i] = fill;
+		memcpy(y + ((size_t)b * L + q0) * w, x + (size_t)b * Tq * w, (size_t)Tq * w * 4);
+	}
+	return y;
+}
+
+static void test_padded(struct pcase c, int packed)
+{
+	int B = c.B, Tq = c.Tq, q0 = c.q0, H = c.Hq, KV = c.Hkv, D = c.D, L = q0 + Tq;
+	size_t QD = (size_t)H * D, KD = (size_t)KV * D;
+	size_t nq = (size_t)B * Tq * QD, nk = (size_t)B * L * KD, nl = (size_t)B * H * Tq;
+	size_t nqL = (size_t)B * L * QD, nlL = (size_t)B * H * L;
+	float *q = vec(nq, 11, 2.0f), *k = vec(nk, 12, 2.0f), *v = vec(nk, 13, 1.0f), *dout = vec(nq, 14, 1.0f);
+	float *qpad = vec(nqL, 15, 2.0f);   /* the padded queries: random, finite */
+	float *out = malloc(nq * 4 + 4), *lse = malloc(nl * 4 + 4);
+	float *dq = malloc(nq * 4 + 4), *dk = malloc(nk * 4 + 4), *dv = malloc(nk * 4 + 4);
+	float *cs = malloc(hp_cp_attention_scratch(L) * 4 + 4);
+	int32_t *seg = NULL, *segc = NULL, *segd = NULL;
+	char what[128];
+
+	snprintf(what, sizeof(what), "B=%d chunk of %d at %d Hq=%d Hkv=%d D=%d %s", B, Tq, q0, H, KV, D,
+		 packed ? "packed" : "causal");
+	/* seg: the chunk's document starts (positions in the row), the padded
+	 * queries' 0, as the backend sets them */
+	if (packed) {
+		seg = malloc((size_t)B * L * sizeof(int32_t));
+		segc = malloc((size_t)B * Tq * sizeof(int32_t));
+		make_seg(seg, B, L);
+		for (int b = 0; b < B; b++) {
+			memcpy(segc + (size_t)b * Tq, seg + (size_t)b * L + q0, (size_t)Tq * sizeof(int32_t));
+			memset(seg + (size_t)b * L, 0, (size_t)q0 * sizeof(int32_t));
+		}
+		segd = ct_dev_i32(seg, (size_t)B * L);
+	}
+	/* the reference: the chunk alone against its rows' L keys */
+	hp_cp_attention_fwd(out, NULL, lse, q, k, v, segc, B, Tq, L, q0, H, KV, D);
+	ct_round(out, nq);
+	hp_cp_attention_bwd(dq, dk, dv, dout, out, NULL, lse, q, k, v, segc, cs, B, Tq, L, q0, H, KV, D);
+
+	/* the prefix layout: q the chunk after random rows, out after NaN rows,
+	 * dout after zero rows; lse +inf, then the chunk's in its place */
+	for (int b = 0; b < B; b++)
+		memcpy(qpad + ((size_t)b * L + q0) * QD, q + (size_t)b * Tq * QD, (size_t)Tq * QD * 4);
+	float *opad = pad_rows(out, B, Tq, q0, QD, NAN), *dpad = pad_rows(dout, B, Tq, q0, QD, 0.0f);
+	void *qd = ct_dev(qpad, nqL, 1), *kd = ct_dev(k, nk, 1), *vd = ct_dev(v, nk, 1);
+	void *od = ct_dev(opad, nqL, 1), *dod = ct_dev(dpad, nqL, 1);
+	float *lsed = ct_dev(lse, nl, 0), *lL = ct_dnan(nlL, 0);
+	void *dqd = ct_dnan(nqL, 1), *dkd = ct_dnan(nk, 1), *dvd = ct_dnan(nk, 1);
+	float *scr = ct_alloc(hp_cuda_flash_scratch(B, L, H) * sizeof(float) + 4);
+
+	hp_cuda_fill_inf(lL, nlL);
+	hp_cuda_copy2d(lL + q0, (size_t)L * 4, lsed, (size_t)Tq * 4, (size_t)Tq * 4, (size_t)B * H);
+	hp_cuda_flash_bwd(dqd, dkd, dvd, dod, od, lL, qd, kd, vd, segd, scr, B, L, H, KV, D);
+	int rc = hp_cuda_sync(&err);
+	float *dqg = ct_host(dqd, nqL, 1), *dkg = ct_host(dkd, nk, 1), *dvg = ct_host(dvd, nk, 1);
+	float *dqc = calloc(nq + 1, 4);
+	int padzero = 1;
+	for (int b = 0; b < B; b++) {
+		memcpy(dqc + (size_t)b * Tq * QD, dqg + ((size_t)b * L + q0) * QD, (size_t)Tq * QD * 4);
+		for (size_t i = 0; i < (size_t)q0 * QD; i++)
+			padzero &= dqg[(size_t)b * L * QD + i] == 0.0f;
+	}
+	double eq = grad_err(dqc, dq, nq), ek = grad_err(dkg, dk, nk), ev = grad_err(dvg, dv, nk);
+	ok(!rc && eq <= TOL_GRAD && ek <= TOL_GRAD && ev <= TOL_GRAD && padzero,
+	   "bwd %s, padded queries lse +inf: err dq %.2e dk %.2e dv %.2e, padded dq rows zero: %s%s%s", what, eq, ek,
+	   ev, padzero ? "yes" : "no", rc ? ": " : "", rc ? err.msg : "");
+
+	hp_cuda_free(qd); hp_cuda_free(kd); hp_cuda_free(vd); hp_cuda_free(od); hp_cuda_free(dod);
+	hp_cuda_free(lsed); hp_cuda_free(lL); hp_cuda_free(dqd); hp_cuda_free(dkd); hp_cuda_free(dvd);
+	hp_cuda_free(scr); hp_cuda_free(segd);
+	free(q); free(k); free(v); free(dout); free(qpad); free(out); free(lse); free(dq); free(dk); free(dv);
+	free(cs); free(seg); free(segc); free(opad); free(dpad); free(dqg); free(dkg); free(dvg); free(dqc);
 }
 
 /* A call that breaks the preconditions (head_dim 300; Hq not a multiple of
@@ -273,7 +372,12 @@ int main(void)
 		/* the other head dims: attnsmall.cu's one-thread-per-row kernels */
 		{ 2, 77, 4, 2, 16 }, { 1, 50, 8, 2, 8 }, { 1, 129, 4, 4, 96 },
 	};
-	int emulated = getenv("HP_CUDA_EMULATED") != NULL;
+	static const struct pcase pcases[] = {
+		{ 2, 37, 40, 4, 2, 16 }, { 1, 50, 14, 8, 2, 8 }, { 1, 64, 65, 4, 4, 96 },
+		/* the tensor cores: chunks on and off the 64-row tiles */
+		{ 2, 100, 156, 8, 2, 64 }, { 1, 77, 300, 4, 1, 128 }, { 1, 64, 64, 4, 2, 128 },
+	};
+	int emulated = ct_emulated();
 
 	if (!ct_start(WHAT))
 		return tap_done();
@@ -282,11 +386,17 @@ int main(void)
 	   hp_cuda_flash_supports(256) && !hp_cuda_flash_supports(0) && !hp_cuda_flash_supports(257),
 	   "attention supports head_dim 1 to 256 (tensor cores at 64 and 128)");
 	test_invalid();
+	test_fill_inf(1);
+	test_fill_inf(1001);
 	/* HP_CUDA_EMULATED (t/cuemu): head dims 64 and 128 (mma.sync) and the bench are not emulated */
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		for (int packed = 0; packed < 2; packed++)
 			if (!emulated || (cases[i].D != 64 && cases[i].D != 128))
 				test_case(cases[i], packed);
+	for (size_t i = 0; i < sizeof(pcases) / sizeof(pcases[0]); i++)
+		for (int packed = 0; packed < 2; packed++)
+			if (!emulated || (pcases[i].D != 64 && pcases[i].D != 128))
+				test_padded(pcases[i], packed);
 	if (!emulated)
 		bench(1, 4096, 32, 4, 128);
 	hp_cuda_fini();

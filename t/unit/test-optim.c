@@ -113,7 +113,8 @@ static void test_golden(const char *path)
 	memcpy(flat + ga.n, gb.v, sizeof(float) * gb.n);
 	p[0].g = flat;
 	p[1].g = flat + ga.n;
-	struct hp_model mod = { .nparams = 2, .params = p, .numel = (size_t)(ga.n + gb.n), .flat_g = flat };
+	struct hp_model mod = { .nparams = 2, .params = p, .numel = (size_t)(ga.n + gb.n), .flat_g = flat,
+				.bg = flat, .bk = hp_backend_cpu() };
 	/*
 	 * hp's norm is a double sum of float squares: exact to float
 	 * precision.  torch's is float: a tensor's sum of n squares is within

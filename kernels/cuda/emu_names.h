@@ -1,0 +1,70 @@
+/*
+ * cuda/emu_names.h - with HP_CUDA_EMU, cuda/ops.h declares the host
+ * emulation of the CUDA kernels (lib/cuda_emu.c) under these names, so
+ * that lib/backend_cuda.c compiles once against the GPU's kernels and
+ * once against their emulation (HP_CUDA_EMULATE) and both link into one
+ * program.  One line per function of cuda/ops.h (t/t0960 checks the list
+ * is whole).
+ */
+#ifndef HP_KERNELS_CUDA_EMU_NAMES_H
+#define HP_KERNELS_CUDA_EMU_NAMES_H
+
+#define hp_cuda_acc hp_emu_acc
+#define hp_cuda_adamw hp_emu_adamw
+#define hp_cuda_add hp_emu_add
+#define hp_cuda_add_bf16 hp_emu_add_bf16
+#define hp_cuda_add_bias hp_emu_add_bias
+#define hp_cuda_add_f64 hp_emu_add_f64
+#define hp_cuda_alloc hp_emu_alloc
+#define hp_cuda_bf16_to_f32 hp_emu_bf16_to_f32
+#define hp_cuda_ce_bwd hp_emu_ce_bwd
+#define hp_cuda_ce_loss hp_emu_ce_loss
+#define hp_cuda_check hp_emu_check
+#define hp_cuda_colsum hp_emu_colsum
+#define hp_cuda_combine hp_emu_combine
+#define hp_cuda_combine_bwd hp_emu_combine_bwd
+#define hp_cuda_copy hp_emu_copy
+#define hp_cuda_copy2d hp_emu_copy2d
+#define hp_cuda_device_count hp_emu_device_count
+#define hp_cuda_device_name hp_emu_device_name
+#define hp_cuda_download hp_emu_download
+#define hp_cuda_embedding_bwd hp_emu_embedding_bwd
+#define hp_cuda_embedding_fwd hp_emu_embedding_fwd
+#define hp_cuda_f32_to_bf16 hp_emu_f32_to_bf16
+#define hp_cuda_fill_inf hp_emu_fill_inf
+#define hp_cuda_fini hp_emu_fini
+#define hp_cuda_flash_bwd hp_emu_flash_bwd
+#define hp_cuda_flash_fwd hp_emu_flash_fwd
+#define hp_cuda_flash_scratch hp_emu_flash_scratch
+#define hp_cuda_flash_supports hp_emu_flash_supports
+#define hp_cuda_free hp_emu_free
+#define hp_cuda_gather_rows hp_emu_gather_rows
+#define hp_cuda_init hp_emu_init
+#define hp_cuda_linear_bwd hp_emu_linear_bwd
+#define hp_cuda_linear_fwd hp_emu_linear_fwd
+#define hp_cuda_max hp_emu_max
+#define hp_cuda_mem_info hp_emu_mem_info
+#define hp_cuda_reserve hp_emu_reserve
+#define hp_cuda_rmsnorm_bwd hp_emu_rmsnorm_bwd
+#define hp_cuda_rmsnorm_fwd hp_emu_rmsnorm_fwd
+#define hp_cuda_rope_bwd hp_emu_rope_bwd
+#define hp_cuda_rope_fwd hp_emu_rope_fwd
+#define hp_cuda_router_bwd hp_emu_router_bwd
+#define hp_cuda_router_topk hp_emu_router_topk
+#define hp_cuda_scale hp_emu_scale
+#define hp_cuda_scatter_add_rows hp_emu_scatter_add_rows
+#define hp_cuda_scatter_rows hp_emu_scatter_rows
+#define hp_cuda_stream hp_emu_stream
+#define hp_cuda_sumsq hp_emu_sumsq
+#define hp_cuda_swiglu_bwd hp_emu_swiglu_bwd
+#define hp_cuda_swiglu_fwd hp_emu_swiglu_fwd
+#define hp_cuda_swiglu_rows_bwd hp_emu_swiglu_rows_bwd
+#define hp_cuda_swiglu_rows_fwd hp_emu_swiglu_rows_fwd
+#define hp_cuda_sync hp_emu_sync
+#define hp_cuda_upload hp_emu_upload
+#define hp_cuda_vp_ce_bwd hp_emu_vp_ce_bwd
+#define hp_cuda_vp_ce_max hp_emu_vp_ce_max
+#define hp_cuda_vp_ce_sums hp_emu_vp_ce_sums
+#define hp_cuda_zero hp_emu_zero
+
+#endif
