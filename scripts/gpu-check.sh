@@ -94,7 +94,7 @@ else
 	fail=1
 fi
 step "  8 ranks, 1 GPU" "$(grep -q '^ok.*8 ranks on one GPU' "$LOGS/train-gpu.log" && echo ok || echo FAIL)" \
-	"$(grep -m1 -o 'run.device_comm.*' "$LOGS/train-gpu.log" | tr -s ' ')"
+	"$(grep -m1 -o 'run.device_comm.*' "$LOGS/train-gpu.log" | tr -s ' '); $(grep -m1 -o 'collectives: .*' "$LOGS/train-gpu.log")"
 step "  2 ranks, NCCL" "$(grep -o '^ok [0-9]* .*two GPUs.*' "$LOGS/train-gpu.log" | grep -q skip && echo skip || \
 	(grep -q '^ok.*two GPUs' "$LOGS/train-gpu.log" && echo ok || echo FAIL))" "needs 2 GPUs"
 

@@ -120,7 +120,9 @@ test_expect_success GPU 'on the GPU: the seed'\''s 8 ranks on one GPU, host-stag
 	grep -q "^run.device_comm  *host-staged" g8.out &&
 	grep -q "^comm: every rank.s bytes per collective and mesh dim equal the plan.s estimate" g8.out &&
 	hp-train -q fl.yaml --training.train_iters=20 --metrics c20.jsonl &&
-	rel_losses g8.jsonl c20.jsonl 1e-2
+	rel_losses g8.jsonl c20.jsonl 1e-2 &&
+	jq -s "[(map(.comm_wait_s) | add), (map(.step_time_s) | add)] | \"# collectives: \\(100 * .[0] / .[1] | floor)% of rank 0\u0027s step time\"" -r \
+		g8.jsonl
 '
 
 test_expect_success GPU2 'on two GPUs: two ranks over NCCL, bytes as the plan' '
