@@ -71,11 +71,12 @@ struct hp_route {
 	const int32_t *row_tok, *row_slot, *tok_rows;
 };
 
-/* A started collective (hp_backend.iallgather), finished by wait. */
+/* A started collective (hp_backend.iallgather), finished by wait; its
+ * owner zeroes it first and gives it back with req_free. */
 struct hp_breq {
 	MPI_Request req;          /* MPI, host buffers or staged */
 	void *recv, *stage;       /* staged: where the result goes, and the host buffer */
-	size_t off, bytes;        /* staged: the result's place in stage, and its size */
+	size_t off, bytes, cap;   /* staged: the result's place in stage, its size, stage's size */
 	void *nc;                 /* NCCL: the group whose stream carries it */
 	int active;
 };
@@ -87,7 +88,6 @@ struct hp_backend {
 	const char *name;         /* "cpu", "cuda", "cuda (emulated, exact)", ... */
 	enum hp_backend_kind kind;
 	int device;               /* memory is not the host's: upload/download between them */
-	void *state;              /* the backend's own */
 
 	/* ---- memory (bytes) ---- */
 	void *(*alloc)(struct hp_backend *b, size_t bytes, struct hp_err *e);   /* zeroed */
@@ -118,7 +118,8 @@ struct hp_backend {
 	/* ---- weights ---- */
 	/* The region the linear ops' W arguments point into (the model's flat
 	 * parameters, n floats): the CUDA backend makes its bf16 working copy
-	 * of it.  Once per region; 0 or an error. */
+	 * of it.  Once per region; 0 or an error.  n 0: the region at base is
+	 * gone (its model released). */
 	int (*weights)(struct hp_backend *b, float *base, size_t n, struct hp_err *e);
 	/* [w, w + n) of that region changed: the working copy follows */
 	void (*weights_changed)(struct hp_backend *b, const float *w, size_t n);
@@ -237,6 +238,8 @@ struct hp_backend {
 	int (*iallgather)(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
 			  enum hp_dtype t, struct hp_breq *r, struct hp_err *e);
 	int (*wait)(struct hp_backend *b, struct hp_breq *r, struct hp_err *e);
+	/* what a request kept between uses (a device's staging) */
+	void (*req_free)(struct hp_backend *b, struct hp_breq *r);
 	int (*reduce_scatter)(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
 			      enum hp_dtype t, int op, struct hp_err *e);
 	int (*alltoall)(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
@@ -274,11 +277,5 @@ int hp_emulate_from_env(enum hp_emulate *emu, struct hp_err *e);
 /* Release the backend (its device context too); NULL and the CPU backend
  * are ignored. */
 void hp_backend_close(struct hp_backend *b);
-
-/* ---- helpers over any backend ---- */
-
-/* n elements of an index array in both memories (one array on the CPU). */
-int hp_i32_alloc(struct hp_backend *b, struct hp_i32 *x, size_t n, struct hp_err *e);
-void hp_i32_free(struct hp_backend *b, struct hp_i32 *x);
 
 #endif

@@ -96,17 +96,9 @@ static int c_sync(struct hp_backend *b, struct hp_err *e)
 	return 0;
 }
 
-static int c_put(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
+/* an index array is one array on the CPU: put and get move nothing */
+static int c_put_get(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
 {
-	if (x->d != x->h && n)
-		memcpy(x->d, x->h, n * sizeof(int32_t));
-	return 0;
-}
-
-static int c_get(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
-{
-	if (x->d != x->h && n)
-		memcpy(x->h, x->d, n * sizeof(int32_t));
 	return 0;
 }
 
@@ -434,6 +426,10 @@ static int c_iallgather(struct hp_backend *b, struct hp_comm *c, const void *sen
 	return hp_comm_iallgather(c, send, recv, n, t, &r->req, e);
 }
 
+static void c_req_free(struct hp_backend *b, struct hp_breq *r)
+{
+}
+
 static int c_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
 {
 	if (r->active && r->req != MPI_REQUEST_NULL)
@@ -488,8 +484,8 @@ static struct hp_backend cpu = {
 	.zero = c_zero,
 	.release = c_release,
 	.sync = c_sync,
-	.put = c_put,
-	.get = c_get,
+	.put = c_put_get,
+	.get = c_put_get,
 	.esize = c_esize,
 	.convert = c_convert,
 	.acc = c_acc,
@@ -544,6 +540,7 @@ static struct hp_backend cpu = {
 	.allgather = c_allgather,
 	.iallgather = c_iallgather,
 	.wait = c_wait,
+	.req_free = c_req_free,
 	.reduce_scatter = c_reduce_scatter,
 	.alltoall = c_alltoall,
 	.alltoallv = c_alltoallv,
@@ -561,26 +558,4 @@ void hp_backend_close(struct hp_backend *b)
 {
 	if (b && b->close)
 		b->close(b);
-}
-
-int hp_i32_alloc(struct hp_backend *b, struct hp_i32 *x, size_t n, struct hp_err *e)
-{
-	x->h = hp_calloc(n + 1, sizeof(int32_t));
-	if (!x->h)
-		return hp_err_set(e, HP_ENOMEM, "out of memory");
-	x->d = x->h;
-	if (b->device && !(x->d = b->alloc(b, (n + 1) * sizeof(int32_t), e))) {
-		hp_free(x->h);
-		x->h = NULL;
-		return e->code;
-	}
-	return 0;
-}
-
-void hp_i32_free(struct hp_backend *b, struct hp_i32 *x)
-{
-	if (x->d && x->d != x->h)
-		b->free(b, x->d);
-	hp_free(x->h);
-	x->h = x->d = NULL;
 }

@@ -62,6 +62,8 @@ struct cu {
 	struct hp_nccl nc[HP_NDIM + 1];
 	void *ev[NEV];
 	int evi;
+	struct hp_breq greq;         /* the blocking all-gather's */
+	int comm_want;               /* HP_CUDA_COMM: 0 unset, 1 nccl, 2 staged */
 };
 
 static struct cu *cu_of(struct hp_backend *b)
@@ -100,19 +102,26 @@ static hp_bf16 *bscr(struct cu *c, int i, size_t n)
 	return scr(c, i, n * sizeof(hp_bf16));
 }
 
+/* Host memory *p of *cap bytes, grown to at least bytes; NULL when that
+ * failed (*p then NULL too). */
+static void *host_grow(void **p, size_t *cap, size_t bytes)
+{
+	if (bytes > *cap || !*p) {
+		hp_free(*p);
+		*cap = 0;
+		if (!(*p = hp_malloc(bytes + 64)))
+			return NULL;
+		*cap = bytes;
+	}
+	return *p;
+}
+
 /* Host scratch of at least bytes. */
 static void *hscr(struct cu *c, size_t bytes)
 {
-	if (bytes > c->hcap) {
-		hp_free(c->host);
-		c->hcap = 0;
-		if (!(c->host = hp_malloc(bytes + 64))) {
-			keep(c, hp_err_set(&c->err, HP_ENOMEM, "cuda: out of host memory for %zu MiB of staging",
-					   bytes >> 20));
-			return NULL;
-		}
-		c->hcap = bytes;
-	}
+	if (!host_grow(&c->host, &c->hcap, bytes))
+		keep(c, hp_err_set(&c->err, HP_ENOMEM, "cuda: out of host memory for %zu MiB of staging",
+				   bytes >> 20));
 	return c->host;
 }
 
@@ -128,12 +137,20 @@ static const hp_bf16 *as_bf16(struct cu *c, int i, const float *x, size_t n)
 
 /* The working copy of weight W (O*K floats): from its registered region,
  * else converted now. */
-static const hp_bf16 *wb_of(struct cu *c, const float *W, size_t n)
+/* The working copy of [w, w + n) when a registered region holds it, else NULL. */
+static hp_bf16 *region_wb(struct cu *c, const float *w, size_t n)
 {
 	for (int i = 0; i < NREGION; i++)
-		if (c->reg[i].wb && W >= c->reg[i].base && W + n <= c->reg[i].base + c->reg[i].n)
-			return c->reg[i].wb + (W - c->reg[i].base);
-	return as_bf16(c, S_W, W, n);
+		if (c->reg[i].wb && w >= c->reg[i].base && w + n <= c->reg[i].base + c->reg[i].n)
+			return c->reg[i].wb + (w - c->reg[i].base);
+	return NULL;
+}
+
+static const hp_bf16 *wb_of(struct cu *c, const float *W, size_t n)
+{
+	const hp_bf16 *wb = region_wb(c, W, n);
+
+	return wb ? wb : as_bf16(c, S_W, W, n);
 }
 
 /* ---- memory ---- */
@@ -224,10 +241,20 @@ static void k_acc(struct hp_backend *b, float *dst, const void *src, enum hp_dty
 		hp_cuda_acc(dst, src, n);
 }
 
+/* n 0: the region at base is gone (its model released); its copy goes too,
+ * so that memory the device hands out again is never taken for it */
 static int k_weights(struct hp_backend *b, float *base, size_t n, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
 
+	if (!n) {
+		for (int i = 0; i < NREGION; i++)
+			if (c->reg[i].wb && c->reg[i].base == base) {
+				hp_cuda_free(c->reg[i].wb);
+				memset(&c->reg[i], 0, sizeof(c->reg[i]));
+			}
+		return 0;
+	}
 	for (int i = 0; i < NREGION; i++)
 		if (!c->reg[i].wb) {
 			if (!(c->reg[i].wb = hp_cuda_alloc(n * sizeof(hp_bf16) + 64, e)))
@@ -241,11 +268,10 @@ static int k_weights(struct hp_backend *b, float *base, size_t n, struct hp_err 
 
 static void k_weights_changed(struct hp_backend *b, const float *w, size_t n)
 {
-	struct cu *c = cu_of(b);
+	hp_bf16 *wb = n ? region_wb(cu_of(b), w, n) : NULL;
 
-	for (int i = 0; i < NREGION; i++)
-		if (c->reg[i].wb && w >= c->reg[i].base && w + n <= c->reg[i].base + c->reg[i].n && n)
-			hp_cuda_f32_to_bf16(c->reg[i].wb + (w - c->reg[i].base), w, n);
+	if (wb)
+		hp_cuda_f32_to_bf16(wb, w, n);
 }
 
 /* ---- ops ---- */
@@ -749,12 +775,8 @@ static void k_scale(struct hp_backend *b, float *x, float s, size_t n)
 static void k_adamw(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,
 		    const struct hp_adamw_hparams *h, int decay)
 {
-	struct cu *c = cu_of(b);
-	hp_bf16 *wb = NULL;
+	hp_bf16 *wb = region_wb(cu_of(b), w, n);
 
-	for (int i = 0; i < NREGION && !wb; i++)
-		if (c->reg[i].wb && w >= c->reg[i].base && w + n <= c->reg[i].base + c->reg[i].n)
-			wb = c->reg[i].wb + (w - c->reg[i].base);
 	if (n)
 		hp_cuda_adamw(w, wb, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, decay);
 }
@@ -903,8 +925,9 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 	enum hp_dtype w = wire_of(t);
 	int rc;
 
-	memset(r, 0, sizeof(*r));
+	r->active = 0;
 	r->req = MPI_REQUEST_NULL;
+	r->nc = NULL;
 	if (cm->size <= 1) {
 		k_copy(b, recv, send, n * es);
 		return 0;
@@ -920,7 +943,8 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 	r->recv = recv;
 	r->off = n * es;
 	r->bytes = (size_t)cm->size * n * es;
-	if (!(r->stage = hp_malloc(r->off + r->bytes + 1)))
+	/* the request keeps its staging for the next gather (hp_backend.req_free) */
+	if (!host_grow(&r->stage, &r->cap, r->off + r->bytes))
 		return hp_err_set(e, HP_ENOMEM, "cuda: out of host memory staging an all-gather of %zu MiB",
 				  r->bytes >> 20);
 	if ((rc = k_download(b, r->stage, send, n * es, e)))
@@ -950,28 +974,26 @@ static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
 #endif
 	if (r->req != MPI_REQUEST_NULL)
 		hp_comm_wait(&r->req);
-	if (r->stage) {
-		rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
-		/* the upload must have read the stage before it goes */
-		if (!rc)
-			rc = hp_cuda_sync(e);
-		hp_free(r->stage);
-		r->stage = NULL;
-	}
-	return rc;
+	rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
+	/* the upload must have read the stage before the next gather fills it */
+	return rc ? rc : hp_cuda_sync(e);
 }
 
+static void k_req_free(struct hp_backend *b, struct hp_breq *r)
+{
+	hp_free(r->stage);
+	r->stage = NULL;
+	r->cap = 0;
+}
+
+/* started and finished at once, on the backend's own request (its staging reused) */
 static int k_allgather(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
 		       enum hp_dtype t, struct hp_err *e)
 {
-	struct hp_breq r;
-	int rc = k_iallgather(b, cm, send, recv, n, t, &r, e);
+	struct hp_breq *r = &cu_of(b)->greq;
+	int rc = k_iallgather(b, cm, send, recv, n, t, r, e);
 
-	if (!rc)
-		rc = k_wait(b, &r, e);
-	if (r.stage)
-		hp_free(r.stage);
-	return rc;
+	return rc ? rc : k_wait(b, r, e);
 }
 
 /* all-to-all(v): no reduction, the elements travel as they are */
@@ -1051,17 +1073,14 @@ static int k_alltoallv(struct hp_backend *b, struct hp_comm *cm, const void *sen
 static int k_attach(struct hp_backend *b, struct hp_comms *cs, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
-	const char *want = getenv("HP_CUDA_COMM");
 
-	if (want && *want && strcmp(want, "nccl") && strcmp(want, "staged"))
-		return hp_err_set(e, HP_ECONFIG, "HP_CUDA_COMM=%s: expected nccl or staged", want);
 #if USE_NCCL
-	int ok = !c->shared && !(want && !strcmp(want, "staged")), all = 0, rc;
+	int ok = !c->shared && c->comm_want != 2, all = 0, rc;
 
 	/* every rank decides alike: NCCL only where all of them can */
 	MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	if (!all) {
-		if (want && !strcmp(want, "nccl"))
+		if (c->comm_want == 1)
 			return hp_err_set(e, HP_EUNSUP, "HP_CUDA_COMM=nccl: ranks share a GPU, and NCCL wants "
 					  "one GPU per rank");
 		return 0;
@@ -1075,7 +1094,7 @@ static int k_attach(struct hp_backend *b, struct hp_comms *cs, struct hp_err *e)
 			return rc;
 	c->nccl = 1;
 #else
-	if (want && !strcmp(want, "nccl"))
+	if (c->comm_want == 1)
 		return hp_err_set(e, HP_EUNSUP, "HP_CUDA_COMM=nccl: %s", sizeof(hp_bf16) == 4 ?
 				  "the emulation carries device buffers host-staged" : "hp was built without NCCL");
 #endif
@@ -1106,6 +1125,7 @@ static void k_close(struct hp_backend *b)
 		if (c->scr[i])
 			hp_cuda_free(c->scr[i]);
 	hp_free(c->host);
+	k_req_free(b, &c->greq);
 	hp_cuda_fini();
 	hp_free(c);
 }
@@ -1178,6 +1198,7 @@ static const struct hp_backend table = {
 	.allgather = k_allgather,
 	.iallgather = k_iallgather,
 	.wait = k_wait,
+	.req_free = k_req_free,
 	.reduce_scatter = k_reduce_scatter,
 	.alltoall = k_alltoall,
 	.alltoallv = k_alltoallv,
@@ -1193,14 +1214,19 @@ int hp_backend_cuda_emu_new(struct hp_backend **bp, int round_bf16, struct hp_er
 int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct hp_err *e)
 #endif
 {
-	struct cu *c = hp_calloc(1, sizeof(*c));
+	const char *want = getenv("HP_CUDA_COMM");
 	char dn[128] = "";
+	struct cu *c;
 	int rc;
 
 	*bp = NULL;
-	if (!c)
+	/* read here, so that a bad value is refused on one rank too */
+	if (want && *want && strcmp(want, "nccl") && strcmp(want, "staged"))
+		return hp_err_set(e, HP_ECONFIG, "HP_CUDA_COMM=%s: expected nccl or staged", want);
+	if (!(c = hp_calloc(1, sizeof(*c))))
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
 	c->b = table;
+	c->comm_want = !want || !*want ? 0 : !strcmp(want, "nccl") ? 1 : 2;
 #ifdef HP_CUDA_EMU
 	c->b.kind = HP_BACKEND_CUDA_EMU;
 	hp_emu_round_bf16(round_bf16);
@@ -1215,7 +1241,6 @@ int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct 
 	}
 	snprintf(c->name, sizeof(c->name), "cuda:%d %s", dev, dn);
 	c->b.name = c->name;
-	c->b.state = c;
 	*bp = &c->b;
 	return 0;
 }

@@ -214,6 +214,7 @@ void hp_fsdp_free(struct hp_fsdp *f)
 		for (int i = 0; f->slots && i < f->nslots; i++) {
 			bk->free(bk, f->slots[i].buf);
 			bk->free(bk, f->slots[i].send);
+			bk->req_free(bk, &f->slots[i].req);
 		}
 		bk->free(bk, f->stale);
 	}

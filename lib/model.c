@@ -669,6 +669,8 @@ fail:
 
 void hp_model_release(struct hp_model *m)
 {
+	if (m->bk && m->bw)
+		m->bk->weights(m->bk, m->bw, 0, NULL);   /* the backend forgets the region */
 	if (on_device(m)) {
 		m->bk->free(m->bk, m->bw);
 		m->bk->free(m->bk, m->bg);

@@ -68,26 +68,17 @@ void hp_optim_release(struct hp_optim *o)
 	hp_optim_drop_moments(o);
 }
 
-int hp_optim_download(struct hp_optim *o, size_t numel, struct hp_err *e)
+int hp_optim_move(struct hp_optim *o, size_t numel, int to_host, struct hp_err *e)
 {
-	int rc;
+	float *const d[2] = { o->m, o->v }, *const h[2] = { o->hm, o->hv };
+	int rc = 0;
 
 	if (!o->bk || !o->bk->device || !o->m)
 		return 0;
-	if ((rc = o->bk->download(o->bk, o->hm, o->m, numel * sizeof(float), e)))
-		return rc;
-	return o->bk->download(o->bk, o->hv, o->v, numel * sizeof(float), e);
-}
-
-int hp_optim_upload(struct hp_optim *o, size_t numel, struct hp_err *e)
-{
-	int rc;
-
-	if (!o->bk || !o->bk->device || !o->m)
-		return 0;
-	if ((rc = o->bk->upload(o->bk, o->m, o->hm, numel * sizeof(float), e)))
-		return rc;
-	return o->bk->upload(o->bk, o->v, o->hv, numel * sizeof(float), e);
+	for (int i = 0; i < 2 && !rc; i++)
+		rc = to_host ? o->bk->download(o->bk, h[i], d[i], numel * sizeof(float), e) :
+			       o->bk->upload(o->bk, d[i], h[i], numel * sizeof(float), e);
+	return rc;
 }
 
 double hp_lr_at(const struct hp_optim *o, long s)

@@ -30,10 +30,9 @@ struct hp_optim {
 /* Set up moments (on m's backend) and decay flags for m from the
  * config's optimizer, lr_scheduler and training sections. */
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e);
-/* Device backends: the moments to their host copies, and back.  Nothing
- * on the CPU. */
-int hp_optim_download(struct hp_optim *o, size_t numel, struct hp_err *e);
-int hp_optim_upload(struct hp_optim *o, size_t numel, struct hp_err *e);
+/* Device backends: the moments to their host copies (to_host 1), or
+ * back (0).  Nothing on the CPU. */
+int hp_optim_move(struct hp_optim *o, size_t numel, int to_host, struct hp_err *e);
 void hp_optim_release(struct hp_optim *o);
 /* Free the model-sized moments: under FSDP they live with the shards
  * (lib/fsdp.c) and hp_optim_step is not used. */

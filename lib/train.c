@@ -507,6 +507,16 @@ static int comm_matches(const struct run *r, char *why, size_t n)
 	return 1;
 }
 
+/* The model's failure (a collective's, or its backend's) as e: what
+ * failed in which pass, and the model's own message. */
+static int model_failed(const struct hp_model *m, const char *pass, long step, struct hp_err *e)
+{
+	return hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "%s %ld: the %s failed: %s",
+			  !strcmp(pass, "evaluation") ? "evaluation after step" : "step", step,
+			  !strcmp(pass, "evaluation") ? "forward" : pass,
+			  m->err.msg[0] ? m->err.msg : "a collective failed");
+}
+
 /*
  * One optimizer step over ranks (FSDP/HSDP): this rank runs its dp share
  * of the step's micro-batches with the units gathered as hp-plan(5) says,
@@ -559,17 +569,14 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 		m->ce_scale = scale_count > 0 ? 1.0 / scale_count : 0;
 		r->verify.micro = (int)(a - first);
 		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
-			return r->fsdp.rc ? r->fsdp.rc : r->verify.rc ? r->verify.rc :
-			       hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "step %ld: the forward failed: %s", step,
-					  m->err.msg[0] ? m->err.msg : "a collective failed");
+			return r->fsdp.rc ? r->fsdp.rc : r->verify.rc ? r->verify.rc : model_failed(m, "forward", step, e);
 		sums[0] += ls;
 		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
 		hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp));
 		if (r->fsdp.rc)
 			return r->fsdp.rc;
 		if (m->par_rc)
-			return hp_err_set(e, m->par_rc, "step %ld: the backward failed: %s", step,
-					  m->err.msg[0] ? m->err.msg : "a collective failed");
+			return model_failed(m, "backward", step, e);
 		if ((rc = hp_fsdp_reduce_scatter_unit(&r->fsdp, 0, e)))
 			return rc;
 		if (r->plan->reshard_after_backward)
@@ -634,6 +641,20 @@ static void data_cursor(const struct run *r, struct hp_ckpt_state *st)
 		hp_batcher_cursor(r->data, &st->pos, &st->epoch);
 }
 
+/* What ckpt_piece hands out is the host's copy of the run's state: a
+ * device's comes to it before a save (to_host 1), and goes back after a
+ * restore (0).  Nothing on the CPU. */
+static int move_state(struct run *r, int to_host, struct hp_err *e)
+{
+	int rc;
+
+	if (r->dist)
+		return to_host ? hp_fsdp_download(&r->fsdp, 0, 1, e) : hp_fsdp_upload(&r->fsdp, e);
+	if ((rc = to_host ? hp_model_download(&r->model, 0, e) : hp_model_upload(&r->model, e)))
+		return rc;
+	return hp_optim_move(&r->opt, r->model.numel, to_host, e);
+}
+
 /* Save the checkpoint of step (the run's state after it); returns the
  * seconds the loop was held. */
 static int save_ckpt(struct run *r, long step, int last, double *held, struct hp_err *e)
@@ -651,9 +672,7 @@ static int save_ckpt(struct run *r, long step, int last, double *held, struct hp
 
 	if (so.hf_dtype != HP_DTYPE_BF16 && so.hf_dtype != HP_DTYPE_F16)
 		so.hf_dtype = HP_DTYPE_F32;
-	/* what ckpt_piece hands out is the host's copy: a device's state first comes to it */
-	if ((rc = r->dist ? hp_fsdp_download(&r->fsdp, 0, 1, e) :
-	     hp_model_download(&r->model, 0, e) ? e->code : hp_optim_download(&r->opt, r->model.numel, e)))
+	if ((rc = move_state(r, 1, e)))
 		return rc;
 	data_cursor(r, &st);
 	rc = hp_ckpt_save(&so, r->plan, MPI_COMM_WORLD, ckpt_piece, r, &st, e);
@@ -680,9 +699,7 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	}
 	if (rc || (rc = hp_ckpt_restore(dir, r->plan, MPI_COMM_WORLD, 1, ckpt_piece, r, &st, e)))
 		return rc;
-	/* ckpt_piece filled the host's copies: a device takes them */
-	if ((rc = r->dist ? hp_fsdp_upload(&r->fsdp, e) :
-	     hp_model_upload(&r->model, e) ? e->code : hp_optim_upload(&r->opt, r->model.numel, e)))
+	if ((rc = move_state(r, 0, e)))
 		return rc;
 	if (st.online != (r->online != NULL))
 		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint was made with %s data, this run reads %s",
@@ -718,12 +735,12 @@ static int pick_device(struct run *r, MPI_Comm comm, struct hp_err *e)
 	r->bk = hp_backend_cpu();
 	if ((rc = hp_emulate_from_env(&emu, e)))
 		return rc;
-#ifdef HP_HAVE_CUDA
-	if (emu == HP_EMULATE_OFF)
-		n = hp_cuda_device_count();
-#endif
 	if (emu != HP_EMULATE_OFF)
-		n = 1;
+		n = 1;   /* the emulation is one device, whatever this machine has */
+#ifdef HP_HAVE_CUDA
+	else if (d != HP_DEVICE_CPU)
+		n = hp_cuda_device_count();   /* the driver is woken only when it may be used */
+#endif
 	if (d == HP_DEVICE_CPU || (d == HP_DEVICE_AUTO && n == 0))
 		return 0;
 	/* before the build and the GPU are looked at, so that the refusal is
@@ -1012,9 +1029,7 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 			}
 			m->ce_scale = 0;   /* no gradient: the chunked head's own backward stays off */
 			if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt)) {
-				rc = r->dist && r->fsdp.rc ? r->fsdp.rc :
-				     hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "evaluation after step %ld: the "
-						"forward failed%s%s", step, m->err.msg[0] ? ": " : "", m->err.msg);
+				rc = r->dist && r->fsdp.rc ? r->fsdp.rc : model_failed(m, "evaluation", step, e);
 				break;
 			}
 			sums[0] += ls;
@@ -1105,8 +1120,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 				m->ce_scale = total > 0 ? 1.0 / total : 0;
 				if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
-					return hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "step %ld: %s", step,
-							  m->err.msg[0] ? m->err.msg : "the forward failed");
+					return model_failed(m, "forward", step, e);
 				loss_sum += ls;
 				aux_sum += m->aux_loss;
 				/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
@@ -1119,7 +1133,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			}
 			norm = hp_grad_norm(m);
 			if (m->par_rc)
-				return hp_err_set(e, m->par_rc, "step %ld: %s", step, m->err.msg);
+				return model_failed(m, "backward", step, e);
 		}
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)

@@ -198,6 +198,8 @@ test_expect_success DEVICE 'on the device, mix_precision bfloat16 over ranks: bf
 	bf16_layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8 $MP &&
 	test_must_fail_with 4 hp-train -q hf.yaml $DEVICE_ARGS $F.mix_precision.param_dtype=bfloat16 2>err &&
 	grep -q "one rank has no FSDP gathers or reductions for it to apply to" err &&
+	test_must_fail_with 4 hp-train -q hf.yaml $DEVICE_ARGS $F.mix_precision.reduce_dtype=float16 2>err &&
+	grep -q "reduce_dtype: float16 is not implemented (bfloat16 or float32)" err &&
 	test_must_fail_with 4 mpiexec -n 2 hp-train -q hf.yaml $DEVICE_ARGS $F.dp_shard_size=2 \
 		$F.mix_precision.output_dtype=bfloat16 2>err &&
 	grep -q "output_dtype: bfloat16 is not implemented: the modules. outputs are float32" err

@@ -85,7 +85,28 @@ test_expect_success 'HP_CUDA_EMULATE and HP_CUDA_COMM take only their values' '
 	grep -q "HP_CUDA_COMM=tcp: expected nccl or staged" err &&
 	HP_CUDA_EMULATE=exact HP_CUDA_COMM=nccl test_must_fail_with 4 mpiexec -n 2 hp-train -q fl.yaml \
 		--training.device=cuda --fsdp_config.dp_shard_size=2 2>err &&
-	grep -q "HP_CUDA_COMM=nccl: the emulation carries device buffers host-staged" err
+	grep -q "HP_CUDA_COMM=nccl: the emulation carries device buffers host-staged" err &&
+	HP_CUDA_EMULATE=exact HP_CUDA_COMM=tcp test_must_fail_with 3 hp-train -q fl.yaml --training.device=cuda \
+		2>err &&
+	test_one_line err && grep -q "HP_CUDA_COMM=tcp: expected nccl or staged" err
+'
+
+# The device's attention is flash only (no eager to fall back on), up to
+# head_dim 256; the CPU's flash kernel takes up to 512 and leaves the rest
+# to the reference.  A random model of each size shows both refusals.
+test_expect_success 'a head_dim no attention kernel takes is refused by name, nothing written' '
+	for D in 320 520; do
+		mkdir -p hd$D &&
+		jq ".head_dim = $D" "$DATA/ref/qwen3-moe-a/config.json" >hd$D/config.json &&
+		sed -e "s|from_pretrained|from_config|" -e "s|pretrained_model_name_or_path: .*|config_path: $PWD/hd$D|" \
+			fl.yaml >hd$D.yaml || return 1
+	done &&
+	HP_CUDA_EMULATE=exact test_must_fail_with 4 hp-train -q hd320.yaml --training.device=cuda \
+		--metrics hd.jsonl 2>err &&
+	test_one_line err && grep -q "cuda (emulated.*): no attention kernel takes head_dim 320" err &&
+	test_must_fail_with 3 hp-train -q hd520.yaml --metrics hd.jsonl 2>err &&
+	test_one_line err && grep -q "flash_attention takes head_dim up to 512, the model has 520" err &&
+	! test -e hd.jsonl
 '
 
 test_expect_success 'a device that is not cpu, cuda or auto is a config error' '

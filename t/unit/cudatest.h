@@ -59,25 +59,25 @@ static inline void *ct_dev(const float *x, size_t n, int bf)
 	return d;
 }
 
-/* a device copy of host int32 x (or doubles) */
-static inline int32_t *ct_dev_i32(const int32_t *x, size_t n)
+/* a device copy of the bytes at x; as int32 or double elements */
+static inline void *ct_dev_bytes(const void *x, size_t bytes)
 {
 	struct hp_err e;
-	int32_t *d = ct_alloc(n * 4 + 4);
+	void *d = ct_alloc(bytes + 8);
 
-	hp_cuda_upload(d, x, n * 4, &e);
+	hp_cuda_upload(d, x, bytes, &e);
 	hp_cuda_sync(&e);
 	return d;
 }
 
+static inline int32_t *ct_dev_i32(const int32_t *x, size_t n)
+{
+	return ct_dev_bytes(x, n * sizeof(*x));
+}
+
 static inline double *ct_dev_f64(const double *x, size_t n)
 {
-	struct hp_err e;
-	double *d = ct_alloc(n * 8 + 8);
-
-	hp_cuda_upload(d, x, n * 8, &e);
-	hp_cuda_sync(&e);
-	return d;
+	return ct_dev_bytes(x, n * sizeof(*x));
 }
 
 /* host fp32 copy of device d (fp32 or bf16); synchronises; caller frees */

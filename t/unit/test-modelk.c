@@ -6,7 +6,8 @@
  * rows, odd lengths and chunks that do not divide the tokens.  And the
  * plan's activation estimate equals the model's arena with every kernel
  * choice (hp-plan measures with lib/model.c's own take_acts; this holds the
- * measuring pass equal to the allocation).
+ * measuring pass equal to the allocation).  And one backend carries
+ * model after model, each with its own weights (models_in_turn).
  *
  * Tolerances.  A substituted kernel computes HF's algebra in another
  * summation order (flash tiles against the eager softmax, eight double
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "config.h"
 #include "model.h"
 #include "plan.h"
@@ -326,6 +328,77 @@ static void estimate_is_arena_par(const char *model, const char *acc, int world,
 	hp_config_release(&c);
 }
 
+/* One forward of model's fixture with every weight times scale, on bk
+ * (NULL: the CPU): the loss sum, or NAN with the failure reported. */
+static double scaled_loss(struct hp_backend *bk, const char *dir, const struct hp_model_kernels *k, float scale,
+			  const int32_t *ids, const int32_t *tg, int T)
+{
+	struct hp_model_spec s;
+	struct hp_model m;
+	struct hp_err e;
+	double loss = NAN;
+	long cnt;
+
+	hp_err_clear(&e);
+	if (hp_hfconfig_load(&s, dir, &e) || hp_model_init_par(&m, bk, &s, k, NULL, 1, T, &e)) {
+		tap_diag("  %s", e.msg);
+		return NAN;
+	}
+	if (!hp_model_load_hf(&m, dir, &e)) {
+		for (size_t i = 0; i < m.numel; i++)
+			m.flat_w[i] *= scale;
+		if (!hp_model_upload(&m, &e) && hp_model_forward(&m, ids, tg, NULL, &loss, &cnt))
+			loss = NAN;
+	}
+	if (e.code)
+		tap_diag("  %s", e.msg);
+	hp_model_release(&m);
+	return loss;
+}
+
+/*
+ * One backend carries model after model (hp-verify's reference beside the
+ * run's model; a program that makes several): the CUDA backend keeps a
+ * working copy of each model's weights, and a released model's copy must
+ * go with it, or the next model, handed the same device memory, computes
+ * with the old weights.  Six models in turn on the emulation (exact: the
+ * CPU's bits where both run flash attention), each with other weights,
+ * each forward equal to the CPU's.
+ */
+static void models_in_turn(void)
+{
+	char dir[4200];
+	struct hp_backend *bk;
+	struct hp_model_kernels k;
+	struct hp_err e;
+	int32_t *ids, *tg, *seg;
+	int T = 37, same = 0;
+
+	if (make_batch("stories260K/hf", dir, sizeof(dir), 1, T, 0, &ids, &tg, &seg))
+		return;
+	all_layers(&k, 1, 0, 0, 0);
+	hp_err_clear(&e);
+	if (hp_backend_cuda_open(&bk, 0, 0, HP_EMULATE_EXACT, &e)) {
+		ok(0, "the emulated CUDA backend: %s", e.msg);
+	} else {
+		for (int i = 0; i < 6; i++) {
+			float scale = 1.0f + 0.125f * (float)i;
+			double cpu = scaled_loss(NULL, dir, &k, scale, ids, tg, T);
+			double dev = scaled_loss(bk, dir, &k, scale, ids, tg, T);
+
+			same += cpu == dev && !isnan(cpu);
+			if (cpu != dev)
+				tap_diag("  model %d (weights x%g): %.9g on the device, %.9g on the CPU", i, scale, dev,
+					 cpu);
+		}
+		hp_backend_close(bk);
+		ok(same == 6, "six models in turn on one emulated CUDA backend: %d of 6 forwards the CPU's bits", same);
+	}
+	free(ids);
+	free(tg);
+	free(seg);
+}
+
 int main(void)
 {
 	const char *sd = getenv("HP_SRC_DIR");
@@ -334,6 +407,7 @@ int main(void)
 	struct hp_model_kernels k;
 
 	snprintf(src, sizeof(src), "%s", sd ? sd : ".");
+	models_in_turn();
 	for (int i = 0; i < 4; i++) {
 		all_layers(&k, 1, 0, 0, 0);
 		compare(models[i], "flash attention", &k, 2, 37, 0);
