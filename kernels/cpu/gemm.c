@@ -17,7 +17,8 @@
  *           12 broadcasts of A (24 FMAs against 14 loads); packing by
  *           16 x 16 transposes, edges through AVX-512 masks
  *   avx2    MR 6, NR 16: 12 ymm accumulators; per k two vectors of B and
- *           6 broadcasts (12 FMAs against 8 loads); plain-C packing
+ *           6 broadcasts (12 FMAs against 8 loads); packing by vector
+ *           copies and 8 x 8 transposes
  *   baseline MR 4, NR 8: vector extensions (SSE on x86-64, NEON on arm64),
  *           a multiply and an add per term (no FMA at this level)
  * All four trans cases differ only in packing.  Packing pads the last
@@ -277,7 +278,133 @@ static const struct gemm_level level_base = { MR0, NR0, pack_a_base, pack_b_base
 
 #define HP_AVX2 __attribute__((target("avx2,fma")))
 
-HP_PACKERS(HP_AVX2, avx2, MR2, NR2)
+/*
+ * Packing at this level: vector copies where op(X)'s panel values are
+ * contiguous (kmajor), 8 x 8 transposes where they are not; the plain
+ * packer did these element by element and took 12% of a training step's
+ * time (perf, the bench's wide model at HP_CPU=avx2).  Packing moves
+ * values and never rounds, so the bits of C do not depend on the packer.
+ * No load reads past a row or column op(X) has.
+ */
+
+#ifndef HP_PACK_AHEAD
+#define HP_PACK_AHEAD 64
+#endif
+/* t[c] = column c of the 8 x 8 block r[0..7] (rows), in place. */
+HP_AVX2 static inline void transpose8(__m256 r[8])
+{
+	__m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+	__m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+	__m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+	__m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+	__m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+	__m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+	__m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+	__m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+
+	r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+	r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+	r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+	r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+	r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+	r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+	r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+	r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* The non-kmajor case of pack_plain for one panel of w <= 16 values
+ * (rows of X r0.., each kc long from k0), n of them present: 8 values of
+ * k at a time from up to 16 rows, transposed in two 8 x 8 halves; the k
+ * tail (kc % 8) element by element. */
+HP_AVX2 static inline void pack_panel_t(float *dst, const float *X, long ld, long r0, long n, long k0,
+					long kc, const int w)
+{
+	long k = 0;
+
+	for (; k + 8 <= kc; k += 8) {
+		for (int h = 0; h < w; h += 8) {
+			__m256 r[8];
+
+			for (int i = 0; i < 8; i++)
+				if (h + i < n) {
+					const float *x = X + (r0 + h + i) * ld + k0 + k;
+
+					_mm_prefetch((const char *)(x + HP_PACK_AHEAD), _MM_HINT_T0);
+					r[i] = _mm256_loadu_ps(x);
+				} else {
+					r[i] = _mm256_setzero_ps();
+				}
+			transpose8(r);
+			for (int c = 0; c < 8; c++) {
+				float *d = dst + (k + c) * w + h;
+
+				if (w - h >= 8) {
+					_mm256_storeu_ps(d, r[c]);
+				} else {        /* w == 6: the low 6 lanes */
+					_mm_storeu_ps(d, _mm256_castps256_ps128(r[c]));
+					_mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(r[c], 1));
+				}
+			}
+		}
+	}
+	for (; k < kc; k++)
+		for (int i = 0; i < w; i++)
+			dst[k * w + i] = i < n ? X[(r0 + i) * ld + k0 + k] : 0.0f;
+}
+
+/* op(A) into panels of 6 rows. */
+HP_AVX2 static void pack_a_avx2(float *dst, int transA, const float *A, long lda,
+				long i0, long mc, long k0, long kc)
+{
+	for (long ip = 0; ip < mc; ip += MR2, dst += kc * MR2) {
+		long nb = imin(MR2, mc - ip);
+
+		if (!transA) {
+			pack_panel_t(dst, A, lda, i0 + ip, nb, k0, kc, MR2);
+		} else if (nb == MR2) {
+			/* op(A)[i][k] = A[k*lda + i]: 4 + 2 values per k */
+			const float *src = A + k0 * lda + i0 + ip;
+
+			for (long k = 0; k < kc; k++, src += lda) {
+				_mm_storeu_ps(dst + k * MR2, _mm_loadu_ps(src));
+				_mm_store_sd((double *)(dst + k * MR2 + 4), _mm_load_sd((const double *)(src + 4)));
+			}
+		} else {
+			pack_plain(dst, 1, A, lda, i0 + ip, nb, k0, kc, MR2);
+		}
+	}
+}
+
+/* op(B) into panels of 16 columns. */
+HP_AVX2 static void pack_b_avx2(float *dst, int transB, const float *B, long ldb,
+				long k0, long kc, long j0, long nc)
+{
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+	for (long jp = 0; jp < nc; jp += NR2, dst += kc * NR2) {
+		long nb = imin(NR2, nc - jp);
+
+		if (transB) {
+			pack_panel_t(dst, B, ldb, j0 + jp, nb, k0, kc, NR2);
+		} else {
+			/* op(B)[k][j] = B[k*ldb + j]: rows are contiguous */
+			__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nb), lane);
+			__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nb - 8), lane);
+			const float *src = B + k0 * ldb + j0 + jp;
+
+			if (nb == NR2)
+				for (long k = 0; k < kc; k++, src += ldb) {
+					_mm256_store_ps(dst + k * NR2, _mm256_loadu_ps(src));
+					_mm256_store_ps(dst + k * NR2 + 8, _mm256_loadu_ps(src + 8));
+				}
+			else
+				for (long k = 0; k < kc; k++, src += ldb) {
+					_mm256_store_ps(dst + k * NR2, _mm256_maskload_ps(src, m0));
+					_mm256_store_ps(dst + k * NR2 + 8, _mm256_maskload_ps(src + 8, m1));
+				}
+		}
+	}
+}
 
 /* C row (16 wide, lanes in mask m0/m1) = alpha * acc + beta * C, C not read
  * when beta == 0: the operations of the AVX-512 store_row, lane for lane. */
