@@ -336,7 +336,7 @@ int main(int argc, char **argv)
 	if (attn_runs < 1)
 		attn_runs = 1;
 	threads = hp_sgemm_threads();
-	hp_flash_attention_set_threads(threads);
+	hp_attention_set_threads(threads);
 	ce_T = quick ? 1024 : 2048;
 	ce_chunk = quick ? 512 : 1024;
 	ce_V = 151936;

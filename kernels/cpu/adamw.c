@@ -21,6 +21,7 @@
 
 #include "cpu/isa.h"
 #include "cpu/ops.h"
+#include "cpu/pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -57,18 +58,26 @@ static size_t adamw_avx2(float *w, const float *g, float *m, float *v, size_t n,
 }
 #endif
 
-void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
-		   const struct hp_adamw_hparams *h, int decay)
-{
-	double bc1 = 1.0 - pow(h->beta1, (double)h->step);
-	double bc2 = 1.0 - pow(h->beta2, (double)h->step);
-	float neg_step = (float)-(h->lr / bc1);
-	float bc2_sqrt = (float)sqrt(bc2);
-	float keep = decay ? (float)(1.0 - (double)h->lr * h->weight_decay) : 1.0f;
-	float b1 = (float)h->beta1, b2 = (float)h->beta2;
-	float ob1 = (float)(1.0 - h->beta1), ob2 = (float)(1.0 - h->beta2), eps = (float)h->eps;
+/* One step's scalars, and the arrays, for a range of elements; each
+ * element is updated alone, so any split over threads gives the same bits
+ * (ranges start at multiples of 8: the same lanes go to the vector loop). */
+struct adamw_args {
+	float *w, *m, *v;
+	const float *g;
+	float keep, b1, b2, ob1, ob2, bc2_sqrt, eps, neg_step;
+	int decay;
+};
 
-	size_t i = 0;
+static void adamw_range(void *p, long i0, long i1)
+{
+	const struct adamw_args *a = p;
+	float *w = a->w + i0, *m = a->m + i0, *v = a->v + i0;
+	const float *g = a->g + i0;
+	float keep = a->keep, b1 = a->b1, b2 = a->b2, ob1 = a->ob1, ob2 = a->ob2;
+	float bc2_sqrt = a->bc2_sqrt, eps = a->eps, neg_step = a->neg_step;
+	int decay = a->decay;
+	size_t n = (size_t)(i1 - i0), i = 0;
+
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (hp_cpu_level() >= HP_CPU_AVX2)
 		i = adamw_avx2(w, g, m, v, n, keep, decay, b1, b2, ob1, ob2, bc2_sqrt, eps, neg_step);
@@ -82,4 +91,19 @@ void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
 		float denom = sqrtf(v[i]) / bc2_sqrt + eps;
 		w[i] = w[i] + (neg_step * m[i]) / denom;
 	}
+}
+
+void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
+		   const struct hp_adamw_hparams *h, int decay)
+{
+	double bc1 = 1.0 - pow(h->beta1, (double)h->step);
+	double bc2 = 1.0 - pow(h->beta2, (double)h->step);
+	float neg_step = (float)-(h->lr / bc1);
+	float bc2_sqrt = (float)sqrt(bc2);
+	float keep = decay ? (float)(1.0 - (double)h->lr * h->weight_decay) : 1.0f;
+	float b1 = (float)h->beta1, b2 = (float)h->beta2;
+	float ob1 = (float)(1.0 - h->beta1), ob2 = (float)(1.0 - h->beta2), eps = (float)h->eps;
+	struct adamw_args a = { w, m, v, g, keep, b1, b2, ob1, ob2, bc2_sqrt, eps, neg_step, decay };
+
+	hp_parallel_for((long)n, HP_POOL_GRAIN / 2, 8, adamw_range, &a);
 }

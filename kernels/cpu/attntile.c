@@ -1,6 +1,7 @@
 /*
- * attntile.c - the compiled version and the threads of a tiled attention
- * call (flashattn.c, cpattn.c; the tiles themselves are attntile.h's).
+ * attntile.c - the compiled version and the threads of an attention call
+ * (flashattn.c, cpattn.c, attention.c's BLAS kernels; the tiles themselves
+ * are attntile.h's).
  *
  * Threads: a call's work items write disjoint outputs and are handed out
  * through an atomic counter to threads started for the call, when it is
@@ -34,6 +35,20 @@ int hp_attntile_isa(void)
 #endif
 }
 
+static int at_threads_override;
+
+void hp_attention_set_threads(int n)
+{
+	__atomic_store_n(&at_threads_override, n > 0 ? n : 0, __ATOMIC_RELAXED);
+}
+
+int hp_attntile_threads(void)
+{
+	int n = __atomic_load_n(&at_threads_override, __ATOMIC_RELAXED);
+
+	return n > 0 ? n : hp_sgemm_threads();
+}
+
 static void *at_drain(void *p)
 {
 	struct at_job *j = p;
@@ -51,7 +66,7 @@ void hp_attntile_run(struct at_job *j, int nt, double macs)
 	int started = 0;
 
 	if (nt <= 0)
-		nt = hp_sgemm_threads();
+		nt = hp_attntile_threads();
 	if (nt > AT_MAX_THREADS)
 		nt = AT_MAX_THREADS;
 	if (nt > j->n)

@@ -121,8 +121,12 @@ struct at_job {
  * clones. */
 int hp_attntile_isa(void);
 
+/* The threads an attention call may use: those hp_attention_set_threads
+ * fixed, else hp_sgemm_threads(). */
+int hp_attntile_threads(void);
+
 /* Run the job's items 0..n-1, each once, handed out through an atomic
- * counter to up to nt threads (nt <= 0: hp_sgemm_threads()), the caller
+ * counter to up to nt threads (nt <= 0: hp_attntile_threads()), the caller
  * included; on the caller alone when macs (the call's multiply-adds) is
  * too few to pay for starting threads.  A worker that fails to start
  * leaves its share to the others. */

@@ -58,9 +58,9 @@
  *
  * Threads: the items - (batch, head, query tile) in the forward, heaviest
  * first, (batch, kv head) in the backward - go through an atomic counter
- * (hp_attntile_run) to hp_sgemm_threads() threads, or HP_CPATTN_THREADS
- * (read on every call; for tests and benchmarks), when the call is large
- * enough to pay for starting them.  The backward has only B * Hkv items.
+ * (hp_attntile_run) to hp_attntile_threads() threads (hp_sgemm_threads(),
+ * or what hp_attention_set_threads fixed), when the call is large enough
+ * to pay for starting them.  The backward has only B * Hkv items.
  *
  * Head dims above AT_MAX_HEAD_DIM, or Hq not a multiple of Hkv, go to the
  * plain scalar loops at the end of the file (double-precision dot
@@ -305,13 +305,12 @@ AT_VERSIONS(cp_fwd_items, cp_fwd_body);
 AT_VERSIONS(cp_bwd_items, cp_bwd_body);
 
 /* Run n items of the version for this call (hp_attntile_isa: HP_CPU, as
- * the flash kernel) on HP_CPATTN_THREADS threads, or the default. */
+ * the flash kernel) on hp_attntile_threads(). */
 static void cp_run(const at_item_fn *items, const struct cp_args *a, long n, double macs)
 {
-	const char *e = getenv("HP_CPATTN_THREADS");
 	struct at_job j = { items[hp_attntile_isa()], a, n, 0 };
 
-	hp_attntile_run(&j, e ? atoi(e) : 0, macs);
+	hp_attntile_run(&j, 0, macs);
 }
 
 /* Multiply-adds of one (query, key) product over the visible pairs (an

@@ -54,7 +54,7 @@
  * in the forward, (batch, kv head) in the backward - that write disjoint
  * outputs, handed out through an atomic counter (hp_attntile_run) to
  * hp_sgemm_threads() threads (HP_NUM_THREADS, ...;
- * hp_flash_attention_set_threads overrides) started for the call when it
+ * hp_attention_set_threads overrides) started for the call when it
  * is large enough to pay for them.  Every output element is computed by
  * one thread in a fixed order, so results are bit-identical whatever the
  * thread count.  The backward has only B * n_kv_heads items: fewer than
@@ -86,13 +86,6 @@ static int fa_valid(int n_heads, int n_kv_heads, int head_dim)
 size_t hp_flash_attention_scratch(int T, int n_heads, int head_dim)
 {
 	return 0;     /* see the top of the file: the backward needs no caller memory */
-}
-
-static int fa_threads_override;
-
-void hp_flash_attention_set_threads(int n)
-{
-	__atomic_store_n(&fa_threads_override, n > 0 ? n : 0, __ATOMIC_RELAXED);
 }
 
 /* ---- work items ---- */
@@ -256,12 +249,12 @@ AT_VERSIONS(fa_fwd_items, fa_fwd_body);
 AT_VERSIONS(fa_bwd_items, fa_bwd_body);
 
 /* Run n items of the version for this call (hp_attntile_isa: HP_CPU)
- * on the threads hp_flash_attention_set_threads fixed, or the default. */
+ * on hp_attntile_threads(). */
 static void fa_run(const at_item_fn *items, const struct fa_args *a, long n, double macs)
 {
 	struct at_job j = { items[hp_attntile_isa()], a, n, 0 };
 
-	hp_attntile_run(&j, __atomic_load_n(&fa_threads_override, __ATOMIC_RELAXED), macs);
+	hp_attntile_run(&j, 0, macs);
 }
 
 /* Multiply-adds of one product over the causal triangle (an upper bound

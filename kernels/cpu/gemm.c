@@ -35,8 +35,8 @@
  *
  * Threads: a process that asks for more than one thread (HP_NUM_THREADS,
  * else OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else the online CPUs, as
- * OpenBLAS itself does) splits large products by rows of C over a small pool
- * of workers started on first use.  Each element of C is still computed by
+ * OpenBLAS itself does) splits large products by rows of C over pool.h's workers
+ * (started on first use).  Each element of C is still computed by
  * one thread with the same K blocking, so the result is bit-identical
  * whatever the thread count.  Under MPI, run one thread per rank.  OpenBLAS,
  * which still gets the small products, runs on one thread per call.
@@ -48,11 +48,11 @@
  */
 #include <cblas.h>
 #include <pthread.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "cpu/gemm.h"
 #include "cpu/isa.h"
+#include "cpu/pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HP_GEMM_X86 1
@@ -739,7 +739,7 @@ const char *hp_sgemm_path(void)
 	return sgemm_mode() ? hp_cpu_level_name(hp_cpu_level()) : "openblas";
 }
 
-/* ---- the worker pool ---- */
+/* ---- threads (pool.h) ---- */
 
 struct gemm_job {
 	int level, transA, transB, M, N, K, lda, ldb, ldc;
@@ -748,43 +748,14 @@ struct gemm_job {
 	float *C;
 };
 
-#define HP_GEMM_MAX_THREADS 64
 /* Below this many multiply-adds a product runs on the calling thread:
  * waking the workers costs tens of microseconds. */
 #define HP_GEMM_MIN_THREADED_MNK (1L << 23)
 
-static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	int nthreads;           /* including the caller; 0 until decided */
-	int started;            /* workers running */
-	int busy;               /* a caller is using the pool */
-	long gen;               /* bumped for every job */
-	int pending;            /* workers not finished with the current job */
-	struct gemm_job job;
-} pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-	   0, 0, 0, 0, 0, { 0 } };
-
-static int env_threads(void)
-{
-	const char *names[] = { "HP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS" };
-	long n = 0;
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && n <= 0; i++) {
-		const char *v = getenv(names[i]);
-		if (v && *v)
-			n = strtol(v, NULL, 10);
-	}
-	if (n <= 0)
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-	if (n < 1)
-		n = 1;
-	return n > HP_GEMM_MAX_THREADS ? HP_GEMM_MAX_THREADS : (int)n;
-}
-
 /* Rows [m0, m1) of C: part `part` of `nparts`, in whole micro-panels. */
-static void run_part(const struct gemm_job *j, int part, int nparts)
+static void run_part(void *p, int part, int nparts)
 {
+	const struct gemm_job *j = p;
 	long per = ((long)j->M + nparts - 1) / nparts;
 	long m0, m1;
 
@@ -801,84 +772,9 @@ static void run_part(const struct gemm_job *j, int part, int nparts)
 				  j->B, j->ldb, j->beta, C, j->ldc);
 }
 
-static void *worker(void *arg)
-{
-	int id = (int)(intptr_t)arg;
-	long seen = 0;
-
-	for (;;) {
-		struct gemm_job j;
-		int n;
-
-		pthread_mutex_lock(&pool.mu);
-		while (pool.gen == seen)
-			pthread_cond_wait(&pool.go, &pool.mu);
-		seen = pool.gen;
-		j = pool.job;
-		n = pool.nthreads;
-		pthread_mutex_unlock(&pool.mu);
-		run_part(&j, id, n);
-		pthread_mutex_lock(&pool.mu);
-		if (--pool.pending == 0)
-			pthread_cond_signal(&pool.done);
-		pthread_mutex_unlock(&pool.mu);
-	}
-	return NULL;
-}
-
-/* Claim the pool for one product; 0 when it cannot be used (one thread
- * asked for, workers failed to start, or another caller holds it). */
-static int pool_claim(void)
-{
-	int ok = 0;
-
-	pthread_mutex_lock(&pool.mu);
-	if (!pool.nthreads)
-		pool.nthreads = env_threads();
-	if (pool.nthreads > 1 && !pool.started) {
-		pthread_attr_t at;
-		pthread_t t;
-		int i;
-
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		for (i = 1; i < pool.nthreads; i++)
-			if (pthread_create(&t, &at, worker, (void *)(intptr_t)i))
-				break;
-		pthread_attr_destroy(&at);
-		pool.nthreads = i;              /* as many as started */
-		pool.started = 1;
-	}
-	if (pool.nthreads > 1 && !pool.busy)
-		ok = pool.busy = 1;
-	pthread_mutex_unlock(&pool.mu);
-	return ok;
-}
-
-static void run_threaded(const struct gemm_job *j)
-{
-	pthread_mutex_lock(&pool.mu);
-	pool.job = *j;
-	pool.pending = pool.nthreads - 1;
-	pool.gen++;
-	pthread_cond_broadcast(&pool.go);
-	pthread_mutex_unlock(&pool.mu);
-	run_part(j, 0, pool.nthreads);
-	pthread_mutex_lock(&pool.mu);
-	while (pool.pending)
-		pthread_cond_wait(&pool.done, &pool.mu);
-	pool.busy = 0;
-	pthread_mutex_unlock(&pool.mu);
-}
-
 int hp_sgemm_threads(void)
 {
-	pthread_mutex_lock(&pool.mu);
-	if (!pool.nthreads)
-		pool.nthreads = env_threads();
-	int n = pool.nthreads;
-	pthread_mutex_unlock(&pool.mu);
-	return n;
+	return hp_pool_threads();
 }
 
 void hp_sgemm(int transA, int transB, int M, int N, int K, float alpha,
@@ -888,10 +784,11 @@ void hp_sgemm(int transA, int transB, int M, int N, int K, float alpha,
 	    (long)M * N * K >= HP_SGEMM_MIN_MNK) {
 		int level = hp_cpu_level();
 
-		if ((long)M * N * K >= HP_GEMM_MIN_THREADED_MNK && M >= 4 * HP_GEMM_ROW_UNIT && pool_claim()) {
+		if ((long)M * N * K >= HP_GEMM_MIN_THREADED_MNK && M >= 4 * HP_GEMM_ROW_UNIT) {
 			struct gemm_job j = { level, transA, transB, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C };
-			run_threaded(&j);
-			return;
+
+			if (!hp_pool_run(run_part, &j))
+				return;
 		}
 		if (!hp_sgemm_level(level, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
 			return;

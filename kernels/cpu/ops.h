@@ -209,7 +209,7 @@ void hp_cross_entropy_bwd_vec(float *dlogits, const float *logits, const int32_t
  * caller's bug and fills the outputs with NaN.  Results match the eager
  * kernels to float rounding and are bit-identical for any thread count
  * (work is split over hp_sgemm_threads() threads, or the number set with
- * hp_flash_attention_set_threads, when a call is large enough) and on
+ * hp_attention_set_threads, when a call is large enough) and on
  * every x86-64 level.  Tiles live on the stack: up to about 300 KiB of the
  * calling thread's.
  * Environment: HP_CPU=avx2 or HP_CPU=baseline caps the compiled
@@ -229,9 +229,10 @@ void hp_flash_attention_bwd(float *dq, float *dk, float *dv, const float *dout, 
 /* Floats of scratch the backward needs: 0 in this version (tiles live on
  * each thread's stack); callers size the buffer through it all the same. */
 size_t hp_flash_attention_scratch(int T, int n_heads, int head_dim);
-/* Threads for the flash kernels: n > 0 fixes the count (tests, benchmarks),
- * 0 restores the default, hp_sgemm_threads(). */
-void hp_flash_attention_set_threads(int n);
+/* Threads for every attention kernel (the BLAS, flash and context-parallel
+ * ones): n > 0 fixes the count (tests, benchmarks), 0 restores the default,
+ * hp_sgemm_threads().  No result depends on it. */
+void hp_attention_set_threads(int n);
 
 /* ---- context-parallel attention (kernels/cpu/cpattn.c) ----
  * Causal GQA attention of a chunk of queries against all keys of their

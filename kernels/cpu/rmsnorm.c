@@ -8,11 +8,32 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "cpu/pool.h"
 #include "cpu/vec.h"
 
-void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long N, int C, float eps)
+/*
+ * Threads (pool.h): the forward and the backward's dx split the rows, each
+ * row computed alone.  The backward's dw sums over the rows: one thread
+ * keeps it in the row loop (one pass over x and dy), more threads split
+ * the columns in a second pass, each column summed over the rows in the
+ * same order with the same operations, so both give the same bits.
+ */
+struct rms_args {
+	float *y, *rstd, *dx, *dw;
+	const float *x, *w, *dy, *rstd_in;
+	long N;
+	int C, accumulate, with_dw;
+	float eps;
+};
+
+static void rms_fwd_rows(void *p, long n0, long n1)
 {
-	for (long n = 0; n < N; n++) {
+	const struct rms_args *a = p;
+	const float *x = a->x, *w = a->w;
+	float *y = a->y, *rstd = a->rstd, eps = a->eps;
+	int C = a->C;
+
+	for (long n = n0; n < n1; n++) {
 		const float *xr = x + n * C;
 		float *yr = y + n * C;
 		double ss = 0;
@@ -25,15 +46,26 @@ void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long 
 	}
 }
 
+void hp_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long N, int C, float eps)
+{
+	struct rms_args a = { .y = y, .rstd = rstd, .x = x, .w = w, .C = C, .eps = eps };
+
+	hp_parallel_for(N, HP_POOL_GRAIN / (C > 0 ? C : 1) + 1, 1, rms_fwd_rows, &a);
+}
+
 /*
  * With xhat = x * r and y = w * xhat:
  *   dw += sum_n dy * xhat
  *   dx  = r * (dy*w - xhat * mean(dy*w*xhat))
  */
-void hp_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
-		    const float *rstd, long N, int C, int accumulate)
+static void rms_bwd_rows(void *p, long n0, long n1)
 {
-	for (long n = 0; n < N; n++) {
+	const struct rms_args *a = p;
+	const float *x = a->x, *w = a->w, *dy = a->dy, *rstd = a->rstd_in;
+	float *dx = a->dx, *dw = a->dw;
+	int C = a->C, accumulate = a->accumulate;
+
+	for (long n = n0; n < n1; n++) {
 		const float *xr = x + n * C, *dyr = dy + n * C;
 		float *dxr = dx + n * C;
 		float r = rstd[n];
@@ -41,7 +73,8 @@ void hp_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const
 		for (int c = 0; c < C; c++) {
 			float xh = xr[c] * r;
 			dot += (double)dyr[c] * w[c] * xh;
-			dw[c] += dyr[c] * xh;
+			if (a->with_dw)
+				dw[c] += dyr[c] * xh;
 		}
 		float mean = (float)(dot / C);
 		for (int c = 0; c < C; c++) {
@@ -50,6 +83,38 @@ void hp_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const
 			dxr[c] = accumulate ? dxr[c] + v : v;
 		}
 	}
+}
+
+/* dw[c0..c1) += sum over the rows, in row order, of dy * xhat. */
+static void rms_bwd_dw_cols(void *p, long c0, long c1)
+{
+	const struct rms_args *a = p;
+	const float *x = a->x, *dy = a->dy, *rstd = a->rstd_in;
+	float *dw = a->dw;
+	long C = a->C;
+
+	for (long n = 0; n < a->N; n++) {
+		const float *xr = x + n * C, *dyr = dy + n * C;
+		float r = rstd[n];
+
+		for (long c = c0; c < c1; c++)
+			dw[c] += dyr[c] * (xr[c] * r);
+	}
+}
+
+void hp_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+		    const float *rstd, long N, int C, int accumulate)
+{
+	struct rms_args a = { .dx = dx, .dw = dw, .x = x, .w = w, .dy = dy, .rstd_in = rstd, .N = N, .C = C,
+			      .accumulate = accumulate };
+
+	if (N * C < 2 * HP_POOL_GRAIN || hp_pool_threads() < 2) {
+		a.with_dw = 1;
+		rms_bwd_rows(&a, 0, N);
+		return;
+	}
+	hp_parallel_for(N, HP_POOL_GRAIN / (C > 0 ? C : 1) + 1, 1, rms_bwd_rows, &a);
+	hp_parallel_for(C, 1, 8, rms_bwd_dw_cols, &a);
 }
 
 /*

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "cpu/pool.h"
 
 void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, const double *inv_freq,
 		   double attention_factor)
@@ -28,12 +29,25 @@ void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, const double
 		}
 }
 
-static void rotate(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
-		   long N, int n_heads, int head_dim, float sign)
-{
-	int half = head_dim / 2;
+struct rope_args {
+	float *x;
+	const int32_t *pos;
+	const float *cos_t, *sin_t;
+	int n_heads, head_dim;
+	float sign;
+};
 
-	for (long n = 0; n < N; n++) {
+/* Tokens [n0, n1); each token's values are rotated alone, so any split
+ * over threads gives the same bits. */
+static void rotate_range(void *p, long n0, long n1)
+{
+	const struct rope_args *ra = p;
+	float *x = ra->x, sign = ra->sign;
+	const int32_t *pos = ra->pos;
+	const float *cos_t = ra->cos_t, *sin_t = ra->sin_t;
+	int n_heads = ra->n_heads, head_dim = ra->head_dim, half = head_dim / 2;
+
+	for (long n = n0; n < n1; n++) {
 		const float *c = cos_t + (long)pos[n] * half;
 		const float *s = sin_t + (long)pos[n] * half;
 		for (int h = 0; h < n_heads; h++) {
@@ -46,6 +60,15 @@ static void rotate(float *x, const int32_t *pos, const float *cos_t, const float
 			}
 		}
 	}
+}
+
+static void rotate(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
+		   long N, int n_heads, int head_dim, float sign)
+{
+	struct rope_args a = { x, pos, cos_t, sin_t, n_heads, head_dim, sign };
+	long per_token = (long)n_heads * head_dim;
+
+	hp_parallel_for(N, HP_POOL_GRAIN / (per_token > 0 ? per_token : 1) + 1, 1, rotate_range, &a);
 }
 
 void hp_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,

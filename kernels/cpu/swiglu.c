@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "cpu/pool.h"
 #include "cpu/vec.h"
 
 void hp_swiglu_fwd(float *h, const float *g, const float *u, long n)
@@ -40,7 +41,7 @@ static inline hp_v8 sigmoid8(hp_v8 g)
 }
 
 HP_TARGET_CLONES
-void hp_swiglu_fwd_vec(float *h, const float *g, const float *u, long n)
+static void swiglu_fwd_span(float *h, const float *g, const float *u, long n)
 {
 	long i = 0;
 
@@ -52,7 +53,7 @@ void hp_swiglu_fwd_vec(float *h, const float *g, const float *u, long n)
 }
 
 HP_TARGET_CLONES
-void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, const float *u, long n)
+static void swiglu_bwd_span(float *dg, float *du, const float *dh, const float *g, const float *u, long n)
 {
 	long i = 0;
 	hp_v8 one = hp_v8_set1(1.0f);
@@ -64,6 +65,39 @@ void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, co
 		hp_v8_store(dg + i, d * uv * s * (one + gv * (one - s)));
 	}
 	hp_swiglu_bwd(dg + i, du + i, dh + i, g + i, u + i, n - i);
+}
+
+/* The vector kernels over threads (pool.h): each element is computed alone,
+ * so any split gives the same bits; spans start at multiples of 8, so the
+ * vector and scalar lanes fall where they fall on one thread. */
+struct swiglu_args { float *h, *dg, *du; const float *dh, *g, *u; };
+
+static void swiglu_fwd_range(void *p, long i0, long i1)
+{
+	const struct swiglu_args *a = p;
+
+	swiglu_fwd_span(a->h + i0, a->g + i0, a->u + i0, i1 - i0);
+}
+
+static void swiglu_bwd_range(void *p, long i0, long i1)
+{
+	const struct swiglu_args *a = p;
+
+	swiglu_bwd_span(a->dg + i0, a->du + i0, a->dh + i0, a->g + i0, a->u + i0, i1 - i0);
+}
+
+void hp_swiglu_fwd_vec(float *h, const float *g, const float *u, long n)
+{
+	struct swiglu_args a = { .h = h, .g = g, .u = u };
+
+	hp_parallel_for(n, HP_POOL_GRAIN, 8, swiglu_fwd_range, &a);
+}
+
+void hp_swiglu_bwd_vec(float *dg, float *du, const float *dh, const float *g, const float *u, long n)
+{
+	struct swiglu_args a = { .dg = dg, .du = du, .dh = dh, .g = g, .u = u };
+
+	hp_parallel_for(n, HP_POOL_GRAIN, 8, swiglu_bwd_range, &a);
 }
 
 void hp_swiglu_rows_fwd(float *h, const float *gu, long rows, int I)

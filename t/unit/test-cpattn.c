@@ -292,8 +292,8 @@ static int same_bits(float *ref[NRUN], float *x[NRUN], int B, int Tq, int S, int
 }
 
 /*
- * The results must not depend on the thread count (HP_CPATTN_THREADS: 1
- * against 2 and 3, a count that does not divide the backward's 4 items)
+ * The results must not depend on the thread count (hp_attention_set_threads:
+ * 1 against 2 and 3, a count that does not divide the backward's 4 items)
  * nor on the compiled version (HP_CPU=avx2 and =baseline cap it; on a CPU
  * without AVX-512 or AVX2 the capped runs repeat the one available).  The
  * second half of rows of 384 tokens, D = 48 (the 16-column edge of the
@@ -315,15 +315,15 @@ static void test_bits(void)
 		const int32_t *sc = packed ? segc : NULL;
 		const char *what = packed ? " packed" : "";
 
-		setenv("HP_CPATTN_THREADS", "1", 1);
+		hp_attention_set_threads(1);
 		run_chunk(ref, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
 		for (int t = 0; t < 2; t++) {
-			setenv("HP_CPATTN_THREADS", threads[t], 1);
+			hp_attention_set_threads(atoi(threads[t]));
 			run_chunk(x, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
 			ok(same_bits(ref, x, B, Tq, S, H, KV, D),
 			   "1 and %s threads%s: bit-identical out, P, lse, dq, dk, dv (both modes)", threads[t], what);
 		}
-		unsetenv("HP_CPATTN_THREADS");
+		hp_attention_set_threads(0);
 		for (int c = 0; c < 2; c++) {
 			setenv("HP_CPU", caps[c], 1);
 			run_chunk(x, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);

@@ -202,16 +202,16 @@ static void test_bits(void)
 		int32_t *seg = malloc((size_t)B * T * sizeof(int32_t));
 
 		make_seg(seg, B, T);
-		hp_flash_attention_set_threads(1);
+		hp_attention_set_threads(1);
 		run_flash(ref, q, k, v, dout, seg, B, T, H, KV, D);
 		if (s == 0) {
 			/* 17M and 87M multiply-adds: above the threading threshold (8M) */
-			hp_flash_attention_set_threads(3);
+			hp_attention_set_threads(3);
 			run_flash(x, q, k, v, dout, seg, B, T, H, KV, D);
 			ok(same_bits(ref, x, B, T, H, KV, D),
 			   "D=%d: 1 and 3 threads give bit-identical out, lse, dq, dk, dv", D);
 		}
-		hp_flash_attention_set_threads(0);
+		hp_attention_set_threads(0);
 		for (int c = 0; c < 2; c++) {
 			setenv("HP_CPU", caps[c], 1);
 			run_flash(x, q, k, v, dout, seg, B, T, H, KV, D);

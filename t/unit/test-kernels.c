@@ -30,7 +30,11 @@
  * scale that cannot cancel.  Each bound's count is beside it.
  */
 #include <math.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "cpu/gemm.h"
 #include "cpu/ops.h"
 #include "hfconfig.h"
 #include "tap.h"
@@ -426,6 +430,130 @@ static void test_attention(void)
 	free(o2); free(P1); free(P2); free(a1); free(a2); free(k1); free(k2); free(v1); free(v2); free(s2);
 }
 
+/*
+ * The BLAS attention runs (row, kv head) pairs on threads: 1 and 3 threads
+ * must give the same bits, with and without packed rows.  82M multiply-adds
+ * a call (above the threading threshold, 8M); T = 200 leaves the backward
+ * 3 blocks of scratch, and 8 pairs split over 3 threads unevenly.  (With
+ * B = 2 the threads seldom overlap: three threads sharing one dS block
+ * passed; at this size that race fails the test.)
+ */
+static void test_attention_threads(void)
+{
+	int B = 4, T = 200, H = 8, KV = 2, D = 64;
+	size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KV * D, nP = (size_t)B * H * T * T;
+	size_t len[5] = { nq, nP, nq, nk, nk };
+	float *q = rnd(nq), *k = rnd(nk), *v = rnd(nk), *dout = rnd(nq), *scr = malloc((size_t)T * T * 4);
+	float *x[2][5];
+	int32_t *seg = malloc((size_t)B * T * sizeof(int32_t));
+
+	for (int i = 0; i < B * T; i++)     /* row 0: documents of 70 tokens; row 1: one */
+		seg[i] = i < T ? i / 70 * 70 : 0;
+	for (int r = 0; r < 2; r++)
+		for (int t = 0; t < 5; t++)
+			x[r][t] = malloc(len[t] * 4);
+	for (int packed = 0; packed < 2; packed++) {
+		for (int r = 0; r < 2; r++) {
+			hp_attention_set_threads(r ? 3 : 1);
+			hp_attention_fwd_blas(x[r][0], x[r][1], q, k, v, packed ? seg : NULL, B, T, H, KV, D);
+			hp_attention_bwd_blas(x[r][2], x[r][3], x[r][4], dout, x[r][1], q, k, v, packed ? seg : NULL,
+					      scr, B, T, H, KV, D);
+		}
+		hp_attention_set_threads(0);
+		int same = 1;
+		for (int t = 0; t < 5; t++)
+			same &= !memcmp(x[0][t], x[1][t], len[t] * 4);
+		ok(same, "blas attention%s: 1 and 3 threads give bit-identical out, P, dq, dk, dv",
+		   packed ? " (packed rows)" : "");
+	}
+	for (int r = 0; r < 2; r++)
+		for (int t = 0; t < 5; t++)
+			free(x[r][t]);
+	free(q); free(k); free(v); free(dout); free(scr); free(seg);
+}
+
+/*
+ * The streaming kernels split their work over pool.h's threads when it is
+ * large (HP_POOL_GRAIN floats a part): swiglu, rmsnorm (rows, and dw by
+ * columns), rope and AdamW must give the same bits at 1 and 3 threads.  The
+ * pool's size is read once per process, so each count runs in a child
+ * that writes every output into shared memory.  Sizes are above the grains
+ * and not multiples of 8 (the vector loops' tails move between threads).
+ */
+#define ST_N 301
+#define ST_C 1001
+#define ST_E 300001L
+#define ST_H 8
+#define ST_D 64
+#define ST_FLOATS (4 * ST_E + 2L * ST_N * ST_C + ST_N + ST_C + 2L * ST_N * ST_H * ST_D)
+
+static int streaming_run(int threads, float *out)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char nt[16];
+
+		snprintf(nt, sizeof(nt), "%d", threads);
+		setenv("HP_NUM_THREADS", nt, 1);
+		rng_state = 0x9e3779b97f4a7c15ull;
+		float *g = rnd(ST_E), *u = rnd(ST_E), *dh = rnd(ST_E), *x = rnd((size_t)ST_N * ST_C);
+		float *w = rnd(ST_C), *dy = rnd((size_t)ST_N * ST_C), *o = out;
+		long nr = (long)ST_N * ST_H * ST_D;
+		int32_t pos[ST_N];
+		float *ct = malloc(sizeof(float) * ST_N * ST_D / 2), *sn = malloc(sizeof(float) * ST_N * ST_D / 2);
+		double inv[ST_D / 2];
+
+		hp_swiglu_fwd_vec(o, g, u, ST_E);
+		hp_swiglu_bwd_vec(o + ST_E, o + 2 * ST_E, dh, g, u, ST_E);
+		o += 3 * ST_E;
+		float *y = o, *dx = o + (long)ST_N * ST_C, *rs = dx + (long)ST_N * ST_C, *dw = rs + ST_N;
+		hp_rmsnorm_fwd(y, rs, x, w, ST_N, ST_C, 1e-6f);
+		memcpy(dx, dy, sizeof(float) * ST_N * ST_C);      /* accumulate onto a residual gradient */
+		memcpy(dw, w, sizeof(float) * ST_C);              /* and onto an earlier dw */
+		hp_rmsnorm_bwd(dx, dw, dy, x, w, rs, ST_N, ST_C, 1);
+		o = dw + ST_C;
+		for (int i = 0; i < ST_D / 2; i++)
+			inv[i] = pow(10000.0, -2.0 * i / ST_D);
+		hp_rope_table(ct, sn, ST_N, ST_D, inv, 1.0);
+		for (int i = 0; i < ST_N; i++)
+			pos[i] = (i * 7) % ST_N;
+		memcpy(o, dy, sizeof(float) * nr);
+		memcpy(o + nr, x, sizeof(float) * nr);
+		hp_rope_fwd(o, pos, ct, sn, ST_N, ST_H, ST_D);
+		hp_rope_bwd(o + nr, pos, ct, sn, ST_N, ST_H, ST_D);
+		o += 2 * nr;
+		struct hp_adamw_hparams hp = { 1e-3, 0.9, 0.95, 1e-8, 0.1, 3 };
+		float *m = rnd(ST_E), *v = rnd(ST_E);
+		for (long i = 0; i < ST_E; i++)
+			v[i] *= v[i];
+		memcpy(o, g, sizeof(float) * ST_E);
+		hp_adamw_step(o, dh, m, v, ST_E, &hp, 1);
+		_exit(hp_sgemm_threads() == threads && o + ST_E == out + ST_FLOATS ? 0 : 1);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static void test_streaming_threads(void)
+{
+	size_t n = (size_t)ST_FLOATS;
+	float *sh = mmap(NULL, 2 * n * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (sh == MAP_FAILED) {
+		ok(0, "mmap for the streaming kernels' thread test");
+		return;
+	}
+	int ran = !streaming_run(1, sh) && !streaming_run(3, sh + n);
+	ok(ran && !memcmp(sh, sh + n, n * sizeof(float)),
+	   "swiglu, rmsnorm (dw by columns), rope and AdamW: 1 and 3 threads give the same bits");
+	munmap(sh, 2 * n * sizeof(float));
+}
+
 /* ---- attention over packed rows (block-diagonal causal mask) ---- */
 static void test_attention_segments(void)
 {
@@ -703,6 +831,8 @@ int main(void)
 	test_linear();
 	test_attention();
 	test_attention_segments();
+	test_attention_threads();
+	test_streaming_threads();
 	test_vec_paths();
 	test_vocab_parallel_ce();
 	return tap_done();
