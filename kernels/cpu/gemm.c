@@ -17,11 +17,12 @@
  *           12 broadcasts of A (24 FMAs against 14 loads); packing by
  *           16 x 16 transposes, edges through AVX-512 masks
  *   avx2    MR 6, NR 16: 12 ymm accumulators; per k two vectors of B and
- *           6 broadcasts (12 FMAs against 8 loads); packing by vector
- *           copies and 8 x 8 transposes
+ *           6 broadcasts (12 FMAs against 8 loads); op(A) broadcast from
+ *           where it lies (not packed) unless transposed with N >= 1024;
+ *           packing by vector copies and 8 x 8 transposes
  *   baseline MR 4, NR 8: vector extensions (SSE on x86-64, NEON on arm64),
  *           a multiply and an add per term (no FMA at this level)
- * All four trans cases differ only in packing.  Packing pads the last
+ * All four trans cases differ only in packing (or where A is read from).  Packing pads the last
  * panels with zeros; the micro-kernels store only the valid rows and
  * columns.  alpha is applied when C is written: the first K block writes
  * alpha*AB + beta*C (no read of C when beta == 0), later K blocks add C.
@@ -92,6 +93,15 @@ _Static_assert(HP_GEMM_MC % MR512 == 0 && HP_GEMM_MC % MR2 == 0 && HP_GEMM_MC % 
 	       "MC must hold whole panels of every level");
 _Static_assert(HP_GEMM_NC % NR512 == 0 && HP_GEMM_NC % NR2 == 0 && HP_GEMM_NC % NR0 == 0,
 	       "NC must hold whole panels of every level");
+/*
+ * Reading op(A) in place (avx2): packing A cost 14% of a product with N =
+ * 64 (4 panels of B share each packed block) and 4% of the wide model's
+ * step.  Measured on Zen 5 at HP_CPU=avx2 against packing, GFLOP/s: N = 64
+ * shapes 100-113 -> 116-127 (OpenBLAS 108-120), the big training shapes
+ * unchanged within the +-3% noise, except transposed A with N = 1376, 2%
+ * slower in 4 of 4 runs: there a packed block serves 86 panels of B.
+ */
+#define HP_GEMM_DIRECT_N 1024
 /* rows of C per thread are a multiple of this: whole panels at every level */
 #define HP_GEMM_ROW_UNIT 12
 _Static_assert(HP_GEMM_ROW_UNIT % MR2 == 0 && HP_GEMM_ROW_UNIT % MR0 == 0, "thread rows");
@@ -178,6 +188,13 @@ struct gemm_level {
 	void (*pack_a)(float *, int, const float *, long, long, long, long, long);
 	void (*pack_b)(float *, int, const float *, long, long, long, long, long);
 	void (*kernel)(long, const float *, const float *, float *, long, int, int, const float *);
+	/* kernel_rows(kc, a, lda, b, c, ldc, m, n, alpha_beta): kernel's
+	 * product with op(A) = A read in place (row r at a + r*lda); NULL
+	 * where the level always packs A */
+	void (*kernel_rows)(long, const float *, long, const float *, float *, long, int, int, const float *);
+	/* kernel_cols: the same with op(A) = A^T read in place (row r of
+	 * op(A) at a + r, k at stride lda) */
+	void (*kernel_cols)(long, const float *, long, const float *, float *, long, int, int, const float *);
 };
 
 /* ---- packing in plain C (avx2 and baseline) ---- */
@@ -270,7 +287,7 @@ static void kernel_base(long kc, const float *a, const float *b, float *c, long 
 	}
 }
 
-static const struct gemm_level level_base = { MR0, NR0, pack_a_base, pack_b_base, kernel_base };
+static const struct gemm_level level_base = { MR0, NR0, pack_a_base, pack_b_base, kernel_base, NULL, NULL };
 
 #ifdef HP_GEMM_X86
 
@@ -460,7 +477,72 @@ HP_AVX2 __attribute__((noinline)) static void kernel_avx2(long kc, const float *
 	HP_ROWS2(HP_ACC2_STORE)
 }
 
-static const struct gemm_level level_avx2 = { MR2, NR2, pack_a_avx2, pack_b_avx2, kernel_avx2 };
+/*
+ * The same tile with op(A) read where it lies (A not transposed: row r of
+ * the panel at a + r*lda, its k values contiguous), for no packing of A.
+ * Rows past m read row 0 and are not stored.  The FMAs are kernel_avx2's,
+ * in the same order, so C's bits are the same.
+ */
+#define HP_AROW2_DECL(r) const float *ap##r = a + (r < m ? r : 0) * lda;
+#define HP_ACC2_FMA_ROWS(r) { \
+		__m256 ar = _mm256_broadcast_ss(ap##r + k); \
+		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
+		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
+
+HP_AVX2 __attribute__((noinline)) static void kernel_avx2_rows(long kc, const float *a, long lda,
+								const float *b, float *c, long ldc, int m, int n,
+								const float *alpha_beta)
+{
+	HP_ROWS2(HP_ACC2_DECL)
+	HP_ROWS2(HP_AROW2_DECL)
+	for (long k = 0; k < kc; k++) {
+		__m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+
+		HP_ROWS2(HP_ACC2_FMA_ROWS)
+		b += NR2;
+	}
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane);
+	__m256 va = _mm256_set1_ps(alpha_beta[0]), vb = _mm256_set1_ps(alpha_beta[1]);
+	int read_c = alpha_beta[1] != 0.0f, full = n == NR2;
+
+	HP_ROWS2(HP_ACC2_STORE)
+}
+
+/* ... and with op(A) = A^T read in place (row r of op(A) at a + r, k at
+ * stride lda: each k's MR values are contiguous). */
+#define HP_AOFF2_DECL(r) const long ao##r = r < m ? r : 0;
+#define HP_ACC2_FMA_COLS(r) { \
+		__m256 ar = _mm256_broadcast_ss(ak + ao##r); \
+		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
+		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
+
+HP_AVX2 __attribute__((noinline)) static void kernel_avx2_cols(long kc, const float *a, long lda,
+								const float *b, float *c, long ldc, int m, int n,
+								const float *alpha_beta)
+{
+	HP_ROWS2(HP_ACC2_DECL)
+	HP_ROWS2(HP_AOFF2_DECL)
+	const float *ak = a;
+
+	for (long k = 0; k < kc; k++, ak += lda) {
+		__m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+
+		HP_ROWS2(HP_ACC2_FMA_COLS)
+		b += NR2;
+	}
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane);
+	__m256 va = _mm256_set1_ps(alpha_beta[0]), vb = _mm256_set1_ps(alpha_beta[1]);
+	int read_c = alpha_beta[1] != 0.0f, full = n == NR2;
+
+	HP_ROWS2(HP_ACC2_STORE)
+}
+
+static const struct gemm_level level_avx2 = { MR2, NR2, pack_a_avx2, pack_b_avx2, kernel_avx2, kernel_avx2_rows,
+					      kernel_avx2_cols };
 
 /* ---- avx512: AVX-512 F and VL ---- */
 
@@ -623,7 +705,7 @@ HP_AVX512 __attribute__((noinline)) static void kernel_12x32(long kc, const floa
 }
 
 
-static const struct gemm_level level_avx512 = { MR512, NR512, pack_a_avx512, pack_b_avx512, kernel_12x32 };
+static const struct gemm_level level_avx512 = { MR512, NR512, pack_a_avx512, pack_b_avx512, kernel_12x32, NULL, NULL };
 
 #endif /* HP_GEMM_X86 */
 
@@ -649,6 +731,10 @@ static void sgemm_blocked(const struct gemm_level *lv, int transA, int transB, l
 	long KC = block_size(K, HP_GEMM_KC, 8);
 	long NC = block_size(N, HP_GEMM_NC, lv->nr);
 	long MC = block_size(M, HP_GEMM_MC, lv->mr);
+	/* op(A) read in place instead of packed, where the level can (see
+	 * kernel_avx2_rows): always when A is not transposed; when it is, for N
+	 * below HP_GEMM_DIRECT_N (few panels of B to share a packed A) */
+	int direct = transA ? lv->kernel_cols && N < HP_GEMM_DIRECT_N : lv->kernel_rows != NULL;
 
 	for (long jc = 0; jc < N; jc += NC) {
 		long nc = imin(NC, N - jc);
@@ -663,13 +749,22 @@ static void sgemm_blocked(const struct gemm_level *lv, int transA, int transB, l
 			for (long ic = 0; ic < M; ic += MC) {
 				long mc = imin(MC, M - ic);
 
-				lv->pack_a(pa, transA, A, lda, ic, mc, pc, kc);
+				if (!direct)
+					lv->pack_a(pa, transA, A, lda, ic, mc, pc, kc);
 				for (long jr = 0; jr < nc; jr += lv->nr)
-					for (long ir = 0; ir < mc; ir += lv->mr)
-						lv->kernel(kc, pa + ir * kc, pb + jr * kc,
-							   C + (ic + ir) * ldc + jc + jr, ldc,
-							   (int)imin(lv->mr, mc - ir),
-							   (int)imin(lv->nr, nc - jr), ab);
+					for (long ir = 0; ir < mc; ir += lv->mr) {
+						float *c = C + (ic + ir) * ldc + jc + jr;
+						int m = (int)imin(lv->mr, mc - ir), n = (int)imin(lv->nr, nc - jr);
+
+						if (direct && transA)
+							lv->kernel_cols(kc, A + pc * lda + ic + ir, lda, pb + jr * kc,
+									c, ldc, m, n, ab);
+						else if (direct)
+							lv->kernel_rows(kc, A + (ic + ir) * lda + pc, lda, pb + jr * kc,
+									c, ldc, m, n, ab);
+						else
+							lv->kernel(kc, pa + ir * kc, pb + jr * kc, c, ldc, m, n, ab);
+					}
 			}
 		}
 	}
