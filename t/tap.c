@@ -1,8 +1,13 @@
 /*
- * tap.c - TAP output and the float comparisons of the C unit tests (see
- * tap.h for what each comparison is relative to, and why).
+ * tap.c - TAP output, the float comparisons of the C unit tests (see
+ * tap.h for what each comparison is relative to, and why) and their
+ * forked children.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tap.h"
 
@@ -142,4 +147,25 @@ double tap_rel_l2_parts(const float *got, const float *want, int nparts, const s
 			break;
 	}
 	return w;
+}
+
+int tap_child(int threads, const char *level, int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char nt[16];
+
+		snprintf(nt, sizeof(nt), "%d", threads);
+		setenv("HP_NUM_THREADS", nt, 1);
+		if (level)
+			setenv("HP_CPU", level, 1);
+		_exit(fn(arg) ? 1 : 0);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }

@@ -93,6 +93,13 @@ double tap_rel_l2(const float *got, const float *want, size_t n, double floor);
 double tap_rel_l2_parts(const float *got, const float *want, int nparts, const size_t *off,
 			const size_t *len, int *worst);
 
+/* Run fn(arg) in a forked child whose environment has HP_NUM_THREADS =
+ * threads and, when level is not NULL, HP_CPU = level (the kernels read
+ * both once per process), and wait for it: 0 when fn returned 0 there, -1
+ * when it did not or the child could not run.  The child's results go to
+ * memory the caller mapped shared before. */
+int tap_child(int threads, const char *level, int (*fn)(void *), void *arg);
+
 /* max_i |got_i - want_i| / (k u mag_i): at most 1 when every element is
  * within its bound; an element with mag_i == 0 must match exactly. */
 double tap_bound_err(const float *got, const float *want, const double *mag, size_t n, double k);

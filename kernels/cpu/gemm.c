@@ -449,56 +449,31 @@ HP_AVX2 static inline void store_row2(float *c, __m256 v0, __m256 v1, __m256i m0
 
 #define HP_ROWS2(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define HP_ACC2_DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
+#define HP_AROW2_DECL(r) const float *ap##r = a + (clamp && r >= m ? 0 : r) * rs;
 #define HP_ACC2_FMA(r) { \
-		__m256 ar = _mm256_broadcast_ss(a + r); \
+		__m256 ar = _mm256_broadcast_ss(ap##r + k * ks); \
 		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
 		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
 #define HP_ACC2_STORE(r) \
 	if (r < m) \
 		store_row2(c + r * ldc, c##r##0, c##r##1, m0, m1, va, vb, read_c, full);
 
-HP_AVX2 __attribute__((noinline)) static void kernel_avx2(long kc, const float *a, const float *b, float *c,
-							   long ldc, int m, int n, const float *alpha_beta)
-{
-	HP_ROWS2(HP_ACC2_DECL)
-	for (long k = 0; k < kc; k++) {
-		__m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-
-		HP_ROWS2(HP_ACC2_FMA)
-		a += MR2;
-		b += NR2;
-	}
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
-	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane);
-	__m256 va = _mm256_set1_ps(alpha_beta[0]), vb = _mm256_set1_ps(alpha_beta[1]);
-	int read_c = alpha_beta[1] != 0.0f, full = n == NR2;
-
-	HP_ROWS2(HP_ACC2_STORE)
-}
-
 /*
- * The same tile with op(A) read where it lies (A not transposed: row r of
- * the panel at a + r*lda, its k values contiguous), for no packing of A.
- * Rows past m read row 0 and are not stored.  The FMAs are kernel_avx2's,
- * in the same order, so C's bits are the same.
+ * The micro-kernel, one body for the three places op(A) is read from:
+ * element (r, k) of the MR x kc panel at a + r*rs + k*ks.  Packed (rs 1,
+ * ks MR2, rows past m zero), or in place with no packing (A: rs lda, ks 1;
+ * A^T: rs 1, ks lda), where rows past m read row 0 (clamp) and are not
+ * stored.  The FMAs are the same in every case, so C's bits are too.
  */
-#define HP_AROW2_DECL(r) const float *ap##r = a + (r < m ? r : 0) * lda;
-#define HP_ACC2_FMA_ROWS(r) { \
-		__m256 ar = _mm256_broadcast_ss(ap##r + k); \
-		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
-		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
-
-HP_AVX2 __attribute__((noinline)) static void kernel_avx2_rows(long kc, const float *a, long lda,
-								const float *b, float *c, long ldc, int m, int n,
-								const float *alpha_beta)
+HP_INLINE HP_AVX2 void tile_avx2(long kc, const float *a, long rs, long ks, const int clamp, const float *b,
+				 float *c, long ldc, int m, int n, const float *alpha_beta)
 {
 	HP_ROWS2(HP_ACC2_DECL)
 	HP_ROWS2(HP_AROW2_DECL)
 	for (long k = 0; k < kc; k++) {
 		__m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 
-		HP_ROWS2(HP_ACC2_FMA_ROWS)
+		HP_ROWS2(HP_ACC2_FMA)
 		b += NR2;
 	}
 	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -510,35 +485,24 @@ HP_AVX2 __attribute__((noinline)) static void kernel_avx2_rows(long kc, const fl
 	HP_ROWS2(HP_ACC2_STORE)
 }
 
-/* ... and with op(A) = A^T read in place (row r of op(A) at a + r, k at
- * stride lda: each k's MR values are contiguous). */
-#define HP_AOFF2_DECL(r) const long ao##r = r < m ? r : 0;
-#define HP_ACC2_FMA_COLS(r) { \
-		__m256 ar = _mm256_broadcast_ss(ak + ao##r); \
-		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
-		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
+HP_AVX2 __attribute__((noinline)) static void kernel_avx2(long kc, const float *a, const float *b, float *c,
+							   long ldc, int m, int n, const float *alpha_beta)
+{
+	tile_avx2(kc, a, 1, MR2, 0, b, c, ldc, m, n, alpha_beta);
+}
+
+HP_AVX2 __attribute__((noinline)) static void kernel_avx2_rows(long kc, const float *a, long lda,
+								const float *b, float *c, long ldc, int m, int n,
+								const float *alpha_beta)
+{
+	tile_avx2(kc, a, lda, 1, 1, b, c, ldc, m, n, alpha_beta);
+}
 
 HP_AVX2 __attribute__((noinline)) static void kernel_avx2_cols(long kc, const float *a, long lda,
 								const float *b, float *c, long ldc, int m, int n,
 								const float *alpha_beta)
 {
-	HP_ROWS2(HP_ACC2_DECL)
-	HP_ROWS2(HP_AOFF2_DECL)
-	const float *ak = a;
-
-	for (long k = 0; k < kc; k++, ak += lda) {
-		__m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-
-		HP_ROWS2(HP_ACC2_FMA_COLS)
-		b += NR2;
-	}
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
-	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane);
-	__m256 va = _mm256_set1_ps(alpha_beta[0]), vb = _mm256_set1_ps(alpha_beta[1]);
-	int read_c = alpha_beta[1] != 0.0f, full = n == NR2;
-
-	HP_ROWS2(HP_ACC2_STORE)
+	tile_avx2(kc, a, 1, lda, 1, b, c, ldc, m, n, alpha_beta);
 }
 
 static const struct gemm_level level_avx2 = { MR2, NR2, pack_a_avx2, pack_b_avx2, kernel_avx2, kernel_avx2_rows,

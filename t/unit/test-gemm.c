@@ -245,29 +245,25 @@ static int same_bits_avx2_avx512(int *shapes_checked)
 #define TI_M 300
 #define TI_N 200
 #define TI_K 600
+struct ti_run { int level, threads; float *out; };
+
+static int ti_child(void *p)
+{
+	const struct ti_run *r = p;
+
+	rng_state = 0x243f6a8885a308d3ull;
+	float *A = rnd((size_t)TI_M * TI_K), *B = rnd((size_t)TI_K * TI_N);
+	for (int t = 0; t < 4; t++)
+		hp_sgemm(t >> 1, t & 1, TI_M, TI_N, TI_K, 1.0f, A, t >> 1 ? TI_M : TI_K, B,
+			 t & 1 ? TI_K : TI_N, 0.0f, r->out + (size_t)t * TI_M * TI_N, TI_N);
+	return !(hp_sgemm_threads() == r->threads && !strcmp(hp_sgemm_path(), hp_cpu_level_name(r->level)));
+}
+
 static int threaded_run(int level, int threads, float *out)
 {
-	pid_t pid = fork();
-	int st;
+	struct ti_run r = { level, threads, out };
 
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		char nt[16];
-
-		snprintf(nt, sizeof(nt), "%d", threads);
-		setenv("HP_CPU", hp_cpu_level_name(level), 1);
-		setenv("HP_NUM_THREADS", nt, 1);
-		rng_state = 0x243f6a8885a308d3ull;
-		float *A = rnd((size_t)TI_M * TI_K), *B = rnd((size_t)TI_K * TI_N);
-		for (int t = 0; t < 4; t++)
-			hp_sgemm(t >> 1, t & 1, TI_M, TI_N, TI_K, 1.0f, A, t >> 1 ? TI_M : TI_K, B,
-				 t & 1 ? TI_K : TI_N, 0.0f, out + (size_t)t * TI_M * TI_N, TI_N);
-		_exit(hp_sgemm_threads() == threads && !strcmp(hp_sgemm_path(), hp_cpu_level_name(level)) ? 0 : 1);
-	}
-	if (waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	return tap_child(threads, hp_cpu_level_name(level), ti_child, &r);
 }
 
 int main(void)

@@ -31,8 +31,6 @@
  */
 #include <math.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
@@ -487,56 +485,54 @@ static void test_attention_threads(void)
 #define ST_D 64
 #define ST_FLOATS (4 * ST_E + 2L * ST_N * ST_C + ST_N + ST_C + 2L * ST_N * ST_H * ST_D)
 
+struct st_run { int threads; float *out; };
+
+static int st_child(void *p)
+{
+	const struct st_run *r = p;
+	float *out = r->out;
+
+	rng_state = 0x9e3779b97f4a7c15ull;
+	float *g = rnd(ST_E), *u = rnd(ST_E), *dh = rnd(ST_E), *x = rnd((size_t)ST_N * ST_C);
+	float *w = rnd(ST_C), *dy = rnd((size_t)ST_N * ST_C), *o = out;
+	long nr = (long)ST_N * ST_H * ST_D;
+	int32_t pos[ST_N];
+	float *ct = malloc(sizeof(float) * ST_N * ST_D / 2), *sn = malloc(sizeof(float) * ST_N * ST_D / 2);
+	double inv[ST_D / 2];
+
+	hp_swiglu_fwd_vec(o, g, u, ST_E);
+	hp_swiglu_bwd_vec(o + ST_E, o + 2 * ST_E, dh, g, u, ST_E);
+	o += 3 * ST_E;
+	float *y = o, *dx = o + (long)ST_N * ST_C, *rs = dx + (long)ST_N * ST_C, *dw = rs + ST_N;
+	hp_rmsnorm_fwd(y, rs, x, w, ST_N, ST_C, 1e-6f);
+	memcpy(dx, dy, sizeof(float) * ST_N * ST_C);      /* accumulate onto a residual gradient */
+	memcpy(dw, w, sizeof(float) * ST_C);              /* and onto an earlier dw */
+	hp_rmsnorm_bwd(dx, dw, dy, x, w, rs, ST_N, ST_C, 1);
+	o = dw + ST_C;
+	for (int i = 0; i < ST_D / 2; i++)
+		inv[i] = pow(10000.0, -2.0 * i / ST_D);
+	hp_rope_table(ct, sn, ST_N, ST_D, inv, 1.0);
+	for (int i = 0; i < ST_N; i++)
+		pos[i] = (i * 7) % ST_N;
+	memcpy(o, dy, sizeof(float) * nr);
+	memcpy(o + nr, x, sizeof(float) * nr);
+	hp_rope_fwd(o, pos, ct, sn, ST_N, ST_H, ST_D);
+	hp_rope_bwd(o + nr, pos, ct, sn, ST_N, ST_H, ST_D);
+	o += 2 * nr;
+	struct hp_adamw_hparams hp = { 1e-3, 0.9, 0.95, 1e-8, 0.1, 3 };
+	float *m = rnd(ST_E), *v = rnd(ST_E);
+	for (long i = 0; i < ST_E; i++)
+		v[i] *= v[i];
+	memcpy(o, g, sizeof(float) * ST_E);
+	hp_adamw_step(o, dh, m, v, ST_E, &hp, 1);
+	return !(hp_sgemm_threads() == r->threads && o + ST_E == out + ST_FLOATS);
+}
+
 static int streaming_run(int threads, float *out)
 {
-	pid_t pid = fork();
-	int st;
+	struct st_run r = { threads, out };
 
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		char nt[16];
-
-		snprintf(nt, sizeof(nt), "%d", threads);
-		setenv("HP_NUM_THREADS", nt, 1);
-		rng_state = 0x9e3779b97f4a7c15ull;
-		float *g = rnd(ST_E), *u = rnd(ST_E), *dh = rnd(ST_E), *x = rnd((size_t)ST_N * ST_C);
-		float *w = rnd(ST_C), *dy = rnd((size_t)ST_N * ST_C), *o = out;
-		long nr = (long)ST_N * ST_H * ST_D;
-		int32_t pos[ST_N];
-		float *ct = malloc(sizeof(float) * ST_N * ST_D / 2), *sn = malloc(sizeof(float) * ST_N * ST_D / 2);
-		double inv[ST_D / 2];
-
-		hp_swiglu_fwd_vec(o, g, u, ST_E);
-		hp_swiglu_bwd_vec(o + ST_E, o + 2 * ST_E, dh, g, u, ST_E);
-		o += 3 * ST_E;
-		float *y = o, *dx = o + (long)ST_N * ST_C, *rs = dx + (long)ST_N * ST_C, *dw = rs + ST_N;
-		hp_rmsnorm_fwd(y, rs, x, w, ST_N, ST_C, 1e-6f);
-		memcpy(dx, dy, sizeof(float) * ST_N * ST_C);      /* accumulate onto a residual gradient */
-		memcpy(dw, w, sizeof(float) * ST_C);              /* and onto an earlier dw */
-		hp_rmsnorm_bwd(dx, dw, dy, x, w, rs, ST_N, ST_C, 1);
-		o = dw + ST_C;
-		for (int i = 0; i < ST_D / 2; i++)
-			inv[i] = pow(10000.0, -2.0 * i / ST_D);
-		hp_rope_table(ct, sn, ST_N, ST_D, inv, 1.0);
-		for (int i = 0; i < ST_N; i++)
-			pos[i] = (i * 7) % ST_N;
-		memcpy(o, dy, sizeof(float) * nr);
-		memcpy(o + nr, x, sizeof(float) * nr);
-		hp_rope_fwd(o, pos, ct, sn, ST_N, ST_H, ST_D);
-		hp_rope_bwd(o + nr, pos, ct, sn, ST_N, ST_H, ST_D);
-		o += 2 * nr;
-		struct hp_adamw_hparams hp = { 1e-3, 0.9, 0.95, 1e-8, 0.1, 3 };
-		float *m = rnd(ST_E), *v = rnd(ST_E);
-		for (long i = 0; i < ST_E; i++)
-			v[i] *= v[i];
-		memcpy(o, g, sizeof(float) * ST_E);
-		hp_adamw_step(o, dh, m, v, ST_E, &hp, 1);
-		_exit(hp_sgemm_threads() == threads && o + ST_E == out + ST_FLOATS ? 0 : 1);
-	}
-	if (waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	return tap_child(threads, NULL, st_child, &r);
 }
 
 static void test_streaming_threads(void)
