@@ -329,13 +329,15 @@ HP_AVX2 static inline void transpose8(__m256 r[8])
 	r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* The non-kmajor case of pack_plain for one panel of w <= 16 values
- * (rows of X r0.., each kc long from k0), n of them present: 8 values of
- * k at a time from up to 16 rows, transposed in two 8 x 8 halves; the k
- * tail (kc % 8) element by element. */
+/* The non-kmajor case of pack_plain for one panel of NR2 values (rows of
+ * X r0.., each kc long from k0), n of them present: 8 values of k at a
+ * time from the 16 rows, transposed in two 8 x 8 halves; the k tail
+ * (kc % 8) element by element.  (op(A) is never packed transposed this
+ * way: untransposed A is read in place, see kernel_avx2_rows.) */
 HP_AVX2 static inline void pack_panel_t(float *dst, const float *X, long ld, long r0, long n, long k0,
-					long kc, const int w)
+					long kc)
 {
+	const int w = NR2;
 	long k = 0;
 
 	for (; k + 8 <= kc; k += 8) {
@@ -352,16 +354,8 @@ HP_AVX2 static inline void pack_panel_t(float *dst, const float *X, long ld, lon
 					r[i] = _mm256_setzero_ps();
 				}
 			transpose8(r);
-			for (int c = 0; c < 8; c++) {
-				float *d = dst + (k + c) * w + h;
-
-				if (w - h >= 8) {
-					_mm256_storeu_ps(d, r[c]);
-				} else {        /* w == 6: the low 6 lanes */
-					_mm_storeu_ps(d, _mm256_castps256_ps128(r[c]));
-					_mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(r[c], 1));
-				}
-			}
+			for (int c = 0; c < 8; c++)
+				_mm256_storeu_ps(dst + (k + c) * w + h, r[c]);
 		}
 	}
 	for (; k < kc; k++)
@@ -369,16 +363,16 @@ HP_AVX2 static inline void pack_panel_t(float *dst, const float *X, long ld, lon
 			dst[k * w + i] = i < n ? X[(r0 + i) * ld + k0 + k] : 0.0f;
 }
 
-/* op(A) into panels of 6 rows. */
+/* op(A) into panels of 6 rows.  sgemm_blocked packs only transposed A at
+ * this level (the rest is read in place); untransposed A would take the
+ * plain packer. */
 HP_AVX2 static void pack_a_avx2(float *dst, int transA, const float *A, long lda,
 				long i0, long mc, long k0, long kc)
 {
 	for (long ip = 0; ip < mc; ip += MR2, dst += kc * MR2) {
 		long nb = imin(MR2, mc - ip);
 
-		if (!transA) {
-			pack_panel_t(dst, A, lda, i0 + ip, nb, k0, kc, MR2);
-		} else if (nb == MR2) {
+		if (transA && nb == MR2) {
 			/* op(A)[i][k] = A[k*lda + i]: 4 + 2 values per k */
 			const float *src = A + k0 * lda + i0 + ip;
 
@@ -387,7 +381,7 @@ HP_AVX2 static void pack_a_avx2(float *dst, int transA, const float *A, long lda
 				_mm_store_sd((double *)(dst + k * MR2 + 4), _mm_load_sd((const double *)(src + 4)));
 			}
 		} else {
-			pack_plain(dst, 1, A, lda, i0 + ip, nb, k0, kc, MR2);
+			pack_plain(dst, transA, A, lda, i0 + ip, nb, k0, kc, MR2);
 		}
 	}
 }
@@ -402,7 +396,7 @@ HP_AVX2 static void pack_b_avx2(float *dst, int transB, const float *B, long ldb
 		long nb = imin(NR2, nc - jp);
 
 		if (transB) {
-			pack_panel_t(dst, B, ldb, j0 + jp, nb, k0, kc, NR2);
+			pack_panel_t(dst, B, ldb, j0 + jp, nb, k0, kc);
 		} else {
 			/* op(B)[k][j] = B[k*ldb + j]: rows are contiguous */
 			__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nb), lane);

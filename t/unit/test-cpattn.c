@@ -303,7 +303,8 @@ static int same_bits(float *ref[NRUN], float *x[NRUN], int B, int Tq, int S, int
 static void test_bits(void)
 {
 	int B = 2, S = 384, H = 8, KV = 2, D = 48, Tq = S / 2, q0 = S / 2;
-	const char *caps[] = { "avx2", "baseline" }, *threads[] = { "2", "3" };
+	const char *caps[] = { "avx2", "baseline" };
+	const int threads[] = { 2, 3 };
 	size_t cq = (size_t)B * Tq * H * D, nk = (size_t)B * S * KV * D;
 	float *qc = randn(cq), *doc = randn(cq), *k = randn(nk), *v = randn(nk), *ref[NRUN], *x[NRUN];
 	int32_t *seg = malloc((size_t)B * S * sizeof(int32_t)), *segc = malloc((size_t)B * Tq * sizeof(int32_t));
@@ -318,10 +319,10 @@ static void test_bits(void)
 		hp_attention_set_threads(1);
 		run_chunk(ref, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
 		for (int t = 0; t < 2; t++) {
-			hp_attention_set_threads(atoi(threads[t]));
+			hp_attention_set_threads(threads[t]);
 			run_chunk(x, qc, k, v, doc, sc, B, Tq, S, q0, H, KV, D);
 			ok(same_bits(ref, x, B, Tq, S, H, KV, D),
-			   "1 and %s threads%s: bit-identical out, P, lse, dq, dk, dv (both modes)", threads[t], what);
+			   "1 and %d threads%s: bit-identical out, P, lse, dq, dk, dv (both modes)", threads[t], what);
 		}
 		hp_attention_set_threads(0);
 		for (int c = 0; c < 2; c++) {
