@@ -277,6 +277,10 @@ void hp_indexed_close(struct hp_indexed *d)
 static int convert(const struct hp_indexed *d, uint64_t first, size_t n, int32_t *dst,
 		   struct hp_err *e)
 {
+	/* an empty sequence reads nothing: an empty .bin is never mapped
+	 * (bin_map NULL), and NULL + 0 is still undefined in C */
+	if (!n)
+		return 0;
 	const unsigned char *p = (const unsigned char *)d->bin_map + first * d->elem_size;
 	int64_t v = 0;
 
