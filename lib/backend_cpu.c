@@ -394,8 +394,7 @@ static int c_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t
 
 static void c_scale(struct hp_backend *b, float *x, float s, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		x[i] *= s;
+	hp_scale(x, s, (long)n);
 }
 
 static void c_adamw(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,

@@ -206,8 +206,7 @@ void hp_emu_add_f64(double *x, const double *y, size_t n)
 
 void hp_emu_scale(float *x, float s, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		x[i] *= s;
+	hp_scale(x, s, (long)n);
 }
 
 int hp_emu_sumsq(double *host_out, const float *x, size_t n, struct hp_err *e)

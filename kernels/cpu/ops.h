@@ -51,9 +51,10 @@ void hp_moe_combine_bwd(float *dye, float *dwsel, const float *dout, const float
 			const int32_t *row_tok, const int32_t *row_slot, long R, int K, int C);
 /* dx[row_tok[r]] += dxe[r], rows in order */
 void hp_moe_scatter_add(float *dx, const float *dxe, const int32_t *row_tok, long R, int C);
-/* x = a + b (x may alias either); x[n, :] += bias; db[c] += sum over rows
- * in order of x[n, c]; x = max(x, y) (y taken where y > x); x += y */
+/* x = a + b (x may alias either); x *= s; x[n, :] += bias; db[c] += sum
+ * over rows in order of x[n, c]; x = max(x, y) (y taken where y > x); x += y */
 void hp_residual_add(float *x, const float *a, const float *b, long n);
+void hp_scale(float *x, float s, long n);
 void hp_bias_add(float *x, const float *bias, long N, int C);
 void hp_bias_grad(float *db, const float *x, long N, int C);
 void hp_max_into(float *x, const float *y, long n);

@@ -8,6 +8,7 @@
  * adds what the CPU adds in the order the CPU adds it.
  */
 #include "cpu/ops.h"
+#include "cpu/pool.h"
 
 void hp_embedding_fwd_range(float *out, const int32_t *ids, const float *table, long N, int C, int v0, int V)
 {
@@ -90,10 +91,40 @@ void hp_moe_scatter_add(float *dx, const float *dxe, const int32_t *row_tok, lon
 	}
 }
 
+/* The element-wise passes below run over the pool's threads (pool.h):
+ * each element is computed alone, so any split gives the same bits.  At
+ * two threads they were single-threaded time in every step (the residual
+ * adds; the gradient clip's scale over all the parameters). */
+struct ew_args { float *x; const float *a, *b; float s; };
+
+static void add_range(void *p, long i0, long i1)
+{
+	const struct ew_args *e = p;
+
+	for (long i = i0; i < i1; i++)
+		e->x[i] = e->a[i] + e->b[i];
+}
+
 void hp_residual_add(float *x, const float *a, const float *b, long n)
 {
-	for (long i = 0; i < n; i++)
-		x[i] = a[i] + b[i];
+	struct ew_args e = { .x = x, .a = a, .b = b };
+
+	hp_parallel_for(n, HP_POOL_GRAIN, 16, add_range, &e);
+}
+
+static void scale_range(void *p, long i0, long i1)
+{
+	const struct ew_args *e = p;
+
+	for (long i = i0; i < i1; i++)
+		e->x[i] *= e->s;
+}
+
+void hp_scale(float *x, float s, long n)
+{
+	struct ew_args e = { .x = x, .s = s };
+
+	hp_parallel_for(n, HP_POOL_GRAIN, 16, scale_range, &e);
 }
 
 void hp_bias_add(float *x, const float *bias, long N, int C)

@@ -29,7 +29,9 @@ void hp_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const 
 /*
  * The vector path: sigmoid(g) = 1 / (1 + exp(-g)) with hp_vexp on -|g| so
  * the exponential never overflows: for g < 0, sigmoid = e / (1 + e) with
- * e = exp(g).
+ * e = exp(g).  The numerator is chosen before the one division (each lane
+ * divides what it divided when both quotients were computed and one was
+ * kept, so the bits are the same, at half the divisions).
  */
 static inline hp_v8 sigmoid8(hp_v8 g)
 {
@@ -37,7 +39,7 @@ static inline hp_v8 sigmoid8(hp_v8 g)
 	hp_v8 a = hp_v8_select(neg, g, -g);             /* -|g| */
 	hp_v8 e = hp_vexp(a);
 	hp_v8 one = hp_v8_set1(1.0f);
-	return hp_v8_select(neg, e / (one + e), one / (one + e));
+	return hp_v8_select(neg, e, one) / (one + e);
 }
 
 HP_TARGET_CLONES

@@ -143,6 +143,54 @@ static void test_rmsnorm(void)
 	free(c.x); free(c.w); free(c.y); free(c.rstd); free(c.R); free(dx); free(dw); free(nx); free(nw); free(dx2);
 }
 
+/* The RMSNorm of rmsnorm.c written one row at a time, each row's double
+ * sums in element order, dw summed row after row: the kernels interleave
+ * rows (several sum chains at once) and must give exactly these bits. */
+static void rms_one_row(float *y, float *rstd, float *dx, float *dw, const float *x, const float *w,
+			const float *dy, long N, int C, float eps)
+{
+	for (long n = 0; n < N; n++) {
+		const float *xr = x + n * C, *dyr = dy + n * C;
+		double ss = 0, d = 0;
+
+		for (int c = 0; c < C; c++)
+			ss += (double)xr[c] * xr[c];
+		float r = (float)(1.0 / sqrt(ss / C + eps));
+		rstd[n] = r;
+		for (int c = 0; c < C; c++)
+			y[n * C + c] = w[c] * (xr[c] * r);
+		for (int c = 0; c < C; c++) {
+			float xh = xr[c] * r;
+			d += (double)dyr[c] * w[c] * xh;
+			dw[c] += dyr[c] * xh;
+		}
+		float mean = (float)(d / C);
+		for (int c = 0; c < C; c++)
+			dx[n * C + c] = r * (dyr[c] * w[c] - xr[c] * r * mean);
+	}
+}
+
+static void test_rmsnorm_rows_bits(void)
+{
+	/* 7 rows: a block of four and three alone; the values span magnitudes
+	 * so that a sum in another order would round differently */
+	enum { N = 7, C = 37 };
+	float *x = rnd(N * C), *w = rnd(C), *dy = rnd(N * C);
+	float y[N * C], rs[N], dx[N * C], dw[C] = { 0 };
+	float y1[N * C], rs1[N], dx1[N * C], dw1[C] = { 0 };
+
+	for (int i = 0; i < N * C; i++)
+		x[i] *= (float)(1 + i % 11) * (i % 3 ? 1e3f : 1e-3f);
+	hp_rmsnorm_fwd(y, rs, x, w, N, C, 1e-6f);
+	hp_rmsnorm_bwd(dx, dw, dy, x, w, rs, N, C, 0);
+	rms_one_row(y1, rs1, dx1, dw1, x, w, dy, N, C, 1e-6f);
+	ok(!memcmp(y, y1, sizeof(y)) && !memcmp(rs, rs1, sizeof(rs)),
+	   "rmsnorm forward: rows taken together give the bits of one row at a time");
+	ok(!memcmp(dx, dx1, sizeof(dx)) && !memcmp(dw, dw1, sizeof(dw)),
+	   "rmsnorm backward: rows taken together give the bits of one row at a time (dx, dw)");
+	free(x); free(w); free(dy);
+}
+
 /* ---- RoPE ---- */
 struct rope_ctx { float *x, *y, *R, *cs, *sn; int32_t *pos; int N, H, D; };
 static double rope_loss(void *p)
@@ -473,7 +521,8 @@ static void test_attention_threads(void)
 /*
  * The streaming kernels split their work over pool.h's threads when it is
  * large (HP_POOL_GRAIN floats a part): swiglu, rmsnorm (rows, and dw by
- * columns), rope and AdamW must give the same bits at 1 and 3 threads.  The
+ * columns), rope, AdamW, the residual add and the scale must give the
+ * same bits at 1 and 3 threads.  The
  * pool's size is read once per process, so each count runs in a child
  * that writes every output into shared memory.  Sizes are above the grains
  * and not multiples of 8 (the vector loops' tails move between threads).
@@ -483,7 +532,7 @@ static void test_attention_threads(void)
 #define ST_E 300001L
 #define ST_H 8
 #define ST_D 64
-#define ST_FLOATS (4 * ST_E + 2L * ST_N * ST_C + ST_N + ST_C + 2L * ST_N * ST_H * ST_D)
+#define ST_FLOATS (6 * ST_E + 2L * ST_N * ST_C + ST_N + ST_C + 2L * ST_N * ST_H * ST_D)
 
 struct st_run { int threads; float *out; };
 
@@ -525,7 +574,11 @@ static int st_child(void *p)
 		v[i] *= v[i];
 	memcpy(o, g, sizeof(float) * ST_E);
 	hp_adamw_step(o, dh, m, v, ST_E, &hp, 1);
-	return !(hp_sgemm_threads() == r->threads && o + ST_E == out + ST_FLOATS);
+	o += ST_E;
+	hp_residual_add(o, g, u, ST_E);
+	memcpy(o + ST_E, dh, sizeof(float) * ST_E);
+	hp_scale(o + ST_E, 0.37f, ST_E);
+	return !(hp_sgemm_threads() == r->threads && o + 2 * ST_E == out + ST_FLOATS);
 }
 
 static int streaming_run(int threads, float *out)
@@ -546,7 +599,7 @@ static void test_streaming_threads(void)
 	}
 	int ran = !streaming_run(1, sh) && !streaming_run(3, sh + n);
 	ok(ran && !memcmp(sh, sh + n, n * sizeof(float)),
-	   "swiglu, rmsnorm (dw by columns), rope and AdamW: 1 and 3 threads give the same bits");
+	   "swiglu, rmsnorm (dw by columns), rope, AdamW, residual add and scale: 1 and 3 threads give the same bits");
 	munmap(sh, 2 * n * sizeof(float));
 }
 
@@ -821,6 +874,7 @@ int main(void)
 {
 	test_embedding();
 	test_rmsnorm();
+	test_rmsnorm_rows_bits();
 	test_rope();
 	test_swiglu();
 	test_ce();
