@@ -246,13 +246,9 @@ void hp_rmsnorm_res_fwd(float *h, float *y, float *rstd, const float *a, const f
 			ss += (double)x * x;
 		}
 		float r = (float)(1.0 / sqrt(ss / C + eps));
-		hp_v8 rv = hp_v8_set1(r);
 
 		rstd[n] = r;
-		for (c = 0; c + 8 <= C; c += 8)
-			hp_v8_store(yr + c, hp_v8_load(w + c) * (hp_v8_load(hr + c) * rv));
-		for (; c < C; c++)
-			yr[c] = w[c] * (hr[c] * r);
+		rms_y_row(yr, hr, w, r, C);
 	}
 }
 
@@ -265,7 +261,6 @@ void hp_rmsnorm_bwd_vec(float *dx, float *dw, const float *dy, const float *x, c
 {
 	for (long n = 0; n < N; n++) {
 		const float *xr = x + n * C, *dyr = dy + n * C;
-		float *dxr = dx + n * C;
 		float r = rstd[n];
 		hp_v8 rv = hp_v8_set1(r);
 		hp_v4d s0 = { 0, 0, 0, 0 }, s1 = { 0, 0, 0, 0 };
@@ -289,20 +284,6 @@ void hp_rmsnorm_bwd_vec(float *dx, float *dw, const float *dy, const float *x, c
 			dot += (double)dyr[c] * w[c] * xh;
 			dw[c] += dyr[c] * xh;
 		}
-		float mean = (float)(dot / C);
-		hp_v8 mv = hp_v8_set1(mean);
-
-		for (c = 0; c + 8 <= C; c += 8) {
-			hp_v8 xh = hp_v8_load(xr + c) * rv;
-			hp_v8 v = rv * (hp_v8_load(dyr + c) * hp_v8_load(w + c) - xh * mv);
-
-			hp_v8_store(dxr + c, accumulate ? hp_v8_load(dxr + c) + v : v);
-		}
-		for (; c < C; c++) {
-			float xh = xr[c] * r;
-			float v = r * (dyr[c] * w[c] - xh * mean);
-
-			dxr[c] = accumulate ? dxr[c] + v : v;
-		}
+		rms_dx_row(dx + n * C, xr, dyr, w, r, (float)(dot / C), C, accumulate);
 	}
 }
