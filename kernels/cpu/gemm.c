@@ -22,10 +22,11 @@
  *           packing by vector copies and 8 x 8 transposes
  *   baseline MR 4, NR 8: vector extensions (SSE on x86-64, NEON on arm64),
  *           a multiply and an add per term (no FMA at this level)
- * All four trans cases differ only in packing (or where A is read from).  Packing pads the last
- * panels with zeros; the micro-kernels store only the valid rows and
- * columns.  alpha is applied when C is written: the first K block writes
- * alpha*AB + beta*C (no read of C when beta == 0), later K blocks add C.
+ * All four trans cases differ only in packing (or where A is read from).
+ * Packing pads the last panels with zeros; the micro-kernels store only
+ * the valid rows and columns.  alpha is applied when C is written: the
+ * first K block writes alpha*AB + beta*C (no read of C when beta == 0),
+ * later K blocks add C.
  *
  * Bits: each element of C is, per K block of KC terms (K split into equal
  * blocks by block_size, the same at every level), a sum in k order from

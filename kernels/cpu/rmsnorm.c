@@ -44,7 +44,8 @@ typedef double rms_v4d __attribute__((vector_size(32)));
 
 #define RMS_ROWS 4
 
-/* rows n .. n+R-1 (R <= RMS_ROWS) of the range: their first rows */
+/* rows[r] = row n + r of base for r < R (R <= RMS_ROWS); the spare lanes
+ * past R point at row n */
 static void rms_rows(const float **rows, const float *base, long n, int R, long C)
 {
 	for (int r = 0; r < RMS_ROWS; r++)

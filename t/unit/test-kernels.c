@@ -172,8 +172,11 @@ static void rms_one_row(float *y, float *rstd, float *dx, float *dw, const float
 
 static void test_rmsnorm_rows_bits(void)
 {
-	/* 7 rows: a block of four and three alone; the values span magnitudes
-	 * so that a sum in another order would round differently */
+	/* 7 rows: a block of four and three alone.  The backward's dx sees a
+	 * dot summed in another order (changing its multiply order made this
+	 * fail); the forward's float results almost never see the double
+	 * sum's last bits, so its check catches rows or lanes crossed and the
+	 * rstd of the wrong row, not the order of the sum. */
 	enum { N = 7, C = 37 };
 	float *x = rnd(N * C), *w = rnd(C), *dy = rnd(N * C);
 	float y[N * C], rs[N], dx[N * C], dw[C] = { 0 };
@@ -522,9 +525,9 @@ static void test_attention_threads(void)
  * The streaming kernels split their work over pool.h's threads when it is
  * large (HP_POOL_GRAIN floats a part): swiglu, rmsnorm (rows, and dw by
  * columns), rope, AdamW, the residual add and the scale must give the
- * same bits at 1 and 3 threads.  The
- * pool's size is read once per process, so each count runs in a child
- * that writes every output into shared memory.  Sizes are above the grains
+ * same bits at 1 and 3 threads.  The pool's size is read once per
+ * process, so each count runs in a child that writes every output into
+ * shared memory.  Sizes are above the grains
  * and not multiples of 8 (the vector loops' tails move between threads).
  */
 #define ST_N 301
