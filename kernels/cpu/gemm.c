@@ -238,7 +238,17 @@ HP_INLINE void pack_plain(float *dst, int kmajor, const float *X, long ld,
 }
 
 /* The level table's two packers over pack_plain, for one level's MR and NR. */
-#define HP_PACKERS(attr, lv, mr, nr)									attr static void pack_a_##lv(float *dst, int transA, const float *A, long lda,						     long i0, long mc, long k0, long kc)				{													pack_plain(dst, transA, A, lda, i0, mc, k0, kc, mr);					}												attr static void pack_b_##lv(float *dst, int transB, const float *B, long ldb,						     long k0, long kc, long j0, long nc)				{													pack_plain(dst, !transB, B, ldb, j0, nc, k0, kc, nr);					}
+#define HP_PACKERS(attr, lv, mr, nr)								\
+	attr static void pack_a_##lv(float *dst, int transA, const float *A, long lda,		\
+				     long i0, long mc, long k0, long kc)			\
+	{											\
+		pack_plain(dst, transA, A, lda, i0, mc, k0, kc, mr);				\
+	}											\
+	attr static void pack_b_##lv(float *dst, int transB, const float *B, long ldb,		\
+				     long k0, long kc, long j0, long nc)			\
+	{											\
+		pack_plain(dst, !transB, B, ldb, j0, nc, k0, kc, nr);				\
+	}
 
 /* ---- baseline: vector extensions, no FMA ---- */
 
