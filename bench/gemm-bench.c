@@ -13,7 +13,9 @@
  * shapes show what the dispatch thresholds avoid), the ratio of the CPU's
  * own level to OpenBLAS, and the max |difference| between hp's result and
  * OpenBLAS's, so that a fast wrong answer shows.  OPENBLAS_CORETYPE is left
- * as the environment sets it and printed.  --smoke: every shape at 1/8 of
+ * as the environment sets it and printed.  Below the table: the core's
+ * multiply-add peak at each level (peak_gflops) and the geometric mean of
+ * hp's big training shapes as a share of it.  --smoke: every shape at 1/8 of
  * its sizes (at least 1), one call each, nothing timed worth reading: it
  * proves the benchmark still runs (t/t1300).  Not a test: it checks nothing.
  */
@@ -95,6 +97,109 @@ static double gflops(int path, const struct shape *s, const float *A, const floa
 	return best * 1e-9;
 }
 
+/*
+ * The multiply-add peak of one core at a level: 12 independent chains of
+ * a = a * x + y on registers, no memory, enough chains to keep two pipes'
+ * latency covered; 2 FLOPs per lane per multiply-add.  No GEMM at that
+ * level can pass it on this core, so it is the yardstick for the kernels
+ * and for a training step's FLOP/s (bench/run.sh).  baseline: SSE, a
+ * multiply and an add apart, as its kernel does (-ffp-contract=off).
+ * The sum of the lanes goes to *sink, so that the loop is not removed; the
+ * chains converge to y / (1 - x) = 1: no overflow, no denormals.
+ */
+#define PEAK_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* one level's loop over PV (the vector type), PSET1, PFMA and PADD */
+#define PEAK_LOOP(LANES)								\
+	PV x = PSET1(0.999f), y = PSET1(0.001f);					\
+	PEAK_CHAINS(PEAK_DECL)								\
+	for (long k = 0; k < n; k++) {							\
+		PEAK_CHAINS(PEAK_STEP)							\
+	}										\
+	PV t = PSET1(0.0f);								\
+	PEAK_CHAINS(PEAK_SUM)								\
+	float l[LANES];									\
+	memcpy(l, &t, sizeof(l));							\
+	for (int i = 0; i < LANES; i++)							\
+		*sink += l[i];								\
+	return 2.0 * LANES * 12 * n;
+#define PEAK_DECL(i) PV a##i = PSET1((float)(i));
+#define PEAK_STEP(i) a##i = PFMA(a##i, x, y);
+#define PEAK_SUM(i) t = PADD(t, a##i);
+
+#define PV __m128
+#define PSET1 _mm_set1_ps
+#define PFMA(a, x, y) _mm_add_ps(_mm_mul_ps(a, x), y)
+#define PADD _mm_add_ps
+static double peak_baseline(long n, double *sink)
+{
+	PEAK_LOOP(4)
+}
+#undef PV
+#undef PSET1
+#undef PFMA
+#undef PADD
+
+#define PV __m256
+#define PSET1 _mm256_set1_ps
+#define PFMA _mm256_fmadd_ps
+#define PADD _mm256_add_ps
+__attribute__((target("avx2,fma"))) static double peak_avx2(long n, double *sink)
+{
+	PEAK_LOOP(8)
+}
+#undef PV
+#undef PSET1
+#undef PFMA
+#undef PADD
+
+#define PV __m512
+#define PSET1 _mm512_set1_ps
+#define PFMA _mm512_fmadd_ps
+#define PADD _mm512_add_ps
+__attribute__((target("avx512f,avx512vl,fma"))) static double peak_avx512(long n, double *sink)
+{
+	PEAK_LOOP(16)
+}
+#undef PV
+#undef PSET1
+#undef PFMA
+#undef PADD
+#endif
+
+/* GFLOP/s of the level's peak loop, the best of 5 runs of >= 50 ms; 0 where
+ * this build has no such loop (not x86-64). */
+static double peak_gflops(int level, int smoke)
+{
+#if defined(__x86_64__)
+	double (*fn)(long, double *) = level == HP_CPU_AVX512 ? peak_avx512 :
+				       level == HP_CPU_AVX2 ? peak_avx2 : peak_baseline;
+	double best = 0, sink = 0;
+	long n = smoke ? 1000 : 1000000;
+
+	fn(n, &sink);
+	for (int r = 0; r < (smoke ? 1 : 5); r++) {
+		double flop = 0, t0 = now(), t;
+
+		do
+			flop += fn(n, &sink);
+		while ((t = now() - t0) < (smoke ? 0 : 0.05));
+		if (flop / t > best)
+			best = flop / t;
+	}
+	if (sink != sink)       /* never: the chains stay near 1 */
+		printf("nan\n");
+	return best * 1e-9;
+#else
+	(void)level;
+	(void)smoke;
+	return 0;
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -102,7 +207,7 @@ int main(int argc, char **argv)
 	size_t cap = (size_t)2048 * 2048;
 	float *A = hp_malloc_aligned(cap * sizeof(float)), *B = hp_malloc_aligned(cap * sizeof(float));
 	float *C = hp_malloc_aligned(cap * sizeof(float)), *C2 = hp_malloc_aligned(cap * sizeof(float));
-	double lsum[HP_CPU_AVX512 + 1] = { 0 }, n = 0;
+	double lsum[HP_CPU_AVX512 + 1] = { 0 }, lg[HP_CPU_AVX512 + 1] = { 0 }, n = 0;
 
 	if (argc > 2 || (argc == 2 && !smoke)) {
 		fprintf(stderr, "usage: gemm-bench [--smoke]\n");
@@ -146,8 +251,10 @@ int main(int argc, char **argv)
 			printf(" %9.1f", g[l] = gflops(l, &s, A, B, C, smoke));
 		printf(" %5.2fx %8.1e\n", g[max] / go, maxd);
 		if (shapes[i].M >= 256 && shapes[i].N >= 256 && shapes[i].K >= 256) {
-			for (int l = 0; l <= max; l++)
+			for (int l = 0; l <= max; l++) {
 				lsum[l] += log(g[l] / go);
+				lg[l] += log(g[l]);
+			}
 			n++;
 		}
 	}
@@ -155,6 +262,14 @@ int main(int argc, char **argv)
 	for (int l = 0; l <= max; l++)
 		printf(" %s %.2fx", hp_cpu_level_name(l), exp(lsum[l] / n));
 	printf("\n");
+	printf("multiply-add peak of one core (registers only), and hp's big training shapes (geometric mean) as a share of it:\n");
+	for (int l = 0; l <= max; l++) {
+		double pk = peak_gflops(l, smoke), gm = exp(lg[l] / n);
+
+		if (pk > 0)
+			printf("  %-8s peak %6.1f GFLOP/s, big shapes %6.1f GFLOP/s = %3.0f%%\n", hp_cpu_level_name(l), pk,
+			       gm, 100 * gm / pk);
+	}
 	hp_free_aligned(A);
 	hp_free_aligned(B);
 	hp_free_aligned(C);

@@ -17,10 +17,25 @@
 # ONEDNN_MAX_CPU_ISA=AVX2 for torch 2.x.  All three skip their first two steps and report
 # sum(tokens) / sum(step time) over the rest.  The first-step losses of the
 # three are printed side by side: same weights and same tokens must give
-# the same loss, which shows that they did the same work.  hp-train runs
-# once per model and thread count; each PyTorch once per thread count,
-# training the models in turn in one process (torch takes seconds to
-# import, torch 2.x with its CUDA libraries about five).
+# the same loss, which shows that they did the same work.  A round runs
+# hp-train once per model and thread count, then each PyTorch once per
+# thread count, training the models in turn in one process (torch takes
+# seconds to import, torch 2.x with its CUDA libraries about five).
+#
+# Rounds (HP_BENCH_ROUNDS, default 1): this machine's speed drifts by 5-10%
+# over minutes, torch's and hp's alike, so one run of each can land a ratio
+# on either side of a target.  With R rounds, run one after the other
+# (hp, torch 1.13, torch 2.x, then again), each ratio is taken within a
+# round, where both sides met the same machine; the table shows the median
+# tokens/s of each side and the median of the R ratios, the ratios of every
+# round are listed below it, and a target reads "met" only when every round
+# met it ("met in k of R rounds" otherwise).
+#
+# FLOP/s: 6 x the multiply-adds per token of the model (the matmuls, the LM
+# head, and causal attention's two products over the (T+1)/2 keys a token
+# sees on average), the count MFU uses; it is the model's work, not what
+# either implementation spends on it.  Compare with the single-core FMA
+# peak that gemm-bench prints.
 #
 # Attention on the PyTorch side is what transformers would run there (see
 # bench/torch_llama.py): scaled_dot_product_attention on torch 2.x (HF's
@@ -49,6 +64,7 @@
 #   HP_BENCH_SMOKE=1      smoke mode (above)
 #   HP_BENCH_THREADS      thread counts to measure (default "1 2"; smoke "1")
 #   HP_BENCH_STEPS        training steps per run, the first 2 untimed (default 10)
+#   HP_BENCH_ROUNDS       rounds of every run (above; default 1)
 #   HP_BENCH_MODELS       subset of "stories260K wide" (default both)
 #   HP_BENCH_TORCH_ONLY=1 measure PyTorch alone (no hp-train needed)
 #   HP_BENCH_PYTHON       python with torch 1.13 (default /usr/bin/python3)
@@ -102,8 +118,12 @@ hp=$build/bin/hp-train
 if [ "$torch_only" != 1 ] && ! [ -x "$hp" ]; then
 	die "'$hp': not built (run make first, or HP_BENCH_TORCH_ONLY=1 to measure PyTorch alone)"
 fi
+rounds=${HP_BENCH_ROUNDS:-1}
 case $steps in
 ''|*[!0-9]*) die "HP_BENCH_STEPS='$steps': expected an integer above $warmup" ;;
+esac
+case $rounds in
+''|*[!0-9]*|0*) die "HP_BENCH_ROUNDS='$rounds': expected an integer of 1 or more" ;;
 esac
 [ "$steps" -gt "$warmup" ] || die "HP_BENCH_STEPS='$steps': expected an integer above $warmup"
 command -v jq >/dev/null || die "jq not found (sh scripts/install-deps.sh installs it)"
@@ -215,6 +235,16 @@ hp_summary() {
 		else "\(($t | map(.tokens) | add) / ($t | map(.step_time_s) | add)) \($r[0].loss)" end' "$1"
 }
 
+# model_flops MODEL_DIR: training FLOPs per token of a Llama config.json at
+# sequence length $seq: 6 x (per layer: q and o, k and v, the gated MLP's
+# three matmuls, causal attention's QK^T and PV; then the LM head).
+model_flops() {
+	jq -r --argjson T "$seq" '.hidden_size as $H | .num_attention_heads as $nh |
+		(.num_key_value_heads // $nh) as $nkv | (.head_dim // ($H / $nh)) as $hd |
+		6 * (.num_hidden_layers * (2 * $H * $nh * $hd + 2 * $H * $nkv * $hd +
+		     3 * $H * .intermediate_size + $nh * $hd * ($T + 1)) + $H * .vocab_size)' "$1/config.json"
+}
+
 # torch_run PYTHON THREADS OUT: one torch_llama.py process training every
 # model of $dirs in turn (one import of torch for all: seconds each, most
 # of a smoke run), its JSON lines, one a model, to OUT.json; nothing for a
@@ -256,8 +286,9 @@ torch_row() {
 failed=0
 : >"$tmp/results"
 v1=- a1=- v2=- a2=-
-# the models that run, and their folders (made once, before anything is timed)
-run_models='' dirs=''
+# the models that run, their folders (made once, before anything is timed)
+# and their FLOPs per token
+run_models='' dirs='' flops=''
 for m in $models; do
 	case $m in
 	stories260K|wide) ;;
@@ -269,60 +300,69 @@ for m in $models; do
 	fi
 	dir=$(model_dir "$m") || die "cannot create model '$m'"
 	case $dir in *[[:space:]]*) die "'$dir': a model folder with a space is not supported" ;; esac
-	run_models="${run_models:+$run_models }$m" dirs="${dirs:+$dirs }$dir"
+	f=$(model_flops "$dir") || die "'$dir/config.json': cannot count the model's FLOPs"
+	run_models="${run_models:+$run_models }$m" dirs="${dirs:+$dirs }$dir" flops="${flops:+$flops }$f"
 done
 ti=0
 for t in $threads; do
 	ti=$((ti + 1))
-	mi=0
-	for m in $run_models; do
-		mi=$((mi + 1))
-		dir=$(echo "$dirs" | cut -d' ' -f"$mi")
-		echo "- - -" >"$tmp/$m-$t.hp.r"
-		[ "$torch_only" != 1 ] || continue
-		say "$m, $t thread(s): hp-train..."
-		write_config "$dir" "$tmp/$m.yaml"
-		if (cd "$tmp" && OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t HP_NUM_THREADS=$t \
-			"$hp" "$tmp/$m.yaml" --metrics "$tmp/$m-$t.jsonl") \
-			>"$tmp/$m-$t.hp.log" 2>&1 &&
-		   out=$(hp_summary "$tmp/$m-$t.jsonl" 2>&1); then
-			echo "$out $(sed -n 's/^run\.parameters  *//p' "$tmp/$m-$t.hp.log")" >"$tmp/$m-$t.hp.r"
+	r=0
+	while [ "$r" -lt "$rounds" ]; do
+		r=$((r + 1))
+		[ "$rounds" = 1 ] || say "round $r of $rounds"
+		mi=0
+		for m in $run_models; do
+			mi=$((mi + 1))
+			dir=$(echo "$dirs" | cut -d' ' -f"$mi")
+			res=$tmp/$m-$t-$r.hp.r
+			echo "- - -" >"$res"
+			[ "$torch_only" != 1 ] || continue
+			say "$m, $t thread(s): hp-train..."
+			write_config "$dir" "$tmp/$m.yaml"
+			if (cd "$tmp" && OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t HP_NUM_THREADS=$t \
+				"$hp" "$tmp/$m.yaml" --metrics "$tmp/$m-$t-$r.jsonl") \
+				>"$tmp/$m-$t-$r.hp.log" 2>&1 &&
+			   out=$(hp_summary "$tmp/$m-$t-$r.jsonl" 2>&1); then
+				echo "$out $(sed -n 's/^run\.parameters  *//p' "$tmp/$m-$t-$r.hp.log")" >"$res"
+			else
+				tail -n 5 "$tmp/$m-$t-$r.hp.log" >&2
+				say "hp-train failed on $m with $t thread(s)${out:+: $out}"
+				echo "failed - -" >"$res"
+				failed=1
+			fi
+		done
+		# in smoke mode the two PyTorches run at once: nothing there is
+		# timed worth reading, and each spends seconds importing torch
+		if [ "$smoke" = 1 ]; then
+			torch_run "$py1" "$t" "$tmp/t1-$t-$r" &
+			torch_run "$py2" "$t" "$tmp/t2-$t-$r" &
+			wait
 		else
-			tail -n 5 "$tmp/$m-$t.hp.log" >&2
-			say "hp-train failed on $m with $t thread(s)${out:+: $out}"
-			echo "failed - -" >"$tmp/$m-$t.hp.r"
-			failed=1
+			torch_run "$py1" "$t" "$tmp/t1-$t-$r"
+			torch_run "$py2" "$t" "$tmp/t2-$t-$r"
 		fi
-	done
-	# in smoke mode the two PyTorches run at once: nothing there is timed
-	# worth reading, and each spends seconds importing torch
-	if [ "$smoke" = 1 ]; then
-		torch_run "$py1" "$t" "$tmp/t1-$t" &
-		torch_run "$py2" "$t" "$tmp/t2-$t" &
-		wait
-	else
-		torch_run "$py1" "$t" "$tmp/t1-$t"
-		torch_run "$py2" "$t" "$tmp/t2-$t"
-	fi
-	mi=0
-	for m in $run_models; do
-		mi=$((mi + 1))
-		# shellcheck disable=SC2046 # split the fields
-		set -- $(cat "$tmp/$m-$t.hp.r") $(torch_row "$tmp/t1-$t" $mi) $(torch_row "$tmp/t2-$t" $mi)
-		# hp: tps loss params; torch 1.13 and 2.x: tps loss params version attention
-		params=$3
-		[ "$params" != - ] && [ -n "$params" ] || params=$6
-		[ "$params" != - ] || params=${11}
-		[ "$4" = - ] || [ "$4" = failed ] || v1=$7 a1=$8
-		[ "$9" = - ] || [ "$9" = failed ] || v2=${12} a2=${13}
-		case "$4 $9" in *failed*) failed=1 ;; esac
-		echo "$mi $ti $m $t $params $1 $2 $4 $5 $9 ${10}" >>"$tmp/results"
+		mi=0
+		for m in $run_models; do
+			mi=$((mi + 1))
+			# shellcheck disable=SC2046 # split the fields
+			set -- $(cat "$tmp/$m-$t-$r.hp.r") $(torch_row "$tmp/t1-$t-$r" $mi) \
+				$(torch_row "$tmp/t2-$t-$r" $mi)
+			# hp: tps loss params; torch 1.13 and 2.x: tps loss params version attention
+			params=$3
+			[ "$params" != - ] && [ -n "$params" ] || params=$6
+			[ "$params" != - ] || params=${11}
+			[ "$4" = - ] || [ "$4" = failed ] || v1=$7 a1=$8
+			[ "$9" = - ] || [ "$9" = failed ] || v2=${12} a2=${13}
+			case "$4 $9" in *failed*) failed=1 ;; esac
+			echo "$mi $ti $r $m $t $params $(echo "$flops" | cut -d' ' -f"$mi") $1 $2 $4 $5 $9 ${10}" \
+				>>"$tmp/results"
+		done
 	done
 done
-sort -n -k1,1 -k2,2 "$tmp/results" | cut -d' ' -f3- >"$tmp/table"
+sort -n -k1,1 -k2,2 -k3,3 "$tmp/results" >"$tmp/table"
 
 # --- the table -------------------------------------------------------------------
-awk -v steps="$steps" -v warmup="$warmup" -v batch="$batch" -v seq="$seq" \
+awk -v steps="$steps" -v warmup="$warmup" -v batch="$batch" -v seq="$seq" -v rounds="$rounds" \
     -v data_by="$data_by" -v tol="$loss_tol" -v coretype="${OPENBLAS_CORETYPE:-unset}" \
     -v wait="$OMP_WAIT_POLICY" -v smoke="$smoke" -v v1="$v1" -v a1="$a1" -v v2="$v2" -v a2="$a2" \
     -v py1="${py1:-}" -v venv="$venv" -v notes="$notes" -v hpcpu="${HP_CPU:-unset}" '
@@ -342,34 +382,94 @@ function short(v, def,   p) {
 function num(x) { return x != "-" && x != "failed" }
 function tps(x) { return num(x) ? sprintf("%.0f", x) : x }
 function ratio(h, t) { return num(h) && num(t) ? sprintf("%.2fx", h / t) : "-" }
+function gflops(x, f) { return num(x) ? sprintf("%.1f", x * f / 1e9) : x }
+# the median of row i'\''s rounds of column c ("failed" if any failed, "-"
+# if none ran)
+function median(c, i,   r, n, v, j, k, t) {
+	n = 0
+	for (r = 1; r <= nr[i]; r++) {
+		if (val[i, r, c] == "failed") return "failed"
+		if (num(val[i, r, c])) v[++n] = val[i, r, c] + 0
+	}
+	if (!n) return "-"
+	for (j = 2; j <= n; j++)
+		for (k = j; k > 1 && v[k - 1] > v[k]; k--) { t = v[k]; v[k] = v[k - 1]; v[k - 1] = t }
+	return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
+# the median of row i'\''s per-round ratios hp / column c, as a cell
+function mratio(c, i,   r, n, v, j, k, t) {
+	n = 0
+	for (r = 1; r <= nr[i]; r++)
+		if (num(val[i, r, "hp"]) && num(val[i, r, c])) v[++n] = val[i, r, "hp"] / val[i, r, c]
+	if (!n) return "-"
+	for (j = 2; j <= n; j++)
+		for (k = j; k > 1 && v[k - 1] > v[k]; k--) { t = v[k]; v[k] = v[k - 1]; v[k - 1] = t }
+	return sprintf("%.2fx", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2)
+}
 # the targets: 1.5x torch 1.13 (the first goal of hp-train), 1.3x torch 2.x
-# (set by issue #18 for the GEMM-bound wide model on AVX2 machines)
-function verdict(h, t, goal) {
+# (set by issue #18 for the GEMM-bound wide model on AVX2 machines), judged
+# round by round
+function verdict(c, i, goal,   r, n, k) {
 	if (smoke) return "-"
-	if (h == "failed") return "not met (hp failed)"
-	if (!num(h) || !num(t)) return "-"
-	return h / t >= goal ? "met" : "not met"
+	n = k = 0
+	for (r = 1; r <= nr[i]; r++) {
+		if (val[i, r, "hp"] == "failed") return "not met (hp failed)"
+		if (!num(val[i, r, "hp"]) || !num(val[i, r, c])) continue
+		n++
+		if (val[i, r, "hp"] / val[i, r, c] >= goal) k++
+	}
+	if (!n) return "-"
+	if (n == 1) return k ? "met" : "not met"
+	return k == n ? "met" : !k ? "not met" : sprintf("met in %d of %d rounds", k, n)
 }
 {
-	model[NR] = $1; thr[NR] = $2; params[NR] = $3; hp[NR] = $4; hloss[NR] = $5
-	t1[NR] = $6; l1[NR] = $7; t2[NR] = $8; l2[NR] = $9
+	key = $1 " " $2
+	if (key != last) {
+		NI++; last = key
+		model[NI] = $4; thr[NI] = $5; params[NI] = $6; flop[NI] = $7
+		hloss[NI] = $9; l1[NI] = $11; l2[NI] = $13
+	}
+	r = ++nr[NI]
+	val[NI, r, "hp"] = $8; val[NI, r, "t1"] = $10; val[NI, r, "t2"] = $12
+	# the first round with a loss gives it
+	if (hloss[NI] == "-") hloss[NI] = $9
+	if (l1[NI] == "-") l1[NI] = $11
+	if (l2[NI] == "-") l2[NI] = $13
 }
 END {
 	s1 = short(v1, "1.13"); s2 = short(v2, "2.x")
-	printf "\nhp-train vs PyTorch %s and %s, CPU fp32, world size 1: batch %d x seq %d, %d steps (first %d untimed)%s\n",
-		s1, s2, batch, seq, steps, warmup, smoke ? "\nsmoke mode: tiny sizes, the numbers are not worth reading and no target is judged" : ""
+	printf "\nhp-train vs PyTorch %s and %s, CPU fp32, world size 1: batch %d x seq %d, %d steps (first %d untimed)%s%s\n",
+		s1, s2, batch, seq, steps, warmup,
+		(rounds > 1 ? sprintf("; %d rounds: medians, ratios taken within a round", rounds) : ""),
+		smoke ? "\nsmoke mode: tiny sizes, the numbers are not worth reading and no target is judged" : ""
 	printf "torch %s: %s; torch %s: %s\n", s1, v1 == "-" ? "not run" : sprintf("%s (%s, %s attention)", v1, py1, a1),
 		s2, v2 == "-" ? "not run" : sprintf("%s (%s, %s attention)", v2, venv, a2)
 	printf "tokens: %s; OPENBLAS_CORETYPE=%s OMP_WAIT_POLICY=%s HP_CPU=%s\n\n", data_by, coretype, wait, hpcpu
 	h1 = s1 " tok/s"; h2 = s2 " tok/s"
 	printf "%-12s %7s %7s %10s %11s %11s %8s %8s  %s\n", "model", "params", "threads", "hp tok/s",
 		h1, h2, "hp/" s1, "hp/" s2, "targets 1.5x " s1 " / 1.3x " s2
-	for (i = 1; i <= NR; i++)
+	for (i = 1; i <= NI; i++) {
+		hp[i] = median("hp", i); t1[i] = median("t1", i); t2[i] = median("t2", i)
 		printf "%-12s %7s %7s %10s %11s %11s %8s %8s  %s / %s\n", model[i], human(params[i]), thr[i],
-			tps(hp[i]), tps(t1[i]), tps(t2[i]), ratio(hp[i], t1[i]), ratio(hp[i], t2[i]),
-			verdict(hp[i], t1[i], 1.5), verdict(hp[i], t2[i], 1.3)
+			tps(hp[i]), tps(t1[i]), tps(t2[i]), mratio("t1", i), mratio("t2", i),
+			verdict("t1", i, 1.5), verdict("t2", i, 1.3)
+	}
+	if (rounds > 1) {
+		printf "\nthe ratios of each round (hp/%s, hp/%s):\n", s1, s2
+		for (i = 1; i <= NI; i++) {
+			line = ""
+			for (r = 1; r <= nr[i]; r++)
+				line = line sprintf("%s%s/%s", r > 1 ? ", " : "", ratio(val[i, r, "hp"], val[i, r, "t1"]),
+						    ratio(val[i, r, "hp"], val[i, r, "t2"]))
+			printf "  %-12s threads %s: %s\n", model[i], thr[i], line
+		}
+	}
+	printf "\nGFLOP/s (6 x multiply-adds per token, causal attention; compare gemm-bench'\''s FMA peak):\n"
+	for (i = 1; i <= NI; i++)
+		printf "  %-12s threads %s: %.1f MFLOP/token; hp %s, torch %s %s, torch %s %s\n", model[i], thr[i],
+			flop[i] / 1e6, gflops(hp[i], flop[i]), s1, gflops(t1[i], flop[i]), s2, gflops(t2[i], flop[i])
 	printf "\nfirst-step loss (same weights, same tokens):\n"
-	for (i = 1; i <= NR; i++) {
+	for (i = 1; i <= NI; i++) {
 		line = ""; n = 0; lo = 0; hi = 0
 		split(hloss[i] " " l1[i] " " l2[i], L, " ")
 		split("hp|torch " s1 "|torch " s2, W, "|")

@@ -15,7 +15,7 @@ test_description='make bench in smoke mode: every benchmark still runs and print
 BENCH=$HP_SRC_DIR/bench
 HP_BENCH_SMOKE=1
 export HP_BENCH_SMOKE
-unset HP_BENCH_THREADS HP_BENCH_STEPS HP_BENCH_MODELS HP_BENCH_TORCH_ONLY HP_BENCH_TORCH2 \
+unset HP_BENCH_THREADS HP_BENCH_STEPS HP_BENCH_ROUNDS HP_BENCH_MODELS HP_BENCH_TORCH_ONLY HP_BENCH_TORCH2 \
 	HP_BENCH_PYTHON HP_BENCH_QUICK HP_REF_VENV HP_TOKBENCH_VENV HP_CHATBENCH_PYTHON
 
 bench () {
@@ -34,7 +34,7 @@ test_expect_success 'run.sh: hp-train against torch 1.13 and 2.x, every column o
 	bench sh "$BENCH/run.sh" >run.out 2>run.err &&
 	has run.out "^model +params +threads +hp tok/s +[0-9.x]+ tok/s +[0-9.x]+ tok/s +hp/" \
 		"^stories260K +260K +1 +[0-9]+ " "^first-step loss" "^  stories260K +threads 1: hp [0-9.]+, " \
-		"^smoke mode: " &&
+		"^smoke mode: " "^  stories260K +threads 1: 1\.7 MFLOP/token; hp [0-9.]+, torch " &&
 	if test_have_prereq TORCH; then
 		has run.out "^stories260K +260K +1 +[0-9]+ +[0-9]+ " "^wide +[0-9.]+K +1 +[0-9]+ +[0-9]+ " \
 			"torch 1.13 [0-9.]+, torch"
@@ -46,6 +46,19 @@ test_expect_success 'run.sh: hp-train against torch 1.13 and 2.x, every column o
 	else
 		has run.out "^torch 2.x column skipped: no venv"
 	fi
+'
+
+test_expect_success 'run.sh: HP_BENCH_ROUNDS=2 shows medians and the ratios of each round' '
+	HP_BENCH_ROUNDS=2 HP_BENCH_MODELS=stories260K bench sh "$BENCH/run.sh" >rounds.out 2>rounds.err &&
+	has rounds.out "; 2 rounds: medians, ratios taken within a round" "^stories260K +260K +1 +[0-9]+ " \
+		"^the ratios of each round" "^  stories260K +threads 1: ([0-9.]+x|-)/([0-9.]+x|-), ([0-9.]+x|-)/([0-9.]+x|-)\$" &&
+	has rounds.err "round 1 of 2" "round 2 of 2"
+'
+
+test_expect_success 'run.sh: HP_BENCH_ROUNDS must be a positive integer' '
+	! HP_BENCH_ROUNDS=0 sh "$BENCH/run.sh" >bad.out 2>bad.err &&
+	has bad.err "HP_BENCH_ROUNDS=.0.: expected an integer of 1 or more" &&
+	test ! -s bad.out
 '
 
 test_expect_success 'run.sh: a failed run is a non-zero exit, the table still printed' '
@@ -99,7 +112,8 @@ test_expect_success 'chat-bench.sh: hp chat templates against transformers' '
 
 test_expect_success 'gemm-bench --smoke: every shape at every CPU level' '
 	bench "$HP_BUILD_DIR/bench/gemm-bench" --smoke >gemm.out 2>gemm.err &&
-	has gemm.out "^shape +tA +tB +M +N +K +beta +openblas" "^fwd q/o/lm_head " "^geometric-mean"
+	has gemm.out "^shape +tA +tB +M +N +K +beta +openblas" "^fwd q/o/lm_head " "^geometric-mean" \
+		"^multiply-add peak of one core" "^  baseline +peak +[0-9.]+ GFLOP/s, big shapes +[0-9.]+ GFLOP/s = +[0-9]+%"
 '
 
 test_expect_success MPI 'parallel-bench.sh: every layout against one process, hp-verify' '
