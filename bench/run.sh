@@ -319,6 +319,7 @@ for t in $threads; do
 			[ "$torch_only" != 1 ] || continue
 			say "$m, $t thread(s): hp-train..."
 			write_config "$dir" "$tmp/$m.yaml"
+			out=
 			if (cd "$tmp" && OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t HP_NUM_THREADS=$t \
 				"$hp" "$tmp/$m.yaml" --metrics "$tmp/$m-$t-$r.jsonl") \
 				>"$tmp/$m-$t-$r.hp.log" 2>&1 &&
