@@ -78,23 +78,42 @@ static void run(int path, const struct shape *s, const float *A, const float *B,
 		hp_sgemm_level(path, s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, s->beta, C, s->N);
 }
 
-static double gflops(int path, const struct shape *s, const float *A, const float *B, float *C, int smoke)
+/* GFLOP/s of once(ctx) (which returns the FLOPs it did): the best of 5
+ * runs, each repeating it until it has taken at least 50 ms, after one
+ * untimed call; one timed call in smoke mode.  The GEMM shapes and the
+ * peak loops are timed alike. */
+static double best_gflops(double (*once)(void *), void *ctx, int smoke)
 {
-	double flop = 2.0 * s->M * s->N * s->K, best = 0;
+	double best = 0;
 
-	run(path, s, A, B, C);
+	once(ctx);
 	for (int r = 0; r < (smoke ? 1 : 5); r++) {
-		long reps = 0;
-		double t0 = now(), t;
+		double flop = 0, t0 = now(), t;
 
-		do {
-			run(path, s, A, B, C);
-			reps++;
-		} while ((t = now() - t0) < (smoke ? 0 : 0.05));
-		if (flop * reps / t > best)
-			best = flop * reps / t;
+		do
+			flop += once(ctx);
+		while ((t = now() - t0) < (smoke ? 0 : 0.05));
+		if (flop / t > best)
+			best = flop / t;
 	}
 	return best * 1e-9;
+}
+
+struct gemm_call { int path; const struct shape *s; const float *A, *B; float *C; };
+
+static double gemm_once(void *p)
+{
+	const struct gemm_call *g = p;
+
+	run(g->path, g->s, g->A, g->B, g->C);
+	return 2.0 * g->s->M * g->s->N * g->s->K;
+}
+
+static double gflops(int path, const struct shape *s, const float *A, const float *B, float *C, int smoke)
+{
+	struct gemm_call g = { path, s, A, B, C };
+
+	return best_gflops(gemm_once, &g, smoke);
 }
 
 /*
@@ -104,9 +123,12 @@ static double gflops(int path, const struct shape *s, const float *A, const floa
  * level can pass it on this core, so it is the yardstick for the kernels
  * and for a training step's FLOP/s (bench/run.sh).  baseline: SSE, a
  * multiply and an add apart, as its kernel does (-ffp-contract=off).
- * The sum of the lanes goes to *sink, so that the loop is not removed; the
- * chains converge to y / (1 - x) = 1: no overflow, no denormals.
+ * The sum of the lanes goes to peak_sink (volatile), so that the loop is
+ * not removed; the chains converge to y / (1 - x) = 1: no overflow, no
+ * denormals.
  */
+static volatile double peak_sink;
+
 #define PEAK_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 #if defined(__x86_64__)
@@ -124,7 +146,7 @@ static double gflops(int path, const struct shape *s, const float *A, const floa
 	float l[LANES];									\
 	memcpy(l, &t, sizeof(l));							\
 	for (int i = 0; i < LANES; i++)							\
-		*sink += l[i];								\
+		peak_sink += l[i];							\
 	return 2.0 * LANES * 12 * n;
 #define PEAK_DECL(i) PV a##i = PSET1((float)(i));
 #define PEAK_STEP(i) a##i = PFMA(a##i, x, y);
@@ -134,7 +156,7 @@ static double gflops(int path, const struct shape *s, const float *A, const floa
 #define PSET1 _mm_set1_ps
 #define PFMA(a, x, y) _mm_add_ps(_mm_mul_ps(a, x), y)
 #define PADD _mm_add_ps
-static double peak_baseline(long n, double *sink)
+static double peak_baseline(long n)
 {
 	PEAK_LOOP(4)
 }
@@ -147,7 +169,7 @@ static double peak_baseline(long n, double *sink)
 #define PSET1 _mm256_set1_ps
 #define PFMA _mm256_fmadd_ps
 #define PADD _mm256_add_ps
-__attribute__((target("avx2,fma"))) static double peak_avx2(long n, double *sink)
+__attribute__((target("avx2,fma"))) static double peak_avx2(long n)
 {
 	PEAK_LOOP(8)
 }
@@ -160,7 +182,7 @@ __attribute__((target("avx2,fma"))) static double peak_avx2(long n, double *sink
 #define PSET1 _mm512_set1_ps
 #define PFMA _mm512_fmadd_ps
 #define PADD _mm512_add_ps
-__attribute__((target("avx512f,avx512vl,fma"))) static double peak_avx512(long n, double *sink)
+__attribute__((target("avx512f,avx512vl,fma"))) static double peak_avx512(long n)
 {
 	PEAK_LOOP(16)
 }
@@ -168,31 +190,27 @@ __attribute__((target("avx512f,avx512vl,fma"))) static double peak_avx512(long n
 #undef PSET1
 #undef PFMA
 #undef PADD
+
+/* one call of a level's peak loop, n iterations */
+struct peak_call { double (*fn)(long); long n; };
+
+static double peak_once(void *p)
+{
+	const struct peak_call *c = p;
+
+	return c->fn(c->n);
+}
 #endif
 
-/* GFLOP/s of the level's peak loop, the best of 5 runs of >= 50 ms; 0 where
- * this build has no such loop (not x86-64). */
+/* GFLOP/s of the level's peak loop; 0 where this build has no such loop
+ * (not x86-64). */
 static double peak_gflops(int level, int smoke)
 {
 #if defined(__x86_64__)
-	double (*fn)(long, double *) = level == HP_CPU_AVX512 ? peak_avx512 :
-				       level == HP_CPU_AVX2 ? peak_avx2 : peak_baseline;
-	double best = 0, sink = 0;
-	long n = smoke ? 1000 : 1000000;
+	struct peak_call c = { level == HP_CPU_AVX512 ? peak_avx512 : level == HP_CPU_AVX2 ? peak_avx2 : peak_baseline,
+			       smoke ? 1000 : 1000000 };
 
-	fn(n, &sink);
-	for (int r = 0; r < (smoke ? 1 : 5); r++) {
-		double flop = 0, t0 = now(), t;
-
-		do
-			flop += fn(n, &sink);
-		while ((t = now() - t0) < (smoke ? 0 : 0.05));
-		if (flop / t > best)
-			best = flop / t;
-	}
-	if (sink != sink)       /* never: the chains stay near 1 */
-		printf("nan\n");
-	return best * 1e-9;
+	return best_gflops(peak_once, &c, smoke);
 #else
 	(void)level;
 	(void)smoke;

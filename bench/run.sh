@@ -384,28 +384,28 @@ function num(x) { return x != "-" && x != "failed" }
 function tps(x) { return num(x) ? sprintf("%.0f", x) : x }
 function ratio(h, t) { return num(h) && num(t) ? sprintf("%.2fx", h / t) : "-" }
 function gflops(x, f) { return num(x) ? sprintf("%.1f", x * f / 1e9) : x }
+# the median of v[1..n] (sorts v)
+function med(v, n,   j, k, t) {
+	for (j = 2; j <= n; j++)
+		for (k = j; k > 1 && v[k - 1] > v[k]; k--) { t = v[k]; v[k] = v[k - 1]; v[k - 1] = t }
+	return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
 # the median of row i'\''s rounds of column c ("failed" if any failed, "-"
 # if none ran)
-function median(c, i,   r, n, v, j, k, t) {
+function median(c, i,   r, n, v) {
 	n = 0
 	for (r = 1; r <= nr[i]; r++) {
 		if (val[i, r, c] == "failed") return "failed"
 		if (num(val[i, r, c])) v[++n] = val[i, r, c] + 0
 	}
-	if (!n) return "-"
-	for (j = 2; j <= n; j++)
-		for (k = j; k > 1 && v[k - 1] > v[k]; k--) { t = v[k]; v[k] = v[k - 1]; v[k - 1] = t }
-	return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+	return n ? med(v, n) : "-"
 }
 # the median of row i'\''s per-round ratios hp / column c, as a cell
-function mratio(c, i,   r, n, v, j, k, t) {
+function mratio(c, i,   r, n, v) {
 	n = 0
 	for (r = 1; r <= nr[i]; r++)
 		if (num(val[i, r, "hp"]) && num(val[i, r, c])) v[++n] = val[i, r, "hp"] / val[i, r, c]
-	if (!n) return "-"
-	for (j = 2; j <= n; j++)
-		for (k = j; k > 1 && v[k - 1] > v[k]; k--) { t = v[k]; v[k] = v[k - 1]; v[k - 1] = t }
-	return sprintf("%.2fx", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2)
+	return n ? sprintf("%.2fx", med(v, n)) : "-"
 }
 # the targets: 1.5x torch 1.13 (the first goal of hp-train), 1.3x torch 2.x
 # (set by issue #18 for the GEMM-bound wide model on AVX2 machines), judged
@@ -428,14 +428,13 @@ function verdict(c, i, goal,   r, n, k) {
 	if (key != last) {
 		NI++; last = key
 		model[NI] = $4; thr[NI] = $5; params[NI] = $6; flop[NI] = $7
-		hloss[NI] = $9; l1[NI] = $11; l2[NI] = $13
 	}
 	r = ++nr[NI]
 	val[NI, r, "hp"] = $8; val[NI, r, "t1"] = $10; val[NI, r, "t2"] = $12
 	# the first round with a loss gives it
-	if (hloss[NI] == "-") hloss[NI] = $9
-	if (l1[NI] == "-") l1[NI] = $11
-	if (l2[NI] == "-") l2[NI] = $13
+	if (hloss[NI] == "" || hloss[NI] == "-") hloss[NI] = $9
+	if (l1[NI] == "" || l1[NI] == "-") l1[NI] = $11
+	if (l2[NI] == "" || l2[NI] == "-") l2[NI] = $13
 }
 END {
 	s1 = short(v1, "1.13"); s2 = short(v2, "2.x")

@@ -55,6 +55,40 @@ test_expect_success 'run.sh: HP_BENCH_ROUNDS=2 shows medians and the ratios of e
 	has rounds.err "round 1 of 2" "round 2 of 2"
 '
 
+# Outside smoke mode, with an hp-train and a torch 1.13 that report fixed
+# speeds: hp at 1600 tok/s in odd rounds and 1000 in even ones, torch at
+# 1000.  The table must show the medians (1300 tok/s, 1.30x) and judge each
+# round: 1.6x meets 1.5x, 1.0x does not.
+test_expect_success 'run.sh: with rounds a target is judged round by round' '
+	mkdir -p fake/bin &&
+	cat >fake/bin/hp-train <<-\EOF &&
+	#!/bin/sh
+	c=$(($(cat "$FAKE_COUNT" 2>/dev/null || echo 0) + 1))
+	echo $c >"$FAKE_COUNT"
+	if [ $((c % 2)) = 1 ]; then t=1.28; else t=2.048; fi
+	for s in 1 2 3 4 5 6 7 8 9 10; do
+		echo "{\"step\": $s, \"loss\": 5.9, \"tokens\": 2048, \"step_time_s\": $t}"
+	done >"$3"
+	echo "run.parameters  260000"
+	EOF
+	cat >fake/torch <<-\EOF &&
+	#!/bin/sh
+	[ "$1" = -c ] && exit 0
+	for a; do
+		[ "$a" = --model ] || continue
+		echo "{\"tokens_per_s\": 1000, \"first_loss\": 5.9, \"params\": 260000, \"torch_version\": \"1.13.0\", \"attention\": \"eager\"}"
+	done
+	EOF
+	chmod +x fake/bin/hp-train fake/torch &&
+	ln -s "$HP_BUILD_DIR/bin/hp-test-tool" fake/bin/hp-test-tool &&
+	env -u HP_BENCH_SMOKE HP_BUILD_DIR="$PWD/fake" FAKE_COUNT="$PWD/fake/count" HP_BENCH_ROUNDS=2 \
+		HP_BENCH_THREADS=1 HP_BENCH_MODELS=stories260K HP_BENCH_PYTHON="$PWD/fake/torch" HP_BENCH_TORCH2=0 \
+		timeout 300 sh "$BENCH/run.sh" >fake.out 2>fake.err &&
+	has fake.out "^stories260K +260K +1 +1300 +1000 +- +1\.30x +- +met in 1 of 2 rounds / -\$" \
+		"^  stories260K +threads 1: 1\.60x/-, 1\.00x/-\$" \
+		"^  stories260K +threads 1: 2\.0 MFLOP/token; hp 2\.7, torch 1\.13 2\.0, torch 2\.x -\$"
+'
+
 test_expect_success 'run.sh: HP_BENCH_ROUNDS must be a positive integer' '
 	! HP_BENCH_ROUNDS=0 sh "$BENCH/run.sh" >bad.out 2>bad.err &&
 	has bad.err "HP_BENCH_ROUNDS=.0.: expected an integer of 1 or more" &&
