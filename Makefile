@@ -163,13 +163,21 @@ $(O)/t/libenospc.so: t/shim/enospc.c
 	$(quiet) CC $@
 	$(Q)$(CC) -shared -fPIC -O2 -Wall -Wextra -Werror -o $@ $< -ldl
 
-# libFuzzer targets: clang, ASan+UBSan, the library sources compiled in.
+# libFuzzer targets: clang, ASan+UBSan.  The library is compiled once for
+# them (instrumented, without libFuzzer's main) and linked into each.
 FUZZ_LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
-$(O)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC)
+FUZZ_OBJ := $(FUZZ_LIB_SRC:%.c=$(O)/fuzz/obj/%.o)
+FUZZ_CFLAGS = -g -O1 -Wno-psabi -fsanitize=address,undefined -Ilib -Ikernels \
+	$(shell mpicc -show | tr ' ' '\n' | grep '^-I') -include lib/compat.h
+$(O)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(quiet) FUZZCC $<
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+$(O)/fuzz/%: fuzz/%.c $(FUZZ_OBJ)
 	@mkdir -p $(dir $@)
 	$(quiet) FUZZ $@
-	$(Q)$(CLANG) -g -O1 -Wno-psabi -fsanitize=fuzzer,address,undefined -Ilib -Ikernels $$(mpicc -show | tr ' ' '\n' | grep '^-I') \
-		-include lib/compat.h -o $@ $< $(FUZZ_LIB_SRC) $$(mpicc -show | tr ' ' '\n' | grep '^-[lL]') $(filter-out $(CUDA_LIBS),$(LDLIBS))
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
+		$$(mpicc -show | tr ' ' '\n' | grep '^-[lL]') $(filter-out $(CUDA_LIBS),$(LDLIBS))
 fuzz: $(FUZZERS)
 
 # --- tests, bench, docs ------------------------------------------------------
