@@ -77,6 +77,29 @@ static void keep(struct cu *c, int rc)
 		c->rc = rc;
 }
 
+/* Before the host waits for the compute stream: with NCCL, the stream
+ * waits (through events) for the groups' collectives, and one that a
+ * stopped peer never joins would hold cudaStreamSynchronize forever; poll
+ * the stream instead, under training.collective_timeout_s, watching the
+ * groups for NCCL's errors (comm_nccl.h).  Nothing to do without NCCL: the
+ * host-staged collectives are MPI's, and wait in lib/comm.c. */
+static int dev_idle(struct cu *c, struct hp_err *e)
+{
+#if USE_NCCL
+	if (c->nccl)
+		return hp_nccl_wait_stream(hp_cuda_stream(), c->nc, HP_NDIM + 1, e);
+#endif
+	return 0;
+}
+
+/* The host waits for the compute stream. */
+static int dev_sync(struct cu *c, struct hp_err *e)
+{
+	int rc = dev_idle(c, e);
+
+	return rc ? rc : hp_cuda_sync(e);
+}
+
 /* Device scratch slot i of at least bytes; NULL (error kept) on failure.
  * It grows once to the largest call and stays: only the first step
  * allocates. */
@@ -85,7 +108,7 @@ static void *scr(struct cu *c, int i, size_t bytes)
 	if (bytes <= c->cap[i] && c->scr[i])
 		return c->scr[i];
 	if (c->scr[i]) {
-		keep(c, hp_cuda_sync(&c->err));   /* earlier kernels may still read it */
+		keep(c, dev_sync(c, &c->err));   /* earlier kernels may still read it */
 		hp_cuda_free(c->scr[i]);
 	}
 	c->cap[i] = 0;
@@ -174,10 +197,14 @@ static int k_upload(struct hp_backend *b, void *dst, const void *src, size_t byt
 static int k_download(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
+	int rc;
 
 	if (c->rc)
 		return hp_err_set(e, c->rc, "%s", c->err.msg);
-	return bytes ? hp_cuda_download(dst, src, bytes, e) : 0;
+	if (!bytes)
+		return 0;
+	/* the download waits for the stream */
+	return (rc = dev_idle(c, e)) ? rc : hp_cuda_download(dst, src, bytes, e);
 }
 
 static void k_copy(struct hp_backend *b, void *dst, const void *src, size_t bytes)
@@ -205,7 +232,7 @@ static int k_sync(struct hp_backend *b, struct hp_err *e)
 
 	if (c->rc)
 		return hp_err_set(e, c->rc, "%s", c->err.msg);
-	return hp_cuda_sync(e);
+	return dev_sync(c, e);
 }
 
 static int k_put(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
@@ -690,7 +717,7 @@ static int k_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, c
 	if (nu)
 		hp_cuda_embedding_bwd(dtable, dout, ids->d, od, sd, nu, C, v0);
 	/* the host scratch is the next call's: the uploads must have read it */
-	return hp_cuda_sync(e);
+	return dev_sync(c, e);
 }
 
 static void k_add(struct hp_backend *b, float *x, const float *a, const float *bb, long n)
@@ -1075,10 +1102,10 @@ static int k_attach(struct hp_backend *b, struct hp_comms *cs, struct hp_err *e)
 	struct cu *c = cu_of(b);
 
 #if USE_NCCL
-	int ok = !c->shared && c->comm_want != 2, all = 0, rc;
+	int ok = !c->shared && c->comm_want != 2, all = ok, rc;
 
 	/* every rank decides alike: NCCL only where all of them can */
-	MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	hp_comm_allreduce_raw(MPI_COMM_WORLD, &all, 1, MPI_INT, MPI_MIN);
 	if (!all) {
 		if (c->comm_want == 1)
 			return hp_err_set(e, HP_EUNSUP, "HP_CUDA_COMM=nccl: ranks share a GPU, and NCCL wants "

@@ -16,6 +16,14 @@
  * moves nothing and counts nothing.  Buffers are host memory; the NCCL
  * backend for device memory comes with the CUDA backend.
  *
+ * Every wait has a timeout (hp_comm_set_timeout; training.collective_timeout_s
+ * in hp-train): a rank that waits longer in one collective ends the job
+ * with MPI_Abort after one line on stderr that names the collective, its
+ * mesh dim and the ranks that have not arrived, found out for real: every
+ * rank counts the collectives it enters per group, and a waiting rank
+ * answers a timed-out one's question (over a communicator of their own)
+ * with its counts and what it waits in.  See "the timed wait" in comm.c.
+ *
  * Errors: MPI errors are fatal in MPICH's default handler (the job
  * aborts); the functions return 0 or HP_ENOMEM/HP_EINVAL for caller bugs.
  */
@@ -40,11 +48,21 @@ struct hp_comm {
 	int64_t bytes[HP_NCOLL];    /* send-buffer bytes, as hp-plan(5) counts them */
 	int64_t routed[HP_NCOLL];   /* the part the caller marked routing-dependent */
 	int quiet;                  /* > 0: calls count nothing (a caller that counts them itself) */
+	int slot;                   /* comm.c's: its group in the timeout's books + 1; 0: look it up */
 };
 
 struct hp_comms {
 	struct hp_comm dim[HP_NDIM + 1];   /* indexed by enum hp_dim; [HP_COMM_WORLD] */
 	int world_rank, world_size;
+	int asks;                   /* holds a reference on comm.c's communicator for questions */
+};
+
+/* What a wait can be in, for the timeout's message: an enum hp_coll, or
+ * one of these. */
+enum {
+	HP_COMM_OP_BROADCAST = HP_NCOLL, HP_COMM_OP_BARRIER, HP_COMM_OP_GATHER,
+	HP_COMM_OP_DEVICE,          /* a device's queue, behind which collectives wait */
+	HP_COMM_OP_UNKNOWN
 };
 
 /* Split world by p's meshes.  world's size must be p->world (HP_EINVAL). */
@@ -53,12 +71,49 @@ void hp_comms_free(struct hp_comms *cs);
 /* Zero every counter. */
 void hp_comms_reset(struct hp_comms *cs);
 
-/* Wait for a request without spinning inside MPI (see above). */
+/* training.collective_timeout_s: how long a rank waits in one collective
+ * before it ends the job, naming the collective, its mesh dim and the
+ * ranks that have not arrived; 0 waits forever.  0 until set, so that a
+ * tool that does not set it (hp-data's ranks waiting for the slowest
+ * tokenizer) keeps waiting as it always has. */
+void hp_comm_set_timeout(double seconds);
+
+/* Wait for a request without spinning inside MPI (see above), under the
+ * timeout.  A request that this file started (hp_comm_iallgather) is named
+ * in the timeout's message; any other is "a collective" — wait for those
+ * with hp_comm_wait_op. */
 void hp_comm_wait(MPI_Request *req);
+/* The same for a collective of kind op (enum hp_coll or HP_COMM_OP_*) that
+ * the caller has just started on c (MPI_Ibcast, MPI_Igather...): it counts
+ * as entered on c's group, and a timeout names it. */
+void hp_comm_wait_op(MPI_Request *req, MPI_Comm c, int op);
 /* An all-reduce in place on any communicator, waited for as above and
  * counted nowhere: for checks and agreements that are not a step's
  * traffic (validation, checkpoints). */
 void hp_comm_allreduce_raw(MPI_Comm c, void *buf, int n, MPI_Datatype t, MPI_Op op);
+/* A broadcast from root, the same way. */
+void hp_comm_bcast_raw(MPI_Comm c, void *buf, int n, MPI_Datatype t, int root);
+
+/*
+ * For a backend whose collectives complete elsewhere (NCCL on a GPU's
+ * streams): hp_comm_enter counts a collective of kind op entered on c's
+ * group, as comm.h's own calls do, and returns its number there (0 where
+ * the group is not known); hp_comm_wait_until waits until done(arg) is
+ * non-zero, as hp_comm_wait waits for a request (yielding, answering the
+ * peers' questions, under the timeout), and returns 0, or done's value when
+ * negative (the caller's error).  At the timeout, what(arg, &w) names the
+ * collective that holds the wait (w.c NULL: none known); the functions
+ * given to hp_comm_on_timeout (NCCL's aborts; at most 4) run before the
+ * job ends, there and when a dead peer ends it.
+ */
+struct hp_comm_what {
+	struct hp_comm *c;          /* its group and dim; NULL: not known */
+	int op;                     /* enum hp_coll or HP_COMM_OP_* */
+	int64_t seq;                /* hp_comm_enter's number for it */
+};
+int64_t hp_comm_enter(struct hp_comm *c, int op);
+int hp_comm_wait_until(int (*done)(void *arg), void (*what)(void *arg, struct hp_comm_what *w), void *arg);
+void hp_comm_on_timeout(void (*fn)(void));
 /* Count a call of op moving bytes (routed: as hp_comm_alltoallv's flag)
  * into c, as its own collectives count: for callers that carry a
  * collective another way (a device's host-staged path, whose wire type
@@ -95,7 +150,8 @@ int hp_comm_barrier(struct hp_comm *c);
 
 /* Learn every rank's pid and host, and on SIGTERM or SIGABRT (the launcher
  * ending the job, or the transport aborting) name the ranks of this host
- * that no longer exist, before ending as the signal would. */
+ * that no longer exist, before ending as the signal would: the last words
+ * of hp_stop_on_signals (lib/fileio.h), which removes the temporaries. */
 int hp_comms_watch_peers(struct hp_comms *cs, struct hp_err *e);
 
 #endif

@@ -12,14 +12,14 @@
  * is zeroed); nc->stream is set whenever init succeeded.  The counters move
  * before the call is enqueued and exactly when comm.c's would for the same
  * arguments (an empty all-reduce counts nothing, an empty all-gather counts
- * a call), so device and host runs of one plan count the same.
+ * a call), so device and host runs of one plan count the same.  Every call
+ * that reaches NCCL is entered in comm.c's books (issued()), on every rank
+ * of the group alike, for the timeout's questions.
  */
 #include "alloc.h"
 #include "comm_nccl.h"
 
 #if HP_HAVE_CUDA && HP_HAVE_NCCL
-
-#include <sched.h>
 
 #include <cuda_runtime_api.h>
 /* nccl.h declares a few functions as f() rather than f(void) */
@@ -80,6 +80,111 @@ static void count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed
 		hp_comm_count(c, op, bytes, routed);
 }
 
+/* --- the timeout (comm_nccl.h) --- */
+
+/* The communicators to abort when the job ends on a timeout or a dead
+ * peer: ncclCommAbort stops their kernels, which a stopped peer would
+ * otherwise keep spinning on the GPU past this process's MPI_Abort. */
+#define NLIVE 16
+static ncclComm_t live[NLIVE];
+static uint64_t order;          /* calls queued so far, over every group */
+
+static void abort_live(void)
+{
+	for (int i = 0; i < NLIVE; i++)
+		if (live[i]) {
+			ncclCommAbort(live[i]);
+			live[i] = NULL;
+		}
+}
+
+static void track(ncclComm_t comm, int on)
+{
+	for (int i = 0; i < NLIVE; i++)
+		if (on ? !live[i] : live[i] == comm) {
+			live[i] = on ? comm : NULL;
+			break;
+		}
+	if (on)
+		hp_comm_on_timeout(abort_live);
+}
+
+/* A call of kind op queued on nc's group. */
+static void issued(struct hp_nccl *nc, int op)
+{
+	nc->last_op = op;
+	nc->last_seq = hp_comm_enter(nc->c, op);
+	nc->last_order = ++order;
+}
+
+struct qwait {
+	cudaStream_t stream;
+	struct hp_nccl *nc;
+	int n;
+	struct hp_err *e;
+};
+
+/* 1 when the stream is idle, 0 while it works, an error (negative) when it
+ * or a group's communicator failed */
+static int q_done(void *arg)
+{
+	struct qwait *q = arg;
+	cudaError_t cr = cudaStreamQuery(q->stream);
+	ncclResult_t r, ar;
+
+	if (cr == cudaSuccess)
+		return 1;
+	for (int i = 0; i < q->n; i++) {
+		struct hp_nccl *nc = &q->nc[i];
+
+		if (!nc->comm)
+			continue;
+		ar = ncclSuccess;
+		if ((r = ncclCommGetAsyncError(nc->comm, &ar)) != ncclSuccess)
+			return nccl_fail(q->e, "sync", nc->c, nc->comm, "ncclCommGetAsyncError", r);
+		if (ar != ncclSuccess && ar != ncclInProgress)
+			return nccl_fail(q->e, "sync", nc->c, nc->comm, "a queued call", ar);
+	}
+	if (cr != cudaErrorNotReady)
+		return q->n ? cuda_fail(q->e, "sync", q->nc[0].c, "cudaStreamQuery", cr) :
+			      hp_err_set(q->e, HP_ECUDA, "nccl sync: cudaStreamQuery: %s", cudaGetErrorString(cr));
+	return 0;
+}
+
+/* At the timeout: the oldest of the groups' last calls whose stream is not
+ * idle (the one that holds the others), else the latest call of all. */
+static void q_what(void *arg, struct hp_comm_what *w)
+{
+	struct qwait *q = arg;
+	struct hp_nccl *held = NULL, *latest = NULL;
+
+	for (int i = 0; i < q->n; i++) {
+		struct hp_nccl *nc = &q->nc[i];
+
+		if (!nc->comm || !nc->last_order)
+			continue;
+		if (!latest || nc->last_order > latest->last_order)
+			latest = nc;
+		if (cudaStreamQuery(nc->stream) == cudaErrorNotReady &&
+		    (!held || nc->last_order < held->last_order))
+			held = nc;
+	}
+	if (!held)
+		held = latest;
+	if (held) {
+		w->c = held->c;
+		w->op = held->last_op;
+		w->seq = held->last_seq;
+	}
+}
+
+int hp_nccl_wait_stream(void *stream, struct hp_nccl *ncs, int n, struct hp_err *e)
+{
+	struct qwait q = { (cudaStream_t)stream, ncs, n, e };
+
+	return hp_comm_wait_until(q_done, q_what, &q);
+}
+
 /* A device-to-device copy on the group's stream (a group of one, and the
  * block a rank sends itself); nothing for no bytes or the same buffer. */
 static int copy(struct hp_nccl *nc, const char *what, void *dst, const void *src, size_t bytes,
@@ -102,7 +207,7 @@ int hp_nccl_init(struct hp_nccl *nc, struct hp_comm *c, struct hp_err *e)
 	ncclComm_t comm = NULL;
 	cudaError_t cr;
 	ncclResult_t r;
-	MPI_Request req;
+	int rc;
 
 	memset(nc, 0, sizeof(*nc));
 	if ((cr = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
@@ -111,8 +216,10 @@ int hp_nccl_init(struct hp_nccl *nc, struct hp_comm *c, struct hp_err *e)
 		memset(&msg, 0, sizeof(msg));
 		if (c->rank == 0)
 			msg.rc = (int)ncclGetUniqueId(&msg.id);
-		MPI_Ibcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, c->comm, &req);
-		hp_comm_wait(&req);
+		if ((rc = hp_comm_bcast(c, &msg, sizeof(msg), HP_DTYPE_U8, 0, e))) {
+			cudaStreamDestroy(s);
+			return rc;
+		}
 		if (msg.rc != ncclSuccess) {
 			cudaStreamDestroy(s);
 			return nccl_fail(e, "init", c, NULL, "ncclGetUniqueId on group rank 0", (ncclResult_t)msg.rc);
@@ -121,6 +228,7 @@ int hp_nccl_init(struct hp_nccl *nc, struct hp_comm *c, struct hp_err *e)
 			cudaStreamDestroy(s);
 			return nccl_fail(e, "init", c, NULL, "ncclCommInitRank", r);
 		}
+		track(comm, 1);
 	}
 	nc->c = c;
 	nc->comm = comm;
@@ -135,6 +243,7 @@ void hp_nccl_free(struct hp_nccl *nc)
 	if (nc->comm) {
 		ncclResult_t ar = ncclSuccess;
 
+		track(nc->comm, 0);
 		/* a communicator in error cannot finalize (the peers may be gone) */
 		if (ncclCommGetAsyncError(nc->comm, &ar) != ncclSuccess || ar != ncclSuccess ||
 		    ncclCommFinalize(nc->comm) != ncclSuccess)
@@ -149,22 +258,7 @@ void hp_nccl_free(struct hp_nccl *nc)
 
 int hp_nccl_sync(struct hp_nccl *nc, struct hp_err *e)
 {
-	for (;;) {
-		cudaError_t cr = cudaStreamQuery(nc->stream);
-		ncclResult_t r, ar = ncclSuccess;
-
-		if (cr == cudaSuccess)
-			return 0;
-		if (cr != cudaErrorNotReady)
-			return cuda_fail(e, "sync", nc->c, "cudaStreamQuery", cr);
-		if (nc->comm) {
-			if ((r = ncclCommGetAsyncError(nc->comm, &ar)) != ncclSuccess)
-				return nccl_fail(e, "sync", nc->c, nc->comm, "ncclCommGetAsyncError", r);
-			if (ar != ncclSuccess && ar != ncclInProgress)
-				return nccl_fail(e, "sync", nc->c, nc->comm, "a queued call", ar);
-		}
-		sched_yield();
-	}
+	return hp_nccl_wait_stream(nc->stream, nc, 1, e);
 }
 
 int hp_nccl_allreduce(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, enum hp_red op,
@@ -179,6 +273,7 @@ int hp_nccl_allreduce(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, 
 	if (c->size <= 1 || !n)
 		return 0;
 	count(c, HP_COLL_ALL_REDUCE, n * hp_dtype_size(t), 0);
+	issued(nc, HP_COLL_ALL_REDUCE);
 	r = ncclAllReduce(buf, buf, n, nt, nccl_op(op), nc->comm, nc->stream);
 	return r == ncclSuccess ? 0 : nccl_fail(e, "all-reduce", c, nc->comm, "ncclAllReduce", r);
 }
@@ -197,6 +292,7 @@ int hp_nccl_allgather(struct hp_nccl *nc, const void *send, void *recv, size_t n
 	count(c, HP_COLL_ALL_GATHER, n * hp_dtype_size(t), 0);
 	if (!n)
 		return 0;
+	issued(nc, HP_COLL_ALL_GATHER);
 	r = ncclAllGather(send, recv, n, nt, nc->comm, nc->stream);
 	return r == ncclSuccess ? 0 : nccl_fail(e, "all-gather", c, nc->comm, "ncclAllGather", r);
 }
@@ -215,6 +311,7 @@ int hp_nccl_reduce_scatter(struct hp_nccl *nc, const void *send, void *recv, siz
 	count(c, HP_COLL_REDUCE_SCATTER, (uint64_t)c->size * n * hp_dtype_size(t), 0);
 	if (!n)
 		return 0;
+	issued(nc, HP_COLL_REDUCE_SCATTER);
 	r = ncclReduceScatter(send, recv, n, nt, nccl_op(op), nc->comm, nc->stream);
 	return r == ncclSuccess ? 0 : nccl_fail(e, "reduce-scatter", c, nc->comm, "ncclReduceScatter", r);
 }
@@ -273,6 +370,7 @@ int hp_nccl_alltoall(struct hp_nccl *nc, const void *send, void *recv, size_t n,
 	count(c, HP_COLL_ALL_TO_ALL, (uint64_t)c->size * n * hp_dtype_size(t), 0);
 	if (!n)
 		return 0;
+	issued(nc, HP_COLL_ALL_TO_ALL);
 	/* counts, then displacements: block p at p n */
 	if (!(v = hp_calloc(2 * (size_t)c->size, sizeof(*v))))
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
@@ -303,6 +401,7 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 		return copy(nc, "all-to-allv", (char *)recv + (size_t)rdispls[0] * sz,
 			    (const char *)send + (size_t)sdispls[0] * sz, (size_t)scounts[0] * sz, e);
 	count(c, HP_COLL_ALL_TO_ALLV, n * sz, routed);
+	issued(nc, HP_COLL_ALL_TO_ALLV);
 	if (!(v = hp_calloc(4 * (size_t)k, sizeof(*v))))
 		return hp_err_set(e, HP_ENOMEM, "out of memory");
 	for (int p = 0; p < k; p++) {
@@ -326,6 +425,7 @@ int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int 
 		return bad_args(e, "broadcast", t, n);
 	if (c->size <= 1 || !n)
 		return 0;
+	issued(nc, HP_COMM_OP_BROADCAST);
 	r = ncclBroadcast(buf, buf, n, nt, root, nc->comm, nc->stream);
 	return r == ncclSuccess ? 0 : nccl_fail(e, "broadcast", c, nc->comm, "ncclBroadcast", r);
 }
@@ -382,6 +482,11 @@ void hp_nccl_free(struct hp_nccl *nc)
 }
 
 int hp_nccl_sync(struct hp_nccl *nc, struct hp_err *e)
+{
+	return unsup(e, "sync");
+}
+
+int hp_nccl_wait_stream(void *stream, struct hp_nccl *ncs, int n, struct hp_err *e)
 {
 	return unsup(e, "sync");
 }

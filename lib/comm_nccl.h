@@ -24,6 +24,16 @@
  * until then.  Every rank of the group must make the same calls in the same
  * order, as with MPI.
  *
+ * An operation that a peer never joins (a stopped rank) never completes,
+ * and a stream synchronization behind it would wait forever: hp_nccl_sync
+ * and hp_nccl_wait_stream poll instead (cudaStreamQuery, yielding) under
+ * comm.h's timeout, checking ncclCommGetAsyncError as they go, and at the
+ * timeout comm.c names the collective (the last one queued on the stream
+ * that is not idle, per dim) and the ranks that have not arrived, every
+ * live communicator is aborted (ncclCommAbort: its kernels stop), and the
+ * job ends.  ncclCommInitRank itself is not timed: a peer that never comes
+ * holds it as NCCL's blocking init does.
+ *
  * Ownership: the hp_nccl borrows its hp_comm (which must outlive it) and
  * owns the NCCL communicator and the stream; hp_nccl_free releases them.
  *
@@ -48,6 +58,9 @@ struct hp_nccl {
 	struct hp_comm *c;            /* the group and its counters (borrowed) */
 	struct ncclComm *comm;        /* NULL for a group of size 1 */
 	struct CUstream_st *stream;   /* every call of this group enqueues here */
+	int last_op;                  /* the last call queued: enum hp_coll or HP_COMM_OP_*, */
+	int64_t last_seq;             /* its number in the group (hp_comm_enter), */
+	uint64_t last_order;          /* and its place among every group's calls (0: none) */
 };
 
 /* Collective over c's group; on failure nc holds nothing to free. */
@@ -57,8 +70,13 @@ int hp_nccl_init(struct hp_nccl *nc, struct hp_comm *c, struct hp_err *e);
  * a zeroed or freed hp_nccl. */
 void hp_nccl_free(struct hp_nccl *nc);
 /* Wait until everything enqueued on nc's stream is done, yielding the core;
- * an NCCL error raised meanwhile (a peer gone) ends the wait with HP_ECUDA. */
+ * an NCCL error raised meanwhile (a peer gone) ends the wait with HP_ECUDA;
+ * past the timeout the job ends (see above). */
 int hp_nccl_sync(struct hp_nccl *nc, struct hp_err *e);
+/* The same for another stream (cudaStream_t as void *: the compute stream
+ * that waits for the groups' streams through events), watching the n
+ * groups of ncs (zeroed ones are skipped). */
+int hp_nccl_wait_stream(void *stream, struct hp_nccl *ncs, int n, struct hp_err *e);
 
 /* As in comm.h, with device buffers. */
 int hp_nccl_allreduce(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, enum hp_red op,
