@@ -42,6 +42,8 @@ enum hp_exit {
 	HP_EXIT_BUG = 70,     /* broken internal invariant (BUG()) */
 };
 
+/* A longer message keeps its first and last (HP_ERR_MSG_MAX - 4) / 2 bytes
+ * around "...", so that the reason at its end survives an over-long path. */
 #define HP_ERR_MSG_MAX 1024
 
 struct hp_err {
@@ -63,7 +65,8 @@ int hp_err_set_at(struct hp_err *e, int code, const char *file, int line,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 #define hp_err_set(e, code, ...) hp_err_set_at((e), (code), __FILE__, __LINE__, __VA_ARGS__)
 
-/* Prefix the existing message with more context: "ctx: old message". */
+/* Prefix the existing message with more context: "ctx: old message"
+ * (shortened in the middle, as hp_err_set, when that is too long). */
 int hp_err_prefix(struct hp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The exit status a tool uses for a library error code. */

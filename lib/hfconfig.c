@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
+#include "checked.h"
 #include "hfconfig.h"
 
 struct ctx {
@@ -38,6 +39,21 @@ static int get_int(struct ctx *c, const char *key, int required, int dflt, int *
 				  c->path, c->pre, key, (long long)json_integer_value(v));
 	*out = (int)json_integer_value(v);
 	return 0;
+}
+
+/*
+ * A dimension or count: an integer of at least 1 when given.  Zero or a
+ * negative value is named here, by its key, rather than later by what it
+ * breaks (a division by zero, "head_dim 0", "not a multiple of 0").
+ */
+static int get_dim(struct ctx *c, const char *key, int required, int dflt, int *out)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if (json_is_integer(v) && json_integer_value(v) <= 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': %s%s must be positive (it is %lld)", c->path,
+				  c->pre, key, (long long)json_integer_value(v));
+	return get_int(c, key, required, dflt, out);
 }
 
 static int get_num(struct ctx *c, const char *key, double dflt, double *out)
@@ -315,7 +331,7 @@ static int parse_rope(struct ctx *c, struct hp_model_spec *s)
 	 * and yarn's parameters; 4.x never reads it there, and neither line
 	 * reads it for default, linear or dynamic RoPE (only longrope, refused) */
 	int top_orig = 0;
-	if ((rc = get_int(c, "original_max_position_embeddings", 0, 0, &top_orig)))
+	if ((rc = get_dim(c, "original_max_position_embeddings", 0, 0, &top_orig)))
 		return rc;
 	if (r->type == HP_ROPE_DEFAULT)
 		return 0;
@@ -325,7 +341,7 @@ static int parse_rope(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': %sfactor must be positive", c->path, sub.pre);
 	if (r->type == HP_ROPE_LINEAR || r->type == HP_ROPE_DYNAMIC)
 		return 0;
-	if ((rc = get_int(&sub, "original_max_position_embeddings", 0, 0, &r->orig_max_pos)))
+	if ((rc = get_dim(&sub, "original_max_position_embeddings", 0, 0, &r->orig_max_pos)))
 		return rc;
 	if (top_orig && top_orig != (r->orig_max_pos ? r->orig_max_pos : s->max_pos))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': original_max_position_embeddings %d and %s"
@@ -464,14 +480,15 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 	if (f->sw != SW_ALL && (rc = get_bool(c, "use_sliding_window", 0, &use)))
 		return rc;
 	v = json_object_get(c->root, "sliding_window");
+	if (use && json_is_integer(v) && json_integer_value(v) <= 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': sliding_window must be positive or null (it is %lld)",
+				  c->path, (long long)json_integer_value(v));
 	if (!v)
 		w = 4096;   /* every class's default */
 	else if (!json_is_null(v) && (rc = get_int(c, "sliding_window", 0, 0, &w)))
 		return rc;
 	if (!use)
 		w = 0;
-	if (v && !json_is_null(v) && use && w <= 0)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': sliding_window must be positive or null", c->path);
 	s->sliding_window = w;
 	if (f->sw == SW_ALL || f->sw == SW_FLAG_ALL) {
 		for (int l = 0; w && l < s->n_layers; l++)
@@ -524,21 +541,26 @@ static int parse_moe(struct ctx *c, struct hp_model_spec *s)
 	/* 5.x: attribute_map {"num_experts": "num_local_experts"} */
 	if (a && b && !json_equal(a, b))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts and num_local_experts differ", c->path);
-	if ((rc = get_int(c, b && !a ? "num_local_experts" : "num_experts", 0, 128, &s->n_experts)) ||
-	    (rc = get_int(c, "num_experts_per_tok", 0, 8, &s->top_k)) ||
-	    (rc = get_int(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
-	    (rc = get_int(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
+	/* zero experts is no MoE block: transformers builds a router of no
+	 * outputs and fails in top-k, so it is refused here as a dimension */
+	if ((rc = get_dim(c, b && !a ? "num_local_experts" : "num_experts", 0, 128, &s->n_experts)) ||
+	    (rc = get_dim(c, "num_experts_per_tok", 0, 8, &s->top_k)) ||
+	    (rc = get_dim(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
+	    (rc = get_dim(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
 	    (rc = get_bool(c, "norm_topk_prob", 0, &s->norm_topk_prob)) ||
 	    (rc = get_bool(c, "output_router_logits", 0, &s->output_router_logits)) ||
 	    (rc = get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef)))
 		return rc;
-	if (s->n_experts > 0 && (s->top_k < 1 || s->top_k > s->n_experts))
+	if (s->top_k > s->n_experts)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts_per_tok %d must be between 1 and "
 				  "num_experts %d", c->path, s->top_k, s->n_experts);
-	if (s->n_experts > 0 && s->moe_intermediate <= 0)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': moe_intermediate_size must be positive", c->path);
-	if (s->decoder_sparse_step < 1)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': decoder_sparse_step must be at least 1", c->path);
+	if (s->n_experts > HP_MAX_EXPERTS || s->top_k > HP_MAX_TOP_K || s->moe_intermediate > HP_MAX_DIM)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': %s %d is more than hp can size (at most %lld)", c->path,
+				  s->n_experts > HP_MAX_EXPERTS ? "num_experts" : s->top_k > HP_MAX_TOP_K ?
+				  "num_experts_per_tok" : "moe_intermediate_size", s->n_experts > HP_MAX_EXPERTS ?
+				  s->n_experts : s->top_k > HP_MAX_TOP_K ? s->top_k : s->moe_intermediate,
+				  (long long)(s->n_experts > HP_MAX_EXPERTS ? HP_MAX_EXPERTS : s->top_k > HP_MAX_TOP_K ?
+					      HP_MAX_TOP_K : HP_MAX_DIM));
 	v = json_object_get(c->root, "mlp_only_layers");
 	if (v && !json_is_null(v)) {
 		size_t i;
@@ -563,24 +585,50 @@ int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l)
 	       (l + 1) % s->decoder_sparse_step == 0;
 }
 
-/* A token id: an integer, or (eos_token_id) a list whose first entry is
- * taken; absent or null is -1. */
-static int get_token_id(struct ctx *c, const char *key, int *out)
+/*
+ * bos_token_id, eos_token_id (an integer or a list of them) and
+ * pad_token_id (an integer): absent or null is none (-1); anything else
+ * must be an id of the vocabulary, every entry of a list included; a list's
+ * first id is the one kept (eos: the end of a document).
+ *
+ * What transformers does with them: pad_token_id is nn.Embedding's
+ * padding_idx, which refuses an id >= vocab_size and reads a negative one
+ * from the end of the table; bos and eos are generation settings that the
+ * configuration classes never check.  hp refuses all three out of range:
+ * eos is the end-of-document id of online data, and an id past the
+ * vocabulary names no row of the embedding, so a config holding one is
+ * wrong, not merely unused (no hub config in t/t0610 has one).  A negative
+ * pad_token_id, which early Llama conversions wrote as -1 for none, is
+ * refused rather than read from the end: hp would zero a real token's row.
+ */
+static int get_token_id(struct ctx *c, const char *key, int list_ok, int vocab, int *out)
 {
-	json_t *v = json_object_get(c->root, key);
+	json_t *v = json_object_get(c->root, key), *x;
+	size_t n = json_is_array(v) ? json_array_size(v) : 1;
+	char at[32] = "";
 
-	if (v && json_is_array(v)) {
-		if (!json_array_size(v)) {
-			*out = -1;
-			return 0;
-		}
-		v = json_array_get(v, 0);
-		if (!json_is_integer(v) || json_integer_value(v) < 0)
-			return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected token ids", c->path, key);
-		*out = (int)json_integer_value(v);
+	*out = -1;
+	if (!v || json_is_null(v))
 		return 0;
+	if (json_is_array(v) && !list_ok)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an integer", c->path, key);
+	for (size_t i = 0; i < n; i++) {
+		x = json_is_array(v) ? json_array_get(v, i) : v;
+		if (json_is_array(v))
+			snprintf(at, sizeof(at), "[%zu]", i);
+		if (!json_is_integer(x))
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s%s': expected a token id (an integer)",
+					  c->path, key, at);
+		if (json_integer_value(x) < 0)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': %s%s %lld is negative (null means none)",
+					  c->path, key, at, (long long)json_integer_value(x));
+		if (json_integer_value(x) >= vocab)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': %s%s %lld is not below vocab_size %d",
+					  c->path, key, at, (long long)json_integer_value(x), vocab);
+		if (i == 0)
+			*out = (int)json_integer_value(x);
 	}
-	return get_int(c, key, 0, -1, out);
+	return 0;
 }
 
 static int parse(struct ctx *c, struct hp_model_spec *s)
@@ -615,31 +663,63 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	if (json_is_string(v))
 		snprintf(s->transformers_version, sizeof(s->transformers_version), "%s", json_string_value(v));
 
-	if ((rc = get_int(c, "hidden_size", 1, 0, &s->hidden)) ||
-	    (rc = get_int(c, "intermediate_size", 1, 0, &s->intermediate)) ||
-	    (rc = get_int(c, "num_hidden_layers", 1, 0, &s->n_layers)) ||
-	    (rc = get_int(c, "num_attention_heads", 1, 0, &s->n_heads)) ||
-	    (rc = get_int(c, "vocab_size", 1, 0, &s->vocab)) ||
-	    (rc = get_int(c, "num_key_value_heads", 0, f->kv_heads ? f->kv_heads : s->n_heads,
+	if ((rc = get_dim(c, "hidden_size", 1, 0, &s->hidden)) ||
+	    (rc = get_dim(c, "intermediate_size", 1, 0, &s->intermediate)) ||
+	    (rc = get_dim(c, "num_hidden_layers", 1, 0, &s->n_layers)) ||
+	    (rc = get_dim(c, "num_attention_heads", 1, 0, &s->n_heads)) ||
+	    (rc = get_dim(c, "vocab_size", 1, 0, &s->vocab)) ||
+	    (rc = get_dim(c, "num_key_value_heads", 0, f->kv_heads ? f->kv_heads : s->n_heads,
 			  &s->n_kv_heads)) ||
-	    (rc = get_int(c, "max_position_embeddings", 0, f->max_pos, &s->max_pos)) ||
-	    (rc = get_token_id(c, "bos_token_id", &s->bos_token_id)) ||
-	    (rc = get_token_id(c, "eos_token_id", &s->eos_token_id)) ||
-	    (rc = get_int(c, "pad_token_id", 0, -1, &s->pad_token_id)) ||
+	    (rc = get_dim(c, "max_position_embeddings", 0, f->max_pos, &s->max_pos)) ||
+	    (rc = get_token_id(c, "bos_token_id", 1, s->vocab, &s->bos_token_id)) ||
+	    (rc = get_token_id(c, "eos_token_id", 1, s->vocab, &s->eos_token_id)) ||
+	    (rc = get_token_id(c, "pad_token_id", 0, s->vocab, &s->pad_token_id)) ||
 	    (rc = get_num(c, "rms_norm_eps", 1e-6, &s->rms_eps)) ||
 	    (rc = get_bool(c, "tie_word_embeddings", 0, &s->tie_word_embeddings)))
 		return rc;
 	if (s->n_layers > HP_MAX_LAYERS)
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': num_hidden_layers %d exceeds %d", c->path,
 				  s->n_layers, HP_MAX_LAYERS);
-	if (s->hidden <= 0 || s->n_heads <= 0 || s->n_layers <= 0 || s->vocab <= 0 || s->intermediate <= 0)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size, intermediate_size, num_hidden_layers, "
-				  "num_attention_heads and vocab_size must be positive", c->path);
-	if ((rc = get_int(c, "head_dim", 0, f->head_dim_128 ? 128 : s->hidden / s->n_heads, &s->head_dim)))
+	/*
+	 * Without head_dim, every family but qwen3 (128) takes hidden_size //
+	 * num_attention_heads, as transformers does (each attention class's
+	 * getattr(config, "head_dim", hidden_size // num_attention_heads)).
+	 * When the division is not exact, q_proj there has heads * head_dim
+	 * outputs, not hidden_size, which trains fine as long as head_dim is
+	 * even; a floor that is odd or zero breaks RoPE (it rotates pairs), and
+	 * the cause to report is the division, not its odd result.
+	 */
+	v = json_object_get(c->root, "head_dim");
+	int derived = !f->head_dim_128 && (!v || json_is_null(v));
+	if (derived && s->hidden % s->n_heads && (s->hidden < s->n_heads || (s->hidden / s->n_heads) % 2))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size %d is not a multiple of "
+				  "num_attention_heads %d (give head_dim)", c->path, s->hidden, s->n_heads);
+	if ((rc = get_dim(c, "head_dim", 0, f->head_dim_128 ? 128 : s->hidden / s->n_heads, &s->head_dim)))
 		return rc;
-	if (s->head_dim <= 0 || s->head_dim % 2 || s->head_dim / 2 > HP_ROPE_MAX_HALF)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': head_dim %d must be positive, even and at most %d",
-				  c->path, s->head_dim, 2 * HP_ROPE_MAX_HALF);
+	if (s->head_dim % 2 || s->head_dim / 2 > HP_ROPE_MAX_HALF) {
+		char why[96] = "";
+
+		if (derived)
+			snprintf(why, sizeof(why), " (hidden_size %d / num_attention_heads %d)", s->hidden,
+				 s->n_heads);
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': head_dim %d must be positive, even and at most %d%s",
+				  c->path, s->head_dim, 2 * HP_ROPE_MAX_HALF, why);
+	}
+	/* lib/checked.h: bounded, so that no product of the model's sizes
+	 * overflows before the planner adds them up with checked arithmetic */
+	{
+		const struct { const char *key; long long v; } dim[] = {
+			{ "hidden_size", s->hidden }, { "intermediate_size", s->intermediate },
+			{ "vocab_size", s->vocab },
+			{ "num_attention_heads x head_dim", (long long)s->n_heads * s->head_dim },
+			{ "num_key_value_heads x head_dim", (long long)s->n_kv_heads * s->head_dim },
+		};
+
+		for (size_t i = 0; i < sizeof(dim) / sizeof(dim[0]); i++)
+			if (dim[i].v > HP_MAX_DIM)
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': %s %lld is more than hp can size (at most "
+						  "%lld)", c->path, dim[i].key, dim[i].v, (long long)HP_MAX_DIM);
+	}
 	if ((rc = get_num(c, "initializer_range", 0.02, &s->initializer_range)))
 		return rc;
 	s->qk_norm = f->qk_norm;
@@ -661,7 +741,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return rc;
 	if ((rc = parse_sliding(c, f, s)))
 		return rc;
-	if (s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads)
+	if (s->n_heads % s->n_kv_heads)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_attention_heads %d is not a multiple of "
 				  "num_key_value_heads %d", c->path, s->n_heads, s->n_kv_heads);
 	if (!(s->rms_eps > 0))
@@ -695,9 +775,6 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	if (v && !json_is_null(v))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': quantization_config is not supported: hp trains "
 				  "unquantized weights", c->path);
-	if (s->pad_token_id >= s->vocab)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': pad_token_id %d is not below vocab_size %d",
-				  c->path, s->pad_token_id, s->vocab);
 
 	s->torch_dtype = HP_DTYPE_F32;
 	v = json_object_get(c->root, "dtype");
@@ -879,20 +956,21 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 
 long long hp_model_spec_nparams(const struct hp_model_spec *s)
 {
-	long long C = s->hidden, I = s->intermediate, hd = s->head_dim;
-	long long QD = s->n_heads * hd, KD = s->n_kv_heads * hd;
-	long long attn = C * QD * 2 + 2 * C * KD + (s->qk_norm ? 2 * hd : 0) +
-			 (s->qkv_bias ? QD + 2 * KD : 0) + (s->o_bias ? C : 0);
-	long long n = (long long)s->vocab * C + C;
+	int64_t C = s->hidden, I = s->intermediate, hd = s->head_dim, QD, KD, attn, dense, moe = 0, n, t;
+	int bad = hp_mul_size(s->n_heads, hd, &QD) | hp_mul_size(s->n_kv_heads, hd, &KD);
 
-	for (int l = 0; l < s->n_layers; l++) {
-		n += 2 * C + attn;
-		if (hp_model_spec_layer_is_moe(s, l))
-			n += (long long)s->n_experts * C + (long long)s->n_experts * 3 * C * s->moe_intermediate;
-		else
-			n += 3 * C * I;
-	}
+	/* checked.h: q, k, v, o and their norms and biases; a layer's MLP */
+	bad |= hp_mul3_size(C, QD, 2, &attn) | hp_mul3_size(2 * C, KD, 1, &t) | hp_add_size(attn, t, &attn);
+	bad |= hp_add_size(attn, (s->qk_norm ? 2 * hd : 0) + (s->qkv_bias ? QD + 2 * KD : 0) +
+			   (s->o_bias ? C : 0) + 2 * C, &attn);
+	bad |= hp_mul3_size(3, C, I, &dense);
+	if (s->n_experts)
+		bad |= hp_mul3_size(s->n_experts, 3 * C, s->moe_intermediate, &moe) |
+		       hp_add_size(moe, (int64_t)s->n_experts * C, &moe);
+	bad |= hp_mul_size(s->vocab, C, &n) | hp_add_size(n, C, &n);
+	for (int l = 0; l < s->n_layers && !bad; l++)
+		bad |= hp_add_size(n, attn, &n) | hp_add_size(n, hp_model_spec_layer_is_moe(s, l) ? moe : dense, &n);
 	if (!s->tie_word_embeddings)
-		n += (long long)s->vocab * C;
-	return n;
+		bad |= hp_mul_size(s->vocab, C, &t) | hp_add_size(n, t, &n);
+	return bad ? -1 : n;
 }

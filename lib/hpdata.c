@@ -221,6 +221,7 @@ static uint64_t count_lines(const char *path, const char *name, uint64_t upto)
 struct part {
 	int fd;
 	char *path;            /* set once the file exists: remove it at the end */
+	int slot;              /* its place among the temporaries (fileio.h) */
 	unsigned char *buf;
 	size_t used;
 };
@@ -604,13 +605,11 @@ static int is_jsonl_name(const char *path)
 }
 
 /* Load the tokenizer: a tokenizer.json that is there but wrong is a
- * config error (exit 3), not an input error. */
+ * malformed or unsupported input file (exit 4), as in hp-train. */
 static int setup_tokenizer(struct run *r, struct hp_err *e)
 {
 	int rc = hp_tok_load(&r->tok, r->o->tokenizer, e);
 
-	if (rc == HP_EFORMAT || rc == HP_EUNSUP)
-		rc = e->code = HP_ECONFIG;
 	if (rc)
 		return rc;
 	if (r->o->chat_template) {
@@ -688,6 +687,7 @@ static void run_release(struct run *r)
 		close(r->part.fd);
 	if (r->part.path)
 		unlink(r->part.path);
+	hp_tmp_forget(r->part.slot);
 	hp_free(r->part.path);
 	hp_indexed_writer_abort(r->w);
 }
@@ -705,11 +705,11 @@ static int agree(MPI_Comm comm, int rank, int size, int rc, struct hp_err *e)
 	if (size == 1)
 		return rc;
 	MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
-	hp_comm_wait(&req);
+	hp_comm_wait_op(&req, comm, HP_COLL_ALL_REDUCE);
 	if (first == size)
 		return 0;
-	MPI_Bcast(&code, 1, MPI_INT, first, comm);
-	MPI_Bcast(e->msg, HP_ERR_MSG_MAX, MPI_CHAR, first, comm);
+	hp_comm_bcast_raw(comm, &code, 1, MPI_INT, first);
+	hp_comm_bcast_raw(comm, e->msg, HP_ERR_MSG_MAX, MPI_CHAR, first);
 	e->msg[HP_ERR_MSG_MAX - 1] = '\0';
 	e->code = code;
 	if (rank != first) {
@@ -724,7 +724,7 @@ static int agree(MPI_Comm comm, int rank, int size, int rc, struct hp_err *e)
 int hp_data_encode_run(const struct hp_data_opts *o, MPI_Comm comm, FILE *out,
 		       struct hp_data_stats *st, struct hp_err *e)
 {
-	struct run r = { .o = o, .out = out, .sink = sink_json, .size = 1, .part = { .fd = -1 } };
+	struct run r = { .o = o, .out = out, .sink = sink_json, .size = 1, .part = { .fd = -1, .slot = -1 } };
 	double t0 = MPI_Wtime();
 	int rank, size, rc = 0;
 
@@ -875,7 +875,7 @@ static char *part_name(const char *prefix, int rank, long pid)
 int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_data_stats *st,
 		      struct hp_err *e)
 {
-	struct run r = { .o = o, .part = { .fd = -1 } };
+	struct run r = { .o = o, .part = { .fd = -1, .slot = -1 } };
 	double t0 = MPI_Wtime();
 	uint64_t *sizes = NULL, *starts = NULL, start = 0, end;
 	long pid0 = (long)getpid();
@@ -909,7 +909,7 @@ int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_dat
 	for (int i = 0; i < r.nin; i++)
 		sizes[i] = r.in[i].size;
 	if (r.size > 1)
-		MPI_Bcast(sizes, o->ninputs, MPI_UINT64_T, 0, comm);
+		hp_comm_bcast_raw(comm, sizes, o->ninputs, MPI_UINT64_T, 0);
 	for (int i = 0; i < r.nin; i++) {
 		r.in[i].size = sizes[i];
 		r.in[i].at = r.total;
@@ -922,8 +922,11 @@ int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_dat
 		rc = range_start(&r, r.total / p * q + r.total % p * q / p, &start, e);
 	}
 	if (r.size > 1) {
-		MPI_Allgather(&start, 1, MPI_UINT64_T, starts, 1, MPI_UINT64_T, comm);
-		MPI_Bcast(&pid0, 1, MPI_LONG, 0, comm);
+		MPI_Request req;
+
+		MPI_Iallgather(&start, 1, MPI_UINT64_T, starts, 1, MPI_UINT64_T, comm, &req);
+		hp_comm_wait_op(&req, comm, HP_COLL_ALL_GATHER);
+		hp_comm_bcast_raw(comm, &pid0, 1, MPI_LONG, 0);
 	}
 	end = r.rank + 1 < r.size ? starts[r.rank + 1] : r.total;
 	r.range = end > start ? end - start : 0;
@@ -962,6 +965,7 @@ int hp_data_build_run(const struct hp_data_opts *o, MPI_Comm comm, struct hp_dat
 			hp_free(path);
 		} else {
 			r.part.path = path;
+			r.part.slot = hp_tmp_track(path, 0);
 		}
 	}
 	if ((rc = agree(comm, r.rank, r.size, rc, e)))

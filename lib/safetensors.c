@@ -258,32 +258,52 @@ static int cmp_tensor_ptr_offset(const void *a, const void *b)
 }
 
 /*
- * Sorted by begin, non-empty ranges are disjoint exactly when each begins
- * at or after the end of the one before.  Empty tensors occupy no bytes and
- * so cannot overlap anything; they are left out.
+ * The HF library accepts a data section only when its tensors, sorted by
+ * data_offsets, tile it exactly: the first begins at 0, each begins where
+ * the one before ends, and the last ends where the file does (safetensors'
+ * Metadata::validate, InvalidOffset, and the MetadataIncompleteBuffer check
+ * after it).  hp holds files to the same rule, so that a file hp trains on
+ * is one transformers loads, and bytes no tensor owns (where a damaged or
+ * hand-made file hides its mistakes) are refused.  Empty tensors take part,
+ * as there: one placed inside another tensor's bytes is refused too.
  */
-static int check_overlaps(const struct hp_st_file *f, const char *file, struct hp_err *e)
+static int check_layout(const struct hp_st_file *f, const char *file, uint64_t data_len,
+			struct hp_err *e)
 {
 	const struct hp_st_tensor **by = hp_calloc(f->ntensors, sizeof(*by));
-	size_t n = 0;
+	const struct hp_st_tensor *prev = NULL;
+	uint64_t at = 0;
 	int rc = 0;
 
 	if (!by)
 		return st_err(e, HP_ENOMEM, "'%s': out of memory", file);
 	for (size_t i = 0; i < f->ntensors; i++)
-		if (f->tensors[i].begin < f->tensors[i].end)
-			by[n++] = &f->tensors[i];
-	qsort(by, n, sizeof(*by), cmp_tensor_ptr_offset);
-	for (size_t i = 1; i < n; i++) {
-		if (by[i]->begin < by[i - 1]->end) {
+		by[i] = &f->tensors[i];
+	qsort(by, f->ntensors, sizeof(*by), cmp_tensor_ptr_offset);
+	for (size_t i = 0; i < f->ntensors && !rc; i++) {
+		const struct hp_st_tensor *t = by[i];
+
+		/* at > 0 here means a tensor came before */
+		if (t->begin < at)
 			rc = st_err(e, HP_EFORMAT,
-					"'%s': tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap",
-					file, by[i - 1]->name, (unsigned long long)by[i - 1]->begin,
-					(unsigned long long)by[i - 1]->end, by[i]->name,
-					(unsigned long long)by[i]->begin, (unsigned long long)by[i]->end);
-			break;
-		}
+				    "'%s': tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap",
+				    file, prev->name, (unsigned long long)prev->begin,
+				    (unsigned long long)prev->end, t->name,
+				    (unsigned long long)t->begin, (unsigned long long)t->end);
+		else if (t->begin > at)
+			rc = st_err(e, HP_EFORMAT,
+				    "'%s': bytes [%llu, %llu) of the data section belong to no tensor "
+				    "(a gap before '%s')", file, (unsigned long long)at,
+				    (unsigned long long)t->begin, t->name);
+		at = t->end;
+		prev = t;
 	}
+	if (!rc && at != data_len)
+		rc = st_err(e, HP_EFORMAT,
+			    "'%s': %llu trailing bytes after the last tensor (the tensors end at "
+			    "byte %llu of the %llu-byte data section)", file,
+			    (unsigned long long)(data_len - at), (unsigned long long)at,
+			    (unsigned long long)data_len);
 	hp_free(by);
 	return rc;
 }
@@ -327,7 +347,7 @@ int hp_st_parse_header(struct hp_st_file *f, const char *name, const char *json,
 	if (meta && (rc = parse_meta(f, name, meta, e)))
 		goto out;
 	qsort(f->tensors, f->ntensors, sizeof(*f->tensors), cmp_tensor_name);
-	if ((rc = check_overlaps(f, name, e)))
+	if ((rc = check_layout(f, name, data_len, e)))
 		goto out;
 	if (unsup.code) {
 		rc = unsup.code;
@@ -603,6 +623,27 @@ static long shard_index(const char **names, size_t n, const char *name)
 }
 
 /*
+ * A weight_map value names a shard in the index's folder: HF writes bare
+ * file names, which transformers joins to the folder.  An absolute path or
+ * a ".." component would have hp open a file anywhere the user can read,
+ * named by a downloaded index: refused.  A subfolder (no "..") stays in.
+ */
+static int in_folder(const char *name)
+{
+	if (name[0] == '/')
+		return 0;
+	for (const char *p = name; *p;) {
+		size_t n = strcspn(p, "/");
+
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			return 0;
+		p += n;
+		p += *p == '/';
+	}
+	return 1;
+}
+
+/*
  * The shards are opened in the loop that checks each exists; the two
  * cross-checks between weight_map and the shards follow once all are open,
  * so that a missing shard is reported before any mismatch it causes.
@@ -657,6 +698,12 @@ static int model_open_index(struct hp_st_model *m, const char *index, unsigned f
 			rc = st_err(e, HP_EFORMAT,
 					"'%s': weight_map entry for tensor '%s' is not a file name",
 					index, key);
+			goto out;
+		}
+		if (!in_folder(s)) {
+			rc = st_err(e, HP_EFORMAT,
+				    "'%s': weight_map entry '%s' for tensor '%s' is outside the model "
+				    "folder (an absolute path or a '..')", index, s, key);
 			goto out;
 		}
 		/* Shards are few (tens); a linear scan keeps this simple. */
@@ -1017,23 +1064,6 @@ static int build_header(struct sbuf *b, const char *path, size_t n,
 	return 0;
 }
 
-/* After the rename the new file is in place; syncing its folder makes that
- * survive a crash, but a failure here cannot undo it, so it is ignored. */
-static void sync_dir_of(const char *path)
-{
-	char *dir = path_dir(path);
-	int fd;
-
-	if (!dir)
-		return;
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-	hp_free(dir);
-}
-
 static int check_meta(const char *path, size_t nmeta, const char *const *keys,
 		      const char *const *vals, struct hp_err *e)
 {
@@ -1050,7 +1080,7 @@ static int check_meta(const char *path, size_t nmeta, const char *const *keys,
 
 static int writer_fail(struct hp_st_writer *w, struct hp_err *e, const char *what)
 {
-	int rc = st_err(e, HP_EIO, "'%s': cannot %s '%s': %s", w->path, what, w->tmp, strerror(errno));
+	int rc = st_err(e, HP_EIO, "'%s': cannot %s: %s", w->path, what, strerror(errno));
 
 	hp_st_writer_abort(w);
 	return rc;
@@ -1062,11 +1092,9 @@ int hp_st_writer_open(struct hp_st_writer *w, const char *path, size_t n,
 {
 	struct sbuf hdr = { 0 };
 	unsigned char len8[8];
-	size_t tmplen;
 	int rc;
 
 	memset(w, 0, sizeof(*w));
-	w->fd = -1;
 	if ((rc = check_meta(path, nmeta, meta_keys, meta_vals, e)))
 		return rc;
 	for (size_t i = 0; i < n; i++)
@@ -1076,9 +1104,7 @@ int hp_st_writer_open(struct hp_st_writer *w, const char *path, size_t n,
 	w->entries = entries;
 	w->ord = hp_calloc(n ? n : 1, sizeof(*w->ord));
 	w->path = hp_strdup(path);
-	tmplen = strlen(path) + 32;
-	w->tmp = hp_malloc(tmplen);
-	if (!w->ord || !w->path || !w->tmp) {
+	if (!w->ord || !w->path) {
 		hp_st_writer_abort(w);
 		return st_err(e, HP_ENOMEM, "'%s': out of memory", path);
 	}
@@ -1103,18 +1129,14 @@ int hp_st_writer_open(struct hp_st_writer *w, const char *path, size_t n,
 		entry_nbytes(path, w->ord[i], &nb, 0, NULL);
 		w->total += nb;
 	}
-	snprintf(w->tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
-	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (w->fd < 0) {
-		rc = st_err(e, HP_EIO, "'%s': cannot create '%s': %s", path, w->tmp, strerror(errno));
+	if ((rc = hp_outfile_open(&w->out, path, e))) {
 		hp_free(hdr.p);
 		hp_st_writer_abort(w);
 		return rc;
 	}
-	w->created = 1;
 	for (int i = 0; i < 8; i++)
 		len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-	rc = hp_write_all(w->fd, len8, 8) || hp_write_all(w->fd, hdr.p, hdr.len);
+	rc = hp_write_all(w->out.fd, len8, 8) || hp_write_all(w->out.fd, hdr.p, hdr.len);
 	hp_free(hdr.p);
 	return rc ? writer_fail(w, e, "write") : 0;
 }
@@ -1133,13 +1155,13 @@ int hp_st_writer_put(struct hp_st_writer *w, const void *buf, size_t n, struct h
 		hp_st_writer_abort(w);
 		return rc;
 	}
-	if (n && hp_write_all(w->fd, buf, n))
+	if (n && hp_write_all(w->out.fd, buf, n))
 		return writer_fail(w, e, "write");
 #ifdef SYNC_FILE_RANGE_WRITE
 	/* start writeback now, so that the commit's fsync finds little left to
 	 * write: it halves the time of writing a shard (bench/convert-bench.sh) */
-	if (n >= (1u << 20))
-		sync_file_range(w->fd, (off_t)(8 + w->hdr_len + w->done), (off_t)n, SYNC_FILE_RANGE_WRITE);
+	if (n >= (1u << 20) && !w->out.stream)
+		sync_file_range(w->out.fd, (off_t)(8 + w->hdr_len + w->done), (off_t)n, SYNC_FILE_RANGE_WRITE);
 #endif
 	w->done += n;
 	return 0;
@@ -1163,7 +1185,7 @@ int hp_st_writer_set_meta(struct hp_st_writer *w, size_t nmeta, const char *cons
 		hp_st_writer_abort(w);
 		return rc;
 	}
-	rc = hp_pwrite_all(w->fd, hdr.p, hdr.len, 8);
+	rc = hp_pwrite_all(w->out.fd, hdr.p, hdr.len, 8);
 	hp_free(hdr.p);
 	return rc ? writer_fail(w, e, "write") : 0;
 }
@@ -1178,35 +1200,17 @@ int hp_st_writer_commit(struct hp_st_writer *w, struct hp_err *e)
 		hp_st_writer_abort(w);
 		return rc;
 	}
-	if (fsync(w->fd))
-		return writer_fail(w, e, "sync");
-	rc = close(w->fd);
-	w->fd = -1;
-	if (rc)
-		return writer_fail(w, e, "close");
-	if (rename(w->tmp, w->path)) {
-		rc = st_err(e, HP_EIO, "'%s': cannot rename '%s' over it: %s", w->path, w->tmp,
-			    strerror(errno));
-		hp_st_writer_abort(w);
-		return rc;
-	}
-	sync_dir_of(w->path);
-	w->created = 0;
+	rc = hp_outfile_commit(&w->out, e);
 	hp_st_writer_abort(w);
-	return 0;
+	return rc;
 }
 
 void hp_st_writer_abort(struct hp_st_writer *w)
 {
-	if (w->fd >= 0)
-		close(w->fd);
-	if (w->created && w->tmp)
-		unlink(w->tmp);
+	hp_outfile_abort(&w->out);
 	hp_free(w->ord);
 	hp_free(w->path);
-	hp_free(w->tmp);
 	memset(w, 0, sizeof(*w));
-	w->fd = -1;
 }
 
 int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,

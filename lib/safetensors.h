@@ -13,9 +13,11 @@
  * before any tensor is handed out, and a file that passes hp_st_open can be
  * indexed without further bounds checks.  It is not a general JSON or tensor
  * library: tensors are views into a read-only mapping, and the only
- * conversion offered is to F32 (hp_st_read_f32).  Unlike the HF library it
- * accepts gaps between tensors and bytes after the last one (it never needs
- * them to be absent); overlapping tensors are rejected.
+ * conversion offered is to F32 (hp_st_read_f32).  Like the HF library it
+ * accepts a data section only when the tensors cover it exactly: no gap
+ * between two tensors, no overlap, no bytes after the last one (HF's
+ * InvalidOffset and MetadataIncompleteBuffer), so that every file hp
+ * accepts is one transformers loads.
  *
  * Invariants of an open struct hp_st_file (after hp_st_open or
  * hp_st_parse_header returned 0):
@@ -23,7 +25,10 @@
  *  - for every tensor, begin <= end <= data section length,
  *    end - begin == nbytes == numel * hp_dtype_size(dtype), numel is the
  *    product of shape[0..ndim) (1 for ndim 0) and dtype is a known dtype;
- *  - no two tensors' [begin, end) ranges overlap;
+ *  - sorted by (begin, end), the tensors' [begin, end) ranges tile the
+ *    data section: the first begins at 0, each begins where the one
+ *    before ends, the last ends at the data section's length (an empty
+ *    tensor is an empty range at such a boundary);
  *  - data is non-NULL only for files opened with hp_st_open, and then
  *    points at nbytes readable bytes inside the mapping (not aligned: the
  *    format does not promise alignment, so read through memcpy or
@@ -51,6 +56,7 @@
 
 #include "dtype.h"
 #include "err.h"
+#include "fileio.h"
 
 /* More dimensions than any model weight or activation hp handles. */
 #define HP_ST_MAX_DIMS 8
@@ -102,7 +108,8 @@ int hp_st_parse_header(struct hp_st_file *f, const char *name, const char *json,
  * tensor's data into the mapping.  f is overwritten (need not be
  * initialised).  Returns 0, HP_EIO (cannot open, stat or map; not a regular
  * file), HP_EFORMAT (shorter than 8 bytes, header length past the end of
- * the file or over HP_ST_MAX_HEADER, any header check), HP_EUNSUP or
+ * the file or over HP_ST_MAX_HEADER, any header check, bytes of the data
+ * section outside every tensor), HP_EUNSUP or
  * HP_ENOMEM.  On failure f is left closed.  The file must not be truncated
  * while open (the mapping would fault).
  */
@@ -149,7 +156,9 @@ struct hp_st_model {
 /*
  * Open a model from a folder, a single .safetensors file, or a path to a
  * model.safetensors.index.json.  m is overwritten.  For an index, checks
- * that every shard it names exists (HP_EIO naming the shard and the index),
+ * that every shard it names is inside the index's folder (no absolute path,
+ * no ".." component: HP_EFORMAT naming the index and the entry), that every
+ * shard it names exists (HP_EIO naming the shard and the index),
  * that every tensor in weight_map is in the shard it names and every tensor
  * of every shard is in weight_map under that shard (HP_EFORMAT), and that
  * metadata.total_size, when present, equals the sum of tensor bytes
@@ -190,8 +199,9 @@ struct hp_st_entry {
  * (as the HF library does), their data in that order with no gaps, the
  * header padded with spaces to a multiple of 8 bytes, and a __metadata__
  * object when nmeta > 0 (meta_keys/meta_vals may be NULL when nmeta is 0).
- * Writes "path.tmp.PID", fsyncs it, renames it over path and fsyncs the
- * folder (best effort: the rename has already happened).
+ * Written as fileio.h's hp_outfile writes: "path.tmp.PID", fsynced,
+ * renamed over path, the folder fsynced; a FIFO or device (or
+ * /dev/stdout) in place, never replaced.
  *
  * Returns 0; HP_EIO when creating, writing, syncing or renaming fails, in
  * which case the temporary is removed and path is unchanged; HP_ENOMEM;
@@ -216,8 +226,8 @@ int hp_st_write(const char *path, size_t n, const struct hp_st_entry *entries,
  * temporary and leaves w closed.  entries is borrowed until the commit.
  */
 struct hp_st_writer {
-	char *path, *tmp;
-	int fd, created;
+	char *path;                  /* as given, for messages */
+	struct hp_outfile out;       /* fileio.h: a temporary renamed by the commit, or a stream */
 	size_t n, hdr_len;
 	const struct hp_st_entry *entries;
 	const struct hp_st_entry **ord;

@@ -72,6 +72,20 @@ make_tinystories () {
 		"$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl"
 }
 
+# u64le N: 8 little-endian bytes
+u64le () {
+	n=$1 i=0
+	while [ $i -lt 8 ]; do
+		printf "\\$(printf %03o $((n & 255)))"
+		n=$((n >> 8)) i=$((i + 1))
+	done
+}
+
+# mkst FILE JSON DATA_BYTES: a safetensors file with that header and zeroed data
+mkst () {
+	{ u64le ${#2}; printf "%s" "$2"; head -c "$3" /dev/zero; } >"$1"
+}
+
 # metric FILE STEP KEY
 metric () {
 	jq -r "select(.step == $2) | .$3" "$1"

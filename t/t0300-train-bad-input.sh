@@ -3,20 +3,6 @@ test_description='hp-train: bad input gets a one-line error, the documented exit
 . "$(dirname "$0")/test-lib.sh"
 . "$TEST_DIR/lib-train.sh"
 
-# u64le N: 8 little-endian bytes
-u64le () {
-	n=$1 i=0
-	while [ $i -lt 8 ]; do
-		printf "\\$(printf %03o $((n & 255)))"
-		n=$((n >> 8)) i=$((i + 1))
-	done
-}
-
-# mkst FILE JSON DATA_BYTES: a safetensors file with that header and zeroed data
-mkst () {
-	{ u64le ${#2}; printf "%s" "$2"; head -c "$3" /dev/zero; } >"$1"
-}
-
 # model_with NAME: a copy of the model folder whose weights file is $NAME.safetensors
 model_with () {
 	mkdir -p "m-$1" && cp "$MODEL/config.json" "m-$1/" && cp "$1.safetensors" "m-$1/model.safetensors"

@@ -317,10 +317,10 @@ test_expect_success 'a missing tokenizer or input: exit 5' '
 	expect_fail 5 "absent.txt" encode --tokenizer "$(tokenizer qwen3)" absent.txt
 '
 
-test_expect_success 'a tokenizer.json that does not load, or has no EOD for --append-eod: exit 3' '
+test_expect_success 'a tokenizer.json that does not load: exit 4; one with no EOD for --append-eod: exit 3' '
 	mkdir -p badtok noeod &&
 	echo "{\"model\": " >badtok/tokenizer.json &&
-	expect_fail 3 "badtok/tokenizer.json" build --tokenizer badtok -o out t.txt &&
+	expect_fail 4 "badtok/tokenizer.json" build --tokenizer badtok -o out t.txt &&
 	jq "(.added_tokens[] | select(.content == \"</s>\") | .content) = \"<eos>\" |
 	    .model.vocab |= with_entries(if .key == \"</s>\" then .key = \"<eos>\" else . end)" \
 		"$(tokenizer stories260K)" >noeod/tokenizer.json &&

@@ -445,8 +445,20 @@ static const struct bad_header bad_headers[] = {
 	  "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]},"
 	  "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 24, HP_EFORMAT,
 	  "tensors 'b' [8, 24] and 'c' [20, 24] overlap" },
-	{ "unknown dtype", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 8,
+	{ "unknown dtype", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2,
 	  HP_EUNSUP, "tensor 'a' has unknown dtype 'F8_E4M3'" },
+	/* the HF library's InvalidOffset and MetadataIncompleteBuffer */
+	{ "a gap", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+	  "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[16,19]}}", 19, HP_EFORMAT,
+	  "bytes [4, 16) of the data section belong to no tensor (a gap before 'b')" },
+	{ "a gap at the start", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}", 8,
+	  HP_EFORMAT, "bytes [0, 4) of the data section belong to no tensor (a gap before 'a')" },
+	{ "trailing bytes", "{\"a\":{" T1 "}}", 64, HP_EFORMAT,
+	  "56 trailing bytes after the last tensor (the tensors end at byte 8 of the 64-byte data section)" },
+	{ "data but no tensors", "{}", 8, HP_EFORMAT, "8 trailing bytes after the last tensor" },
+	{ "an empty tensor inside another", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+	  "\"z\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[8,8]}}", 16, HP_EFORMAT,
+	  "tensors 'a' [0, 16] and 'z' [8, 8] overlap" },
 	{ "unknown dtype and a malformed entry",
 	  "{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,1]},"
 	  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, HP_EFORMAT,
@@ -464,10 +476,11 @@ static const struct bad_header bad_headers[] = {
 static const struct bad_header good_headers[] = {
 	{ "empty object", "{}", 0, 0, NULL },
 	{ "padded with spaces", "{\"a\":{" T1 "}}        ", 8, 0, NULL },
-	{ "gaps and trailing bytes", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]},"
-	  "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[16,19]}}", 64, 0, NULL },
-	{ "empty tensors anywhere", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-	  "\"z\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[8,8]}}", 16, 0, NULL },
+	{ "tensors out of name order", "{\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+	  "\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[4,7]}}", 7, 0, NULL },
+	{ "empty tensors at the ends", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+	  "\"y\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+	  "\"z\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[16,16]}}", 16, 0, NULL },
 	{ "unknown fields ignored", "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4],\"x\":1}}",
 	  4, 0, NULL },
 };
