@@ -1,6 +1,8 @@
 /*
  * arena.c - bump allocation (see arena.h).
  */
+#include <stdint.h>
+
 #include "alloc.h"
 #include "arena.h"
 #include "err.h"
@@ -30,8 +32,14 @@ void hp_arena_reset(struct hp_arena *a)
 
 void *hp_arena_take(struct hp_arena *a, size_t n)
 {
-	size_t off = (a->used + 63) & ~(size_t)63;
+	size_t off;
 
+	/* a count past SIZE_MAX sticks there: no size can be taken from it */
+	if (a->used > SIZE_MAX - 63 || n > SIZE_MAX - ((a->used + 63) & ~(size_t)63)) {
+		a->used = SIZE_MAX;
+		return NULL;
+	}
+	off = (a->used + 63) & ~(size_t)63;
 	a->used = off + n;
 	if (!a->base || a->used > a->cap)
 		return NULL;

@@ -24,7 +24,9 @@ void hp_arena_init(struct hp_arena *a);
 int hp_arena_alloc(struct hp_arena *a, size_t cap);
 /* Rewind without freeing. */
 void hp_arena_reset(struct hp_arena *a);
-/* A slice of n bytes: NULL while measuring (base NULL) or when full. */
+/* A slice of n bytes: NULL while measuring (base NULL) or when full.  A
+ * count that would pass SIZE_MAX stays at SIZE_MAX (used is then not a
+ * size: the sizes that led there overflow). */
 void *hp_arena_take(struct hp_arena *a, size_t n);
 void hp_arena_release(struct hp_arena *a);
 

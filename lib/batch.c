@@ -304,7 +304,7 @@ void hp_batcher_cursor(const struct hp_batcher *b, uint64_t *pos, uint64_t *epoc
 int hp_batcher_seek(struct hp_batcher *b, uint64_t pos, uint64_t epoch, struct hp_err *e)
 {
 	if (pos >= b->rows)
-		return hp_err_set(e, HP_EINVAL,
+		return hp_err_set(e, HP_EFORMAT,
 				  "'%s': cursor position %llu past the %llu rows of an epoch (another dataset or seq_length?)",
 				  b->d.prefix, (unsigned long long)pos, (unsigned long long)b->rows);
 	b->pos = pos;

@@ -5,7 +5,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,27 +86,13 @@ static int mkdir_p(const char *path, struct hp_err *e)
 	return 0;
 }
 
-/* Write text to path through path.tmp, fsynced, renamed, the folder fsynced. */
+/* Write text to dir/name whole or not at all (fileio.h). */
 static int write_atomic(const char *dir, const char *name, const char *text, struct hp_err *e)
 {
-	char path[4200], tmp[4300];
-	int fd, rc = 0;
+	char path[4200];
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
-		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
-	if (hp_write_all(fd, text, strlen(text)) || fsync(fd))
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", tmp, strerror(errno));
-	if (close(fd) && !rc)
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", tmp, strerror(errno));
-	if (!rc && rename(tmp, path))
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename into place: %s", path, strerror(errno));
-	if (rc)
-		unlink(tmp);
-	else
-		fsync_path(dir);
-	return rc;
+	return hp_write_file(path, text, strlen(text), e);
 }
 
 /* A file's size and the CRC-32C of its bytes. */
@@ -127,11 +116,69 @@ static int file_sum(const char *path, uint64_t *bytes, uint32_t *crc, struct hp_
 	return 0;
 }
 
+/* --- the lock ---------------------------------------------------------------- */
+
+int hp_ckpt_lock(struct hp_ckpt_lock *l, const char *root, char *note, size_t n, struct hp_err *e)
+{
+	char path[4200], host[256] = "", held[300] = "", mine[300];
+	ssize_t got;
+	int fd, rc;
+
+	memset(l, 0, sizeof(*l));
+	l->fd = -1;
+	if (n)
+		note[0] = '\0';
+	if ((rc = mkdir_p(root, e)))
+		return rc;
+	snprintf(path, sizeof(path), "%s/hp.lock", root);
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+		return hp_err_set(e, HP_EIO, "'%s': checkpoint_dir cannot be written: %s", root, strerror(errno));
+	if ((got = pread(fd, held, sizeof(held) - 1, 0)) > 0)
+		held[got] = '\0';
+	held[strcspn(held, "\n")] = '\0';
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int err = errno;
+
+		close(fd);
+		if (err == EWOULDBLOCK)
+			return hp_err_set(e, HP_ECONFIG, "'%s': checkpoint_dir is in use by another run (%s%s); give "
+					  "this run a checkpoint_dir of its own, or end that one first", root,
+					  held[0] ? "host and pid " : "see", held[0] ? held : " hp.lock");
+		return hp_err_set(e, HP_EIO, "'%s': cannot lock: %s", path, strerror(err));
+	}
+	if (held[0] && n)
+		snprintf(note, n, "'%s': took over the lock left by a run that is gone (host and pid %s)", path, held);
+	gethostname(host, sizeof(host) - 1);
+	snprintf(mine, sizeof(mine), "%s %ld\n", host, (long)getpid());
+	if (ftruncate(fd, 0) || hp_pwrite_all(fd, mine, strlen(mine), 0) || fsync(fd)) {
+		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", path, strerror(errno));
+		close(fd);
+		return rc;
+	}
+	l->fd = fd;
+	l->held = 1;
+	l->slot = hp_tmp_track_note(fd);
+	return 0;
+}
+
+void hp_ckpt_unlock(struct hp_ckpt_lock *l)
+{
+	if (!l->held)
+		return;
+	hp_tmp_forget(l->slot);
+	/* empty: the next run finds a lock nobody left behind */
+	if (ftruncate(l->fd, 0) == 0)
+		fsync(l->fd);
+	close(l->fd);
+	l->fd = -1;
+	l->held = 0;
+}
+
 /* --- saving ----------------------------------------------------------------- */
 
 struct piece_src {
 	const struct hp_plan *p;
-	int rank, kind;
+	int rank, kind, finite;
 	hp_ckpt_piece_fn piece;
 	void *ctx;
 };
@@ -150,6 +197,12 @@ static int read_own(void *ctx, int i, int64_t r0, int64_t nr, int64_t c0, int64_
 				  s->p->params[i].name, (long long)r0, (long long)(r0 + nr), s->rank);
 	for (int64_t r = 0; r < nr; r++)
 		memcpy(dst + r * nc, x + (r0 - pc.row0 + r) * pc.cols + (c0 - pc.col0), (size_t)nc * sizeof(float));
+	for (int64_t k = 0; s->finite && k < nr * nc; k++)
+		if (!isfinite(dst[k]))
+			return hp_err_set(e, HP_ENUM, "checkpoint: %s '%s' holds %g at row %lld: not saved, the last "
+					  "checkpoint stays the last good one (debug.check_nan_inf)",
+					  s->kind == HP_CKPT_WEIGHTS ? "weight" : "AdamW moment of",
+					  s->p->params[i].name, dst[k], (long long)(r0 + k / nc));
 	return 0;
 }
 
@@ -238,14 +291,14 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 	int rank, world, nk = o->optimizer ? HP_CKPT_NKIND : 1, rc = 0;
 	char final[4200], tmp[4300], sub[4400], path[4600], name[64], hash[65];
 	long pid = (long)getpid();
+	int slot = -1;
 	struct fsum mine[HP_CKPT_NKIND], *all = NULL;
 	MPI_Request req;
 
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &world);
 	snprintf(final, sizeof(final), "%s/global_step_%ld", o->root, st->step);
-	MPI_Ibcast(&pid, 1, MPI_LONG, 0, comm, &req);
-	hp_comm_wait(&req);
+	hp_comm_bcast_raw(comm, &pid, 1, MPI_LONG, 0);
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", final, pid);
 	/* rank 0 makes the folders and the plans */
 	if (rank == 0) {
@@ -253,6 +306,8 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 			remove_stale(o->root);
 			if (mkdir(tmp, 0755))
 				rc = hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
+			else
+				slot = hp_tmp_track(tmp, 1);   /* removed if the process is stopped */
 		}
 		for (int k = 0; k < nk && !rc; k++) {
 			snprintf(sub, sizeof(sub), "%s/%s", tmp, kind_dir[k]);
@@ -275,7 +330,7 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 	memset(mine, 0, sizeof(mine));
 	hp_shard_name(name, sizeof(name), rank, world);
 	for (int k = 0; k < nk && !rc; k++) {
-		struct piece_src ps = { p, rank, k, piece, ctx };
+		struct piece_src ps = { p, rank, k, o->finite, piece, ctx };
 		struct hp_src src;
 		const char *pause = getenv("HP_CKPT_PAUSE");
 
@@ -286,8 +341,10 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 		snprintf(path, sizeof(path), "%s/%s", sub, name);
 		if (!rc)
 			rc = file_sum(path, &mine[k].bytes, &mine[k].crc, e);
-		/* a test facility: stop part-way for a while (t/t1000-checkpoint.sh) */
-		if (!rc && k == 0 && pause && atof(pause) > 0)
+		/* a test facility: stop part-way for a while (t/t1000-checkpoint.sh),
+		 * "S" on every rank, "S@R" on rank R only */
+		if (!rc && k == 0 && pause && atof(pause) > 0 &&
+		    (!strchr(pause, '@') || atoi(strchr(pause, '@') + 1) == rank))
 			usleep((useconds_t)(atof(pause) * 1e6));
 	}
 	if ((rc = agree(comm, rc, e)))
@@ -299,7 +356,7 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 		rc = hp_src_open_shards_part(&src, p, sub, rank, world, NULL, e);
 		if (!(rc = agree(comm, rc, e))) {
 			snprintf(sub, sizeof(sub), "%s/hf", tmp);
-			rc = hp_export_hf(p, &src, sub, o->hf_dtype, 0, rank, world, NULL, e);
+			rc = hp_export_hf(p, &src, sub, o->hf_dtype, 0, o->finite, rank, world, NULL, e);
 		}
 		hp_src_close(&src);
 		if ((rc = agree(comm, rc, e)))
@@ -310,7 +367,7 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 	if ((rc = agree(comm, rc, e)))
 		goto fail;
 	MPI_Igather(mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE, 0, comm, &req);
-	hp_comm_wait(&req);
+	hp_comm_wait_op(&req, comm, HP_COMM_OP_GATHER);
 	/* rank 0: the metadata last, then the folder into place, then LATEST */
 	if (rank == 0) {
 		json_t *files = json_array(), *meta;
@@ -358,6 +415,14 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 			rc = hp_err_set(e, HP_ENOMEM, "out of memory saving a checkpoint");
 		if (!rc)
 			rc = write_atomic(tmp, "train_state.json", state, e);
+		if (!rc) {
+			/* the train state is checked as the tensors are: by its size and CRC */
+			char crc[16];
+
+			snprintf(crc, sizeof(crc), "%08x", hp_crc32c(0, state, strlen(state)));
+			json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "path", "train_state.json", "bytes",
+							       (json_int_t)strlen(state), "crc32c", crc));
+		}
 		meta = json_pack("{s:s, s:I, s:s, s:i, s:b, s:O}", "format", HP_CKPT_FORMAT, "step",
 				 (json_int_t)st->step, "plan", hash, "world_size", world, "optimizer", o->optimizer,
 				 "files", files);
@@ -403,11 +468,13 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
 	all = NULL;
 	if ((rc = agree(comm, rc, e)))
 		goto fail;
+	hp_tmp_forget(slot);
 	return 0;
 fail:
 	hp_free(all);
 	if (rank == 0)
 		rm_rf(tmp);
+	hp_tmp_forget(slot);
 	return rc;
 }
 
@@ -423,12 +490,16 @@ static int read_latest(const char *root, long *step, struct hp_err *e)
 	if (!(f = fopen(path, "r")))
 		return hp_err_set(e, HP_EIO, "'%s': cannot open: %s (no checkpoint to restore)", path,
 				  strerror(errno));
-	if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%ld%n", step, &k) != 1 || *step < 0 ||
-	    (buf[k] && buf[k] != '\n')) {
+	if (!fgets(buf, sizeof(buf), f) || (buf[k = (int)strspn(buf, "0123456789")] && buf[k] != '\n') || !k) {
 		fclose(f);
 		return hp_err_set(e, HP_EFORMAT, "'%s': expected the step of the latest checkpoint", path);
 	}
 	fclose(f);
+	buf[k] = '\0';
+	errno = 0;
+	*step = strtol(buf, NULL, 10);
+	if (errno == ERANGE || *step < 1)
+		return hp_err_set(e, HP_EFORMAT, "'%s': step %s is out of range (1 to %ld)", path, buf, LONG_MAX);
 	return 0;
 }
 
@@ -470,6 +541,124 @@ static const char *str(json_t *j)
 	return s ? s : "";
 }
 
+/* A count that JSON gives as a non-negative integer; -1 otherwise. */
+static json_int_t count_of(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+}
+
+/* A relative path inside the checkpoint: no "..", no leading '/'. */
+static int inside(const char *rel)
+{
+	if (!*rel || *rel == '/')
+		return 0;
+	for (const char *c = rel; *c;) {
+		size_t n = strcspn(c, "/");
+
+		if ((n == 2 && c[0] == '.' && c[1] == '.') || n == 0)
+			return 0;
+		c += n;
+		c += *c == '/';
+	}
+	return 1;
+}
+
+int hp_ckpt_meta_parse(const char *name, const char *text, size_t len, struct hp_ckpt_meta *m,
+		       struct hp_err *e)
+{
+	json_error_t je;
+	json_t *j, *f;
+	size_t i;
+
+	memset(m, 0, sizeof(*m));
+	if (!(j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)))
+		return hp_err_set(e, HP_EFORMAT, "'%s': line %d: %s", name, je.line, je.text);
+	if (!json_is_object(j) || strcmp(str(json_object_get(j, "format")), HP_CKPT_FORMAT)) {
+		json_decref(j);
+		return hp_err_set(e, HP_EFORMAT, "'%s': not an %s file", name, HP_CKPT_FORMAT);
+	}
+	m->step = count_of(j, "step");
+	m->world = count_of(j, "world_size");
+	m->optimizer = json_is_true(json_object_get(j, "optimizer"));
+	m->files = json_object_get(j, "files");
+	snprintf(m->plan, sizeof(m->plan), "%s", str(json_object_get(j, "plan")));
+	if (m->step < 1 || m->world < 1 || strlen(m->plan) != 64 || !json_is_array(m->files) ||
+	    !json_is_boolean(json_object_get(j, "optimizer"))) {
+		json_decref(j);
+		return hp_err_set(e, HP_EFORMAT, "'%s': expected its step, world_size, plan hash, optimizer "
+				  "flag and file list", name);
+	}
+	json_array_foreach(m->files, i, f) {
+		const char *rel = json_string_value(json_object_get(f, "path"));
+		const char *crc = str(json_object_get(f, "crc32c"));
+
+		if (!rel || !inside(rel) || count_of(f, "bytes") < 0 || strlen(crc) != 8 ||
+		    strspn(crc, "0123456789abcdef") != 8) {
+			json_decref(j);
+			return hp_err_set(e, HP_EFORMAT, "'%s': files[%zu] is malformed", name, i);
+		}
+	}
+	m->json = j;
+	return 0;
+}
+
+void hp_ckpt_meta_release(struct hp_ckpt_meta *m)
+{
+	json_decref(m->json);
+	memset(m, 0, sizeof(*m));
+}
+
+int hp_ckpt_state_parse(const char *name, const char *text, size_t len, struct hp_ckpt_state *st,
+			struct hp_err *e)
+{
+	json_error_t je;
+	json_t *j, *d;
+	const char *mode;
+	int ok;
+
+	memset(st, 0, sizeof(*st));
+	if (!(j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)))
+		return hp_err_set(e, HP_EFORMAT, "'%s': line %d: %s", name, je.line, je.text);
+	d = json_object_get(j, "data");
+	mode = str(json_object_get(d, "mode"));
+	st->online = !strcmp(mode, "online");
+	st->step = (long)count_of(j, "step");
+	ok = json_is_object(j) && json_is_object(d) && st->step >= 1 && count_of(j, "seed") >= 0 &&
+	     (st->online || !strcmp(mode, "indexed")) && count_of(d, "epoch") >= 0 &&
+	     (st->online ? count_of(d, "doc") >= 0 && count_of(d, "offset") >= 0 : count_of(d, "position") >= 0);
+	if (ok) {
+		st->seed = (uint64_t)count_of(j, "seed");
+		st->epoch = (uint64_t)count_of(d, "epoch");
+		st->pos = st->online ? 0 : (uint64_t)count_of(d, "position");
+		st->doc = st->online ? (uint64_t)count_of(d, "doc") : 0;
+		st->off = st->online ? (uint64_t)count_of(d, "offset") : 0;
+	}
+	json_decref(j);
+	if (!ok)
+		return hp_err_set(e, HP_EFORMAT, "'%s': expected the step, the seed and the data cursor", name);
+	return 0;
+}
+
+/* A file's text, read whole. */
+static int slurp(const char *path, char **text, size_t *len, struct hp_err *e)
+{
+	FILE *f = fopen(path, "rb");
+	int rc;
+
+	*text = NULL;
+	if (!f)
+		return hp_err_set(e, HP_EIO, "'%s': %s", path, errno == ENOENT ?
+				  "missing: the checkpoint is not complete" : strerror(errno));
+	rc = hp_read_stream(f, text, len);
+	fclose(f);
+	if (rc)
+		return hp_err_set(e, errno == ENOMEM ? HP_ENOMEM : HP_EIO, "'%s': cannot read: %s", path,
+				  strerror(errno));
+	return 0;
+}
+
 static json_t *load_json(const char *path, struct hp_err *e)
 {
 	json_error_t je;
@@ -485,7 +674,8 @@ static json_t *load_json(const char *path, struct hp_err *e)
  * of their size.  Their content is left to the per-tensor checksums of
  * hp-shard/1, which restoring verifies anyway, rather than read every byte
  * twice; the whole-file CRC-32Cs are for tools that check a checkpoint
- * without loading it. */
+ * without loading it (train_state.json's is checked by every rank, which
+ * reads it whole anyway). */
 static int check_files(const char *dir, json_t *files, int rank, int world, struct hp_err *e)
 {
 	struct stat sb;
@@ -499,8 +689,6 @@ static int check_files(const char *dir, json_t *files, int rank, int world, stru
 
 		if ((int)(i % (size_t)world) != rank)
 			continue;
-		if (!rel || !json_is_integer(json_object_get(f, "bytes")) || strstr(rel, ".."))
-			return hp_err_set(e, HP_EFORMAT, "'%s/checkpoint.json': files[%zu] is malformed", dir, i);
 		snprintf(path, sizeof(path), "%s/%s", dir, rel);
 		if (stat(path, &sb))
 			return hp_err_set(e, HP_EIO, "'%s': missing (checkpoint.json lists it): %s", path,
@@ -512,39 +700,89 @@ static int check_files(const char *dir, json_t *files, int rank, int world, stru
 	return 0;
 }
 
+/*
+ * train_state.json: listed in checkpoint.json with the CRC-32C of exactly
+ * these bytes, and of the step checkpoint.json (and the folder's name)
+ * says: a hand-edited or swapped state is refused, not resumed from.
+ */
+static int read_state(const char *dir, const struct hp_ckpt_meta *m, struct hp_ckpt_state *st,
+		      struct hp_err *e)
+{
+	char path[4400], want[16];
+	const char *base = strrchr(dir, '/');
+	json_t *f, *entry = NULL;
+	char *text;
+	size_t len, i;
+	long named;
+	int k = 0, rc;
+
+	snprintf(path, sizeof(path), "%s/train_state.json", dir);
+	json_array_foreach(m->files, i, f)
+		if (!strcmp(str(json_object_get(f, "path")), "train_state.json"))
+			entry = f;
+	if (!entry)
+		return hp_err_set(e, HP_EFORMAT, "'%s/checkpoint.json': does not list train_state.json, so its step "
+				  "and data cursor cannot be trusted (a checkpoint of an older hp: save it again)", dir);
+	if ((rc = slurp(path, &text, &len, e)))
+		return rc;
+	snprintf(want, sizeof(want), "%08x", hp_crc32c(0, text, len));
+	if ((json_int_t)len != json_integer_value(json_object_get(entry, "bytes")) ||
+	    strcmp(want, str(json_object_get(entry, "crc32c"))))
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': its size or CRC-32C is not the one checkpoint.json records "
+				"(edited or replaced)", path);
+	if (!rc)
+		rc = hp_ckpt_state_parse(path, text, len, st, e);
+	hp_free(text);
+	if (rc)
+		return rc;
+	if (st->step != m->step)
+		return hp_err_set(e, HP_EFORMAT, "'%s': step %ld, but checkpoint.json says %ld", path, st->step,
+				  m->step);
+	base = base ? base + 1 : dir;
+	if (sscanf(base, "global_step_%ld%n", &named, &k) == 1 && !base[k] && named != m->step)
+		return hp_err_set(e, HP_EFORMAT, "'%s/checkpoint.json': step %ld in a folder named for step %ld",
+				  dir, m->step, named);
+	return 0;
+}
+
 int hp_ckpt_restore(const char *dir, const struct hp_plan *p, MPI_Comm comm, int moments,
 		    hp_ckpt_piece_fn piece, void *ctx, struct hp_ckpt_state *st, struct hp_err *e)
 {
 	char path[4400];
-	json_t *meta = NULL, *state = NULL, *plan = NULL, *data;
-	int rank, world, nk = 1, rc = 0;
+	struct hp_ckpt_meta m;
+	json_t *plan = NULL;
+	char *text = NULL;
+	size_t len;
+	int rank, world, nk = 1, rc;
 
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &world);
 	memset(st, 0, sizeof(*st));
+	memset(&m, 0, sizeof(m));
 	snprintf(path, sizeof(path), "%s/checkpoint.json", dir);
-	if (!(meta = load_json(path, e)))
-		rc = e->code;
-	if (!rc && strcmp(str(json_object_get(meta, "format")), HP_CKPT_FORMAT))
-		rc = hp_err_set(e, HP_EFORMAT, "'%s': not an %s file", path, HP_CKPT_FORMAT);
+	rc = slurp(path, &text, &len, e);
+	if (!rc)
+		rc = hp_ckpt_meta_parse(path, text, len, &m, e);
+	hp_free(text);
 	if (!rc) {
 		/* the shard folders must be of the plan the metadata names */
 		char pp[4400];
-		const char *h = json_string_value(json_object_get(meta, "plan"));
 
 		snprintf(pp, sizeof(pp), "%s/model/plan.json", dir);
 		if (!(plan = load_json(pp, e)))
 			rc = e->code;
-		else if (!h || strcmp(h, str(json_object_get(plan, "hash"))))
+		else if (strcmp(m.plan, str(json_object_get(plan, "hash"))))
 			rc = hp_err_set(e, HP_EFORMAT, "'%s': names plan %.12s, but '%s' is plan %.12s: the metadata "
-					"is from another checkpoint", path, h ? h : "(none)", pp,
-					str(json_object_get(plan, "hash")));
+					"is from another checkpoint", path, m.plan, pp, str(json_object_get(plan, "hash")));
 	}
 	if (!rc)
-		rc = check_files(dir, json_object_get(meta, "files"), rank, world, e);
+		rc = check_files(dir, m.files, rank, world, e);
+	/* the step and data cursor before the tensors: cheap checks first */
+	if (!rc)
+		rc = read_state(dir, &m, st, e);
 	if ((rc = agree(comm, rc, e)))
 		goto out;
-	if (moments && json_is_true(json_object_get(meta, "optimizer")))
+	if (moments && m.optimizer)
 		nk = HP_CKPT_NKIND;
 	for (int k = 0; k < nk && !rc; k++) {
 		struct hp_src src;
@@ -565,27 +803,8 @@ int hp_ckpt_restore(const char *dir, const struct hp_plan *p, MPI_Comm comm, int
 		hp_src_close(&src);
 		rc = agree(comm, rc, e);
 	}
-	if (rc)
-		goto out;
-	snprintf(path, sizeof(path), "%s/train_state.json", dir);
-	if (!(state = load_json(path, e))) {
-		rc = e->code;
-	} else {
-		data = json_object_get(state, "data");
-		st->step = (long)json_integer_value(json_object_get(state, "step"));
-		st->seed = (uint64_t)json_integer_value(json_object_get(state, "seed"));
-		st->online = !strcmp(str(json_object_get(data, "mode")), "online");
-		st->pos = (uint64_t)json_integer_value(json_object_get(data, "position"));
-		st->epoch = (uint64_t)json_integer_value(json_object_get(data, "epoch"));
-		st->doc = (uint64_t)json_integer_value(json_object_get(data, "doc"));
-		st->off = (uint64_t)json_integer_value(json_object_get(data, "offset"));
-		if (st->step <= 0 || !json_is_object(data))
-			rc = hp_err_set(e, HP_EFORMAT, "'%s': expected the step and the data cursor", path);
-	}
-	rc = agree(comm, rc, e);
 out:
-	json_decref(meta);
+	hp_ckpt_meta_release(&m);
 	json_decref(plan);
-	json_decref(state);
 	return rc;
 }

@@ -67,7 +67,30 @@ struct hp_ckpt_save_opts {
 	int consolidated;            /* also an HF folder */
 	long keep_last;              /* 0: keep all */
 	enum hp_dtype hf_dtype;      /* the HF folder's dtype */
+	int finite;                  /* refuse non-finite values (HP_ENUM): debug.check_nan_inf */
 };
+
+/*
+ * checkpoint_dir belongs to one run at a time: rank 0 of a run that saves
+ * there makes the folder and holds an flock(2) on CHECKPOINT_DIR/hp.lock
+ * (its content: "HOST PID") from before its first step to its end, so a
+ * second run is refused before it trains, naming the holder, instead of
+ * deleting the first one's temporaries and flipping LATEST between them.
+ * The kernel drops the lock of a process that dies however it dies; a lock
+ * file that still names a holder then was left by a run that ended without
+ * unlocking: it is taken over, and *note says so (else note is "").
+ * Works on local file systems and on NFS (Linux maps flock to its locks).
+ */
+struct hp_ckpt_lock {
+	int fd;                      /* valid while held */
+	int held;
+	int slot;                    /* fileio.h: the note is emptied if the process is stopped */
+};
+/* 0; HP_EIO when the folder cannot be made or written (the run would fail
+ * at its first save), HP_ECONFIG when another run holds it. */
+int hp_ckpt_lock(struct hp_ckpt_lock *l, const char *root, char *note, size_t n, struct hp_err *e);
+/* Let go (the file stays, empty); safe on a lock not held. */
+void hp_ckpt_unlock(struct hp_ckpt_lock *l);
 
 /* Save step st->step of plan p; every rank of comm calls it. */
 int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI_Comm comm,
@@ -79,6 +102,27 @@ int hp_ckpt_save(const struct hp_ckpt_save_opts *o, const struct hp_plan *p, MPI
  * checkpoint yet: a job's first start. */
 #define HP_CKPT_NONE_YET 1
 int hp_ckpt_find(const char *root, const char *restore_from, char *dir, size_t n, struct hp_err *e);
+
+/*
+ * The metadata files, parsed and checked for shape (also the fuzzers'
+ * entry points): checkpoint.json's step, world size, plan hash, optimizer
+ * flag and file list (each path relative and inside the checkpoint, its
+ * bytes and CRC-32C); train_state.json's step, seed and data cursor.
+ * name is what messages call the text.  0 or HP_EFORMAT; a parsed meta is
+ * released with hp_ckpt_meta_release.
+ */
+struct hp_ckpt_meta {
+	long step, world;
+	int optimizer;
+	char plan[65];
+	struct json_t *files;        /* borrowed from json */
+	struct json_t *json;         /* owned */
+};
+int hp_ckpt_meta_parse(const char *name, const char *text, size_t len, struct hp_ckpt_meta *m,
+		       struct hp_err *e);
+void hp_ckpt_meta_release(struct hp_ckpt_meta *m);
+int hp_ckpt_state_parse(const char *name, const char *text, size_t len, struct hp_ckpt_state *st,
+			struct hp_err *e);
 
 /* Restore plan p's pieces (weights, and the moments when the checkpoint
  * has them and moments is set) and the state from dir; every rank calls. */

@@ -576,6 +576,10 @@ struct key {
 	const char *sdef;          /* default of strings; T_STRLIST: comma-separated */
 	int hasmin;
 	long min;
+	/* T_FLOAT, T_PAIR: every value finite; lo (lo_open: excluded) and hi
+	 * (hi_open: excluded) bound it when has_lo / has_hi */
+	unsigned char has_lo, lo_open, has_hi, hi_open;
+	double lo, hi;
 	const char *const *vals;
 	const struct key *sub;
 	size_t isz;
@@ -587,6 +591,9 @@ struct key {
 #define PF(f) .off = offsetof(struct hp_plan_override, f), \
 	.size = sizeof(((struct hp_plan_override *)0)->f)
 #define MIN(x) .hasmin = 1, .min = (x)
+#define GE(x) .has_lo = 1, .lo = (x)
+#define GT(x) .has_lo = 1, .lo_open = 1, .lo = (x)
+#define LT(x) .has_hi = 1, .hi_open = 1, .hi = (x)
 
 static const char *const model_targets[] = {
 	"HyperAutoModelForCausalLM.from_pretrained",
@@ -665,7 +672,7 @@ static const struct key training_keys[] = {
 	{ .name = "micro_batch_size", .type = T_INT, .pname = "training.micro_batch_size",
 	  CF(training.micro_batch_size), .idef = 1, MIN(1) },
 	{ .name = "max_grad_norm", .type = T_FLOAT, .pname = "training.max_grad_norm",
-	  CF(training.max_grad_norm), .fdef = 1.0 },
+	  CF(training.max_grad_norm), .fdef = 1.0, GE(0) },
 	{ .name = "seed", .type = T_INT, .pname = "training.seed", CF(training.seed), .idef = 42 },
 	{ .name = "enable_full_determinism", .type = T_BOOL,
 	  .pname = "training.enable_full_determinism", CF(training.enable_full_determinism) },
@@ -681,6 +688,9 @@ static const struct key training_keys[] = {
 	  CF(training.init_device) },
 	{ .name = "device", .type = T_ENUM, .pname = "training.device",
 	  CF(training.device), .vals = devices },
+	/* hp's own: as torch.distributed's and Megatron's 10 minutes */
+	{ .name = "collective_timeout_s", .type = T_FLOAT, .pname = "training.collective_timeout_s",
+	  CF(training.collective_timeout_s), .fdef = 600, GE(0) },
 	{ .name = "loss_fn", .type = T_MAP, .sub = lossfn_keys },
 	{ NULL },
 };
@@ -846,14 +856,16 @@ static const struct key loader_keys[] = {
 };
 
 static const struct key adamw_keys[] = {
+	/* the bounds are torch.optim.AdamW's own checks; NAN: unset, resolved
+	 * with lr_config.lr in finish() */
 	{ .name = "adamw_lr", .type = T_FLOAT, .pname = "optimizer.lr", CF(optimizer.lr),
-	  .fdef = 1e-4 },
+	  .fdef = NAN, GE(0) },
 	{ .name = "adamw_weight_decay", .type = T_FLOAT, .pname = "optimizer.weight_decay",
-	  CF(optimizer.weight_decay), .fdef = 0.01 },
+	  CF(optimizer.weight_decay), .fdef = 0.01, GE(0) },
 	{ .name = "adamw_betas", .type = T_PAIR, .pname = "optimizer.betas",
-	  CF(optimizer.beta1), CN(optimizer.beta2), .fdef = 0.9, .fdef2 = 0.999 },
+	  CF(optimizer.beta1), CN(optimizer.beta2), .fdef = 0.9, .fdef2 = 0.999, GE(0), LT(1) },
 	{ .name = "adamw_eps", .type = T_FLOAT, .pname = "optimizer.eps", CF(optimizer.eps),
-	  .fdef = 1e-8 },
+	  .fdef = 1e-8, GE(0) },
 	{ NULL },
 };
 static const struct key optim_keys[] = {
@@ -870,13 +882,13 @@ static const struct key optim_keys[] = {
 };
 
 static const struct key lrconf_keys[] = {
-	/* -1: follow optimizer.lr, as HyperParallel does when lr_config.lr is unset */
+	/* NAN: unset, the optimizer's adamw_lr (finish()) */
 	{ .name = "lr", .type = T_FLOAT, .pname = "lr_scheduler.lr", CF(lr_scheduler.lr),
-	  .fdef = -1 },
+	  .fdef = NAN, GE(0) },
 	{ .name = "lr_warmup_steps", .type = T_INT, .pname = "lr_scheduler.warmup_steps",
 	  CF(lr_scheduler.warmup_steps), MIN(0) },
 	{ .name = "min_lr", .type = T_FLOAT, .pname = "lr_scheduler.min_lr",
-	  CF(lr_scheduler.min_lr) },
+	  CF(lr_scheduler.min_lr), GE(0) },
 	{ NULL },
 };
 static const struct key sched_keys[] = {
@@ -924,8 +936,9 @@ static const struct key ac_keys[] = {
 };
 
 static const struct key debug_keys[] = {
+	/* on by default, as Megatron checks every step's gradient norm */
 	{ .name = "check_nan_inf", .type = T_BOOL, .pname = "debug.check_nan_inf",
-	  CF(debug.check_nan_inf) },
+	  CF(debug.check_nan_inf), .idef = 1 },
 	{ .name = "inject_fault", .type = T_STR_NULL, .pname = "debug.inject_fault",
 	  CF(debug.inject_fault) },
 	{ NULL },
@@ -1182,6 +1195,26 @@ static int target_index(const char *s, const char *const *vals)
 	return -1;
 }
 
+/* A float value of k: finite, and within k's bounds (the message names
+ * them; n is where it was written). */
+static int check_float(struct walk *w, const struct node *n, const struct key *k, double d)
+{
+	int below = k->has_lo && (k->lo_open ? d <= k->lo : d < k->lo);
+	int above = k->has_hi && (k->hi_open ? d >= k->hi : d > k->hi);
+
+	if (!isfinite(d))
+		return werr(w, n, "%s is not a finite number", n->text);
+	if (k->has_lo && k->has_hi && (below || above))
+		return werr(w, n, "must be in %c%g, %g%c, got %s", k->lo_open ? '(' : '[', k->lo, k->hi,
+			    k->hi_open ? ')' : ']', n->text);
+	if (below)
+		return werr(w, n, "must be %s %g, got %s", k->lo_open ? "greater than" : "at least", k->lo,
+			    n->text);
+	if (above)
+		return werr(w, n, "must be %s %g, got %s", k->hi_open ? "less than" : "at most", k->hi, n->text);
+	return 0;
+}
+
 static const char *type_name(const struct key *k)
 {
 	switch (k->type) {
@@ -1398,6 +1431,8 @@ static int walk_value(struct walk *w, const struct node *n, const struct key *k,
 			v.f = (double)v.i;
 		else if (v.t != V_FLOAT)
 			return type_err(w, n, k, v.t);
+		if ((rc = check_float(w, n, k, v.f)))
+			return rc;
 		memcpy(field(base, k->off), &v.f, sizeof(v.f));
 		return 0;
 	case T_BOOL:
@@ -1443,6 +1478,15 @@ static int walk_value(struct walk *w, const struct node *n, const struct key *k,
 				rc = werr(w, n->kid[i], "expected float, got %s", vtype_name[iv.t]);
 				path_pop(w, plen);
 				return rc;
+			}
+			{
+				size_t plen = w->plen;
+
+				path_push(w, "[%d]", i);
+				rc = check_float(w, n->kid[i], k, iv.f);
+				path_pop(w, plen);
+				if (rc)
+					return rc;
 			}
 			pair[i] = iv.f;
 		}
@@ -1718,6 +1762,36 @@ static int finish(struct walk *w, const struct node *root)
 				return nomem(w->e, w->file);
 			hp_free(c->dataset.chat_template);
 			c->dataset.chat_template = r;
+		}
+	}
+	/*
+	 * One learning rate, under two names: adamw_lr (the optimizer's) and
+	 * lr_config.lr (the schedule's peak).  Either gives it; a value given
+	 * on the command line beats the file's under either name (so that
+	 * --optimizer.adamw_config.adamw_lr=3e-4 changes the rate of a file
+	 * that sets both); two different values from the same place are
+	 * refused, as one of them would be ignored.
+	 */
+	{
+		const struct node *on = node_get(node_map(node_map(root, "optimizer"), "adamw_config"), "adamw_lr");
+		const struct node *ln = node_get(node_map(node_map(root, "lr_scheduler"), "lr_config"), "lr");
+		const struct node *mn = node_get(node_map(node_map(root, "lr_scheduler"), "lr_config"), "min_lr");
+		double ol = c->optimizer.lr, sl = c->lr_scheduler.lr;
+
+		if (!isnan(ol) && !isnan(sl) && ol != sl) {
+			if (!on || !ln || !on->origin == !ln->origin) {
+				path_push(w, "$.optimizer.adamw_config.adamw_lr");
+				return werr(w, on, "%s, but lr_scheduler.lr_config.lr is %s: both name the learning "
+					    "rate; give one (or the same)", on ? on->text : "?", ln ? ln->text : "?");
+			}
+			ol = on->origin ? ol : sl;
+		}
+		c->optimizer.lr = c->lr_scheduler.lr = !isnan(ol) ? ol : !isnan(sl) ? sl : 1e-4;
+		if (c->lr_scheduler.style != HP_LR_CONSTANT && c->lr_scheduler.min_lr > c->lr_scheduler.lr) {
+			path_push(w, "$.lr_scheduler.lr_config.min_lr");
+			return werr(w, mn, "%s is above the peak rate %g: the %s decay would raise the rate", mn ?
+				    mn->text : "?", c->lr_scheduler.lr, c->lr_scheduler.style == HP_LR_LINEAR ?
+				    "linear" : "cosine");
 		}
 	}
 	if (c->accelerator.pp_size != 1) {
@@ -2009,9 +2083,7 @@ static void print_keys(struct printer *p, const struct key *tab, const void *bas
 
 			memcpy(&d, f, sizeof(d));
 			fmt_double(a, sizeof(a), d);
-			/* a negative lr_config.lr is the "follow the optimizer" marker */
-			snprintf(val, sizeof(val), "%s%s", a,
-				 d < 0 && !strcmp(k->name, "lr") ? " (optimizer.lr)" : "");
+			snprintf(val, sizeof(val), "%s", a);
 			break;
 		}
 		case T_PAIR: {
@@ -2199,9 +2271,7 @@ static json_t *keys_json(const struct key *tab, const void *base, int *bad)
 			double d;
 
 			memcpy(&d, f, sizeof(d));
-			/* a negative default marks "unset" (lr_config.lr) */
-			if (!(k->fdef < 0 && d == k->fdef))
-				jput(o, k->name, json_real(d), bad);
+			jput(o, k->name, json_real(d), bad);
 			break;
 		}
 		case T_PAIR: {

@@ -103,6 +103,7 @@ struct hp_config {
 		enum hp_device device;       /* cpu */
 		char *loss_fn;               /* loss_fn._target_: ...ChunkedCausalLMLoss or NULL */
 		long loss_chunk_size;        /* loss_fn.chunk_size: tokens per chunk (1024) */
+		double collective_timeout_s; /* 600; 0 = wait forever */
 	} training;
 
 	struct {
@@ -152,7 +153,7 @@ struct hp_config {
 
 	struct {
 		char *target;
-		double lr;                          /* adamw_config.adamw_lr (1e-4) */
+		double lr;                          /* adamw_config.adamw_lr, else lr_config.lr, else 1e-4 */
 		double weight_decay;                /* 0.01 */
 		double beta1, beta2;                /* 0.9, 0.999 */
 		double eps;                         /* 1e-8 */
@@ -162,7 +163,7 @@ struct hp_config {
 
 	struct {
 		enum hp_lr_style style;             /* lr_decay_style; null section = constant */
-		double lr;                          /* lr_config.lr; <0: use optimizer.lr */
+		double lr;                          /* lr_config.lr: always optimizer.lr (both given must agree) */
 		long warmup_steps;                  /* 0 */
 		double min_lr;                      /* 0 */
 	} lr_scheduler;
@@ -184,7 +185,7 @@ struct hp_config {
 	} activation_checkpoint;
 
 	struct {
-		int check_nan_inf;                  /* 0 */
+		int check_nan_inf;                  /* 1 */
 		char *inject_fault;                 /* NULL */
 	} debug;
 };

@@ -337,14 +337,13 @@ int hp_indexed_read_tokens(const struct hp_indexed *d, uint64_t first, size_t n,
 
 struct hp_indexed_writer {
 	char *bin_path, *idx_path;    /* final names */
-	char *bin_tmp, *idx_tmp;      /* temporaries, removed unless renamed */
-	int fd;                       /* the file being written, -1 when none */
-	const char *fd_path;          /* its name, for messages */
+	struct hp_outfile bin, idx;   /* fileio.h: through temporaries, or streams in place */
+	struct hp_outfile *cur;       /* the one being written, NULL when none */
 	int failed;                   /* HP_E* of an earlier I/O failure, or 0 */
 	int64_t vocab;
 	int dtype_code;
 	size_t elem_size;
-	unsigned char *buf;           /* WBUF_SIZE bytes staged for fd */
+	unsigned char *buf;           /* WBUF_SIZE bytes staged for cur */
 	size_t used;
 	uint64_t bytes;               /* payload bytes written to .bin so far */
 	int32_t *len;                 /* seq_len so far */
@@ -353,42 +352,18 @@ struct hp_indexed_writer {
 	size_t ndoc, cap_doc;
 };
 
-static int create_tmp(struct hp_indexed_writer *w, const char *path, struct hp_err *e)
-{
-	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (w->fd < 0)
-		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", path, strerror(errno));
-	w->fd_path = path;
-	w->used = 0;
-	return 0;
-}
-
 static int flush(struct hp_indexed_writer *w, struct hp_err *e)
 {
-	if (hp_write_all(w->fd, w->buf, w->used))
-		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->fd_path, strerror(errno));
+	if (hp_write_all(w->cur->fd, w->buf, w->used))
+		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->cur->path, strerror(errno));
 	w->used = 0;
 	return 0;
-}
-
-/* Flush, fsync and close the current file: data reaches the disk before
- * the rename makes it visible. */
-static int close_tmp(struct hp_indexed_writer *w, struct hp_err *e)
-{
-	int rc = flush(w, e), fd = w->fd;
-
-	w->fd = -1;
-	if (!rc && fsync(fd) < 0)
-		rc = hp_err_set(e, HP_EIO, "'%s': fsync failed: %s", w->fd_path, strerror(errno));
-	if (close(fd) < 0 && !rc)
-		rc = hp_err_set(e, HP_EIO, "'%s': close failed: %s", w->fd_path, strerror(errno));
-	return rc;
 }
 
 static int put(struct hp_indexed_writer *w, const void *src, size_t n, struct hp_err *e)
 {
-	if (hp_buffered_put(w->fd, w->buf, WBUF_SIZE, &w->used, src, n))
-		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->fd_path, strerror(errno));
+	if (hp_buffered_put(w->cur->fd, w->buf, WBUF_SIZE, &w->used, src, n))
+		return hp_err_set(e, HP_EIO, "'%s': write failed: %s", w->cur->path, strerror(errno));
 	return 0;
 }
 
@@ -420,30 +395,14 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 
 static void writer_free(struct hp_indexed_writer *w)
 {
-	if (w->fd >= 0)
-		close(w->fd);
-	if (w->bin_tmp)
-		unlink(w->bin_tmp);
-	if (w->idx_tmp)
-		unlink(w->idx_tmp);
+	hp_outfile_abort(&w->bin);
+	hp_outfile_abort(&w->idx);
 	hp_free(w->bin_path);
 	hp_free(w->idx_path);
-	hp_free(w->bin_tmp);
-	hp_free(w->idx_tmp);
 	hp_free(w->buf);
 	hp_free(w->len);
 	hp_free(w->doc);
 	hp_free(w);
-}
-
-/* "path.tmp.PID": unique among live processes, and a stale one left by a
- * crash is truncated by the next writer that happens to get the same pid. */
-static char *tmp_name(const char *path)
-{
-	char suffix[32];
-
-	snprintf(suffix, sizeof(suffix), ".tmp.%ld", (long)getpid());
-	return path_cat(path, suffix);
 }
 
 int hp_indexed_writer_open(struct hp_indexed_writer **wp, const char *prefix, int64_t vocab_size,
@@ -459,7 +418,8 @@ int hp_indexed_writer_open(struct hp_indexed_writer **wp, const char *prefix, in
 	w = hp_calloc(1, sizeof(*w));
 	if (!w)
 		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory starting indexed dataset", prefix);
-	w->fd = -1;
+	w->bin.fd = w->idx.fd = -1;
+	w->bin.slot = w->idx.slot = -1;
 	w->vocab = vocab_size;
 	w->dtype_code = hp_indexed_best_dtype(vocab_size);
 	w->elem_size = w->dtype_code == 8 ? 2 : 4;
@@ -467,25 +427,18 @@ int hp_indexed_writer_open(struct hp_indexed_writer **wp, const char *prefix, in
 	w->idx_path = path_cat(prefix, ".idx");
 	w->buf = hp_malloc(WBUF_SIZE);
 	if (!w->bin_path || !w->idx_path || !w->buf ||
-	    grow((void **)&w->doc, &w->cap_doc, 0, sizeof(*w->doc)))
-		goto nomem;
+	    grow((void **)&w->doc, &w->cap_doc, 0, sizeof(*w->doc))) {
+		writer_free(w);
+		return hp_err_set(e, HP_ENOMEM, "'%s': out of memory starting indexed dataset", prefix);
+	}
 	w->doc[w->ndoc++] = 0;
-	w->bin_tmp = tmp_name(w->bin_path);
-	if (!w->bin_tmp)
-		goto nomem;
-	rc = create_tmp(w, w->bin_tmp, e);
-	if (rc) {
-		/* Nothing was created: do not unlink a file of that name. */
-		hp_free(w->bin_tmp);
-		w->bin_tmp = NULL;
+	if ((rc = hp_outfile_open(&w->bin, w->bin_path, e))) {
 		writer_free(w);
 		return rc;
 	}
+	w->cur = &w->bin;
 	*wp = w;
 	return 0;
-nomem:
-	writer_free(w);
-	return hp_err_set(e, HP_ENOMEM, "'%s': out of memory starting indexed dataset", prefix);
 }
 
 int hp_indexed_writer_add(struct hp_indexed_writer *w, const int32_t *ids, size_t n,
@@ -570,24 +523,8 @@ static int write_index(struct hp_indexed_writer *w, struct hp_err *e)
 	return rc;
 }
 
-/* Make the renames durable; best effort, since the data itself is already
- * fsynced and a directory that cannot be opened for reading is no error. */
-static void sync_dir(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	char *dir = slash ? hp_strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
-	int fd;
-
-	if (slash && !dir)
-		return;
-	fd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-	hp_free(dir);
-}
-
+/* The index after the payload, then both into place (or, streams, closed):
+ * the payload first, so that a new index never names an old payload. */
 int hp_indexed_writer_finish(struct hp_indexed_writer *w, struct hp_err *e)
 {
 	int rc = 0;
@@ -597,32 +534,17 @@ int hp_indexed_writer_finish(struct hp_indexed_writer *w, struct hp_err *e)
 	if (!rc && w->doc[w->ndoc - 1] != (int64_t)w->nlen)
 		rc = hp_indexed_writer_end_document(w, e);
 	if (!rc)
-		rc = close_tmp(w, e);
-	if (!rc && !(w->idx_tmp = tmp_name(w->idx_path)))
-		rc = hp_err_set(e, HP_ENOMEM, "'%s': out of memory writing the index", w->idx_path);
-	if (!rc && (rc = create_tmp(w, w->idx_tmp, e))) {
-		hp_free(w->idx_tmp);   /* not created: nothing to unlink */
-		w->idx_tmp = NULL;
-	}
-	if (!rc)
+		rc = flush(w, e);
+	if (!rc && !(rc = hp_outfile_open(&w->idx, w->idx_path, e))) {
+		w->cur = &w->idx;
 		rc = write_index(w, e);
+	}
 	if (!rc)
-		rc = close_tmp(w, e);
-	if (!rc && rename(w->bin_tmp, w->bin_path) < 0)
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename into place: %s", w->bin_path,
-				strerror(errno));
-	if (!rc) {
-		hp_free(w->bin_tmp);
-		w->bin_tmp = NULL;
-		if (rename(w->idx_tmp, w->idx_path) < 0)
-			rc = hp_err_set(e, HP_EIO, "'%s': cannot rename into place: %s",
-					w->idx_path, strerror(errno));
-	}
-	if (!rc) {
-		hp_free(w->idx_tmp);
-		w->idx_tmp = NULL;
-		sync_dir(w->idx_path);
-	}
+		rc = flush(w, e);
+	if (!rc)
+		rc = hp_outfile_commit(&w->bin, e);
+	if (!rc)
+		rc = hp_outfile_commit(&w->idx, e);
 	writer_free(w);
 	return rc;
 }

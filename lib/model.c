@@ -507,7 +507,8 @@ int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_mod
 	/* take_acts measures with the arena's base NULL: nothing is allocated */
 	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
 		take_acts(&m);
-		bytes = (int64_t)((m.aarena.used + 63) & ~(size_t)63);   /* whole slices */
+		bytes = m.aarena.used > (size_t)INT64_MAX - 63 ? -2 :
+			(int64_t)((m.aarena.used + 63) & ~(size_t)63);   /* whole slices */
 	}
 	hp_free(m.lw);
 	hp_free(m.act);

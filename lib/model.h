@@ -297,7 +297,7 @@ int hp_model_download(struct hp_model *m, int grads, struct hp_err *e);
  * The activation bytes hp_model_init_par would allocate for this layout
  * (its communicators unused), without allocating them: hp-plan's estimate,
  * the same code path as the model's own.  -1 when the layout is one the
- * model refuses.
+ * model refuses, -2 when the bytes overflow 64 bits.
  */
 int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
 			   const struct hp_model_par *par, int B, int T);

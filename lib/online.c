@@ -710,7 +710,7 @@ int hp_online_seek(struct hp_online *o, uint64_t epoch, uint64_t doc, uint64_t o
 	int rc;
 
 	if (doc >= o->ndocs)
-		return hp_err_set(e, HP_EINVAL, "online cursor: document %llu of %zu",
+		return hp_err_set(e, HP_EFORMAT, "data cursor: document %llu, but the data has %zu",
 				  (unsigned long long)doc, o->ndocs);
 	o->epoch = epoch;
 	make_order(o);
@@ -721,7 +721,7 @@ int hp_online_seek(struct hp_online *o, uint64_t epoch, uint64_t doc, uint64_t o
 		if ((rc = load_doc(o, e)))
 			return rc;
 		if (off >= o->ntoks)
-			return hp_err_set(e, HP_EINVAL, "online cursor: offset %llu past the document's %zu tokens",
+			return hp_err_set(e, HP_EFORMAT, "data cursor: offset %llu past the document's %zu tokens",
 					  (unsigned long long)off, o->ntoks);
 		o->off = off;
 	}

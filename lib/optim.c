@@ -35,7 +35,7 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 	o->hp.eps = c->optimizer.eps;
 	o->hp.weight_decay = c->optimizer.weight_decay;
 	o->style = c->lr_scheduler.style;
-	o->lr_max = c->lr_scheduler.lr >= 0 ? c->lr_scheduler.lr : c->optimizer.lr;
+	o->lr_max = c->lr_scheduler.lr;   /* the config resolved it with adamw_lr */
 	o->lr_min = c->lr_scheduler.min_lr;
 	o->warmup = c->lr_scheduler.warmup_steps;
 	o->total = c->training.train_iters;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "checked.h"
 #include "fileio.h"
 #include "model.h"
 #include "params.h"
@@ -189,6 +190,22 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 	if (s->n_experts > 0 && s->n_experts % p->ep)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.ep_size: %ld does not divide "
 				  "num_experts %d", f, p->ep, s->n_experts);
+	/* the sizes a rank allocates from the batch, checked before anything
+	 * is sized by them: a micro-batch's tokens (the model's activations)
+	 * and a step's (every rank reads the whole step's ids, inputs, labels
+	 * and segments) */
+	if (seq > 0) {
+		int64_t t;
+
+		if (hp_mul_size(c->training.micro_batch_size, seq, &t) || t > HP_MAX_TOKENS)
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.training.micro_batch_size: %ld rows of %ld tokens is "
+					  "more than the %lld tokens a micro-batch may hold", f,
+					  c->training.micro_batch_size, seq, (long long)HP_MAX_TOKENS);
+		if (hp_mul3_size(c->training.global_batch_size, seq, 3 * sizeof(int32_t), &t))
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.training.global_batch_size: %ld rows of %ld tokens: "
+					  "the step's token ids alone overflow 64 bits", f,
+					  c->training.global_batch_size, seq);
+	}
 	if (c->training.global_batch_size % (c->training.micro_batch_size * p->dp))
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.global_batch_size: %ld is not a "
 				  "multiple of micro_batch_size*dp = %ld*%ld", f,
@@ -651,6 +668,31 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 	return 0;
 }
 
+/*
+ * The model's sizes, summed with checked arithmetic before any estimate
+ * or allocation uses them: every parameter with its gradient and two
+ * AdamW moments (16 bytes), and the activations of a micro-batch.
+ */
+static int check_sizes(const struct hp_plan *p, const struct hp_config *c, struct hp_err *e)
+{
+	const char *f = c->path ? c->path : "config";
+	int64_t total = 0, numel, act;
+
+	for (int i = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+
+		if (hp_mul_size(q->shape[0], q->ndim > 1 ? q->shape[1] : 1, &numel) ||
+		    hp_mul_size(numel, 16, &numel) || hp_add_size(total, numel, &total))
+			return hp_err_set(e, HP_ECONFIG, "'%s/config.json': the parameters overflow 64 bits at '%s' "
+					  "(16 bytes each with their gradients and AdamW moments): not a model hp can hold",
+					  c->model.path ? c->model.path : "model", q->name);
+	}
+	if (p->seq > 0 && (act = hp_plan_act_bytes(p)) == -2)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.micro_batch_size: %ld rows of %ld tokens: the "
+				  "activations of this model overflow 64 bits", f, p->micro, p->seq);
+	return 0;
+}
+
 int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct hp_model_spec *s,
 		    int world, struct hp_err *e)
 {
@@ -694,7 +736,7 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
 		goto fail;
 	}
-	if ((rc = bind_overrides(p, c, e)) || (rc = step_facts(p, c, e)))
+	if ((rc = bind_overrides(p, c, e)) || (rc = step_facts(p, c, e)) || (rc = check_sizes(p, c, e)))
 		goto fail;
 	*pp = p;
 	return 0;
@@ -1012,33 +1054,27 @@ int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e)
 
 int hp_plan_save(const struct hp_plan *p, const char *path, struct hp_err *e)
 {
-	char tmp[4200];
-	struct stat st;
+	struct hp_outfile o;
 	FILE *f;
 	int rc;
 
-	/* -o /dev/null or a FIFO: written in place, never renamed over */
-	if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
-		if (!(f = fopen(path, "w")))
-			return hp_err_set(e, HP_EIO, "'%s': cannot open: %s", path, strerror(errno));
-		rc = hp_plan_write_json(p, f, e);
-		if (fclose(f) && !rc)
-			rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", path, strerror(errno));
+	/* fileio.h: -o /dev/stdout or a FIFO in place, a file whole or not at all */
+	if ((rc = hp_outfile_open(&o, path, e)))
+		return rc;
+	if (!(f = hp_outfile_stdio(&o, e))) {
+		hp_outfile_abort(&o);
+		return e->code;
+	}
+	rc = hp_plan_write_json(p, f, e);
+	if ((fflush(f) || ferror(f)) && !rc)
+		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", path, strerror(errno));
+	if (fclose(f) && !rc)
+		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", path, strerror(errno));
+	if (rc) {
+		hp_outfile_abort(&o);
 		return rc;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-	if (!(f = fopen(tmp, "w")))
-		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
-	rc = hp_plan_write_json(p, f, e);
-	if (!rc && (fflush(f) || fsync(fileno(f))))
-		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
-	if (fclose(f) && !rc)
-		rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", tmp, strerror(errno));
-	if (!rc && rename(tmp, path))
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot rename to '%s': %s", tmp, path, strerror(errno));
-	if (rc)
-		unlink(tmp);
-	return rc;
+	return hp_outfile_commit(&o, e);
 }
 
 int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e)

@@ -104,7 +104,7 @@ int64_t hp_plan_act_bytes(const struct hp_plan *p)
 		return 0;
 	hp_plan_model_kernels(p, &k);
 	b = hp_model_act_bytes(&p->spec, &k, &par, (int)p->micro, (int)p->seq);
-	return b > 0 ? b : 0;
+	return b > 0 || b == -2 ? b : 0;   /* -2: overflow, refused by hp_plan_resolve */
 }
 
 /* --- traffic ---------------------------------------------------------------- */

@@ -6,6 +6,7 @@
  * per process resident.  The layout rules are hp_plan_piece's.
  */
 #include <jansson.h>
+#include <math.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -457,7 +458,7 @@ int hp_shard_write(const struct hp_plan *p, int rank, struct hp_src *src, const 
 {
 	struct hp_st_entry *ent = NULL;
 	int *idx = NULL, n = 0, rc = 0, bad = 0;
-	struct hp_st_writer w = { .fd = -1 };
+	struct hp_st_writer w = { 0 };
 	struct meta m = { 0 };
 	char path[4200], name[64], hash[65], a[48], b[48];
 	uint32_t *crc = NULL;
@@ -667,29 +668,16 @@ uint64_t hp_export_bytes(const struct hp_plan *p, enum hp_dtype dtype, uint64_t 
 
 static int write_text(const char *path, const char *text, struct hp_err *e)
 {
-	char tmp[4300];
-	int fd, rc;
-
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
-	rc = hp_write_all(fd, text, strlen(text)) || fsync(fd);
-	rc |= close(fd);
-	if (rc || rename(tmp, path)) {
-		rc = hp_err_set(e, HP_EIO, "'%s': cannot write: %s", path, strerror(errno));
-		unlink(tmp);
-		return rc;
-	}
-	return 0;
+	return hp_write_file(path, text, strlen(text), e);
 }
 
 static int export_file(const struct hp_plan *p, struct hp_src *src, const char *path, const int *file,
-		       int f, enum hp_dtype dtype, float *blk, void *out, struct hp_progress *pg,
+		       int f, enum hp_dtype dtype, int finite, float *blk, void *out, struct hp_progress *pg,
 		       struct hp_err *e)
 {
 	struct hp_st_entry *ent = hp_calloc((size_t)p->nparams + 1, sizeof(*ent));
 	int *idx = hp_calloc((size_t)p->nparams + 1, sizeof(int));
-	struct hp_st_writer w = { .fd = -1 };
+	struct hp_st_writer w = { 0 };
 	const char *mk[] = { "format" }, *mv[] = { "pt" };
 	size_t esz = hp_dtype_size(dtype);
 	int n = 0, rc;
@@ -721,6 +709,14 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 
 			if ((rc = hp_src_read(src, i, r, nr, 0, cols, blk, e)))
 				goto out;
+			for (size_t x = 0; finite && x < cnt; x++)
+				if (!isfinite(blk[x])) {
+					rc = hp_err_set(e, HP_EFORMAT, "'%s' holds %g at row %lld: an HF folder of it would "
+							"not load into a usable model (a checkpoint of a run with "
+							"debug.check_nan_inf: false?)", q->name, blk[x],
+							(long long)(r + (int64_t)(x / (size_t)cols)));
+					goto out;
+				}
 			if (dtype != HP_DTYPE_F32)
 				hp_convert_from_f32(out, dtype, blk, cnt);
 			if ((rc = hp_st_writer_put(&w, dtype == HP_DTYPE_F32 ? (void *)blk : out, cnt * esz, e)))
@@ -871,7 +867,7 @@ static int copy_side_files(const char *from, const char *to, struct hp_err *e)
 }
 
 int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, enum hp_dtype dtype,
-		 uint64_t max_shard, int proc, int nproc, struct hp_progress *pg, struct hp_err *e)
+		 uint64_t max_shard, int finite, int proc, int nproc, struct hp_progress *pg, struct hp_err *e)
 {
 	int *file = hp_calloc((size_t)p->nparams + 1, sizeof(int)), nfiles, rc = 0;
 	size_t esz = hp_dtype_size(dtype), blkn = (size_t)BLOCK;
@@ -890,7 +886,7 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 	for (int f = proc; f < nfiles && !rc; f += nproc) {
 		file_name(name, sizeof(name), f, nfiles);
 		snprintf(path, sizeof(path), "%s/%s", dir, name);
-		rc = export_file(p, src, path, file, f, dtype, blk, out, pg, e);
+		rc = export_file(p, src, path, file, f, dtype, finite, blk, out, pg, e);
 	}
 	if (!rc && proc == 0) {
 		char src_dir[4096];

@@ -114,9 +114,11 @@ int hp_shard_verify(const struct hp_plan *p, const char *hash, int rank, const s
  * model-0000N-of-0000M.safetensors files and model.safetensors.index.json
  * (metadata.total_size, weight_map).  Process proc of nproc writes the files
  * whose index is proc modulo nproc; process 0 also the config and index.
+ * finite: a NaN or infinity in a tensor is refused (HP_EFORMAT, naming it)
+ * rather than exported.
  */
 int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, enum hp_dtype dtype,
-		 uint64_t max_shard, int proc, int nproc, struct hp_progress *pg, struct hp_err *e);
+		 uint64_t max_shard, int finite, int proc, int nproc, struct hp_progress *pg, struct hp_err *e);
 /* Bytes proc would write (for the progress line). */
 uint64_t hp_export_bytes(const struct hp_plan *p, enum hp_dtype dtype, uint64_t max_shard, int proc,
 			 int nproc);

@@ -21,7 +21,9 @@
 #include "alloc.h"
 #include "chat.h"
 #include "batch.h"
+#include "checked.h"
 #include "ckpt.h"
+#include "fileio.h"
 #include "config.h"
 #include "cpu/gemm.h"
 #include "hfconfig.h"
@@ -76,8 +78,9 @@ struct run {
 	struct hp_batcher *edata[3];
 	struct hp_online *eonline[3];
 	int32_t *inputs, *labels, *seg;
-	FILE *metrics;
-	char metrics_tmp[4096];
+	FILE *metrics;                  /* rank 0, over metrics_out's descriptor */
+	struct hp_outfile metrics_out;
+	struct hp_ckpt_lock lock;       /* checkpoint_dir, held by rank 0 while it saves there */
 	int dumped;                 /* --dump-grads file written by this run */
 	struct hp_model_par par;
 	struct hp_verify verify;        /* validation mode or hp-verify */
@@ -425,35 +428,60 @@ static int check_mix_precision(const struct run *r, struct hp_err *e)
 	return 0;
 }
 
+/* --metrics: opened before any work (a stream in place, a file through a
+ * temporary), a line per step; a stream gets each line as it is written. */
 static int open_metrics(struct run *r, const char *path, struct hp_err *e)
 {
-	snprintf(r->metrics_tmp, sizeof(r->metrics_tmp), "%s.tmp.%d", path, (int)getpid());
-	r->metrics = fopen(r->metrics_tmp, "w");
-	if (!r->metrics)
-		return hp_err_set(e, HP_EIO, "'%s': cannot create: %s", path, strerror(errno));
+	int rc;
+
+	if ((rc = hp_outfile_open(&r->metrics_out, path, e)))
+		return rc;
+	if (!(r->metrics = hp_outfile_stdio(&r->metrics_out, e))) {
+		hp_outfile_abort(&r->metrics_out);
+		return e->code;
+	}
 	return 0;
 }
 
-static int close_metrics(struct run *r, const char *path, int ok, struct hp_err *e)
+/* ok: the run succeeded and the file goes into place; else it is removed
+ * (a stream keeps what it was sent). */
+static int close_metrics(struct run *r, int ok, struct hp_err *e)
 {
 	int bad;
 
 	if (!r->metrics)
 		return 0;
-	bad = ferror(r->metrics) | fflush(r->metrics) | fsync(fileno(r->metrics));
+	bad = ferror(r->metrics) | fflush(r->metrics);
 	bad |= fclose(r->metrics);
 	r->metrics = NULL;
-	if (!ok || bad) {
-		unlink(r->metrics_tmp);
-		if (ok)
-			return hp_err_set(e, HP_EIO, "'%s': write failed: %s", path, strerror(errno));
+	if (ok && bad) {
+		int rc = hp_err_set(e, HP_EIO, "'%s': write failed: %s", r->metrics_out.path, strerror(errno));
+
+		hp_outfile_abort(&r->metrics_out);
+		return rc;
+	}
+	if (!ok) {
+		hp_outfile_abort(&r->metrics_out);
 		return 0;
 	}
-	if (rename(r->metrics_tmp, path)) {
-		unlink(r->metrics_tmp);
-		return hp_err_set(e, HP_EIO, "'%s': cannot rename into place: %s", path, strerror(errno));
-	}
-	return 0;
+	return hp_outfile_commit(&r->metrics_out, e);
+}
+
+/* A number for a message: %g, but a NaN is "nan" whatever its sign bit. */
+static const char *num(char buf[32], double v)
+{
+	snprintf(buf, 32, "%g", isnan(v) ? NAN : v);
+	return isnan(v) ? "nan" : buf;
+}
+
+/* A number for the metrics' JSON: JSON has no NaN or infinity, so a
+ * non-finite value is null (hp-train(1), METRICS). */
+static const char *jnum(char buf[32], double v)
+{
+	if (!isfinite(v))
+		return "null";
+	snprintf(buf, 32, "%.9g", v);
+	return buf;
 }
 
 /* Write the step's collectives, "comm": {dim: {op: bytes}}, to the metrics. */
@@ -518,13 +546,14 @@ static int model_failed(const struct hp_model *m, const char *pass, long step, s
 }
 
 /*
- * One optimizer step over ranks (FSDP/HSDP): this rank runs its dp share
- * of the step's micro-batches with the units gathered as hp-plan(5) says,
- * reduce-scatters each micro-batch's gradients, syncs replicas, and steps
- * AdamW on its shards.  *loss_sum, *aux_sum and *total come back global.
+ * One optimizer step's gradients over ranks (FSDP/HSDP): this rank runs
+ * its dp share of the step's micro-batches with the units gathered as
+ * hp-plan(5) says, reduce-scatters each micro-batch's gradients and syncs
+ * replicas; dist_update then steps AdamW on its shards.  *loss_sum,
+ * *aux_sum, *total and *norm come back global.
  */
 static int dist_step(struct run *r, long step, const struct hp_train_opts *o, double *loss_sum,
-		     double *aux_sum, double *total, double *norm, double lr, struct hp_err *e)
+		     double *aux_sum, double *total, double *norm, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
 	struct hp_comms *cs = &r->comms;
@@ -599,15 +628,20 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 			return rc;
 		r->dumped = r->rank == 0;
 	}
-	hp_fsdp_clip(&r->fsdp, *norm, r->opt.max_grad_norm);
+	return 0;
+}
+
+/* The update of dist_step's gradients: clip, AdamW on the shards. */
+static int dist_update(struct run *r, double norm, double lr, struct hp_err *e)
+{
+	hp_fsdp_clip(&r->fsdp, norm, r->opt.max_grad_norm);
 	r->opt.step++;
 	r->opt.hp.step = r->opt.step;
 	r->opt.hp.lr = lr;
 	hp_fsdp_adamw(&r->fsdp, &r->opt.hp);
 	if (r->verifying) {
 		hp_verify_update(&r->verify, lr);
-		if ((rc = hp_verify_params(&r->verify, 0, e)))
-			return rc;
+		return hp_verify_params(&r->verify, 0, e);
 	}
 	return 0;
 }
@@ -665,6 +699,7 @@ static int save_ckpt(struct run *r, long step, int last, double *held, struct hp
 		.keep_last = c->checkpoint.keep_last, .hf_dtype = r->spec.torch_dtype,
 		.consolidated = !strcmp(c->checkpoint.save_consolidated, "every") ||
 				(last && !strcmp(c->checkpoint.save_consolidated, "final")),
+		.finite = c->debug.check_nan_inf,
 	};
 	struct hp_ckpt_state st = { .step = step, .seed = (uint64_t)c->training.seed };
 	double t0 = now_s();
@@ -707,7 +742,7 @@ static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
 	rc = r->online ? hp_online_seek(r->online, st.epoch, st.doc, st.off, e) :
 			 hp_batcher_seek(r->data, st.pos, st.epoch, e);
 	if (rc)
-		return rc;
+		return hp_err_prefix(e, "'%s/train_state.json'", dir);
 	if (st.step >= c->training.train_iters)
 		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint is of step %ld, and training.train_iters "
 				  "is %ld: nothing left to train", dir, st.step, c->training.train_iters);
@@ -1042,8 +1077,8 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 		for (int u = 0; u < r->fsdp.nunits; u++)
 			hp_fsdp_release(&r->fsdp, u, 0);
 		/* one rank's failure is every rank's: none may wait in a collective */
-		int bad = rc != 0, any = 0;
-		MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+		int any = rc != 0;
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
 		if (!rc && any)
 			rc = hp_err_set(e, HP_EINVAL, "evaluation after step %ld failed on another rank", step);
 		if (!rc && ((rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64,
@@ -1069,10 +1104,16 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	int rc, talk = !o->quiet && r->rank == 0;
 	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
 
-	r->inputs = hp_malloc((size_t)step_tokens * sizeof(int32_t));
-	r->labels = hp_malloc((size_t)step_tokens * sizeof(int32_t));
+	int64_t ids;
 	int want_seg = r->online || r->docs.reset;
-	r->seg = want_seg ? hp_malloc((size_t)step_tokens * sizeof(int32_t)) : NULL;
+
+	/* hp_plan_resolve checked the step's size; checked again where it sizes buffers */
+	if (hp_mul3_size(accum * B, T, sizeof(int32_t), &ids) || (uint64_t)ids > SIZE_MAX)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.global_batch_size: %ld tokens per step overflow",
+				  c->path, step_tokens);
+	r->inputs = hp_malloc((size_t)ids);
+	r->labels = hp_malloc((size_t)ids);
+	r->seg = want_seg ? hp_malloc((size_t)ids) : NULL;
 	if (!r->inputs || !r->labels || (want_seg && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
 	if (talk)
@@ -1110,7 +1151,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		double w0 = hp_comm_waited();
 		if (r->dist) {
 			hp_comms_reset(&r->comms);
-			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, lr, e)))
+			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
 				return rc;
 		} else {
 			hp_model_zero_grad(m);
@@ -1138,10 +1179,19 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)
 			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
-		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm)))
-			return hp_err_set(e, HP_ENUM, "step %ld: loss %g, grad norm %g is not finite",
-					  step, loss, norm);
-		if (!r->dist) {
+		/* a non-finite step stops the run before its update: the weights,
+		 * and the checkpoints on disk, stay those of the last good step */
+		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm))) {
+			char b0[32], b1[32];
+
+			return hp_err_set(e, HP_ENUM, "step %ld: the loss is %s and the gradient norm %s: stopped "
+					  "before its update, the last checkpoint is the last good one "
+					  "(debug.check_nan_inf: false trains on)", step, num(b0, loss), num(b1, norm));
+		}
+		if (r->dist) {
+			if ((rc = dist_update(r, norm, lr, e)))
+				return rc;
+		} else {
 			hp_clip_grads(m, norm, r->opt.max_grad_norm);
 			hp_optim_step(&r->opt, m, lr);
 		}
@@ -1155,11 +1205,13 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			fflush(out);
 		}
 		if (r->metrics) {
-			fprintf(r->metrics, "{\"step\": %ld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+			char b0[32], b1[32], b2[32];
+
+			fprintf(r->metrics, "{\"step\": %ld, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
 				"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f",
-				step, loss, norm, lr, step_tokens, step_tokens / dt, dt);
+				step, jnum(b0, loss), jnum(b1, norm), lr, step_tokens, step_tokens / dt, dt);
 			if (has_aux)
-				fprintf(r->metrics, ", \"aux_loss\": %.9g", aux_sum / accum);
+				fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, aux_sum / accum));
 			if (r->dist) {
 				metrics_comm(r->metrics, &r->comms);
 				fprintf(r->metrics, ", \"comm_wait_s\": %.6f", hp_comm_waited() - w0);
@@ -1181,10 +1233,13 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 					p == HP_SPLIT_VALID ? "validation" : "test", el, exp(el), et, t1 * 1e3);
 				fflush(out);
 			}
-			if (r->metrics)
-				fprintf(r->metrics, ", \"%s_loss\": %.9g, \"%s_tokens\": %.0f, \"%s_time_s\": %.6f",
-					p == HP_SPLIT_VALID ? "eval" : "test", el, p == HP_SPLIT_VALID ? "eval" : "test", et,
-					p == HP_SPLIT_VALID ? "eval" : "test", t1);
+			if (r->metrics) {
+				char b[32];
+
+				fprintf(r->metrics, ", \"%s_loss\": %s, \"%s_tokens\": %.0f, \"%s_time_s\": %.6f",
+					p == HP_SPLIT_VALID ? "eval" : "test", jnum(b, el),
+					p == HP_SPLIT_VALID ? "eval" : "test", et, p == HP_SPLIT_VALID ? "eval" : "test", t1);
+			}
 		}
 		/* a checkpoint every save_steps, and after the last step */
 		/* (hp-verify saves nothing: it checks a layout, it does not train one) */
@@ -1210,7 +1265,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 
 		if (r->rank == 0)
 			hp_verify_print(&r->verify, out, o->verify_json);
-		MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+		hp_comm_bcast_raw(MPI_COMM_WORLD, &bad, 1, MPI_INT, 0);
 		if (bad)
 			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
 					  r->rank == 0 ? r->verify.first : "see rank 0's table");
@@ -1230,7 +1285,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		long long v = (long long)m->aarena.cap;
 
 		if (r->dist)
-			MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+			hp_comm_allreduce_raw(MPI_COMM_WORLD, &v, 1, MPI_LONG_LONG, MPI_MAX);
 		if (talk)
 			fprintf(out, "activations: %lld bytes on the largest rank's device (the plan estimates the "
 				"CPU's arena)\n", v);
@@ -1245,7 +1300,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			v[1] = est.act_bytes;
 		v[2] = v[0] != v[1];
 		if (r->dist)
-			MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+			hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 3, MPI_LONG_LONG, MPI_MAX);
 		for (int l = 0; l < r->spec.n_layers; l++)
 			nck += m->k.ckpt[l] != HP_ACT_CKPT_OFF;
 		if (talk)
@@ -1257,7 +1312,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		/* did every rank move exactly what the plan estimates? */
 		int bad = r->comm_bad, any = 0;
 
-		MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+		any = bad;
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
 		if (bad)
 			hp_warn("collectives differ from the plan's estimate: %s", r->comm_why);
 		else if (!any && talk)
@@ -1270,9 +1326,10 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 
 		if (!hp_plan_estimate(r->plan, r->rank, &est))
 			mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
-		MPI_Allreduce(mine, most, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+		memcpy(most, mine, sizeof(most));
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, most, 2, MPI_LONG_LONG, MPI_MAX);
 		long g[2] = { r->fsdp.gathers, r->fsdp.prefetched };
-		MPI_Allreduce(MPI_IN_PLACE, g, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, g, 2, MPI_LONG, MPI_SUM);
 		if (talk && g[0])
 			fprintf(out, "fsdp: %ld layer all-gathers over all ranks, %ld of them started a layer or more "
 				"ahead (prefetch depth %ld forward, %ld backward)\n", g[0], g[1],
@@ -1284,6 +1341,53 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				r->world, 1.0 / r->world);
 	}
 	return 0;
+}
+
+static int is_regular(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode);
+}
+
+/* Whether this run writes checkpoints (hp-verify checks a layout, it
+ * trains none). */
+static int saves(const struct run *r, const struct hp_train_opts *o)
+{
+	return r->cfg.checkpoint.save_ckpt && !o->verify;
+}
+
+/*
+ * What the run writes, made sure of before any work, so that a bad path
+ * fails in a second instead of after the training: the metrics file
+ * opened, the places of the gradient and parameter dumps probed, the
+ * checkpoint folder made, writable and locked against a second run.  Rank
+ * 0 writes them all; every rank learns the outcome.
+ */
+static int open_outputs(struct run *r, const struct hp_train_opts *o, MPI_Comm comm, struct hp_err *e)
+{
+	char note[HP_ERR_MSG_MAX] = "";
+	int rc = 0, bad, any;
+
+	if (r->rank == 0) {
+		if (o->metrics)
+			rc = open_metrics(r, o->metrics, e);
+		if (!rc && o->dump_grads)
+			rc = hp_outfile_probe(o->dump_grads, e);
+		if (!rc && o->dump_params)
+			rc = hp_outfile_probe(o->dump_params, e);
+		if (!rc && saves(r, o))
+			rc = hp_ckpt_lock(&r->lock, r->cfg.checkpoint.checkpoint_dir, note, sizeof(note), e);
+		if (!rc && note[0])
+			hp_warn("%s", note);
+	}
+	bad = rc ? rc : 0;
+	any = bad;
+	if (r->world > 1)
+		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MIN);   /* codes are negative */
+	if (!rc && any)
+		rc = hp_err_set(e, any, "rank 0 could not open this run's outputs (see its message)");
+	return rc;
 }
 
 /* debug.inject_fault: which fault, and whether the layout has what it breaks. */
@@ -1383,6 +1487,10 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	for (int i = 0; i < r.plan->nwarnings; i++)
 		hp_warn("%s", r.plan->warnings[i]);
 planned:
+	/* before any collective: a rank that waits longer ends the job */
+	hp_comm_set_timeout(r.cfg.training.collective_timeout_s);
+	if ((rc = open_outputs(&r, o, comm, e)))
+		goto out;
 	hp_plan_model_kernels(r.plan, &r.kernels);
 	if (r.reference) {   /* HF's algorithms; checkpointing is not a kernel */
 		struct hp_model_kernels ref = { .ce_chunk = 0 };
@@ -1450,8 +1558,8 @@ planned:
 			rc = hp_fsdp_load(&r.fsdp, &src, e);
 		hp_src_close(&src);
 		/* every rank must have its weights before any goes on */
-		int bad = rc != 0, any = 0;
-		MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+		int any = rc != 0;
+		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MAX);
 		if (rc)
 			goto out;
 		if (any) {
@@ -1521,19 +1629,17 @@ planned:
 		if ((rc = hp_comms_watch_peers(&r.comms, e)))
 			goto out;
 	}
-	if (o->metrics && r.rank == 0 && (rc = open_metrics(&r, o->metrics, e)))
-		goto out;
 	rc = train_loop(&r, o, out, e);
 	{
-		int rc2 = close_metrics(&r, o->metrics, rc == 0, e);
+		int rc2 = close_metrics(&r, rc == 0, e);
 		if (!rc)
 			rc = rc2;
 	}
-	if (rc && r.dumped)
-		unlink(o->dump_grads);   /* a failed run leaves no output behind */
+	if (rc && r.dumped && is_regular(o->dump_grads))
+		unlink(o->dump_grads);   /* a failed run leaves no output behind (a stream keeps what it got) */
 out:
-	if (r.metrics)
-		close_metrics(&r, o->metrics, 0, NULL);
+	close_metrics(&r, 0, NULL);
+	hp_ckpt_unlock(&r.lock);
 	hp_free(r.inputs);
 	hp_free(r.labels);
 	hp_free(r.seg);

@@ -224,17 +224,14 @@ int hp_verify_reference(struct hp_verify *v, long step, const int32_t *ids, cons
  * its message. */
 static int stop_here(struct hp_verify *v, struct hp_err *e)
 {
-	MPI_Request req;
 	int bad = v->first[0] != 0;
 
 	if (!v->stop)
 		return 0;
-	MPI_Ibcast(&bad, 1, MPI_INT, 0, v->world, &req);
-	hp_comm_wait(&req);
+	hp_comm_bcast_raw(v->world, &bad, 1, MPI_INT, 0);
 	if (!bad)
 		return 0;
-	MPI_Ibcast(v->first, (int)sizeof(v->first), MPI_CHAR, 0, v->world, &req);
-	hp_comm_wait(&req);
+	hp_comm_bcast_raw(v->world, v->first, (int)sizeof(v->first), MPI_CHAR, 0);
 	return hp_err_set(e, HP_ENUM, "validation: %s", v->first);
 }
 

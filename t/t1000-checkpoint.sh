@@ -13,8 +13,10 @@ steps () {
 }
 
 # tree DIR: every file under DIR with its checksum, to show nothing changed
+# the files under $1 with their hashes; hp.lock, the run's lock on the
+# folder (empty when no run holds it), is not a checkpoint's
 tree () {
-	(cd "$1" && find . -type f | sort | xargs sha256sum)
+	(cd "$1" && find . -type f ! -name hp.lock | sort | xargs sha256sum)
 }
 
 test_expect_success MPI 'setup: TinyStories records, a MoE config and an online config' '
@@ -200,7 +202,7 @@ test_expect_success MPI 'a checkpoint that cannot be written stops the run namin
 	{ [ "$(id -u)" = 0 ] || {
 		test_must_fail_with 5 mpiexec -n 2 hp-train -q moe.yaml $F.dp_shard_size=2 \
 			--checkpoint.checkpoint_dir=ro --max-steps 1 2>err &&
-		grep -q "ro/global_step_1.tmp.[0-9]*.: cannot create" err &&
+		grep -q "ro.: checkpoint_dir cannot be written" err &&
 		! ls -d ro/global_step_* 2>/dev/null
 	}; }
 '

@@ -9,7 +9,9 @@
 
 #include "alloc.h"
 #include "cpu/isa.h"
+#include "comm.h"
 #include "common-main.h"
+#include "fileio.h"
 #include "log.h"
 
 int die_err(const struct hp_err *e)
@@ -72,7 +74,7 @@ int hp_agree_status(MPI_Comm comm, int status)
 {
 	int worst = status;
 
-	MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm);
+	hp_comm_allreduce_raw(comm, &worst, 1, MPI_INT, MPI_MAX);
 	return worst;
 }
 
@@ -88,6 +90,8 @@ int main(int argc, char **argv)
 	}
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	hp_log_init(hp_tool_name, rank);
+	/* a tool stopped by a signal leaves no temporary behind, and says so */
+	hp_stop_on_signals(NULL);
 	if (hp_cpu_env_check(&cpu)) {
 		/* every rank has the same environment under mpiexec; each says it
 		 * once would be noise, so rank 0 does */

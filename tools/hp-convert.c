@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "comm.h"
 #include "common-main.h"
 #include "fileio.h"
 #include "log.h"
@@ -146,7 +147,7 @@ static int load_plan(struct hp_plan **p, const char *path, MPI_Comm comm, struct
 					     : hp_err_set(e, HP_EIO, "<stdin>: cannot read: %s", strerror(errno));
 		len = rc ? -1 : (long long)n;
 	}
-	MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm);
+	hp_comm_bcast_raw(comm, &len, 1, MPI_LONG_LONG, 0);
 	if (len < 0)   /* rank 0 could not read it, and says why */
 		return rc ? rc : hp_err_set(e, HP_EIO, "<stdin>: rank 0 could not read the plan");
 	if (rank && !(buf = hp_malloc((size_t)len + 1)))
@@ -155,7 +156,7 @@ static int load_plan(struct hp_plan **p, const char *path, MPI_Comm comm, struct
 		hp_free(buf);
 		return rc ? rc : hp_err_set(e, HP_ENOMEM, "out of memory on another rank");
 	}
-	MPI_Bcast(buf, (int)len, MPI_CHAR, 0, comm);
+	hp_comm_bcast_raw(comm, buf, (int)len, MPI_CHAR, 0);
 	rc = hp_plan_load_text(p, NULL, "<stdin>", buf, (size_t)len, e);
 	hp_free(buf);
 	return rc;
@@ -200,7 +201,7 @@ static int run(const struct job *j, struct hp_plan *p, const char *tmp, MPI_Comm
 			goto out;
 		hp_progress_start(&pg, "exporting", hp_export_bytes(p, j->dtype, j->max_shard, proc, nproc),
 				  !j->quiet && proc == 0);
-		rc = hp_export_hf(p, &src, tmp, j->dtype, j->max_shard, proc, nproc, &pg, e);
+		rc = hp_export_hf(p, &src, tmp, j->dtype, j->max_shard, 1, proc, nproc, &pg, e);
 		hp_progress_done(&pg);
 		goto out;
 	}
@@ -266,6 +267,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 	struct hp_err err;
 	const char *dtype = NULL;
 	char tmp[4200] = "", plan_path[4200], hash[65], out_buf[4096];
+	int slot = -1;
 	int rank = 0, nproc = 1, rc = -1, worst, ran = 0, r0failed, c;
 
 	MPI_Comm_rank(comm, &rank);
@@ -344,15 +346,17 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		/* a temporary beside the target, named by rank 0 */
 		long pid = (long)getpid();
 
-		MPI_Bcast(&pid, 1, MPI_LONG, 0, comm);
+		hp_comm_bcast_raw(comm, &pid, 1, MPI_LONG, 0);
 		snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", j.out, pid);
 		if (rank == 0 && mkdir(tmp, 0755))
 			rc = hp_err_set(&err, HP_EIO, "'%s': cannot create: %s", tmp, strerror(errno));
+		else if (rank == 0)
+			slot = hp_tmp_track(tmp, 1);   /* gone with the process, however it stops */
 	}
 	/* every process decides together: a failure anywhere removes the output */
 	worst = hp_agree_status(comm, status_of(rc));
 	r0failed = rc != 0;
-	MPI_Bcast(&r0failed, 1, MPI_INT, 0, comm);
+	hp_comm_bcast_raw(comm, &r0failed, 1, MPI_INT, 0);
 	if (!worst) {
 		ran = 1;
 		rc = run(&j, p, tmp, comm, &err);
@@ -366,6 +370,7 @@ int cmd_main(int argc, char **argv, MPI_Comm comm)
 		}
 		if (worst)
 			remove_tmp(tmp);
+		hp_tmp_forget(slot);
 	}
 	if (!worst && rank == 0 && j.verify && !hp_plan_hash(p, hash, &err))
 		fprintf(stderr, "hp-convert: '%s': %d shards match plan %.12s... and their checksums\n",

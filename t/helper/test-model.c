@@ -383,7 +383,7 @@ int cmd_refstep(int argc, char **argv)
 	cfg.optimizer.no_decay_params = no_decay;
 	cfg.optimizer.nno_decay_params = 2;
 	cfg.lr_scheduler.style = HP_LR_CONSTANT;
-	cfg.lr_scheduler.lr = -1;
+	cfg.lr_scheduler.lr = cfg.optimizer.lr;   /* one rate under both names, as the config resolves it */
 	cfg.training.train_iters = steps;
 	cfg.training.max_grad_norm = 1.0;
 	if (hp_optim_init(&opt, &m, &cfg, &e)) {

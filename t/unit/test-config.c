@@ -159,8 +159,8 @@ static void test_seed(void)
 	   "data_transform and data_config");
 	is_str(c.dataloader.target, "hyper_parallel.data.DynamicBatchDataLoader", "dynamic loader");
 	ok(same_double(c.optimizer.lr, 3e-4) && same_double(c.optimizer.eps, 1e-8), "1e-4 style floats");
-	ok(c.lr_scheduler.style == HP_LR_LINEAR && c.lr_scheduler.lr == -1 &&
-	   same_double(c.lr_scheduler.min_lr, 3e-5), "lr_config.lr absent: follow the optimizer");
+	ok(c.lr_scheduler.style == HP_LR_LINEAR && same_double(c.lr_scheduler.lr, 3e-4) &&
+	   same_double(c.lr_scheduler.min_lr, 3e-5), "lr_config.lr absent: the optimizer's");
 	ok(!strcmp(c.checkpoint.checkpoint_dir, "/ckpt/qwen3") && c.checkpoint.save_steps == 50 &&
 	   !strcmp(c.checkpoint.save_consolidated, "final"), "checkpoint");
 	is_str(hp_act_ckpt_name(c.activation_checkpoint.mode), "full", "activation checkpointing");
@@ -195,7 +195,7 @@ static void test_defaults(void)
 	   c.optimizer.fp32_main_params, "adamw defaults");
 	ok(c.optimizer.nno_decay_params == 3 && !strcmp(c.optimizer.no_decay_params[2], "ln_"),
 	   "no_decay_params default [bias, norm, ln_]");
-	ok(c.lr_scheduler.style == HP_LR_CONSTANT && c.lr_scheduler.lr < 0 &&
+	ok(c.lr_scheduler.style == HP_LR_CONSTANT && c.lr_scheduler.lr == 1e-4 && c.optimizer.lr == 1e-4 &&
 	   c.lr_scheduler.warmup_steps == 0, "constant schedule at the optimizer's lr");
 	ok(c.checkpoint.save_ckpt && !strcmp(c.checkpoint.checkpoint_dir, "./checkpoints") &&
 	   !c.checkpoint.save_steps && !c.checkpoint.restore_from &&
@@ -218,9 +218,9 @@ static void test_scalars(void)
 		"training:\n"
 		"  train_iters: 0x10\n"
 		"  seed: -7\n"
-		"  max_grad_norm: .inf\n"
+		"  max_grad_norm: .5\n"
 		"  init_device: ~\n"
-		"optimizer: {adamw_config: {adamw_lr: 1e-4, adamw_eps: 1, adamw_betas: [0, 1]}}\n"
+		"optimizer: {adamw_config: {adamw_lr: 1e-4, adamw_eps: 1, adamw_betas: [0, 0]}}\n"
 		"dataloader: {drop_last: no}\n"
 		"debug: {check_nan_inf: on, inject_fault: \"null\"}\n"
 		"activation_checkpoint: {mode: off}\n"
@@ -236,7 +236,7 @@ static void test_scalars(void)
 	   "from_config with config_path");
 	is_int(c.training.train_iters, 16, "hex int");
 	is_int(c.training.seed, -7, "negative int");
-	ok(isinf(c.training.max_grad_norm), ".inf");
+	ok(c.training.max_grad_norm == 0.5, ".5");
 	ok(c.optimizer.lr == 1e-4, "1e-4 is a float");
 	ok(c.optimizer.eps == 1.0 && c.optimizer.beta1 == 0.0, "ints where floats go");
 	is_int(c.dataloader.drop_last, 0, "no is false");
@@ -282,6 +282,28 @@ static void test_errors(void)
 	expect_err(BASE "accelerator: {tp_size: 0}\n", 0, NULL, HP_ECONFIG,
 		   "'train.yaml': $.accelerator.tp_size: must be at least 1, got 0",
 		   "below the minimum");
+	expect_err(BASE "optimizer: {adamw_config: {adamw_eps: .NaN}}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.optimizer.adamw_config.adamw_eps: .NaN is not a finite number", "no .nan");
+	expect_err(BASE "optimizer: {adamw_config: {adamw_lr: -1.0e-3}}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.optimizer.adamw_config.adamw_lr: must be at least 0, got -1.0e-3",
+		   "a negative lr is refused, not taken as unset");
+	expect_err(BASE "optimizer: {adamw_config: {adamw_betas: [0.9, 1]}}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.optimizer.adamw_config.adamw_betas[1]: must be in [0, 1), got 1",
+		   "betas in [0, 1), as torch");
+	expect_err(BASE "optimizer: {adamw_config: {adamw_weight_decay: -1}}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.optimizer.adamw_config.adamw_weight_decay: must be at least 0, got -1",
+		   "weight decay at least 0, as torch");
+	expect_err(BASE "lr_scheduler: {lr_config: {min_lr: -1.0e-5}}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.lr_scheduler.lr_config.min_lr: must be at least 0, got -1.0e-5",
+		   "min_lr at least 0");
+	expect_err(BASE "lr_scheduler: {lr_decay_style: cosine, lr_config: {lr: 1.0e-4, min_lr: 1.0e-3}}\n",
+		   0, NULL, HP_ECONFIG, "'train.yaml': $.lr_scheduler.lr_config.min_lr: 1.0e-3 is above the "
+		   "peak rate 0.0001: the cosine decay would raise the rate", "min_lr at most the peak");
+	expect_err(BASE "optimizer: {adamw_config: {adamw_lr: 1.0e-3}}\n"
+		   "lr_scheduler: {lr_config: {lr: 2.0e-3}}\n", 0, NULL, HP_ECONFIG,
+		   "'train.yaml': $.optimizer.adamw_config.adamw_lr: 1.0e-3, but lr_scheduler.lr_config.lr is "
+		   "2.0e-3: both name the learning rate; give one (or the same)",
+		   "two learning rates in the file are refused");
 	expect_err(BASE "optimizer: {no_decay_params: [bias, 3]}\n", 0, NULL, HP_ECONFIG,
 		   "'train.yaml': $.optimizer.no_decay_params[1]: expected str, got int",
 		   "list items are typed");
@@ -330,6 +352,25 @@ static void test_errors(void)
 	expect_err("- 1\n- 2\n", 0, NULL, HP_ECONFIG,
 		   "'train.yaml': $: expected mapping, got list", "the root is a mapping");
 
+	ov[0] = "--training.max_grad_norm=.inf";
+	expect_err(BASE, 1, ov, HP_ECONFIG,
+		   "--training.max_grad_norm=.inf: $.training.max_grad_norm: .inf is not a finite number", "no .inf");
+	{
+		/* the command line's rate beats the file's, under either name */
+		struct hp_config c;
+		struct hp_err e;
+		const char *two = BASE "optimizer: {adamw_config: {adamw_lr: 1.0e-3}}\n"
+				  "lr_scheduler: {lr_config: {lr: 1.0e-3}}\n";
+
+		ov[0] = "--optimizer.adamw_config.adamw_lr=3e-4";
+		if (is_int(load(&c, two, 1, ov, &e), 0, "an overridden adamw_lr loads"))
+			ok(c.optimizer.lr == 3e-4 && c.lr_scheduler.lr == 3e-4, "  and is the rate under both names");
+		hp_config_release(&c);
+		ov[0] = "--lr_scheduler.lr_config.lr=2e-4";
+		if (is_int(load(&c, two, 1, ov, &e), 0, "an overridden lr_config.lr loads"))
+			ok(c.optimizer.lr == 2e-4 && c.lr_scheduler.lr == 2e-4, "  and is the rate under both names");
+		hp_config_release(&c);
+	}
 	ov[0] = "--training.train_iter=5";
 	expect_err(BASE, 1, ov, HP_ECONFIG,
 		   "--training.train_iter=5: unknown key training.train_iter; "

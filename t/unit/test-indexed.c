@@ -658,7 +658,7 @@ static void test_batcher_stream(void)
 	   "the same rows after seeking back");
 	hp_batcher_cursor(b, &pos, &epoch);
 	ok(pos == 0 && epoch == 9, "cursor (0, 9): 3 + 5 rows = two wraps");
-	is_err(hp_batcher_seek(b, 4, 0, &e), HP_EINVAL, &e, "cursor position 4 past the 4 rows",
+	is_err(hp_batcher_seek(b, 4, 0, &e), HP_EFORMAT, &e, "cursor position 4 past the 4 rows",
 	       "seek past an epoch");
 	hp_batcher_cursor(b, &pos, &epoch);
 	ok(pos == 0 && epoch == 9, "a failed seek leaves the cursor");

@@ -87,7 +87,7 @@ static const char yaml[] =
 	"  data_path: /data/corpus\n"
 	"  data_config: {seq_length: 128, is_dataset_from_mr: true}\n"
 	"optimizer:\n"
-	"  adamw_config: {adamw_lr: 0.1, adamw_betas: [0.8, 0.95]}\n"
+	"  adamw_config: {adamw_lr: 0.2, adamw_betas: [0.8, 0.95]}\n"
 	"lr_scheduler: {lr_decay_style: cosine, lr_config: {lr: 0.2, lr_warmup_steps: 3}}\n"
 	"checkpoint: {checkpoint_dir: /ckpt, restore_from: LATEST}\n"
 	"activation_checkpoint: {mode: selective}\n"
