@@ -1367,7 +1367,7 @@ static int saves(const struct run *r, const struct hp_train_opts *o)
 static int open_outputs(struct run *r, const struct hp_train_opts *o, MPI_Comm comm, struct hp_err *e)
 {
 	char note[HP_ERR_MSG_MAX] = "";
-	int rc = 0, bad, any;
+	int rc = 0, any;
 
 	if (r->rank == 0) {
 		if (o->metrics)
@@ -1381,8 +1381,7 @@ static int open_outputs(struct run *r, const struct hp_train_opts *o, MPI_Comm c
 		if (!rc && note[0])
 			hp_warn("%s", note);
 	}
-	bad = rc ? rc : 0;
-	any = bad;
+	any = rc;
 	if (r->world > 1)
 		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MIN);   /* codes are negative */
 	if (!rc && any)
