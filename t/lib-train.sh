@@ -86,6 +86,21 @@ mkst () {
 	{ u64le ${#2}; printf "%s" "$2"; head -c "$3" /dev/zero; } >"$1"
 }
 
+# expect_fail CODE PATTERN PROGRAM ARGS...: exit CODE, exactly one stderr
+# line matching PATTERN, no metrics or gradient file left behind (hp-train)
+expect_fail () {
+	code=$1 pat=$2 prog=$3; shift 3
+	rm -f m.jsonl g.safetensors
+	if [ "$prog" = hp-train ]; then set -- -q "$@" --metrics m.jsonl --dump-grads g.safetensors; fi
+	test_must_fail_with "$code" "$prog" "$@" 2>err &&
+	cat err &&
+	test_one_line err &&
+	grep -q -e "$pat" err &&
+	test_no_sanitizer_report err &&
+	test ! -e m.jsonl && test ! -e g.safetensors &&
+	test -z "$(ls | grep -e "\.tmp\.")"
+}
+
 # metric FILE STEP KEY
 metric () {
 	jq -r "select(.step == $2) | .$3" "$1"

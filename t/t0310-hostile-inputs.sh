@@ -9,21 +9,6 @@ st_names () {
 	tail -c +9 "$1" | head -c "$n" | jq -r "del(.__metadata__) | keys[]"
 }
 
-# expect_fail CODE PATTERN PROGRAM ARGS...: exit CODE, exactly one stderr
-# line matching PATTERN, no metrics or gradient file left behind (hp-train)
-expect_fail () {
-	code=$1 pat=$2 prog=$3; shift 3
-	rm -f m.jsonl g.safetensors
-	if [ "$prog" = hp-train ]; then set -- -q "$@" --metrics m.jsonl --dump-grads g.safetensors; fi
-	test_must_fail_with "$code" "$prog" "$@" 2>err &&
-	cat err &&
-	test_one_line err &&
-	grep -q -e "$pat" err &&
-	test_no_sanitizer_report err &&
-	test ! -e m.jsonl && test ! -e g.safetensors &&
-	test -z "$(ls | grep -e "\.tmp\.")"
-}
-
 # model_cfg NAME JQ: m-NAME, the model folder with config.json passed through JQ
 model_cfg () {
 	rm -rf "m-$1" && mkdir "m-$1" &&
