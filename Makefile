@@ -47,7 +47,7 @@ ifeq ($(DEVELOPER),1)
 WARN += -Werror
 endif
 
-CPPFLAGS += -Ilib -Ikernels -It -include lib/compat.h -MMD -MP
+CPPFLAGS += -Ilib -Ikernels -It -include lib/base/compat.h -MMD -MP
 CFLAGS += -std=gnu11 $(OPT) $(WARN) -Wno-psabi -fno-strict-aliasing -ffp-contract=off
 LDLIBS += -ljansson -lyaml -lzstd -lpcre2-8 -lutf8proc -lopenblas -lm -lpthread
 
@@ -67,7 +67,7 @@ HAVE_CUDA := 1
 NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
 NCCL_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so /usr/local/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
 CPPFLAGS += -DHP_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-# lib/comm_nccl.c is built for real only with both nccl.h and libnccl (the
+# lib/comm/comm_nccl.c is built for real only with both nccl.h and libnccl (the
 # header's places are all on the include path already)
 ifneq ($(and $(NCCL_INC),$(NCCL_LIBDIR)),)
 CPPFLAGS += -DHP_HAVE_NCCL=1
@@ -85,7 +85,7 @@ HAVE_CUDA := 0
 endif
 
 # --- sources ---------------------------------------------------------------
-LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
+LIB_SRC := $(sort $(wildcard lib/*/*.c) $(wildcard kernels/cpu/*.c))
 CUDA_SRC := $(sort $(wildcard kernels/cuda/*.cu))
 TOOL_MAIN := tools/common-main.c
 TOOL_SRC := $(sort $(filter-out $(TOOL_MAIN),$(wildcard tools/hp-*.c)))
@@ -165,10 +165,10 @@ $(O)/t/libenospc.so: t/shim/enospc.c
 
 # libFuzzer targets: clang, ASan+UBSan.  The library is compiled once for
 # them (instrumented, without libFuzzer's main) and linked into each.
-FUZZ_LIB_SRC := $(sort $(wildcard lib/*.c) $(wildcard kernels/cpu/*.c))
+FUZZ_LIB_SRC := $(sort $(wildcard lib/*/*.c) $(wildcard kernels/cpu/*.c))
 FUZZ_OBJ := $(FUZZ_LIB_SRC:%.c=$(O)/fuzz/obj/%.o)
 FUZZ_CFLAGS = -g -O1 -Wno-psabi -fsanitize=address,undefined -Ilib -Ikernels \
-	$(shell mpicc -show | tr ' ' '\n' | grep '^-I') -include lib/compat.h
+	$(shell mpicc -show | tr ' ' '\n' | grep '^-I') -include lib/base/compat.h
 $(O)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(quiet) FUZZCC $<

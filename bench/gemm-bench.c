@@ -23,7 +23,7 @@
 #include <math.h>
 #include <time.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "cpu/gemm.h"
 #include "cpu/isa.h"
 

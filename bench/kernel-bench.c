@@ -55,11 +55,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
-#include "hfconfig.h"
-#include "model.h"
+#include "config/hfconfig.h"
+#include "model/model.h"
 
 static int runs = 3, attn_runs = 5;
 
@@ -212,7 +212,7 @@ static int model_run(const struct hp_model_spec *s, const struct hp_model_kernel
 		long count;
 
 		hp_model_zero_grad(&m);
-		/* every target counts: the scale is known first, as lib/train.c knows it */
+		/* every target counts: the scale is known first, as lib/train/train.c knows it */
 		m.ce_scale = 1.0 / T;
 		t0 = now();
 		if (hp_model_forward(&m, ids, tg, NULL, &loss, &count)) {

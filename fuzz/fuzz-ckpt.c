@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "ckpt.h"
+#include "dist/ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hfconfig.h"
+#include "config/hfconfig.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "indexed.h"
+#include "format/indexed.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * fuzz-jinja.c - libFuzzer target for the Jinja2 interpreter (lib/jinja.c).
+ * fuzz-jinja.c - libFuzzer target for the Jinja2 interpreter (lib/text/jinja.c).
  *
  * The input is a template: it is compiled and, when it compiles, rendered
  * with a small fixed set of variables shaped like a chat (messages with
@@ -20,8 +20,8 @@
 
 #include <jansson.h>
 
-#include "alloc.h"
-#include "jinja.h"
+#include "base/alloc.h"
+#include "text/jinja.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

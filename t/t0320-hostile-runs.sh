@@ -50,7 +50,7 @@ test_expect_success 'a FIFO takes the metrics and the gradients in place and sta
 '
 
 # The tests name standard output /dev/fd/1 and /proc/self/fd/1, which take
-# the path /dev/stdout takes in hp (lib/fileio.c, own_fd): a regression
+# the path /dev/stdout takes in hp (lib/base/fileio.c, own_fd): a regression
 # cannot then replace the machine's /dev/stdout (a folder of /proc takes
 # no temporary file).
 
@@ -282,7 +282,7 @@ test_expect_success 'SIGTERM during a save removes the temporaries and says so' 
 
 # Hydra's own clean-up SIGKILLs the survivors when it sees a rank die, which
 # nothing can observe; without it, the survivors must see the death
-# themselves (lib/comm.c), and end the job without leaving temporaries.
+# themselves (lib/comm/comm.c), and end the job without leaving temporaries.
 test_expect_success MPI 'a rank that dies: the survivors name it and leave no temporary' '
 	HP_CKPT_PAUSE=30@1 timeout 60 mpiexec -disable-auto-cleanup -n 2 hp-train -q c.yaml --max-steps 1 \
 		--checkpoint.checkpoint_dir=die --fsdp_config.dp_shard_size=2 --metrics d.jsonl 2>err &

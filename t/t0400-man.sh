@@ -73,13 +73,13 @@ test_expect_success MANDOC 'hp-kernels(7) is clean and has an entry for every ke
 	done <rows
 '
 
-test_expect_success 'the exit statuses of hp-train(1) are those of lib/err.h' '
+test_expect_success 'the exit statuses of hp-train(1) are those of lib/base/err.h' '
 	for code in 0 1 2 3 4 5 70; do
 		grep -q "^\.It $code\$\|^\.IP $code\|^\.TP\$" "$MAN/hp-train.1" || return 1
 	done &&
-	grep -q "HP_EXIT_CONFIG = 3" "$HP_SRC_DIR/lib/err.h" &&
-	grep -q "HP_EXIT_DATA = 4" "$HP_SRC_DIR/lib/err.h" &&
-	grep -q "HP_EXIT_IO = 5" "$HP_SRC_DIR/lib/err.h"
+	grep -q "HP_EXIT_CONFIG = 3" "$HP_SRC_DIR/lib/base/err.h" &&
+	grep -q "HP_EXIT_DATA = 4" "$HP_SRC_DIR/lib/base/err.h" &&
+	grep -q "HP_EXIT_IO = 5" "$HP_SRC_DIR/lib/base/err.h"
 '
 
 # man_examples PAGE: the EXAMPLES section as plain text, unindented

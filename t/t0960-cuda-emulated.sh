@@ -28,10 +28,10 @@ emu_run () {
 
 # The kernel interface is one list in four places: kernels/cuda/ops.h
 # declares it, kernels/cuda/*.cu define it, kernels/cuda/emu_names.h renames
-# it for the host emulation and lib/cuda_emu.c defines that.  A function in
+# it for the host emulation and lib/backend/cuda_emu.c defines that.  A function in
 # one and not another fails to link only in some builds; here, in every one.
 ops="$HP_SRC_DIR/kernels/cuda/ops.h"
-test_expect_success 'cuda/ops.h, kernels/cuda/*.cu, cuda/emu_names.h and lib/cuda_emu.c name the same functions' '
+test_expect_success 'cuda/ops.h, kernels/cuda/*.cu, cuda/emu_names.h and lib/backend/cuda_emu.c name the same functions' '
 	sed -n "s/^[a-z].*[ *]\(hp_cuda_[a-z0-9_]*\)(.*/\1/p" "$ops" | sort -u >declared &&
 	test "$(wc -l <declared)" -gt 40 &&
 	grep -ho "^extern \"C\" [^(]*hp_cuda_[a-z0-9_]*(" "$HP_SRC_DIR"/kernels/cuda/*.cu |
@@ -40,7 +40,7 @@ test_expect_success 'cuda/ops.h, kernels/cuda/*.cu, cuda/emu_names.h and lib/cud
 		"$HP_SRC_DIR/kernels/cuda/emu_names.h" | sort -u >renamed &&
 	sed -n "s/^#define hp_cuda_\([a-z0-9_]*\) hp_emu_\([a-z0-9_]*\)\$/\1 \2/p" \
 		"$HP_SRC_DIR/kernels/cuda/emu_names.h" | awk "\$1 != \$2" >misnamed &&
-	sed -n "s/^[a-z].*[ *]hp_emu_\([a-z0-9_]*\)(.*/hp_cuda_\1/p" "$HP_SRC_DIR/lib/cuda_emu.c" |
+	sed -n "s/^[a-z].*[ *]hp_emu_\([a-z0-9_]*\)(.*/hp_cuda_\1/p" "$HP_SRC_DIR/lib/backend/cuda_emu.c" |
 		sort -u >emulated &&
 	diff -u declared defined &&
 	diff -u declared renamed &&

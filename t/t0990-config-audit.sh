@@ -3,7 +3,7 @@ test_description='every config key is honored or refused: the audit walks the sc
 . "$(dirname "$0")/test-lib.sh"
 . "$TEST_DIR/lib-train.sh"
 
-# The keys come from the schema (hp-test-tool configkeys: lib/config.c's
+# The keys come from the schema (hp-test-tool configkeys: lib/config/config.c's
 # table), so a key added there without a row below fails this test.  Each
 # row says what the key does, and the test checks it:
 #

@@ -3,16 +3,16 @@
  *
  * MPI is always initialised: a tool started without mpiexec runs as an MPI
  * singleton of world size 1, so the same binary works by hand, under
- * mpiexec and under srun.  Exit statuses are those of lib/err.h.
+ * mpiexec and under srun.  Exit statuses are those of lib/base/err.h.
  */
 #include <getopt.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "cpu/isa.h"
-#include "comm.h"
+#include "comm/comm.h"
 #include "common-main.h"
-#include "fileio.h"
-#include "log.h"
+#include "base/fileio.h"
+#include "base/log.h"
 
 int die_err(const struct hp_err *e)
 {

@@ -12,7 +12,7 @@
 
 #include <mpi.h>
 
-#include "err.h"
+#include "base/err.h"
 
 /* Defined by each tool. */
 extern const char hp_tool_name[];

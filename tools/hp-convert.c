@@ -3,7 +3,7 @@
  * plan's shards, random init straight into shards, and shards back to an HF
  * folder.
  *
- * Thin client of lib/shard.h.  Output goes to a temporary folder beside
+ * Thin client of lib/dist/shard.h.  Output goes to a temporary folder beside
  * the target, renamed when every process has finished, so a failure leaves
  * nothing behind.  Under mpiexec process p writes ranks p, p + n, ...; as
  * one process it writes them all.
@@ -16,12 +16,12 @@
 
 #include <jansson.h>
 
-#include "alloc.h"
-#include "comm.h"
+#include "base/alloc.h"
+#include "comm/comm.h"
 #include "common-main.h"
-#include "fileio.h"
-#include "log.h"
-#include "shard.h"
+#include "base/fileio.h"
+#include "base/log.h"
+#include "dist/shard.h"
 
 const char hp_tool_name[] = "hp-convert";
 

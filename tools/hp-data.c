@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "common-main.h"
-#include "hpdata.h"
-#include "indexed.h"
-#include "log.h"
-#include "progress.h"
+#include "data/hpdata.h"
+#include "format/indexed.h"
+#include "base/log.h"
+#include "base/progress.h"
 
 const char hp_tool_name[] = "hp-data";
 

@@ -2,7 +2,7 @@
  * hp-plan - resolve a YAML config into a placement plan ("hp-plan/1" JSON),
  * or explain a plan as tables.
  *
- * Thin client of lib/plan.h: load the config and the model's config.json,
+ * Thin client of lib/plan/plan.h: load the config and the model's config.json,
  * call hp_plan_resolve() and write the plan.  The world size is an input,
  * not a property of this process, so a plan for 64 ranks can be made on a
  * laptop.  --explain reads either a plan (checking its hash) or a config,
@@ -14,12 +14,12 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "common-main.h"
-#include "config.h"
-#include "hfconfig.h"
-#include "log.h"
-#include "plan.h"
+#include "config/config.h"
+#include "config/hfconfig.h"
+#include "base/log.h"
+#include "plan/plan.h"
 
 const char hp_tool_name[] = "hp-plan";
 
@@ -54,7 +54,7 @@ static int parse_world(const char *s, int *w)
 	return 0;
 }
 
-/* Config and spec to plan, the model crop applied as lib/train.c does. */
+/* Config and spec to plan, the model crop applied as lib/train/train.c does. */
 static int resolve(struct hp_plan **p, const char *path, int novr, char **ovr, int world,
 		   struct hp_err *e)
 {

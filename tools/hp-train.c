@@ -10,11 +10,11 @@
 #include <getopt.h>
 #include <stdlib.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "common-main.h"
-#include "kernels.h"
-#include "log.h"
-#include "train.h"
+#include "backend/kernels.h"
+#include "base/log.h"
+#include "train/train.h"
 
 const char hp_tool_name[] = "hp-train";
 

@@ -3,17 +3,17 @@
  * one-process reference in one MPI job, and name the first module whose
  * output, gradient or updated weights differ.
  *
- * Thin client: the run is hp-train's (lib/train.c) with the comparison of
- * lib/verify.c switched on; this parses the command line and prints the
+ * Thin client: the run is hp-train's (lib/train/train.c) with the comparison of
+ * lib/dist/verify.c switched on; this parses the command line and prints the
  * table hp_train_run leaves.
  */
 #include <getopt.h>
 #include <stdlib.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "common-main.h"
-#include "log.h"
-#include "train.h"
+#include "base/log.h"
+#include "train/train.h"
 
 const char hp_tool_name[] = "hp-verify";
 

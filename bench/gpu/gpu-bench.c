@@ -10,10 +10,10 @@
  *    4 KV heads, head_dim 128 (causal: forward 2*T*T*Hq*D flops,
  *    backward 2.5x that).
  * 3. The model of CONFIG (a Qwen3-30B-A3B-shaped config.json by default)
- *    on the CUDA backend (lib/backend_cuda.c, lib/model.c's one
+ *    on the CUDA backend (lib/backend/backend_cuda.c, lib/model/model.c's one
  *    orchestration), one sequence of T tokens: forward + backward + grad
  *    norm and clipping + AdamW step, as hp-train's single-process loop
- *    (lib/train.c) runs them, tokens/s and MFU against 989 TFLOP/s
+ *    (lib/train/train.c) runs them, tokens/s and MFU against 989 TFLOP/s
  *    (H100/H200 dense bf16).  Model flops per token: 6 * (active matmul
  *    parameters, LM head included) + 6 * layers * T * Hq * D (causal
  *    attention, forward and backward).  Kernels: flash attention (the
@@ -42,11 +42,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cuda/ops.h"
-#include "hfconfig.h"
-#include "model.h"
-#include "optim.h"
+#include "config/hfconfig.h"
+#include "model/model.h"
+#include "dist/optim.h"
 
 #define PEAK 989e12
 #define GIB 1073741824.0
@@ -213,7 +213,7 @@ static void run_open(struct run *r, const struct hp_model_spec *spec, int layers
 	}
 }
 
-/* one optimizer step of one micro-batch, as lib/train.c's loop runs it;
+/* one optimizer step of one micro-batch, as lib/train/train.c's loop runs it;
  * the loss (CE mean, plus the weighted aux loss) and the gradient norm */
 static void run_step(struct run *r, double lr, double *loss, double *norm)
 {

@@ -51,7 +51,7 @@
 #include <cblas.h>
 #include <pthread.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "cpu/gemm.h"
 #include "cpu/isa.h"
 #include "cpu/pool.h"

@@ -77,7 +77,7 @@ void hp_rmsnorm_bwd_vec(float *dx, float *dw, const float *dy, const float *x, c
 
 /* ---- RoPE (HF rotate_half form) ---- */
 /* cos/sin tables [T, head_dim/2] for positions 0..T-1: angle = pos * inv_freq[i],
- * both times attention_factor (lib/hfconfig.h, hp_model_spec_rope_table). */
+ * both times attention_factor (lib/config/hfconfig.h, hp_model_spec_rope_table). */
 void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, const double *inv_freq,
 		   double attention_factor);
 /* Rotate in place x[N, n_heads*head_dim] whose token n sits at position pos[n]. */

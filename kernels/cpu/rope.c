@@ -6,7 +6,7 @@
  *   out[i+half]   = x[i+half]*cos[i] + x[i]*sin[i]
  * where angle[i] = pos * inv_freq[i] and cos, sin are multiplied by the
  * RoPE type's attention factor (1 but for yarn).  The caller computes
- * inv_freq for the model's RoPE type (lib/hfconfig.c,
+ * inv_freq for the model's RoPE type (lib/config/hfconfig.c,
  * hp_model_spec_rope).  The angles are computed in double and rounded once;
  * transformers' table is float32 (inv_freq, the angle and cos/sin), so it
  * differs from this one by a few ulps at large positions.

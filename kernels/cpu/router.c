@@ -1,6 +1,6 @@
 /*
  * router.c - the Qwen3-MoE router's top-k and its backward, as HF's
- * Qwen3MoeSparseMoeBlock computes them (see ops.h).  lib/model.c runs them;
+ * Qwen3MoeSparseMoeBlock computes them (see ops.h).  lib/model/model.c runs them;
  * the CUDA router (kernels/cuda/moe.cu) is tested against them.
  */
 #include <math.h>

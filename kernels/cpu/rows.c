@@ -4,7 +4,7 @@
  * (HF's index_select for the experts' rows, and expert parallelism's
  * regrouping), the MoE block's weighted combine and its backward, residual
  * adds and bias sums.  The CPU backend runs them, and the CUDA backend's
- * host emulation (lib/cuda_emu.c) runs the same ones, so the emulated GPU
+ * host emulation (lib/backend/cuda_emu.c) runs the same ones, so the emulated GPU
  * adds what the CPU adds in the order the CPU adds it.
  */
 #include "cpu/ops.h"

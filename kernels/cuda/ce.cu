@@ -21,7 +21,7 @@
 #include "cuda/common.cuh"
 
 extern "C" {
-#include "alloc.h"
+#include "base/alloc.h"
 }
 
 /* threads for rows of V: enough to keep a 150k-entry vocabulary's row

@@ -1,7 +1,7 @@
 /*
  * cuda/emu_names.h - with HP_CUDA_EMU, cuda/ops.h declares the host
- * emulation of the CUDA kernels (lib/cuda_emu.c) under these names, so
- * that lib/backend_cuda.c compiles once against the GPU's kernels and
+ * emulation of the CUDA kernels (lib/backend/cuda_emu.c) under these names, so
+ * that lib/backend/backend_cuda.c compiles once against the GPU's kernels and
  * once against their emulation (HP_CUDA_EMULATE) and both link into one
  * program.  One line per function of cuda/ops.h (t/t0960 checks the list
  * is whole).

@@ -1,5 +1,5 @@
 /*
- * cuda/ops.h - the CUDA kernels under the CUDA backend (lib/backend_cuda.c),
+ * cuda/ops.h - the CUDA kernels under the CUDA backend (lib/backend/backend_cuda.c),
  * on device memory.
  *
  * Conventions (the CPU's, see cpu/ops.h, unless said otherwise):
@@ -21,7 +21,7 @@
  *  - Errors: functions that return int return 0 or HP_ECUDA with the
  *    CUDA/cuBLAS error string in e.
  *
- * The host emulation (lib/cuda_emu.c, HP_CUDA_EMULATE) implements this
+ * The host emulation (lib/backend/cuda_emu.c, HP_CUDA_EMULATE) implements this
  * same interface on the host from kernels/cpu: compiled with HP_CUDA_EMU,
  * this header declares hp_emu_* in place of hp_cuda_* (cuda/emu_names.h)
  * and hp_bf16 is a float holding a bf16 value (rounded, or in exact mode
@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 #ifdef HP_CUDA_EMU
 #include "cuda/emu_names.h"
@@ -107,7 +107,7 @@ void hp_cuda_embedding_fwd(float *out, const int32_t *ids, const float *table, l
 /* dtable[ids - v0] += dout rows, deterministically: the caller passes the
  * tokens grouped by id: order[] token indices sorted by (id, index), and
  * starts[nu + 1] where group u is order[starts[u] .. starts[u+1]) and all
- * share the id ids[order[starts[u]]] (lib/backend_cuda.c builds them on
+ * share the id ids[order[starts[u]]] (lib/backend/backend_cuda.c builds them on
  * the host, leaving out the ids outside the range and the padding id). */
 void hp_cuda_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, const int32_t *order,
 			   const int32_t *starts, int nu, int C, int v0);

@@ -37,7 +37,7 @@ $(O)/t/cuemu/%.o: t/cuemu/%.cpp $(O)/.flags
 $(O)/t/cuemu/test-%.o: t/unit/test-%.c $(O)/.flags
 	@mkdir -p $(dir $@)
 	$(quiet) CC '$< (emulated)'
-	$(Q)$(CC) $(CUEMU_CPPFLAGS) -include lib/compat.h $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(CUEMU_CPPFLAGS) -include lib/base/compat.h $(CFLAGS) -c -o $@ $<
 
 # the emulated objects come before libhp.a, which (in a CUDA build) holds the
 # real kernels: every hp_cuda_* / hp_cu_* symbol is taken from them; no CUDA library

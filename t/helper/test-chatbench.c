@@ -13,9 +13,9 @@
 #include <jansson.h>
 #include <time.h>
 
-#include "alloc.h"
-#include "chat.h"
-#include "tokenizer.h"
+#include "base/alloc.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 int cmd_chatbench(int argc, char **argv);
 

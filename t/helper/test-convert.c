@@ -3,7 +3,7 @@
  * file or index) hold the same tensors, bit for bit: the same names, dtypes,
  * shapes and bytes.  Prints the first difference.
  */
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 int cmd_stsame(int argc, char **argv);
 

@@ -20,8 +20,8 @@
 #include <getopt.h>
 #include <jansson.h>
 
-#include "err.h"
-#include "indexed.h"
+#include "base/err.h"
+#include "format/indexed.h"
 
 int cmd_mkidx(int argc, char **argv);
 int cmd_dumpidx(int argc, char **argv);

@@ -15,12 +15,12 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "alloc.h"
-#include "hfconfig.h"
-#include "model.h"
-#include "online.h"
-#include "optim.h"
-#include "safetensors.h"
+#include "base/alloc.h"
+#include "config/hfconfig.h"
+#include "model/model.h"
+#include "data/online.h"
+#include "dist/optim.h"
+#include "format/safetensors.h"
 #include "tap.h"
 
 int cmd_logits(int argc, char **argv);

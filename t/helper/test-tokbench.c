@@ -8,8 +8,8 @@
  */
 #include <time.h>
 
-#include "alloc.h"
-#include "tokenizer.h"
+#include "base/alloc.h"
+#include "text/tokenizer.h"
 
 int cmd_tokbench(int argc, char **argv);
 

@@ -10,9 +10,9 @@
  * subcommand's job is to print; errors go to stderr as "hp-test-tool: ...";
  * exit 0 on success, 1 on failure, 2 on a bad command line.
  */
-#include "config.h"
+#include "config/config.h"
 #include "cpu/isa.h"
-#include "err.h"
+#include "base/err.h"
 
 /* Defined in t/helper/test-*.c; sorted by name, like the table. */
 int cmd_chatbench(int argc, char **argv);  /* test-chatbench.c */

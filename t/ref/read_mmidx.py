@@ -4,7 +4,7 @@
 Written from the format of megatron/core/datasets/indexed_dataset.py
 (_IndexWriter / _IndexReader, MMIDIDX version 1), with nothing but the
 Python standard library, so that the tests of hp-data check hp's writer
-against the format rather than against hp's own reader (lib/indexed.c):
+against the format rather than against hp's own reader (lib/format/indexed.c):
 
   PREFIX.idx, little-endian, no padding:
     9 bytes   magic b"MMIDIDX\\x00\\x00"

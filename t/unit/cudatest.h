@@ -3,7 +3,7 @@
  * host bf16 rounding, device buffers made from host arrays and back, bit
  * comparisons, and the normalised error they are judged by.  Only for
  * tests built with HP_HAVE_CUDA (on a GPU, or under t/cuemu); the host
- * emulation of lib/cuda_emu.c is not what they test.
+ * emulation of lib/backend/cuda_emu.c is not what they test.
  */
 #ifndef HP_T_CUDATEST_H
 #define HP_T_CUDATEST_H
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cuda/ops.h"
-#include "dtype.h"
+#include "base/dtype.h"
 #include "tap.h"
 
 /* x rounded to bf16 in place: the CPU reference then sees exactly the

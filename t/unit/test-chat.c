@@ -18,10 +18,10 @@
  */
 #include <jansson.h>
 
-#include "alloc.h"
-#include "chat.h"
+#include "base/alloc.h"
+#include "text/chat.h"
 #include "tap.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 static char src_dir[4096];
 

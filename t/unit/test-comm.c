@@ -16,10 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm.h"
-#include "config.h"
-#include "hfconfig.h"
-#include "plan.h"
+#include "comm/comm.h"
+#include "config/config.h"
+#include "config/hfconfig.h"
+#include "plan/plan.h"
 #include "tap.h"
 
 static int rank, world;

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "config.h"
+#include "base/alloc.h"
+#include "config/config.h"
 #include "../tap.h"
 
 static char src_dir[PATH_MAX];

@@ -1,5 +1,5 @@
 /*
- * test-crc32c.c - lib/crc32c.c: the RFC 3720 (iSCSI) known answers on both
+ * test-crc32c.c - lib/base/crc32c.c: the RFC 3720 (iSCSI) known answers on both
  * paths, the table path against a bit-at-a-time reference, incremental use
  * at every split point, and the SSE4.2 path against the table path at every
  * length up to 5000 and every alignment, plus lengths that reach its
@@ -8,7 +8,7 @@
  */
 #include <time.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;

@@ -40,7 +40,7 @@
 #include <math.h>
 
 #include "cpu/ops.h"
-#include "hfconfig.h"
+#include "config/hfconfig.h"
 #include "tap.h"
 
 #ifdef HP_HAVE_CUDA
@@ -374,7 +374,7 @@ static void test_sumsq(size_t n)
 
 /* ---- embedding: the vocabulary range [v0, v0 + V) of a table of Vall rows ---- */
 
-/* order and starts as lib/backend_cuda.c builds them: the tokens whose id
+/* order and starts as lib/backend/backend_cuda.c builds them: the tokens whose id
  * is in range and not pad, sorted by (id, index) (insertion sort: a test's
  * N), and where each id's group starts; returns the number of groups */
 static int groups(int32_t *order, int32_t *starts, const int32_t *ids, long N, int v0, int V, int pad)
@@ -672,7 +672,7 @@ static void test_router(long N, int E, int K, int norm, int ties)
 	free(aux); free(want); free(gl);
 }
 
-/* lib/model.c's expert-major rows: row r holds (row_tok[r], row_slot[r]),
+/* lib/model/model.c's expert-major rows: row r holds (row_tok[r], row_slot[r]),
  * rows grouped by expert, tokens in order within an expert; tok_rows[t*K +
  * j] are token t's K rows in ascending order (not slot order: the CPU's
  * row loop adds a token's rows in that order) */

@@ -1,6 +1,6 @@
 /*
  * test-docs.c - documents inside the indexed dataset's rows and its
- * shuffle (lib/batch.c), through the whole model: a record that packs two
+ * shuffle (lib/data/batch.c), through the whole model: a record that packs two
  * documents with eod_mask_loss and reset_position_ids/reset_attention_mask
  * gives the loss and the gradients of the two documents run apart, and
  * each setting changes what is computed.
@@ -23,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
-#include "hfconfig.h"
-#include "indexed.h"
-#include "model.h"
+#include "data/batch.h"
+#include "config/hfconfig.h"
+#include "format/indexed.h"
+#include "model/model.h"
 #include "tap.h"
 
 #define EOD 2

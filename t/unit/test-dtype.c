@@ -10,10 +10,10 @@
  */
 #include <math.h>
 
-#include "alloc.h"
-#include "arena.h"
-#include "err.h"
-#include "dtype.h"
+#include "base/alloc.h"
+#include "base/arena.h"
+#include "base/err.h"
+#include "base/dtype.h"
 #include "tap.h"
 
 static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

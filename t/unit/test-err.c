@@ -1,11 +1,11 @@
 /*
- * test-err.c - lib/err.c: a message too long for struct hp_err keeps its
+ * test-err.c - lib/base/err.c: a message too long for struct hp_err keeps its
  * start and its end (where the reason is) around "...", never splits a
  * UTF-8 character, survives an argument that points into the record and a
  * failed allocation, and hp_err_prefix keeps the old message's end.
  */
-#include "alloc.h"
-#include "err.h"
+#include "base/alloc.h"
+#include "base/err.h"
 #include "tap.h"
 
 #define ROOM (HP_ERR_MSG_MAX - 1)

@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "cpu/gemm.h"
 #include "cpu/isa.h"
 #include "tap.h"

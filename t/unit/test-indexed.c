@@ -1,6 +1,6 @@
 /*
- * test-indexed.c - unit tests of lib/indexed.c (Megatron MMIDIDX reader and
- * writer) and lib/batch.c (training rows cut from it).
+ * test-indexed.c - unit tests of lib/format/indexed.c (Megatron MMIDIDX reader and
+ * writer) and lib/data/batch.c (training rows cut from it).
  *
  * The format is pinned by comparing the writer's output with bytes spelled
  * out by hand from Megatron's _IndexWriter, not only by reading back what
@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "batch.h"
-#include "indexed.h"
+#include "base/alloc.h"
+#include "data/batch.h"
+#include "format/indexed.h"
 #include "../tap.h"
 
 static char dir[4096];

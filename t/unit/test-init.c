@@ -1,5 +1,5 @@
 /*
- * test-init.c - the counter-based random init of lib/init.c: Philox4x32-10
+ * test-init.c - the counter-based random init of lib/model/init.c: Philox4x32-10
  * known answers, values pinned against an independent Python
  * implementation of the definition in init.h, slice independence, distinct
  * streams, the statistics of a million draws, and the HF init kind of every
@@ -69,7 +69,7 @@
  */
 #include <math.h>
 
-#include "init.h"
+#include "model/init.h"
 #include "tap.h"
 
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

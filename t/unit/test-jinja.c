@@ -1,5 +1,5 @@
 /*
- * test-jinja.c - lib/jinja.c against jinja2 itself, and what jinja2 cannot
+ * test-jinja.c - lib/text/jinja.c against jinja2 itself, and what jinja2 cannot
  * check: provenance tags, generation marks, errors, limits, no memory.
  *
  * 1. Differential goldens: t/golden/jinja/cases.jsonl holds templates (small
@@ -23,8 +23,8 @@
 
 #include <jansson.h>
 
-#include "alloc.h"
-#include "jinja.h"
+#include "base/alloc.h"
+#include "text/jinja.h"
 #include "tap.h"
 
 static const char *src_dir(void)

@@ -34,7 +34,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
-#include "hfconfig.h"
+#include "config/hfconfig.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;

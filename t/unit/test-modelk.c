@@ -5,7 +5,7 @@
  * all together, on the Llama, Qwen3 and Qwen3-MoE fixtures, with packed
  * rows, odd lengths and chunks that do not divide the tokens.  And the
  * plan's activation estimate equals the model's arena with every kernel
- * choice (hp-plan measures with lib/model.c's own take_acts; this holds the
+ * choice (hp-plan measures with lib/model/model.c's own take_acts; this holds the
  * measuring pass equal to the allocation).  And one backend carries
  * model after model, each with its own weights (models_in_turn).
  *
@@ -33,10 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
-#include "model.h"
-#include "plan.h"
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/model.h"
+#include "plan/plan.h"
 #include "tap.h"
 
 static char src[4096];
@@ -76,7 +76,7 @@ static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, 
 		return -1;
 	}
 	hp_model_zero_grad(&m);
-	if (preset_scale) {   /* as lib/train.c does: the step's count is known first */
+	if (preset_scale) {   /* as lib/train/train.c does: the step's count is known first */
 		long c = 0;
 
 		for (long i = 0; i < (long)B * T; i++)

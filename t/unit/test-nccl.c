@@ -15,9 +15,9 @@
  */
 #include <mpi.h>
 
-#include "comm.h"
-#include "comm_nccl.h"
-#include "dtype.h"
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
+#include "base/dtype.h"
 #include "tap.h"
 #if HP_HAVE_CUDA
 #include <cuda_runtime_api.h>

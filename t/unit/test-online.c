@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "online.h"
+#include "base/alloc.h"
+#include "data/online.h"
 #include "tap.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 static char dir[256];
 static const char *model_dir;

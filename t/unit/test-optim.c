@@ -12,8 +12,8 @@
  */
 #include <math.h>
 
-#include "model.h"
-#include "optim.h"
+#include "model/model.h"
+#include "dist/optim.h"
 #include "tap.h"
 
 #define MAXN 64

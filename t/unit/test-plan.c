@@ -2,7 +2,7 @@
  * test-plan.c - the plan's contracts that tools build on:
  *   - the "model" section is a config.json that loads back to the same spec;
  *   - the "config" section loads back to the same config;
- *   - at one rank, the estimate of parameter bytes is what lib/model.c
+ *   - at one rank, the estimate of parameter bytes is what lib/model/model.c
  *     allocates for weights, and the activation estimate is its arena;
  *   - the ranks' pieces of every parameter tile it exactly once, for every
  *     layout of the golden plans (t/plan), at every rank;
@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "hfconfig.h"
-#include "model.h"
-#include "plan.h"
+#include "config/config.h"
+#include "config/hfconfig.h"
+#include "model/model.h"
+#include "plan/plan.h"
 #include "tap.h"
 
 static char src[4096];

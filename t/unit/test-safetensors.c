@@ -1,5 +1,5 @@
 /*
- * test-safetensors.c - unit tests for lib/safetensors.c, printing TAP.
+ * test-safetensors.c - unit tests for lib/format/safetensors.c, printing TAP.
  *
  * Covers the real stories260K checkpoints (F32 single file, BF16 in two
  * shards behind an index), a write -> open -> compare round trip, one
@@ -11,7 +11,7 @@
  *
  * What this is not: a fuzzer (fuzz/fuzz-safetensors.c is) or a test of the
  * dtype conversions themselves (those are exact by construction in
- * lib/dtype.c; here they only serve as the expected values).
+ * lib/base/dtype.c; here they only serve as the expected values).
  *
  * Runs from any directory: data is found under $HP_SRC_DIR (default "."),
  * scratch files go under $TMPDIR (default /tmp) and are removed at the end.
@@ -27,8 +27,8 @@
 
 #include <jansson.h>
 
-#include "alloc.h"
-#include "safetensors.h"
+#include "base/alloc.h"
+#include "format/safetensors.h"
 #include "tap.h"
 
 static const char *src_dir;

@@ -1,9 +1,9 @@
 /*
- * test-sha256.c - lib/sha256.c against the FIPS 180-4 example vectors
+ * test-sha256.c - lib/base/sha256.c against the FIPS 180-4 example vectors
  * ("abc", the 448-bit two-block message, one million 'a') and the empty
  * message, fed whole and in odd-sized pieces so the buffering is covered.
  */
-#include "sha256.h"
+#include "base/sha256.h"
 #include "tap.h"
 
 static void hex(const unsigned char d[32], char out[65])

@@ -23,8 +23,8 @@
 
 #include <jansson.h>
 
-#include "alloc.h"
-#include "tokenizer.h"
+#include "base/alloc.h"
+#include "text/tokenizer.h"
 #include "../tap.h"
 
 static char src_dir[PATH_MAX];

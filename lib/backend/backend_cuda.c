@@ -1,0 +1,1275 @@
+/*
+ * backend_cuda.c - the CUDA backend (backend.h) over the kernels of
+ * kernels/cuda/ops.h.
+ *
+ * Compiled twice: here, against the GPU's kernels (in a CUDA build only),
+ * and by backend_cuda_emu.c with HP_CUDA_EMU, against their host
+ * emulation (lib/backend/cuda_emu.c, every build), so that what this file adds to
+ * the kernels runs in CI: the bf16 operands the tensor cores read, made
+ * from fp32 activations into scratch that grows to the largest call; the
+ * bf16 working copy of the weights (up to four registered regions, one
+ * per model); the deterministic embedding backward's grouping; context
+ * parallel attention as flash attention over a row prefix; the host
+ * sums of the cross-entropy; and the collectives, through NCCL (the
+ * streams ordered by events) or host-staged over MPI.
+ *
+ * Host-staged collectives: the device buffer comes to a host staging
+ * buffer, MPI carries it (lib/comm/comm.c, so every call is counted there as
+ * on the CPU), and the result goes back.  Reductions of bf16 run in fp32
+ * on the host and round once.  This path serves device buffers where NCCL
+ * cannot: ranks that share a GPU, builds without NCCL, the emulation.
+ *
+ * Errors: an op that cannot report one (a scratch allocation, a cuBLAS
+ * call) keeps the first in st->err; sync, get and download return it.
+ */
+#include <math.h>
+
+#include "base/alloc.h"
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
+#include "cuda/ops.h"
+
+/* the two compilations' constructors (hp_backend_cuda_open picks) */
+int hp_backend_cuda_emu_new(struct hp_backend **bp, int round_bf16, struct hp_err *e);
+int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct hp_err *e);
+
+#if defined(HP_CUDA_EMU) || defined(HP_HAVE_CUDA)
+
+#if !defined(HP_CUDA_EMU) && defined(HP_HAVE_NCCL)
+#define USE_NCCL 1
+#else
+#define USE_NCCL 0
+#endif
+
+enum { S_X, S_DY, S_Q, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV, S_LSE, S_SEG, S_DI, S_AUX, S_ORD, S_START,
+       S_W, NSCR };
+#define NREGION 4
+#define NEV 16
+
+struct cu {
+	struct hp_backend b;
+	char name[96];
+	int rc;                      /* the first error an op could not return */
+	struct hp_err err;
+	struct { float *base; size_t n; hp_bf16 *wb; } reg[NREGION];
+	void *scr[NSCR];             /* device scratch, grown on demand */
+	size_t cap[NSCR];
+	void *host;                  /* host scratch (embedding groups, staging, stats) */
+	size_t hcap;
+	int shared;                  /* other ranks use this GPU too */
+	int nccl;                    /* the collectives go through NCCL */
+	struct hp_nccl nc[HP_NDIM + 1];
+	void *ev[NEV];
+	int evi;
+	struct hp_breq greq;         /* the blocking all-gather's */
+	int comm_want;               /* HP_CUDA_COMM: 0 unset, 1 nccl, 2 staged */
+};
+
+static struct cu *cu_of(struct hp_backend *b)
+{
+	return (struct cu *)b;
+}
+
+static void keep(struct cu *c, int rc)
+{
+	if (rc && !c->rc)
+		c->rc = rc;
+}
+
+/* Before the host waits for the compute stream: with NCCL, the stream
+ * waits (through events) for the groups' collectives, and one that a
+ * stopped peer never joins would hold cudaStreamSynchronize forever; poll
+ * the stream instead, under training.collective_timeout_s, watching the
+ * groups for NCCL's errors (comm_nccl.h).  Nothing to do without NCCL: the
+ * host-staged collectives are MPI's, and wait in lib/comm/comm.c. */
+static int dev_idle(struct cu *c, struct hp_err *e)
+{
+#if USE_NCCL
+	if (c->nccl)
+		return hp_nccl_wait_stream(hp_cuda_stream(), c->nc, HP_NDIM + 1, e);
+#endif
+	return 0;
+}
+
+/* The host waits for the compute stream. */
+static int dev_sync(struct cu *c, struct hp_err *e)
+{
+	int rc = dev_idle(c, e);
+
+	return rc ? rc : hp_cuda_sync(e);
+}
+
+/* Device scratch slot i of at least bytes; NULL (error kept) on failure.
+ * It grows once to the largest call and stays: only the first step
+ * allocates. */
+static void *scr(struct cu *c, int i, size_t bytes)
+{
+	if (bytes <= c->cap[i] && c->scr[i])
+		return c->scr[i];
+	if (c->scr[i]) {
+		keep(c, dev_sync(c, &c->err));   /* earlier kernels may still read it */
+		hp_cuda_free(c->scr[i]);
+	}
+	c->cap[i] = 0;
+	if (!(c->scr[i] = hp_cuda_alloc(bytes + 64, &c->err))) {
+		keep(c, c->err.code ? c->err.code : HP_ECUDA);
+		return NULL;
+	}
+	c->cap[i] = bytes;
+	return c->scr[i];
+}
+
+static hp_bf16 *bscr(struct cu *c, int i, size_t n)
+{
+	return scr(c, i, n * sizeof(hp_bf16));
+}
+
+/* Host memory *p of *cap bytes, grown to at least bytes; NULL when that
+ * failed (*p then NULL too). */
+static void *host_grow(void **p, size_t *cap, size_t bytes)
+{
+	if (bytes > *cap || !*p) {
+		hp_free(*p);
+		*cap = 0;
+		if (!(*p = hp_malloc(bytes + 64)))
+			return NULL;
+		*cap = bytes;
+	}
+	return *p;
+}
+
+/* Host scratch of at least bytes. */
+static void *hscr(struct cu *c, size_t bytes)
+{
+	if (!host_grow(&c->host, &c->hcap, bytes))
+		keep(c, hp_err_set(&c->err, HP_ENOMEM, "cuda: out of host memory for %zu MiB of staging",
+				   bytes >> 20));
+	return c->host;
+}
+
+/* x (n floats) as bf16 operands in slot i */
+static const hp_bf16 *as_bf16(struct cu *c, int i, const float *x, size_t n)
+{
+	hp_bf16 *y = bscr(c, i, n);
+
+	if (y && n)
+		hp_cuda_f32_to_bf16(y, x, n);
+	return y;
+}
+
+/* The working copy of weight W (O*K floats): from its registered region,
+ * else converted now. */
+/* The working copy of [w, w + n) when a registered region holds it, else NULL. */
+static hp_bf16 *region_wb(struct cu *c, const float *w, size_t n)
+{
+	for (int i = 0; i < NREGION; i++)
+		if (c->reg[i].wb && w >= c->reg[i].base && w + n <= c->reg[i].base + c->reg[i].n)
+			return c->reg[i].wb + (w - c->reg[i].base);
+	return NULL;
+}
+
+static const hp_bf16 *wb_of(struct cu *c, const float *W, size_t n)
+{
+	const hp_bf16 *wb = region_wb(c, W, n);
+
+	return wb ? wb : as_bf16(c, S_W, W, n);
+}
+
+/* ---- memory ---- */
+
+static void *k_alloc(struct hp_backend *b, size_t bytes, struct hp_err *e)
+{
+	return hp_cuda_alloc(bytes ? bytes : 1, e);
+}
+
+static void k_free(struct hp_backend *b, void *p)
+{
+	if (p)
+		hp_cuda_free(p);
+}
+
+static int k_upload(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	return bytes ? hp_cuda_upload(dst, src, bytes, e) : 0;
+}
+
+static int k_download(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	int rc;
+
+	if (c->rc)
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	if (!bytes)
+		return 0;
+	/* the download waits for the stream */
+	return (rc = dev_idle(c, e)) ? rc : hp_cuda_download(dst, src, bytes, e);
+}
+
+static void k_copy(struct hp_backend *b, void *dst, const void *src, size_t bytes)
+{
+	if (bytes && dst != src)
+		hp_cuda_copy(dst, src, bytes);
+}
+
+static void k_copy2d(struct hp_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch,
+		     size_t width, size_t rows)
+{
+	if (width && rows)
+		hp_cuda_copy2d(dst, dpitch, src, spitch, width, rows);
+}
+
+static void k_zero(struct hp_backend *b, void *p, size_t bytes)
+{
+	if (bytes)
+		hp_cuda_zero(p, bytes);
+}
+
+static int k_sync(struct hp_backend *b, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+	if (c->rc)
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	return dev_sync(c, e);
+}
+
+static int k_put(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
+{
+	return n ? hp_cuda_upload(x->d, x->h, n * sizeof(int32_t), e) : 0;
+}
+
+static int k_get(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
+{
+	return k_download(b, x->h, x->d, n * sizeof(int32_t), e);
+}
+
+static size_t k_esize(struct hp_backend *b, enum hp_dtype t)
+{
+	return t == HP_DTYPE_BF16 ? sizeof(hp_bf16) : hp_dtype_size(t);
+}
+
+static void k_convert(struct hp_backend *b, void *dst, enum hp_dtype dt, const void *src, enum hp_dtype st, size_t n)
+{
+	if (dt == st)
+		k_copy(b, dst, src, n * k_esize(b, dt));
+	else if (dt == HP_DTYPE_BF16)
+		hp_cuda_f32_to_bf16(dst, src, n);
+	else
+		hp_cuda_bf16_to_f32(dst, src, n);
+}
+
+static void k_acc(struct hp_backend *b, float *dst, const void *src, enum hp_dtype st, size_t n)
+{
+	if (st == HP_DTYPE_BF16)
+		hp_cuda_add_bf16(dst, src, n);
+	else
+		hp_cuda_acc(dst, src, n);
+}
+
+/* n 0: the region at base is gone (its model released); its copy goes too,
+ * so that memory the device hands out again is never taken for it */
+static int k_weights(struct hp_backend *b, float *base, size_t n, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+	if (!n) {
+		for (int i = 0; i < NREGION; i++)
+			if (c->reg[i].wb && c->reg[i].base == base) {
+				hp_cuda_free(c->reg[i].wb);
+				memset(&c->reg[i], 0, sizeof(c->reg[i]));
+			}
+		return 0;
+	}
+	for (int i = 0; i < NREGION; i++)
+		if (!c->reg[i].wb) {
+			if (!(c->reg[i].wb = hp_cuda_alloc(n * sizeof(hp_bf16) + 64, e)))
+				return e->code;
+			c->reg[i].base = base;
+			c->reg[i].n = n;
+			return 0;
+		}
+	return hp_err_set(e, HP_EINVAL, "cuda: more than %d models on one backend", NREGION);
+}
+
+static void k_weights_changed(struct hp_backend *b, const float *w, size_t n)
+{
+	hp_bf16 *wb = n ? region_wb(cu_of(b), w, n) : NULL;
+
+	if (wb)
+		hp_cuda_f32_to_bf16(wb, w, n);
+}
+
+/* ---- ops ---- */
+
+static void k_linear_fwd(struct hp_backend *b, float *y, const float *x, const float *W, const float *bias, long N,
+			 int K, int O)
+{
+	struct cu *c = cu_of(b);
+	const hp_bf16 *xb, *wb;
+
+	if (N <= 0 || O <= 0)
+		return;
+	if (!(xb = as_bf16(c, S_X, x, (size_t)N * K)) || !(wb = wb_of(c, W, (size_t)O * K)))
+		return;
+	keep(c, hp_cuda_linear_fwd(y, xb, wb, bias, N, K, O, &c->err));
+}
+
+static void k_linear_bwd(struct hp_backend *b, float *dx, float *dW, float *db, const float *dy, const float *x,
+			 const float *W, long N, int K, int O, int accumulate)
+{
+	struct cu *c = cu_of(b);
+	const hp_bf16 *dyb, *xb, *wb;
+
+	if (N <= 0)
+		return;
+	if (!(dyb = as_bf16(c, S_DY, dy, (size_t)N * O)) || !(xb = as_bf16(c, S_X, x, (size_t)N * K)) ||
+	    !(wb = wb_of(c, W, (size_t)O * K)))
+		return;
+	keep(c, hp_cuda_linear_bwd(dx, dW, db, dyb, xb, wb, N, K, O, accumulate, &c->err));
+}
+
+static void k_rmsnorm_fwd(struct hp_backend *b, float *y, float *rstd, const float *x, const float *w, long N, int C,
+			  float eps)
+{
+	hp_cuda_rmsnorm_fwd(y, rstd, x, w, N, C, eps);
+}
+
+static void k_rmsnorm_bwd(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x, const float *w,
+			  const float *rstd, long N, int C, int accumulate)
+{
+	hp_cuda_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, accumulate);
+}
+
+/* fused_rmsnorm: the residual add, then the norm (two kernels on the GPU) */
+static void k_rmsnorm_res_fwd(struct hp_backend *b, float *h, float *y, float *rstd, const float *a, const float *bb,
+			      const float *w, long N, int C, float eps)
+{
+	if (bb)
+		hp_cuda_add(h, a, bb, (size_t)N * C);
+	else if (h != a)
+		hp_cuda_copy(h, a, (size_t)N * C * sizeof(float));
+	hp_cuda_rmsnorm_fwd(y, rstd, h, w, N, C, eps);
+}
+
+static void k_rope_fwd(struct hp_backend *b, float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
+		       long N, int H, int D)
+{
+	hp_cuda_rope_fwd(x, pos, cos_t, sin_t, N, H, D);
+}
+
+static void k_rope_bwd(struct hp_backend *b, float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
+		       long N, int H, int D)
+{
+	hp_cuda_rope_bwd(dx, pos, cos_t, sin_t, N, H, D);
+}
+
+static void k_swiglu_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long n)
+{
+	if (n > 0)
+		hp_cuda_swiglu_fwd(h, g, u, (size_t)n);
+}
+
+static void k_swiglu_bwd(struct hp_backend *b, float *dg, float *du, const float *dh, const float *g, const float *u,
+			 long n)
+{
+	if (n > 0)
+		hp_cuda_swiglu_bwd(dg, du, dh, g, u, (size_t)n);
+}
+
+static void k_swiglu_rows_fwd(struct hp_backend *b, float *h, const float *gu, long rows, int I)
+{
+	hp_cuda_swiglu_rows_fwd(h, gu, rows, I);
+}
+
+static void k_swiglu_rows_bwd(struct hp_backend *b, float *dgu, const float *dh, const float *gu, long rows, int I)
+{
+	hp_cuda_swiglu_rows_bwd(dgu, dh, gu, rows, I);
+}
+
+static int k_flash_supports(struct hp_backend *b, int D)
+{
+	return hp_cuda_flash_supports(D);
+}
+
+/* flash attention on fp32 q, k, v: bf16 operands, the output back in fp32 */
+static void k_flash_fwd(struct hp_backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
+			const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
+{
+	struct cu *c = cu_of(b);
+	size_t nq = (size_t)B * T * Hq * D, nk = (size_t)B * T * Hkv * D;
+	const hp_bf16 *qb, *kb, *vb;
+	hp_bf16 *ob;
+
+	if (!nq || !(qb = as_bf16(c, S_Q, q, nq)) || !(kb = as_bf16(c, S_K, k, nk)) ||
+	    !(vb = as_bf16(c, S_V, v, nk)) || !(ob = bscr(c, S_O, nq)))
+		return;
+	hp_cuda_flash_fwd(ob, lse, qb, kb, vb, seg, B, T, Hq, Hkv, D);
+	hp_cuda_bf16_to_f32(out, ob, nq);
+}
+
+static void k_flash_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, const float *dout, const float *out,
+			const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+			float *scratch, int B, int T, int Hq, int Hkv, int D)
+{
+	struct cu *c = cu_of(b);
+	size_t nq = (size_t)B * T * Hq * D, nk = (size_t)B * T * Hkv * D;
+	const hp_bf16 *qb, *kb, *vb, *ob, *dob;
+	hp_bf16 *dqb, *dkb, *dvb;
+
+	if (!nq || !(qb = as_bf16(c, S_Q, q, nq)) || !(kb = as_bf16(c, S_K, k, nk)) ||
+	    !(vb = as_bf16(c, S_V, v, nk)) || !(ob = as_bf16(c, S_O, out, nq)) ||
+	    !(dob = as_bf16(c, S_DO, dout, nq)) || !(dqb = bscr(c, S_DQ, nq)) || !(dkb = bscr(c, S_DK, nk)) ||
+	    !(dvb = bscr(c, S_DV, nk)))
+		return;
+	hp_cuda_flash_bwd(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, seg, scratch, B, T, Hq, Hkv, D);
+	hp_cuda_bf16_to_f32(dq, dqb, nq);
+	hp_cuda_bf16_to_f32(dk, dkb, nk);
+	hp_cuda_bf16_to_f32(dv, dvb, nk);
+}
+
+static size_t k_flash_scratch(struct hp_backend *b, int B, int T, int H, int D)
+{
+	return hp_cuda_flash_scratch(B, T, H);
+}
+
+/* the GPU has no eager attention: the model runs flash (has_eager 0); a
+ * caller that asks anyway gets flash with P's room holding lse */
+static void k_attention_fwd(struct hp_backend *b, float *out, float *P, const float *q, const float *k,
+			    const float *v, const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
+{
+	k_flash_fwd(b, out, P, q, k, v, seg, B, T, Hq, Hkv, D);
+}
+
+static void k_attention_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, const float *dout, const float *P,
+			    const float *q, const float *k, const float *v, const int32_t *seg, float *scratch,
+			    int B, int T, int Hq, int Hkv, int D)
+{
+	keep(cu_of(b), hp_err_set(&cu_of(b)->err, HP_EINVAL, "cuda: the eager attention's backward has no "
+				  "kernel here (the model runs flash attention on this backend)"));
+}
+
+/*
+ * Context parallelism, the K/V all-gather mode: the chunk of Tq queries at
+ * q0 against the keys of their whole rows is flash attention over each
+ * row's prefix of L = q0 + Tq tokens, the queries padded with zero rows
+ * before q0 (their outputs dropped; in the backward their lse is +inf and
+ * their dout zero, so they add nothing to dK, dV).  The tensor-core kernel
+ * serves every layout this way, at the cost of the padded rows.
+ */
+struct prefix {
+	hp_bf16 *q, *k, *v;
+	int32_t *seg;
+	size_t L, QD, KD;
+};
+
+static int prefix_in(struct cu *c, struct prefix *x, const float *q, const float *k, const float *v,
+		     const int32_t *seg, int B, int Tq, int S, int q0, int Hq, int Hkv, int D)
+{
+	size_t L = (size_t)q0 + Tq, QD = (size_t)Hq * D, KD = (size_t)Hkv * D, es = sizeof(hp_bf16);
+
+	x->L = L;
+	x->QD = QD;
+	x->KD = KD;
+	if (!(x->q = bscr(c, S_Q, (size_t)B * L * QD)) || !(x->k = bscr(c, S_K, (size_t)B * L * KD)) ||
+	    !(x->v = bscr(c, S_V, (size_t)B * L * KD)) ||
+	    (seg && !(x->seg = scr(c, S_SEG, (size_t)B * L * sizeof(int32_t)))))
+		return -1;
+	if (!seg)
+		x->seg = NULL;
+	for (int b = 0; b < B; b++) {
+		hp_cuda_zero(x->q + (size_t)b * L * QD, (size_t)q0 * QD * es);
+		hp_cuda_f32_to_bf16(x->q + ((size_t)b * L + q0) * QD, q + (size_t)b * Tq * QD, (size_t)Tq * QD);
+		hp_cuda_f32_to_bf16(x->k + (size_t)b * L * KD, k + (size_t)b * S * KD, L * KD);
+		hp_cuda_f32_to_bf16(x->v + (size_t)b * L * KD, v + (size_t)b * S * KD, L * KD);
+		if (seg) {
+			hp_cuda_zero(x->seg + (size_t)b * L, (size_t)q0 * sizeof(int32_t));
+			hp_cuda_copy(x->seg + (size_t)b * L + q0, seg + (size_t)b * Tq, (size_t)Tq * sizeof(int32_t));
+		}
+	}
+	return 0;
+}
+
+static void k_cp_attention_fwd(struct hp_backend *b, float *out, float *P, float *lse, const float *q,
+			       const float *k, const float *v, const int32_t *seg, int B, int Tq, int S, int q0,
+			       int Hq, int Hkv, int D)
+{
+	struct cu *c = cu_of(b);
+	struct prefix x;
+	hp_bf16 *ob;
+	float *lseL;
+
+	if (!lse) {
+		keep(c, hp_err_set(&c->err, HP_EINVAL, "cuda: context-parallel attention keeps lse, not P"));
+		return;
+	}
+	if (prefix_in(c, &x, q, k, v, seg, B, Tq, S, q0, Hq, Hkv, D) || !(ob = bscr(c, S_O, (size_t)B * x.L * x.QD)) ||
+	    !(lseL = scr(c, S_LSE, (size_t)B * Hq * x.L * sizeof(float))))
+		return;
+	hp_cuda_flash_fwd(ob, lseL, x.q, x.k, x.v, x.seg, B, (int)x.L, Hq, Hkv, D);
+	for (int bb = 0; bb < B; bb++)
+		hp_cuda_bf16_to_f32(out + (size_t)bb * Tq * x.QD, ob + ((size_t)bb * x.L + q0) * x.QD, (size_t)Tq * x.QD);
+	/* lse [B, Hq, Tq]: the last Tq of each (b, h) row of [B, Hq, L] */
+	hp_cuda_copy2d(lse, (size_t)Tq * sizeof(float), lseL + q0, x.L * sizeof(float), (size_t)Tq * sizeof(float),
+		       (size_t)B * Hq);
+}
+
+static void k_cp_attention_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, const float *dout,
+			       const float *out, const float *P, const float *lse, const float *q, const float *k,
+			       const float *v, const int32_t *seg, float *scratch, int B, int Tq, int S, int q0,
+			       int Hq, int Hkv, int D)
+{
+	struct cu *c = cu_of(b);
+	struct prefix x;
+	hp_bf16 *ob, *dob, *dqb, *dkb, *dvb;
+	float *lseL, *di;
+	size_t es = sizeof(hp_bf16);
+
+	if (prefix_in(c, &x, q, k, v, seg, B, Tq, S, q0, Hq, Hkv, D) || !(ob = bscr(c, S_O, (size_t)B * x.L * x.QD)) ||
+	    !(dob = bscr(c, S_DO, (size_t)B * x.L * x.QD)) || !(dqb = bscr(c, S_DQ, (size_t)B * x.L * x.QD)) ||
+	    !(dkb = bscr(c, S_DK, (size_t)B * x.L * x.KD)) || !(dvb = bscr(c, S_DV, (size_t)B * x.L * x.KD)) ||
+	    !(lseL = scr(c, S_LSE, (size_t)B * Hq * x.L * sizeof(float))) ||
+	    !(di = scr(c, S_DI, hp_cuda_flash_scratch(B, (int)x.L, Hq) * sizeof(float) + 4)))
+		return;
+	for (int bb = 0; bb < B; bb++) {
+		size_t at = (size_t)bb * x.L * x.QD, pad = (size_t)q0 * x.QD;
+
+		hp_cuda_zero(ob + at, pad * es);
+		hp_cuda_zero(dob + at, pad * es);
+		hp_cuda_f32_to_bf16(ob + at + pad, out + (size_t)bb * Tq * x.QD, (size_t)Tq * x.QD);
+		hp_cuda_f32_to_bf16(dob + at + pad, dout + (size_t)bb * Tq * x.QD, (size_t)Tq * x.QD);
+	}
+	/* the padded queries: lse +inf, probability 0 */
+	hp_cuda_fill_inf(lseL, (size_t)B * Hq * x.L);
+	hp_cuda_copy2d(lseL + q0, x.L * sizeof(float), lse, (size_t)Tq * sizeof(float), (size_t)Tq * sizeof(float),
+		       (size_t)B * Hq);
+	hp_cuda_flash_bwd(dqb, dkb, dvb, dob, ob, lseL, x.q, x.k, x.v, x.seg, di, B, (int)x.L, Hq, Hkv, D);
+	for (int bb = 0; bb < B; bb++) {
+		hp_cuda_bf16_to_f32(dq + (size_t)bb * Tq * x.QD, dqb + ((size_t)bb * x.L + q0) * x.QD,
+				    (size_t)Tq * x.QD);
+		hp_cuda_bf16_to_f32(dk + (size_t)bb * S * x.KD, dkb + (size_t)bb * x.L * x.KD, x.L * x.KD);
+		hp_cuda_bf16_to_f32(dv + (size_t)bb * S * x.KD, dvb + (size_t)bb * x.L * x.KD, x.L * x.KD);
+		hp_cuda_zero(dk + ((size_t)bb * S + x.L) * x.KD, (S - x.L) * x.KD * sizeof(float));
+		hp_cuda_zero(dv + ((size_t)bb * S + x.L) * x.KD, (S - x.L) * x.KD * sizeof(float));
+	}
+}
+
+static size_t k_cp_attention_scratch(struct hp_backend *b, int S)
+{
+	return 1;   /* its own (S_DI) */
+}
+
+static void k_router_topk(struct hp_backend *b, float *probs, int32_t *sel, float *wsel, long N, int E, int K,
+			  int norm)
+{
+	hp_cuda_router_topk(probs, sel, wsel, probs, N, E, K, norm);
+}
+
+static void k_router_bwd(struct hp_backend *b, float *dprob, const float *probs, const int32_t *sel,
+			 const float *wsel, const float *dwsel, const double *aux, double aux_grad, long N, int E,
+			 int K, int norm)
+{
+	struct cu *c = cu_of(b);
+	double *ad = NULL;
+
+	if (aux && aux_grad != 0) {
+		if (!(ad = scr(c, S_AUX, (size_t)E * sizeof(double))))
+			return;
+		keep(c, hp_cuda_upload(ad, aux, (size_t)E * sizeof(double), &c->err));
+	}
+	hp_cuda_router_bwd(dprob, probs, sel, wsel, dwsel, ad, ad ? aux_grad : 0, N, E, K, norm);
+}
+
+/* The count and range check on the host's targets, the sum on the device. */
+static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const float *logits,
+		    const struct hp_i32 *targets, long N, int V)
+{
+	struct cu *c = cu_of(b);
+	long cnt = 0;
+
+	for (long n = 0; n < N; n++) {
+		int t = targets->h[n];
+
+		if (t == HP_IGNORE_INDEX)
+			continue;
+		if (t < 0 || t >= V)
+			return -1;
+		cnt++;
+	}
+	*count = cnt;
+	*loss_sum = 0;
+	keep(c, hp_cuda_ce_loss(loss_sum, logits, targets->d, N, V, &c->err));
+	return 0;
+}
+
+static void k_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const int32_t *targets, long N, int V,
+		     float scale)
+{
+	hp_cuda_ce_bwd(dlogits, logits, targets, N, V, scale);
+}
+
+static void k_vp_ce_max(struct hp_backend *b, float *mx, const float *logits, long N, int Vl)
+{
+	hp_cuda_vp_ce_max(mx, logits, N, Vl);
+}
+
+static void k_vp_ce_sums(struct hp_backend *b, double *stats, const float *logits, const float *mx,
+			 const int32_t *targets, long N, int Vl, int v0)
+{
+	hp_cuda_vp_ce_sums(stats, logits, mx, targets, N, Vl, v0);
+}
+
+/* the loss from the statistics, on the host (hp_vp_ce_loss) */
+static int k_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, const double *stats, const float *mx,
+			const struct hp_i32 *targets, long N, int V)
+{
+	struct cu *c = cu_of(b);
+	size_t sb = 2 * (size_t)N * sizeof(double);
+	char *h = hscr(c, sb + (size_t)N * sizeof(float));
+
+	if (!h || k_download(b, h, stats, sb, &c->err) ||
+	    k_download(b, h + sb, mx, (size_t)N * sizeof(float), &c->err)) {
+		keep(c, c->err.code ? c->err.code : HP_ECUDA);
+		*loss_sum = NAN;
+		*count = 0;
+		return 0;
+	}
+	return hp_vp_ce_loss(loss_sum, count, (const double *)h, (const float *)(h + sb), targets->h, N, V);
+}
+
+static void k_vp_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const double *stats,
+			const float *mx, const int32_t *targets, long N, int Vl, int v0, float scale)
+{
+	hp_cuda_vp_ce_bwd(dlogits, logits, stats, mx, targets, N, Vl, v0, scale);
+}
+
+static void k_embed_fwd(struct hp_backend *b, float *out, const struct hp_i32 *ids, const float *table, long N,
+			int C, int v0, int V)
+{
+	hp_cuda_embedding_fwd(out, ids->d, table, N, C, v0, V);
+}
+
+/* (id, index) order: a total order, so any correct sort gives the same
+ * result a stable sort by id would */
+static int tok_less(const int32_t *ids, int32_t a, int32_t b)
+{
+	return ids[a] < ids[b] || (ids[a] == ids[b] && a < b);
+}
+
+static void tok_sift(int32_t *o, const int32_t *ids, long i, long n)
+{
+	for (;;) {
+		long ch = 2 * i + 1;
+		if (ch >= n)
+			break;
+		if (ch + 1 < n && tok_less(ids, o[ch], o[ch + 1]))
+			ch++;
+		if (!tok_less(ids, o[i], o[ch]))
+			break;
+		int32_t t = o[i];
+		o[i] = o[ch];
+		o[ch] = t;
+		i = ch;
+	}
+}
+
+/* The tokens grouped by id for hp_cuda_embedding_bwd: the ids in [v0, v0 +
+ * V) other than pad, sorted by (id, index) in place (heap sort), and where
+ * each id's group starts; returns the number of groups. */
+static int embed_groups(int32_t *order, int32_t *starts, const int32_t *ids, long N, int v0, int V, int pad)
+{
+	long kept = 0;
+	int nu = 0;
+
+	for (long i = 0; i < N; i++)
+		if (ids[i] - v0 >= 0 && ids[i] - v0 < V && ids[i] != pad)
+			order[kept++] = (int32_t)i;
+	for (long i = kept / 2 - 1; i >= 0; i--)
+		tok_sift(order, ids, i, kept);
+	for (long n = kept - 1; n > 0; n--) {
+		int32_t t = order[0];
+		order[0] = order[n];
+		order[n] = t;
+		tok_sift(order, ids, 0, n);
+	}
+	for (long i = 0; i < kept; i++)
+		if (i == 0 || ids[order[i]] != ids[order[i - 1]])
+			starts[nu++] = (int32_t)i;
+	starts[nu] = (int32_t)kept;
+	return nu;
+}
+
+static int k_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, const struct hp_i32 *ids, long N,
+		       int C, int v0, int V, int pad, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	size_t bytes = (size_t)N * sizeof(int32_t);
+	int32_t *h = hscr(c, 2 * bytes + sizeof(int32_t)), *od, *sd;
+	int nu, rc;
+
+	if (!h || !(od = scr(c, S_ORD, bytes + 4)) || !(sd = scr(c, S_START, bytes + 4)))
+		return hp_err_set(e, c->rc ? c->rc : HP_ENOMEM, "%s", c->err.msg);
+	nu = embed_groups(h, h + N, ids->h, N, v0, V, pad);
+	if ((rc = hp_cuda_upload(od, h, bytes, e)) ||
+	    (rc = hp_cuda_upload(sd, h + N, (size_t)(nu + 1) * sizeof(int32_t), e)))
+		return rc;
+	if (nu)
+		hp_cuda_embedding_bwd(dtable, dout, ids->d, od, sd, nu, C, v0);
+	/* the host scratch is the next call's: the uploads must have read it */
+	return dev_sync(c, e);
+}
+
+static void k_add(struct hp_backend *b, float *x, const float *a, const float *bb, long n)
+{
+	if (n > 0)
+		hp_cuda_add(x, a, bb, (size_t)n);
+}
+
+static void k_add_bias(struct hp_backend *b, float *x, const float *bias, long N, int C)
+{
+	hp_cuda_add_bias(x, bias, N, C);
+}
+
+static void k_colsum(struct hp_backend *b, float *db, const float *x, long N, int C)
+{
+	hp_cuda_colsum(db, x, N, C);
+}
+
+static void k_max(struct hp_backend *b, float *x, const float *y, long n)
+{
+	if (n > 0)
+		hp_cuda_max(x, y, (size_t)n);
+}
+
+static void k_add_f64(struct hp_backend *b, double *x, const double *y, long n)
+{
+	if (n > 0)
+		hp_cuda_add_f64(x, y, (size_t)n);
+}
+
+static void k_gather_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
+{
+	hp_cuda_gather_rows(dst, src, idx, R, C);
+}
+
+static void k_scatter_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
+{
+	hp_cuda_scatter_rows(dst, src, idx, R, C);
+}
+
+static void k_moe_combine(struct hp_backend *b, float *out, const float *ye, const float *wsel,
+			  const struct hp_route *rt, long N, int K, int C)
+{
+	hp_cuda_combine(out, ye, wsel, rt->tok_rows, rt->row_slot, N, K, C);
+}
+
+static void k_moe_combine_bwd(struct hp_backend *b, float *dye, float *dwsel, const float *dout, const float *ye,
+			      const float *wsel, const struct hp_route *rt, long N, int K, int C)
+{
+	hp_cuda_combine_bwd(dye, dwsel, dout, ye, wsel, rt->row_tok, rt->row_slot, N * K, K, C);
+}
+
+static void k_moe_scatter_add(struct hp_backend *b, float *dx, const float *dxe, const struct hp_route *rt, long N,
+			      int K, int C)
+{
+	hp_cuda_scatter_add_rows(dx, dxe, rt->tok_rows, N, K, C);
+}
+
+static int k_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t n, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	double s = 0;
+	int rc;
+
+	if (c->rc)
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	if (!n)
+		return 0;
+	if ((rc = hp_cuda_sumsq(&s, x, n, e)))
+		return rc;
+	*acc += s;
+	return 0;
+}
+
+static void k_scale(struct hp_backend *b, float *x, float s, size_t n)
+{
+	if (n)
+		hp_cuda_scale(x, s, n);
+}
+
+/* the working copy follows where w is a registered region's */
+static void k_adamw(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,
+		    const struct hp_adamw_hparams *h, int decay)
+{
+	hp_bf16 *wb = region_wb(cu_of(b), w, n);
+
+	if (n)
+		hp_cuda_adamw(w, wb, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, decay);
+}
+
+/* ---- collectives ---- */
+
+/*
+ * Host-staged: the wire carries the buffer's elements as they are in
+ * device memory, except bf16 held in fp32 (the emulation), which travels
+ * as F32 while counting as BF16; a reduction of bf16 sums in fp32 on the
+ * host and rounds once.
+ */
+static enum hp_dtype wire_of(enum hp_dtype t)
+{
+	return t == HP_DTYPE_BF16 && sizeof(hp_bf16) == sizeof(float) ? HP_DTYPE_F32 : t;
+}
+
+/* device elements (n of t) in host staging h -> fp32 in f (reductions of bf16) */
+static void bf16_in(float *f, const hp_bf16 *h, size_t n)
+{
+#ifdef HP_CUDA_EMU
+	memmove(f, h, n * sizeof(float));
+#else
+	for (size_t i = n; i-- > 0;)   /* backwards: f may start where h does */
+		f[i] = hp_bf16_to_f32(h[i]);
+#endif
+}
+
+static void bf16_out(hp_bf16 *h, const float *f, size_t n)
+{
+#ifdef HP_CUDA_EMU
+	for (size_t i = 0; i < n; i++)
+		h[i] = hp_emu_rounds() ? hp_bf16_to_f32(hp_f32_to_bf16(f[i])) : f[i];
+#else
+	for (size_t i = 0; i < n; i++)
+		h[i] = hp_f32_to_bf16(f[i]);
+#endif
+}
+
+/* A collective whose counting is done here (the wire type differs). */
+static void quiet(struct hp_comm *c, int on)
+{
+	c->quiet += on ? 1 : -1;
+}
+
+#if USE_NCCL
+static struct hp_nccl *nccl_of(struct cu *c, struct hp_comm *cm)
+{
+	return c->nccl && cm->dim >= 0 && cm->dim <= HP_NDIM && c->nc[cm->dim].c == cm ? &c->nc[cm->dim] : NULL;
+}
+
+static void *next_ev(struct cu *c)
+{
+	c->evi = (c->evi + 1) % NEV;
+	return c->ev[c->evi];
+}
+
+/* nc's stream after the compute so far */
+static int nc_in(struct cu *c, struct hp_nccl *nc, struct hp_err *e)
+{
+	return hp_nccl_order(hp_cuda_stream(), nc->stream, next_ev(c), e);
+}
+
+/* the compute after nc's stream */
+static int nc_out(struct cu *c, struct hp_nccl *nc, struct hp_err *e)
+{
+	return hp_nccl_order(nc->stream, hp_cuda_stream(), next_ev(c), e);
+}
+#define NCCL_CALL(call) do { \
+		struct hp_nccl *nc_ = nccl_of(c, cm); \
+		if (nc_) { \
+			int rc_ = nc_in(c, nc_, e); \
+			if (!rc_) \
+				rc_ = (call); \
+			return rc_ ? rc_ : nc_out(c, nc_, e); \
+		} \
+	} while (0)
+#define NC nc_
+#else
+#define NCCL_CALL(call) do { } while (0)
+#endif
+
+static int staged_reduce(struct cu *c, struct hp_comm *cm, const void *send, void *recv, size_t n, size_t nout,
+			 enum hp_dtype t, int op, int scatter, struct hp_err *e)
+{
+	size_t es = k_esize(&c->b, t), in = scatter ? (size_t)cm->size * n : n;
+	char *h = hscr(c, in * (t == HP_DTYPE_BF16 ? sizeof(float) : es) + nout * sizeof(float));
+	int rc;
+
+	if (!h)
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	if ((rc = k_download(&c->b, h, send, in * es, e)))
+		return rc;
+	if (t == HP_DTYPE_BF16) {
+		float *f = (float *)h, *o = f + in;
+
+		bf16_in(f, (const hp_bf16 *)h, in);
+		quiet(cm, 1);
+		rc = scatter ? hp_comm_reduce_scatter(cm, f, o, n, HP_DTYPE_F32, (enum hp_red)op, e) :
+			       hp_comm_allreduce(cm, f, n, HP_DTYPE_F32, (enum hp_red)op, e);
+		quiet(cm, 0);
+		if (rc)
+			return rc;
+		hp_comm_count(cm, scatter ? HP_COLL_REDUCE_SCATTER : HP_COLL_ALL_REDUCE,
+			      (uint64_t)in * hp_dtype_size(t), 0);
+		bf16_out((hp_bf16 *)h, scatter ? o : f, nout);
+		return k_upload(&c->b, recv, h, nout * es, e);
+	}
+	rc = scatter ? hp_comm_reduce_scatter(cm, h, h + in * es, n, t, (enum hp_red)op, e) :
+		       hp_comm_allreduce(cm, h, n, t, (enum hp_red)op, e);
+	return rc ? rc : k_upload(&c->b, recv, scatter ? h + in * es : h, nout * es, e);
+}
+
+static int k_allreduce(struct hp_backend *b, struct hp_comm *cm, void *buf, size_t n, enum hp_dtype t, int op,
+		       struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+	if (cm->size <= 1 || !n)
+		return 0;
+	NCCL_CALL(hp_nccl_allreduce(NC, buf, n, t, (enum hp_red)op, e));
+	return staged_reduce(c, cm, buf, buf, n, n, t, op, 0, e);
+}
+
+static int k_reduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+			    enum hp_dtype t, int op, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+	if (cm->size <= 1) {
+		k_copy(b, recv, send, n * k_esize(b, t));
+		return 0;
+	}
+	NCCL_CALL(hp_nccl_reduce_scatter(NC, send, recv, n, t, (enum hp_red)op, e));
+	return staged_reduce(c, cm, send, recv, n, n, t, op, 1, e);
+}
+
+/* Start an all-gather: staged, the shard comes to the host now and MPI
+ * runs while the host goes on; the result goes up in wait.  NCCL: queued
+ * on the group's stream, which the compute waits for in wait. */
+static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+			enum hp_dtype t, struct hp_breq *r, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	size_t es = k_esize(b, t);
+	enum hp_dtype w = wire_of(t);
+	int rc;
+
+	r->active = 0;
+	r->req = MPI_REQUEST_NULL;
+	r->nc = NULL;
+	if (cm->size <= 1) {
+		k_copy(b, recv, send, n * es);
+		return 0;
+	}
+	r->active = 1;
+#if USE_NCCL
+	struct hp_nccl *nc = nccl_of(c, cm);
+	if (nc) {
+		r->nc = nc;
+		return (rc = nc_in(c, nc, e)) ? rc : hp_nccl_allgather(nc, send, recv, n, t, e);
+	}
+#endif
+	r->recv = recv;
+	r->off = n * es;
+	r->bytes = (size_t)cm->size * n * es;
+	/* the request keeps its staging for the next gather (hp_backend.req_free) */
+	if (!host_grow(&r->stage, &r->cap, r->off + r->bytes))
+		return hp_err_set(e, HP_ENOMEM, "cuda: out of host memory staging an all-gather of %zu MiB",
+				  r->bytes >> 20);
+	if ((rc = k_download(b, r->stage, send, n * es, e)))
+		return rc;
+	if (w != t)
+		quiet(cm, 1);
+	rc = hp_comm_iallgather(cm, r->stage, (char *)r->stage + r->off, n, w, &r->req, e);
+	if (w != t) {
+		quiet(cm, 0);
+		if (!rc)
+			hp_comm_count(cm, HP_COLL_ALL_GATHER, (uint64_t)n * hp_dtype_size(t), 0);
+	}
+	(void)c;
+	return rc;
+}
+
+static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
+{
+	int rc = 0;
+
+	if (!r->active)
+		return 0;
+	r->active = 0;
+#if USE_NCCL
+	if (r->nc)
+		return nc_out(cu_of(b), r->nc, e);
+#endif
+	if (r->req != MPI_REQUEST_NULL)
+		hp_comm_wait(&r->req);
+	rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
+	/* the upload must have read the stage before the next gather fills it */
+	return rc ? rc : hp_cuda_sync(e);
+}
+
+static void k_req_free(struct hp_backend *b, struct hp_breq *r)
+{
+	hp_free(r->stage);
+	r->stage = NULL;
+	r->cap = 0;
+}
+
+/* started and finished at once, on the backend's own request (its staging reused) */
+static int k_allgather(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+		       enum hp_dtype t, struct hp_err *e)
+{
+	struct hp_breq *r = &cu_of(b)->greq;
+	int rc = k_iallgather(b, cm, send, recv, n, t, r, e);
+
+	return rc ? rc : k_wait(b, r, e);
+}
+
+/* all-to-all(v): no reduction, the elements travel as they are */
+static int staged_a2a(struct cu *c, struct hp_comm *cm, const void *send, const int *sc, const int *sd, void *recv,
+		      const int *rc_, const int *rd, size_t n, enum hp_dtype t, int v, int routed, struct hp_err *e)
+{
+	size_t es = k_esize(&c->b, t), sn = 0, rn = 0;
+	enum hp_dtype w = wire_of(t);
+	char *h;
+	int rc;
+
+	for (int p = 0; p < cm->size; p++) {
+		if (!v)
+			continue;
+		if ((size_t)sd[p] + (size_t)sc[p] > sn)
+			sn = (size_t)sd[p] + (size_t)sc[p];
+		if ((size_t)rd[p] + (size_t)rc_[p] > rn)
+			rn = (size_t)rd[p] + (size_t)rc_[p];
+	}
+	if (!v)
+		sn = rn = (size_t)cm->size * n;
+	if (!(h = hscr(c, (sn + rn) * es + 8)))
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	if ((rc = k_download(&c->b, h, send, sn * es, e)))
+		return rc;
+	if (w != t)
+		quiet(cm, 1);
+	rc = v ? hp_comm_alltoallv(cm, h, sc, sd, h + sn * es, rc_, rd, w, routed, e) :
+		 hp_comm_alltoall(cm, h, h + sn * es, n, w, e);
+	if (w != t) {
+		quiet(cm, 0);
+		if (!rc) {
+			uint64_t tot = 0;
+			for (int p = 0; v && p < cm->size; p++)
+				tot += (uint64_t)sc[p];
+			hp_comm_count(cm, v ? HP_COLL_ALL_TO_ALLV : HP_COLL_ALL_TO_ALL,
+				      (v ? tot : (uint64_t)cm->size * n) * hp_dtype_size(t), routed);
+		}
+	}
+	return rc ? rc : k_upload(&c->b, recv, h + sn * es, rn * es, e);
+}
+
+static int k_alltoall(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+		      enum hp_dtype t, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+	if (cm->size <= 1) {
+		k_copy(b, recv, send, n * k_esize(b, t));
+		return 0;
+	}
+	NCCL_CALL(hp_nccl_alltoall(NC, send, recv, n, t, e));
+	return staged_a2a(c, cm, send, NULL, NULL, recv, NULL, NULL, n, t, 0, 0, e);
+}
+
+static int k_alltoallv(struct hp_backend *b, struct hp_comm *cm, const void *send, const int *scounts,
+		       const int *sdispls, void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t,
+		       int routed, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+	if (cm->size <= 1) {
+		size_t es = k_esize(b, t);
+		k_copy(b, (char *)recv + (size_t)rdispls[0] * es, (const char *)send + (size_t)sdispls[0] * es,
+		       (size_t)scounts[0] * es);
+		return 0;
+	}
+	NCCL_CALL(hp_nccl_alltoallv(NC, send, scounts, sdispls, recv, rcounts, rdispls, t, routed, e));
+	return staged_a2a(c, cm, send, scounts, sdispls, recv, rcounts, rdispls, 0, t, 1, routed, e);
+}
+
+/*
+ * NCCL for the dims of cs, when each rank has a GPU of its own (not
+ * shared), this build has NCCL, and HP_CUDA_COMM is not "staged"; a
+ * group per dim of size > 1, made in dim order on every rank.
+ */
+static int k_attach(struct hp_backend *b, struct hp_comms *cs, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+
+#if USE_NCCL
+	int ok = !c->shared && c->comm_want != 2, all = ok, rc;
+
+	/* every rank decides alike: NCCL only where all of them can */
+	hp_comm_allreduce_raw(MPI_COMM_WORLD, &all, 1, MPI_INT, MPI_MIN);
+	if (!all) {
+		if (c->comm_want == 1)
+			return hp_err_set(e, HP_EUNSUP, "HP_CUDA_COMM=nccl: ranks share a GPU, and NCCL wants "
+					  "one GPU per rank");
+		return 0;
+	}
+	for (int i = 0; i < NEV; i++)
+		if ((rc = hp_nccl_event_new(&c->ev[i], e)))
+			return rc;
+	/* the mesh dims' groups (the world's collectives are the host's) */
+	for (int d = 0; d < HP_NDIM; d++)
+		if (cs->dim[d].size > 1 && (rc = hp_nccl_init(&c->nc[d], &cs->dim[d], e)))
+			return rc;
+	c->nccl = 1;
+#else
+	if (c->comm_want == 1)
+		return hp_err_set(e, HP_EUNSUP, "HP_CUDA_COMM=nccl: %s", sizeof(hp_bf16) == 4 ?
+				  "the emulation carries device buffers host-staged" : "hp was built without NCCL");
+#endif
+	(void)c;
+	(void)cs;
+	return 0;
+}
+
+static const char *k_comm_path(struct hp_backend *b)
+{
+	return cu_of(b)->nccl ? "nccl" : "host-staged";
+}
+
+static void k_close(struct hp_backend *b)
+{
+	struct cu *c = cu_of(b);
+
+#if USE_NCCL
+	for (int d = 0; d <= HP_NDIM; d++)
+		hp_nccl_free(&c->nc[d]);
+	for (int i = 0; i < NEV; i++)
+		hp_nccl_event_free(c->ev[i]);
+#endif
+	for (int i = 0; i < NREGION; i++)
+		if (c->reg[i].wb)
+			hp_cuda_free(c->reg[i].wb);
+	for (int i = 0; i < NSCR; i++)
+		if (c->scr[i])
+			hp_cuda_free(c->scr[i]);
+	hp_free(c->host);
+	k_req_free(b, &c->greq);
+	hp_cuda_fini();
+	hp_free(c);
+}
+
+static const struct hp_backend table = {
+	.kind = HP_BACKEND_CUDA,
+	.device = 1,
+	.alloc = k_alloc,
+	.free = k_free,
+	.upload = k_upload,
+	.download = k_download,
+	.copy = k_copy,
+	.copy2d = k_copy2d,
+	.zero = k_zero,
+	.release = k_zero,
+	.sync = k_sync,
+	.put = k_put,
+	.get = k_get,
+	.esize = k_esize,
+	.convert = k_convert,
+	.acc = k_acc,
+	.weights = k_weights,
+	.weights_changed = k_weights_changed,
+	.linear_fwd = k_linear_fwd,
+	.linear_bwd = k_linear_bwd,
+	.rmsnorm_fwd = k_rmsnorm_fwd,
+	.rmsnorm_bwd = k_rmsnorm_bwd,
+	.rmsnorm_res_fwd = k_rmsnorm_res_fwd,
+	.rmsnorm_res_bwd = k_rmsnorm_bwd,
+	.rope_fwd = k_rope_fwd,
+	.rope_bwd = k_rope_bwd,
+	.swiglu_fwd = k_swiglu_fwd,
+	.swiglu_bwd = k_swiglu_bwd,
+	.swiglu_rows_fwd = k_swiglu_rows_fwd,
+	.swiglu_rows_bwd = k_swiglu_rows_bwd,
+	.has_eager = 0,
+	.attention_fwd = k_attention_fwd,
+	.attention_bwd = k_attention_bwd,
+	.flash_supports = k_flash_supports,
+	.flash_fwd = k_flash_fwd,
+	.flash_bwd = k_flash_bwd,
+	.flash_scratch = k_flash_scratch,
+	.cp_attention_fwd = k_cp_attention_fwd,
+	.cp_attention_bwd = k_cp_attention_bwd,
+	.cp_attention_scratch = k_cp_attention_scratch,
+	.router_topk = k_router_topk,
+	.router_bwd = k_router_bwd,
+	.ce_fwd = k_ce_fwd,
+	.ce_bwd = k_ce_bwd,
+	.vp_ce_max = k_vp_ce_max,
+	.vp_ce_sums = k_vp_ce_sums,
+	.vp_ce_loss = k_vp_ce_loss,
+	.vp_ce_bwd = k_vp_ce_bwd,
+	.embed_fwd = k_embed_fwd,
+	.embed_bwd = k_embed_bwd,
+	.add = k_add,
+	.add_bias = k_add_bias,
+	.colsum = k_colsum,
+	.max = k_max,
+	.add_f64 = k_add_f64,
+	.gather_rows = k_gather_rows,
+	.scatter_rows = k_scatter_rows,
+	.moe_combine = k_moe_combine,
+	.moe_combine_bwd = k_moe_combine_bwd,
+	.moe_scatter_add = k_moe_scatter_add,
+	.sumsq_acc = k_sumsq_acc,
+	.scale = k_scale,
+	.adamw = k_adamw,
+	.allreduce = k_allreduce,
+	.allgather = k_allgather,
+	.iallgather = k_iallgather,
+	.wait = k_wait,
+	.req_free = k_req_free,
+	.reduce_scatter = k_reduce_scatter,
+	.alltoall = k_alltoall,
+	.alltoallv = k_alltoallv,
+	.attach = k_attach,
+	.comm_path = k_comm_path,
+	.close = k_close,
+};
+
+/* The backend on device dev (the emulation: its rounding), named. */
+#ifdef HP_CUDA_EMU
+int hp_backend_cuda_emu_new(struct hp_backend **bp, int round_bf16, struct hp_err *e)
+#else
+int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct hp_err *e)
+#endif
+{
+	const char *want = getenv("HP_CUDA_COMM");
+	char dn[128] = "";
+	struct cu *c;
+	int rc;
+
+	*bp = NULL;
+	/* read here, so that a bad value is refused on one rank too */
+	if (want && *want && strcmp(want, "nccl") && strcmp(want, "staged"))
+		return hp_err_set(e, HP_ECONFIG, "HP_CUDA_COMM=%s: expected nccl or staged", want);
+	if (!(c = hp_calloc(1, sizeof(*c))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory");
+	c->b = table;
+	c->comm_want = !want || !*want ? 0 : !strcmp(want, "nccl") ? 1 : 2;
+#ifdef HP_CUDA_EMU
+	c->b.kind = HP_BACKEND_CUDA_EMU;
+	hp_emu_round_bf16(round_bf16);
+	int dev = 0;
+#else
+	c->shared = shared;
+#endif
+	if ((rc = hp_cuda_init(dev, e)) || (rc = hp_cuda_device_name(dev, dn, sizeof(dn), e)) ||
+	    (rc = hp_cuda_reserve(8192, e))) {
+		hp_free(c);
+		return rc;
+	}
+	snprintf(c->name, sizeof(c->name), "cuda:%d %s", dev, dn);
+	c->b.name = c->name;
+	*bp = &c->b;
+	return 0;
+}
+
+#endif /* HP_CUDA_EMU || HP_HAVE_CUDA */

@@ -1,0 +1,447 @@
+/*
+ * cuda_emu.c - the CUDA kernels of kernels/cuda/ops.h emulated on the host
+ * (HP_CUDA_EMULATE=exact|bf16, hp-train(1)), so that the CUDA backend
+ * (lib/backend/backend_cuda.c, compiled against these as hp_emu_*) runs its own
+ * code - conversions to bf16 operands, working copies of the weights,
+ * routing tables, host-staged collectives - in every build and in CI,
+ * without a GPU.
+ *
+ * "Device" memory is host memory from hp_malloc, kept apart from the
+ * host's arrays as a GPU's is: what the backend forgets to upload or
+ * download shows.  hp_bf16 is a float here (cuda/ops.h with HP_CUDA_EMU),
+ * the fp32 shadow of a bf16 value: every kernel that stores bf16 rounds
+ * it to bf16 in bf16 mode, and keeps it as is in exact mode.
+ *
+ * Every kernel is the CPU kernel the CPU backend calls for the same op
+ * (kernels/cpu, the op table hp_backend_cpu_ops()), with the same
+ * arguments, so that in exact mode a step on the emulated GPU gives the
+ * CPU's bits wherever the backend computes what the CPU does (it does
+ * not where it rounds, where the GPU has no kernel of the CPU's kind: the
+ * eager attention, context parallelism's chunk attention, the fused norm).
+ * What it does not emulate: streams and their overlap (every call is done
+ * when it returns), the GPU's own reduction orders, and the rounding of P
+ * inside flash attention.
+ */
+#define HP_CUDA_EMU 1   /* cuda/ops.h: the hp_emu_* names, hp_bf16 a float */
+
+#include <math.h>
+
+#include "base/alloc.h"
+#include "backend/backend.h"
+#include "cpu/ops.h"
+#include "cuda/ops.h"
+#include "base/dtype.h"
+
+static int round_on;
+
+void hp_emu_round_bf16(int on)
+{
+	round_on = on;
+}
+
+int hp_emu_rounds(void)
+{
+	return round_on;
+}
+
+static float rnd(float f)
+{
+	return round_on ? hp_bf16_to_f32(hp_f32_to_bf16(f)) : f;
+}
+
+static void round_out(hp_bf16 *p, size_t n)
+{
+	for (size_t i = 0; round_on && i < n; i++)
+		p[i] = rnd(p[i]);
+}
+
+static const struct hp_cpu_ops *ops(void)
+{
+	return hp_backend_cpu_ops();
+}
+
+/* ---- device, stream, memory ---- */
+
+int hp_emu_device_count(void)
+{
+	return 1;
+}
+
+int hp_emu_device_name(int dev, char *buf, unsigned long n, struct hp_err *e)
+{
+	snprintf(buf, n, "host emulation (%s)", round_on ? "bf16" : "exact");
+	return 0;
+}
+
+int hp_emu_init(int dev, struct hp_err *e)
+{
+	return 0;
+}
+
+void hp_emu_fini(void)
+{
+}
+
+void *hp_emu_stream(void)
+{
+	return NULL;
+}
+
+int hp_emu_sync(struct hp_err *e)
+{
+	return 0;
+}
+
+int hp_emu_check(struct hp_err *e)
+{
+	return 0;
+}
+
+void *hp_emu_alloc(size_t bytes, struct hp_err *e)
+{
+	void *p = hp_malloc_aligned(bytes ? bytes : 1);
+
+	if (!p) {
+		hp_err_set(e, HP_ENOMEM, "cuda (emulated): out of device memory for %zu MiB", bytes >> 20);
+		return NULL;
+	}
+	memset(p, 0, bytes);
+	return p;
+}
+
+void hp_emu_free(void *p)
+{
+	hp_free_aligned(p);
+}
+
+int hp_emu_upload(void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+int hp_emu_download(void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+void hp_emu_zero(void *p, size_t bytes)
+{
+	memset(p, 0, bytes);
+}
+
+void hp_emu_copy(void *dst, const void *src, size_t bytes)
+{
+	memmove(dst, src, bytes);
+}
+
+void hp_emu_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows)
+{
+	for (size_t r = 0; r < rows; r++)
+		memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
+int hp_emu_reserve(int max_cols, struct hp_err *e)
+{
+	return 0;
+}
+
+int hp_emu_mem_info(size_t *free_b, size_t *total_b, struct hp_err *e)
+{
+	*free_b = *total_b = (size_t)1 << 40;
+	return 0;
+}
+
+/* ---- conversions and element-wise ---- */
+
+void hp_emu_f32_to_bf16(hp_bf16 *y, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = rnd(x[i]);
+}
+
+void hp_emu_bf16_to_f32(float *y, const hp_bf16 *x, size_t n)
+{
+	if ((const void *)y != (const void *)x)
+		memmove(y, x, n * sizeof(float));
+}
+
+void hp_emu_add_bf16(float *h, const hp_bf16 *o, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h[i] += o[i];
+}
+
+void hp_emu_add(float *x, const float *a, const float *b, size_t n)
+{
+	hp_residual_add(x, a, b, (long)n);
+}
+
+void hp_emu_acc(float *x, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+void hp_emu_add_bias(float *x, const float *b, long N, int C)
+{
+	hp_bias_add(x, b, N, C);
+}
+
+void hp_emu_colsum(float *db, const float *x, long N, int C)
+{
+	hp_bias_grad(db, x, N, C);
+}
+
+void hp_emu_max(float *x, const float *y, size_t n)
+{
+	hp_max_into(x, y, (long)n);
+}
+
+void hp_emu_add_f64(double *x, const double *y, size_t n)
+{
+	hp_add_into_f64(x, y, (long)n);
+}
+
+void hp_emu_scale(float *x, float s, size_t n)
+{
+	hp_scale(x, s, (long)n);
+}
+
+int hp_emu_sumsq(double *host_out, const float *x, size_t n, struct hp_err *e)
+{
+	double ss = 0;
+
+	for (size_t i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	*host_out = ss;
+	return 0;
+}
+
+/* ---- embedding ---- */
+
+void hp_emu_embedding_fwd(float *out, const int32_t *ids, const float *table, long N, int C, int v0, int V)
+{
+	hp_embedding_fwd_range(out, ids, table, N, C, v0, V);
+}
+
+void hp_emu_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, const int32_t *order,
+			  const int32_t *starts, int nu, int C, int v0)
+{
+	for (int u = 0; u < nu; u++)
+		for (int32_t j = starts[u]; j < starts[u + 1]; j++) {
+			float *row = dtable + (long)(ids[order[j]] - v0) * C;
+			const float *d = dout + (long)order[j] * C;
+
+			for (int c = 0; c < C; c++)
+				row[c] += d[c];
+		}
+}
+
+/* ---- RMSNorm, RoPE, SwiGLU ---- */
+
+void hp_emu_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, long N, int C, float eps)
+{
+	hp_rmsnorm_fwd(y, rstd, x, w, N, C, eps);
+}
+
+void hp_emu_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, const float *rstd,
+			long N, int C, int accumulate)
+{
+	hp_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, accumulate);
+}
+
+void hp_emu_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D)
+{
+	hp_rope_fwd(x, pos, cos_t, sin_t, N, H, D);
+}
+
+void hp_emu_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D)
+{
+	hp_rope_bwd(dx, pos, cos_t, sin_t, N, H, D);
+}
+
+void hp_emu_swiglu_fwd(float *h, const float *g, const float *u, size_t n)
+{
+	ops()->swiglu_fwd(h, g, u, (long)n);
+}
+
+void hp_emu_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n)
+{
+	ops()->swiglu_bwd(dg, du, dh, g, u, (long)n);
+}
+
+void hp_emu_swiglu_rows_fwd(float *h, const float *gu, long rows, int I)
+{
+	hp_swiglu_rows_fwd(h, gu, rows, I);
+}
+
+void hp_emu_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long rows, int I)
+{
+	hp_swiglu_rows_bwd(dgu, dh, gu, rows, I);
+}
+
+/* ---- GEMMs: the CPU op table's, on the bf16 operands ---- */
+
+int hp_emu_linear_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, const float *b, long N, int K, int O,
+		      struct hp_err *e)
+{
+	if (N > 0 && O > 0)
+		ops()->linear_fwd(y, x, W, b, N, K, O);
+	return 0;
+}
+
+int hp_emu_linear_bwd(float *dx, float *dW, float *db, const hp_bf16 *dy, const hp_bf16 *x, const hp_bf16 *W,
+		      long N, int K, int O, int accumulate, struct hp_err *e)
+{
+	float *tmp = NULL;
+
+	if (N <= 0)
+		return 0;
+	/* no dx wanted (the GPU skips it): the CPU kernel makes one anyway */
+	if (!dx && !(dx = tmp = hp_malloc((size_t)N * K * sizeof(float) + 1)))
+		return hp_err_set(e, HP_ENOMEM, "cuda (emulated): out of memory");
+	ops()->linear_bwd(dx, dW, db, dy, x, W, N, K, O, tmp ? 0 : accumulate);
+	hp_free(tmp);
+	return 0;
+}
+
+/* ---- MoE ---- */
+
+void hp_emu_router_topk(float *probs, int32_t *sel, float *wsel, const float *logits, long N, int E, int k, int norm)
+{
+	if (probs != logits)
+		memcpy(probs, logits, sizeof(float) * (size_t)N * E);
+	hp_router_topk(probs, sel, wsel, N, E, k, norm);
+}
+
+void hp_emu_router_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *wsel,
+		       const float *dwsel, const double *aux, double aux_grad, long N, int E, int k, int norm)
+{
+	hp_router_bwd(dlogits, probs, sel, wsel, dwsel, aux, aux_grad, N, E, k, norm);
+}
+
+void hp_emu_gather_rows(float *dst, const float *src, const int32_t *idx, long R, int C)
+{
+	hp_rows_gather(dst, src, idx, R, C);
+}
+
+void hp_emu_scatter_rows(float *dst, const float *src, const int32_t *idx, long R, int C)
+{
+	hp_rows_scatter(dst, src, idx, R, C);
+}
+
+void hp_emu_combine(float *out, const float *ye, const float *wsel, const int32_t *tok_rows, const int32_t *row_slot,
+		    long N, int k, int C)
+{
+	memset(out, 0, sizeof(float) * (size_t)N * C);
+	for (long t = 0; t < N; t++)
+		for (int j = 0; j < k; j++) {
+			long r = tok_rows[t * k + j];
+			float wt = wsel[t * k + row_slot[r]];
+			const float *y = ye + r * C;
+			float *o = out + t * C;
+
+			for (int c = 0; c < C; c++)
+				o[c] += y[c] * wt;
+		}
+}
+
+void hp_emu_combine_bwd(float *dye, float *dwsel, const float *dout, const float *ye, const float *wsel,
+			const int32_t *row_tok, const int32_t *row_slot, long R, int k, int C)
+{
+	hp_moe_combine_bwd(dye, dwsel, dout, ye, wsel, row_tok, row_slot, R, k, C);
+}
+
+void hp_emu_scatter_add_rows(float *dx, const float *dxe, const int32_t *tok_rows, long N, int k, int C)
+{
+	for (long t = 0; t < N; t++)
+		for (int j = 0; j < k; j++) {
+			float *d = dx + t * C;
+			const float *x = dxe + (long)tok_rows[t * k + j] * C;
+
+			for (int c = 0; c < C; c++)
+				d[c] += x[c];
+		}
+}
+
+/* ---- attention: the CPU's flash kernel ---- */
+
+int hp_emu_flash_supports(int D)
+{
+	return D >= 1 && D <= HP_CUDA_ATTN_MAX_HEAD_DIM && hp_flash_attention_supports(D);
+}
+
+void hp_emu_flash_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v,
+		      const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
+{
+	hp_flash_attention_fwd(out, lse, q, k, v, seg, B, T, Hq, Hkv, D);
+	round_out(out, (size_t)B * T * Hq * D);
+}
+
+void hp_emu_flash_bwd(hp_bf16 *dq, hp_bf16 *dk, hp_bf16 *dv, const hp_bf16 *dout, const hp_bf16 *out,
+		      const float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v, const int32_t *seg,
+		      float *scratch, int B, int T, int Hq, int Hkv, int D)
+{
+	hp_flash_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, seg, scratch, B, T, Hq, Hkv, D);
+	round_out(dq, (size_t)B * T * Hq * D);
+	round_out(dk, (size_t)B * T * Hkv * D);
+	round_out(dv, (size_t)B * T * Hkv * D);
+}
+
+size_t hp_emu_flash_scratch(int B, int T, int Hq)
+{
+	return B > 0 && T > 0 && Hq > 0 ? (size_t)B * T * Hq : 0;
+}
+
+void hp_emu_fill_inf(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = INFINITY;
+}
+
+/* ---- cross-entropy ---- */
+
+int hp_emu_ce_loss(double *host_sum, const float *logits, const int32_t *targets, long n, int V, struct hp_err *e)
+{
+	long cnt;
+
+	if (ops()->cross_entropy_fwd(host_sum, &cnt, logits, targets, n, V))
+		return hp_err_set(e, HP_EINVAL, "cuda (emulated): a target out of range");
+	return 0;
+}
+
+void hp_emu_ce_bwd(float *dlogits, const float *logits, const int32_t *targets, long n, int V, float scale)
+{
+	ops()->cross_entropy_bwd(dlogits, logits, targets, n, V, scale);
+}
+
+void hp_emu_vp_ce_max(float *mx, const float *logits, long N, int Vl)
+{
+	hp_vp_ce_max(mx, logits, N, Vl);
+}
+
+void hp_emu_vp_ce_sums(double *stats, const float *logits, const float *mx, const int32_t *targets, long N, int Vl,
+		       int v0)
+{
+	hp_vp_ce_sums(stats, logits, mx, targets, N, Vl, v0);
+}
+
+void hp_emu_vp_ce_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
+		      const int32_t *targets, long N, int Vl, int v0, float scale)
+{
+	hp_vp_ce_bwd(dlogits, logits, stats, mx, targets, N, Vl, v0, scale);
+}
+
+/* ---- AdamW ---- */
+
+void hp_emu_adamw(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n, double lr, double beta1,
+		  double beta2, double eps, double weight_decay, long step, int decay)
+{
+	struct hp_adamw_hparams h = { lr, beta1, beta2, eps, weight_decay, step };
+
+	hp_adamw_step(w, g, m, v, n, &h, decay);
+	if (wb)
+		hp_emu_f32_to_bf16(wb, w, n);
+}

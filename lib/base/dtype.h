@@ -1,0 +1,58 @@
+/*
+ * dtype.h - element types and exact conversions between them.
+ *
+ * F32 <-> BF16 and F32 <-> F16 conversions round to nearest, ties to even,
+ * exactly as torch's .to(dtype) does; NaN stays NaN (quiet), overflow goes to
+ * infinity, F16 subnormals are produced and consumed exactly.  No hardware
+ * F16C or AVX512-BF16 is assumed: these are the reference conversions.
+ */
+#ifndef HP_DTYPE_H
+#define HP_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum hp_dtype {
+	HP_DTYPE_INVALID = 0,
+	HP_DTYPE_F32,
+	HP_DTYPE_BF16,
+	HP_DTYPE_F16,
+	HP_DTYPE_F64,
+	HP_DTYPE_I64,
+	HP_DTYPE_I32,
+	HP_DTYPE_I16,
+	HP_DTYPE_I8,
+	HP_DTYPE_U8,
+	HP_DTYPE_U16,
+	HP_DTYPE_U32,
+	HP_DTYPE_U64,
+	HP_DTYPE_BOOL,
+};
+
+/* Bytes per element; 0 for HP_DTYPE_INVALID. */
+size_t hp_dtype_size(enum hp_dtype t);
+/* safetensors spelling: "F32", "BF16", ... */
+const char *hp_dtype_name(enum hp_dtype t);
+/* Parse the safetensors spelling; HP_DTYPE_INVALID when unknown. */
+enum hp_dtype hp_dtype_parse(const char *s);
+/* Parse torch_dtype spellings ("float32", "bfloat16", "float16"). */
+enum hp_dtype hp_dtype_parse_torch(const char *s);
+/* The torch_dtype spelling of a float dtype ("float32" for any other). */
+const char *hp_dtype_torch_name(enum hp_dtype t);
+/* True for F32/BF16/F16 (the dtypes model weights may have). */
+int hp_dtype_is_float(enum hp_dtype t);
+
+float hp_bf16_to_f32(uint16_t h);
+uint16_t hp_f32_to_bf16(float f);
+float hp_f16_to_f32(uint16_t h);
+uint16_t hp_f32_to_f16(float f);
+
+/* Convert n elements of src (F32/BF16/F16/F64) to F32. Returns 0 or -1 for an
+ * unsupported source type. */
+int hp_convert_to_f32(float *dst, const void *src, enum hp_dtype t, size_t n);
+/* Convert n F32 elements to dst in F32/BF16/F16. Returns 0 or -1. */
+int hp_convert_from_f32(void *dst, enum hp_dtype t, const float *src, size_t n);
+/* The index of the first NaN or infinity of x[0..n), or n when none. */
+size_t hp_find_nonfinite(const float *x, size_t n);
+
+#endif

@@ -1,0 +1,624 @@
+/*
+ * fsdp.c - sharded parameters, gradients and optimizer state over the FSDP
+ * dims of a plan (see fsdp.h).  The shard arrays hold, unit after unit,
+ * each parameter's chunk of rows padded to the chunk (padding stays zero),
+ * so that a unit's shard is one contiguous run: the send buffer of its
+ * all-gather and the target of its replica all-reduce.  Every byte moves
+ * through the model's backend (lib/backend/backend.h), so the same code shards a
+ * CPU model and a GPU one.
+ */
+#include <math.h>
+
+#include "base/alloc.h"
+#include "dist/fsdp.h"
+#include "dist/shard.h"
+
+/* "bfloat16" -> BF16, "float32" or "" -> F32; INVALID for the others */
+static enum hp_dtype mp_dtype(const char *s)
+{
+	if (!s[0] || !strcmp(s, "float32") || !strcmp(s, "fp32"))
+		return HP_DTYPE_F32;
+	return !strcmp(s, "bfloat16") ? HP_DTYPE_BF16 : HP_DTYPE_INVALID;
+}
+
+/* The element at index i of a buffer of dtype t on f's backend. */
+static void *at(const struct hp_fsdp *f, const void *buf, enum hp_dtype t, size_t i)
+{
+	return (char *)buf + i * f->bk->esize(f->bk, t);
+}
+
+/* A backend array of n floats (zeroed), and its host copy. */
+static float *arr(struct hp_fsdp *f, size_t n, float **host, struct hp_err *e)
+{
+	float *d = f->bk->alloc(f->bk, (n + 1) * sizeof(float), e);
+
+	if (!d)
+		return NULL;
+	*host = d;
+	if (f->bk->device && !(*host = hp_calloc(n + 1, sizeof(float)))) {
+		f->bk->free(f->bk, d);
+		hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP shards' host copies");
+		return NULL;
+	}
+	return d;
+}
+
+int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
+		 struct hp_err *e)
+{
+	size_t maxbuf = 0;
+	int at = 0;
+
+	memset(f, 0, sizeof(*f));
+	f->p = p;
+	f->cs = cs;
+	f->m = m;
+	f->bk = m->bk;
+	f->rank = cs->world_rank;
+	f->stale_unit = -1;
+	f->pdt = mp_dtype(p->param_dtype);
+	f->rdt = mp_dtype(p->reduce_dtype);
+	if (f->pdt == HP_DTYPE_INVALID || f->rdt == HP_DTYPE_INVALID)
+		return hp_err_set(e, HP_EUNSUP, "fsdp_config.mix_precision: %s is not implemented (float32 or "
+				  "bfloat16)", f->pdt == HP_DTYPE_INVALID ? p->param_dtype : p->reduce_dtype);
+	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
+	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
+	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
+	f->mp = hp_calloc((size_t)p->nparams, sizeof(*f->mp));
+	f->pc = hp_calloc((size_t)p->nparams, sizeof(*f->pc));
+	if (!f->units || !f->order || !f->poff || !f->mp || !f->pc)
+		goto oom;
+	/* the model holds this rank's tp-local tensors and its own experts, in
+	 * the plan's order */
+	for (int i = 0, j = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+
+		hp_plan_piece(p, q, f->rank, &f->pc[i]);
+		if (!hp_plan_owns(p, q, f->rank))
+			continue;
+		if (j >= m->nparams || strcmp(m->params[j].name, q->name))
+			return hp_err_set(e, HP_EINVAL, "parameter '%s' of the plan is not the model's "
+					  "parameter %d ('%s')", q->name, j, j < m->nparams ? m->params[j].name : "");
+		if ((int64_t)m->params[j].numel != f->pc[i].rows * f->pc[i].cols)
+			return hp_err_set(e, HP_EINVAL, "parameter '%s': the model holds %zu elements, the "
+					  "plan's piece %lld", q->name, m->params[j].numel,
+					  (long long)(f->pc[i].rows * f->pc[i].cols));
+		f->mp[i] = &m->params[j++];
+	}
+	f->nunits = p->nunits;
+	for (int u = 0; u < p->nunits; u++) {
+		struct hp_fsdp_unit *un = &f->units[u];
+		int k;
+
+		un->shard_dim = p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD;
+		un->rep_dim = p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_REPLICATE : HP_DIM_DP_REPLICATE;
+		un->root = u == 0;
+		un->first = at;
+		un->off = f->total;
+		k = p->size[un->shard_dim];
+		for (int i = 0; i < p->nparams; i++) {
+			if (p->params[i].unit != u || !f->mp[i])
+				continue;
+			f->order[at++] = i;
+			f->poff[i] = f->total;
+			f->total += (size_t)(f->pc[i].chunk * f->pc[i].cols);
+		}
+		un->n = at - un->first;
+		un->padded = f->total - un->off;
+		if ((size_t)(k + 1) * un->padded > maxbuf)
+			maxbuf = (size_t)(k + 1) * un->padded;
+	}
+	if (f->total > maxbuf)
+		maxbuf = f->total;   /* the tp all-reduce of partial gradients packs there */
+	/* the prefetch ring: a layer's units (its own and its experts') for the
+	 * layer in hand and each one fetched ahead */
+	f->nslots = 2 * (1 + (int)(p->forward_prefetch > p->backward_prefetch ? p->forward_prefetch :
+				    p->backward_prefetch));
+	f->slots = hp_calloc((size_t)f->nslots, sizeof(*f->slots));
+	if (!f->slots)
+		goto oom;
+	for (int i = 0; i < f->nslots; i++)
+		f->slots[i].unit = -1;
+	f->slot_floats = 0;
+	for (int u = 0; u < p->nunits; u++) {
+		size_t n = (size_t)p->size[f->units[u].shard_dim] * f->units[u].padded;
+		if (n > f->slot_floats)
+			f->slot_floats = n;
+	}
+	if (!(f->w = arr(f, f->total, &f->hw, e)) || !(f->g = arr(f, f->total, &f->hg, e)) ||
+	    !(f->m1 = arr(f, f->total, &f->hm1, e)) || !(f->m2 = arr(f, f->total, &f->hm2, e)) ||
+	    !(f->buf = f->bk->alloc(f->bk, (maxbuf + 1) * sizeof(float), e))) {
+		int rc = e->code;
+		hp_fsdp_free(f);
+		return rc;
+	}
+	f->layer_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
+	f->expert_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
+	if (!f->layer_unit || !f->expert_unit)
+		goto oom;
+	for (int l = 0; l < p->spec.n_layers; l++)
+		f->layer_unit[l] = f->expert_unit[l] = -1;
+	for (int u = 1; u < p->nunits; u++) {
+		int l, n = 0;
+
+		if (sscanf(p->units[u].name, "model.layers.%d%n", &l, &n) != 1 || l < 0 || l >= p->spec.n_layers)
+			continue;
+		if (p->units[u].name[n])
+			f->expert_unit[l] = u;
+		else
+			f->layer_unit[l] = u;
+	}
+	return 0;
+oom:
+	hp_fsdp_free(f);
+	return hp_err_set(e, HP_ENOMEM, "out of memory for the FSDP shards");
+}
+
+int hp_fsdp_load(struct hp_fsdp *f, struct hp_src *src, struct hp_err *e)
+{
+	for (int i = 0; i < f->p->nparams; i++) {
+		const struct hp_piece *pc = &f->pc[i];
+		int rc;
+
+		if (f->mp[i] && pc->nrows > 0 &&
+		    (rc = hp_src_read(src, i, pc->row0, pc->nrows, pc->col0, pc->cols, f->hw + f->poff[i], e)))
+			return rc;
+	}
+	return hp_fsdp_upload(f, e);
+}
+
+int hp_fsdp_upload(struct hp_fsdp *f, struct hp_err *e)
+{
+	size_t n = f->total * sizeof(float);
+	int rc;
+
+	if (!f->bk->device)
+		return 0;
+	if ((rc = f->bk->upload(f->bk, f->w, f->hw, n, e)) || (rc = f->bk->upload(f->bk, f->m1, f->hm1, n, e)))
+		return rc;
+	return f->bk->upload(f->bk, f->m2, f->hm2, n, e);
+}
+
+int hp_fsdp_download(struct hp_fsdp *f, int grads, int moments, struct hp_err *e)
+{
+	size_t n = f->total * sizeof(float);
+	int rc;
+
+	if (!f->bk->device)
+		return 0;
+	if ((rc = f->bk->download(f->bk, f->hw, f->w, n, e)) ||
+	    (grads && (rc = f->bk->download(f->bk, f->hg, f->g, n, e))) ||
+	    (moments && (rc = f->bk->download(f->bk, f->hm1, f->m1, n, e))))
+		return rc;
+	return moments ? f->bk->download(f->bk, f->hm2, f->m2, n, e) : 0;
+}
+
+void hp_fsdp_free(struct hp_fsdp *f)
+{
+	struct hp_backend *bk = f->bk;
+
+	hp_free(f->units);
+	hp_free(f->order);
+	hp_free(f->poff);
+	hp_free(f->mp);
+	hp_free(f->pc);
+	if (bk) {
+		float *const d[4] = { f->w, f->g, f->m1, f->m2 }, *const h[4] = { f->hw, f->hg, f->hm1, f->hm2 };
+
+		for (int i = 0; i < 4; i++) {
+			if (h[i] != d[i])
+				hp_free(h[i]);
+			bk->free(bk, d[i]);
+		}
+		bk->free(bk, f->buf);
+		for (int i = 0; f->slots && i < f->nslots; i++) {
+			bk->free(bk, f->slots[i].buf);
+			bk->free(bk, f->slots[i].send);
+			bk->req_free(bk, &f->slots[i].req);
+		}
+		bk->free(bk, f->stale);
+	}
+	hp_free(f->layer_unit);
+	hp_free(f->expert_unit);
+	hp_free(f->slots);
+	memset(f, 0, sizeof(*f));
+}
+
+/* Rows of the chunk group rank s holds of a piece, in a group of k. */
+static int64_t rows_of(const struct hp_piece *pc, int s)
+{
+	int64_t r = pc->rows - (int64_t)s * pc->chunk;
+
+	return r < 0 ? 0 : r > pc->chunk ? pc->chunk : r;
+}
+
+/* The unit's span of the model's flat arrays (its params are contiguous). */
+static void span(const struct hp_fsdp *f, int u, size_t *off, size_t *n)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
+	size_t lo = (size_t)-1, hi = 0;
+
+	for (int j = 0; j < un->n; j++) {
+		const struct hp_param *mp = f->mp[f->order[un->first + j]];
+
+		if (mp->offset < lo)
+			lo = mp->offset;
+		if (mp->offset + mp->numel > hi)
+			hi = mp->offset + mp->numel;
+	}
+	*off = un->n ? lo : 0;
+	*n = un->n ? hi - lo : 0;
+}
+
+/* Unit un's gathered chunks (k blocks of padded elements of the param
+ * dtype in buf) into the model's weights, whose working copy follows. */
+static void unpack_unit(struct hp_fsdp *f, int u, const void *buf)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
+	int k = f->cs->dim[un->shard_dim].size;
+	size_t off, n;
+
+	for (int s = 0; s < k; s++)
+		for (int j = 0; j < un->n; j++) {
+			int i = f->order[un->first + j];
+			const struct hp_piece *pc = &f->pc[i];
+
+			f->bk->convert(f->bk, f->m->bw + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols,
+				       HP_DTYPE_F32, at(f, buf, f->pdt, (size_t)s * un->padded + (f->poff[i] - un->off)),
+				       f->pdt, (size_t)(rows_of(pc, s) * pc->cols));
+		}
+	span(f, u, &off, &n);
+	f->bk->weights_changed(f->bk, f->m->bw + off, n);
+}
+
+void hp_fsdp_zero_grad(struct hp_fsdp *f)
+{
+	f->bk->zero(f->bk, f->g, f->total * sizeof(float));
+}
+
+/* Reduce-scatter unit u's gradients into the shard sums, in the reduce dtype. */
+static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
+	struct hp_comm *c = &f->cs->dim[un->shard_dim];
+	struct hp_backend *bk = f->bk;
+	int k = c->size, rc;
+	void *out = at(f, f->buf, f->rdt, (size_t)k * un->padded);
+
+	/* block s: every param's rows of rank s, padded to the chunk */
+	for (int s = 0; s < k; s++)
+		for (int j = 0; j < un->n; j++) {
+			int i = f->order[un->first + j];
+			const struct hp_piece *pc = &f->pc[i];
+			int64_t r = rows_of(pc, s);
+			size_t b = (size_t)s * un->padded + (f->poff[i] - un->off);
+
+			bk->convert(bk, at(f, f->buf, f->rdt, b), f->rdt,
+				    f->m->bg + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols, HP_DTYPE_F32,
+				    (size_t)(r * pc->cols));
+			bk->zero(bk, at(f, f->buf, f->rdt, b + (size_t)(r * pc->cols)),
+				 (size_t)((pc->chunk - r) * pc->cols) * bk->esize(bk, f->rdt));
+		}
+	if ((rc = bk->reduce_scatter(bk, c, f->buf, out, un->padded, f->rdt, HP_RED_SUM, e)))
+		return rc;
+	bk->acc(bk, f->g + un->off, out, f->rdt, un->padded);
+	return 0;
+}
+
+int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
+{
+	struct hp_backend *bk = f->bk;
+
+	for (int u = 0; u < f->nunits; u++) {
+		const struct hp_fsdp_unit *un = &f->units[u];
+		struct hp_comm *c = &f->cs->dim[un->rep_dim];
+		float *g = f->g + un->off;
+		int rc;
+
+		if (f->rdt == HP_DTYPE_F32) {
+			if ((rc = bk->allreduce(bk, c, g, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
+				return rc;
+			continue;
+		}
+		/* in the reduce dtype, as the reduce-scatter */
+		if (c->size <= 1)
+			continue;
+		bk->convert(bk, f->buf, f->rdt, g, HP_DTYPE_F32, un->padded);
+		if ((rc = bk->allreduce(bk, c, f->buf, un->padded, f->rdt, HP_RED_SUM, e)))
+			return rc;
+		bk->convert(bk, g, HP_DTYPE_F32, f->buf, f->rdt, un->padded);
+	}
+	return 0;
+}
+
+/* Pack (dir 0) or unpack the shard sums of the tp-partial parameters, in
+ * the reduce dtype. */
+static size_t tp_partials(struct hp_fsdp *f, int dir)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < f->p->nparams; i++) {
+		size_t len = (size_t)(f->pc[i].chunk * f->pc[i].cols);
+
+		if (!f->mp[i] || !hp_plan_tp_partial(f->p, &f->p->params[i]))
+			continue;
+		if (dir == 0)
+			f->bk->convert(f->bk, at(f, f->buf, f->rdt, n), f->rdt, f->g + f->poff[i], HP_DTYPE_F32, len);
+		else
+			f->bk->convert(f->bk, f->g + f->poff[i], HP_DTYPE_F32, at(f, f->buf, f->rdt, n), f->rdt, len);
+		n += len;
+	}
+	return n;
+}
+
+int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e)
+{
+	size_t n = tp_partials(f, 0);
+	int rc;
+
+	if (!n)
+		return 0;
+	if ((rc = f->bk->allreduce(f->bk, &f->cs->dim[HP_DIM_TP], f->buf, n, f->rdt, HP_RED_SUM, e)))
+		return rc;
+	tp_partials(f, 1);
+	return 0;
+}
+
+/* Whether this rank's copy of plan param i is the one that counts (the
+ * others are identical replicas): the first replica, and for a weight
+ * replicated over tp, tp rank 0. */
+static int canonical(const struct hp_fsdp *f, int i)
+{
+	const struct hp_plan *p = f->p;
+	const struct hp_plan_param *q = &p->params[i];
+
+	if (q->mesh == HP_MESH_EXPERT)
+		return hp_plan_coord(p, HP_DIM_EDP_REPLICATE, f->rank) == 0;
+	if (hp_plan_coord(p, HP_DIM_DP_REPLICATE, f->rank))
+		return 0;
+	return q->pl[HP_DIM_TP].kind == HP_PL_SHARD || hp_plan_coord(p, HP_DIM_TP, f->rank) == 0;
+}
+
+double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
+{
+	double ss = 0;
+	size_t run0 = 0, run = 0;
+
+	/* each distinct piece once: replicas hold the same sums.  Pieces that
+	 * follow each other in the shards are summed in one call, in the same
+	 * order as piece by piece */
+	for (int i = 0; i <= f->p->nparams; i++) {
+		int last = i == f->p->nparams;
+		size_t n = last ? 0 : (size_t)(f->pc[i].chunk * f->pc[i].cols);
+
+		if (!last && (!f->mp[i] || !canonical(f, i)))
+			continue;
+		if (!last && run && run0 + run == f->poff[i]) {
+			run += n;
+			continue;
+		}
+		/* a backend failure still joins the all-reduce: no rank may wait alone */
+		if (run && f->bk->sumsq_acc(f->bk, &ss, f->g + run0, run, e)) {
+			ss = NAN;
+			break;
+		}
+		run0 = last ? 0 : f->poff[i];
+		run = n;
+	}
+	if (hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e))
+		return NAN;
+	return sqrt(ss);
+}
+
+void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst)
+{
+	const struct hp_plan_param *q = &f->p->params[i];
+	const struct hp_piece *pc = &f->pc[i];
+	int64_t cols = q->ndim > 1 ? q->shape[1] : 1;
+	const float *const arrs[] = { f->hw, f->hg, f->hm1, f->hm2 };
+	const float *src = arrs[which] + f->poff[i];
+
+	if (f->mp[i] && canonical(f, i))
+		for (int64_t r = 0; r < pc->nrows; r++)
+			memcpy(dst + (pc->row0 + r) * cols + pc->col0, src + r * pc->cols,
+			       (size_t)pc->cols * sizeof(float));
+}
+
+int hp_fsdp_global(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst, struct hp_err *e)
+{
+	const struct hp_plan_param *q = &f->p->params[i];
+	size_t n = (size_t)(q->shape[0] * (q->ndim > 1 ? q->shape[1] : 1));
+
+	memset(dst, 0, n * sizeof(float));
+	hp_fsdp_piece_into(f, i, which, dst);
+	return hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], dst, n, HP_DTYPE_F32, HP_RED_SUM, e);
+}
+
+void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
+{
+	float coef;
+
+	if (max_norm <= 0)
+		return;
+	coef = (float)(max_norm / (norm + 1e-6));   /* as hp_clip_grads: clip_grad_norm_ */
+	if (coef >= 1.0f)
+		return;
+	f->bk->scale(f->bk, f->g, coef, f->total);
+}
+
+void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
+{
+	struct hp_backend *bk = f->bk;
+
+	if (f->stale_unit >= 0) {
+		/* the fault (fsdp_stale_shard): keep this step's shard of the unit for the next */
+		const struct hp_fsdp_unit *un = &f->units[f->stale_unit];
+		struct hp_err e;
+
+		if (!f->stale)
+			f->stale = bk->alloc(bk, (un->padded + 1) * sizeof(float), &e);
+		if (f->stale)
+			bk->copy(bk, f->stale, f->w + un->off, un->padded * sizeof(float));
+	}
+	/* runs of pieces that follow each other in the shards and share the
+	 * decay flag: one call each (AdamW is element-wise; the padding
+	 * between pieces is zero and stays zero) */
+	for (int i = 0, j; i < f->p->nparams; i = j) {
+		size_t off, n;
+		int decay;
+
+		if (!f->mp[i]) {
+			j = i + 1;
+			continue;
+		}
+		off = f->poff[i];
+		n = (size_t)(f->pc[i].chunk * f->pc[i].cols);
+		decay = f->mp[i]->decay;
+		for (j = i + 1; j < f->p->nparams && f->mp[j] && f->mp[j]->decay == decay && f->poff[j] == off + n; j++)
+			n += (size_t)(f->pc[j].chunk * f->pc[j].cols);
+		bk->adamw(bk, f->w + off, f->g + off, f->m1 + off, f->m2 + off, n, h, decay);
+	}
+}
+
+/* --- just in time: one unit at a time -------------------------------------- */
+
+void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
+{
+	size_t off, n;
+
+	span(f, u, &off, &n);
+	f->bk->release(f->bk, (grads ? f->m->bg : f->m->bw) + off, n * sizeof(float));
+}
+
+
+int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	int rc = rs_unit(f, u, e);
+
+	if (!rc)
+		hp_fsdp_release(f, u, 1);
+	return rc;
+}
+
+/* The units of layer l: its own, then its experts' (or -1). */
+static void layer_units(const struct hp_fsdp *f, int l, int us[2])
+{
+	us[0] = f->layer_unit[l];
+	us[1] = f->expert_unit[l];
+}
+
+static struct hp_fsdp_slot *slot_of(struct hp_fsdp *f, int u)
+{
+	for (int i = 0; i < f->nslots; i++)
+		if (f->slots[i].unit == u)
+			return &f->slots[i];
+	return NULL;
+}
+
+/* Start unit u's all-gather into a free slot of the ring (prefetch), in
+ * the param dtype. */
+static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	const struct hp_fsdp_unit *un = &f->units[u];
+	struct hp_backend *bk = f->bk;
+	struct hp_fsdp_slot *sl = NULL;
+	const float *shard = u == f->stale_unit && f->stale ? f->stale : f->w + un->off;
+	const void *send = shard;
+
+	if (slot_of(f, u))
+		return 0;
+	for (int i = 0; i < f->nslots && !sl; i++)
+		if (f->slots[i].unit < 0)
+			sl = &f->slots[i];
+	if (!sl)
+		return hp_err_set(e, HP_EINVAL, "FSDP: no free prefetch slot for unit %d", u);
+	if (!sl->buf && !(sl->buf = bk->alloc(bk, (f->slot_floats + 1) * sizeof(float), e)))
+		return e->code;
+	if (f->pdt != HP_DTYPE_F32) {
+		if (!sl->send && !(sl->send = bk->alloc(bk, (f->slot_floats + 1) * sizeof(float), e)))
+			return e->code;
+		bk->convert(bk, sl->send, f->pdt, shard, HP_DTYPE_F32, un->padded);
+		send = sl->send;
+	}
+	sl->unit = u;
+	return bk->iallgather(bk, &f->cs->dim[un->shard_dim], send, sl->buf, un->padded, f->pdt, &sl->req, e);
+}
+
+/* Unit u in the model's tensors: its gather (started now if it was not
+ * prefetched) waited for and unpacked. */
+static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	struct hp_fsdp_slot *sl;
+	int rc;
+
+	if ((rc = start_gather(f, u, e)))
+		return rc;
+	sl = slot_of(f, u);
+	if ((rc = f->bk->wait(f->bk, &sl->req, e)))
+		return rc;
+	unpack_unit(f, u, sl->buf);
+	sl->unit = -1;
+	return 0;
+}
+
+int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+{
+	return finish_gather(f, u, e);
+}
+
+/* Gather layer l's units, then start those of the next depth layers in
+ * the direction dir (+1 forward, -1 backward). */
+static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth)
+{
+	int us[2];
+
+	layer_units(f, l, us);
+	for (int k = 0; k < 2 && !f->rc; k++)
+		if (us[k] >= 0) {
+			f->gathers++;
+			f->prefetched += slot_of(f, us[k]) != NULL;
+			f->rc = finish_gather(f, us[k], f->e);
+		}
+	for (long d = 1; d <= depth && !f->rc; d++) {
+		long m = l + dir * d;
+
+		if (m < 0 || m >= f->p->spec.n_layers)
+			break;
+		layer_units(f, (int)m, us);
+		for (int k = 0; k < 2 && !f->rc; k++)
+			if (us[k] >= 0)
+				f->rc = start_gather(f, us[k], f->e);
+	}
+	return f->rc;
+}
+
+int hp_fsdp_hook(void *ctx, int l, int phase)
+{
+	struct hp_fsdp *f = ctx;
+	int us[2], raf = f->p->reshard_after_forward, rab = f->p->reshard_after_backward;
+
+	switch (phase) {
+	case HP_HOOK_PRE_FORWARD:
+		return f->first_micro || rab ? gather_layer(f, l, 1, f->p->forward_prefetch) : f->rc;
+	case HP_HOOK_PRE_BACKWARD:
+		return raf ? gather_layer(f, l, -1, f->p->backward_prefetch) : f->rc;
+	default:
+		break;
+	}
+	layer_units(f, l, us);
+	for (int k = 0; k < 2 && !f->rc; k++) {
+		int u = us[k];
+
+		if (u < 0)
+			continue;
+		if (phase == HP_HOOK_POST_FORWARD) {
+			if (raf)
+				hp_fsdp_release(f, u, 0);
+			continue;
+		}
+		f->rc = hp_fsdp_reduce_scatter_unit(f, u, f->e);
+		if (!f->rc && rab)
+			hp_fsdp_release(f, u, 0);
+	}
+	return f->rc;
+}

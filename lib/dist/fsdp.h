@@ -1,0 +1,138 @@
+/*
+ * fsdp.h - FSDP and HSDP over a plan's dp_shard / dp_replicate (and, for
+ * routed experts, edp_shard / edp_replicate) dims.
+ *
+ * Every rank keeps its shard of each parameter as hp_plan_piece cuts it
+ * (torch.chunk of dim 0, padded to the chunk), the gradient accumulators
+ * and AdamW moments of that shard, and runs the optimizer on it.  Before a
+ * unit is used its shards are all-gathered into the model's buffers; after
+ * each micro-batch's backward its gradients are reduce-scattered into the
+ * shard accumulators; after the last, the accumulated shards are
+ * all-reduced across replicas.  The collectives and their counts follow
+ * hp-plan(5), ESTIMATES, so the byte counters of lib/comm equal the plan's
+ * estimate.
+ *
+ * Through the model's layer hook a layer's units are gathered before its
+ * forward and backward and released after (their pages given back), so a
+ * rank holds its shards, the root unit and the layer in hand; the
+ * all-gathers of the next forward_prefetch_depth layers (backward:
+ * backward_prefetch_depth) are started as a layer begins, and waited for
+ * when their layer's turn comes.  With
+ * tensor and expert parallelism the pieces are of the rank's tp-local
+ * tensors and of its own experts only.
+ *
+ * Memory: the shard arrays (w, g, m1, m2), the pack buffer and the
+ * prefetch ring live in the model's backend's memory (lib/backend/backend.h), and
+ * every copy, sum and collective goes through it.  The parameters gather
+ * in fsdp_config.mix_precision.param_dtype and the gradients
+ * reduce-scatter and all-reduce over replicas in its reduce_dtype (bf16
+ * or fp32; the shards and the moments stay fp32).  On a device the host
+ * copies hw, hg, hm1, hm2 are what loading, checkpoints, dumps and
+ * hp-verify read and write: hp_fsdp_download and hp_fsdp_upload move
+ * them; on the CPU they are the shard arrays themselves.
+ */
+#ifndef HP_FSDP_H
+#define HP_FSDP_H
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "model/model.h"
+#include "plan/plan.h"
+
+struct hp_fsdp_unit {
+	int shard_dim, rep_dim;      /* enum hp_dim */
+	int root;                    /* the unit that stays gathered through the backward */
+	int first, n;                /* its params: plan indices first .. first+n-1 in unit order */
+	size_t off, padded;          /* its range in the shard arrays; padded elements */
+};
+
+/* An all-gather in flight (FSDP prefetch): its unit (-1: free), buffer
+ * and, in a param dtype other than fp32, the converted shard it sends. */
+struct hp_fsdp_slot {
+	int unit;
+	struct hp_breq req;
+	void *buf, *send;
+};
+
+struct hp_fsdp {
+	const struct hp_plan *p;
+	struct hp_comms *cs;
+	struct hp_model *m;
+	struct hp_backend *bk;       /* the model's */
+	enum hp_dtype pdt, rdt;      /* param_dtype and reduce_dtype: F32 or BF16 */
+	int rank;
+	int nunits;
+	struct hp_fsdp_unit *units;
+	int *order;                  /* plan param indices, grouped unit by unit */
+	size_t *poff;                /* [nparams]: offset of each param's padded chunk */
+	struct hp_param **mp;        /* [nparams]: the model's tensor, NULL for another rank's expert */
+	struct hp_piece *pc;         /* [nparams]: this rank's piece (hp_plan_piece) */
+	size_t total;                /* elements of every shard array */
+	float *w, *g, *m1, *m2;      /* shards: weights, gradient sums, AdamW moments (backend) */
+	float *hw, *hg, *hm1, *hm2;  /* their host copies (the same arrays on the CPU) */
+	void *buf;                   /* pack/unpack: the largest unit's (shard_size + 1) * padded */
+	int *layer_unit, *expert_unit;   /* [n_layers]: each layer's units (-1: none) */
+	struct hp_fsdp_slot *slots;  /* the prefetch ring */
+	int nslots;
+	size_t slot_floats;          /* each slot's buffer: the largest unit's gathered size */
+	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
+	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
+	float *stale;                /* its shard of the step before (backend) */
+	/* the hook's state for the micro-batch in flight */
+	int first_micro;             /* the step's first micro-batch on this rank */
+	int rc;                      /* the first error in a hook; e holds its message */
+	struct hp_err *e;
+};
+
+/* The shards of rank's pieces for the model m (this rank's tp-local
+ * tensors and experts), zero until loaded, on m's backend.  The plan's
+ * param_dtype and reduce_dtype other than float32 and bfloat16 are
+ * HP_EUNSUP. */
+int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
+		 struct hp_err *e);
+/* Load the shards from a source (an HF folder, hp-convert's shards, the
+ * random init), reading only this rank's pieces, onto the backend. */
+struct hp_src;
+int hp_fsdp_load(struct hp_fsdp *f, struct hp_src *src, struct hp_err *e);
+/* Device backends: the host copies to the shards (after a restore), and
+ * the shards to their host copies (grads: the gradient sums too; moments:
+ * the AdamW moments too).  Nothing on the CPU. */
+int hp_fsdp_upload(struct hp_fsdp *f, struct hp_err *e);
+int hp_fsdp_download(struct hp_fsdp *f, int grads, int moments, struct hp_err *e);
+void hp_fsdp_free(struct hp_fsdp *f);
+
+/* One unit (0 is the root: embedding, final norm, LM head): gather its
+ * weights into the model; reduce-scatter its gradients into the shard sums
+ * (and release them); release its gathered weights (grads 0) or gradients
+ * (grads 1), giving their pages back until the next gather. */
+int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e);
+int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e);
+void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);
+/* The model's layer hook (lib/model/model.h): gathers a layer's units before its
+ * forward and backward and releases them after, as hp-plan(5) says. */
+int hp_fsdp_hook(void *ctx, int layer, int phase);
+
+/* Zero the shard gradient sums (a step begins). */
+void hp_fsdp_zero_grad(struct hp_fsdp *f);
+/* All-reduce the shard sums across replicas (HSDP; once per step). */
+int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e);
+/* All-reduce over tp the gradients that are partial sums there
+ * (hp_plan_tp_partial; once per step, after the replicas'). */
+int hp_fsdp_sync_tp(struct hp_fsdp *f, struct hp_err *e);
+/* Which of the shards' arrays a whole tensor is made of. */
+enum hp_fsdp_which { HP_FSDP_WEIGHTS = 0, HP_FSDP_GRADS, HP_FSDP_EXP_AVG, HP_FSDP_EXP_AVG_SQ };
+/* Plan param i's whole tensor (of the array which) on every rank, into dst
+ * (its global numel, host): each piece from one holder, all-reduced over
+ * the world.  For dumps; not part of a step's traffic.  Reads the host
+ * copies (hp_fsdp_download first on a device). */
+int hp_fsdp_global(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst, struct hp_err *e);
+/* This rank's share of that sum: its piece of param i written into dst
+ * (the whole tensor, zeroed by the caller) when it is the piece's holder. */
+void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst);
+/* The global gradient norm (all-reduced over the world); replicas count
+ * once.  NaN with e set when the backend failed. */
+double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e);
+void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm);
+/* AdamW on the shards with the model's decay flags, as hp_optim_step. */
+void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h);
+#endif

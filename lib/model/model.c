@@ -1,0 +1,1842 @@
+/*
+ * model.c - LlamaForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM in
+ * F32: parameter table, buffers, forward and backward, written once over
+ * the backend op table (lib/backend/backend.h) for every backend and every
+ * parallel layout.
+ *
+ * It follows transformers' modeling code step by step: embedding, for
+ * each layer
+ * x += o_proj(attn(rope(qk_norm(q_proj(norm(x)))), rope(..k..), v_proj(..)))
+ * and x += mlp(norm(x)), the mlp dense SwiGLU or the sparse MoE block,
+ * final norm, LM head, cross-entropy (+ the router's load-balancing loss);
+ * the kernels the plan binds (flash attention, fused norms, grouped
+ * experts, chunked cross-entropy) and this rank's part of a layout (the
+ * collectives at TP/SP, CP and EP module boundaries) are choices made here,
+ * the arithmetic is the backend's.  What runs on the host is bookkeeping:
+ * positions, routing tables, row counts and the reductions' final sums.
+ * Loading and saving by name are in modelio.c.
+ */
+#include <math.h>
+
+#include "base/alloc.h"
+#include "comm/comm.h"
+#include "model/model.h"
+#include "model/params.h"
+
+static void add_param(struct hp_model *m, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
+		      float **wslot, float **gslot)
+{
+	struct hp_param *p = &m->params[m->nparams++];
+
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->ndim = ndim;
+	p->shape[0] = d0;
+	p->shape[1] = ndim > 1 ? d1 : 1;
+	p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+	p->wslot = wslot;
+	p->gslot = gslot;
+	/* keep every tensor 16-float aligned so SIMD paths may assume it */
+	*off = (*off + 15) & ~(size_t)15;
+	p->offset = *off;
+	*off += p->numel;
+}
+
+static int count_one(void *ctx, const struct hp_param_desc *d)
+{
+	(void)d;
+	(*(int *)ctx)++;
+	return 0;
+}
+
+/* Where the model keeps the pointers of the parameter d describes. */
+static int add_one(void *ctx, const struct hp_param_desc *d)
+{
+	struct hp_model *m = ctx;
+	struct hp_layer_w *w = d->layer >= 0 ? &m->lw[d->layer] : NULL, *g = d->layer >= 0 ? &m->lg[d->layer] : NULL;
+	float **ws = NULL, **gs = NULL;
+	int64_t d0 = d->shape[0], d1 = d->shape[1];
+	int x = d->expert;
+
+	/* this rank's part: tp cuts columns' rows and rows' columns; an expert
+	 * lives on one ep rank */
+	if (d->role == HP_ROLE_EXPERT) {
+		if (x < m->e0 || x >= m->e0 + m->El)
+			return 0;
+		x -= m->e0;
+	} else if (d->role == HP_ROLE_COLUMN) {
+		d0 /= m->par.tp;
+	} else if (d->role == HP_ROLE_ROW) {
+		d1 /= m->par.tp;
+	}
+
+#define SLOT(f) do { ws = &w->f; gs = &g->f; } while (0)
+	switch (d->field) {
+	case HP_PF_EMBED: ws = &m->embed; gs = &m->d_embed; break;
+	case HP_PF_FINAL_NORM: ws = &m->final_norm; gs = &m->d_final_norm; break;
+	case HP_PF_LM_HEAD: ws = &m->lm_head; gs = &m->d_lm_head; break;
+	case HP_PF_IN_NORM: SLOT(in_norm); break;
+	case HP_PF_WQ: SLOT(wq); break;
+	case HP_PF_BQ: SLOT(bq); break;
+	case HP_PF_WK: SLOT(wk); break;
+	case HP_PF_BK: SLOT(bk); break;
+	case HP_PF_WV: SLOT(wv); break;
+	case HP_PF_BV: SLOT(bv); break;
+	case HP_PF_WO: SLOT(wo); break;
+	case HP_PF_BO: SLOT(bo); break;
+	case HP_PF_Q_NORM: SLOT(q_norm); break;
+	case HP_PF_K_NORM: SLOT(k_norm); break;
+	case HP_PF_POST_NORM: SLOT(post_norm); break;
+	case HP_PF_WG: SLOT(wg); break;
+	case HP_PF_WU: SLOT(wu); break;
+	case HP_PF_WD: SLOT(wd); break;
+	case HP_PF_ROUTER: SLOT(router); break;
+	case HP_PF_EX_GATE: ws = &w->ex[x].wg; gs = &g->ex[x].wg; break;
+	case HP_PF_EX_UP: ws = &w->ex[x].wu; gs = &g->ex[x].wu; break;
+	case HP_PF_EX_DOWN: ws = &w->ex[x].wd; gs = &g->ex[x].wd; break;
+	}
+#undef SLOT
+	add_param(m, &m->numel, d->name, d->ndim, d0, d1, ws, gs);
+	return 0;
+}
+
+static int build_params(struct hp_model *m, struct hp_err *e)
+{
+	m->cap_params = 0;
+	hp_model_spec_params(&m->gspec, count_one, &m->cap_params);
+	m->params = hp_calloc((size_t)m->cap_params, sizeof(*m->params));
+	if (!m->params)
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the parameter table");
+	m->numel = 0;
+	hp_model_spec_params(&m->gspec, add_one, m);
+	m->numel = (m->numel + 15) & ~(size_t)15;
+	return 0;
+}
+
+static int any_grouped(const struct hp_model *m)
+{
+	for (int l = 0; l < m->spec.n_layers; l++)
+		if (m->lw[l].moe && m->k.grouped[l])
+			return 1;
+	return 0;
+}
+
+static int cp_ag(const struct hp_model *m)
+{
+	return m->par.cp > 1 && !m->par.ulysses;
+}
+
+static int cp_ul(const struct hp_model *m)
+{
+	return m->par.cp > 1 && m->par.ulysses;
+}
+
+static int on_device(const struct hp_model *m)
+{
+	return m->bk && m->bk->device;
+}
+
+/* The attention backward's scratch: a row block for HF's algorithm, the
+ * flash kernel's own for flash layers, the context-parallel kernel's. */
+static size_t scratch_floats(const struct hp_model *m)
+{
+	struct hp_backend *bk = m->bk;
+	int Tq = cp_ul(m) ? m->S : m->T, H = cp_ul(m) ? m->spec.n_heads / m->par.cp : m->spec.n_heads;
+	size_t n = 0, fl = bk->flash_scratch(bk, m->B, Tq, H, m->spec.head_dim);
+
+	for (int l = 0; l < m->spec.n_layers; l++) {
+		size_t x = cp_ag(m) ? bk->cp_attention_scratch(bk, m->S) : m->k.flash[l] ? fl : (size_t)Tq * Tq;
+
+		if (x > n)
+			n = x;
+	}
+	return n ? n : 1;
+}
+
+/*
+ * The model's buffers come from arenas: floats (and the index arrays the
+ * kernels read) from the activation arena in the backend's memory; on a
+ * device backend, the index arrays' host copies and what only the host
+ * reads from harena.  On the CPU both are one array of the activation
+ * arena, taken in the same order as they always were, so that the arena's
+ * size is hp-plan's estimate to the byte.
+ */
+struct takes {
+	struct hp_model *m;
+	int ok;
+};
+
+static void *take_in(struct takes *t, struct hp_arena *a, size_t bytes)
+{
+	void *p = hp_arena_take(a, bytes);
+
+	t->ok &= p != NULL;
+	return p;
+}
+
+/* host-only: the activation arena on the CPU, harena on a device */
+static int32_t *take_host(struct takes *t, struct hp_arena *a, size_t n)
+{
+	return take_in(t, on_device(t->m) ? &t->m->harena : a, n * sizeof(int32_t));
+}
+
+/* both copies */
+static void take_pair(struct takes *t, struct hp_arena *a, struct hp_i32 *x, size_t n)
+{
+	x->d = take_in(t, a, n * sizeof(int32_t));
+	x->h = on_device(t->m) ? take_in(t, &t->m->harena, n * sizeof(int32_t)) : x->d;
+}
+
+/*
+ * One layer's activation buffers: what its backward reads.  A layer under
+ * activation checkpointing takes what it recomputes from work instead of
+ * keep: full, everything but its input x_in; selective, the attention
+ * probabilities (of a layer on the reference attention).  Every such layer
+ * takes from the same work region, so they share it.
+ */
+static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct hp_arena *work)
+{
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
+	       KD = (size_t)s->n_kv_heads * s->head_dim, f = sizeof(float);
+	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
+	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
+	size_t TS = (size_t)m->T * m->S;
+	struct hp_layer_act *t = &m->act[l];
+	int full = m->k.ckpt[l] == HP_ACT_CKPT_FULL;
+	struct hp_arena *a = full ? work : keep;
+	struct hp_arena *pa = full || (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l]) ? work : keep;
+	struct takes tk = { m, 1 };
+
+#define TAKE_IN(ar, ptr, bytes) ((ptr) = take_in(&tk, ar, (bytes)))
+#define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
+	TAKE_IN(keep, t->x_in, Ns * C * f);
+	TAKE(t->rstd1, Ns * f);
+	TAKE(t->xn1, N * C * f);
+	if (s->qk_norm) {
+		TAKE(t->q_raw, N * QD * f);
+		TAKE(t->k_raw, N * KD * f);
+		TAKE(t->rstd_q, N * s->n_heads * f);
+		TAKE(t->rstd_k, N * s->n_kv_heads * f);
+	}
+	TAKE(t->q, N * QD * f);
+	TAKE(t->k, N * KD * f);
+	TAKE(t->v, N * KD * f);
+	if (m->k.flash[l])
+		TAKE_IN(pa, t->P, (size_t)m->B * s->n_heads * m->T * f);
+	else
+		TAKE_IN(pa, t->P, (size_t)m->B * s->n_heads * TS * f);
+	if (cp_ag(m)) {
+		TAKE(t->kg, BS * KD * f);
+		TAKE(t->vg, BS * KD * f);
+	} else if (cp_ul(m)) {
+		TAKE(t->att_u, N * QD * f);
+	}
+	TAKE(t->att, N * QD * f);
+	TAKE(t->x_mid, Ns * C * f);
+	TAKE(t->rstd2, Ns * f);
+	if (m->lw[l].moe) {
+		TAKE(t->xn2, Ns * C * f);
+		TAKE(t->probs, Ns * E * f);
+		take_pair(&tk, a, &t->sel, NK);
+		TAKE(t->wsel, NK * f);
+		take_pair(&tk, a, &t->row_tok, NK);
+		take_pair(&tk, a, &t->row_slot, NK);
+		t->ex_off = take_host(&tk, a, E + 1);
+		/* grouped on one rank: gathered per expert into m->xg */
+		if (!m->k.grouped[l] || pr->ep > 1)
+			TAKE(t->xe, R * C * f);
+		if (m->k.grouped[l]) {
+			TAKE(t->ge, R * 2 * Im * f);
+			t->ue = t->he = NULL;
+		} else {
+			TAKE(t->ge, R * Im * f);
+			TAKE(t->ue, R * Im * f);
+			TAKE(t->he, R * Im * f);
+		}
+		/* grouped on one rank: the experts' outputs are recomputed in the
+		 * backward (from the SwiGLU it recomputes anyway) instead of kept */
+		if (!m->k.grouped[l] || pr->ep > 1)
+			TAKE(t->ye, NK * C * f);
+		else
+			t->ye = NULL;
+		TAKE(t->moe_out, Ns * C * f);
+		if (pr->ep > 1) {
+			t->ep_scount = take_host(&tk, a, (size_t)pr->ep);
+			t->ep_rcount = take_host(&tk, a, (size_t)pr->ep);
+			take_pair(&tk, a, &t->ep_perm, R);
+			t->ep_off = take_host(&tk, a, (size_t)m->El + 1);
+		}
+		/* the device's combine and scatter-add read each token's rows */
+		if (on_device(m))
+			take_pair(&tk, a, &t->tok_rows, NK);
+	} else {
+		TAKE(t->xn2, N * C * f);
+		TAKE(t->g, N * I * f);
+		TAKE(t->u, N * I * f);
+		TAKE(t->h, N * I * f);
+	}
+#undef TAKE
+	return tk.ok;
+}
+
+/* Take every activation buffer from the arena; with base NULL this only
+ * measures (hp_model_act_bytes: hp-plan's estimate).  Sizes are this
+ * rank's: N tokens of its chunk, Ns of them in the residual stream, the
+ * local heads, intermediate rows and vocabulary. */
+static int take_acts(struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
+	       KD = (size_t)s->n_kv_heads * s->head_dim, V = s->vocab, f = sizeof(float), i4 = sizeof(int32_t);
+	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
+	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
+	struct hp_arena *a = &m->aarena;
+	struct takes tk = { m, 1 };
+	size_t wmax = 0;
+	unsigned char *wbase;
+
+	/* the checkpointed layers' shared work region: the largest of theirs */
+	for (int l = 0; l < s->n_layers; l++) {
+		struct hp_arena kp, w, h = m->harena;
+
+		if (m->k.ckpt[l] == HP_ACT_CKPT_OFF)
+			continue;
+		hp_arena_init(&kp);
+		hp_arena_init(&w);
+		take_layer(m, l, &kp, &w);
+		m->harena = h;   /* host copies are per layer: taken below */
+		if (w.used > wmax)
+			wmax = w.used;
+	}
+	wbase = wmax ? take_in(&tk, a, wmax) : NULL;
+	for (int l = 0; l < s->n_layers; l++) {
+		struct hp_arena w = { wbase, wbase ? wmax : 0, 0 };
+
+		tk.ok &= take_layer(m, l, a, m->k.ckpt[l] == HP_ACT_CKPT_OFF ? a : &w);
+	}
+#define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
+	TAKE(m->x_final, Ns * C * f);
+	TAKE(m->rstd_f, Ns * f);
+	TAKE(m->xf, N * C * f);
+	TAKE(m->logits, (m->k.ce_chunk > 0 && m->k.ce_chunk < N && pr->tp == 1 ? (size_t)m->k.ce_chunk
+										 : (size_t)N) * V * f);
+	if (pr->tp > 1) {
+		if (!pr->loss_parallel)
+			TAKE(m->glogits, N * (size_t)m->gspec.vocab * f);
+		TAKE(m->vp_mx, 2 * N * f);
+		TAKE(m->vp_st, 4 * N * sizeof(double));
+	}
+	TAKE(m->cos_t, (size_t)m->S * s->head_dim / 2 * f);
+	TAKE(m->sin_t, (size_t)m->S * s->head_dim / 2 * f);
+	take_pair(&tk, a, &m->pos, (size_t)N);
+	if (on_device(m)) {
+		/* the micro-batch on the device: the chunk (cp), or its whole rows
+		 * (the segments of ulysses attention); host copies for cp */
+		m->ids.d = take_in(&tk, a, N * i4);
+		m->tgt.d = take_in(&tk, a, N * i4);
+		m->segs.d = take_in(&tk, a, BS * i4);
+		if (pr->cp > 1) {
+			m->ids.h = take_host(&tk, a, (size_t)N);
+			m->tgt.h = take_host(&tk, a, (size_t)N);
+			m->segs.h = take_host(&tk, a, (size_t)N);
+		}
+	} else if (pr->cp > 1) {
+		take_pair(&tk, a, &m->ids, (size_t)N);
+		take_pair(&tk, a, &m->tgt, (size_t)N);
+		take_pair(&tk, a, &m->segs, (size_t)N);
+	}
+	TAKE(m->dx, N * C * f);
+	TAKE(m->dxn, N * C * f);
+	TAKE(m->dq, N * QD * f);
+	TAKE(m->dk, N * KD * f);
+	TAKE(m->dv, N * KD * f);
+	TAKE(m->datt, N * QD * f);
+	TAKE(m->dg, N * I * f);
+	TAKE(m->du, N * I * f);
+	TAKE(m->dh, N * I * f);
+	TAKE(m->dscratch, scratch_floats(m) * f);
+	if (s->qk_norm) {
+		TAKE(m->dq2, N * QD * f);
+		TAKE(m->dk2, N * KD * f);
+	}
+	if (pr->tp > 1) {
+		TAKE(m->dfull, N * C * f);
+		TAKE(m->dred, Ns * C * f);
+	}
+	if (cp_ag(m)) {
+		TAKE(m->cp_send, 2 * BS * KD * f);
+		TAKE(m->cp_recv, 2 * BS * KD * f);
+	} else if (cp_ul(m)) {
+		TAKE(m->cp_send, N * (QD + 2 * KD) * f);
+		TAKE(m->cp_recv, N * (QD + 2 * KD) * f);
+	}
+	if (m->n_moe) {
+		TAKE(m->dye, R * C * f);
+		TAKE(m->dxe, R * C * f);
+		TAKE(m->dge, R * (any_grouped(m) ? 2 : 1) * Im * f);
+		TAKE(m->due, R * Im * f);
+		TAKE(m->dhe, R * Im * f);
+		TAKE(m->dprob, Ns * E * f);
+		TAKE(m->dwsel, NK * f);
+		m->moe_fill = take_host(&tk, a, 2 * E);
+		m->aux_frac = take_in(&tk, on_device(m) ? &m->harena : a, 2 * E * sizeof(double));
+		if (any_grouped(m)) {
+			TAKE(m->hrec, R * Im * f);
+			if (pr->ep == 1)
+				TAKE(m->xg, NK * C * f);
+		}
+		if (pr->ep > 1) {
+			TAKE(m->ep_send, R * C * f);
+			TAKE(m->ep_recv, R * C * f);
+		}
+		if (on_device(m) && s->output_router_logits)
+			m->h_probs = take_in(&tk, &m->harena, Ns * E * f);
+	}
+#undef TAKE
+#undef TAKE_IN
+	return tk.ok;
+}
+
+int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e)
+{
+	return hp_model_init_par(m, NULL, spec, NULL, NULL, B, T, e);
+}
+
+int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
+			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e)
+{
+	return hp_model_init_par(m, NULL, spec, k, NULL, B, T, e);
+}
+/* Check the layout against the model and derive the rank's sizes. */
+static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, int T, struct hp_err *e)
+{
+	struct hp_model_par *p = &m->par;
+	const struct hp_model_spec *g = &m->gspec;
+	struct hp_model_spec *s = &m->spec;
+	long N;
+
+	if (par)
+		*p = *par;
+	if (p->tp < 1)
+		p->tp = 1;
+	if (p->cp < 1)
+		p->cp = 1;
+	if (p->ep < 1)
+		p->ep = 1;
+	if (g->n_heads % p->tp || g->n_kv_heads % p->tp || g->intermediate % p->tp || g->vocab % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "tp %d must divide the heads (%d, %d KV), intermediate_size "
+				  "%d and vocab_size %d", p->tp, g->n_heads, g->n_kv_heads, g->intermediate,
+				  g->vocab);
+	if (T % p->cp)
+		return hp_err_set(e, HP_ECONFIG, "cp %d must divide the sequence length %d", p->cp, T);
+	if (p->cp > 1 && p->ulysses && ((g->n_heads / p->tp) % p->cp || (g->n_kv_heads / p->tp) % p->cp))
+		return hp_err_set(e, HP_ECONFIG, "ulysses attention with cp %d needs the heads per tp rank "
+				  "(%d, %d KV) divisible by cp", p->cp, g->n_heads / p->tp, g->n_kv_heads / p->tp);
+	if (p->ep > HP_MAX_EP)
+		return hp_err_set(e, HP_ECONFIG, "ep %d is more than the %d this build takes", p->ep, HP_MAX_EP);
+	if (g->n_experts && g->n_experts % p->ep)
+		return hp_err_set(e, HP_ECONFIG, "ep %d must divide num_experts %d", p->ep, g->n_experts);
+	m->S = T;
+	m->T = T / p->cp;
+	N = (long)B * m->T;
+	if (p->tp == 1)
+		p->sp = 0;
+	if (p->sp && N % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "sequence parallelism needs the %ld tokens of a rank's "
+				  "micro-batch divisible by tp %d", N, p->tp);
+	if (g->n_experts && p->tp > 1 && !p->sp)
+		return hp_err_set(e, HP_ECONFIG, "a MoE model with tp %d needs sequence parallelism", p->tp);
+	m->Ns = p->sp ? N / p->tp : N;
+	s->n_heads /= p->tp;
+	s->n_kv_heads /= p->tp;
+	s->intermediate /= p->tp;
+	s->vocab /= p->tp;
+	m->v0 = p->tp_rank * s->vocab;
+	m->El = g->n_experts / p->ep;
+	m->e0 = p->ep_rank * m->El;
+	/* the most rows one rank's experts can get: every token of the ep group
+	 * sends at most min(top_k, local experts) of its slots here */
+	m->ep_rcap = (long)p->ep * m->Ns * (g->top_k < m->El ? g->top_k : m->El);
+	return 0;
+}
+
+/*
+ * What decides the model's buffers: the layout's local sizes, the kernels
+ * as the layout leaves them, the layer tables and which layers are MoE.
+ */
+static int set_layout(struct hp_model *m, const struct hp_model_par *par, int B, int T, struct hp_err *e)
+{
+	const struct hp_model_spec *spec = &m->gspec;
+	int rc;
+
+	if ((rc = set_par(m, par, B, T, e)))
+		return rc;
+	if (m->par.tp > 1)   /* the LM head is vocab-parallel: no chunks */
+		m->k.ce_chunk = 0;
+	m->lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->lw));
+	m->act = hp_calloc((size_t)spec->n_layers, sizeof(*m->act));
+	if (!m->lw || !m->act)
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the layer tables");
+	for (int l = 0; l < spec->n_layers; l++)
+		if ((m->lw[l].moe = hp_model_spec_layer_is_moe(spec, l)))
+			m->n_moe++;
+	return 0;
+}
+
+int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+			   const struct hp_model_par *par, int B, int T)
+{
+	struct hp_model m;
+	struct hp_err e;
+	int64_t bytes = -1;
+
+	memset(&m, 0, sizeof(m));
+	if (k)
+		m.k = *k;
+	m.spec = m.gspec = *spec;
+	m.B = B;
+	m.T = m.S = T;
+	m.bk = hp_backend_cpu();
+	hp_arena_init(&m.aarena);
+	hp_arena_init(&m.harena);
+	hp_err_clear(&e);
+	/* take_acts measures with the arena's base NULL: nothing is allocated */
+	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
+		take_acts(&m);
+		bytes = m.aarena.used > (size_t)INT64_MAX - 63 ? -2 :
+			(int64_t)((m.aarena.used + 63) & ~(size_t)63);   /* whole slices */
+	}
+	hp_free(m.lw);
+	hp_free(m.act);
+	return bytes;
+}
+
+/* An arena of cap bytes in the backend's memory (zeroed). */
+static int arena_on(struct hp_model *m, struct hp_arena *a, size_t cap, struct hp_err *e)
+{
+	if (!on_device(m))
+		return hp_arena_alloc(a, cap) ? hp_err_set(e, HP_ENOMEM, "out of memory") : 0;
+	if (!(a->base = m->bk->alloc(m->bk, cap ? cap : 1, e)))
+		return e->code;
+	a->cap = cap;
+	a->used = 0;
+	return 0;
+}
+
+static void arena_off(struct hp_model *m, struct hp_arena *a)
+{
+	if (on_device(m)) {
+		m->bk->free(m->bk, a->base);
+		hp_arena_init(a);
+	} else {
+		hp_arena_release(a);
+	}
+}
+
+int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp_model_spec *spec,
+		      const struct hp_model_kernels *k, const struct hp_model_par *par, int B, int T,
+		      struct hp_err *e)
+{
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	if (k)
+		m->k = *k;
+	hp_arena_init(&m->warena);
+	hp_arena_init(&m->garena);
+	hp_arena_init(&m->aarena);
+	hp_arena_init(&m->harena);
+	m->spec = *spec;
+	m->gspec = *spec;
+	m->B = B;
+	m->T = T;
+	m->S = T;
+	m->bk = bk ? bk : hp_backend_cpu();
+	if (B <= 0 || T <= 0)
+		return hp_err_set(e, HP_EINVAL, "micro-batch %d x %d must be positive", B, T);
+	if ((rc = hp_model_spec_check_seq(spec, T, e)))
+		return rc;
+	if (par && (par->tp > 1 || par->cp > 1 || par->ep > 1) && !par->cs)
+		return hp_err_set(e, HP_EINVAL, "a parallel layout needs its communicators");
+	if ((rc = set_layout(m, par, B, T, e)))
+		return rc;
+	rc = HP_ENOMEM;
+	m->lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->lg));
+	if (!m->lg) {
+		hp_err_set(e, rc, "out of memory for the layer tables");
+		goto fail;
+	}
+	for (int l = 0; l < spec->n_layers; l++) {
+		if (!m->lw[l].moe)
+			continue;
+		m->lg[l].moe = 1;
+		m->lw[l].ex = hp_calloc((size_t)m->El + 1, sizeof(struct hp_expert_w));
+		m->lg[l].ex = hp_calloc((size_t)m->El + 1, sizeof(struct hp_expert_w));
+		if (!m->lw[l].ex || !m->lg[l].ex) {
+			hp_err_set(e, rc, "out of memory for the expert tables");
+			goto fail;
+		}
+	}
+	if ((rc = build_params(m, e)))
+		goto fail;
+	rc = HP_ENOMEM;
+	if (hp_arena_alloc(&m->warena, m->numel * sizeof(float)) ||
+	    hp_arena_alloc(&m->garena, m->numel * sizeof(float))) {
+		hp_err_set(e, rc, "out of memory for %zu parameters", m->numel);
+		goto fail;
+	}
+	m->flat_w = hp_arena_take(&m->warena, m->numel * sizeof(float));
+	m->flat_g = hp_arena_take(&m->garena, m->numel * sizeof(float));
+	m->bw = m->flat_w;
+	m->bg = m->flat_g;
+	if (on_device(m)) {
+		if (!(m->bw = m->bk->alloc(m->bk, m->numel * sizeof(float), e)) ||
+		    !(m->bg = m->bk->alloc(m->bk, m->numel * sizeof(float), e))) {
+			rc = e->code;
+			goto fail;
+		}
+	}
+	if ((rc = m->bk->weights(m->bk, m->bw, m->numel, e)))
+		goto fail;
+	for (int i = 0; i < m->nparams; i++) {
+		struct hp_param *p = &m->params[i];
+		p->w = m->flat_w + p->offset;
+		p->g = m->flat_g + p->offset;
+		*p->wslot = m->bw + p->offset;
+		*p->gslot = m->bg + p->offset;
+	}
+	if (spec->tie_word_embeddings) {
+		m->lm_head = m->embed;
+		m->d_lm_head = m->d_embed;
+	}
+	/* a backend without HF's eager attention runs flash in its place: the
+	 * same function, lse kept instead of P */
+	for (int l = 0; l < spec->n_layers && !m->bk->has_eager; l++)
+		m->k.flash[l] = 1;
+	for (int l = 0; l < spec->n_layers; l++)
+		if (m->k.flash[l] && !m->bk->flash_supports(m->bk, spec->head_dim)) {
+			if (!m->bk->has_eager)
+				rc = hp_err_set(e, HP_EUNSUP, "%s: no attention kernel takes head_dim %d",
+						m->bk->name, spec->head_dim);
+			else
+				rc = hp_err_set(e, HP_ECONFIG, "flash_attention takes head_dim up to %d, the model "
+						"has %d; leave its attention on the reference",
+						HP_FLASH_ATTENTION_MAX_HEAD_DIM, spec->head_dim);
+			goto fail;
+		}
+	/* grouped experts read gate and up as one [2*Im, C] matrix */
+	for (int l = 0; l < spec->n_layers; l++)
+		for (int x = 0; m->k.grouped[l] && m->lw[l].moe && x < m->El; x++)
+			if (m->lw[l].ex[x].wu != m->lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
+			    m->lg[l].ex[x].wu != m->lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
+				m->k.grouped[l] = 0;
+	take_acts(m);                       /* measure */
+	if ((rc = arena_on(m, &m->aarena, m->aarena.used, e))) {
+		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens on %s)",
+			   m->aarena.cap >> 20, B, T, m->bk->name);
+		goto fail;
+	}
+	if (on_device(m) && hp_arena_alloc(&m->harena, m->harena.used ? m->harena.used : 1)) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the host's index arrays");
+		goto fail;
+	}
+	take_acts(m);
+	if (!on_device(m)) {
+		hp_model_spec_rope_table(spec, m->cos_t, m->sin_t, m->S);
+		return 0;
+	}
+	/* the RoPE tables are made on the host */
+	size_t half = (size_t)m->S * spec->head_dim / 2;
+	float *ct = hp_malloc(2 * half * sizeof(float) + 1);
+	if (!ct) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the RoPE tables");
+		goto fail;
+	}
+	hp_model_spec_rope_table(spec, ct, ct + half, m->S);
+	rc = m->bk->upload(m->bk, m->cos_t, ct, half * sizeof(float), e);
+	if (!rc)
+		rc = m->bk->upload(m->bk, m->sin_t, ct + half, half * sizeof(float), e);
+	hp_free(ct);
+	if (!rc)
+		return 0;
+fail:
+	hp_model_release(m);
+	return e ? e->code : rc;
+}
+
+void hp_model_release(struct hp_model *m)
+{
+	if (m->bk && m->bw)
+		m->bk->weights(m->bk, m->bw, 0, NULL);   /* the backend forgets the region */
+	if (on_device(m)) {
+		m->bk->free(m->bk, m->bw);
+		m->bk->free(m->bk, m->bg);
+	}
+	m->bw = m->bg = NULL;
+	hp_arena_release(&m->warena);
+	hp_arena_release(&m->garena);
+	if (m->bk)
+		arena_off(m, &m->aarena);
+	hp_arena_release(&m->harena);
+	hp_free(m->params);
+	for (int l = 0; m->lw && l < m->spec.n_layers; l++) {
+		hp_free(m->lw[l].ex);
+		hp_free(m->lg[l].ex);
+	}
+	hp_free(m->lw);
+	hp_free(m->lg);
+	hp_free(m->act);
+	hp_free(m->probe_buf);
+	m->probe_buf = NULL;
+	m->params = NULL;
+	m->lw = m->lg = NULL;
+	m->act = NULL;
+	m->nparams = 0;
+}
+
+int hp_model_upload(struct hp_model *m, struct hp_err *e)
+{
+	int rc;
+
+	if (!on_device(m))
+		return 0;
+	if ((rc = m->bk->upload(m->bk, m->bw, m->flat_w, m->numel * sizeof(float), e)))
+		return rc;
+	m->bk->weights_changed(m->bk, m->bw, m->numel);
+	return 0;
+}
+
+int hp_model_download(struct hp_model *m, int grads, struct hp_err *e)
+{
+	int rc;
+
+	if (!on_device(m))
+		return 0;
+	if ((rc = m->bk->download(m->bk, m->flat_w, m->bw, m->numel * sizeof(float), e)))
+		return rc;
+	return grads ? m->bk->download(m->bk, m->flat_g, m->bg, m->numel * sizeof(float), e) : 0;
+}
+
+void hp_model_zero_grad(struct hp_model *m)
+{
+	m->bk->zero(m->bk, m->bg, m->numel * sizeof(float));
+}
+
+/* ---- faults injected on purpose ---- */
+
+static const char *const fault_names[HP_NFAULT] = {
+	"none", "tp_skip_reduce", "sp_skip_gather", "cp_wrong_offset", "cp_skip_kv_grad_reduce",
+	"ep_wrong_route", "ep_drop_token", "fsdp_stale_shard", "grad_scale",
+};
+
+const char *hp_fault_name(int f)
+{
+	return f >= 0 && f < HP_NFAULT ? fault_names[f] : "?";
+}
+
+int hp_fault_parse(const char *name)
+{
+	for (int f = 1; f < HP_NFAULT; f++)
+		if (!strcmp(name, fault_names[f]))
+			return f;
+	return -1;
+}
+
+/* The first failure of a pass: its code, its message kept in m->err. */
+static void par_rc(struct hp_model *m, int rc)
+{
+	if (rc && !m->par_rc)
+		m->par_rc = rc;
+}
+
+/* Show a module's output to the probe (from a device, through a host
+ * copy); non-zero stops the forward. */
+static int probe(struct hp_model *m, const char *fmt, int l, const float *x, long rows, int cols,
+		 int row_split, int col_split)
+{
+	char name[96];
+	struct hp_probe p = { name, x, rows, cols, row_split, col_split };
+	size_t n = (size_t)rows * cols;
+
+	if (!m->probe)
+		return 0;
+	if (on_device(m)) {
+		if (n > m->probe_cap) {
+			hp_free(m->probe_buf);
+			m->probe_cap = 0;
+			if (!(m->probe_buf = hp_malloc(n * sizeof(float) + 1))) {
+				par_rc(m, hp_err_set(&m->err, HP_ENOMEM, "out of memory for a probe"));
+				return -2;
+			}
+			m->probe_cap = n;
+		}
+		if (m->bk->download(m->bk, m->probe_buf, x, n * sizeof(float), &m->err)) {
+			par_rc(m, m->err.code);
+			return -2;
+		}
+		p.x = m->probe_buf;
+	}
+	snprintf(name, sizeof(name), fmt, l);
+	return m->probe(m->probe_ctx, &p);
+}
+
+/* ---- collectives at module boundaries ---- */
+
+static struct hp_comm *dimc(struct hp_model *m, int d)
+{
+	return &m->par.cs->dim[d];
+}
+
+/* A block's entry: y [N,C] from this rank's rows src [Ns,C] (sequence
+ * parallel: all-gathered over tp; else src is y). */
+static void tp_gather(struct hp_model *m, float *y, const float *src)
+{
+	struct hp_backend *bk = m->bk;
+	long N = (long)m->B * m->T;
+	size_t C = (size_t)m->spec.hidden;
+
+	if (m->Ns == N) {
+		if (y != src)
+			bk->copy(bk, y, src, (size_t)N * C * sizeof(float));
+		return;
+	}
+	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_TP), src, y, (size_t)m->Ns * C, HP_DTYPE_F32, &m->err));
+}
+
+/* A block's exit: partial [N,C] holds this rank's share of a sum over tp;
+ * returns the sum's rows this rank keeps: reduce-scattered into out [Ns,C]
+ * (sequence parallel), or all-reduced in place. */
+static float *tp_reduce(struct hp_model *m, float *partial, float *out)
+{
+	struct hp_backend *bk = m->bk;
+	long N = (long)m->B * m->T;
+	size_t C = (size_t)m->spec.hidden;
+
+	if (m->par.tp == 1)
+		return partial;
+	if (m->par.sp) {
+		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_TP), partial, out, (size_t)m->Ns * C, HP_DTYPE_F32,
+					     HP_RED_SUM, &m->err));
+		return out;
+	}
+	par_rc(m, bk->allreduce(bk, dimc(m, HP_DIM_TP), partial, (size_t)N * C, HP_DTYPE_F32, HP_RED_SUM, &m->err));
+	return partial;
+}
+
+/* ---- attention: one rank, or context parallel ---- */
+
+/*
+ * The all-gather of K and V: each rank packs [K | V] of its chunk, the
+ * gathered blocks come back in cp-rank order and are laid out as whole
+ * rows [B, S, Hkv*D] for the chunk kernel (kernels/cpu/cpattn.c).
+ */
+static void cp_gather_kv(struct hp_model *m, struct hp_layer_act *a)
+{
+	struct hp_backend *bk = m->bk;
+	int B = m->B, T = m->T, cp = m->par.cp;
+	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
+
+	bk->copy(bk, m->cp_send, a->k, n * sizeof(float));
+	bk->copy(bk, m->cp_send + n, a->v, n * sizeof(float));
+	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32, &m->err));
+	for (int r = 0; r < cp; r++)
+		for (int b = 0; b < B; b++) {
+			const float *src = m->cp_recv + (size_t)r * 2 * n + (size_t)b * blk;
+			size_t at = ((size_t)b * m->S + (size_t)r * T) * KD;
+
+			bk->copy(bk, a->kg + at, src, blk * sizeof(float));
+			bk->copy(bk, a->vg + at, src + n, blk * sizeof(float));
+		}
+}
+
+/* Its backward: every rank's dK, dV of the whole rows [B,S,Hkv*D] (in
+ * cp_recv) reduce-scattered, each rank keeping its chunk's. */
+static void cp_scatter_dkv(struct hp_model *m, int skip)
+{
+	struct hp_backend *bk = m->bk;
+	int B = m->B, T = m->T, cp = m->par.cp;
+	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
+	size_t whole = (size_t)B * m->S * KD;
+
+	for (int r = 0; r < cp; r++)
+		for (int b = 0; b < B; b++) {
+			float *dst = m->cp_send + (size_t)r * 2 * n + (size_t)b * blk;
+			size_t at = ((size_t)b * m->S + (size_t)r * T) * KD;
+
+			bk->copy(bk, dst, m->cp_recv + at, blk * sizeof(float));
+			bk->copy(bk, dst + n, m->cp_recv + whole + at, blk * sizeof(float));
+		}
+	if (skip)   /* the fault: only this rank's own contribution to its keys */
+		bk->copy(bk, m->cp_recv, m->cp_send + (size_t)m->par.cp_rank * 2 * n, 2 * n * sizeof(float));
+	else
+		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32,
+					     HP_RED_SUM, &m->err));
+	bk->copy(bk, m->dk, m->cp_recv, n * sizeof(float));
+	bk->copy(bk, m->dv, m->cp_recv + n, n * sizeof(float));
+}
+
+/*
+ * Ulysses: the all-to-all that trades this rank's tokens of every head for
+ * every token of its heads.  Per tensor x of H heads: to (dir 0) the head
+ * split, x local [B, T, H, D] -> xs [B, S, H/cp, D]; back (dir 1) the
+ * reverse.  nt tensors go in one call, packed per peer: block (peer r,
+ * tensor i, row b) is T rows of the head slice, one strided copy.
+ */
+struct ul_t {
+	float *loc, *split;
+	int H;
+};
+
+static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
+{
+	struct hp_backend *bk = m->bk;
+	int B = m->B, T = m->T, cp = m->par.cp, D = m->spec.head_dim;
+	size_t per = 0, f = sizeof(float);
+
+	for (int i = 0; i < nt; i++)
+		per += (size_t)B * T * (x[i].H / cp) * D;
+	for (int r = 0; r < cp; r++) {
+		float *o = m->cp_send + (size_t)r * per;
+
+		for (int i = 0; i < nt; i++) {
+			int Hc = x[i].H / cp;
+			size_t row = (size_t)Hc * D;
+
+			for (int b = 0; b < B; b++, o += (size_t)T * row) {
+				if (dir == 0)
+					bk->copy2d(bk, o, row * f, x[i].loc + ((size_t)b * T * x[i].H + (size_t)r * Hc) * D,
+						   (size_t)x[i].H * D * f, row * f, (size_t)T);
+				else
+					bk->copy(bk, o, x[i].split + ((size_t)b * m->S + (size_t)r * T) * row,
+						 (size_t)T * row * f);
+			}
+		}
+	}
+	par_rc(m, bk->alltoall(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, per, HP_DTYPE_F32, &m->err));
+	for (int s = 0; s < cp; s++) {
+		const float *in = m->cp_recv + (size_t)s * per;
+
+		for (int i = 0; i < nt; i++) {
+			int Hc = x[i].H / cp;
+			size_t row = (size_t)Hc * D;
+
+			for (int b = 0; b < B; b++, in += (size_t)T * row) {
+				if (dir == 0)
+					bk->copy(bk, x[i].split + ((size_t)b * m->S + (size_t)s * T) * row, in,
+						 (size_t)T * row * f);
+				else
+					bk->copy2d(bk, x[i].loc + ((size_t)b * T * x[i].H + (size_t)s * Hc) * D,
+						   (size_t)x[i].H * D * f, in, row * f, row * f, (size_t)T);
+			}
+		}
+	}
+}
+
+/* The attention kernel itself, on q, k, v as the exchanges left them
+ * (all-gathered K and V, or the ulysses head split). */
+static void attention_core(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp, fl = m->k.flash[l];
+
+	if (cp_ag(m)) {
+		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
+
+		bk->cp_attention_fwd(bk, a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->seg,
+				     m->B, m->T, m->S, q0, Hq, Hkv, D);
+	} else if (cp_ul(m)) {
+		if (fl)
+			bk->flash_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp, Hkv / cp, D);
+		else
+			bk->attention_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
+					  Hkv / cp, D);
+	} else if (fl) {
+		bk->flash_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+	} else {
+		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+	}
+}
+
+static void attention_fwd(struct hp_model *m, int l)
+{
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	int Hq = s->n_heads, Hkv = s->n_kv_heads;
+
+	if (cp_ag(m)) {
+		cp_gather_kv(m, a);
+		attention_core(m, l);
+		return;
+	}
+	if (cp_ul(m)) {
+		/* q, k, v go to the head split in place of their local layout (the
+		 * backward needs them split; q_raw, k_raw keep what qk_norm needs) */
+		struct ul_t x[3] = { { a->q, a->q, Hq }, { a->k, a->k, Hkv }, { a->v, a->v, Hkv } };
+		struct ul_t o = { a->att, a->att_u, Hq };
+
+		ulysses(m, x, 3, 0);
+		attention_core(m, l);
+		ulysses(m, &o, 1, 1);
+		return;
+	}
+	attention_core(m, l);
+}
+
+/* m->datt -> m->dq, m->dk, m->dv (this rank's tokens, local layout). */
+static void attention_bwd(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp;
+
+	if (cp_ag(m)) {
+		size_t whole = (size_t)m->B * m->S * Hkv * D;
+
+		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
+
+		bk->cp_attention_bwd(bk, m->dq, m->cp_recv, m->cp_recv + whole, m->datt, a->att,
+				     m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
+				     m->seg, m->dscratch, m->B, m->T, m->S, q0, Hq, Hkv, D);
+		cp_scatter_dkv(m, l == 0 && m->fault == HP_FAULT_CP_SKIP_KV_GRAD_REDUCE);
+		return;
+	}
+	if (cp_ul(m)) {
+		/* dout to the head split in place, the kernel's gradients back */
+		struct ul_t d = { m->datt, m->datt, Hq };
+		struct ul_t x[3] = { { m->dq, m->dq, Hq }, { m->dk, m->dk, Hkv }, { m->dv, m->dv, Hkv } };
+
+		ulysses(m, &d, 1, 0);
+		if (m->k.flash[l])
+			bk->flash_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->att_u, a->P, a->q, a->k, a->v, m->seg,
+				      m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
+		else
+			bk->attention_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
+					  m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
+		ulysses(m, x, 3, 1);
+		return;
+	}
+	if (m->k.flash[l])
+		bk->flash_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->att, a->P, a->q, a->k, a->v, m->seg,
+			      m->dscratch, m->B, m->T, Hq, Hkv, D);
+	else
+		bk->attention_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
+				  m->dscratch, m->B, m->T, Hq, Hkv, D);
+}
+
+/* ---- the sparse MoE block (Qwen3MoeSparseMoeBlock) ---- */
+
+static int first_moe(const struct hp_model *m)
+{
+	for (int l = 0; l < m->spec.n_layers; l++)
+		if (m->lw[l].moe)
+			return l;
+	return -1;
+}
+
+/*
+ * Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye:
+ * each expert's gate and up projections and SwiGLU, then its down
+ * projection.  Grouped: one GEMM over the adjacent gate and up weights,
+ * the SwiGLU of [gate | up] rows over every expert's rows at once (row by
+ * row, so the same numbers as expert by expert).
+ * ye NULL (grouped kernel): the gate|up rows only, all that the backward
+ * keeps of them (a checkpointed layer's recomputation).
+ */
+static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, float *ye)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	int C = s->hidden, Im = s->moe_intermediate;
+
+	if (!m->k.grouped[l]) {
+		for (int x = 0; x < nx; x++) {
+			long r0 = off[x], n = off[x + 1] - off[x];
+			if (!n)
+				continue;
+			bk->linear_fwd(bk, a->ge + r0 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, Im);
+			bk->linear_fwd(bk, a->ue + r0 * Im, xe + r0 * C, w->ex[x].wu, NULL, n, C, Im);
+			bk->swiglu_fwd(bk, a->he + r0 * Im, a->ge + r0 * Im, a->ue + r0 * Im, n * Im);
+			bk->linear_fwd(bk, ye + r0 * C, a->he + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+		}
+		return;
+	}
+	for (int x = 0; x < nx; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (n)   /* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
+			bk->linear_fwd(bk, a->ge + r0 * 2 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
+	}
+	if (!ye)
+		return;
+	bk->swiglu_rows_fwd(bk, m->hrec, a->ge, off[nx], Im);
+	for (int x = 0; x < nx; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (n)
+			bk->linear_fwd(bk, ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+	}
+}
+
+/* Backward of experts_fwd: dye -> dxe, weight gradients added.  h_ready:
+ * (grouped) hrec already holds the SwiGLU outputs, recomputed for the
+ * experts' outputs. */
+static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx,
+			const float *dye, float *dxe, int h_ready)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	struct hp_layer_w *g = &m->lg[l];
+	int C = s->hidden, Im = s->moe_intermediate;
+
+	if (!m->k.grouped[l]) {
+		for (int x = 0; x < nx; x++) {
+			long r0 = off[x], n = off[x + 1] - off[x];
+			if (!n)
+				continue;
+			bk->linear_bwd(bk, m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, a->he + r0 * Im,
+				       w->ex[x].wd, n, Im, C, 0);
+			bk->swiglu_bwd(bk, m->dge + r0 * Im, m->due + r0 * Im, m->dhe + r0 * Im, a->ge + r0 * Im,
+				       a->ue + r0 * Im, n * Im);
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * Im, xe + r0 * C,
+				       w->ex[x].wg, n, C, Im, 0);
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wu, NULL, m->due + r0 * Im, xe + r0 * C,
+				       w->ex[x].wu, n, C, Im, 1);
+		}
+		return;
+	}
+	/* the SwiGLU output is recomputed rather than kept (unless the
+	 * recomputed expert outputs needed it first) */
+	if (!h_ready)
+		bk->swiglu_rows_fwd(bk, m->hrec, a->ge, off[nx], Im);
+	for (int x = 0; x < nx; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (n)
+			bk->linear_bwd(bk, m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->hrec + r0 * Im,
+				       w->ex[x].wd, n, Im, C, 0);
+	}
+	bk->swiglu_rows_bwd(bk, m->dge, m->dhe, a->ge, off[nx], Im);
+	for (int x = 0; x < nx; x++) {
+		long r0 = off[x], n = off[x + 1] - off[x];
+		if (n)
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, xe + r0 * C,
+				       w->ex[x].wg, n, C, 2 * Im, 0);
+	}
+}
+
+/*
+ * Expert parallelism: send [NK rows, expert-major, C] to the ranks of their
+ * experts (rank r owns experts r*El ..), with the per-expert counts first,
+ * so that each rank receives, from each peer, its rows grouped by local
+ * expert; regroup them expert-major (a->ep_perm remembers the order) into
+ * a->xe with a->ep_off.  The counts are host integers, exchanged over MPI
+ * on every backend.
+ */
+static void ep_dispatch_counts(struct hp_model *m, int l)
+{
+	struct hp_layer_act *a = &m->act[l];
+	int ep = m->par.ep, El = m->El, E = m->spec.n_experts;
+	int32_t *cnt = m->moe_fill, *rcnt = m->moe_fill + E;   /* [E] sent, [ep*El] = [E] received */
+	int32_t *perm = a->ep_perm.h;
+	long at = 0;
+
+	for (int x = 0; x < E; x++)
+		cnt[x] = a->ex_off[x + 1] - a->ex_off[x];
+	par_rc(m, hp_comm_alltoall(dimc(m, HP_DIM_EP), cnt, rcnt, (size_t)El, HP_DTYPE_I32, &m->err));
+	for (int r = 0; r < ep; r++) {
+		a->ep_scount[r] = a->ex_off[(r + 1) * El] - a->ex_off[r * El];
+		a->ep_rcount[r] = 0;
+		for (int x = 0; x < El; x++)
+			a->ep_rcount[r] += rcnt[r * El + x];
+	}
+	/* expert-major order of the received rows: expert x's rows from peer 0,
+	 * then peer 1, ...; the rows of (peer s, expert x) sit in the receive
+	 * buffer at s's block, after s's rows for experts before x */
+	a->ep_off[0] = 0;
+	for (int x = 0; x < El; x++) {
+		long n = 0;
+		for (int r = 0; r < ep; r++) {
+			long src = 0;
+			for (int q = 0; q < r; q++)
+				src += a->ep_rcount[q];
+			for (int y = 0; y < x; y++)
+				src += rcnt[r * El + y];
+			for (int j = 0; j < rcnt[r * El + x]; j++)
+				perm[at++] = (int32_t)(src + j);
+			n += rcnt[r * El + x];
+		}
+		a->ep_off[x + 1] = a->ep_off[x] + (int32_t)n;
+	}
+	a->ep_rows = at;
+	par_rc(m, m->bk->put(m->bk, &a->ep_perm, (size_t)at, &m->err));
+}
+
+/* Rows out (dir 0: to the experts, send order -> recv order) or back. */
+static void ep_exchange(struct hp_model *m, int l, const float *send, float *recv, int back)
+{
+	struct hp_backend *bk = m->bk;
+	struct hp_layer_act *a = &m->act[l];
+	int ep = m->par.ep, C = m->spec.hidden;
+	int sc[HP_MAX_EP], sd[HP_MAX_EP], rc[HP_MAX_EP], rd[HP_MAX_EP];
+	const int32_t *so = back ? a->ep_rcount : a->ep_scount, *ro = back ? a->ep_scount : a->ep_rcount;
+
+	for (int r = 0, s0 = 0, r0 = 0; r < ep; r++) {
+		sc[r] = so[r] * C;
+		rc[r] = ro[r] * C;
+		sd[r] = s0;
+		rd[r] = r0;
+		s0 += sc[r];
+		r0 += rc[r];
+	}
+	par_rc(m, bk->alltoallv(bk, dimc(m, HP_DIM_EP), send, sc, sd, recv, rc, rd, HP_DTYPE_F32, back, &m->err));
+}
+
+/*
+ * Routing on the host: the router's top-k choices (from the backend) are
+ * grouped expert-major, token order within an expert, into row_tok,
+ * row_slot (and, for a device's combine, each token's rows in ascending
+ * order), which go back to the backend.  A failure is kept in m->par_rc
+ * and the layer goes on with what it has (expert 0 for a choice out of
+ * range), so that every rank still makes the same collectives.
+ */
+static void route(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	struct hp_layer_act *a = &m->act[l];
+	long N = m->Ns;
+	int E = m->spec.n_experts, K = m->spec.top_k;
+	int32_t *off = a->ex_off, *sel = a->sel.h;
+	size_t NK = (size_t)N * K;
+
+	par_rc(m, bk->get(bk, &a->sel, NK, &m->err));
+	/* the fault: the first token's first row goes to an expert of the next ep rank */
+	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0) {
+		sel[0] = (sel[0] + m->El) % E;
+		par_rc(m, bk->put(bk, &a->sel, 1, &m->err));
+	}
+	/* expert-major rows */
+	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
+	for (size_t i = 0; i < NK; i++) {
+		if (sel[i] < 0 || sel[i] >= E) {   /* a top-k of NaN logits */
+			par_rc(m, hp_err_set(&m->err, HP_ENUM, "layer %d: the router chose expert %d of %d "
+					     "(NaN logits?)", l, sel[i], E));
+			sel[i] = 0;
+		}
+		off[sel[i] + 1]++;
+	}
+	for (int x = 0; x < E; x++)
+		off[x + 1] += off[x];
+	memcpy(m->moe_fill, off, sizeof(int32_t) * (size_t)E);
+	for (long t = 0; t < N; t++)
+		for (int k = 0; k < K; k++) {
+			int32_t r = m->moe_fill[sel[t * K + k]]++;
+			a->row_tok.h[r] = (int32_t)t;
+			a->row_slot.h[r] = k;
+		}
+	if (!bk->device)
+		return;
+	/* each token's rows in ascending order, the order of the host's loops
+	 * over rows: its slots' rows, sorted (K is small) */
+	int32_t *tr = a->tok_rows.h;
+	for (size_t r = 0; r < NK; r++)
+		tr[(size_t)a->row_tok.h[r] * K + (size_t)a->row_slot.h[r]] = (int32_t)r;
+	for (long t = 0; t < N; t++)
+		for (int k = 1; k < K; k++)
+			for (int j = k; j > 0 && tr[t * K + j - 1] > tr[t * K + j]; j--) {
+				int32_t x = tr[t * K + j];
+				tr[t * K + j] = tr[t * K + j - 1];
+				tr[t * K + j - 1] = x;
+			}
+	par_rc(m, bk->put(bk, &a->row_tok, NK, &m->err));
+	par_rc(m, bk->put(bk, &a->row_slot, NK, &m->err));
+	par_rc(m, bk->put(bk, &a->tok_rows, NK, &m->err));
+}
+
+static struct hp_route route_of(const struct hp_layer_act *a)
+{
+	struct hp_route rt = { a->row_tok.d, a->row_slot.d, a->tok_rows.d };
+
+	return rt;
+}
+
+/*
+ * Router: probs = softmax(xn2 Wr^T) in fp32, the top-k experts by falling
+ * probability (ties to the lower index), their weights renormalized to sum
+ * to one when norm_topk_prob.  Rows are then grouped expert-major, each
+ * expert runs its SwiGLU on its rows as one GEMM per projection, and every
+ * token's output is the weighted sum of its experts' outputs, added in
+ * expert order as HF's index_add_ loop does.  With ep > 1 the rows travel
+ * to their experts' ranks and back (ep_dispatch_counts, ep_exchange).
+ */
+/* The MoE block of layer l into out [Ns, C]; re (recomputation): what its
+ * backward reads only, neither the grouped experts' outputs, which the
+ * backward makes again, nor out. */
+static void moe_forward(struct hp_model *m, int l, float *out, int re)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	long N = m->Ns;
+	int C = s->hidden, E = s->n_experts, K = s->top_k;
+	struct hp_route rt = route_of(a);
+
+	bk->linear_fwd(bk, a->probs, a->xn2, w->router, NULL, N, C, E);
+	bk->router_topk(bk, a->probs, a->sel.d, a->wsel, N, E, K, s->norm_topk_prob);
+	route(m, l);
+	if (m->par.ep > 1) {
+		/* HF's index_select into the send buffer; the experts' ranks get them */
+		bk->gather_rows(bk, m->ep_send, a->xn2, a->row_tok.d, N * K, C);
+		ep_dispatch_counts(m, l);
+		ep_exchange(m, l, m->ep_send, m->ep_recv, 0);
+		bk->gather_rows(bk, a->xe, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
+		experts_fwd(m, l, a->xe, a->ep_off, m->El, m->ep_recv);
+		bk->scatter_rows(bk, m->ep_send, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
+		ep_exchange(m, l, m->ep_send, a->ye, 1);
+		if (m->fault == HP_FAULT_EP_DROP_TOKEN && l == first_moe(m) && N > 0)
+			bk->zero(bk, a->ye, sizeof(float) * (size_t)C);   /* the fault: one row lost */
+	} else {
+		/* HF's index_select: every routed row copied out; the grouped kernel
+		 * gathers rows into one shared buffer instead of keeping a copy */
+		float *xe = m->k.grouped[l] ? m->xg : a->xe;
+		bk->gather_rows(bk, xe, a->xn2, a->row_tok.d, N * K, C);
+		experts_fwd(m, l, xe, a->ex_off, E, a->ye ? a->ye : re ? NULL : m->dxe);
+	}
+	if (re)
+		return;
+	bk->moe_combine(bk, out, a->ye ? a->ye : m->dxe, a->wsel, &rt, N, K, C);
+}
+
+/*
+ * HF's load_balancing_loss_func over every MoE layer of this forward:
+ * with all router outputs concatenated (n tokens), F_e = (slots routed to
+ * e) / n and P_e = mean probability of e; aux = E * sum_e F_e * P_e.
+ * The micro-batch's tokens are spread over cp (and tp with sequence
+ * parallelism): the per-expert sums are all-reduced there.  The sums are
+ * the host's (a device's probabilities come to it).
+ */
+static void moe_aux_add(struct hp_model *m, int l)
+{
+	const struct hp_model_spec *s = &m->spec;
+	long N = m->Ns;
+	int E = s->n_experts, K = s->top_k;
+	double *F = m->aux_frac, *P = m->aux_frac + E;
+	const float *probs = m->act[l].probs;
+
+	if (m->bk->device) {
+		par_rc(m, m->bk->download(m->bk, m->h_probs, probs, sizeof(float) * (size_t)N * E, &m->err));
+		probs = m->h_probs;
+	}
+	for (long i = 0; i < N * K; i++)
+		F[m->act[l].sel.h[i]] += 1;
+	for (long t = 0; t < N; t++)
+		for (int x = 0; x < E; x++)
+			P[x] += probs[t * E + x];
+}
+
+/* after every MoE layer's moe_aux_add, in layer order (a checkpointed
+ * layer's router outputs do not outlive its forward) */
+static void moe_aux(struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	int E = s->n_experts;
+	double n = (double)m->B * m->S * m->n_moe, aux = 0, *F = m->aux_frac, *P = m->aux_frac + E;
+
+	if (m->par.cp > 1)
+		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_CP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
+	if (m->par.sp)
+		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_TP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
+	for (int x = 0; x < E; x++) {
+		F[x] /= n;
+		aux += F[x] * (P[x] / n);
+	}
+	m->aux_loss = aux * E;
+}
+
+/* Backward of moe_forward: dout is d(loss)/d(out) [N,C]; writes dxn [N,C]. */
+static void moe_backward(struct hp_model *m, int l, const float *dout, float *dxn, double aux_grad)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	struct hp_layer_w *g = &m->lg[l];
+	long N = m->Ns;
+	int C = s->hidden, E = s->n_experts, K = s->top_k;
+	float *dxe = m->dxe;
+	struct hp_route rt = route_of(a);
+
+	/* the experts' outputs again where they were not kept (grouped, one
+	 * rank): the SwiGLU from the saved gate|up rows, then down_proj, into
+	 * dxe's room, which the experts' backward overwrites only later */
+	const float *ye = a->ye;
+	if (!ye) {
+		int Im = s->moe_intermediate;
+
+		bk->swiglu_rows_fwd(bk, m->hrec, a->ge, a->ex_off[E], Im);
+		for (int x = 0; x < E; x++) {
+			long r0 = a->ex_off[x], n = a->ex_off[x + 1] - a->ex_off[x];
+			if (n)
+				bk->linear_fwd(bk, m->dxe + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+		}
+		ye = m->dxe;
+	}
+	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
+	bk->moe_combine_bwd(bk, m->dye, m->dwsel, dout, ye, a->wsel, &rt, N, K, C);
+	if (m->par.ep > 1) {
+		/* dY to the experts' ranks, dX back, the forward's routes reversed */
+		ep_exchange(m, l, m->dye, m->ep_recv, 0);
+		bk->gather_rows(bk, m->dye, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
+		experts_bwd(m, l, a->xe, a->ep_off, m->El, m->dye, m->dxe, 0);
+		bk->scatter_rows(bk, m->ep_send, m->dxe, a->ep_perm.d, a->ep_rows, C);
+		ep_exchange(m, l, m->ep_send, m->ep_recv, 1);
+		dxe = m->ep_recv;
+	} else {
+		const float *xe = a->xe;
+		if (m->k.grouped[l]) {   /* the routed rows again, for the weight gradients */
+			bk->gather_rows(bk, m->xg, a->xn2, a->row_tok.d, N * K, C);
+			xe = m->xg;
+		}
+		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe, !a->ye);
+	}
+	/* routing weights -> probabilities of the chosen experts -> router logits */
+	bk->router_bwd(bk, m->dprob, a->probs, a->sel.d, a->wsel, m->dwsel, m->aux_frac, aux_grad, N, E, K,
+		       s->norm_topk_prob);
+	bk->linear_bwd(bk, dxn, g->router, NULL, m->dprob, a->xn2, w->router, N, C, E, 0);
+	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
+}
+
+static int chunked(const struct hp_model *m)
+{
+	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->B * m->T;
+}
+
+/*
+ * A norm's input x is the residual a + b (b NULL: x already holds it; a
+ * NULL: nothing owed), then y = rmsnorm(x): in one pass with the fused
+ * kernel, else HF's add then norm.
+ */
+static void norm_in(struct hp_model *m, int fused, float *x, float *y, float *rstd, const float *a,
+		    const float *b, const float *w, long N, int C, float eps)
+{
+	struct hp_backend *bk = m->bk;
+
+	if (fused) {
+		bk->rmsnorm_res_fwd(bk, x, y, rstd, a ? a : x, a ? b : NULL, w, N, C, eps);
+		return;
+	}
+	if (a)
+		bk->add(bk, x, a, b, N * C);
+	bk->rmsnorm_fwd(bk, y, rstd, x, w, N, C, eps);
+}
+
+/* Cross-entropy of the vocab-parallel logits [N, V/tp]: with loss_parallel
+ * the row maxima and sums are all-reduced over tp; else every rank's
+ * logits are all-gathered and each rank reduces them alike.  Leaves the
+ * row statistics in vp_mx, vp_st for the backward. */
+static int vp_loss(struct hp_model *m, double *loss_sum, long *count)
+{
+	struct hp_backend *bk = m->bk;
+	long N = (long)m->B * m->T;
+	int Vl = m->spec.vocab, tp = m->par.tp;
+	struct hp_comm *c = dimc(m, HP_DIM_TP);
+	double *st = m->vp_st, *st2 = m->vp_st + 2 * N;
+	float *mx = m->vp_mx, *mx2 = m->vp_mx + N;
+	const int32_t *tg = m->tgt.d;
+
+	if (m->par.loss_parallel) {
+		bk->vp_ce_max(bk, mx, m->logits, N, Vl);
+		par_rc(m, bk->allreduce(bk, c, mx, (size_t)N, HP_DTYPE_F32, HP_RED_MAX, &m->err));
+		bk->vp_ce_sums(bk, st, m->logits, mx, tg, N, Vl, m->v0);
+		par_rc(m, bk->allreduce(bk, c, st, 2 * (size_t)N, HP_DTYPE_F64, HP_RED_SUM, &m->err));
+	} else {
+		par_rc(m, bk->allgather(bk, c, m->logits, m->glogits, (size_t)N * Vl, HP_DTYPE_F32, &m->err));
+		for (int r = 0; r < tp; r++) {
+			bk->vp_ce_max(bk, r ? mx2 : mx, m->glogits + (size_t)r * N * Vl, N, Vl);
+			if (r)
+				bk->max(bk, mx, mx2, N);
+		}
+		for (int r = 0; r < tp; r++) {
+			bk->vp_ce_sums(bk, r ? st2 : st, m->glogits + (size_t)r * N * Vl, mx, tg, N, Vl, r * Vl);
+			if (r)
+				bk->add_f64(bk, st, st2, 2 * N);
+		}
+	}
+	if (m->par_rc)
+		return -2;
+	return bk->vp_ce_loss(bk, loss_sum, count, st, mx, &m->tgt, N, m->gspec.vocab);
+}
+
+/*
+ * Layer l's forward from its input x_in (plus the residual ra + rb owed to
+ * it; NULL: x_in holds it already) up to mlp_out, which a dense layer
+ * writes into the next layer's input.  re: the backward's recomputation
+ * of a checkpointed layer: the same operations and collectives into the
+ * same (shared) buffers, with m->dx, the residual's live gradient, left
+ * alone; it stops where the backward needs nothing more (a dense layer's
+ * down_proj), and it neither probes nor calls hooks.
+ */
+static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	int C = s->hidden, I = s->intermediate, D = s->head_dim;
+	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
+	float eps = (float)s->rms_eps;
+	struct hp_layer_act *a = &m->act[l];
+	const struct hp_layer_w *w = &m->lw[l];
+	float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
+	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
+	float *sp_out = re ? m->dxn : m->dx, *nout, *o;
+
+#define PROBE(...) (!re && probe(m, __VA_ARGS__))
+	nout = pr->sp ? sp_out : a->xn1;
+	norm_in(m, m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
+	if (l == 0 && m->fault == HP_FAULT_SP_SKIP_GATHER && pr->sp) {
+		/* each rank's own rows only, the others' left out */
+		bk->zero(bk, a->xn1, sizeof(float) * (size_t)N * C);
+		bk->copy(bk, a->xn1 + (size_t)pr->tp_rank * Ns * C, nout, sizeof(float) * (size_t)Ns * C);
+	} else {
+		tp_gather(m, a->xn1, nout);
+	}
+	if (PROBE("model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
+		return -2;
+	if (s->qk_norm) {
+		/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
+		bk->linear_fwd(bk, a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
+		bk->linear_fwd(bk, a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
+		bk->rmsnorm_fwd(bk, a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
+		bk->rmsnorm_fwd(bk, a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
+	} else {
+		bk->linear_fwd(bk, a->q, a->xn1, w->wq, w->bq, N, C, QD);
+		bk->linear_fwd(bk, a->k, a->xn1, w->wk, w->bk, N, C, KD);
+	}
+	bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
+	bk->rope_fwd(bk, a->q, m->pos.d, m->cos_t, m->sin_t, N, s->n_heads, D);
+	bk->rope_fwd(bk, a->k, m->pos.d, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
+	attention_fwd(m, l);
+	if (tp > 1) {
+		/* row-parallel: partial sums, reduced, then the bias once */
+		o = pr->sp ? m->dxn : a->x_mid;
+		bk->linear_fwd(bk, o, a->att, w->wo, NULL, N, QD, C);
+		if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
+			if (pr->sp)   /* the rank's rows of its own partial sum */
+				bk->copy(bk, a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
+		} else {
+			tp_reduce(m, o, a->x_mid);
+		}
+		if (w->bo)
+			bk->add_bias(bk, a->x_mid, w->bo, Ns, C);
+	} else {
+		bk->linear_fwd(bk, a->x_mid, a->att, w->wo, w->bo, N, QD, C);
+	}
+	if (PROBE("model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
+		return -2;
+	nout = pr->sp && !w->moe ? sp_out : a->xn2;
+	norm_in(m, m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
+	if (w->moe) {
+		if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
+			return -2;
+		moe_forward(m, l, a->moe_out, re);
+		if (PROBE("model.layers.%d.mlp", l, a->moe_out, Ns, C, pr->sp, 0))
+			return -2;
+		return 0;
+	}
+	tp_gather(m, a->xn2, nout);
+	if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, N, C, 0, 0))
+		return -2;
+	bk->linear_fwd(bk, a->g, a->xn2, w->wg, NULL, N, C, I);
+	bk->linear_fwd(bk, a->u, a->xn2, w->wu, NULL, N, C, I);
+	bk->swiglu_fwd(bk, a->h, a->g, a->u, N * I);
+	if (re)
+		return 0;
+	o = pr->sp ? m->dxn : next;
+	bk->linear_fwd(bk, o, a->h, w->wd, NULL, N, I, C);
+	tp_reduce(m, o, next);
+	if (PROBE("model.layers.%d.mlp", l, next, Ns, C, pr->sp, 0))
+		return -2;
+	return 0;
+#undef PROBE
+}
+
+/*
+ * The micro-batch as the kernels read it: this rank's chunk of every row
+ * (cp), RoPE positions counted from each document's start, on the
+ * backend.  On the CPU at cp 1 the caller's arrays are read in place.
+ */
+static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *targets, const int32_t *seg)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T;
+	int32_t *pos = m->pos.h;
+	int rc;
+
+	m->seg = seg;
+	if (pr->cp > 1) {
+		/* this rank's chunk of every row; positions stay those of the whole row */
+		for (long n = 0; n < N; n++) {
+			long b = n / m->T, at = b * m->S + (long)pr->cp_rank * m->T + n % m->T;
+
+			m->ids.h[n] = ids[at];
+			m->tgt.h[n] = targets ? targets[at] : HP_IGNORE_INDEX;
+			m->segs.h[n] = seg ? seg[at] : 0;
+			pos[n] = (int32_t)(at - b * m->S) - m->segs.h[n];
+		}
+		if (cp_ag(m))
+			m->seg = seg ? m->segs.h : NULL;
+	} else {
+		for (long n = 0; n < N; n++)
+			pos[n] = (int32_t)(n % m->T) - (seg ? seg[n] : 0);
+		m->ids.h = (int32_t *)ids;
+		m->tgt.h = (int32_t *)targets;
+		if (!bk->device) {
+			m->ids.d = m->ids.h;
+			m->tgt.d = m->tgt.h;
+		}
+	}
+	if (!bk->device)
+		return 0;
+	/* the attention's segments: the chunk's (cp all-gather), else the whole rows' */
+	struct hp_i32 sg = { (int32_t *)m->seg, m->segs.d };
+	size_t ns = cp_ul(m) ? (size_t)m->B * m->S : (size_t)N;
+	if ((rc = bk->put(bk, &m->pos, (size_t)N, &m->err)) || (rc = bk->put(bk, &m->ids, (size_t)N, &m->err)) ||
+	    (m->tgt.h && (rc = bk->put(bk, &m->tgt, (size_t)N, &m->err))) ||
+	    (m->seg && (rc = bk->put(bk, &sg, ns, &m->err)))) {
+		par_rc(m, rc);
+		return -2;
+	}
+	m->seg = m->seg ? m->segs.d : NULL;
+	return 0;
+}
+
+int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
+		     const int32_t *seg, double *loss_sum, long *count)
+{
+	struct hp_backend *bk = m->bk;
+	const float *ra = NULL, *rb = NULL;
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	int C = s->hidden, V = s->vocab, tp = pr->tp;
+	float eps = (float)s->rms_eps;
+	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
+	float *nout;
+
+	m->par_rc = 0;
+	hp_err_clear(&m->err);
+	if (stage_batch(m, ids, targets, seg))
+		return -2;
+	targets = m->tgt.h;
+	if (tp > 1) {
+		bk->embed_fwd(bk, pr->sp ? m->dxn : m->act[0].x_in, &m->ids, m->embed, N, C, m->v0, V);
+		tp_reduce(m, pr->sp ? m->dxn : m->act[0].x_in, m->act[0].x_in);
+	} else {
+		bk->embed_fwd(bk, m->act[0].x_in, &m->ids, m->embed, N, C, 0, V);
+	}
+	if (probe(m, "model.embed_tokens", 0, m->act[0].x_in, Ns, C, pr->sp, 0))
+		return -2;
+	if (m->n_moe && s->output_router_logits)
+		memset(m->aux_frac, 0, 2 * sizeof(double) * (size_t)s->n_experts);
+	for (int l = 0; l < s->n_layers; l++) {
+		struct hp_layer_act *a = &m->act[l];
+		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
+		int rc;
+
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_FORWARD))
+			return -2;
+		if ((rc = layer_fwd(m, l, ra, rb, 0)))
+			return rc;
+		/* the residual add x_mid + mlp_out is owed to the next norm's input */
+		ra = a->x_mid;
+		rb = m->lw[l].moe ? a->moe_out : next;
+		if (m->k.ckpt[l] == HP_ACT_CKPT_FULL) {
+			/* unless the layer's buffers are shared: the next layer's
+			 * would overwrite them, so the add is paid now (the same
+			 * float sum the norm would make) */
+			bk->add(bk, next, ra, rb, Ns * C);
+			ra = rb = NULL;
+		}
+		if (m->lw[l].moe && s->output_router_logits)
+			moe_aux_add(m, l);
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_FORWARD))
+			return -2;
+	}
+	m->aux_loss = 0;
+	if (m->n_moe && s->output_router_logits)
+		moe_aux(m);
+	nout = pr->sp ? m->dx : m->xf;
+	norm_in(m, m->k.fused_final, m->x_final, nout, m->rstd_f, ra, rb, m->final_norm, Ns, C, eps);
+	tp_gather(m, m->xf, nout);
+	if (probe(m, "model.norm", 0, m->xf, N, C, 0, 0))
+		return -2;
+	if (tp > 1) {
+		bk->linear_fwd(bk, m->logits, m->xf, m->lm_head, NULL, N, C, V);
+		if (probe(m, "lm_head", 0, m->logits, N, V, 0, 1))
+			return -2;
+		if (targets) {
+			int rc = vp_loss(m, loss_sum, count);
+			if (rc)
+				return rc;
+		}
+		return m->par_rc ? -2 : 0;
+	}
+	if (chunked(m)) {
+		long ch = m->k.ce_chunk;
+
+		*loss_sum = 0;
+		*count = 0;
+		for (long c0 = 0; targets && c0 < N; c0 += ch) {
+			long n = N - c0 < ch ? N - c0 : ch, cnt;
+			struct hp_i32 tg = { m->tgt.h + c0, m->tgt.d + c0 };
+			double ls;
+
+			bk->linear_fwd(bk, m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
+			if (bk->ce_fwd(bk, &ls, &cnt, m->logits, &tg, n, V))
+				return -1;
+			*loss_sum += ls;
+			*count += cnt;
+			if (m->ce_scale > 0) {
+				/* the scale is known: the head's gradients now, no second pass */
+				bk->ce_bwd(bk, m->logits, m->logits, tg.d, n, V, (float)m->ce_scale);
+				bk->linear_bwd(bk, m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
+					       m->lm_head, n, C, V, 0);
+			}
+		}
+		m->head_done = targets && m->ce_scale > 0;
+		return m->par_rc ? -2 : 0;
+	}
+	bk->linear_fwd(bk, m->logits, m->xf, m->lm_head, NULL, N, C, V);
+	if (probe(m, "lm_head", 0, m->logits, N, V, 0, 0))
+		return -2;
+	if (targets && bk->ce_fwd(bk, loss_sum, count, m->logits, &m->tgt, N, V))
+		return -1;
+	return m->par_rc ? -2 : 0;
+}
+
+static void norm_bwd(struct hp_model *m, int fused, float *dx, float *dw, const float *dy, const float *x,
+		     const float *w, const float *rstd, long N, int C, int accumulate)
+{
+	struct hp_backend *bk = m->bk;
+
+	if (fused)
+		bk->rmsnorm_res_bwd(bk, dx, dw, dy, x, w, rstd, N, C, accumulate);
+	else
+		bk->rmsnorm_bwd(bk, dx, dw, dy, x, w, rstd, N, C, accumulate);
+}
+
+/* The gradient at a block's entry: this rank's rows of the residual's
+ * gradient dx, gathered over tp with sequence parallelism. */
+static const float *entry_grad(struct hp_model *m)
+{
+	if (!m->par.sp)
+		return m->dx;
+	tp_gather(m, m->dfull, m->dx);
+	return m->dfull;
+}
+
+void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		       double aux_weight)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
+	long N = (long)m->B * m->T, Ns = m->Ns;
+	int C = s->hidden, I = s->intermediate, D = s->head_dim, V = s->vocab;
+	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
+	float *dlogits = m->logits;   /* overwritten in place */
+	const float *dy;
+	/* d(coef * aux)/dP_e(token) = coef * E * F_e / n, n the MoE tokens of this forward */
+	double aux_grad = m->n_moe && s->output_router_logits ?
+		aux_weight * s->router_aux_loss_coef * s->n_experts / ((double)m->B * m->S * m->n_moe) : 0;
+
+	float scale = total_count > 0 ? (float)(1.0 / total_count) : 0.0f;
+
+	/* the forward staged the batch (the caller passes the same one) */
+	(void)ids;
+	(void)targets;
+	if (tp > 1) {
+		bk->vp_ce_bwd(bk, dlogits, m->logits, m->vp_st, m->vp_mx, m->tgt.d, N, V, m->v0, scale);
+		bk->linear_bwd(bk, m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+	} else if (chunked(m)) {
+		/* the logits of each chunk again, never all of them at once (unless
+		 * the forward already did the head's backward) */
+		for (long c0 = 0; !m->head_done && c0 < N; c0 += m->k.ce_chunk) {
+			long n = N - c0 < m->k.ce_chunk ? N - c0 : m->k.ce_chunk;
+
+			bk->linear_fwd(bk, m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
+			bk->ce_bwd(bk, m->logits, m->logits, m->tgt.d + c0, n, V, scale);
+			bk->linear_bwd(bk, m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
+				       m->lm_head, n, C, V, 0);
+		}
+	} else {
+		bk->ce_bwd(bk, dlogits, m->logits, m->tgt.d, N, V, scale);
+		bk->linear_bwd(bk, m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+	}
+	dy = tp_reduce(m, m->dxn, m->dred);
+	norm_bwd(m, m->k.fused_final, m->dx, m->d_final_norm, dy, m->x_final, m->final_norm, m->rstd_f, Ns, C, 0);
+	for (int l = s->n_layers - 1; l >= 0; l--) {
+		struct hp_layer_act *a = &m->act[l];
+		const struct hp_layer_w *w = &m->lw[l];
+		struct hp_layer_w *g = &m->lg[l];
+
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_BACKWARD))
+			return;
+		/* checkpointed: the layer's forward again from its kept input */
+		if (m->k.ckpt[l] == HP_ACT_CKPT_FULL)
+			layer_fwd(m, l, NULL, NULL, 1);
+
+		/* MLP: x_out = x_mid + mlp(xn2) */
+		if (w->moe) {
+			moe_backward(m, l, m->dx, m->dxn, aux_grad);
+			dy = m->dxn;
+		} else {
+			const float *din = entry_grad(m);
+
+			bk->linear_bwd(bk, m->dh, g->wd, NULL, din, a->h, w->wd, N, I, C, 0);
+			bk->swiglu_bwd(bk, m->dg, m->du, m->dh, a->g, a->u, N * I);
+			bk->linear_bwd(bk, m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
+			bk->linear_bwd(bk, m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
+			dy = tp_reduce(m, m->dxn, m->dred);
+		}
+		norm_bwd(m, m->k.fused_post[l], m->dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
+		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
+		bk->linear_bwd(bk, m->datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, QD, C, 0);
+		if (tp > 1 && g->bo)   /* the bias was added once, after the sum */
+			bk->colsum(bk, g->bo, m->dx, Ns, C);
+		/* selective: the probabilities again, from the kept q, k, v (the
+		 * output it rewrites is the same bits, read only by the backward) */
+		if (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l])
+			attention_core(m, l);
+		attention_bwd(m, l);
+		bk->rope_bwd(bk, m->dq, m->pos.d, m->cos_t, m->sin_t, N, s->n_heads, D);
+		bk->rope_bwd(bk, m->dk, m->pos.d, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
+		const float *dqp = m->dq, *dkp = m->dk;
+		if (s->qk_norm) {
+			bk->rmsnorm_bwd(bk, m->dq2, g->q_norm, m->dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
+			bk->rmsnorm_bwd(bk, m->dk2, g->k_norm, m->dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
+					D, 0);
+			dqp = m->dq2;
+			dkp = m->dk2;
+		}
+		bk->linear_bwd(bk, m->dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+		bk->linear_bwd(bk, m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
+		bk->linear_bwd(bk, m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
+		dy = tp_reduce(m, m->dxn, m->dred);
+		norm_bwd(m, m->k.fused_in[l], m->dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
+		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_BACKWARD))
+			return;
+	}
+	par_rc(m, bk->embed_bwd(bk, m->d_embed, tp > 1 ? entry_grad(m) : m->dx, &m->ids, N, C, tp > 1 ? m->v0 : 0,
+				V, m->spec.pad_token_id, &m->err));
+}

@@ -1,0 +1,351 @@
+/*
+ * model.h - a decoder-only transformer (HF LlamaForCausalLM,
+ * Qwen3ForCausalLM, Qwen3MoeForCausalLM) in F32 on a backend (lib/backend/backend.h:
+ * the CPU, or a GPU): parameters, gradients and activations in arenas,
+ * forward, backward.  One orchestration for every backend and layout.
+ *
+ * Invariants:
+ *  - Parameters are a flat list in a fixed order (embed, per layer
+ *    input_layernorm, q, k, v, o (with biases), q_norm, k_norm,
+ *    post_attention_layernorm, then the dense MLP or the router and the
+ *    experts one by one, then model.norm and lm_head unless tied), each
+ *    under its HF name (experts per expert, as hub files name them), all in
+ *    one arena; gradients mirror that layout in a second arena, so a flat
+ *    index i means the same element in both.
+ *  - With tie_word_embeddings there is no lm_head parameter: the LM head
+ *    reads model.embed_tokens.weight and adds its gradient there.
+ *  - Activations are sized for one micro-batch of B x T tokens at
+ *    hp_model_init time; no allocation happens in forward or backward.
+ *  - Memory: params[i].w and .g (flat_w, flat_g) are host memory, the
+ *    copy that loading, initialisation, checkpoints and the CPU optimizer
+ *    read and write.  The model computes on bw, bg and the activations,
+ *    in the backend's memory: on the CPU, bw == flat_w and bg == flat_g;
+ *    on a device, hp_model_upload and hp_model_download move the weights
+ *    (and gradients) between the two.  The layer tables lw, lg and embed,
+ *    lm_head, ... point into bw and bg.
+ *
+ * Ownership: struct hp_model is caller-owned (hp_model_init/release); it
+ * owns its arenas and parameter table.
+ */
+#ifndef HP_MODEL_H
+#define HP_MODEL_H
+
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "backend/backend.h"
+#include "cpu/ops.h"
+#include "base/err.h"
+#include "config/hfconfig.h"
+
+struct hp_param {
+	char name[96];          /* HF name */
+	int ndim;
+	int64_t shape[2];
+	size_t numel;
+	size_t offset;          /* element offset in the flat parameter/gradient arrays */
+	float *w, *g;           /* host views into flat_w, flat_g */
+	float **wslot, **gslot; /* where the model keeps its pointer to its copy in bw, bg */
+	int decay;              /* weight decay applies (set by the optimizer setup) */
+};
+
+struct hp_expert_w {
+	float *wg, *wu, *wd;    /* [Im,C], [Im,C], [C,Im] */
+};
+
+struct hp_layer_w {
+	float *in_norm, *post_norm;
+	float *wq, *wk, *wv, *wo;
+	float *bq, *bk, *bv, *bo;     /* attention_bias, else NULL */
+	float *q_norm, *k_norm;       /* Qwen3, else NULL */
+	float *wg, *wu, *wd;          /* dense MLP, else NULL */
+	float *router;                /* MoE: mlp.gate.weight [E,C] */
+	struct hp_expert_w *ex;       /* MoE: [E] */
+	int moe;
+};
+
+/*
+ * Which kernel computes each module, from the plan's bindings (hp-plan(1));
+ * zero everywhere is HF's algorithm with the default op table.
+ *   flash[l]       attention by tiled online softmax: keeps the log-sum-exp
+ *                  [B, heads, T] instead of P [B, heads, T, T] and recomputes
+ *                  P block by block in the backward;
+ *   fused_in[l], fused_post[l], fused_final
+ *                  RMSNorm with the residual add that makes its input, in
+ *                  one pass;
+ *   grouped[l]     experts: one GEMM for gate and up together (their weights
+ *                  are adjacent), a fused SwiGLU, the SwiGLU output recomputed
+ *                  in the backward instead of kept (and on one rank the
+ *                  experts' outputs, from it and down_proj);
+ *   ce_chunk       LM head and cross-entropy over chunks of this many tokens,
+ *                  never the whole [tokens, vocab] logits (recomputed in the
+ *                  backward); 0: whole.
+ */
+/*
+ * Activation checkpointing of a layer (activation_checkpoint.mode).  full:
+ * only the layer's input is kept; the backward runs the layer's forward
+ * again, collectives included, into one working set that every such layer
+ * shares.  selective: everything is kept but the attention probabilities
+ * [B,H,T,S] of a layer on the reference attention, which the backward
+ * recomputes from the kept q, k, v (flash attention never keeps them).
+ */
+enum hp_act_ckpt { HP_ACT_CKPT_OFF = 0, HP_ACT_CKPT_FULL, HP_ACT_CKPT_SELECTIVE };
+
+struct hp_model_kernels {
+	unsigned char flash[HP_MAX_LAYERS], fused_in[HP_MAX_LAYERS], fused_post[HP_MAX_LAYERS];
+	unsigned char grouped[HP_MAX_LAYERS];
+	unsigned char ckpt[HP_MAX_LAYERS];   /* enum hp_act_ckpt of layer l */
+	unsigned char fused_final;
+	long ce_chunk;
+};
+
+/*
+ * This rank's part of a parallel layout (hp-plan(5)); all ones, or a NULL
+ * comms, is the single-process model.
+ *   tp   attention heads, the dense MLP's intermediate rows and the
+ *        vocabulary split over tp ranks (Megatron's column/row-parallel
+ *        linears and vocab-parallel embedding and LM head); with sp the
+ *        residual stream between blocks holds this rank's 1/tp of the
+ *        tokens (all-gather on a block's entry, reduce-scatter on its exit);
+ *        with loss_parallel the cross-entropy runs on the rank's vocabulary
+ *        slice, else the logits are all-gathered.
+ *   cp   each row's tokens split into cp contiguous chunks: attention
+ *        all-gathers K and V (backward: reduce-scatter of dK, dV), or with
+ *        ulysses trades the sequence split for a head split (all-to-all).
+ *   ep   the routed experts split into ep blocks; each MoE layer sends
+ *        every routed row to its expert's rank and the output back.
+ */
+struct hp_comms;
+#define HP_MAX_EP 1024
+struct hp_model_par {
+	int tp, tp_rank, cp, cp_rank, ep, ep_rank;
+	int sp, loss_parallel, ulysses;
+	struct hp_comms *cs;
+};
+
+/*
+ * Faults injected on purpose (debug.inject_fault), so that validation and
+ * hp-verify can be shown to catch what they claim to catch
+ * (hp-verify(1)).  Each breaks one collective or offset of the first layer
+ * it applies to.
+ */
+enum hp_fault {
+	HP_FAULT_NONE = 0,
+	HP_FAULT_TP_SKIP_REDUCE,          /* layer 0's o_proj partial sums not reduced over tp */
+	HP_FAULT_SP_SKIP_GATHER,          /* layer 0's input norm output not gathered over tp */
+	HP_FAULT_CP_WRONG_OFFSET,         /* layer 0's attention: the chunk's causal offset taken as 0 */
+	HP_FAULT_CP_SKIP_KV_GRAD_REDUCE,  /* layer 0: dK, dV not reduce-scattered over cp */
+	HP_FAULT_EP_WRONG_ROUTE,          /* first MoE layer: a token's row sent to the wrong rank */
+	HP_FAULT_EP_DROP_TOKEN,           /* first MoE layer: a token's expert output dropped */
+	HP_FAULT_FSDP_STALE_SHARD,        /* layer 0 gathered from the previous step's shards */
+	HP_FAULT_GRAD_SCALE,              /* gradients scaled by the rank's token count, not the global one */
+	HP_NFAULT
+};
+/* The fault's name as debug.inject_fault spells it, and back (-1: unknown). */
+const char *hp_fault_name(int f);
+int hp_fault_parse(const char *name);
+
+/* A module's output as this rank holds it, for validation and hp-verify:
+ * rows of this rank's tokens (its cp chunk of each row, row-major) by cols. */
+struct hp_probe {
+	const char *module;     /* "model.layers.3.self_attn" */
+	const float *x;
+	long rows;
+	int cols;
+	int row_split;          /* the rows are this rank's 1/tp of them (sequence parallel) */
+	int col_split;          /* the cols are this rank's 1/tp slice (the vocabulary) */
+};
+
+enum { HP_HOOK_PRE_FORWARD = 0, HP_HOOK_POST_FORWARD, HP_HOOK_PRE_BACKWARD, HP_HOOK_POST_BACKWARD };
+
+struct hp_layer_act {
+	float *x_in;       /* [N,C] residual stream entering the layer */
+	float *rstd1;      /* [N] */
+	float *xn1;        /* [N,C] */
+	float *q_raw, *k_raw, *rstd_q, *rstd_k;   /* qk_norm: projections before the norm */
+	float *q, *k, *v;  /* [N,Hq*D], [N,Hkv*D] after norm and RoPE (q, k) */
+	float *P;          /* [B,Hq,T,T]; flash: the log-sum-exp [B,Hq,T] */
+	float *att;        /* [N,Hq*D] attention output before o_proj */
+	float *x_mid;      /* [N,C] residual after attention */
+	float *rstd2;      /* [N] */
+	float *xn2;        /* [N,C] */
+	float *g, *u, *h;  /* dense: [N,I] */
+	/* MoE: router and the expert-major rows (N*k of them) */
+	float *probs;      /* [N,E] softmax of the router logits, fp32 */
+	struct hp_i32 sel; /* [N,k] chosen experts, by falling probability */
+	float *wsel;       /* [N,k] their weights (renormalized if norm_topk_prob) */
+	struct hp_i32 row_tok, row_slot;   /* [N*k] token and slot of each row */
+	struct hp_i32 tok_rows;   /* [N*k] each token's rows, ascending (device backends) */
+	int32_t *ex_off;   /* [E+1] first row of each expert (host) */
+	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
+					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL,
+					  and on one rank ye NULL too (recomputed) */
+	float *moe_out;    /* [N,C] weighted sum of the experts */
+	/* context parallelism: the whole rows' K and V [B,S,Hkv*D] (all-gather),
+	 * or the attention output in the head-split layout (ulysses) */
+	float *kg, *vg, *att_u;
+	/* expert parallelism: rows received for this rank's experts, grouped
+	 * expert-major, and where each came from */
+	int32_t *ep_scount, *ep_rcount;   /* [ep] rows sent to / received from each rank (host) */
+	struct hp_i32 ep_perm;   /* [rcap] expert-major row -> received row */
+	int32_t *ep_off;   /* [El+1] first expert-major row of each local expert (host) */
+	long ep_rows;      /* rows received */
+};
+
+struct hp_model {
+	/* spec: what this rank computes (heads, intermediate rows and
+	 * vocabulary divided by tp); gspec: the model as config.json has it */
+	struct hp_model_spec spec, gspec;
+	struct hp_model_par par;
+	int S;                        /* tokens per row (T is this rank's chunk: S / cp) */
+	long Ns;                      /* tokens of the residual stream (N / tp with sp) */
+	int v0, e0, El;               /* first vocabulary row, first and number of local experts */
+	long ep_rcap;                 /* rows a rank can receive per MoE layer (no token dropped) */
+	/* the micro-batch as the kernels read it: this rank's chunk of it (cp),
+	 * in the backend's memory; on the CPU at cp 1 the caller's arrays */
+	struct hp_i32 ids, tgt, segs;
+	float *dfull, *dred;          /* tp: [N,C] gathered gradient, [Ns,C] reduced one */
+	float *glogits;               /* tp without loss_parallel: [N, vocab] */
+	float *vp_mx; double *vp_st;  /* loss_parallel: [N] row maxima, [2N] sums */
+	float *cp_send, *cp_recv;     /* cp: packing buffers */
+	float *ep_send, *ep_recv;     /* ep: rows in flight */
+	int par_rc;                   /* the first error of a collective or of the backend */
+	struct hp_err err;            /* its message */
+	int nparams, cap_params;
+	struct hp_param *params;
+	size_t numel;                 /* total parameter elements */
+	float *flat_w, *flat_g;       /* all parameters / gradients, numel each (host) */
+	float *bw, *bg;               /* the same in the backend's memory (== flat_w, flat_g on the CPU) */
+	struct hp_arena warena, garena, aarena;
+	struct hp_arena harena;       /* device backends: the host-only index arrays */
+	struct hp_backend *bk;        /* borrowed */
+
+	float *embed, *final_norm, *lm_head;      /* lm_head == embed when tied */
+	float *d_embed, *d_final_norm, *d_lm_head;
+	struct hp_layer_w *lw, *lg;               /* weights and grads per layer */
+
+	struct hp_model_kernels k;
+
+	/* activations for one micro-batch */
+	int B, T;
+	struct hp_layer_act *act;
+	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V]; chunked: [ce_chunk,V] */
+	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
+	struct hp_i32 pos;                        /* [N] RoPE position of each token */
+	const int32_t *seg;                       /* the last forward's segments, as the kernels read them */
+	float *probe_buf;                         /* device backends: a probed output, on the host */
+	size_t probe_cap;
+	float *h_probs;                           /* device backends, aux loss: the router's probs on the host */
+	/* backward scratch */
+	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
+	float *dq2, *dk2;                         /* qk_norm */
+	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
+	float *hrec;                              /* grouped experts: SwiGLU recomputed */
+	float *xg;                                /* grouped experts: routed rows gathered */
+	/* chunked cross-entropy: when the caller sets ce_scale (1 / the step's
+	 * target count) before the forward, the forward also computes the LM
+	 * head's gradients with it, chunk by chunk, and the backward starts from
+	 * them (head_done); else the backward recomputes each chunk's logits */
+	double ce_scale;
+	int head_done;
+	/* called before and after each layer's forward and backward (FSDP
+	 * gathers a layer's weights just in time and frees them after); a
+	 * non-zero return stops the pass (the forward returns -2; the backward
+	 * returns early and the hook's owner keeps the error) */
+	int (*hook)(void *ctx, int layer, int phase);
+	void *hook_ctx;
+	/* called with every module's output in forward order (NULL: not);
+	 * a non-zero return stops the forward as the hook's does */
+	int (*probe)(void *ctx, const struct hp_probe *p);
+	void *probe_ctx;
+	int fault;                                /* enum hp_fault */
+	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
+	int n_moe;                                /* MoE layers */
+	/* the load-balancing loss of the last forward (output_router_logits) */
+	double aux_loss;
+	double *aux_frac;                         /* [2E] fraction of routed slots per expert, then
+						     the summed probabilities */
+
+};
+
+/*
+ * Build the parameter table and arenas for spec, and activations for
+ * micro-batches of B sequences of T tokens.  Parameters start at zero.
+ */
+int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e);
+/* The same with the kernels k (NULL: all HF's). */
+int hp_model_init_kernels(struct hp_model *m, const struct hp_model_spec *spec,
+			  const struct hp_model_kernels *k, int B, int T, struct hp_err *e);
+/* The same for this rank's part of a parallel layout (par NULL: none) on
+ * backend bk (NULL: the CPU's; borrowed, it must outlive the model); T is
+ * the whole row's length.  The parameter table then holds the rank's
+ * tp-local tensors (hp_plan_piece's rows x cols before FSDP) and its own
+ * experts, under their global HF names.  On a backend without the eager
+ * attention (CUDA) every layer runs flash attention. */
+int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp_model_spec *spec,
+		      const struct hp_model_kernels *k, const struct hp_model_par *par, int B, int T,
+		      struct hp_err *e);
+void hp_model_release(struct hp_model *m);
+
+/* Device backends: the host weights (flat_w) to the device, and the
+ * device's weights (and gradients, with grads) back to the host.  Nothing
+ * on the CPU, where they are one array. */
+int hp_model_upload(struct hp_model *m, struct hp_err *e);
+int hp_model_download(struct hp_model *m, int grads, struct hp_err *e);
+
+/*
+ * The activation bytes hp_model_init_par would allocate for this layout
+ * (its communicators unused), without allocating them: hp-plan's estimate,
+ * the same code path as the model's own.  -1 when the layout is one the
+ * model refuses, -2 when the bytes overflow 64 bits.
+ */
+int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+			   const struct hp_model_par *par, int B, int T);
+
+/*
+ * Load every parameter from an HF folder (single file or index; F32, BF16,
+ * F16 converted to F32).  A missing tensor, a shape mismatch, or a tensor
+ * the model does not use is an HP_EFORMAT error naming the tensor and file.
+ * A checkpoint that carries lm_head.weight for a tied model must hold the
+ * same values as the embedding (checked).
+ */
+int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e);
+
+/* Look a parameter up by HF name; NULL when absent. */
+struct hp_param *hp_model_param(struct hp_model *m, const char *name);
+
+/*
+ * Forward over ids[B*T] (token ids validated by the caller).  When targets
+ * is non-NULL, the cross-entropy sum and valid-target count are returned
+ * (loss_sum, count); returns -1 if a target is out of range.
+ * seg[B*T] describes packed rows (NULL: one document per row): for each
+ * token, the index in its row where its document starts.  A token attends
+ * only within its document and its RoPE position counts from the
+ * document's start, so a packed document computes what it computes alone.
+ * seg is borrowed until the matching backward.
+ * The logits stay in m->logits [B*T, V] until the next call (not with
+ * chunked cross-entropy, which keeps none).  With MoE
+ * layers and output_router_logits, m->aux_loss is HF's load-balancing loss
+ * over all MoE layers of this forward (not scaled by its coefficient).
+ */
+int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
+		     const int32_t *seg, double *loss_sum, long *count);
+
+/*
+ * Backward of the last forward for the loss
+ *   sum(CE) / total_count + aux_weight * router_aux_loss_coef * aux_loss
+ * (aux_weight is this micro-batch's share of the averaged aux loss; 0 when
+ * the model has no aux loss).  Gradients are ADDED to m->bg (zero them
+ * with hp_model_zero_grad).  m->logits is overwritten.
+ */
+void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		       double aux_weight);
+
+void hp_model_zero_grad(struct hp_model *m);
+
+/* Write every gradient as F32 under its HF name to a safetensors file (atomically,
+ * through hp_st_write), with nmeta metadata pairs. */
+int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
+			const char *const *keys, const char *const *vals, struct hp_err *e);
+
+#endif

@@ -1,0 +1,207 @@
+/*
+ * modelio.c - a model's parameters by name, from an HF folder (one file or
+ * an index; experts one by one or stacked as newer transformers write
+ * them) and its gradients to a safetensors file.  Host memory only: the
+ * model's flat_w and flat_g (lib/model/model.h), which hp_model_upload and
+ * hp_model_download move to and from a device backend.
+ */
+#include "base/alloc.h"
+#include "model/model.h"
+#include "format/safetensors.h"
+
+struct hp_param *hp_model_param(struct hp_model *m, const char *name)
+{
+	for (int i = 0; i < m->nparams; i++)
+		if (!strcmp(m->params[i].name, name))
+			return &m->params[i];
+	return NULL;
+}
+
+static int cmp_param_name(const void *a, const void *b)
+{
+	return strcmp((*(struct hp_param *const *)a)->name, (*(struct hp_param *const *)b)->name);
+}
+
+static int shape_matches(const struct hp_st_tensor *t, const struct hp_param *p)
+{
+	if (t->ndim != p->ndim)
+		return 0;
+	for (int d = 0; d < p->ndim; d++)
+		if (t->shape[d] != p->shape[d])
+			return 0;
+	return 1;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t used = 0;
+
+	used += (size_t)snprintf(buf, n, "[");
+	for (int d = 0; d < ndim && used < n; d++)
+		used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+	if (used < n)
+		snprintf(buf + used, n - used, "]");
+}
+
+/*
+ * Newer transformers store a layer's experts stacked: experts.gate_up_proj
+ * [E, 2*Im, C] (each expert's gate rows, then its up rows) and
+ * experts.down_proj [E, C, Im].  Fill expert parameter p from them; returns
+ * 1 when p is not an expert tensor or the stacked tensor is absent, 0 when
+ * filled, or a negative error.  The whole stacked tensor is converted once
+ * and kept in *cache while the same tensor serves the next experts.
+ */
+static int load_stacked(struct hp_model *m, const struct hp_st_model *st, const char *dir,
+			struct hp_param *p, const struct hp_st_tensor **cached, float **cache,
+			struct hp_err *e)
+{
+	const struct hp_model_spec *s = &m->spec;
+	int l, x, n = 0, C = s->hidden, Im = s->moe_intermediate, E = s->n_experts;
+	char proj[8], name[96];
+	const struct hp_st_tensor *t;
+	int64_t want0, want1, want2;
+
+	if (sscanf(p->name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.weight%n", &l, &x, proj, &n) != 3 ||
+	    p->name[n] != '\0')
+		return 1;
+	int down = !strcmp(proj, "down");
+	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
+	if (!(t = hp_st_model_find(st, name)))
+		return 1;
+	want0 = E;
+	want1 = down ? C : 2 * (int64_t)Im;
+	want2 = down ? Im : C;
+	if (t->ndim != 3 || t->shape[0] != want0 || t->shape[1] != want1 || t->shape[2] != want2)
+		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has the wrong shape for %d experts of "
+				  "%d x %d", dir, name, E, Im, C);
+	if (*cached != t) {
+		hp_free(*cache);
+		*cached = NULL;
+		if (!(*cache = hp_malloc((size_t)t->numel * sizeof(float))))
+			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", name);
+		int rc = hp_st_read_f32(t, *cache, e);
+		if (rc)
+			return rc;
+		*cached = t;
+	}
+	size_t per = (size_t)want1 * want2;
+	const float *src = *cache + (size_t)x * per;
+	if (!strcmp(proj, "up"))
+		src += (size_t)Im * C;
+	memcpy(p->w, src, p->numel * sizeof(float));
+	return 0;
+}
+
+static int is_stacked_name(const char *name)
+{
+	int l, n = 0;
+
+	if (sscanf(name, "model.layers.%d.mlp.experts.gate_up_proj%n", &l, &n) == 1 && name[n] == '\0')
+		return 1;
+	n = 0;
+	return sscanf(name, "model.layers.%d.mlp.experts.down_proj%n", &l, &n) == 1 && name[n] == '\0';
+}
+
+int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
+{
+	struct hp_st_model st;
+	const struct hp_st_tensor *cached = NULL;
+	float *cache = NULL;
+	int rc = 0;
+
+	if ((rc = hp_st_model_open(&st, dir, e)))
+		return rc;
+	for (int i = 0; i < m->nparams && !rc; i++) {
+		struct hp_param *p = &m->params[i];
+		const struct hp_st_tensor *t = hp_st_model_find(&st, p->name);
+		char want[64], got[64];
+
+		if (!t && m->n_moe) {
+			rc = load_stacked(m, &st, dir, p, &cached, &cache, e);
+			if (rc <= 0)
+				continue;
+			rc = 0;
+		}
+		if (!t) {
+			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is missing", dir, p->name);
+			break;
+		}
+		if (!shape_matches(t, p)) {
+			shape_str(want, sizeof(want), p->ndim, p->shape);
+			shape_str(got, sizeof(got), t->ndim, t->shape);
+			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has shape %s, config.json implies %s",
+					dir, p->name, got, want);
+			break;
+		}
+		rc = hp_st_read_f32(t, p->w, e);
+	}
+	/* Every tensor in the checkpoint must be one the model uses: a sorted
+	 * index of the parameter names keeps this O(n log n) for checkpoints of
+	 * tens of thousands of expert tensors. */
+	struct hp_param **byname = rc ? NULL : hp_malloc((size_t)m->nparams * sizeof(*byname));
+	if (!rc && !byname)
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", dir);
+	for (int i = 0; byname && i < m->nparams; i++)
+		byname[i] = &m->params[i];
+	if (byname)
+		qsort(byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name);
+	for (size_t j = 0; j < st.ntensors && !rc; j++) {
+		const struct hp_st_tensor *t = st.tensors[j];
+		struct hp_param key, *kp = &key;
+		snprintf(key.name, sizeof(key.name), "%s", t->name);
+		if ((strlen(t->name) < sizeof(key.name) &&
+		     bsearch(&kp, byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name)) ||
+		    (m->n_moe && is_stacked_name(t->name)))
+			continue;
+		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
+			/* some exporters write the tied head out; accept it only if it is the embedding */
+			float *tmp;
+			int same = 1;
+			if ((size_t)t->numel != m->params[0].numel) {
+				same = 0;
+			} else if (!(tmp = hp_malloc((size_t)t->numel * sizeof(float)))) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", t->name);
+				break;
+			} else {
+				rc = hp_st_read_f32(t, tmp, e);
+				if (!rc)
+					same = !memcmp(tmp, m->embed, (size_t)t->numel * sizeof(float));
+				hp_free(tmp);
+			}
+			if (!rc && !same)
+				rc = hp_err_set(e, HP_EFORMAT, "'%s': tie_word_embeddings is true but "
+						"'lm_head.weight' differs from the embedding", dir);
+			continue;
+		}
+		if (strstr(t->name, "rotary_emb.inv_freq"))
+			continue;   /* a buffer old transformers saved; recomputed from rope_theta */
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': unexpected tensor '%s' for model_type %s",
+				dir, t->name, m->spec.model_type);
+	}
+	hp_free(byname);
+	hp_free(cache);
+	hp_st_model_close(&st);
+	return rc;
+}
+
+int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
+			const char *const *keys, const char *const *vals, struct hp_err *e)
+{
+	struct hp_st_entry *ent = hp_calloc((size_t)m->nparams, sizeof(*ent));
+	int rc;
+
+	if (!ent)
+		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+	for (int i = 0; i < m->nparams; i++) {
+		const struct hp_param *p = &m->params[i];
+		ent[i].name = p->name;
+		ent[i].dtype = HP_DTYPE_F32;
+		ent[i].ndim = p->ndim;
+		ent[i].shape[0] = p->shape[0];
+		ent[i].shape[1] = p->shape[1];
+		ent[i].data = p->g;
+	}
+	rc = hp_st_write(path, (size_t)m->nparams, ent, nmeta, keys, vals, e);
+	hp_free(ent);
+	return rc;
+}

@@ -1,0 +1,80 @@
+/*
+ * params.c - the canonical parameter list of a model spec (see params.h).
+ */
+#include "model/params.h"
+
+struct walk {
+	hp_param_fn fn;
+	void *ctx;
+	char name[128];
+};
+
+static int emit(struct walk *w, enum hp_param_field f, enum hp_param_role r, int layer, int expert,
+		int ndim, int64_t a, int64_t b)
+{
+	struct hp_param_desc d = {
+		.name = w->name, .ndim = ndim, .shape = { a, ndim > 1 ? b : 1 }, .role = r,
+		.field = f, .layer = layer, .expert = expert,
+	};
+	return w->fn(w->ctx, &d);
+}
+
+int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ctx)
+{
+	struct walk w = { .fn = fn, .ctx = ctx };
+	int64_t C = s->hidden, I = s->intermediate, D = s->head_dim, E = s->n_experts, Im = s->moe_intermediate;
+	int64_t QD = s->n_heads * D, KD = s->n_kv_heads * D;
+	int rc;
+
+#define TOP(f, role, str, nd, a, b) do { \
+	snprintf(w.name, sizeof(w.name), "%s", str); \
+	if ((rc = emit(&w, f, role, -1, -1, nd, a, b))) return rc; } while (0)
+#define LAYER(f, role, suffix, nd, a, b) do { \
+	snprintf(w.name, sizeof(w.name), "model.layers.%d.%s", l, suffix); \
+	if ((rc = emit(&w, f, role, l, -1, nd, a, b))) return rc; } while (0)
+
+	TOP(HP_PF_EMBED, HP_ROLE_COLUMN, "model.embed_tokens.weight", 2, s->vocab, C);
+	for (int l = 0; l < s->n_layers; l++) {
+		LAYER(HP_PF_IN_NORM, HP_ROLE_REPLICATE, "input_layernorm.weight", 1, C, 1);
+		LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, QD, C);
+		if (s->qkv_bias)
+			LAYER(HP_PF_BQ, HP_ROLE_COLUMN, "self_attn.q_proj.bias", 1, QD, 1);
+		LAYER(HP_PF_WK, HP_ROLE_COLUMN, "self_attn.k_proj.weight", 2, KD, C);
+		if (s->qkv_bias)
+			LAYER(HP_PF_BK, HP_ROLE_COLUMN, "self_attn.k_proj.bias", 1, KD, 1);
+		LAYER(HP_PF_WV, HP_ROLE_COLUMN, "self_attn.v_proj.weight", 2, KD, C);
+		if (s->qkv_bias)
+			LAYER(HP_PF_BV, HP_ROLE_COLUMN, "self_attn.v_proj.bias", 1, KD, 1);
+		LAYER(HP_PF_WO, HP_ROLE_ROW, "self_attn.o_proj.weight", 2, C, QD);
+		if (s->o_bias)
+			LAYER(HP_PF_BO, HP_ROLE_REPLICATE, "self_attn.o_proj.bias", 1, C, 1);
+		if (s->qk_norm) {
+			LAYER(HP_PF_Q_NORM, HP_ROLE_REPLICATE, "self_attn.q_norm.weight", 1, D, 1);
+			LAYER(HP_PF_K_NORM, HP_ROLE_REPLICATE, "self_attn.k_norm.weight", 1, D, 1);
+		}
+		LAYER(HP_PF_POST_NORM, HP_ROLE_REPLICATE, "post_attention_layernorm.weight", 1, C, 1);
+		if (hp_model_spec_layer_is_moe(s, l)) {
+			static const char *const proj[3] = { "gate_proj", "up_proj", "down_proj" };
+			static const enum hp_param_field pf[3] = { HP_PF_EX_GATE, HP_PF_EX_UP, HP_PF_EX_DOWN };
+
+			LAYER(HP_PF_ROUTER, HP_ROLE_REPLICATE, "mlp.gate.weight", 2, E, C);
+			for (int x = 0; x < E; x++)
+				for (int k = 0; k < 3; k++) {
+					snprintf(w.name, sizeof(w.name), "model.layers.%d.mlp.experts.%d.%s.weight",
+						 l, x, proj[k]);
+					if ((rc = emit(&w, pf[k], HP_ROLE_EXPERT, l, x, 2, k < 2 ? Im : C, k < 2 ? C : Im)))
+						return rc;
+				}
+		} else {
+			LAYER(HP_PF_WG, HP_ROLE_COLUMN, "mlp.gate_proj.weight", 2, I, C);
+			LAYER(HP_PF_WU, HP_ROLE_COLUMN, "mlp.up_proj.weight", 2, I, C);
+			LAYER(HP_PF_WD, HP_ROLE_ROW, "mlp.down_proj.weight", 2, C, I);
+		}
+	}
+	TOP(HP_PF_FINAL_NORM, HP_ROLE_REPLICATE, "model.norm.weight", 1, C, 1);
+	if (!s->tie_word_embeddings)
+		TOP(HP_PF_LM_HEAD, HP_ROLE_COLUMN, "lm_head.weight", 2, s->vocab, C);
+#undef TOP
+#undef LAYER
+	return 0;
+}

@@ -1,0 +1,53 @@
+/*
+ * params.h - the parameters of a model spec, in one canonical order.
+ *
+ * The single list of what a model holds: every parameter's HF name, global
+ * shape, tensor-parallel role and place in the model.  lib/model/model.c builds
+ * its parameter table from it and lib/plan/plan.c its placements, so the two can
+ * never disagree about a name, a shape or the order.
+ *
+ * Order: model.embed_tokens.weight; for each layer input_layernorm,
+ * q_proj (+bias), k_proj (+bias), v_proj (+bias), o_proj (+bias), q_norm,
+ * k_norm (Qwen3), post_attention_layernorm, then either the dense MLP (gate,
+ * up, down) or the router (mlp.gate) and each expert's gate, up, down; then
+ * model.norm.weight and lm_head.weight unless the embeddings are tied.
+ */
+#ifndef HP_PARAMS_H
+#define HP_PARAMS_H
+
+#include <stdint.h>
+
+#include "config/hfconfig.h"
+
+/* How tensor parallelism splits a parameter (DESIGN.md §4). */
+enum hp_param_role {
+	HP_ROLE_REPLICATE = 0,   /* norms, the router, o_proj's bias */
+	HP_ROLE_COLUMN,          /* shard(0) on tp: embed, lm_head, q/k/v, gate/up, their biases */
+	HP_ROLE_ROW,             /* shard(1) on tp: o_proj, down_proj */
+	HP_ROLE_EXPERT,          /* a routed expert: split over ep, not tp */
+};
+
+/* Which tensor of the model it is. */
+enum hp_param_field {
+	HP_PF_EMBED = 0, HP_PF_IN_NORM, HP_PF_WQ, HP_PF_BQ, HP_PF_WK, HP_PF_BK, HP_PF_WV, HP_PF_BV,
+	HP_PF_WO, HP_PF_BO, HP_PF_Q_NORM, HP_PF_K_NORM, HP_PF_POST_NORM, HP_PF_WG, HP_PF_WU, HP_PF_WD,
+	HP_PF_ROUTER, HP_PF_EX_GATE, HP_PF_EX_UP, HP_PF_EX_DOWN, HP_PF_FINAL_NORM, HP_PF_LM_HEAD,
+};
+
+struct hp_param_desc {
+	const char *name;        /* HF name; valid during the callback only */
+	int ndim;
+	int64_t shape[2];        /* shape[1] is 1 for vectors */
+	enum hp_param_role role;
+	enum hp_param_field field;
+	int layer;               /* -1 outside the decoder layers */
+	int expert;              /* -1 unless a routed expert */
+};
+
+typedef int (*hp_param_fn)(void *ctx, const struct hp_param_desc *d);
+
+/* Call fn for every parameter of s in the canonical order; stop at the
+ * first non-zero return and return it (0 when all were visited). */
+int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ctx);
+
+#endif

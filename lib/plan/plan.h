@@ -1,0 +1,243 @@
+/*
+ * plan.h - a config and a model spec resolved into a placement plan.
+ *
+ * hp_plan_resolve() is the only producer of plans: it checks the parallel
+ * degrees against the world size and the model, lays out the meshes of
+ * DESIGN.md §3 (identical to HyperParallel's), gives every parameter its
+ * placement per mesh dim (§4), groups parameters into FSDP units and binds
+ * every module to a kernel (plan_overrides); planest.c estimates what each
+ * rank holds and sends per step, by the rules of hp-plan(5), ESTIMATES.
+ *
+ * Meshes.  Every mesh is a row-major reshape of the ranks 0..world-1 into
+ * three axes, the last innermost:
+ *   dense  (dp, cp, tp)                          rank = (dp*cp + c)*tp + t
+ *   fsdp   (dp_replicate, dp_shard, [tp])        the flattened (dp, cp) index
+ *          f = dp*cp + c split as f = rep*dp_shard + shard, per tp coordinate
+ *   expert (edp_replicate, edp_shard, ep)        an EP group = ep consecutive ranks
+ * The group of rank r along dim X is the ranks that differ from r only in
+ * X, sorted; groups are listed by their smallest rank.
+ *
+ * The plan file, format "hp-plan/1": one JSON object, pretty-printed with a
+ * two-space indent, keys always in this order (so that plans diff well):
+ *   "format"      "hp-plan/1"
+ *   "hash"        SHA-256 (64 lowercase hex digits) of the JSON text of this
+ *                 same plan with "hash" set to "": the exact bytes
+ *                 hp_plan_write_json writes, less the final newline
+ *   "world_size"  int
+ *   "model"       the spec as a config.json (hp_model_spec_json)
+ *   "config"      the resolved config (hp_config_json)
+ *   "parallel"    tp, cp, ep, pp, dp, sequence_parallel, loss_parallel (bools),
+ *                 dp_shard, dp_replicate, edp, edp_shard, edp_replicate
+ *   "meshes"      {"dense", "fsdp", "expert"}, each {"dims": [names],
+ *                 "sizes": [ints], "groups": {dim: [[ranks], ...]}}
+ *   "fsdp_units"  [{"name", "mesh", "params": [names]}]: "model" (embedding,
+ *                 final norm, lm_head) on "fsdp", then per layer
+ *                 "model.layers.L" on "fsdp" and, for a MoE layer,
+ *                 "model.layers.L.mlp.experts" on "expert"
+ *   "params"      one per parameter in lib/model/model.c's order: {"name",
+ *                 "shape" (global), "dtype" ("F32"), "mesh" ("dense" |
+ *                 "expert"), "placements" {dim: "replicate" | "shard(D)" |
+ *                 "partial"} over the dims of that mesh and of its FSDP
+ *                 mesh, ["ep_owner": the ep rank holding this expert,]
+ *                 "fsdp_unit"}
+ *   "modules"     [{"name", "class" (HF class), "kernel", "override" (index
+ *                 into plan_overrides of the entry that bound the kernel,
+ *                 or null)}], in forward order
+ *   "estimates"   {"step": {...}, "per_rank": [{"ranks", "param_bytes",
+ *                 "grad_bytes", "optimizer_bytes", "activation_bytes",
+ *                 "gathered_bytes", "comm": [{"dim", "op", "calls", "bytes"
+ *                 [, "routed_bytes"]}]}]}, ranks with equal figures merged
+ * Reals are written with the fewest digits (15 to 17) that give every one
+ * of them back exactly.
+ *
+ * Ownership: a struct hp_plan and everything it points to belong to the
+ * plan (hp_plan_free).  Accessors return borrowed pointers.
+ */
+#ifndef HP_PLAN_H
+#define HP_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "base/err.h"
+#include "config/hfconfig.h"
+#include "model/model.h"
+
+#define HP_PLAN_FORMAT "hp-plan/1"
+
+enum hp_mesh { HP_MESH_DENSE = 0, HP_MESH_FSDP, HP_MESH_EXPERT, HP_NMESH };
+
+/* Every named mesh dim; each belongs to one mesh (hp_dim_mesh). */
+enum hp_dim {
+	HP_DIM_DP = 0, HP_DIM_CP, HP_DIM_TP,                  /* dense */
+	HP_DIM_DP_REPLICATE, HP_DIM_DP_SHARD,                 /* fsdp */
+	HP_DIM_EDP_REPLICATE, HP_DIM_EDP_SHARD, HP_DIM_EP,    /* expert */
+	HP_NDIM
+};
+
+enum hp_placement_kind { HP_PL_NONE = 0, HP_PL_REPLICATE, HP_PL_SHARD, HP_PL_PARTIAL };
+
+struct hp_placement {
+	enum hp_placement_kind kind;   /* HP_PL_NONE: the dim does not apply */
+	int dim;                       /* tensor dim for HP_PL_SHARD */
+};
+
+struct hp_plan_param {
+	char *name;                    /* HF name, as lib/model/model.c */
+	int ndim;
+	int64_t shape[2];              /* global shape */
+	enum hp_mesh mesh;             /* HP_MESH_DENSE or HP_MESH_EXPERT */
+	struct hp_placement pl[HP_NDIM];
+	int ep_owner;                  /* the ep rank that owns this expert; -1 */
+	int unit;                      /* index into units */
+};
+
+struct hp_plan_unit {
+	char *name;
+	enum hp_mesh mesh;             /* HP_MESH_FSDP or HP_MESH_EXPERT */
+};
+
+struct hp_plan_module {
+	char *name;                    /* "model.layers.3.self_attn" */
+	char *cls;                     /* "Qwen3MoeAttention" */
+	char *kernel;                  /* "reference.attention", "flash_attention" */
+	int override;                  /* plan_overrides index, or -1 */
+};
+
+enum hp_cp_mode { HP_CP_ALLGATHER = 0, HP_CP_ULYSSES };
+
+struct hp_plan {
+	int world;
+	struct hp_model_spec spec;     /* a copy, after any crop */
+	long tp, cp, ep, pp, dp, dp_shard, dp_replicate, edp, edp_shard, edp_replicate;
+	int sequence_parallel, loss_parallel;
+	int size[HP_NDIM];             /* each dim's size */
+
+	/* what the estimates need from the config */
+	long micro, seq, accum;        /* micro-batch rows, tokens per row (0: unknown),
+					  micro-batches per step on each rank */
+	int reshard_after_forward, reshard_after_backward;
+	long forward_prefetch, backward_prefetch;
+	char param_dtype[16], reduce_dtype[16];   /* mix_precision; "" = float32 */
+	enum hp_act_ckpt act_ckpt;
+	unsigned char ckpt_layer[HP_MAX_LAYERS];   /* 1: act_ckpt applies to layer l (selection) */
+	enum hp_cp_mode cp_mode;       /* from the kernel bound to attention */
+	double max_grad_norm;
+	long ce_chunk;                 /* lm_head bound to chunked_ce: tokens per chunk */
+	int64_t act_bytes;             /* hp_plan_act_bytes, measured once by hp_plan_resolve */
+	struct json_t *config;         /* the resolved config (hp_config_json) */
+
+	struct hp_plan_param *params;
+	int nparams;
+	struct hp_plan_unit *units;
+	int nunits;
+	struct hp_plan_module *modules;
+	int nmodules;
+	char **warnings;               /* one line each, for the tool to print */
+	int nwarnings;
+};
+
+/*
+ * Resolve c (its accelerator, fsdp_config, plan_overrides and
+ * dataset.seq_length) for the model s on world ranks.  The checks named in
+ * hp-plan(1) fail with HP_ECONFIG and a one-line message naming the key
+ * path.  *p is NULL on failure.
+ */
+int hp_plan_resolve(struct hp_plan **p, const struct hp_config *c, const struct hp_model_spec *s,
+		    int world, struct hp_err *e);
+
+/* Write the plan as "hp-plan/1" JSON plus a newline to f (HP_EIO, HP_ENOMEM). */
+int hp_plan_write_json(const struct hp_plan *p, FILE *f, struct hp_err *e);
+/* The same into the file path: a temporary beside it, fsynced, renamed, so
+ * that a reader never sees half a plan and a failure leaves nothing. */
+int hp_plan_save(const struct hp_plan *p, const char *path, struct hp_err *e);
+
+/*
+ * Read a plan file: the format and the hash must hold, and the plan is made
+ * again from the config and model it carries (so every tool works from what
+ * hp_plan_resolve makes, and a plan from another hp version is refused
+ * rather than misread).  HP_EFORMAT for a file that is not a plan or fails
+ * those checks, HP_EIO when it cannot be read.  When cfg is not NULL it
+ * receives the plan's config (hp_config_release it).
+ */
+int hp_plan_load(struct hp_plan **p, struct hp_config *cfg, const char *path, struct hp_err *e);
+/* The same from len bytes of text (stdin, a broadcast); name for messages. */
+int hp_plan_load_text(struct hp_plan **p, struct hp_config *cfg, const char *name, const char *text,
+		      size_t len, struct hp_err *e);
+
+/* The plan's hash (64 hex digits and a NUL), as in its JSON. */
+int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e);
+
+void hp_plan_free(struct hp_plan *p);
+
+/* "dp", "edp_shard", ...; "dense", "fsdp", "expert". */
+const char *hp_dim_name(enum hp_dim d);
+const char *hp_mesh_name(enum hp_mesh m);
+enum hp_mesh hp_dim_mesh(enum hp_dim d);
+
+/* Rank r's coordinate along d. */
+int hp_plan_coord(const struct hp_plan *p, enum hp_dim d, int rank);
+/* Fill ranks[0..size[d]-1] with rank r's group along d (sorted); returns its size. */
+int hp_plan_group(const struct hp_plan *p, enum hp_dim d, int rank, int *ranks);
+
+/* The parameter or module of that name, or NULL. */
+const struct hp_plan_param *hp_plan_find_param(const struct hp_plan *p, const char *name);
+const struct hp_plan_module *hp_plan_find_module(const struct hp_plan *p, const char *name);
+
+/*
+ * A rank's piece of a parameter.  Tensor parallelism cuts dim 0 or 1 of the
+ * global tensor evenly; FSDP then cuts dim 0 of that as torch.chunk does:
+ * chunks of ceil(rows / k) rows, the last ones short or empty, and the
+ * collectives move whole chunks (padded).
+ */
+struct hp_piece {
+	int64_t rows, cols;     /* the tp-local tensor (cols 1 for a vector) */
+	int64_t row0, col0;     /* where this rank's rows start in the global tensor */
+	int64_t chunk;          /* FSDP chunk rows (the padded piece) */
+	int64_t first, nrows;   /* this rank's rows of the tp-local tensor */
+};
+void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
+		   struct hp_piece *pc);
+/* Whether q's gradient on a rank is a partial sum over tp, all-reduced
+ * once per step: a tp-replicated weight that sees only the rank's heads
+ * (q_norm, k_norm) or, with sequence parallelism, only its tokens. */
+int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q);
+/* Whether rank holds any of q (an expert lives on one ep rank). */
+int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
+
+/* Collectives, for the traffic estimate and hp-train's counters. */
+enum hp_coll {
+	HP_COLL_ALL_GATHER = 0, HP_COLL_REDUCE_SCATTER, HP_COLL_ALL_REDUCE,
+	HP_COLL_ALL_TO_ALL, HP_COLL_ALL_TO_ALLV, HP_NCOLL
+};
+#define HP_COMM_WORLD HP_NDIM       /* the whole world, for global sums */
+
+struct hp_comm_est {
+	int64_t calls, bytes;       /* per step: calls, and bytes of the send buffers */
+	int64_t routed;             /* the part of bytes that depends on the routing,
+				       given for even routing */
+};
+
+/* What one rank holds and sends per step (hp-plan(5), ESTIMATES). */
+struct hp_rank_est {
+	int size[HP_NDIM];
+	int64_t param_bytes, grad_bytes, optim_bytes;   /* F32 master weights, AdamW m and v */
+	int64_t act_bytes;          /* saved activations and scratch of one micro-batch */
+	int64_t gathered_bytes;     /* FSDP's unsharded buffers at their peak */
+	struct hp_comm_est comm[HP_NDIM + 1][HP_NCOLL];
+};
+int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r);
+int64_t hp_plan_act_bytes(const struct hp_plan *p);
+const char *hp_coll_name(enum hp_coll c);
+/* A dim's name, or "world" for HP_COMM_WORLD. */
+const char *hp_comm_dim_name(int d);
+
+/* The kernels the plan binds, as the CPU model takes them (lib/model/model.h). */
+struct hp_model_kernels;
+void hp_plan_model_kernels(const struct hp_plan *p, struct hp_model_kernels *k);
+
+/* "replicate", "shard(0)", "partial" into buf; returns buf. */
+const char *hp_placement_str(struct hp_placement pl, char *buf, size_t n);
+
+#endif

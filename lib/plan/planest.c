@@ -1,0 +1,312 @@
+/*
+ * planest.c - what a rank of a plan holds and sends per step.
+ *
+ * The figures follow from the plan alone, by the rules written in
+ * hp-plan(5), "ESTIMATES"; hp-train's allocator and its byte counters
+ * follow the same rules, so a run can be checked against its plan.
+ * Parameter, gradient and optimizer bytes are exact sums over the local
+ * pieces; activation bytes are lib/model/model.c's own activation arena at the
+ * rank's local sizes, measured by its take_acts without allocating;
+ * traffic is counted as the bytes of the send buffer a rank passes to each
+ * collective, which does not depend on the algorithm the library picks.
+ * Only two all-to-allv exchanges of expert parallelism depend on the
+ * routing; they are given for even routing and flagged inexact.
+ */
+#include <stdio.h>
+
+#include "base/alloc.h"
+#include "cpu/ops.h"
+#include "plan/plan.h"
+
+static const char *const coll_names[HP_NCOLL] = {
+	"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_allv",
+};
+
+const char *hp_coll_name(enum hp_coll c)
+{
+	return (unsigned)c < HP_NCOLL ? coll_names[c] : "?";
+}
+
+const char *hp_comm_dim_name(int d)
+{
+	return d == HP_COMM_WORLD ? "world" : hp_dim_name((enum hp_dim)d);
+}
+
+/* --- parameters ------------------------------------------------------------- */
+
+int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank)
+{
+	return q->mesh != HP_MESH_EXPERT || hp_plan_coord(p, HP_DIM_EP, rank) == q->ep_owner;
+}
+
+void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
+		   struct hp_piece *pc)
+{
+	enum hp_dim sd = q->mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD;
+	int64_t k = p->size[sd], s = hp_plan_coord(p, sd, rank);
+
+	pc->rows = q->shape[0];
+	pc->cols = q->ndim > 1 ? q->shape[1] : 1;
+	pc->col0 = 0;
+	pc->row0 = 0;
+	if (q->pl[HP_DIM_TP].kind == HP_PL_SHARD) {
+		int64_t t = hp_plan_coord(p, HP_DIM_TP, rank);
+
+		if (q->pl[HP_DIM_TP].dim == 0) {
+			pc->rows /= p->tp;
+			pc->row0 = t * pc->rows;
+		} else {
+			pc->cols /= p->tp;
+			pc->col0 = t * pc->cols;
+		}
+	}
+	/* FSDP: torch.chunk of dim 0, padded to the chunk for the collectives */
+	pc->chunk = (pc->rows + k - 1) / k;
+	pc->first = s * pc->chunk;
+	pc->nrows = pc->rows - pc->first;
+	if (pc->nrows > pc->chunk)
+		pc->nrows = pc->chunk;
+	if (pc->nrows < 0)
+		pc->nrows = 0;
+	pc->row0 += pc->first < pc->rows ? pc->first : pc->rows;
+}
+
+/* Whether q's gradient is a partial sum over tp: q/k norms see only the
+ * rank's heads; with sequence parallel every tp-replicated weight sees
+ * only the rank's tokens. */
+int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
+{
+	size_t n = strlen(q->name);
+
+	if (p->tp <= 1 || q->mesh != HP_MESH_DENSE || q->pl[HP_DIM_TP].kind != HP_PL_REPLICATE)
+		return 0;
+	if (p->sequence_parallel)
+		return 1;
+	return (n > 14 && !strcmp(q->name + n - 14, ".q_norm.weight")) ||
+	       (n > 14 && !strcmp(q->name + n - 14, ".k_norm.weight"));
+}
+
+/* --- activations ------------------------------------------------------------ */
+
+/* The bytes lib/model/model.c takes for this layout's activations: its own
+ * take_acts, measuring (hp_model_act_bytes), so the estimate cannot drift
+ * from what each rank allocates. */
+int64_t hp_plan_act_bytes(const struct hp_plan *p)
+{
+	struct hp_model_kernels k;
+	struct hp_model_par par = {
+		.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep, .sp = p->sequence_parallel,
+		.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
+	};
+	int64_t b;
+
+	if (p->seq <= 0)
+		return 0;
+	hp_plan_model_kernels(p, &k);
+	b = hp_model_act_bytes(&p->spec, &k, &par, (int)p->micro, (int)p->seq);
+	return b > 0 || b == -2 ? b : 0;   /* -2: overflow, refused by hp_plan_resolve */
+}
+
+/* --- traffic ---------------------------------------------------------------- */
+
+static void add(struct hp_rank_est *r, int dim, enum hp_coll c, int64_t calls, int64_t bytes,
+		int exact)
+{
+	struct hp_comm_est *x = &r->comm[dim][c];
+
+	if (calls <= 0 || (dim < HP_NDIM && r->size[dim] <= 1))
+		return;
+	x->calls += calls;
+	x->bytes += calls * bytes;
+	if (!exact)
+		x->routed += calls * bytes;
+}
+
+static int esize(const char *dtype)
+{
+	return dtype && (!strcmp(dtype, "bfloat16") || !strcmp(dtype, "float16")) ? 2 : 4;
+}
+
+/* FSDP and replica traffic of each unit, and the tp sums of partial grads. */
+static void param_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r)
+{
+	int64_t G = p->accum, ep = esize(p->param_dtype), er = esize(p->reduce_dtype), partial = 0;
+
+	for (int u = 0; u < p->nunits; u++) {
+		const struct hp_plan_unit *un = &p->units[u];
+		int expert = un->mesh == HP_MESH_EXPERT, root = u == 0;
+		enum hp_dim sd = expert ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD;
+		enum hp_dim rd = expert ? HP_DIM_EDP_REPLICATE : HP_DIM_DP_REPLICATE;
+		int64_t padded = 0, k = p->size[sd];
+
+		for (int i = 0; i < p->nparams; i++) {
+			const struct hp_plan_param *q = &p->params[i];
+			struct hp_piece pc;
+
+			if (q->unit != u || !hp_plan_owns(p, q, rank))
+				continue;
+			hp_plan_piece(p, q, rank, &pc);
+			padded += pc.chunk * pc.cols;
+			if (hp_plan_tp_partial(p, q))
+				partial += pc.chunk * pc.cols;
+		}
+		if (!padded)
+			continue;
+		add(r, sd, HP_COLL_ALL_GATHER, p->reshard_after_backward ? G : 1, padded * ep, 1);
+		if (!root && p->reshard_after_forward)
+			add(r, sd, HP_COLL_ALL_GATHER, G, padded * ep, 1);
+		add(r, sd, HP_COLL_REDUCE_SCATTER, G, k * padded * er, 1);
+		add(r, rd, HP_COLL_ALL_REDUCE, 1, padded * er, 1);
+	}
+	add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, partial ? 1 : 0, partial * er, 1);
+}
+
+/* Activation traffic of one micro-batch, times the micro-batches.
+ * Activations travel in fp32 on every backend: mix_precision sets the
+ * dtype of FSDP's parameter gathers and gradient reductions (the CUDA
+ * backend rounds to bf16 only the operands its tensor cores read). */
+static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
+{
+	const struct hp_model_spec *s = &p->spec;
+	int64_t G = p->accum, ea = 4;
+	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0;
+
+	if (p->seq <= 0)
+		return;
+	N = p->micro * (p->seq / p->cp);
+	A = N * s->hidden * ea;
+	As = A / p->tp;
+	Nm = p->sequence_parallel ? N / p->tp : N;
+	for (int l = 0; l < s->n_layers; l++) {
+		int moe = hp_model_spec_layer_is_moe(s, l), re = p->ckpt_layer[l] && p->act_ckpt == HP_ACT_CKPT_FULL;
+
+		nmoe += moe;
+		ndense += !moe;
+		/* full checkpointing runs the layer's forward again in the
+		 * backward, its collectives with it, up to a dense MLP's exit */
+		nre += re;
+		nre_moe += re && moe;
+		nre_dense += re && !moe;
+	}
+	/* tensor parallel: per attention and dense MLP block, the entry and exit */
+	if (p->sequence_parallel) {
+		int64_t blocks = s->n_layers + ndense;
+
+		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * (2 * blocks + nre + nre_dense), As, 1);
+		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * (2 * blocks + nre), A, 1);
+		/* embedding: RS forward, AG backward; LM head: AG forward, RS backward */
+		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * 2, A, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * 2, As, 1);
+	} else {
+		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G * (2 * (s->n_layers + ndense) + 2 + nre), A, 1);
+	}
+	if (p->loss_parallel) {     /* max, then sum of exp and the target logit */
+		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, N * 4, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, 2 * N * 8, 1);
+	} else {
+		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G, N * (s->vocab / p->tp) * 4, 1);
+	}
+	/* context parallel: K and V of every layer */
+	kv = N * (s->n_kv_heads / p->tp) * s->head_dim * ea;
+	if (p->cp_mode == HP_CP_ULYSSES) {
+		int64_t q = N * (s->n_heads / p->tp) * s->head_dim * ea;
+
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * s->n_layers + nre), q + 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * s->n_layers + nre), q, 1);
+	} else {
+		add(r, HP_DIM_CP, HP_COLL_ALL_GATHER, G * (s->n_layers + nre), 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_REDUCE_SCATTER, G * s->n_layers, p->cp * 2 * kv, 1);
+	}
+	if (!nmoe)
+		return;
+	/* expert parallel: counts, then rows out and back, forward and backward */
+	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALL, G * (nmoe + nre_moe), s->n_experts * 4, 1);
+	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * (nmoe * 2 + nre_moe), Nm * s->top_k * s->hidden * ea, 1);
+	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * (nmoe * 2 + nre_moe), Nm * s->top_k * s->hidden * ea, 0);
+	/* the load-balancing loss counts every token of the micro-batch */
+	if (s->output_router_logits) {
+		add(r, HP_DIM_CP, HP_COLL_ALL_REDUCE, G, 2 * s->n_experts * 8, 1);
+		if (p->sequence_parallel)
+			add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, 2 * s->n_experts * 8, 1);
+	}
+}
+
+/*
+ * FSDP's unsharded buffers at their peak: the root unit (gathered for the
+ * whole step), the window of 1 + prefetch depth layers (a layer with its
+ * experts) in the param dtype, and one layer's unsharded gradients.
+ */
+static int64_t gathered(const struct hp_plan *p, int rank)
+{
+	int64_t ep = esize(p->param_dtype), root = 0, *layer, maxg = 0, best = 0, b;
+	int n = p->spec.n_layers, depth = (int)(p->forward_prefetch > p->backward_prefetch ?
+					     p->forward_prefetch : p->backward_prefetch);
+
+	if (p->dp_shard <= 1 && p->edp_shard <= 1)
+		return 0;
+	if (!(layer = hp_calloc((size_t)n + 1, sizeof(*layer))))
+		return -1;
+	for (int i = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+		int sharded = p->size[q->mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD] > 1;
+		struct hp_piece pc;
+		int l;
+
+		if (!sharded || !hp_plan_owns(p, q, rank))
+			continue;
+		hp_plan_piece(p, q, rank, &pc);
+		if (sscanf(p->units[q->unit].name, "model.layers.%d", &l) == 1 && l >= 0 && l < n)
+			layer[l] += pc.rows * pc.cols;
+		else
+			root += pc.rows * pc.cols;
+	}
+	for (int l = 0; l < n; l++) {
+		int64_t w = 0;
+
+		for (int j = l; j < n && j <= l + depth; j++)
+			w += layer[j];
+		if (w > best)
+			best = w;
+		if (layer[l] > maxg)
+			maxg = layer[l];
+	}
+	b = (root + best) * ep + maxg * 4;
+	hp_free(layer);
+	return b;
+}
+
+int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
+{
+	int64_t el = 0;
+
+	memset(r, 0, sizeof(*r));
+	memcpy(r->size, p->size, sizeof(r->size));
+	for (int i = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+		struct hp_piece pc;
+
+		if (!hp_plan_owns(p, q, rank))
+			continue;
+		hp_plan_piece(p, q, rank, &pc);
+		el += pc.nrows * pc.cols;
+	}
+	r->param_bytes = 4 * el;
+	r->grad_bytes = 4 * el;
+	r->optim_bytes = 8 * el;
+	r->act_bytes = p->act_bytes;
+	if ((r->gathered_bytes = gathered(p, rank)) < 0)
+		return -1;
+	param_traffic(p, rank, r);
+	act_traffic(p, r);
+	/* the loss: the count of target tokens before the step (one double),
+	 * the sums of the loss and the aux loss after it (two) */
+	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 1, 8, 1);
+	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 1, 16, 1);
+	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 8, 1);
+	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 16, 1);
+	if (p->world > 1) {   /* the squared gradient norm, logged even without clipping */
+		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].calls += 1;
+		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].bytes += 8;
+	}
+	return 0;
+}

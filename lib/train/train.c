@@ -1,0 +1,1647 @@
+/*
+ * train.c - training: config -> plan -> model + data -> steps, on one
+ * process or FSDP/HSDP over many (dist_step).
+ *
+ * The loop per step: read all micro-batches of the step, count the valid
+ * targets (the loss is the token-weighted mean over the whole step, as
+ * HyperParallel's token_weighted aggregation), forward+backward each
+ * micro-batch with the gradient scaled by 1/count, optionally dump the raw
+ * gradients (step 1), clip, take the scheduled AdamW step.
+ *
+ * Evaluation (training.eval_iters): after every eval_steps steps and after
+ * the last, eval_iters global batches of the validation split, from its
+ * start each time, forward only; after the last step the test split once.
+ */
+#include <errno.h>
+#include <math.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "text/chat.h"
+#include "data/batch.h"
+#include "dist/ckpt.h"
+#include "base/fileio.h"
+#include "config/config.h"
+#include "cpu/gemm.h"
+#include "config/hfconfig.h"
+#include "model/init.h"
+#include "base/log.h"
+#include "model/model.h"
+#include "data/online.h"
+#include "dist/optim.h"
+#include "format/safetensors.h"
+#include "dist/shard.h"
+#include "comm/comm.h"
+#include "dist/fsdp.h"
+#include "plan/plan.h"
+#include "text/tokenizer.h"
+#include "train/train.h"
+#ifdef HP_HAVE_CUDA
+#include "cuda/ops.h"
+#endif
+#include "dist/verify.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct run {
+	struct hp_config cfg;
+	struct hp_model_spec spec;
+	struct hp_plan *plan;           /* at this world size: layout and kernel bindings */
+	int rank, world;
+	struct hp_comms comms;          /* world > 1 */
+	struct hp_fsdp fsdp;            /* world > 1: the shards the optimizer steps */
+	int dist;
+	struct hp_model_kernels kernels;
+	int reference;                  /* HP_KERNELS=reference */
+	int comm_bad;                   /* a step's traffic differed from the plan */
+	char comm_why[256];
+	struct hp_model model;
+	struct hp_optim opt;
+	struct hp_batcher *data;        /* offline */
+	struct hp_online *online;       /* online */
+	struct hp_split split;          /* data_config.split */
+	struct hp_batch_docs docs;      /* indexed: eod_mask_loss, reset_* */
+	int has_docs;
+	int conv_indexed;               /* indexed conversations (PREFIX.mask) */
+	const char *eod_from;
+	/* [HP_SPLIT_VALID], [HP_SPLIT_TEST] with eval_iters: the evaluation
+	 * sources, of the training data's kind; NULL where a part is empty */
+	struct hp_batcher *edata[3];
+	struct hp_online *eonline[3];
+	int32_t *inputs, *labels, *seg;
+	FILE *metrics;                  /* rank 0, over metrics_out's descriptor */
+	struct hp_outfile metrics_out;
+	struct hp_ckpt_lock lock;       /* checkpoint_dir, held by rank 0 while it saves there */
+	int dumped;                 /* --dump-grads file written by this run */
+	struct hp_model_par par;
+	struct hp_verify verify;        /* validation mode or hp-verify */
+	int verifying;
+	long first_step;                /* 1, or the step after the restored checkpoint */
+	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
+	char gpu_name[160];
+};
+
+/*
+ * Write every parameter's whole tensor (grads: its gradient) as F32 under
+ * its HF name, atomically.  One process: the model's own; over ranks: each
+ * tensor assembled from the shards (hp_fsdp_global), written by rank 0.
+ */
+static int dump_tensors(struct run *r, const char *path, int grads, struct hp_err *e)
+{
+	const char *keys[] = { "format", "producer" };
+	const char *vals[] = { "pt", grads ? "hp-train --dump-grads (step 1, before clipping and update)"
+					   : "hp-train --dump-params (after the last step)" };
+	const struct hp_plan *p = r->plan;
+	struct hp_st_entry *ent;
+	float **bufs;
+	int n = r->dist ? p->nparams : r->model.nparams, rc = 0;
+
+	/* a device's tensors come to their host copies first */
+	if ((rc = r->dist ? hp_fsdp_download(&r->fsdp, grads, 0, e) : hp_model_download(&r->model, grads, e)))
+		return rc;
+	ent = hp_calloc((size_t)n + 1, sizeof(*ent));
+	bufs = hp_calloc((size_t)n + 1, sizeof(*bufs));
+	if (!ent || !bufs) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+		goto out;
+	}
+	for (int i = 0; i < n && !rc; i++) {
+		if (r->dist) {
+			const struct hp_plan_param *q = &p->params[i];
+			size_t numel = (size_t)(q->shape[0] * (q->ndim > 1 ? q->shape[1] : 1));
+
+			if (!(bufs[i] = hp_malloc(numel * sizeof(float)))) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+				break;
+			}
+			rc = hp_fsdp_global(&r->fsdp, i, grads ? HP_FSDP_GRADS : HP_FSDP_WEIGHTS, bufs[i], e);
+			ent[i].name = q->name;
+			ent[i].ndim = q->ndim;
+			ent[i].shape[0] = q->shape[0];
+			ent[i].shape[1] = q->ndim > 1 ? q->shape[1] : 1;
+			ent[i].data = bufs[i];
+			if (r->rank) {
+				hp_free(bufs[i]);
+				bufs[i] = NULL;
+			}
+		} else {
+			const struct hp_param *q = &r->model.params[i];
+
+			ent[i].name = q->name;
+			ent[i].ndim = q->ndim;
+			ent[i].shape[0] = q->shape[0];
+			ent[i].shape[1] = q->shape[1];
+			ent[i].data = grads ? q->g : q->w;
+		}
+		ent[i].dtype = HP_DTYPE_F32;
+	}
+	if (!rc && r->rank == 0)
+		rc = hp_st_write(path, (size_t)n, ent, 2, keys, vals, e);
+out:
+	for (int i = 0; bufs && i < n; i++)
+		hp_free(bufs[i]);
+	hp_free(bufs);
+	hp_free(ent);
+	return rc;
+}
+
+static long seq_length(const struct hp_config *c);
+
+static int conversations(const struct hp_config *c)
+{
+	return c->dataset.data_type && !strcmp(c->dataset.data_type, "conversation");
+}
+
+/* Part p's documents (the first, the count) and all of its source's;
+ * 0 when the part has no source (empty, or not opened). */
+static int part_docs(const struct run *r, int p, uint64_t *d0, uint64_t *n, uint64_t *all)
+{
+	const struct hp_batcher *b = p == HP_SPLIT_TRAIN ? r->data : r->edata[p];
+	const struct hp_online *o = p == HP_SPLIT_TRAIN ? r->online : r->eonline[p];
+	struct hp_online_stats st;
+
+	*d0 = *n = *all = 0;
+	if (b) {
+		hp_batcher_docs(b, d0, n, all);
+	} else if (o) {
+		hp_online_stats(o, &st);
+		*d0 = st.first_document;
+		*n = st.documents;
+		*all = st.all_documents;
+	}
+	return b || o;
+}
+
+static void print_table(FILE *out, const struct run *r, long accum)
+{
+	const struct hp_config *c = &r->cfg;
+	const struct hp_model *m = &r->model;
+	const struct hp_model_spec *s = &m->gspec;
+	const struct hp_online *online = r->online;
+	const char *gpu = r->bk->device ? r->gpu_name : NULL;   /* the step runs there */
+
+	fprintf(out, "# resolved parameters\n");
+	hp_config_print(c, out);
+	fprintf(out, "%-40s %s\n", "spec.model_type", s->model_type);
+	fprintf(out, "%-40s %s\n", "spec.architecture", s->architecture);
+	fprintf(out, "%-40s %d\n", "spec.num_hidden_layers", s->n_layers);
+	fprintf(out, "%-40s %d\n", "spec.hidden_size", s->hidden);
+	fprintf(out, "%-40s %d\n", "spec.intermediate_size", s->intermediate);
+	fprintf(out, "%-40s %d\n", "spec.num_attention_heads", s->n_heads);
+	fprintf(out, "%-40s %d\n", "spec.num_key_value_heads", s->n_kv_heads);
+	fprintf(out, "%-40s %d\n", "spec.head_dim", s->head_dim);
+	fprintf(out, "%-40s %d\n", "spec.vocab_size", s->vocab);
+	fprintf(out, "%-40s %g\n", "spec.rms_norm_eps", s->rms_eps);
+	fprintf(out, "%-40s %g\n", "spec.rope_theta", s->rope.theta);
+	if (s->rope.type != HP_ROPE_DEFAULT) {
+		fprintf(out, "%-40s %s factor %g%s\n", "spec.rope_type", hp_rope_type_name(s->rope.type),
+			s->rope.factor, s->rope.type == HP_ROPE_DYNAMIC ?
+			" (positions below max_position_embeddings: the unscaled table)" : "");
+		if (s->rope.type == HP_ROPE_YARN)
+			fprintf(out, "%-40s %.17g\n", "spec.rope_attention_factor", s->rope.attention_factor);
+	}
+	if (s->sliding_window)
+		fprintf(out, "%-40s %d (at least the sequence: full attention)\n", "spec.sliding_window",
+			s->sliding_window);
+	if (s->qkv_bias)
+		fprintf(out, "%-40s %s\n", "spec.attention_bias", s->o_bias ? "q, k, v, o" : "q, k, v");
+	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");
+	fprintf(out, "%-40s %s\n", "spec.checkpoint_dtype", hp_dtype_name(s->torch_dtype));
+	if (s->qk_norm)
+		fprintf(out, "%-40s %s\n", "spec.qk_norm", "true");
+	if (s->n_experts) {
+		fprintf(out, "%-40s %d\n", "spec.num_experts", s->n_experts);
+		fprintf(out, "%-40s %d\n", "spec.num_experts_per_tok", s->top_k);
+		fprintf(out, "%-40s %d\n", "spec.moe_intermediate_size", s->moe_intermediate);
+		fprintf(out, "%-40s %d of %d\n", "spec.moe_layers", m->n_moe, s->n_layers);
+		fprintf(out, "%-40s %s\n", "spec.norm_topk_prob", s->norm_topk_prob ? "true" : "false");
+		fprintf(out, "%-40s %s\n", "spec.output_router_logits", s->output_router_logits ? "true" : "false");
+		fprintf(out, "%-40s %g\n", "spec.router_aux_loss_coef", s->router_aux_loss_coef);
+	}
+	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
+	fprintf(out, "%-40s %d\n", "run.world_size", r->world);
+	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
+	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * c->training.micro_batch_size * seq_length(c));
+	fprintf(out, "%-40s %s\n", "run.compute_dtype", gpu ? "BF16 operands of the GEMMs and attention (fp32 "
+		"accumulation, activations, gradients, weights and AdamW moments)" : "F32");
+	if (gpu) {
+		fprintf(out, "%-40s %s\n", "run.device", gpu);
+		if (r->dist)
+			fprintf(out, "%-40s %s (params gather in %s, gradients reduce in %s)\n", "run.device_comm",
+				r->bk->comm_path(r->bk), r->plan->param_dtype, r->plan->reduce_dtype);
+	}
+	if (online) {
+		struct hp_online_stats st;
+		hp_online_stats(online, &st);
+		fprintf(out, "%-40s %llu of %llu in %llu file%s (the train split)\n", "data.documents",
+			(unsigned long long)st.documents, (unsigned long long)st.all_documents,
+			(unsigned long long)st.files, st.files == 1 ? "" : "s");
+		fprintf(out, "%-40s %llu\n", "data.empty_lines", (unsigned long long)st.empty_lines);
+		fprintf(out, "%-40s %llu\n", "data.skipped_invalid_lines", (unsigned long long)st.invalid_lines);
+		if (r->conv_indexed || conversations(&r->cfg)) {
+			fprintf(out, "%-40s %s\n", "data.conversations", r->conv_indexed ?
+				"hp-data's, with their loss mask (PREFIX.mask)" : c->dataset.loss_tokens ==
+				HP_LOSS_TOKENS_ALL ? "rendered by the chat template; loss on every token" :
+				"rendered by the chat template; loss on the assistant's replies");
+			fprintf(out, "%-40s %llu (no assistant message)\n", "data.conversations_without_target",
+				(unsigned long long)st.no_target);
+			fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask; "
+				"a conversation is never split (a longer one is cut to seq_length + 1 tokens)");
+		} else {
+			fprintf(out, "%-40s %d\n", "data.eod_id", st.eod_id);
+			fprintf(out, "%-40s %s\n", "data.packing", "rows of seq_length, block-diagonal causal mask");
+		}
+	}
+	{
+		uint64_t d0, nd, all;
+
+		part_docs(r, HP_SPLIT_TRAIN, &d0, &nd, &all);
+		fprintf(out, "%-40s %s: train documents [%llu, %llu) of %llu", "data.split", c->dataset.split,
+			(unsigned long long)d0, (unsigned long long)(d0 + nd), (unsigned long long)all);
+		for (int p = HP_SPLIT_VALID; c->training.eval_iters > 0 && p <= HP_SPLIT_TEST; p++) {
+			if (p == HP_SPLIT_VALID && c->dataset.nvalid_data_path) {
+				part_docs(r, p, &d0, &nd, &all);
+				fprintf(out, "; validation: %llu documents of %s", (unsigned long long)nd,
+					c->dataset.valid_data_path[0]);
+			} else if (part_docs(r, p, &d0, &nd, &all)) {
+				fprintf(out, ", %s [%llu, %llu)", hp_split_name(p), (unsigned long long)d0,
+					(unsigned long long)(d0 + nd));
+			} else {
+				fprintf(out, ", %s none", hp_split_name(p));
+			}
+		}
+		fprintf(out, "\n");
+		if (r->has_docs)
+			fprintf(out, "%-40s EOD id %d (%s)%s%s\n", "data.documents_in_rows", r->docs.eod, r->eod_from,
+				r->docs.mask_loss ? "; no loss where the input is EOD" : "",
+				r->docs.reset ? "; positions and attention restart after each EOD" : "");
+		if (r->data && c->dataset.shuffle)
+			fprintf(out, "%-40s the rows of each epoch in a permutation of (training.seed, epoch)\n",
+				"data.shuffle");
+		if (c->training.eval_iters > 0 && c->training.eval_steps > 0)
+			fprintf(out, "%-40s %ld global batch%s of the validation split from its start, every %ld steps "
+				"and after the last; the test split after the last\n", "run.evaluation",
+				c->training.eval_iters, c->training.eval_iters == 1 ? "" : "es", c->training.eval_steps);
+		else if (c->training.eval_iters > 0)
+			fprintf(out, "%-40s %ld global batch%s of the validation split, then of the test split, after "
+				"the last step\n", "run.evaluation", c->training.eval_iters,
+				c->training.eval_iters == 1 ? "" : "es");
+	}
+	fprintf(out, "%-40s %s\n", "run.kernels", gpu ? "cuda" : hp_backend_cpu_ops()->name);
+	{
+		int nf = 0, ng = 0, nn = m->k.fused_final;
+
+		for (int l = 0; l < s->n_layers; l++) {
+			nf += m->k.flash[l];
+			ng += m->k.grouped[l] && m->lw[l].moe;
+			nn += m->k.fused_in[l] + m->k.fused_post[l];
+		}
+		fprintf(out, "%-40s flash_attention %d/%d layers%s, fused_rmsnorm %d/%d norms, "
+			"grouped_experts %d/%d MoE layers, chunked_ce %ld\n", "run.module_kernels", nf,
+			s->n_layers, gpu ? " (the GPU's attention)" : "", nn, 2 * s->n_layers + 1, ng, m->n_moe,
+			m->k.ce_chunk);
+	}
+	if (gpu)
+		fprintf(out, "%-40s %s\n", "run.gemm", r->bk->kind == HP_BACKEND_CUDA_EMU ?
+			"the host's, on bf16 operands (HP_CUDA_EMULATE)" : "cuBLASLt, bf16 operands, fp32 accumulation");
+	else
+		fprintf(out, "%-40s %s, %d thread%s\n", "run.gemm", hp_sgemm_path(), hp_sgemm_threads(),
+			hp_sgemm_threads() == 1 ? "" : "s");
+	fflush(out);
+}
+
+/* Tokens per row: data_config.seq_length, else (online) data_transform.max_seq_len. */
+static long seq_length(const struct hp_config *c)
+{
+	return c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
+}
+
+/* Configured features that would change the result but are not implemented
+ * yet are refused, never ignored. */
+static int check_supported(const struct hp_config *c, int world, struct hp_err *e)
+{
+	const char *p = c->path;
+
+	if (c->dataset.kind == HP_DATASET_NONE)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
+	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_path: the indexed dataset takes "
+				  "one prefix, got %d", p, c->dataset.ndata_path);
+	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.nvalid_data_path > 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: the indexed dataset takes "
+				  "one prefix, got %d", p, c->dataset.nvalid_data_path);
+	if (c->training.eval_steps > 0 && c->training.eval_iters <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.eval_steps: %ld, but eval_iters is 0: "
+				  "nothing to evaluate (set eval_iters, the global batches per evaluation)", p,
+				  c->training.eval_steps);
+	if (c->dataset.nvalid_data_path && c->training.eval_iters <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: given, but "
+				  "training.eval_iters is 0: nothing would read it", p);
+	/* settings hp cannot honor: refused, not accepted and ignored */
+	if (c->fsdp.nreplicate_params)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.replicate_params: keeping parameters "
+				  "replicated outside FSDP is not implemented yet (every parameter is sharded as "
+				  "hp-plan says)", p);
+	if (!c->dataloader.drop_last)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataloader.drop_last: false is not implemented: every "
+				  "batch hp serves is full", p);
+	if (!c->optimizer.fp32_main_params)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.optimizer.fp32_main_params: false is not implemented: "
+				  "hp keeps float32 main parameters", p);
+	if (!c->checkpoint.save_train_state)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.checkpoint.save_train_state: false is not implemented: "
+				  "a checkpoint cannot resume without its step and data cursor, so hp always writes "
+				  "them", p);
+	if (c->dataset.kind != HP_DATASET_INDEXED &&
+	    (c->dataset.eod_mask_loss || c->dataset.reset_position_ids || c->dataset.reset_attention_mask ||
+	     c->dataset.eod_token_id >= 0))
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.%s: for the indexed dataset; online data packs "
+				  "each document apart (block-diagonal, positions from its start) and never predicts "
+				  "across documents", p, c->dataset.eod_mask_loss ? "data_config.eod_mask_loss" :
+				  c->dataset.reset_position_ids ? "data_config.reset_position_ids" :
+				  c->dataset.reset_attention_mask ? "data_config.reset_attention_mask" :
+				  "model_assets.tokenizer.eod_token_id");
+	if (c->dataset.reset_position_ids != c->dataset.reset_attention_mask)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.%s without %s is not implemented: "
+				  "hp restarts positions and attention together at each EOD (set both)", p,
+				  c->dataset.reset_position_ids ? "reset_position_ids" : "reset_attention_mask",
+				  c->dataset.reset_position_ids ? "reset_attention_mask" : "reset_position_ids");
+	if (c->dataset.labels_are_shifted)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.labels_are_shifted "
+				  "is not implemented yet", p);
+	if (c->training.micro_batch_size <= 0 || c->training.global_batch_size <= 0 ||
+	    c->training.global_batch_size % c->training.micro_batch_size)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training: global_batch_size %ld must be a "
+				  "positive multiple of micro_batch_size %ld", p,
+				  c->training.global_batch_size, c->training.micro_batch_size);
+	if (c->training.train_iters <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.train_iters: must be positive", p);
+	if (seq_length(c) <= 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: missing "
+				  "(or data_transform.max_seq_len for online data)", p);
+	return 0;
+}
+
+
+/*
+ * fsdp_config.mix_precision: on a GPU over ranks, FSDP gathers the
+ * parameters in param_dtype and reduces the gradients in reduce_dtype
+ * (bfloat16 or float32); elsewhere it would change nothing or be ignored,
+ * so anything but float32 is refused there.  output_dtype: the modules'
+ * outputs are float32 on every backend.
+ */
+static int check_mix_precision(const struct run *r, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
+	static const char *const mpk[3] = { "param_dtype", "reduce_dtype", "output_dtype" };
+
+	for (int i = 0; i < 3; i++) {
+		if (!mp[i] || !strcmp(mp[i], "float32") || !strcmp(mp[i], "fp32"))
+			continue;
+		if (!r->bk->device)
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented on "
+					  "the CPU, which trains in float32 (training.device: cuda gathers and reduces "
+					  "in bfloat16 over ranks); set it to float32 or leave it out", c->path, mpk[i],
+					  mp[i]);
+		if (i == 2)
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.output_dtype: %s is not "
+					  "implemented: the modules' outputs are float32 on every backend (bf16 is what "
+					  "the tensor cores read); set it to float32 or leave it out", c->path, mp[i]);
+		if (strcmp(mp[i], "bfloat16"))
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented "
+					  "(bfloat16 or float32)", c->path, mpk[i], mp[i]);
+		if (r->world == 1)
+			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s: one rank has no "
+					  "FSDP gathers or reductions for it to apply to (the GPU's GEMMs read bf16 "
+					  "operands whatever it says); leave it out", c->path, mpk[i], mp[i]);
+	}
+	return 0;
+}
+
+/* --metrics: opened before any work (a stream in place, a file through a
+ * temporary), a line per step; a stream gets each line as it is written. */
+static int open_metrics(struct run *r, const char *path, struct hp_err *e)
+{
+	int rc;
+
+	if ((rc = hp_outfile_open(&r->metrics_out, path, e)))
+		return rc;
+	if (!(r->metrics = hp_outfile_stdio(&r->metrics_out, e))) {
+		hp_outfile_abort(&r->metrics_out);
+		return e->code;
+	}
+	return 0;
+}
+
+/* ok: the run succeeded and the file goes into place; else it is removed
+ * (a stream keeps what it was sent). */
+static int close_metrics(struct run *r, int ok, struct hp_err *e)
+{
+	FILE *f = r->metrics;
+
+	if (!f)
+		return 0;
+	r->metrics = NULL;
+	return hp_outfile_close_stdio(&r->metrics_out, f, ok, e);
+}
+
+/* A number for a message: %g, but a NaN is "nan" whatever its sign bit. */
+static const char *num(char buf[32], double v)
+{
+	if (isnan(v))
+		return "nan";
+	snprintf(buf, 32, "%g", v);
+	return buf;
+}
+
+/* A number for the metrics' JSON: JSON has no NaN or infinity, so a
+ * non-finite value is null (hp-train(1), METRICS). */
+static const char *jnum(char buf[32], double v)
+{
+	if (!isfinite(v))
+		return "null";
+	snprintf(buf, 32, "%.9g", v);
+	return buf;
+}
+
+/* Write the step's collectives, "comm": {dim: {op: bytes}}, to the metrics. */
+static void metrics_comm(FILE *f, const struct hp_comms *cs)
+{
+	int firstdim = 1;
+
+	fprintf(f, ", \"comm\": {");
+	for (int d = 0; d <= HP_NDIM; d++) {
+		int any = 0;
+
+		for (int c = 0; c < HP_NCOLL; c++) {
+			if (!cs->dim[d].calls[c])
+				continue;
+			if (!any)
+				fprintf(f, "%s\"%s\": {", firstdim ? "" : ", ", hp_comm_dim_name(d));
+			fprintf(f, "%s\"%s\": %lld", any ? ", " : "", hp_coll_name((enum hp_coll)c),
+				(long long)cs->dim[d].bytes[c]);
+			any = 1;
+			firstdim = 0;
+		}
+		if (any)
+			fprintf(f, "}");
+	}
+	fprintf(f, "}");
+}
+
+/* Whether this step's calls and bytes are the plan's estimate for this rank;
+ * the first difference goes to why. */
+static int comm_matches(const struct run *r, char *why, size_t n)
+{
+	struct hp_rank_est est;
+
+	if (hp_plan_estimate(r->plan, r->rank, &est))
+		return 0;
+	for (int d = 0; d <= HP_NDIM; d++)
+		for (int c = 0; c < HP_NCOLL; c++) {
+			const struct hp_comm *m = &r->comms.dim[d];
+
+			/* what the routing decides (EP's return exchanges) is not estimated */
+			int64_t got = m->bytes[c] - m->routed[c], want = est.comm[d][c].bytes - est.comm[d][c].routed;
+
+			if (m->calls[c] != est.comm[d][c].calls || got != want) {
+				snprintf(why, n, "rank %d, %s %s: %lld calls, %lld bytes not set by the routing; "
+					 "the plan says %lld, %lld", r->rank, hp_comm_dim_name(d),
+					 hp_coll_name((enum hp_coll)c), (long long)m->calls[c], (long long)got,
+					 (long long)est.comm[d][c].calls, (long long)want);
+				return 0;
+			}
+		}
+	return 1;
+}
+
+/* The model's failure (a collective's, or its backend's) as e: what
+ * failed in which pass, and the model's own message. */
+static int model_failed(const struct hp_model *m, const char *pass, long step, struct hp_err *e)
+{
+	return hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "%s %ld: the %s failed: %s",
+			  !strcmp(pass, "evaluation") ? "evaluation after step" : "step", step,
+			  !strcmp(pass, "evaluation") ? "forward" : pass,
+			  m->err.msg[0] ? m->err.msg : "a collective failed");
+}
+
+/*
+ * One optimizer step's gradients over ranks (FSDP/HSDP): this rank runs
+ * its dp share of the step's micro-batches with the units gathered as
+ * hp-plan(5) says, reduce-scatters each micro-batch's gradients and syncs
+ * replicas; dist_update then steps AdamW on its shards.  *loss_sum,
+ * *aux_sum, *total and *norm come back global.
+ */
+static int dist_step(struct run *r, long step, const struct hp_train_opts *o, double *loss_sum,
+		     double *aux_sum, double *total, double *norm, struct hp_err *e)
+{
+	struct hp_model *m = &r->model;
+	struct hp_comms *cs = &r->comms;
+	long B = r->cfg.training.micro_batch_size, T = seq_length(&r->cfg), G = r->plan->accum;
+	long first = hp_plan_coord(r->plan, HP_DIM_DP, r->rank) * G;
+	double sums[2] = { 0, 0 };
+	int rc;
+
+	/* this rank's targets: its dp share of the micro-batches, its cp chunk
+	 * of each row (tp ranks count the same tokens, and are not summed) */
+	long cp = r->plan->cp, S = T / cp, c0 = hp_plan_coord(r->plan, HP_DIM_CP, r->rank) * S;
+
+	*total = 0;
+	for (long a = first; a < first + G; a++)
+		for (long b = 0; b < B; b++)
+			for (long i = c0; i < c0 + S; i++)
+				*total += r->labels[(a * B + b) * T + i] != HP_IGNORE_INDEX;
+	double mine = *total;
+	/* the token-weighted loss needs the count over every dp and cp rank */
+	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], total, 1, HP_DTYPE_F64, HP_RED_SUM, e)))
+		return rc;
+	/* the fault grad_scale: each rank scales by its own count */
+	double scale_count = m->fault == HP_FAULT_GRAD_SCALE ? mine : *total;
+	if (r->verifying && (rc = hp_verify_reference(&r->verify, step, r->inputs, r->labels, r->seg,
+						      G * r->plan->dp, *total, e)))
+		return rc;
+	hp_fsdp_zero_grad(&r->fsdp);
+	hp_model_zero_grad(m);
+	for (long a = first; a < first + G; a++) {
+		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+		double ls;
+		long cnt;
+
+		/* the root unit (embedding, final norm, LM head) stays gathered through
+		 * the backward; the layers come and go through the model's hook */
+		r->fsdp.first_micro = a == first;
+		r->fsdp.rc = 0;
+		r->fsdp.e = e;
+		if ((a == first || r->plan->reshard_after_backward) && (rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
+			return rc;
+		m->ce_scale = scale_count > 0 ? 1.0 / scale_count : 0;
+		r->verify.micro = (int)(a - first);
+		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
+			return r->fsdp.rc ? r->fsdp.rc : r->verify.rc ? r->verify.rc : model_failed(m, "forward", step, e);
+		sums[0] += ls;
+		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
+		hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp));
+		if (r->fsdp.rc)
+			return r->fsdp.rc;
+		if (m->par_rc)
+			return model_failed(m, "backward", step, e);
+		if ((rc = hp_fsdp_reduce_scatter_unit(&r->fsdp, 0, e)))
+			return rc;
+		if (r->plan->reshard_after_backward)
+			hp_fsdp_release(&r->fsdp, 0, 0);
+	}
+	if ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e)) ||
+	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)))
+		return rc;
+	*loss_sum = sums[0];
+	*aux_sum = sums[1];
+	*norm = hp_fsdp_grad_norm(&r->fsdp, e);
+	/* the step's traffic, before anything this run adds for its own checks */
+	if (!comm_matches(r, r->comm_why, sizeof(r->comm_why)))
+		r->comm_bad = 1;
+	if (r->verifying && (rc = hp_verify_params(&r->verify, 1, e)))
+		return rc;
+	if (step == 1 && o->dump_grads) {
+		if ((rc = dump_tensors(r, o->dump_grads, 1, e)))
+			return rc;
+		r->dumped = r->rank == 0;
+	}
+	return 0;
+}
+
+/* The update of dist_step's gradients: clip, AdamW on the shards. */
+static int dist_update(struct run *r, double norm, double lr, struct hp_err *e)
+{
+	hp_fsdp_clip(&r->fsdp, norm, r->opt.max_grad_norm);
+	r->opt.step++;
+	r->opt.hp.step = r->opt.step;
+	r->opt.hp.lr = lr;
+	hp_fsdp_adamw(&r->fsdp, &r->opt.hp);
+	if (r->verifying) {
+		hp_verify_update(&r->verify, lr);
+		return hp_verify_params(&r->verify, 0, e);
+	}
+	return 0;
+}
+
+/* Where this rank's piece of plan param i of a checkpoint kind lives:
+ * the shards over ranks, the model and its optimizer in one process
+ * (whose parameters are the plan's, in its order). */
+static float *ckpt_piece(void *ctx, int kind, int i)
+{
+	struct run *r = ctx;
+	struct hp_param *mp;
+
+	if (r->dist) {
+		float *base = kind == HP_CKPT_WEIGHTS ? r->fsdp.hw : kind == HP_CKPT_EXP_AVG ? r->fsdp.hm1 : r->fsdp.hm2;
+
+		return r->fsdp.mp[i] ? base + r->fsdp.poff[i] : NULL;
+	}
+	if (i >= r->model.nparams || strcmp((mp = &r->model.params[i])->name, r->plan->params[i].name))
+		return NULL;
+	if (kind == HP_CKPT_WEIGHTS)
+		return mp->w;
+	return (kind == HP_CKPT_EXP_AVG ? r->opt.hm : r->opt.hv) + mp->offset;
+}
+
+static void data_cursor(const struct run *r, struct hp_ckpt_state *st)
+{
+	st->online = r->online != NULL;
+	if (r->online)
+		hp_online_cursor(r->online, &st->epoch, &st->doc, &st->off);
+	else
+		hp_batcher_cursor(r->data, &st->pos, &st->epoch);
+}
+
+/* What ckpt_piece hands out is the host's copy of the run's state: a
+ * device's comes to it before a save (to_host 1), and goes back after a
+ * restore (0).  Nothing on the CPU. */
+static int move_state(struct run *r, int to_host, struct hp_err *e)
+{
+	int rc;
+
+	if (r->dist)
+		return to_host ? hp_fsdp_download(&r->fsdp, 0, 1, e) : hp_fsdp_upload(&r->fsdp, e);
+	if ((rc = to_host ? hp_model_download(&r->model, 0, e) : hp_model_upload(&r->model, e)))
+		return rc;
+	return hp_optim_move(&r->opt, r->model.numel, to_host, e);
+}
+
+/* Save the checkpoint of step (the run's state after it); returns the
+ * seconds the loop was held. */
+static int save_ckpt(struct run *r, long step, int last, double *held, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_ckpt_save_opts so = {
+		.root = c->checkpoint.checkpoint_dir, .optimizer = c->checkpoint.save_optimizer,
+		.keep_last = c->checkpoint.keep_last, .hf_dtype = r->spec.torch_dtype,
+		.consolidated = !strcmp(c->checkpoint.save_consolidated, "every") ||
+				(last && !strcmp(c->checkpoint.save_consolidated, "final")),
+		.finite = c->debug.check_nan_inf,
+	};
+	struct hp_ckpt_state st = { .step = step, .seed = (uint64_t)c->training.seed };
+	double t0 = now_s();
+	int rc;
+
+	if (so.hf_dtype != HP_DTYPE_BF16 && so.hf_dtype != HP_DTYPE_F16)
+		so.hf_dtype = HP_DTYPE_F32;
+	if ((rc = move_state(r, 1, e)))
+		return rc;
+	data_cursor(r, &st);
+	rc = hp_ckpt_save(&so, r->plan, MPI_COMM_WORLD, ckpt_piece, r, &st, e);
+	*held = now_s() - t0;
+	return rc;
+}
+
+/* checkpoint.restore_from: the weights, moments, step and data cursor. */
+static int restore_ckpt(struct run *r, FILE *out, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_ckpt_state st;
+	char dir[4200];
+	double t0 = now_s();
+	int rc;
+
+	rc = hp_ckpt_find(c->checkpoint.checkpoint_dir, c->checkpoint.restore_from, dir, sizeof(dir), e);
+	if (rc == HP_CKPT_NONE_YET) {
+		/* a first start of a job that resumes when it is started again */
+		if (r->rank == 0 && out)
+			fprintf(out, "checkpoint: none in '%s' yet; starting from the model\n",
+				c->checkpoint.checkpoint_dir);
+		return 0;
+	}
+	if (rc || (rc = hp_ckpt_restore(dir, r->plan, MPI_COMM_WORLD, 1, ckpt_piece, r, &st, e)))
+		return rc;
+	if ((rc = move_state(r, 0, e)))
+		return rc;
+	if (st.online != (r->online != NULL))
+		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint was made with %s data, this run reads %s",
+				  dir, st.online ? "online" : "indexed", r->online ? "online" : "indexed");
+	rc = r->online ? hp_online_seek(r->online, st.epoch, st.doc, st.off, e) :
+			 hp_batcher_seek(r->data, st.pos, st.epoch, e);
+	if (rc)
+		return hp_err_prefix(e, "'%s/train_state.json'", dir);
+	if (st.step >= c->training.train_iters)
+		return hp_err_set(e, HP_ECONFIG, "'%s': the checkpoint is of step %ld, and training.train_iters "
+				  "is %ld: nothing left to train", dir, st.step, c->training.train_iters);
+	r->opt.step = st.step;
+	r->first_step = st.step + 1;
+	if (r->rank == 0 && out)
+		fprintf(out, "checkpoint: resumed from '%s' at step %ld (%.2f s)\n", dir, st.step, now_s() - t0);
+	return 0;
+}
+
+/*
+ * training.device: the backend this rank's model runs on, into r->bk:
+ * the CPU's, or the CUDA backend on this rank's GPU (its place on its
+ * node modulo the node's GPUs: ranks may share one, their collectives
+ * then go host-staged), or with HP_CUDA_EMULATE its host emulation (no GPU
+ * needed; device auto runs there too).  0 or an error.
+ */
+static int pick_device(struct run *r, MPI_Comm comm, struct hp_err *e)
+{
+	enum hp_device d = r->cfg.training.device;
+	const char *p = r->cfg.path;
+	enum hp_emulate emu;
+	int n = 0, rc;
+
+	r->bk = hp_backend_cpu();
+	if ((rc = hp_emulate_from_env(&emu, e)))
+		return rc;
+	if (emu != HP_EMULATE_OFF)
+		n = 1;   /* the emulation is one device, whatever this machine has */
+#ifdef HP_HAVE_CUDA
+	else if (d != HP_DEVICE_CPU)
+		n = hp_cuda_device_count();   /* the driver is woken only when it may be used */
+#endif
+	if (d == HP_DEVICE_CPU || (d == HP_DEVICE_AUTO && n == 0))
+		return 0;
+	/* before the build and the GPU are looked at, so that the refusal is
+	 * the same (and testable) on every machine */
+	if (r->cfg.fsdp.enable_offload)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.enable_offload: offloading to the host is "
+				  "not implemented on training.device: cuda yet (on the CPU the parameters are in "
+				  "host memory already)", p);
+#ifndef HP_HAVE_CUDA
+	if (emu == HP_EMULATE_OFF)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but this hp was built without "
+				  "CUDA (no nvcc at build time); rebuild with the CUDA toolkit, use device: cpu, or "
+				  "set HP_CUDA_EMULATE=exact to run the CUDA backend's host emulation", p);
+#endif
+	if (n == 0)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.device: cuda, but no CUDA device is visible "
+				  "(check nvidia-smi and CUDA_VISIBLE_DEVICES); use device: cpu or auto", p);
+	/* one GPU per rank by the rank's place on its node; more ranks than
+	 * GPUs share them */
+	MPI_Comm node;
+	int local = 0, nlocal = 1;
+	MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &node);
+	MPI_Comm_rank(node, &local);
+	MPI_Comm_size(node, &nlocal);
+	MPI_Comm_free(&node);
+	if ((rc = hp_backend_cuda_open(&r->bk, local % n, nlocal > n, emu, e))) {
+		r->bk = hp_backend_cpu();
+		return rc;
+	}
+	snprintf(r->gpu_name, sizeof(r->gpu_name), "%s%s", r->bk->name, nlocal > n && emu == HP_EMULATE_OFF ?
+		 " (shared by the node's ranks)" : "");
+	return 0;
+}
+
+/*
+ * Part p of the data (HP_SPLIT_*) as data_config.split cuts it, or, for
+ * validation with dataset.valid_data_path, all of that.  A validation or
+ * test part without rows is left NULL.
+ */
+static int open_part(struct run *r, int p, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	int other = p == HP_SPLIT_VALID && c->dataset.nvalid_data_path;
+	const struct hp_split *sp = other ? NULL : &r->split;
+	struct hp_batcher **b = p == HP_SPLIT_TRAIN ? &r->data : &r->edata[p];
+	struct hp_online **o = p == HP_SPLIT_TRAIN ? &r->online : &r->eonline[p];
+	int rc;
+
+	if (c->dataset.kind == HP_DATASET_INDEXED && r->conv_indexed) {
+		/* hp-data's conversations: packed as the online mode packs them */
+		struct hp_online_opts oo = {
+			.indexed = other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+			.tokenizer = c->dataset.tokenizer_path,
+			.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
+			.seed = (uint64_t)c->training.seed, .split = sp, .part = other ? HP_SPLIT_TRAIN : p,
+		};
+		return hp_online_open(o, &oo, e);
+	}
+	if (c->dataset.kind == HP_DATASET_INDEXED) {
+		/* valid_data_path: the whole file */
+		if ((rc = hp_batcher_open_split(b, other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+						seq_length(c), c->dataset.is_dataset_from_mr, sp,
+						other ? HP_SPLIT_TRAIN : p, e)))
+			return rc;
+		if (!hp_batcher_rows_per_epoch(*b)) {
+			hp_batcher_free(*b);
+			*b = NULL;
+		}
+		if (*b && r->has_docs)
+			hp_batcher_set_docs(*b, &r->docs);
+		return 0;
+	}
+	struct hp_chat_opts co = {
+		.template_spec = c->dataset.chat_template,
+		.tokenizer_path = c->dataset.tokenizer_path ? c->dataset.tokenizer_path : c->model.path,
+		.messages_key = c->dataset.text_keys[0], .role_key = c->dataset.role_key,
+		.content_key = c->dataset.content_key,
+		.all_tokens = c->dataset.loss_tokens == HP_LOSS_TOKENS_ALL,
+	};
+	struct hp_online_opts oo = {
+		.paths = other ? c->dataset.valid_data_path : c->dataset.data_path,
+		.npaths = other ? c->dataset.nvalid_data_path : c->dataset.ndata_path,
+		.tokenizer = c->dataset.tokenizer_path ? c->dataset.tokenizer_path : c->model.path,
+		.text_keys = c->dataset.text_keys, .ntext_keys = c->dataset.ntext_keys,
+		.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
+		.seed = (uint64_t)c->training.seed, .skip_invalid = c->dataset.skip_invalid_lines,
+		.split = sp, .part = p,
+		.chat = conversations(c) ? &co : NULL,
+	};
+	return hp_online_open(o, &oo, e);
+}
+
+/*
+ * The indexed dataset's end-of-document id, for eod_mask_loss and
+ * reset_*: model_assets.tokenizer.eod_token_id, else the eos_token of the
+ * tokenizer at model_assets.tokenizer.pretrained_model_name_or_path, else
+ * the model's config.json eos_token_id.  *from says which.
+ */
+static int eod_id(const struct run *r, int32_t *eod, const char **from, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	long id = -1;
+	int rc;
+
+	if (c->dataset.eod_token_id >= 0) {
+		id = c->dataset.eod_token_id;
+		*from = "dataset.model_assets.tokenizer.eod_token_id";
+	} else if (c->dataset.tokenizer_path) {
+		struct hp_tokenizer *t;
+
+		if ((rc = hp_tok_load(&t, c->dataset.tokenizer_path, e)))
+			return rc;
+		id = hp_tok_eod_id(t);
+		hp_tok_free(t);
+		*from = "the tokenizer's eos_token";
+		if (id < 0)
+			return hp_err_set(e, HP_ECONFIG, "'%s': the tokenizer has no end-of-document token: set "
+					  "dataset.model_assets.tokenizer.eod_token_id", c->dataset.tokenizer_path);
+	} else if (r->spec.eos_token_id >= 0) {
+		id = r->spec.eos_token_id;
+		*from = "config.json's eos_token_id";
+	} else {
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config: eod_mask_loss and reset_* need the "
+				  "end-of-document id: set dataset.model_assets.tokenizer.eod_token_id (the model's "
+				  "config.json has no eos_token_id)", c->path);
+	}
+	if (id >= r->spec.vocab)
+		return hp_err_set(e, HP_ECONFIG, "'%s': the end-of-document id %ld (%s) is outside the model's "
+				  "vocabulary [0, %d)", c->path, id, *from, r->spec.vocab);
+	*eod = (int32_t)id;
+	return 0;
+}
+
+/*
+ * An indexed dataset with PREFIX.mask beside it holds conversations from
+ * hp-data build --chat-template: served packed, with their masks, never
+ * cut into windows.  data_type conversation asks for that mask; the
+ * settings of window cutting do not apply to it.
+ */
+static int find_mask(struct run *r, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	char path[4200];
+	struct stat st;
+
+	if (c->dataset.kind != HP_DATASET_INDEXED)
+		return 0;
+	snprintf(path, sizeof(path), "%s.mask.idx", c->dataset.data_path[0]);
+	r->conv_indexed = !stat(path, &st);
+	if (!r->conv_indexed && conversations(c))
+		return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.data_transform.data_type: conversation, but "
+				  "'%s' has no loss mask ('%s'): build it with hp-data build --chat-template", c->path,
+				  c->dataset.data_path[0], path);
+	if (r->conv_indexed && c->dataset.nvalid_data_path) {
+		snprintf(path, sizeof(path), "%s.mask.idx", c->dataset.valid_data_path[0]);
+		if (stat(path, &st))
+			return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.valid_data_path: '%s' has no loss mask "
+					  "('%s') but data_path has: both must be conversations", c->path,
+					  c->dataset.valid_data_path[0], path);
+	}
+	if (r->conv_indexed && (c->dataset.is_dataset_from_mr || c->dataset.eod_mask_loss ||
+				c->dataset.reset_position_ids))
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.%s: '%s' holds conversations "
+				  "(it has a loss mask), which hp packs apart, each with its own positions and "
+				  "attention, and never cuts", c->path,
+				  c->dataset.is_dataset_from_mr ? "is_dataset_from_mr" :
+				  c->dataset.eod_mask_loss ? "eod_mask_loss" : "reset_position_ids",
+				  c->dataset.data_path[0]);
+	return 0;
+}
+
+/* The training part, and with eval_iters the validation part (which must
+ * have rows) and the test part. */
+static int open_data(struct run *r, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	uint64_t d0, n, all;
+	int rc;
+
+	if ((rc = hp_split_parse(&r->split, c->dataset.split, e)))
+		return rc;
+	if ((rc = find_mask(r, e)))
+		return rc;
+	if (c->dataset.eod_mask_loss || c->dataset.reset_position_ids) {
+		r->docs.mask_loss = c->dataset.eod_mask_loss;
+		r->docs.reset = c->dataset.reset_position_ids;
+		if ((rc = eod_id(r, &r->docs.eod, &r->eod_from, e)))
+			return rc;
+		r->has_docs = 1;
+	}
+	if ((rc = open_part(r, HP_SPLIT_TRAIN, e)))
+		return rc;
+	if (r->data && c->dataset.shuffle &&
+	    (rc = hp_batcher_set_shuffle(r->data, (uint64_t)c->training.seed, e)))
+		return rc;
+	if (r->data && !strcmp(c->dataloader.sampler_type, "single")) {
+		/* one pass: the run must not need more rows than the train split has */
+		unsigned long long want = (unsigned long long)c->training.train_iters *
+					  (unsigned long long)c->training.global_batch_size;
+
+		if (want > hp_batcher_rows_per_epoch(r->data))
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.dataloader.sampler_type: single reads the train "
+					  "split once, %llu rows, but train_iters x global_batch_size is %llu (use cyclic, "
+					  "which wraps)", c->path, (unsigned long long)hp_batcher_rows_per_epoch(r->data),
+					  want);
+	}
+	if (c->training.eval_iters <= 0)
+		return 0;
+	if ((rc = open_part(r, HP_SPLIT_VALID, e)) || (rc = open_part(r, HP_SPLIT_TEST, e)))
+		return rc;
+	if (!part_docs(r, HP_SPLIT_VALID, &d0, &n, &all)) {
+		if (c->dataset.nvalid_data_path)
+			return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.valid_data_path: '%s' cannot make one row "
+					  "of seq_length %ld to evaluate", c->path, c->dataset.valid_data_path[0],
+					  seq_length(c));
+		part_docs(r, HP_SPLIT_TRAIN, &d0, &n, &all);
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.eval_iters: %ld, but split '%s' leaves no "
+				  "validation row in the %llu documents of '%s' (give it a larger share, or "
+				  "dataset.valid_data_path)", c->path, c->training.eval_iters, c->dataset.split,
+				  (unsigned long long)all, c->dataset.data_path[0]);
+	}
+	return 0;
+}
+
+/* Every input id, and every target but the ignored, in [0, V); path is
+ * the data they came from. */
+static int check_ids(const struct run *r, long n, const char *path, const char *what, long step,
+		     struct hp_err *e)
+{
+	int V = r->model.gspec.vocab;
+
+	for (long i = 0; i < n; i++) {
+		int32_t t = r->labels[i], x = r->inputs[i];
+
+		if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
+			return hp_err_set(e, HP_EFORMAT, "'%s': token id %d %s step %ld is outside the model's "
+					  "vocabulary [0, %d)", path, x < 0 || x >= V ? x : t,
+					  what, step, V);
+	}
+	return 0;
+}
+
+/*
+ * Evaluate on part p after step: eval_iters global batches from the
+ * part's start, forward only, the token-weighted cross-entropy (without
+ * the router's aux loss) over every rank: *loss and its *tokens.  Each
+ * rank runs its dp share of the micro-batches, as a training step; no
+ * weight, moment, gradient or training-data cursor changes.
+ */
+static int evaluate(struct run *r, int p, long step, double *loss, double *tokens, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_model *m = &r->model;
+	long B = c->training.micro_batch_size, T = seq_length(c);
+	long accum = c->training.global_batch_size / B, G = r->dist ? r->plan->accum : accum;
+	long first = r->dist ? hp_plan_coord(r->plan, HP_DIM_DP, r->rank) * G : 0;
+	double sums[2] = { 0, 0 };
+	int (*probe)(void *, const struct hp_probe *) = m->probe;
+	int rc = 0;
+
+	rc = r->edata[p] ? hp_batcher_seek(r->edata[p], 0, 0, e) : hp_online_seek(r->eonline[p], 0, 0, 0, e);
+	/* validation mode compares the training step's modules, not these */
+	m->probe = NULL;
+	for (long it = 0; !rc && it < c->training.eval_iters; it++) {
+		for (long a = 0; a < accum && !rc; a++) {
+			long at = a * B * T;
+
+			rc = r->edata[p] ? hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e) :
+			     hp_online_next(r->eonline[p], (int)B, r->inputs + at, r->labels + at, r->seg + at, e);
+		}
+		if (rc || (rc = check_ids(r, accum * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
+					  c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+					  p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e)))
+			break;
+		for (long a = first; a < first + G; a++) {
+			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+			double ls;
+			long cnt;
+
+			if (r->dist) {
+				r->fsdp.first_micro = 1;
+				r->fsdp.rc = 0;
+				r->fsdp.e = e;
+				if ((rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
+					break;
+			}
+			m->ce_scale = 0;   /* no gradient: the chunked head's own backward stays off */
+			if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt)) {
+				rc = r->dist && r->fsdp.rc ? r->fsdp.rc : model_failed(m, "evaluation", step, e);
+				break;
+			}
+			sums[0] += ls;
+			sums[1] += (double)cnt;
+		}
+	}
+	m->probe = probe;
+	if (r->dist) {
+		/* what the forwards gathered goes back; the next step gathers afresh */
+		for (int u = 0; u < r->fsdp.nunits; u++)
+			hp_fsdp_release(&r->fsdp, u, 0);
+		/* one rank's failure is every rank's: none may wait in a collective */
+		int any = rc != 0;
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
+		if (!rc && any)
+			rc = hp_err_set(e, HP_EINVAL, "evaluation after step %ld failed on another rank", step);
+		if (!rc && ((rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64,
+						    HP_RED_SUM, e)) ||
+			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64,
+						    HP_RED_SUM, e))))
+			return rc;
+	}
+	if (rc)
+		return rc;
+	*loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+	*tokens = sums[1];
+	return 0;
+}
+
+static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
+{
+	struct hp_config *c = &r->cfg;
+	struct hp_model *m = &r->model;
+	long B = c->training.micro_batch_size, T = seq_length(c);
+	long accum = c->training.global_batch_size / B;
+	long step_tokens = accum * B * T;
+	int rc, talk = !o->quiet && r->rank == 0;
+	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
+
+	/* hp_plan_resolve has checked that a step's ids fit (lib/base/checked.h) */
+	size_t ids = (size_t)step_tokens * sizeof(int32_t);
+	int want_seg = r->online || r->docs.reset;
+
+	r->inputs = hp_malloc(ids);
+	r->labels = hp_malloc(ids);
+	r->seg = want_seg ? hp_malloc(ids) : NULL;
+	if (!r->inputs || !r->labels || (want_seg && !r->seg))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
+	if (talk)
+		print_table(out, r, accum);
+	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
+		     c->training.train_iters;
+	int one_pass = !strcmp(c->dataloader.sampler_type, "single");
+
+	for (long step = r->first_step; step <= iters; step++) {
+		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0, lr, loss;
+		int has_aux = m->n_moe && m->spec.output_router_logits;
+
+		/* every rank reads the whole step, so the data cursor is the same on all */
+		for (long a = 0; a < accum; a++) {
+			long at = a * B * T;
+			rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
+				       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
+			if (rc)
+				return rc;
+		}
+		if (r->online && one_pass) {
+			uint64_t ep, doc, off;
+
+			hp_online_cursor(r->online, &ep, &doc, &off);
+			if (ep > 1 || (ep == 1 && (doc || off)))
+				return hp_err_set(e, HP_EFORMAT, "'%s': $.dataloader.sampler_type: single reads the "
+						  "train split once, and step %ld ran past its end (use cyclic, which "
+						  "wraps)", c->path, step);
+		}
+		if ((rc = check_ids(r, step_tokens, c->dataset.data_path[0], "at", step, e)))
+			return rc;
+		for (long i = 0; i < step_tokens; i++)
+			total += r->labels[i] != HP_IGNORE_INDEX;
+		lr = hp_lr_at(&r->opt, step);
+		double w0 = hp_comm_waited();
+		if (r->dist) {
+			hp_comms_reset(&r->comms);
+			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
+				return rc;
+		} else {
+			hp_model_zero_grad(m);
+			for (long a = 0; a < accum; a++) {
+				double ls;
+				long cnt;
+				const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+				m->ce_scale = total > 0 ? 1.0 / total : 0;
+				if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
+					return model_failed(m, "forward", step, e);
+				loss_sum += ls;
+				aux_sum += m->aux_loss;
+				/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
+				hp_model_backward(m, in, lb, total, 1.0 / accum);
+			}
+			if (step == 1 && o->dump_grads) {
+				if ((rc = dump_tensors(r, o->dump_grads, 1, e)))
+					return rc;
+				r->dumped = 1;
+			}
+			norm = hp_grad_norm(m);
+			if (m->par_rc)
+				return model_failed(m, "backward", step, e);
+		}
+		loss = total > 0 ? loss_sum / total : 0.0;
+		if (has_aux)
+			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
+		/* a non-finite step stops the run before its update: the weights,
+		 * and the checkpoints on disk, stay those of the last good step */
+		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm))) {
+			char b0[32], b1[32];
+
+			return hp_err_set(e, HP_ENUM, "step %ld: the loss is %s and the gradient norm %s: stopped "
+					  "before its update, the last checkpoint is the last good one "
+					  "(debug.check_nan_inf: false trains on)", step, num(b0, loss), num(b1, norm));
+		}
+		if (r->dist) {
+			if ((rc = dist_update(r, norm, lr, e)))
+				return rc;
+		} else {
+			hp_clip_grads(m, norm, r->opt.max_grad_norm);
+			hp_optim_step(&r->opt, m, lr);
+		}
+		/* a device's step is done (and its errors known) when its stream is */
+		if ((rc = r->bk->sync(r->bk, e)))
+			return rc;
+		double dt = now_s() - t0;
+		if (talk && (step % log_every == 0 || step == iters || step == 1)) {
+			fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
+				step, iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
+			fflush(out);
+		}
+		if (r->metrics) {
+			char b0[32], b1[32], b2[32];
+
+			fprintf(r->metrics, "{\"step\": %ld, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
+				"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f",
+				step, jnum(b0, loss), jnum(b1, norm), lr, step_tokens, step_tokens / dt, dt);
+			if (has_aux)
+				fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, aux_sum / accum));
+			if (r->dist) {
+				metrics_comm(r->metrics, &r->comms);
+				fprintf(r->metrics, ", \"comm_wait_s\": %.6f", hp_comm_waited() - w0);
+			}
+		}
+		/* evaluation every eval_steps, and after the last step (then the test split too) */
+		for (int p = HP_SPLIT_VALID; c->training.eval_iters > 0 && p <= HP_SPLIT_TEST; p++) {
+			double el, et, t1 = now_s();
+			int due = step == iters || (c->training.eval_steps > 0 && step % c->training.eval_steps == 0);
+
+			if (!due || (p == HP_SPLIT_TEST && step != iters) || !(r->edata[p] || r->eonline[p]))
+				continue;
+			if ((rc = evaluate(r, p, step, &el, &et, e)))
+				return rc;
+			t1 = now_s() - t1;
+			if (talk) {
+				fprintf(out, "%s step %ld/%ld | %s loss %.6f | ppl %.3f | %.0f tokens | %.1f ms\n",
+					p == HP_SPLIT_VALID ? "eval" : "test", step, iters,
+					p == HP_SPLIT_VALID ? "validation" : "test", el, exp(el), et, t1 * 1e3);
+				fflush(out);
+			}
+			if (r->metrics) {
+				char b[32];
+
+				fprintf(r->metrics, ", \"%s_loss\": %s, \"%s_tokens\": %.0f, \"%s_time_s\": %.6f",
+					p == HP_SPLIT_VALID ? "eval" : "test", jnum(b, el),
+					p == HP_SPLIT_VALID ? "eval" : "test", et, p == HP_SPLIT_VALID ? "eval" : "test", t1);
+			}
+		}
+		/* a checkpoint every save_steps, and after the last step */
+		/* (hp-verify saves nothing: it checks a layout, it does not train one) */
+		if (c->checkpoint.save_ckpt && !o->verify &&
+		    ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) || step == iters)) {
+			double held;
+
+			if ((rc = save_ckpt(r, step, step == iters, &held, e)))
+				return rc;
+			if (talk)
+				fprintf(out, "checkpoint: step %ld saved in %s/global_step_%ld (%.2f s)\n", step,
+					c->checkpoint.checkpoint_dir, step, held);
+			if (r->metrics)
+				fprintf(r->metrics, ", \"checkpoint_s\": %.6f", held);
+		}
+		if (r->metrics)
+			fprintf(r->metrics, "}\n");
+	}
+	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
+		return rc;
+	if (o->verify) {
+		int bad = r->verify.first[0] != 0;
+
+		if (r->rank == 0)
+			hp_verify_print(&r->verify, out, o->verify_json);
+		hp_comm_bcast_raw(MPI_COMM_WORLD, &bad, 1, MPI_INT, 0);
+		if (bad)
+			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
+					  r->rank == 0 ? r->verify.first : "see rank 0's table");
+	}
+	if (r->online && talk) {
+		struct hp_online_stats st;
+
+		hp_online_stats(r->online, &st);
+		if (r->conv_indexed || conversations(&r->cfg))
+			fprintf(out, "data: %llu conversations served cut to seq_length + 1 tokens, %llu without a "
+				"target token left out\n", (unsigned long long)st.truncated,
+				(unsigned long long)st.no_target);
+	}
+	if (r->bk->device) {
+		/* the device's arena is its own layout (flash attention on every
+		 * layer, the index arrays' device copies): not the plan's, the CPU's */
+		long long v = (long long)m->aarena.cap;
+
+		if (r->dist)
+			hp_comm_allreduce_raw(MPI_COMM_WORLD, &v, 1, MPI_LONG_LONG, MPI_MAX);
+		if (talk)
+			fprintf(out, "activations: %lld bytes on the largest rank's device (the plan estimates the "
+				"CPU's arena)\n", v);
+	}
+	if (!r->bk->device) {
+		/* activations: each rank's arena against the plan's estimate for it */
+		struct hp_rank_est est;
+		long long v[3] = { (long long)((m->aarena.used + 63) & ~(size_t)63), -1, 0 };
+		int nck = 0;
+
+		if (!hp_plan_estimate(r->plan, r->rank, &est))
+			v[1] = est.act_bytes;
+		v[2] = v[0] != v[1];
+		if (r->dist)
+			hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 3, MPI_LONG_LONG, MPI_MAX);
+		for (int l = 0; l < r->spec.n_layers; l++)
+			nck += m->k.ckpt[l] != HP_ACT_CKPT_OFF;
+		if (talk)
+			fprintf(out, "activations: %lld bytes on the largest rank, %s the plan's estimate on every "
+				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as",
+				hp_act_ckpt_name(r->plan->act_ckpt), nck, r->spec.n_layers);
+	}
+	if (r->dist) {
+		/* did every rank move exactly what the plan estimates? */
+		int bad = r->comm_bad, any = bad;
+
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
+		if (bad)
+			hp_warn("collectives differ from the plan's estimate: %s", r->comm_why);
+		else if (!any && talk)
+			fprintf(out, "comm: every rank's bytes per collective and mesh dim equal the plan's estimate\n");
+		/* what each rank keeps between steps: weights, gradient sums and the
+		 * two AdamW moments of its shards, against the one-process run's */
+		struct hp_rank_est est;
+		long long mine[2] = { (long long)r->fsdp.total * 16, 0 }, most[2] = { 0, 0 };
+		long long one = (long long)hp_model_spec_nparams(&r->spec) * 16;
+
+		if (!hp_plan_estimate(r->plan, r->rank, &est))
+			mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
+		memcpy(most, mine, sizeof(most));
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, most, 2, MPI_LONG_LONG, MPI_MAX);
+		long g[2] = { r->fsdp.gathers, r->fsdp.prefetched };
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, g, 2, MPI_LONG, MPI_SUM);
+		if (talk && g[0])
+			fprintf(out, "fsdp: %ld layer all-gathers over all ranks, %ld of them started a layer or more "
+				"ahead (prefetch depth %ld forward, %ld backward)\n", g[0], g[1],
+				r->plan->forward_prefetch, r->plan->backward_prefetch);
+		if (talk)
+			fprintf(out, "memory: weights, gradients and AdamW moments %lld bytes on the largest rank "
+				"(the plan estimated %lld), %lld in one process: %.4f of it over %d ranks "
+				"(1/%d = %.4f)\n", most[0], most[1], one, (double)most[0] / (double)one, r->world,
+				r->world, 1.0 / r->world);
+	}
+	return 0;
+}
+
+static int is_regular(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode);
+}
+
+/* Whether this run writes checkpoints (hp-verify checks a layout, it
+ * trains none). */
+static int saves(const struct run *r, const struct hp_train_opts *o)
+{
+	return r->cfg.checkpoint.save_ckpt && !o->verify;
+}
+
+/*
+ * What the run writes, made sure of before any work, so that a bad path
+ * fails in a second instead of after the training: the metrics file
+ * opened, the places of the gradient and parameter dumps probed, the
+ * checkpoint folder made, writable and locked against a second run.  Rank
+ * 0 writes them all; every rank learns the outcome.
+ */
+static int open_outputs(struct run *r, const struct hp_train_opts *o, MPI_Comm comm, struct hp_err *e)
+{
+	char note[HP_ERR_MSG_MAX] = "";
+	int rc = 0, any;
+
+	if (r->rank == 0) {
+		if (o->metrics)
+			rc = open_metrics(r, o->metrics, e);
+		if (!rc && o->dump_grads)
+			rc = hp_outfile_probe(o->dump_grads, e);
+		if (!rc && o->dump_params)
+			rc = hp_outfile_probe(o->dump_params, e);
+		if (!rc && saves(r, o))
+			rc = hp_ckpt_lock(&r->lock, r->cfg.checkpoint.checkpoint_dir, note, sizeof(note), e);
+		if (!rc && note[0])
+			hp_warn("%s", note);
+	}
+	any = rc;
+	if (r->world > 1)
+		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MIN);   /* codes are negative */
+	if (!rc && any)
+		rc = hp_err_set(e, any, "rank 0 could not open this run's outputs (see its message)");
+	return rc;
+}
+
+/* debug.inject_fault: which fault, and whether the layout has what it breaks. */
+static int set_fault(struct run *r, struct hp_err *e)
+{
+	const char *name = r->cfg.debug.inject_fault;
+	const struct hp_plan *p = r->plan;
+	int f, ok = 1;
+	char list[256] = "";
+
+	if (!name)
+		return 0;
+	for (int i = 1; i < HP_NFAULT; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i > 1 ? ", " : "",
+			 hp_fault_name(i));
+	if ((f = hp_fault_parse(name)) < 0)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.debug.inject_fault: unknown fault '%s' (known: %s)",
+				  r->cfg.path, name, list);
+	switch (f) {
+	case HP_FAULT_TP_SKIP_REDUCE: ok = p->tp > 1; break;
+	case HP_FAULT_SP_SKIP_GATHER: ok = p->tp > 1 && p->sequence_parallel; break;
+	case HP_FAULT_CP_WRONG_OFFSET:
+	case HP_FAULT_CP_SKIP_KV_GRAD_REDUCE: ok = p->cp > 1 && p->cp_mode != HP_CP_ULYSSES; break;
+	case HP_FAULT_EP_WRONG_ROUTE:
+	case HP_FAULT_EP_DROP_TOKEN: ok = p->ep > 1; break;
+	case HP_FAULT_FSDP_STALE_SHARD: ok = p->dp_shard > 1; break;
+	case HP_FAULT_GRAD_SCALE: ok = p->dp * p->cp > 1; break;
+	}
+	if (!ok || r->world == 1)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.debug.inject_fault: %s breaks a collective this "
+				  "layout does not have (see hp-verify(1))", r->cfg.path, name);
+	r->model.fault = f;
+	return 0;
+}
+
+/* Whether path holds a plan (hp-plan's JSON) rather than a YAML config. */
+static int is_plan_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int c = EOF;
+
+	if (!f)
+		return 0;
+	while ((c = getc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
+		;
+	fclose(f);
+	return c == '{';
+}
+
+int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
+{
+	struct run r;
+	int world = 1, rc;
+
+	memset(&r, 0, sizeof(r));
+	MPI_Comm_size(comm, &world);
+	MPI_Comm_rank(comm, &r.rank);
+	r.world = world;
+	r.reference = !strcmp(hp_cpu_ops_get()->name, "reference");
+	if (is_plan_file(o->config)) {
+		/* a plan from hp-plan: its config and model as resolved, for its world */
+		if (o->noverrides)
+			return hp_err_set(e, HP_ECONFIG, "'%s': a plan is resolved already; give overrides such as "
+					  "'%s' to hp-plan", o->config, o->overrides[0]);
+		if ((rc = hp_plan_load(&r.plan, &r.cfg, o->config, e)))
+			return rc;
+		if (r.plan->world != world) {
+			rc = hp_err_set(e, HP_ECONFIG, "'%s': the plan is for %d ranks, this job has %d; make the "
+					"plan with hp-plan --world %d or start %d ranks", o->config, r.plan->world,
+					world, world, r.plan->world);
+			goto out;
+		}
+		r.spec = r.plan->spec;
+		if ((rc = check_supported(&r.cfg, world, e)))
+			goto out;
+		goto planned;
+	}
+	if ((rc = hp_config_load(&r.cfg, o->config, o->noverrides, o->overrides, e)))
+		return rc;
+	if ((rc = check_supported(&r.cfg, world, e)))
+		goto out;
+	if ((rc = hp_hfconfig_load(&r.spec, r.cfg.model.path, e)))
+		goto out;
+	if (r.cfg.model.num_hidden_layers > 0) {
+		/* HyperParallel's crop: the first N layers of the config */
+		if (r.cfg.model.source != HP_MODEL_FROM_CONFIG) {
+			rc = hp_err_set(e, HP_ECONFIG, "'%s': $.model.num_hidden_layers: cropping applies to "
+					"from_config models only", r.cfg.path);
+			goto out;
+		}
+		if (r.cfg.model.num_hidden_layers < r.spec.n_layers)
+			r.spec.n_layers = r.cfg.model.num_hidden_layers;
+	}
+	/* the plan's kernel bindings; HP_KERNELS=reference keeps HF's algorithms */
+	if ((rc = hp_plan_resolve(&r.plan, &r.cfg, &r.spec, world, e)))
+		goto out;
+	for (int i = 0; i < r.plan->nwarnings; i++)
+		hp_warn("%s", r.plan->warnings[i]);
+planned:
+	/* before any collective: a rank that waits longer ends the job */
+	hp_comm_set_timeout(r.cfg.training.collective_timeout_s);
+	if ((rc = open_outputs(&r, o, comm, e)))
+		goto out;
+	hp_plan_model_kernels(r.plan, &r.kernels);
+	if (r.reference) {   /* HF's algorithms; checkpointing is not a kernel */
+		struct hp_model_kernels ref = { .ce_chunk = 0 };
+
+		memcpy(ref.ckpt, r.kernels.ckpt, sizeof(ref.ckpt));
+		r.kernels = ref;
+	}
+	if (world > 1) {
+		/* this rank's part of the layout; its communicators first */
+		r.dist = 1;
+		if ((rc = hp_comms_init(&r.comms, comm, r.plan, e)))
+			goto out;
+		r.par.tp = (int)r.plan->tp;
+		r.par.cp = (int)r.plan->cp;
+		r.par.ep = (int)r.plan->ep;
+		r.par.tp_rank = hp_plan_coord(r.plan, HP_DIM_TP, r.rank);
+		r.par.cp_rank = hp_plan_coord(r.plan, HP_DIM_CP, r.rank);
+		r.par.ep_rank = hp_plan_coord(r.plan, HP_DIM_EP, r.rank);
+		r.par.sp = r.plan->sequence_parallel;
+		r.par.loss_parallel = r.plan->loss_parallel;
+		r.par.ulysses = r.plan->cp_mode == HP_CP_ULYSSES;
+		r.par.cs = &r.comms;
+	}
+	if ((rc = pick_device(&r, comm, e)) || (rc = check_mix_precision(&r, e)))
+		goto out;
+	/* device collectives: NCCL or host-staged, decided by every rank alike */
+	if (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e)))
+		goto out;
+	/* the CPU computes in float32, whatever the checkpoint holds */
+	if (!r.bk->device && r.cfg.model.torch_dtype && (!strcmp(r.cfg.model.torch_dtype, "bfloat16") ||
+						!strcmp(r.cfg.model.torch_dtype, "float16"))) {
+		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
+				"which trains in float32 (use float32 or auto; training.device: cuda computes in "
+				"bf16)", r.cfg.path, r.cfg.model.torch_dtype);
+		goto out;
+	}
+	/* rank_average is token_weighted on one data-parallel rank */
+	if (r.cfg.training.loss_aggregation == HP_LOSS_RANK_AVERAGE && r.plan->dp * r.plan->cp > 1) {
+		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.training.loss_aggregation: rank_average over %ld data "
+				"and context parallel ranks is not implemented yet (token_weighted is)", r.cfg.path,
+				(long)(r.plan->dp * r.plan->cp));
+		goto out;
+	}
+	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
+				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)))
+		goto out;
+	if ((rc = set_fault(&r, e)))
+		goto out;
+	if (o->verify && !r.dist) {
+		rc = hp_err_set(e, HP_ECONFIG, "hp-verify holds a layout over ranks to one process; run it "
+				"under mpiexec -n N with the plan's world size");
+		goto out;
+	}
+	if (r.dist) {
+		/* weights come straight into the shards, each rank reading its pieces */
+		struct hp_src src;
+
+		memset(&src, 0, sizeof(src));
+		if ((rc = hp_fsdp_init(&r.fsdp, r.plan, &r.comms, &r.model, e)))
+			goto out;
+		rc = o->shards ? hp_src_open_shards_part(&src, r.plan, o->shards, r.rank, world, NULL, e) :
+		     r.cfg.model.source == HP_MODEL_FROM_CONFIG ? hp_src_open_init(&src, r.plan, e) :
+		     hp_src_open_hf(&src, r.plan, r.cfg.model.path, e);
+		if (!rc)
+			rc = hp_fsdp_load(&r.fsdp, &src, e);
+		hp_src_close(&src);
+		/* every rank must have its weights before any goes on */
+		int any = rc != 0;
+		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MAX);
+		if (rc)
+			goto out;
+		if (any) {
+			rc = hp_err_set(e, HP_EFORMAT, "another rank could not load its shard (see its message)");
+			goto out;
+		}
+	} else if (o->shards) {
+		rc = hp_err_set(e, HP_ECONFIG, "--shards: a one-process run reads the model folder; shard "
+				"directories are for runs over ranks");
+		goto out;
+	} else if (r.cfg.model.source == HP_MODEL_FROM_CONFIG) {
+		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
+		 * norms, zero biases; each tensor from (seed, name) alone */
+		for (int i = 0; i < r.model.nparams; i++) {
+			struct hp_param *p = &r.model.params[i];
+			hp_init_tensor(p->w, (uint64_t)r.cfg.training.seed, p->name, p->numel,
+				       (float)r.spec.initializer_range);
+		}
+		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero */
+		if (r.spec.pad_token_id >= 0 && r.spec.pad_token_id < r.spec.vocab)
+			hp_init_zero_row_slice(r.model.embed, 0, (size_t)r.spec.vocab * r.spec.hidden,
+					       r.spec.pad_token_id, r.spec.hidden);
+	} else if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e))) {
+		goto out;
+	}
+	/* one process: the weights, loaded on the host, go to its device */
+	if (!r.dist && (rc = hp_model_upload(&r.model, e)))
+		goto out;
+	if ((rc = open_data(&r, e)))
+		goto out;
+	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
+		goto out;
+	r.first_step = 1;
+	if (r.cfg.checkpoint.restore_from && (rc = restore_ckpt(&r, o->quiet ? NULL : out, e)))
+		goto out;
+	if (r.dist) {
+		/* from now on the shards are the weights: the model's buffers hold
+		 * only what is gathered, and the moments live with the shards */
+		for (int u = 0; u < r.fsdp.nunits; u++) {
+			hp_fsdp_release(&r.fsdp, u, 0);
+			hp_fsdp_release(&r.fsdp, u, 1);
+		}
+		hp_optim_drop_moments(&r.opt);
+		r.model.hook = hp_fsdp_hook;
+		r.model.hook_ctx = &r.fsdp;
+		if (r.model.fault == HP_FAULT_FSDP_STALE_SHARD)
+			r.fsdp.stale_unit = r.fsdp.layer_unit[0];
+		if (o->verify || r.cfg.model.validate_placement) {
+			/* rank 0 takes the whole model alongside, its weights
+			 * assembled from the shards */
+			if ((rc = hp_verify_init(&r.verify, r.plan, &r.fsdp, &r.model,
+						 r.reference ? NULL : &r.kernels, &r.cfg, comm, &r.comms, e)))
+				goto out;
+			r.verifying = 1;
+			r.verify.stop = !o->verify;
+			r.verify.placement = 1;
+			if (o->rtol > 0)
+				r.verify.rtol = o->rtol;
+			if (o->atol > 0)
+				r.verify.atol = o->atol;
+			if (o->prtol > 0)
+				r.verify.prtol = o->prtol;
+			r.model.probe = hp_verify_probe;
+			r.model.probe_ctx = &r.verify;
+		}
+		/* a rank that dies is named by the survivors (lib/comm/comm.c) */
+		if ((rc = hp_comms_watch_peers(&r.comms, e)))
+			goto out;
+	}
+	rc = train_loop(&r, o, out, e);
+	{
+		int rc2 = close_metrics(&r, rc == 0, e);
+		if (!rc)
+			rc = rc2;
+	}
+	if (rc && r.dumped && is_regular(o->dump_grads))
+		unlink(o->dump_grads);   /* a failed run leaves no output behind (a stream keeps what it got) */
+out:
+	close_metrics(&r, 0, NULL);
+	hp_ckpt_unlock(&r.lock);
+	hp_free(r.inputs);
+	hp_free(r.labels);
+	hp_free(r.seg);
+	hp_batcher_free(r.data);
+	hp_online_free(r.online);
+	for (int p = 0; p < 3; p++) {
+		hp_batcher_free(r.edata[p]);
+		hp_online_free(r.eonline[p]);
+	}
+	hp_optim_release(&r.opt);
+	if (r.verifying)
+		hp_verify_free(&r.verify);
+	hp_fsdp_free(&r.fsdp);
+	hp_model_release(&r.model);
+	hp_backend_close(r.bk);
+	if (r.dist)
+		hp_comms_free(&r.comms);
+	hp_plan_free(r.plan);
+	hp_config_release(&r.cfg);
+	return rc;
+}
