@@ -215,11 +215,11 @@ static int model_run(const struct hp_model_spec *s, const struct hp_model_kernel
 		/* every target counts: the scale is known first, as lib/train/train.c knows it */
 		m.ce_scale = 1.0 / T;
 		t0 = now();
-		if (hp_model_forward(&m, ids, tg, NULL, &loss, &count)) {
-			fprintf(stderr, "kernel-bench: forward failed\n");
+		if (hp_model_forward(&m, ids, tg, NULL, &loss, &count, &e) ||
+		    hp_model_backward(&m, ids, tg, (double)count, 1.0, &e)) {
+			fprintf(stderr, "kernel-bench: %s\n", e.msg);
 			goto out;
 		}
-		hp_model_backward(&m, ids, tg, (double)count, 1.0);
 		t1 = now();
 		if (r && t1 - t0 < out->best_s)
 			out->best_s = t1 - t0;

@@ -8,11 +8,11 @@
 #include <getopt.h>
 
 #include "base/alloc.h"
-#include "cpu/isa.h"
-#include "comm/comm.h"
-#include "common-main.h"
 #include "base/fileio.h"
 #include "base/log.h"
+#include "comm/comm.h"
+#include "common-main.h"
+#include "cpu/isa.h"
 
 int die_err(const struct hp_err *e)
 {

@@ -17,10 +17,10 @@
 #include <jansson.h>
 
 #include "base/alloc.h"
-#include "comm/comm.h"
-#include "common-main.h"
 #include "base/fileio.h"
 #include "base/log.h"
+#include "comm/comm.h"
+#include "common-main.h"
 #include "dist/shard.h"
 
 const char hp_tool_name[] = "hp-convert";

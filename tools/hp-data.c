@@ -10,11 +10,11 @@
 #include <getopt.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/progress.h"
 #include "common-main.h"
 #include "data/hpdata.h"
 #include "format/indexed.h"
-#include "base/log.h"
-#include "base/progress.h"
 
 const char hp_tool_name[] = "hp-data";
 

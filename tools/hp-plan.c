@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/log.h"
 #include "common-main.h"
 #include "config/config.h"
 #include "config/hfconfig.h"
-#include "base/log.h"
 #include "plan/plan.h"
 
 const char hp_tool_name[] = "hp-plan";

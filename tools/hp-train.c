@@ -10,10 +10,10 @@
 #include <getopt.h>
 #include <stdlib.h>
 
-#include "base/alloc.h"
-#include "common-main.h"
 #include "backend/kernels.h"
+#include "base/alloc.h"
 #include "base/log.h"
+#include "common-main.h"
 #include "train/train.h"
 
 const char hp_tool_name[] = "hp-train";

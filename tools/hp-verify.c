@@ -11,8 +11,8 @@
 #include <stdlib.h>
 
 #include "base/alloc.h"
-#include "common-main.h"
 #include "base/log.h"
+#include "common-main.h"
 #include "train/train.h"
 
 const char hp_tool_name[] = "hp-verify";

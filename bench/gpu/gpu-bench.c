@@ -224,14 +224,14 @@ static void run_step(struct run *r, double lr, double *loss, double *norm)
 
 	hp_model_zero_grad(m);
 	m->ce_scale = 1.0 / r->T;     /* every target counts */
-	if (hp_model_forward(m, r->ids, r->tg, NULL, &ls, &cnt))
-		die("forward", m->par_rc ? &m->err : NULL);
-	hp_model_backward(m, r->ids, r->tg, (double)r->T, 1.0);
-	*norm = hp_grad_norm(m);
-	if (m->par_rc)
-		die("backward", &m->err);
-	hp_clip_grads(m, *norm, r->o.max_grad_norm);
-	hp_optim_step(&r->o, m, lr);
+	if (hp_model_forward(m, r->ids, r->tg, NULL, &ls, &cnt, &e))
+		die("forward", &e);
+	if (hp_model_backward(m, r->ids, r->tg, (double)r->T, 1.0, &e))
+		die("backward", &e);
+	if (hp_optim_grad_norm(&r->o, norm, &e))
+		die("gradient norm", &e);
+	hp_optim_clip(&r->o, *norm);
+	hp_optim_step(&r->o, lr);
 	if (r->bk->sync(r->bk, &e))
 		die("step", &e);
 	*loss = (cnt > 0 ? ls / cnt : 0) + (r->has_aux ? m->spec.router_aux_loss_coef * m->aux_loss : 0);

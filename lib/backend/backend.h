@@ -51,9 +51,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/ops.h"
 #include "base/dtype.h"
 #include "base/err.h"
+#include "cpu/ops.h"
 
 enum hp_backend_kind { HP_BACKEND_CPU = 0, HP_BACKEND_CUDA, HP_BACKEND_CUDA_EMU };
 enum hp_emulate { HP_EMULATE_OFF = 0, HP_EMULATE_EXACT, HP_EMULATE_BF16 };

@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "base/alloc.h"
 #include "backend/backend.h"
+#include "base/alloc.h"
 #include "comm/comm.h"
 
 static const struct hp_cpu_ops *ops_of(void)

@@ -24,8 +24,8 @@
  */
 #include <math.h>
 
-#include "base/alloc.h"
 #include "backend/backend.h"
+#include "base/alloc.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "cuda/ops.h"

@@ -26,11 +26,11 @@
 
 #include <math.h>
 
-#include "base/alloc.h"
 #include "backend/backend.h"
+#include "base/alloc.h"
+#include "base/dtype.h"
 #include "cpu/ops.h"
 #include "cuda/ops.h"
-#include "base/dtype.h"
 
 static int round_on;
 

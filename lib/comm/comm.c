@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "comm/comm.h"
 #include "base/fileio.h"
 #include "base/log.h"
+#include "comm/comm.h"
 
 /* Every rank's pid and host (hp_comms_watch_peers), for naming a dead one. */
 static struct { long pid; unsigned long host; } *peers;
@@ -805,15 +805,15 @@ static void count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed
 		hp_comm_count(c, op, bytes, routed);
 }
 
-int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const struct hp_plan *p, struct hp_err *e)
+int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const int lay[HP_NDIM], struct hp_err *e)
 {
 	int rank, size;
 
 	memset(cs, 0, sizeof(*cs));
 	MPI_Comm_rank(world, &rank);
 	MPI_Comm_size(world, &size);
-	if (size != p->world)
-		return hp_err_set(e, HP_EINVAL, "%d processes for a plan of %d ranks", size, p->world);
+	if (size != hp_mesh_world(lay))
+		return hp_err_set(e, HP_EINVAL, "%d processes for a plan of %d ranks", size, hp_mesh_world(lay));
 	cs->world_rank = rank;
 	cs->world_size = size;
 	for (int d = 0; d <= HP_NDIM; d++) {
@@ -836,8 +836,8 @@ int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const struct hp_plan *p, 
 			hp_comms_free(cs);
 			return hp_err_set(e, HP_ENOMEM, "out of memory");
 		}
-		c->size = hp_plan_group(p, (enum hp_dim)d, rank, g);
-		c->rank = hp_plan_coord(p, (enum hp_dim)d, rank);
+		c->size = hp_mesh_group(lay, (enum hp_dim)d, rank, g);
+		c->rank = hp_mesh_coord(lay, (enum hp_dim)d, rank);
 		if (c->size > 1)
 			MPI_Comm_split(world, g[0], c->rank, &c->comm);
 		hp_free(g);

@@ -1,10 +1,11 @@
 /*
- * comm.h - the collectives of a plan's mesh dims, with byte counters
+ * comm.h - the collectives of a layout's mesh dims, with byte counters
  * (DESIGN.md §7).
  *
- * One struct hp_comm per mesh dim of the plan (and one for the world),
- * split once from MPI_COMM_WORLD by the ranks' coordinates, so that the
- * group of a rank along dim X is exactly hp_plan_group(p, X, rank).  Every
+ * One struct hp_comm per mesh dim of the layout (comm/mesh.h; and one for
+ * the world), split once from MPI_COMM_WORLD by the ranks' coordinates, so
+ * that the group of a rank along dim X is exactly hp_mesh_group(size, X,
+ * rank).  Every
  * call counts, per dim and collective, the calls and the bytes of the send
  * buffer this rank passes — the quantities hp-plan's estimates predict
  * (hp-plan(5), ESTIMATES) — so that a run can be checked against its plan.
@@ -13,8 +14,9 @@
  * sched_yield: Debian's MPICH busy-polls inside blocking calls, and with
  * more ranks than cores a rank waiting in a collective would take the core
  * of the rank it waits for (DESIGN.md, "MPICH trap").  A dim of size 1
- * moves nothing and counts nothing.  Buffers are host memory; the NCCL
- * backend for device memory comes with the CUDA backend.
+ * moves nothing and counts nothing.  Buffers are host memory; device
+ * memory goes through comm/comm_nccl.h (NCCL) or is staged by the CUDA
+ * backend.
  *
  * Every wait has a timeout (hp_comm_set_timeout; training.collective_timeout_s
  * in hp-train): a rank that waits longer in one collective ends the job
@@ -36,7 +38,7 @@
 
 #include "base/dtype.h"
 #include "base/err.h"
-#include "plan/plan.h"
+#include "comm/mesh.h"
 
 enum hp_red { HP_RED_SUM = 0, HP_RED_MAX, HP_RED_MIN };
 
@@ -65,8 +67,9 @@ enum {
 	HP_COMM_OP_UNKNOWN
 };
 
-/* Split world by p's meshes.  world's size must be p->world (HP_EINVAL). */
-int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const struct hp_plan *p, struct hp_err *e);
+/* Split world by the layout size (a plan's).  world's size must be the
+ * layout's (HP_EINVAL). */
+int hp_comms_init(struct hp_comms *cs, MPI_Comm world, const int size[HP_NDIM], struct hp_err *e);
 void hp_comms_free(struct hp_comms *cs);
 /* Zero every counter. */
 void hp_comms_reset(struct hp_comms *cs);

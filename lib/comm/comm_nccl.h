@@ -47,9 +47,9 @@
 
 #include <stddef.h>
 
-#include "comm/comm.h"
 #include "base/dtype.h"
 #include "base/err.h"
+#include "comm/comm.h"
 
 struct ncclComm;       /* ncclComm_t is struct ncclComm * */
 struct CUstream_st;    /* cudaStream_t is struct CUstream_st * */

@@ -28,10 +28,9 @@
 #include <yaml.h>
 
 #include "base/alloc.h"
-#include "data/batch.h"
-#include "text/chat.h"
-#include "config/config.h"
 #include "base/fileio.h"
+#include "config/config.h"
+#include "text/chat.h"
 
 /* ---- the generic tree --------------------------------------------------- */
 
@@ -2336,4 +2335,35 @@ json_t *hp_config_json(const struct hp_config *c)
 		return NULL;
 	}
 	return o;
+}
+
+int hp_split_parse(struct hp_split *s, const char *str, struct hp_err *e)
+{
+	const char *p = str;
+	double sum = 0;
+	int n = 0;
+
+	memset(s, 0, sizeof(*s));
+	while (*p) {
+		char *end;
+		double v;
+
+		if (n == 3)
+			return hp_err_set(e, HP_ECONFIG, "split '%s': more than three shares (train, "
+					  "validation, test)", str);
+		errno = 0;
+		v = strtod(p, &end);
+		if (end == p || errno || !isfinite(v) || v < 0 || (*end && *end != ',' && *end != '/') ||
+		    (*end && !end[1]))
+			return hp_err_set(e, HP_ECONFIG, "split '%s': expected up to three non-negative numbers "
+					  "separated by ',' or '/', as \"98,1,1\"", str);
+		s->w[n++] = v;
+		sum += v;
+		p = *end ? end + 1 : end;
+	}
+	if (!(sum > 0))
+		return hp_err_set(e, HP_ECONFIG, "split '%s': the shares add up to 0", str);
+	for (int i = 0; i < 3; i++)
+		s->w[i] /= sum;
+	return 0;
 }

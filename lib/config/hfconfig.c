@@ -11,9 +11,9 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "cpu/ops.h"
 #include "base/checked.h"
 #include "config/hfconfig.h"
+#include "cpu/ops.h"
 
 struct ctx {
 	const char *path;

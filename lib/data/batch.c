@@ -15,8 +15,8 @@
 #include <stdlib.h>
 
 #include "base/alloc.h"
-#include "data/batch.h"
 #include "cpu/ops.h"
+#include "data/batch.h"
 #include "format/indexed.h"
 
 struct hp_batcher {
@@ -89,37 +89,6 @@ static int check_records(struct hp_batcher *b, struct hp_err *e)
 					  "'%s': record %llu has %d tokens, expected seq_length+1 = %ld (is_dataset_from_mr)",
 					  d->idx_path, (unsigned long long)i, len, b->T + 1);
 	}
-	return 0;
-}
-
-int hp_split_parse(struct hp_split *s, const char *str, struct hp_err *e)
-{
-	const char *p = str;
-	double sum = 0;
-	int n = 0;
-
-	memset(s, 0, sizeof(*s));
-	while (*p) {
-		char *end;
-		double v;
-
-		if (n == 3)
-			return hp_err_set(e, HP_ECONFIG, "split '%s': more than three shares (train, "
-					  "validation, test)", str);
-		errno = 0;
-		v = strtod(p, &end);
-		if (end == p || errno || !isfinite(v) || v < 0 || (*end && *end != ',' && *end != '/') ||
-		    (*end && !end[1]))
-			return hp_err_set(e, HP_ECONFIG, "split '%s': expected up to three non-negative numbers "
-					  "separated by ',' or '/', as \"98,1,1\"", str);
-		s->w[n++] = v;
-		sum += v;
-		p = *end ? end + 1 : end;
-	}
-	if (!(sum > 0))
-		return hp_err_set(e, HP_ECONFIG, "split '%s': the shares add up to 0", str);
-	for (int i = 0; i < 3; i++)
-		s->w[i] /= sum;
 	return 0;
 }
 

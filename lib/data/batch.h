@@ -54,22 +54,10 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "config/config.h"
 
 struct hp_batcher;
 
-/* data_config.split: the train, validation and test shares, normalized */
-struct hp_split {
-	double w[3];
-};
-enum { HP_SPLIT_TRAIN = 0, HP_SPLIT_VALID, HP_SPLIT_TEST };
-
-/*
- * Parse Megatron's split string: up to three non-negative numbers
- * separated by ',' or '/' ("98,1,1", "949/50/1", "1"), missing ones 0,
- * divided by their sum.  HP_ECONFIG with a message naming the string when
- * it is not that (a fourth number, a negative one, all zero).
- */
-int hp_split_parse(struct hp_split *s, const char *str, struct hp_err *e);
 /*
  * The document ranges of n documents: part p is [b[p], b[p+1]).  As
  * Megatron's _get_split_indices: b[p+1] = b[p] + round(w[p] * n), rounded

@@ -28,13 +28,13 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "text/chat.h"
-#include "comm/comm.h"
 #include "base/fileio.h"
+#include "base/utf8.h"
+#include "comm/comm.h"
 #include "data/hpdata.h"
 #include "format/indexed.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
-#include "base/utf8.h"
 
 /* Read size of the line reader: big enough that read(2) calls are rare,
  * small enough that P readers and a writer stay well under a gigabyte. */

@@ -15,11 +15,11 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "text/chat.h"
-#include "format/indexed.h"
-#include "data/online.h"
-#include "text/tokenizer.h"
 #include "base/utf8.h"
+#include "data/online.h"
+#include "format/indexed.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 struct src_file {
 	char *path;

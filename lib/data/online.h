@@ -53,8 +53,8 @@
 
 #include <stdint.h>
 
-#include "data/batch.h"
 #include "base/err.h"
+#include "data/batch.h"
 
 struct hp_chat_opts;
 

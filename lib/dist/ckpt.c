@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "dist/ckpt.h"
-#include "comm/comm.h"
 #include "base/crc32c.h"
 #include "base/dtype.h"
 #include "base/fileio.h"
+#include "comm/comm.h"
+#include "dist/ckpt.h"
 #include "dist/shard.h"
 
 static const char *const kind_dir[HP_CKPT_NKIND] = { "model", "exp_avg", "exp_avg_sq" };

@@ -271,11 +271,6 @@ static void unpack_unit(struct hp_fsdp *f, int u, const void *buf)
 	f->bk->weights_changed(f->bk, f->m->bw + off, n);
 }
 
-void hp_fsdp_zero_grad(struct hp_fsdp *f)
-{
-	f->bk->zero(f->bk, f->g, f->total * sizeof(float));
-}
-
 /* Reduce-scatter unit u's gradients into the shard sums, in the reduce dtype. */
 static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
@@ -373,20 +368,26 @@ static int canonical(const struct hp_fsdp *f, int i)
 	const struct hp_plan_param *q = &p->params[i];
 
 	if (q->mesh == HP_MESH_EXPERT)
-		return hp_plan_coord(p, HP_DIM_EDP_REPLICATE, f->rank) == 0;
-	if (hp_plan_coord(p, HP_DIM_DP_REPLICATE, f->rank))
+		return hp_mesh_coord(p->size, HP_DIM_EDP_REPLICATE, f->rank) == 0;
+	if (hp_mesh_coord(p->size, HP_DIM_DP_REPLICATE, f->rank))
 		return 0;
-	return q->pl[HP_DIM_TP].kind == HP_PL_SHARD || hp_plan_coord(p, HP_DIM_TP, f->rank) == 0;
+	return q->pl[HP_DIM_TP].kind == HP_PL_SHARD || hp_mesh_coord(p->size, HP_DIM_TP, f->rank) == 0;
 }
 
-double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
+/*
+ * The shards as the optimizer's store.  The norm counts each distinct piece
+ * once (replicas hold the same sums); pieces that follow each other in the
+ * shards are summed in one call, in the same order as piece by piece.
+ * AdamW runs over pieces that follow each other and share the decay flag
+ * (element-wise; the padding between pieces is zero and stays zero).
+ */
+int hp_fsdp_store(struct hp_fsdp *f, struct hp_store *s, struct hp_err *e)
 {
-	double ss = 0;
 	size_t run0 = 0, run = 0;
+	int rc;
 
-	/* each distinct piece once: replicas hold the same sums.  Pieces that
-	 * follow each other in the shards are summed in one call, in the same
-	 * order as piece by piece */
+	*s = (struct hp_store){ .bk = f->bk, .w = f->w, .g = f->g, .m1 = f->m1, .m2 = f->m2, .total = f->total,
+				.world = &f->cs->dim[HP_COMM_WORLD] };
 	for (int i = 0; i <= f->p->nparams; i++) {
 		int last = i == f->p->nparams;
 		size_t n = last ? 0 : (size_t)(f->pc[i].chunk * f->pc[i].cols);
@@ -397,17 +398,31 @@ double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e)
 			run += n;
 			continue;
 		}
-		/* a backend failure still joins the all-reduce: no rank may wait alone */
-		if (run && f->bk->sumsq_acc(f->bk, &ss, f->g + run0, run, e)) {
-			ss = NAN;
-			break;
-		}
+		if (run && (rc = hp_store_add_run(&s->norm, &s->nnorm, run0, run, 0, e)))
+			goto fail;
 		run0 = last ? 0 : f->poff[i];
 		run = n;
 	}
-	if (hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e))
-		return NAN;
-	return sqrt(ss);
+	for (int i = 0, j; i < f->p->nparams; i = j) {
+		size_t off, n;
+		int decay;
+
+		if (!f->mp[i]) {
+			j = i + 1;
+			continue;
+		}
+		off = f->poff[i];
+		n = (size_t)(f->pc[i].chunk * f->pc[i].cols);
+		decay = f->mp[i]->decay;
+		for (j = i + 1; j < f->p->nparams && f->mp[j] && f->mp[j]->decay == decay && f->poff[j] == off + n; j++)
+			n += (size_t)(f->pc[j].chunk * f->pc[j].cols);
+		if ((rc = hp_store_add_run(&s->upd, &s->nupd, off, n, decay, e)))
+			goto fail;
+	}
+	return 0;
+fail:
+	hp_store_free(s);
+	return rc;
 }
 
 void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst)
@@ -434,50 +449,20 @@ int hp_fsdp_global(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *ds
 	return hp_comm_allreduce(&f->cs->dim[HP_COMM_WORLD], dst, n, HP_DTYPE_F32, HP_RED_SUM, e);
 }
 
-void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm)
+void hp_fsdp_before_update(struct hp_fsdp *f)
 {
-	float coef;
-
-	if (max_norm <= 0)
-		return;
-	coef = (float)(max_norm / (norm + 1e-6));   /* as hp_clip_grads: clip_grad_norm_ */
-	if (coef >= 1.0f)
-		return;
-	f->bk->scale(f->bk, f->g, coef, f->total);
-}
-
-void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h)
-{
+	const struct hp_fsdp_unit *un;
 	struct hp_backend *bk = f->bk;
+	struct hp_err e;
 
-	if (f->stale_unit >= 0) {
-		/* the fault (fsdp_stale_shard): keep this step's shard of the unit for the next */
-		const struct hp_fsdp_unit *un = &f->units[f->stale_unit];
-		struct hp_err e;
-
-		if (!f->stale)
-			f->stale = bk->alloc(bk, (un->padded + 1) * sizeof(float), &e);
-		if (f->stale)
-			bk->copy(bk, f->stale, f->w + un->off, un->padded * sizeof(float));
-	}
-	/* runs of pieces that follow each other in the shards and share the
-	 * decay flag: one call each (AdamW is element-wise; the padding
-	 * between pieces is zero and stays zero) */
-	for (int i = 0, j; i < f->p->nparams; i = j) {
-		size_t off, n;
-		int decay;
-
-		if (!f->mp[i]) {
-			j = i + 1;
-			continue;
-		}
-		off = f->poff[i];
-		n = (size_t)(f->pc[i].chunk * f->pc[i].cols);
-		decay = f->mp[i]->decay;
-		for (j = i + 1; j < f->p->nparams && f->mp[j] && f->mp[j]->decay == decay && f->poff[j] == off + n; j++)
-			n += (size_t)(f->pc[j].chunk * f->pc[j].cols);
-		bk->adamw(bk, f->w + off, f->g + off, f->m1 + off, f->m2 + off, n, h, decay);
-	}
+	if (f->stale_unit < 0)
+		return;
+	/* the fault (fsdp_stale_shard): keep this step's shard of the unit for the next */
+	un = &f->units[f->stale_unit];
+	if (!f->stale)
+		f->stale = bk->alloc(bk, (un->padded + 1) * sizeof(float), &e);
+	if (f->stale)
+		bk->copy(bk, f->stale, f->w + un->off, un->padded * sizeof(float));
 }
 
 /* --- just in time: one unit at a time -------------------------------------- */
@@ -568,45 +553,65 @@ int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 
 /* Gather layer l's units, then start those of the next depth layers in
  * the direction dir (+1 forward, -1 backward). */
-static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth)
+static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth, struct hp_err *e)
 {
-	int us[2];
+	int us[2], rc;
 
 	layer_units(f, l, us);
-	for (int k = 0; k < 2 && !f->rc; k++)
+	for (int k = 0; k < 2; k++)
 		if (us[k] >= 0) {
 			f->gathers++;
 			f->prefetched += slot_of(f, us[k]) != NULL;
-			f->rc = finish_gather(f, us[k], f->e);
+			if ((rc = finish_gather(f, us[k], e)))
+				return rc;
 		}
-	for (long d = 1; d <= depth && !f->rc; d++) {
+	for (long d = 1; d <= depth; d++) {
 		long m = l + dir * d;
 
 		if (m < 0 || m >= f->p->spec.n_layers)
 			break;
 		layer_units(f, (int)m, us);
-		for (int k = 0; k < 2 && !f->rc; k++)
-			if (us[k] >= 0)
-				f->rc = start_gather(f, us[k], f->e);
+		for (int k = 0; k < 2; k++)
+			if (us[k] >= 0 && (rc = start_gather(f, us[k], e)))
+				return rc;
 	}
-	return f->rc;
+	return 0;
 }
 
-int hp_fsdp_hook(void *ctx, int l, int phase)
+int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e)
+{
+	/* the root unit (embedding, final norm, LM head) stays gathered through
+	 * the backward; the layers come and go through the model's hook */
+	f->first_micro = first;
+	return first || f->p->reshard_after_backward ? hp_fsdp_gather_unit(f, 0, e) : 0;
+}
+
+int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e)
+{
+	int rc = hp_fsdp_reduce_scatter_unit(f, 0, e);
+
+	if (!rc && f->p->reshard_after_backward)
+		hp_fsdp_release(f, 0, 0);
+	return rc;
+}
+
+int hp_fsdp_hook(void *ctx, int l, int phase, struct hp_err *e)
 {
 	struct hp_fsdp *f = ctx;
-	int us[2], raf = f->p->reshard_after_forward, rab = f->p->reshard_after_backward;
+	int us[2], rc, raf = f->p->reshard_after_forward, rab = f->p->reshard_after_backward;
 
 	switch (phase) {
 	case HP_HOOK_PRE_FORWARD:
-		return f->first_micro || rab ? gather_layer(f, l, 1, f->p->forward_prefetch) : f->rc;
+		/* without reshard_after_backward a layer stays gathered from the
+		 * step's first forward on */
+		return f->first_micro || rab ? gather_layer(f, l, 1, f->p->forward_prefetch, e) : 0;
 	case HP_HOOK_PRE_BACKWARD:
-		return raf ? gather_layer(f, l, -1, f->p->backward_prefetch) : f->rc;
+		return raf ? gather_layer(f, l, -1, f->p->backward_prefetch, e) : 0;
 	default:
 		break;
 	}
 	layer_units(f, l, us);
-	for (int k = 0; k < 2 && !f->rc; k++) {
+	for (int k = 0; k < 2; k++) {
 		int u = us[k];
 
 		if (u < 0)
@@ -616,9 +621,10 @@ int hp_fsdp_hook(void *ctx, int l, int phase)
 				hp_fsdp_release(f, u, 0);
 			continue;
 		}
-		f->rc = hp_fsdp_reduce_scatter_unit(f, u, f->e);
-		if (!f->rc && rab)
+		if ((rc = hp_fsdp_reduce_scatter_unit(f, u, e)))
+			return rc;
+		if (rab)
 			hp_fsdp_release(f, u, 0);
 	}
-	return f->rc;
+	return 0;
 }

@@ -36,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "dist/optim.h"
 #include "model/model.h"
 #include "plan/plan.h"
 
@@ -78,10 +79,7 @@ struct hp_fsdp {
 	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
 	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
 	float *stale;                /* its shard of the step before (backend) */
-	/* the hook's state for the micro-batch in flight */
-	int first_micro;             /* the step's first micro-batch on this rank */
-	int rc;                      /* the first error in a hook; e holds its message */
-	struct hp_err *e;
+	int first_micro;             /* the micro-batch in flight is the step's first (micro_begin) */
 };
 
 /* The shards of rank's pieces for the model m (this rank's tp-local
@@ -108,12 +106,16 @@ void hp_fsdp_free(struct hp_fsdp *f);
 int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e);
 int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e);
 void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);
+/* A micro-batch's forward and backward begin: the root unit gathered
+ * (for the step's first, and every one with reshard_after_backward), and
+ * end: its gradients reduce-scattered and, with reshard_after_backward,
+ * its weights released. */
+int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e);
+int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e);
 /* The model's layer hook (lib/model/model.h): gathers a layer's units before its
  * forward and backward and releases them after, as hp-plan(5) says. */
-int hp_fsdp_hook(void *ctx, int layer, int phase);
+int hp_fsdp_hook(void *ctx, int layer, int phase, struct hp_err *e);
 
-/* Zero the shard gradient sums (a step begins). */
-void hp_fsdp_zero_grad(struct hp_fsdp *f);
 /* All-reduce the shard sums across replicas (HSDP; once per step). */
 int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e);
 /* All-reduce over tp the gradients that are partial sums there
@@ -129,10 +131,10 @@ int hp_fsdp_global(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *ds
 /* This rank's share of that sum: its piece of param i written into dst
  * (the whole tensor, zeroed by the caller) when it is the piece's holder. */
 void hp_fsdp_piece_into(struct hp_fsdp *f, int i, enum hp_fsdp_which which, float *dst);
-/* The global gradient norm (all-reduced over the world); replicas count
- * once.  NaN with e set when the backend failed. */
-double hp_fsdp_grad_norm(struct hp_fsdp *f, struct hp_err *e);
-void hp_fsdp_clip(struct hp_fsdp *f, double norm, double max_norm);
-/* AdamW on the shards with the model's decay flags, as hp_optim_step. */
-void hp_fsdp_adamw(struct hp_fsdp *f, struct hp_adamw_hparams *h);
+/* The shards as the optimizer's store (lib/dist/optim.h): their arrays,
+ * the norm's runs (each distinct piece once over the world: replicas
+ * count once) and AdamW's. */
+int hp_fsdp_store(struct hp_fsdp *f, struct hp_store *s, struct hp_err *e);
+/* Before each update: the fault fsdp_stale_shard keeps its unit's shard. */
+void hp_fsdp_before_update(struct hp_fsdp *f);
 #endif

@@ -1,6 +1,6 @@
 /*
- * optim.c - clipping, schedules and AdamW over the model's flat parameters,
- * on the model's backend.
+ * optim.c - zeroing, norm, clipping, schedules and AdamW over a parameter
+ * store, on its backend (see optim.h).
  */
 #include <math.h>
 
@@ -10,6 +10,67 @@
 static int name_has(const char *name, const char *sub)
 {
 	return sub[0] && strcasestr(name, sub) != NULL;
+}
+
+/* The model-sized moments: not a store of shards' */
+static void drop_moments(struct hp_optim *o)
+{
+	if (o->hm != o->m)
+		hp_free(o->hm);
+	if (o->hv != o->v)
+		hp_free(o->hv);
+	if (o->bk) {
+		o->bk->free(o->bk, o->m);
+		o->bk->free(o->bk, o->v);
+	}
+	o->m = o->v = o->hm = o->hv = NULL;
+}
+
+int hp_store_add_run(struct hp_store_run **runs, int *n, size_t off, size_t len, int decay, struct hp_err *e)
+{
+	if (!(*n & (*n - 1))) {
+		struct hp_store_run *x = hp_realloc(*runs, (size_t)(*n ? 2 * *n : 1) * sizeof(*x));
+
+		if (!x)
+			return hp_err_set(e, HP_ENOMEM, "out of memory for the optimizer's runs");
+		*runs = x;
+	}
+	(*runs)[(*n)++] = (struct hp_store_run){ off, len, decay };
+	return 0;
+}
+
+void hp_store_free(struct hp_store *s)
+{
+	hp_free(s->norm);
+	hp_free(s->upd);
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * The model's flat arrays: the norm over the whole array at once (the
+ * padding between tensors is zero, and adding zeros leaves the sum's bits
+ * alone), AdamW by runs of parameters alike in weight decay (element-wise;
+ * the 16-float padding is zero in the weights, gradients and moments, and
+ * stays zero).
+ */
+static int model_store(struct hp_optim *o, struct hp_model *m, struct hp_err *e)
+{
+	struct hp_store *s = &o->s;
+	int rc;
+
+	*s = (struct hp_store){ .bk = m->bk, .w = m->bw, .g = m->bg, .m1 = o->m, .m2 = o->v, .total = m->numel };
+	if ((rc = hp_store_add_run(&s->norm, &s->nnorm, 0, m->numel, 0, e)))
+		return rc;
+	for (int i = 0, j; i < m->nparams; i = j) {
+		const struct hp_param *p = &m->params[i];
+
+		for (j = i + 1; j < m->nparams && m->params[j].decay == p->decay; j++)
+			;
+		size_t n = m->params[j - 1].offset + m->params[j - 1].numel - p->offset;
+		if ((rc = hp_store_add_run(&s->upd, &s->nupd, p->offset, n, p->decay, e)))
+			return rc;
+	}
+	return 0;
 }
 
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e)
@@ -47,25 +108,25 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 			if (name_has(p->name, c->optimizer.no_decay_params[j]))
 				p->decay = 0;
 	}
+	if (model_store(o, m, e)) {
+		hp_optim_release(o);
+		return e->code;
+	}
 	return 0;
 }
 
-void hp_optim_drop_moments(struct hp_optim *o)
+void hp_optim_use(struct hp_optim *o, struct hp_store *s)
 {
-	if (o->hm != o->m)
-		hp_free(o->hm);
-	if (o->hv != o->v)
-		hp_free(o->hv);
-	if (o->bk) {
-		o->bk->free(o->bk, o->m);
-		o->bk->free(o->bk, o->v);
-	}
-	o->m = o->v = o->hm = o->hv = NULL;
+	drop_moments(o);
+	hp_store_free(&o->s);
+	o->s = *s;
+	memset(s, 0, sizeof(*s));
 }
 
 void hp_optim_release(struct hp_optim *o)
 {
-	hp_optim_drop_moments(o);
+	drop_moments(o);
+	hp_store_free(&o->s);
 }
 
 int hp_optim_move(struct hp_optim *o, size_t numel, int to_host, struct hp_err *e)
@@ -97,46 +158,51 @@ double hp_lr_at(const struct hp_optim *o, long s)
 	return o->lr_min + (o->lr_max - o->lr_min) * 0.5 * (1.0 + cos(M_PI * ratio));
 }
 
-double hp_grad_norm(const struct hp_model *m)
+void hp_optim_zero_grad(struct hp_optim *o)
 {
-	double ss = 0;
-	struct hp_err e;
-
-	/* the whole flat array at once: the padding between tensors is zero,
-	 * and adding zeros leaves the sum's bits alone */
-	if (m->bk->sumsq_acc(m->bk, &ss, m->bg, m->numel, &e))
-		return NAN;
-	return sqrt(ss);
+	o->s.bk->zero(o->s.bk, o->s.g, o->s.total * sizeof(float));
 }
 
-double hp_clip_grads(struct hp_model *m, double norm, double max_norm)
+int hp_optim_grad_norm(struct hp_optim *o, double *norm, struct hp_err *e)
+{
+	const struct hp_store *s = &o->s;
+	double ss = 0;
+	int rc = 0, rc2;
+
+	for (int i = 0; i < s->nnorm && !rc; i++)
+		/* a backend failure still joins the all-reduce: no rank may wait alone */
+		if ((rc = s->bk->sumsq_acc(s->bk, &ss, s->g + s->norm[i].off, s->norm[i].n, e)))
+			ss = NAN;
+	if (s->world && (rc2 = hp_comm_allreduce(s->world, &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e)) && !rc)
+		rc = rc2;
+	*norm = sqrt(ss);
+	return rc;
+}
+
+double hp_optim_clip(struct hp_optim *o, double norm)
 {
 	float coef;
 
-	if (max_norm <= 0)
+	if (o->max_grad_norm <= 0)
 		return 1.0;
-	coef = (float)(max_norm / (norm + 1e-6));
+	coef = (float)(o->max_grad_norm / (norm + 1e-6));
 	if (coef >= 1.0f)
 		return 1.0;
-	m->bk->scale(m->bk, m->bg, coef, m->numel);
+	o->s.bk->scale(o->s.bk, o->s.g, coef, o->s.total);
 	return coef;
 }
 
-void hp_optim_step(struct hp_optim *o, struct hp_model *m, double lr)
+void hp_optim_step(struct hp_optim *o, double lr)
 {
+	const struct hp_store *s = &o->s;
+
 	o->step++;
 	o->hp.step = o->step;
 	o->hp.lr = lr;
-	/* one call per run of parameters alike in weight decay (AdamW is
-	 * element-wise; the 16-float padding between tensors is zero in the
-	 * weights, gradients and moments, and stays zero) */
-	for (int i = 0, j; i < m->nparams; i = j) {
-		const struct hp_param *p = &m->params[i];
+	for (int i = 0; i < s->nupd; i++) {
+		const struct hp_store_run *r = &s->upd[i];
 
-		for (j = i + 1; j < m->nparams && m->params[j].decay == p->decay; j++)
-			;
-		size_t n = m->params[j - 1].offset + m->params[j - 1].numel - p->offset;
-		m->bk->adamw(m->bk, m->bw + p->offset, m->bg + p->offset, o->m + p->offset, o->v + p->offset, n,
-			     &o->hp, p->decay);
+		s->bk->adamw(s->bk, s->w + r->off, s->g + r->off, s->m1 + r->off, s->m2 + r->off, r->n, &o->hp,
+			     r->decay);
 	}
 }

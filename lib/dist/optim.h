@@ -1,6 +1,13 @@
 /*
- * optim.h - what happens between backward and the next forward: gradient
- * norm and clipping, the learning-rate schedule, AdamW over a model.
+ * optim.h - what happens between backward and the next forward, for every
+ * world size alike: zeroing the gradients, their global norm and clipping,
+ * the learning-rate schedule, AdamW, all over one parameter store.
+ *
+ * A store is the arrays the optimizer steps: in one process the model's
+ * flat weights and gradients with model-sized moments; over ranks the
+ * FSDP shards (hp_fsdp_store).  Its runs say which spans the norm sums
+ * (each element once over the world) and which spans AdamW steps with
+ * which decay flag, so that the same code serves both.
  *
  * Semantics are torch's: clip_grad_norm_ (global L2 norm over all
  * parameters, scale by max_norm / (norm + 1e-6) when that is below 1) and
@@ -10,8 +17,30 @@
 #ifndef HP_OPTIM_H
 #define HP_OPTIM_H
 
+#include "comm/comm.h"
 #include "config/config.h"
 #include "model/model.h"
+
+/* A span of a store's arrays; decay: AdamW's weight decay applies. */
+struct hp_store_run {
+	size_t off, n;
+	int decay;
+};
+
+struct hp_store {
+	struct hp_backend *bk;
+	float *w, *g, *m1, *m2;     /* weights, gradient sums, AdamW moments (backend) */
+	size_t total;               /* elements of each array */
+	struct hp_store_run *norm;  /* the spans the gradient norm sums, in order */
+	int nnorm;
+	struct hp_store_run *upd;   /* the spans AdamW steps, one decay flag each */
+	int nupd;
+	struct hp_comm *world;      /* the norm's sum is all-reduced here; NULL: one process */
+};
+
+/* Append a run to *runs (grown by doubling); HP_ENOMEM. */
+int hp_store_add_run(struct hp_store_run **runs, int *n, size_t off, size_t len, int decay, struct hp_err *e);
+void hp_store_free(struct hp_store *s);
 
 struct hp_optim {
 	float *m, *v;               /* AdamW moments, model->numel each, in the model's
@@ -25,18 +54,20 @@ struct hp_optim {
 	double lr_max, lr_min;
 	long warmup, total;
 	double max_grad_norm;       /* 0: no clipping */
+	struct hp_store s;          /* what it steps (owned) */
 };
 
-/* Set up moments (on m's backend) and decay flags for m from the
- * config's optimizer, lr_scheduler and training sections. */
+/* Set up moments (on m's backend), decay flags and the store of the
+ * model's flat arrays for m from the config's optimizer, lr_scheduler and
+ * training sections. */
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e);
+/* Step the store s instead (FSDP's shards, hp_fsdp_store; taken over):
+ * the model-sized moments are freed. */
+void hp_optim_use(struct hp_optim *o, struct hp_store *s);
 /* Device backends: the moments to their host copies (to_host 1), or
- * back (0).  Nothing on the CPU. */
+ * back (0).  Nothing on the CPU, nor for a store of shards. */
 int hp_optim_move(struct hp_optim *o, size_t numel, int to_host, struct hp_err *e);
 void hp_optim_release(struct hp_optim *o);
-/* Free the model-sized moments: under FSDP they live with the shards
- * (lib/dist/fsdp.c) and hp_optim_step is not used. */
-void hp_optim_drop_moments(struct hp_optim *o);
 
 /*
  * Learning rate for optimizer step s (1-based): linear warmup from 0 to
@@ -45,15 +76,18 @@ void hp_optim_drop_moments(struct hp_optim *o);
  */
 double hp_lr_at(const struct hp_optim *o, long s);
 
-/* Global L2 norm of the gradients (accumulated in double, in index
- * order); NaN when the backend failed. */
-double hp_grad_norm(const struct hp_model *m);
-
-/* Scale gradients as clip_grad_norm_ does; returns the factor applied (1 if none). */
-double hp_clip_grads(struct hp_model *m, double norm, double max_norm);
-
-/* One AdamW step with learning rate lr, on the model's backend (its
- * weights' working copy follows); increments o->step. */
-void hp_optim_step(struct hp_optim *o, struct hp_model *m, double lr);
+/* Zero the store's gradient sums (a step begins). */
+void hp_optim_zero_grad(struct hp_optim *o);
+/* The global L2 norm of the store's gradients into *norm (accumulated in
+ * double, in the runs' order, summed over the world); the backend's or
+ * the all-reduce's failure (a rank whose backend failed still joins the
+ * all-reduce, with NaN). */
+int hp_optim_grad_norm(struct hp_optim *o, double *norm, struct hp_err *e);
+/* Scale the gradients as clip_grad_norm_ does with max_grad_norm; returns
+ * the factor applied (1 if none). */
+double hp_optim_clip(struct hp_optim *o, double norm);
+/* One AdamW step with learning rate lr over the store, on its backend (a
+ * model's working copy of its weights follows); increments o->step. */
+void hp_optim_step(struct hp_optim *o, double lr);
 
 #endif

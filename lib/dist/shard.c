@@ -15,8 +15,8 @@
 #include "base/dtype.h"
 #include "base/fileio.h"
 #include "config/hfconfig.h"
-#include "model/init.h"
 #include "dist/shard.h"
+#include "model/init.h"
 
 #define BLOCK ((int64_t)1 << 20)   /* elements per block: 4 MiB of F32 */
 
@@ -237,9 +237,9 @@ static int canonical(const struct hp_plan *p, const struct hp_plan_param *q, int
 	if (!hp_plan_owns(p, q, r))
 		return 0;
 	if (q->mesh == HP_MESH_EXPERT)
-		return hp_plan_coord(p, HP_DIM_EDP_REPLICATE, r) == 0;
-	return hp_plan_coord(p, HP_DIM_DP_REPLICATE, r) == 0 &&
-	       (q->pl[HP_DIM_TP].kind == HP_PL_SHARD || hp_plan_coord(p, HP_DIM_TP, r) == 0);
+		return hp_mesh_coord(p->size, HP_DIM_EDP_REPLICATE, r) == 0;
+	return hp_mesh_coord(p->size, HP_DIM_DP_REPLICATE, r) == 0 &&
+	       (q->pl[HP_DIM_TP].kind == HP_PL_SHARD || hp_mesh_coord(p->size, HP_DIM_TP, r) == 0);
 }
 
 int hp_src_open_shards(struct hp_src *s, const struct hp_plan *p, const char *dir,

@@ -27,9 +27,9 @@
 #define HP_SHARD_H
 
 #include "base/err.h"
-#include "plan/plan.h"
 #include "base/progress.h"
 #include "format/safetensors.h"
+#include "plan/plan.h"
 
 #define HP_SHARD_FORMAT "hp-shard/1"
 

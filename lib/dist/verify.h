@@ -31,8 +31,8 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "dist/fsdp.h"
-#include "model/model.h"
 #include "dist/optim.h"
+#include "model/model.h"
 #include "plan/plan.h"
 
 /* One row of the table: the worst of one check over the steps. */
@@ -65,8 +65,8 @@ struct hp_verify {
 	/* the reference's outputs of this step: [accum micro-batches][nrec] */
 	struct hp_vrec { char name[96]; float *x; long n; int cols; } *rec;
 	int nrec, caprec, rec_micro;
-	int micro;                   /* the parallel side's micro-batch within the rank's share (set
-					by the caller before each forward) */
+	int micro;                   /* the parallel side's micro-batch within the rank's share
+					(hp_verify_micro) */
 	int step;
 	float *buf;                  /* assembly of one tensor over dp */
 	size_t cap;
@@ -74,8 +74,6 @@ struct hp_verify {
 	int nrows, caprows;
 	long checks;
 	char first[640];             /* the first difference, or "" */
-	struct hp_err *e;
-	int rc;
 };
 
 /* Set up after the parallel model's weights are in the shards: rank 0
@@ -89,8 +87,10 @@ void hp_verify_free(struct hp_verify *v);
  * micro-batches (ids, labels, seg: accum x B x S), recording outputs. */
 int hp_verify_reference(struct hp_verify *v, long step, const int32_t *ids, const int32_t *labels,
 			const int32_t *seg, long accum, double total, struct hp_err *e);
+/* The parallel side's micro-batch micro of its share begins. */
+void hp_verify_micro(struct hp_verify *v, int micro);
 /* The parallel model's probe (lib/model/model.h): compare one module output. */
-int hp_verify_probe(void *ctx, const struct hp_probe *pr);
+int hp_verify_probe(void *ctx, const struct hp_probe *pr, struct hp_err *e);
 /* Compare every parameter's gradient (grads 1, before clipping) or value
  * (0, after the update). */
 int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e);

@@ -25,8 +25,8 @@
 
 #include "base/alloc.h"
 #include "base/fileio.h"
-#include "format/safetensors.h"
 #include "base/utf8.h"
+#include "format/safetensors.h"
 
 /* Messages quote tensor names and jansson's excerpts of the header, which
  * may hold newlines; hp_err_set keeps every message on one line. */

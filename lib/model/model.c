@@ -753,6 +753,19 @@ static void par_rc(struct hp_model *m, int rc)
 		m->par_rc = rc;
 }
 
+/* A hook's or the probe's answer: non-zero (an HP_E code, its message in
+ * m->err) is the pass's failure, and stops it. */
+static int hook_rc(struct hp_model *m, int rc)
+{
+	par_rc(m, rc);
+	return rc;
+}
+
+static int hook(struct hp_model *m, int l, int phase)
+{
+	return m->hook ? hook_rc(m, m->hook(m->hook_ctx, l, phase, &m->err)) : 0;
+}
+
 /* Show a module's output to the probe (from a device, through a host
  * copy); non-zero stops the forward. */
 static int probe(struct hp_model *m, const char *fmt, int l, const float *x, long rows, int cols,
@@ -781,7 +794,7 @@ static int probe(struct hp_model *m, const char *fmt, int l, const float *x, lon
 		p.x = m->probe_buf;
 	}
 	snprintf(name, sizeof(name), fmt, l);
-	return m->probe(m->probe_ctx, &p);
+	return hook_rc(m, m->probe(m->probe_ctx, &p, &m->err));
 }
 
 /* ---- collectives at module boundaries ---- */
@@ -1620,8 +1633,10 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	return 0;
 }
 
-int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
-		     const int32_t *seg, double *loss_sum, long *count)
+/* The forward: 0, -1 for a target outside the vocabulary, -2 for a
+ * failure kept in m->par_rc and m->err. */
+static int forward(struct hp_model *m, const int32_t *ids, const int32_t *targets, const int32_t *seg,
+		   double *loss_sum, long *count)
 {
 	struct hp_backend *bk = m->bk;
 	const float *ra = NULL, *rb = NULL;
@@ -1653,7 +1668,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
 		int rc;
 
-		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_FORWARD))
+		if (hook(m, l, HP_HOOK_PRE_FORWARD))
 			return -2;
 		if ((rc = layer_fwd(m, l, ra, rb, 0)))
 			return rc;
@@ -1669,7 +1684,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		}
 		if (m->lw[l].moe && s->output_router_logits)
 			moe_aux_add(m, l);
-		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_FORWARD))
+		if (hook(m, l, HP_HOOK_POST_FORWARD))
 			return -2;
 	}
 	m->aux_loss = 0;
@@ -1745,8 +1760,10 @@ static const float *entry_grad(struct hp_model *m)
 	return m->dfull;
 }
 
-void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
-		       double aux_weight)
+/* The backward; a failure is kept in m->par_rc and m->err, and a hook's
+ * stops it. */
+static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		     double aux_weight)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
@@ -1790,7 +1807,7 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		const struct hp_layer_w *w = &m->lw[l];
 		struct hp_layer_w *g = &m->lg[l];
 
-		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_PRE_BACKWARD))
+		if (hook(m, l, HP_HOOK_PRE_BACKWARD))
 			return;
 		/* checkpointed: the layer's forward again from its kept input */
 		if (m->k.ckpt[l] == HP_ACT_CKPT_FULL)
@@ -1834,9 +1851,33 @@ void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *ta
 		bk->linear_bwd(bk, m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
 		dy = tp_reduce(m, m->dxn, m->dred);
 		norm_bwd(m, m->k.fused_in[l], m->dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
-		if (m->hook && m->hook(m->hook_ctx, l, HP_HOOK_POST_BACKWARD))
+		if (hook(m, l, HP_HOOK_POST_BACKWARD))
 			return;
 	}
 	par_rc(m, bk->embed_bwd(bk, m->d_embed, tp > 1 ? entry_grad(m) : m->dx, &m->ids, N, C, tp > 1 ? m->v0 : 0,
 				V, m->spec.pad_token_id, &m->err));
+}
+
+/* A pass's failure, as its caller sees it. */
+static int pass_failed(struct hp_model *m, struct hp_err *e)
+{
+	return hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "%s",
+			  m->err.msg[0] ? m->err.msg : "a collective failed");
+}
+
+int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
+		     const int32_t *seg, double *loss_sum, long *count, struct hp_err *e)
+{
+	int rc = forward(m, ids, targets, seg, loss_sum, count);
+
+	if (rc == -1)
+		return hp_err_set(e, HP_EINVAL, "a target id is outside the vocabulary of %d", m->spec.vocab);
+	return rc ? pass_failed(m, e) : 0;
+}
+
+int hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		      double aux_weight, struct hp_err *e)
+{
+	backward(m, ids, targets, total_count, aux_weight);
+	return m->par_rc ? pass_failed(m, e) : 0;
 }

@@ -32,11 +32,11 @@
 
 #include <stdint.h>
 
-#include "base/arena.h"
 #include "backend/backend.h"
-#include "cpu/ops.h"
+#include "base/arena.h"
 #include "base/err.h"
 #include "config/hfconfig.h"
+#include "cpu/ops.h"
 
 struct hp_param {
 	char name[96];          /* HF name */
@@ -209,8 +209,8 @@ struct hp_model {
 	float *vp_mx; double *vp_st;  /* loss_parallel: [N] row maxima, [2N] sums */
 	float *cp_send, *cp_recv;     /* cp: packing buffers */
 	float *ep_send, *ep_recv;     /* ep: rows in flight */
-	int par_rc;                   /* the first error of a collective or of the backend */
-	struct hp_err err;            /* its message */
+	int par_rc;                   /* the pass's first error: a collective's, the backend's, a hook's */
+	struct hp_err err;            /* its message (hp_model_forward and _backward hand it on) */
 	int nparams, cap_params;
 	struct hp_param *params;
 	size_t numel;                 /* total parameter elements */
@@ -249,14 +249,14 @@ struct hp_model {
 	double ce_scale;
 	int head_done;
 	/* called before and after each layer's forward and backward (FSDP
-	 * gathers a layer's weights just in time and frees them after); a
-	 * non-zero return stops the pass (the forward returns -2; the backward
-	 * returns early and the hook's owner keeps the error) */
-	int (*hook)(void *ctx, int layer, int phase);
+	 * gathers a layer's weights just in time and frees them after); an
+	 * HP_E code, with its message in e, stops the pass, and the pass
+	 * returns it */
+	int (*hook)(void *ctx, int layer, int phase, struct hp_err *e);
 	void *hook_ctx;
 	/* called with every module's output in forward order (NULL: not);
-	 * a non-zero return stops the forward as the hook's does */
-	int (*probe)(void *ctx, const struct hp_probe *p);
+	 * a failure stops the forward as the hook's does */
+	int (*probe)(void *ctx, const struct hp_probe *p, struct hp_err *e);
 	void *probe_ctx;
 	int fault;                                /* enum hp_fault */
 	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
@@ -317,7 +317,9 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
 /*
  * Forward over ids[B*T] (token ids validated by the caller).  When targets
  * is non-NULL, the cross-entropy sum and valid-target count are returned
- * (loss_sum, count); returns -1 if a target is out of range.
+ * (loss_sum, count).  Returns 0, or an HP_E code with e set: a target out
+ * of range (HP_EINVAL), a collective's or the backend's failure, or the
+ * failure of a hook or probe (with its own message).
  * seg[B*T] describes packed rows (NULL: one document per row): for each
  * token, the index in its row where its document starts.  A token attends
  * only within its document and its RoPE position counts from the
@@ -329,17 +331,18 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
  * over all MoE layers of this forward (not scaled by its coefficient).
  */
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
-		     const int32_t *seg, double *loss_sum, long *count);
+		     const int32_t *seg, double *loss_sum, long *count, struct hp_err *e);
 
 /*
  * Backward of the last forward for the loss
  *   sum(CE) / total_count + aux_weight * router_aux_loss_coef * aux_loss
  * (aux_weight is this micro-batch's share of the averaged aux loss; 0 when
  * the model has no aux loss).  Gradients are ADDED to m->bg (zero them
- * with hp_model_zero_grad).  m->logits is overwritten.
+ * with hp_model_zero_grad).  m->logits is overwritten.  Returns 0 or an
+ * HP_E code with e set, as the forward.
  */
-void hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
-		       double aux_weight);
+int hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
+		      double aux_weight, struct hp_err *e);
 
 void hp_model_zero_grad(struct hp_model *m);
 

@@ -6,8 +6,8 @@
  * hp_model_download move to and from a device backend.
  */
 #include "base/alloc.h"
-#include "model/model.h"
 #include "format/safetensors.h"
+#include "model/model.h"
 
 struct hp_param *hp_model_param(struct hp_model *m, const char *name)
 {

@@ -17,75 +17,11 @@
 #include "base/alloc.h"
 #include "base/checked.h"
 #include "base/fileio.h"
+#include "base/log.h"
+#include "base/sha256.h"
 #include "model/model.h"
 #include "model/params.h"
-#include "base/log.h"
 #include "plan/plan.h"
-#include "base/sha256.h"
-
-/* Each dim: its mesh and its axis in that mesh (see plan.h). */
-static const struct { const char *name; enum hp_mesh mesh; int axis; } dims[HP_NDIM] = {
-	[HP_DIM_DP] = { "dp", HP_MESH_DENSE, 0 },
-	[HP_DIM_CP] = { "cp", HP_MESH_DENSE, 1 },
-	[HP_DIM_TP] = { "tp", HP_MESH_DENSE, 2 },
-	[HP_DIM_DP_REPLICATE] = { "dp_replicate", HP_MESH_FSDP, 0 },
-	[HP_DIM_DP_SHARD] = { "dp_shard", HP_MESH_FSDP, 1 },
-	[HP_DIM_EDP_REPLICATE] = { "edp_replicate", HP_MESH_EXPERT, 0 },
-	[HP_DIM_EDP_SHARD] = { "edp_shard", HP_MESH_EXPERT, 1 },
-	[HP_DIM_EP] = { "ep", HP_MESH_EXPERT, 2 },
-};
-
-static const char *const mesh_names[HP_NMESH] = { "dense", "fsdp", "expert" };
-
-const char *hp_dim_name(enum hp_dim d)
-{
-	return (unsigned)d < HP_NDIM ? dims[d].name : "?";
-}
-
-const char *hp_mesh_name(enum hp_mesh m)
-{
-	return (unsigned)m < HP_NMESH ? mesh_names[m] : "?";
-}
-
-enum hp_mesh hp_dim_mesh(enum hp_dim d)
-{
-	return dims[d].mesh;
-}
-
-/* The three axis sizes of mesh m; the fsdp mesh's third axis is tp. */
-static void mesh_axes(const struct hp_plan *p, enum hp_mesh m, long ax[3])
-{
-	switch (m) {
-	case HP_MESH_DENSE: ax[0] = p->dp; ax[1] = p->cp; ax[2] = p->tp; break;
-	case HP_MESH_FSDP: ax[0] = p->dp_replicate; ax[1] = p->dp_shard; ax[2] = p->tp; break;
-	default: ax[0] = p->edp_replicate; ax[1] = p->edp_shard; ax[2] = p->ep; break;
-	}
-}
-
-static long dim_stride(const struct hp_plan *p, enum hp_dim d)
-{
-	long ax[3], s = 1;
-
-	mesh_axes(p, dims[d].mesh, ax);
-	for (int a = dims[d].axis + 1; a < 3; a++)
-		s *= ax[a];
-	return s;
-}
-
-int hp_plan_coord(const struct hp_plan *p, enum hp_dim d, int rank)
-{
-	return (int)((rank / dim_stride(p, d)) % p->size[d]);
-}
-
-int hp_plan_group(const struct hp_plan *p, enum hp_dim d, int rank, int *ranks)
-{
-	long st = dim_stride(p, d);
-	long base = rank - (long)hp_plan_coord(p, d, rank) * st;
-
-	for (int i = 0; i < p->size[d]; i++)
-		ranks[i] = (int)(base + i * st);
-	return p->size[d];
-}
 
 const char *hp_placement_str(struct hp_placement pl, char *buf, size_t n)
 {
@@ -801,19 +737,19 @@ static json_t *mesh_json(const struct hp_plan *p, enum hp_mesh mesh, int *bad)
 	for (int d = 0; d < HP_NDIM; d++) {
 		json_t *list;
 
-		if (dims[d].mesh != mesh)
+		if (hp_dim_mesh((enum hp_dim)d) != mesh)
 			continue;
-		push(names, json_string(dims[d].name), bad);
+		push(names, json_string(hp_dim_name((enum hp_dim)d)), bad);
 		push(sizes, json_integer(p->size[d]), bad);
-		set(groups, dims[d].name, list = json_array(), bad);
+		set(groups, hp_dim_name((enum hp_dim)d), list = json_array(), bad);
 		/* a group is emitted at its smallest rank, coordinate 0 along d */
 		for (int r = 0; list && r < p->world; r++) {
 			json_t *one;
 			int n;
 
-			if (hp_plan_coord(p, (enum hp_dim)d, r))
+			if (hp_mesh_coord(p->size, (enum hp_dim)d, r))
 				continue;
-			n = hp_plan_group(p, (enum hp_dim)d, r, g);
+			n = hp_mesh_group(p->size, (enum hp_dim)d, r, g);
 			push(list, one = json_array(), bad);
 			for (int i = 0; one && i < n; i++)
 				push(one, json_integer(g[i]), bad);
@@ -936,7 +872,7 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 	}
 	set(root, "meshes", meshes = json_object(), bad);
 	for (int m = 0; meshes && m < HP_NMESH; m++)
-		set(meshes, mesh_names[m], mesh_json(p, (enum hp_mesh)m, bad), bad);
+		set(meshes, hp_mesh_name((enum hp_mesh)m), mesh_json(p, (enum hp_mesh)m, bad), bad);
 	set(root, "fsdp_units", units = json_array(), bad);
 	for (int u = 0; units && u < p->nunits; u++) {
 		json_t *o = json_object(), *names = json_array();
@@ -945,7 +881,7 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 		if (!o)
 			break;
 		set(o, "name", json_string(p->units[u].name), bad);
-		set(o, "mesh", json_string(mesh_names[p->units[u].mesh]), bad);
+		set(o, "mesh", json_string(hp_mesh_name(p->units[u].mesh)), bad);
 		set(o, "params", names, bad);
 		for (int i = 0; names && i < p->nparams; i++)
 			if (p->params[i].unit == u)
@@ -968,11 +904,11 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 		for (int d = 0; shape && d < q->ndim; d++)
 			push(shape, json_integer(q->shape[d]), bad);
 		set(o, "dtype", json_string("F32"), bad);
-		set(o, "mesh", json_string(mesh_names[q->mesh]), bad);
+		set(o, "mesh", json_string(hp_mesh_name(q->mesh)), bad);
 		set(o, "placements", pl, bad);
 		for (int d = 0; pl && d < HP_NDIM; d++)
-			if ((dims[d].mesh == q->mesh || dims[d].mesh == fm) && q->pl[d].kind != HP_PL_NONE)
-				set(pl, dims[d].name, json_string(hp_placement_str(q->pl[d], buf, sizeof(buf))), bad);
+			if ((hp_dim_mesh((enum hp_dim)d) == q->mesh || hp_dim_mesh((enum hp_dim)d) == fm) && q->pl[d].kind != HP_PL_NONE)
+				set(pl, hp_dim_name((enum hp_dim)d), json_string(hp_placement_str(q->pl[d], buf, sizeof(buf))), bad);
 		if (q->ep_owner >= 0)
 			set(o, "ep_owner", json_integer(q->ep_owner), bad);
 		set(o, "fsdp_unit", json_string(p->units[q->unit].name), bad);

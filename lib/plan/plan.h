@@ -8,14 +8,7 @@
  * every module to a kernel (plan_overrides); planest.c estimates what each
  * rank holds and sends per step, by the rules of hp-plan(5), ESTIMATES.
  *
- * Meshes.  Every mesh is a row-major reshape of the ranks 0..world-1 into
- * three axes, the last innermost:
- *   dense  (dp, cp, tp)                          rank = (dp*cp + c)*tp + t
- *   fsdp   (dp_replicate, dp_shard, [tp])        the flattened (dp, cp) index
- *          f = dp*cp + c split as f = rep*dp_shard + shard, per tp coordinate
- *   expert (edp_replicate, edp_shard, ep)        an EP group = ep consecutive ranks
- * The group of rank r along dim X is the ranks that differ from r only in
- * X, sorted; groups are listed by their smallest rank.
+ * Meshes: comm/mesh.h (the plan's `size` is its layout).
  *
  * The plan file, format "hp-plan/1": one JSON object, pretty-printed with a
  * two-space indent, keys always in this order (so that plans diff well):
@@ -59,22 +52,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config/config.h"
 #include "base/err.h"
+#include "comm/mesh.h"
+#include "config/config.h"
 #include "config/hfconfig.h"
 #include "model/model.h"
 
 #define HP_PLAN_FORMAT "hp-plan/1"
-
-enum hp_mesh { HP_MESH_DENSE = 0, HP_MESH_FSDP, HP_MESH_EXPERT, HP_NMESH };
-
-/* Every named mesh dim; each belongs to one mesh (hp_dim_mesh). */
-enum hp_dim {
-	HP_DIM_DP = 0, HP_DIM_CP, HP_DIM_TP,                  /* dense */
-	HP_DIM_DP_REPLICATE, HP_DIM_DP_SHARD,                 /* fsdp */
-	HP_DIM_EDP_REPLICATE, HP_DIM_EDP_SHARD, HP_DIM_EP,    /* expert */
-	HP_NDIM
-};
 
 enum hp_placement_kind { HP_PL_NONE = 0, HP_PL_REPLICATE, HP_PL_SHARD, HP_PL_PARTIAL };
 
@@ -112,7 +96,7 @@ struct hp_plan {
 	struct hp_model_spec spec;     /* a copy, after any crop */
 	long tp, cp, ep, pp, dp, dp_shard, dp_replicate, edp, edp_shard, edp_replicate;
 	int sequence_parallel, loss_parallel;
-	int size[HP_NDIM];             /* each dim's size */
+	int size[HP_NDIM];             /* each dim's size: the layout (comm/mesh.h) */
 
 	/* what the estimates need from the config */
 	long micro, seq, accum;        /* micro-batch rows, tokens per row (0: unknown),
@@ -171,16 +155,6 @@ int hp_plan_hash(const struct hp_plan *p, char out[65], struct hp_err *e);
 
 void hp_plan_free(struct hp_plan *p);
 
-/* "dp", "edp_shard", ...; "dense", "fsdp", "expert". */
-const char *hp_dim_name(enum hp_dim d);
-const char *hp_mesh_name(enum hp_mesh m);
-enum hp_mesh hp_dim_mesh(enum hp_dim d);
-
-/* Rank r's coordinate along d. */
-int hp_plan_coord(const struct hp_plan *p, enum hp_dim d, int rank);
-/* Fill ranks[0..size[d]-1] with rank r's group along d (sorted); returns its size. */
-int hp_plan_group(const struct hp_plan *p, enum hp_dim d, int rank, int *ranks);
-
 /* The parameter or module of that name, or NULL. */
 const struct hp_plan_param *hp_plan_find_param(const struct hp_plan *p, const char *name);
 const struct hp_plan_module *hp_plan_find_module(const struct hp_plan *p, const char *name);
@@ -206,13 +180,6 @@ int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q);
 /* Whether rank holds any of q (an expert lives on one ep rank). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
 
-/* Collectives, for the traffic estimate and hp-train's counters. */
-enum hp_coll {
-	HP_COLL_ALL_GATHER = 0, HP_COLL_REDUCE_SCATTER, HP_COLL_ALL_REDUCE,
-	HP_COLL_ALL_TO_ALL, HP_COLL_ALL_TO_ALLV, HP_NCOLL
-};
-#define HP_COMM_WORLD HP_NDIM       /* the whole world, for global sums */
-
 struct hp_comm_est {
 	int64_t calls, bytes;       /* per step: calls, and bytes of the send buffers */
 	int64_t routed;             /* the part of bytes that depends on the routing,
@@ -229,9 +196,6 @@ struct hp_rank_est {
 };
 int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r);
 int64_t hp_plan_act_bytes(const struct hp_plan *p);
-const char *hp_coll_name(enum hp_coll c);
-/* A dim's name, or "world" for HP_COMM_WORLD. */
-const char *hp_comm_dim_name(int d);
 
 /* The kernels the plan binds, as the CPU model takes them (lib/model/model.h). */
 struct hp_model_kernels;

@@ -18,39 +18,25 @@
 #include "cpu/ops.h"
 #include "plan/plan.h"
 
-static const char *const coll_names[HP_NCOLL] = {
-	"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_allv",
-};
-
-const char *hp_coll_name(enum hp_coll c)
-{
-	return (unsigned)c < HP_NCOLL ? coll_names[c] : "?";
-}
-
-const char *hp_comm_dim_name(int d)
-{
-	return d == HP_COMM_WORLD ? "world" : hp_dim_name((enum hp_dim)d);
-}
-
 /* --- parameters ------------------------------------------------------------- */
 
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank)
 {
-	return q->mesh != HP_MESH_EXPERT || hp_plan_coord(p, HP_DIM_EP, rank) == q->ep_owner;
+	return q->mesh != HP_MESH_EXPERT || hp_mesh_coord(p->size, HP_DIM_EP, rank) == q->ep_owner;
 }
 
 void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
 		   struct hp_piece *pc)
 {
 	enum hp_dim sd = q->mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD;
-	int64_t k = p->size[sd], s = hp_plan_coord(p, sd, rank);
+	int64_t k = p->size[sd], s = hp_mesh_coord(p->size, sd, rank);
 
 	pc->rows = q->shape[0];
 	pc->cols = q->ndim > 1 ? q->shape[1] : 1;
 	pc->col0 = 0;
 	pc->row0 = 0;
 	if (q->pl[HP_DIM_TP].kind == HP_PL_SHARD) {
-		int64_t t = hp_plan_coord(p, HP_DIM_TP, rank);
+		int64_t t = hp_mesh_coord(p->size, HP_DIM_TP, rank);
 
 		if (q->pl[HP_DIM_TP].dim == 0) {
 			pc->rows /= p->tp;

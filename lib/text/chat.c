@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
-#include "text/chat.h"
 #include "base/fileio.h"
+#include "text/chat.h"
 #include "text/jinja.h"
 
 /* The plain ChatML template (the Hugging Face chat-templating guide's). */

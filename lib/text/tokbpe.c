@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/utf8.h"
 #include "text/tokenizer.h"
 #include "text/tokint.h"
-#include "base/utf8.h"
 
 /* ------------------------------------------------------------------ */
 /* hashing and the string dictionary                                   */

@@ -34,8 +34,8 @@
 #include <utf8proc.h>
 
 #include "base/alloc.h"
-#include "text/tokenizer.h"
 #include "base/utf8.h"
+#include "text/tokenizer.h"
 #include "text/tokint.h"
 
 /* ------------------------------------------------------------------ */

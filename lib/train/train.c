@@ -19,23 +19,23 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "text/chat.h"
-#include "data/batch.h"
-#include "dist/ckpt.h"
 #include "base/fileio.h"
-#include "config/config.h"
-#include "cpu/gemm.h"
-#include "config/hfconfig.h"
-#include "model/init.h"
 #include "base/log.h"
-#include "model/model.h"
-#include "data/online.h"
-#include "dist/optim.h"
-#include "format/safetensors.h"
-#include "dist/shard.h"
 #include "comm/comm.h"
+#include "config/config.h"
+#include "config/hfconfig.h"
+#include "cpu/gemm.h"
+#include "data/batch.h"
+#include "data/online.h"
+#include "dist/ckpt.h"
 #include "dist/fsdp.h"
+#include "dist/optim.h"
+#include "dist/shard.h"
+#include "format/safetensors.h"
+#include "model/init.h"
+#include "model/model.h"
 #include "plan/plan.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
 #include "train/train.h"
 #ifdef HP_HAVE_CUDA
@@ -526,34 +526,27 @@ static int comm_matches(const struct run *r, char *why, size_t n)
 
 /* The model's failure (a collective's, or its backend's) as e: what
  * failed in which pass, and the model's own message. */
-static int model_failed(const struct hp_model *m, const char *pass, long step, struct hp_err *e)
-{
-	return hp_err_set(e, m->par_rc ? m->par_rc : HP_EINVAL, "%s %ld: the %s failed: %s",
-			  !strcmp(pass, "evaluation") ? "evaluation after step" : "step", step,
-			  !strcmp(pass, "evaluation") ? "forward" : pass,
-			  m->err.msg[0] ? m->err.msg : "a collective failed");
-}
-
 /*
- * One optimizer step's gradients over ranks (FSDP/HSDP): this rank runs
- * its dp share of the step's micro-batches with the units gathered as
- * hp-plan(5) says, reduce-scatters each micro-batch's gradients and syncs
- * replicas; dist_update then steps AdamW on its shards.  *loss_sum,
- * *aux_sum, *total and *norm come back global.
+ * One optimizer step's gradients, for every world size: this rank runs
+ * its dp share of the step's micro-batches (one process: all of them),
+ * over FSDP with the units gathered as hp-plan(5) says, each micro-batch's
+ * gradients reduce-scattered and the replicas synced; step_update then
+ * steps AdamW on the optimizer's store (the shards, or the model's flat
+ * arrays).  *loss_sum, *aux_sum, *total and *norm come back global.
  */
-static int dist_step(struct run *r, long step, const struct hp_train_opts *o, double *loss_sum,
-		     double *aux_sum, double *total, double *norm, struct hp_err *e)
+static int step_grads(struct run *r, long step, const struct hp_train_opts *o, double *loss_sum,
+		      double *aux_sum, double *total, double *norm, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
 	struct hp_comms *cs = &r->comms;
 	long B = r->cfg.training.micro_batch_size, T = seq_length(&r->cfg), G = r->plan->accum;
-	long first = hp_plan_coord(r->plan, HP_DIM_DP, r->rank) * G;
+	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
 	double sums[2] = { 0, 0 };
 	int rc;
 
 	/* this rank's targets: its dp share of the micro-batches, its cp chunk
 	 * of each row (tp ranks count the same tokens, and are not summed) */
-	long cp = r->plan->cp, S = T / cp, c0 = hp_plan_coord(r->plan, HP_DIM_CP, r->rank) * S;
+	long cp = r->plan->cp, S = T / cp, c0 = hp_mesh_coord(r->plan->size, HP_DIM_CP, r->rank) * S;
 
 	*total = 0;
 	for (long a = first; a < first + G; a++)
@@ -570,45 +563,41 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	if (r->verifying && (rc = hp_verify_reference(&r->verify, step, r->inputs, r->labels, r->seg,
 						      G * r->plan->dp, *total, e)))
 		return rc;
-	hp_fsdp_zero_grad(&r->fsdp);
-	hp_model_zero_grad(m);
+	hp_optim_zero_grad(&r->opt);
+	/* the model's own accumulators, unless they are the store's (one process) */
+	if (r->opt.s.g != m->bg)
+		hp_model_zero_grad(m);
 	for (long a = first; a < first + G; a++) {
 		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 		double ls;
 		long cnt;
 
-		/* the root unit (embedding, final norm, LM head) stays gathered through
-		 * the backward; the layers come and go through the model's hook */
-		r->fsdp.first_micro = a == first;
-		r->fsdp.rc = 0;
-		r->fsdp.e = e;
-		if ((a == first || r->plan->reshard_after_backward) && (rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
+		if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, a == first, e)))
 			return rc;
+		if (r->verifying)
+			hp_verify_micro(&r->verify, (int)(a - first));
 		m->ce_scale = scale_count > 0 ? 1.0 / scale_count : 0;
-		r->verify.micro = (int)(a - first);
-		if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
-			return r->fsdp.rc ? r->fsdp.rc : r->verify.rc ? r->verify.rc : model_failed(m, "forward", step, e);
+		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt, e)))
+			return hp_err_prefix(e, "step %ld: ", step);
 		sums[0] += ls;
 		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
-		hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp));
-		if (r->fsdp.rc)
-			return r->fsdp.rc;
-		if (m->par_rc)
-			return model_failed(m, "backward", step, e);
-		if ((rc = hp_fsdp_reduce_scatter_unit(&r->fsdp, 0, e)))
+		/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
+		if ((rc = hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp), e)))
+			return hp_err_prefix(e, "step %ld: ", step);
+		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))
 			return rc;
-		if (r->plan->reshard_after_backward)
-			hp_fsdp_release(&r->fsdp, 0, 0);
 	}
-	if ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e)) ||
-	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	if (r->dist && ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e))))
+		return rc;
+	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)))
 		return rc;
 	*loss_sum = sums[0];
 	*aux_sum = sums[1];
-	*norm = hp_fsdp_grad_norm(&r->fsdp, e);
+	if ((rc = hp_optim_grad_norm(&r->opt, norm, e)))
+		return rc;
 	/* the step's traffic, before anything this run adds for its own checks */
-	if (!comm_matches(r, r->comm_why, sizeof(r->comm_why)))
+	if (r->dist && !comm_matches(r, r->comm_why, sizeof(r->comm_why)))
 		r->comm_bad = 1;
 	if (r->verifying && (rc = hp_verify_params(&r->verify, 1, e)))
 		return rc;
@@ -620,14 +609,13 @@ static int dist_step(struct run *r, long step, const struct hp_train_opts *o, do
 	return 0;
 }
 
-/* The update of dist_step's gradients: clip, AdamW on the shards. */
-static int dist_update(struct run *r, double norm, double lr, struct hp_err *e)
+/* The update of step_grads' gradients: clip, AdamW on the store. */
+static int step_update(struct run *r, double norm, double lr, struct hp_err *e)
 {
-	hp_fsdp_clip(&r->fsdp, norm, r->opt.max_grad_norm);
-	r->opt.step++;
-	r->opt.hp.step = r->opt.step;
-	r->opt.hp.lr = lr;
-	hp_fsdp_adamw(&r->fsdp, &r->opt.hp);
+	hp_optim_clip(&r->opt, norm);
+	if (r->dist)
+		hp_fsdp_before_update(&r->fsdp);
+	hp_optim_step(&r->opt, lr);
 	if (r->verifying) {
 		hp_verify_update(&r->verify, lr);
 		return hp_verify_params(&r->verify, 0, e);
@@ -1019,10 +1007,10 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 	const struct hp_config *c = &r->cfg;
 	struct hp_model *m = &r->model;
 	long B = c->training.micro_batch_size, T = seq_length(c);
-	long accum = c->training.global_batch_size / B, G = r->dist ? r->plan->accum : accum;
-	long first = r->dist ? hp_plan_coord(r->plan, HP_DIM_DP, r->rank) * G : 0;
+	long accum = c->training.global_batch_size / B, G = r->plan->accum;
+	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
 	double sums[2] = { 0, 0 };
-	int (*probe)(void *, const struct hp_probe *) = m->probe;
+	int (*probe)(void *, const struct hp_probe *, struct hp_err *) = m->probe;
 	int rc = 0;
 
 	rc = r->edata[p] ? hp_batcher_seek(r->edata[p], 0, 0, e) : hp_online_seek(r->eonline[p], 0, 0, 0, e);
@@ -1044,16 +1032,11 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 			double ls;
 			long cnt;
 
-			if (r->dist) {
-				r->fsdp.first_micro = 1;
-				r->fsdp.rc = 0;
-				r->fsdp.e = e;
-				if ((rc = hp_fsdp_gather_unit(&r->fsdp, 0, e)))
-					break;
-			}
+			if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, 1, e)))
+				break;
 			m->ce_scale = 0;   /* no gradient: the chunked head's own backward stays off */
-			if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt)) {
-				rc = r->dist && r->fsdp.rc ? r->fsdp.rc : model_failed(m, "evaluation", step, e);
+			if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt, e))) {
+				hp_err_prefix(e, "evaluation after step %ld: ", step);
 				break;
 			}
 			sums[0] += ls;
@@ -1131,37 +1114,11 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		}
 		if ((rc = check_ids(r, step_tokens, c->dataset.data_path[0], "at", step, e)))
 			return rc;
-		for (long i = 0; i < step_tokens; i++)
-			total += r->labels[i] != HP_IGNORE_INDEX;
 		lr = hp_lr_at(&r->opt, step);
 		double w0 = hp_comm_waited();
-		if (r->dist) {
-			hp_comms_reset(&r->comms);
-			if ((rc = dist_step(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
-				return rc;
-		} else {
-			hp_model_zero_grad(m);
-			for (long a = 0; a < accum; a++) {
-				double ls;
-				long cnt;
-				const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
-				m->ce_scale = total > 0 ? 1.0 / total : 0;
-				if (hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt) == -2)
-					return model_failed(m, "forward", step, e);
-				loss_sum += ls;
-				aux_sum += m->aux_loss;
-				/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
-				hp_model_backward(m, in, lb, total, 1.0 / accum);
-			}
-			if (step == 1 && o->dump_grads) {
-				if ((rc = dump_tensors(r, o->dump_grads, 1, e)))
-					return rc;
-				r->dumped = 1;
-			}
-			norm = hp_grad_norm(m);
-			if (m->par_rc)
-				return model_failed(m, "backward", step, e);
-		}
+		hp_comms_reset(&r->comms);
+		if ((rc = step_grads(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
+			return rc;
 		loss = total > 0 ? loss_sum / total : 0.0;
 		if (has_aux)
 			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
@@ -1174,13 +1131,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 					  "before its update, the last checkpoint is the last good one "
 					  "(debug.check_nan_inf: false trains on)", step, num(b0, loss), num(b1, norm));
 		}
-		if (r->dist) {
-			if ((rc = dist_update(r, norm, lr, e)))
-				return rc;
-		} else {
-			hp_clip_grads(m, norm, r->opt.max_grad_norm);
-			hp_optim_step(&r->opt, m, lr);
-		}
+		if ((rc = step_update(r, norm, lr, e)))
+			return rc;
 		/* a device's step is done (and its errors known) when its stream is */
 		if ((rc = r->bk->sync(r->bk, e)))
 			return rc;
@@ -1482,17 +1434,19 @@ planned:
 		memcpy(ref.ckpt, r.kernels.ckpt, sizeof(ref.ckpt));
 		r.kernels = ref;
 	}
+	/* the layout's communicators (one process: every dim of size 1, no MPI
+	 * communicator made, every collective a no-op) */
+	if ((rc = hp_comms_init(&r.comms, comm, r.plan->size, e)))
+		goto out;
 	if (world > 1) {
-		/* this rank's part of the layout; its communicators first */
+		/* this rank's part of the layout */
 		r.dist = 1;
-		if ((rc = hp_comms_init(&r.comms, comm, r.plan, e)))
-			goto out;
 		r.par.tp = (int)r.plan->tp;
 		r.par.cp = (int)r.plan->cp;
 		r.par.ep = (int)r.plan->ep;
-		r.par.tp_rank = hp_plan_coord(r.plan, HP_DIM_TP, r.rank);
-		r.par.cp_rank = hp_plan_coord(r.plan, HP_DIM_CP, r.rank);
-		r.par.ep_rank = hp_plan_coord(r.plan, HP_DIM_EP, r.rank);
+		r.par.tp_rank = hp_mesh_coord(r.plan->size, HP_DIM_TP, r.rank);
+		r.par.cp_rank = hp_mesh_coord(r.plan->size, HP_DIM_CP, r.rank);
+		r.par.ep_rank = hp_mesh_coord(r.plan->size, HP_DIM_EP, r.rank);
 		r.par.sp = r.plan->sequence_parallel;
 		r.par.loss_parallel = r.plan->loss_parallel;
 		r.par.ulysses = r.plan->cp_mode == HP_CP_ULYSSES;
@@ -1586,7 +1540,11 @@ planned:
 			hp_fsdp_release(&r.fsdp, u, 0);
 			hp_fsdp_release(&r.fsdp, u, 1);
 		}
-		hp_optim_drop_moments(&r.opt);
+		struct hp_store shards;
+
+		if ((rc = hp_fsdp_store(&r.fsdp, &shards, e)))
+			goto out;
+		hp_optim_use(&r.opt, &shards);
 		r.model.hook = hp_fsdp_hook;
 		r.model.hook_ctx = &r.fsdp;
 		if (r.model.fault == HP_FAULT_FSDP_STALE_SHARD)
@@ -1639,8 +1597,7 @@ out:
 	hp_fsdp_free(&r.fsdp);
 	hp_model_release(&r.model);
 	hp_backend_close(r.bk);
-	if (r.dist)
-		hp_comms_free(&r.comms);
+	hp_comms_free(&r.comms);
 	hp_plan_free(r.plan);
 	hp_config_release(&r.cfg);
 	return rc;

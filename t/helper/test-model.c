@@ -66,7 +66,7 @@ int cmd_logits(int argc, char **argv)
 	ids = parse_ids(T, argv + 4);
 	if (!ids || load(&m, argv[3], T))
 		goto done;
-	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL);
+	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL, &e);
 	{
 		struct hp_st_entry ent = { .name = "logits", .dtype = HP_DTYPE_F32, .ndim = 2,
 					   .shape = { T, m.spec.vocab }, .data = m.logits };
@@ -85,6 +85,7 @@ done:
 int cmd_teacher(int argc, char **argv)
 {
 	struct hp_model m;
+	struct hp_err e;   /* a CPU forward of one process has no collective to fail */
 	int32_t *ids;
 	int T = argc - 2, match = 0, rc = 1;
 
@@ -95,7 +96,7 @@ int cmd_teacher(int argc, char **argv)
 	ids = parse_ids(T, argv + 2);
 	if (!ids || load(&m, argv[1], T))
 		goto done;
-	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL);
+	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL, &e);
 	for (int i = 0; i + 1 < T; i++) {
 		const float *l = m.logits + (long)i * m.spec.vocab;
 		int best = 0;
@@ -266,7 +267,7 @@ int cmd_packcheck(int argc, char **argv)
 	}
 	if (load(&m, argv[1], T))
 		goto done;
-	hp_model_forward(&m, in, NULL, sg, NULL, NULL);
+	hp_model_forward(&m, in, NULL, sg, NULL, NULL, &e);
 	for (int s0 = 0; s0 < T;) {
 		int s1 = s0 + 1;
 		while (s1 < T && sg[s1] == s0)
@@ -282,7 +283,7 @@ int cmd_packcheck(int argc, char **argv)
 			hp_model_release(&m);
 			goto done;
 		}
-		hp_model_forward(&alone, in + s0, NULL, NULL, NULL, NULL);
+		hp_model_forward(&alone, in + s0, NULL, NULL, NULL, NULL, &e);
 		for (int i = s0; i < s1; i++)
 			single += token_loss(alone.logits + (long)(i - s0) * m.spec.vocab, m.spec.vocab, lb[i]);
 		hp_model_release(&alone);
@@ -394,19 +395,27 @@ int cmd_refstep(int argc, char **argv)
 		double ce_sum;
 		long cnt;
 		hp_model_zero_grad(&m);
-		hp_model_forward(&m, ids, tgt, NULL, &ce_sum, &cnt);
+		if (hp_model_forward(&m, ids, tgt, NULL, &ce_sum, &cnt, &e)) {
+			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+			goto done;
+		}
 		double ce = ce_sum / cnt, aux = m.aux_loss;
 		double loss = ce + (spec.output_router_logits && m.n_moe ? spec.router_aux_loss_coef * aux : 0);
-		hp_model_backward(&m, ids, tgt, (double)cnt, 1.0);
+		if (hp_model_backward(&m, ids, tgt, (double)cnt, 1.0, &e)) {
+			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+			goto done;
+		}
 		if (s == 1 && dump && hp_model_save_grads(&m, dump, 0, NULL, NULL, &e)) {
 			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
 			goto done;
 		}
-		double norm = hp_grad_norm(&m);
+		double norm;
+		hp_optim_grad_norm(&opt, &norm, &e);
 		printf("{\"step\": %d, \"loss\": %.10g, \"ce\": %.10g, \"aux\": %.10g, \"grad_norm\": %.10g}\n",
 		       s, loss, ce, aux, norm);
-		hp_clip_grads(&m, norm, 1.0);
-		hp_optim_step(&opt, &m, hp_lr_at(&opt, s));
+		opt.max_grad_norm = 1.0;
+		hp_optim_clip(&opt, norm);
+		hp_optim_step(&opt, hp_lr_at(&opt, s));
 	}
 	rc = 0;
 done:

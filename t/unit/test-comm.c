@@ -73,7 +73,7 @@ static void check_dim(struct hp_comms *cs, const struct hp_plan *p, int d)
 		for (int i = 0; i < n; i++)
 			g[i] = i;
 	} else {
-		n = hp_plan_group(p, (enum hp_dim)d, rank, g);
+		n = hp_mesh_group(p->size, (enum hp_dim)d, rank, g);
 	}
 	for (me = 0; me < n && g[me] != rank; me++)
 		;
@@ -206,7 +206,7 @@ int main(int argc, char **argv)
 	}
 	p = plan_for(world);
 	hp_err_clear(&e);
-	bad = !p || hp_comms_init(&cs, MPI_COMM_WORLD, p, &e);
+	bad = !p || hp_comms_init(&cs, MPI_COMM_WORLD, p->size, &e);
 	all_ok(!bad, "%s: communicators split from the plan", world == 8 ? "seed layout" : "layout");
 	if (!bad) {
 		for (int d = 0; d <= HP_NDIM; d++)

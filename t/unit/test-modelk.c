@@ -83,11 +83,12 @@ static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, 
 			c += tg[i] != -100;
 		m.ce_scale = c ? 1.0 / (double)c : 0;
 	}
-	if (hp_model_forward(&m, ids, tg, seg, &r->loss, &r->count)) {
+	if (hp_model_forward(&m, ids, tg, seg, &r->loss, &r->count, &e) ||
+	    hp_model_backward(&m, ids, tg, (double)r->count, 1.0, &e)) {
+		tap_diag("  %s", e.msg);
 		hp_model_release(&m);
 		return -1;
 	}
-	hp_model_backward(&m, ids, tg, (double)r->count, 1.0);
 	r->n = m.numel;
 	r->nparts = m.nparams;
 	r->off = malloc(sizeof(size_t) * (size_t)m.nparams);
@@ -302,8 +303,8 @@ static void estimate_is_arena_par(const char *model, const char *acc, int world,
 	for (int r = 0; r < world && !bad; r++) {
 		struct hp_model_par par = {
 			.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep,
-			.tp_rank = hp_plan_coord(p, HP_DIM_TP, r), .cp_rank = hp_plan_coord(p, HP_DIM_CP, r),
-			.ep_rank = hp_plan_coord(p, HP_DIM_EP, r), .sp = p->sequence_parallel,
+			.tp_rank = hp_mesh_coord(p->size, HP_DIM_TP, r), .cp_rank = hp_mesh_coord(p->size, HP_DIM_CP, r),
+			.ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, r), .sp = p->sequence_parallel,
 			.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
 			.cs = (struct hp_comms *)&par,   /* sizing the model calls no collective */
 		};
@@ -347,7 +348,7 @@ static double scaled_loss(struct hp_backend *bk, const char *dir, const struct h
 	if (!hp_model_load_hf(&m, dir, &e)) {
 		for (size_t i = 0; i < m.numel; i++)
 			m.flat_w[i] *= scale;
-		if (!hp_model_upload(&m, &e) && hp_model_forward(&m, ids, tg, NULL, &loss, &cnt))
+		if (!hp_model_upload(&m, &e) && hp_model_forward(&m, ids, tg, NULL, &loss, &cnt, &e))
 			loss = NAN;
 	}
 	if (e.code)

@@ -106,15 +106,14 @@ static void test_golden(const char *path)
 	read_row(f, &ca, head, sizeof(head));
 	read_row(f, &cb, head, sizeof(head));
 	fclose(f);
-	struct hp_param p[2] = { { .numel = (size_t)ga.n, .offset = 0 }, { .numel = (size_t)gb.n } };
 	float flat[32];
-	p[1].offset = (size_t)ga.n;
+	struct hp_err e;
 	memcpy(flat, ga.v, sizeof(float) * ga.n);
 	memcpy(flat + ga.n, gb.v, sizeof(float) * gb.n);
-	p[0].g = flat;
-	p[1].g = flat + ga.n;
-	struct hp_model mod = { .nparams = 2, .params = p, .numel = (size_t)(ga.n + gb.n), .flat_g = flat,
-				.bg = flat, .bk = hp_backend_cpu() };
+	/* a store of the two tensors, as the model's flat arrays make one */
+	struct hp_optim o = { .max_grad_norm = 1.0,
+			      .s = { .bk = hp_backend_cpu(), .g = flat, .total = (size_t)(ga.n + gb.n) } };
+	hp_store_add_run(&o.s.norm, &o.s.nnorm, 0, o.s.total, 0, &e);
 	/*
 	 * hp's norm is a double sum of float squares: exact to float
 	 * precision.  torch's is float: a tensor's sum of n squares is within
@@ -123,7 +122,8 @@ static void test_golden(const char *path)
 	 * the norm of the two norms squares them (doubling that), sums two
 	 * and takes the sqrt: (9 + 2)/2 + 1 = 6.5 u.  So 8 u relative.
 	 */
-	double norm = hp_grad_norm(&mod);
+	double norm;
+	hp_optim_grad_norm(&o, &norm, &e);
 	ok(fabs(norm - nrm.v[0]) <= 8 * TAP_U * nrm.v[0], "global grad norm matches clip_grad_norm_ (%.9g vs %.9g)",
 	   norm, nrm.v[0]);
 	/*
@@ -133,13 +133,14 @@ static void test_golden(const char *path)
 	 * roundings, hp's one rounding of a double quotient; with each side's
 	 * product that is 8.5 + 1 + 2 = 11.5 u, so 12 u.
 	 */
-	hp_clip_grads(&mod, norm, 1.0);
+	hp_optim_clip(&o, norm);
 	int clip_ok = 1;
 	for (int i = 0; i < ga.n; i++)
 		clip_ok &= fabsf(flat[i] - ca.v[i]) <= 12 * TAP_U * fabsf(ca.v[i]);
 	for (int i = 0; i < gb.n; i++)
 		clip_ok &= fabsf(flat[ga.n + i] - cb.v[i]) <= 12 * TAP_U * fabsf(cb.v[i]);
 	ok(clip_ok, "clipped gradients match clip_grad_norm_ within torch's rounding of the coefficient (12 u)");
+	hp_store_free(&o.s);
 }
 
 /*
