@@ -245,12 +245,25 @@ size_t hp_sig_put_num(char *b, size_t at, size_t cap, long v)
 	return at;
 }
 
+/* The thread that set the handler up (the tool's main thread): the one
+ * that writes the temporaries, and so the one that must remove them. */
+static long main_tid;
+
 static void on_stop(int sig)
 {
 	int saved = errno, n;
 	char b[256];
 	size_t at = 0;
 
+	/* a signal for the process may land on a library's thread (MPI's
+	 * progress threads): handled there, the main thread would go on
+	 * writing while the temporaries are removed, and leave some behind.
+	 * It is handed to the main thread, which stops where it is. */
+	if (main_tid && syscall(SYS_gettid) != main_tid) {
+		syscall(SYS_tgkill, (long)getpid(), main_tid, sig);
+		errno = saved;
+		return;
+	}
 	if (last_words_fn)
 		last_words_fn(sig);
 	n = hp_tmp_remove_all();
@@ -282,6 +295,7 @@ void hp_stop_on_signals(void (*last_words)(int sig))
 	struct sigaction sa;
 
 	last_words_fn = last_words;
+	main_tid = syscall(SYS_gettid);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop;
 	sigemptyset(&sa.sa_mask);
