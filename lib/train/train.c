@@ -396,9 +396,11 @@ static int check_supported(const struct hp_config *c, int world, struct hp_err *
  * parameters in param_dtype and reduces the gradients in reduce_dtype
  * (bfloat16 or float32); elsewhere it would change nothing or be ignored,
  * so anything but float32 is refused there.  output_dtype: the modules'
- * outputs are float32 on every backend.
+ * outputs are float32 on every backend.  With them, the settings that
+ * depend on the device or the layout: the CPU computes in float32, and
+ * rank_average is token_weighted on one data-parallel rank.
  */
-static int check_mix_precision(const struct run *r, struct hp_err *e)
+static int check_device_settings(const struct run *r, struct hp_err *e)
 {
 	const struct hp_config *c = &r->cfg;
 	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
@@ -424,6 +426,15 @@ static int check_mix_precision(const struct run *r, struct hp_err *e)
 					  "FSDP gathers or reductions for it to apply to (the GPU's GEMMs read bf16 "
 					  "operands whatever it says); leave it out", c->path, mpk[i], mp[i]);
 	}
+	if (!r->bk->device && c->model.torch_dtype && (!strcmp(c->model.torch_dtype, "bfloat16") ||
+						       !strcmp(c->model.torch_dtype, "float16")))
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
+				  "which trains in float32 (use float32 or auto; training.device: cuda computes in "
+				  "bf16)", c->path, c->model.torch_dtype);
+	if (c->training.loss_aggregation == HP_LOSS_RANK_AVERAGE && r->plan->dp * r->plan->cp > 1)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.loss_aggregation: rank_average over %ld data "
+				  "and context parallel ranks is not implemented yet (token_weighted is)", c->path,
+				  (long)(r->plan->dp * r->plan->cp));
 	return 0;
 }
 
@@ -1066,157 +1077,122 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 	return 0;
 }
 
-static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
+/* The step's micro-batches, every rank reading the whole step so that the
+ * data cursor is the same on all. */
+static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 {
-	struct hp_config *c = &r->cfg;
-	struct hp_model *m = &r->model;
+	const struct hp_config *c = &r->cfg;
 	long B = c->training.micro_batch_size, T = seq_length(c);
-	long accum = c->training.global_batch_size / B;
-	long step_tokens = accum * B * T;
-	int rc, talk = !o->quiet && r->rank == 0;
-	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
+	int rc;
 
-	/* hp_plan_resolve has checked that a step's ids fit (lib/base/checked.h) */
-	size_t ids = (size_t)step_tokens * sizeof(int32_t);
-	int want_seg = r->online || r->docs.reset;
+	for (long a = 0; a < accum; a++) {
+		long at = a * B * T;
+		rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
+			       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
+		if (rc)
+			return rc;
+	}
+	if (r->online && !strcmp(c->dataloader.sampler_type, "single")) {
+		uint64_t ep, doc, off;
 
-	r->inputs = hp_malloc(ids);
-	r->labels = hp_malloc(ids);
-	r->seg = want_seg ? hp_malloc(ids) : NULL;
-	if (!r->inputs || !r->labels || (want_seg && !r->seg))
-		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
-	if (talk)
-		print_table(out, r, accum);
-	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
-		     c->training.train_iters;
-	int one_pass = !strcmp(c->dataloader.sampler_type, "single");
+		hp_online_cursor(r->online, &ep, &doc, &off);
+		if (ep > 1 || (ep == 1 && (doc || off)))
+			return hp_err_set(e, HP_EFORMAT, "'%s': $.dataloader.sampler_type: single reads the "
+					  "train split once, and step %ld ran past its end (use cyclic, which "
+					  "wraps)", c->path, step);
+	}
+	return check_ids(r, accum * B * T, c->dataset.data_path[0], "at", step, e);
+}
 
-	for (long step = r->first_step; step <= iters; step++) {
-		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0, lr, loss;
-		int has_aux = m->n_moe && m->spec.output_router_logits;
+/* What a step reports: the console line (rank 0, every logging_steps) and
+ * its metrics row, left open for evaluation and checkpoint fields. */
+struct step_report {
+	long step, iters, tokens;
+	double loss, norm, lr, aux, dt, waited;
+};
 
-		/* every rank reads the whole step, so the data cursor is the same on all */
-		for (long a = 0; a < accum; a++) {
-			long at = a * B * T;
-			rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
-				       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
-			if (rc)
-				return rc;
+static void report_step(struct run *r, FILE *out, int talk, long log_every, const struct step_report *s)
+{
+	if (talk && (s->step % log_every == 0 || s->step == s->iters || s->step == 1)) {
+		fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
+			s->step, s->iters, s->loss, s->norm, s->lr, s->tokens / s->dt, s->dt * 1e3);
+		fflush(out);
+	}
+	if (r->metrics) {
+		char b0[32], b1[32], b2[32];
+
+		fprintf(r->metrics, "{\"step\": %ld, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
+			"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f",
+			s->step, jnum(b0, s->loss), jnum(b1, s->norm), s->lr, s->tokens, s->tokens / s->dt, s->dt);
+		if (r->model.n_moe && r->model.spec.output_router_logits)
+			fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, s->aux));
+		if (r->dist) {
+			metrics_comm(r->metrics, &r->comms);
+			fprintf(r->metrics, ", \"comm_wait_s\": %.6f", s->waited);
 		}
-		if (r->online && one_pass) {
-			uint64_t ep, doc, off;
+	}
+}
 
-			hp_online_cursor(r->online, &ep, &doc, &off);
-			if (ep > 1 || (ep == 1 && (doc || off)))
-				return hp_err_set(e, HP_EFORMAT, "'%s': $.dataloader.sampler_type: single reads the "
-						  "train split once, and step %ld ran past its end (use cyclic, which "
-						  "wraps)", c->path, step);
-		}
-		if ((rc = check_ids(r, step_tokens, c->dataset.data_path[0], "at", step, e)))
-			return rc;
-		lr = hp_lr_at(&r->opt, step);
-		double w0 = hp_comm_waited();
-		hp_comms_reset(&r->comms);
-		if ((rc = step_grads(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
-			return rc;
-		loss = total > 0 ? loss_sum / total : 0.0;
-		if (has_aux)
-			loss += m->spec.router_aux_loss_coef * aux_sum / accum;
-		/* a non-finite step stops the run before its update: the weights,
-		 * and the checkpoints on disk, stay those of the last good step */
-		if (c->debug.check_nan_inf && (!isfinite(loss) || !isfinite(norm))) {
-			char b0[32], b1[32];
+/* Evaluation every eval_steps, and after the last step (then the test
+ * split too). */
+static int evaluate_due(struct run *r, FILE *out, int talk, long step, long iters, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	int rc;
 
-			return hp_err_set(e, HP_ENUM, "step %ld: the loss is %s and the gradient norm %s: stopped "
-					  "before its update, the last checkpoint is the last good one "
-					  "(debug.check_nan_inf: false trains on)", step, num(b0, loss), num(b1, norm));
-		}
-		if ((rc = step_update(r, norm, lr, e)))
+	for (int p = HP_SPLIT_VALID; c->training.eval_iters > 0 && p <= HP_SPLIT_TEST; p++) {
+		const char *what = p == HP_SPLIT_VALID ? "eval" : "test";
+		double el, et, t1 = now_s();
+		int due = step == iters || (c->training.eval_steps > 0 && step % c->training.eval_steps == 0);
+
+		if (!due || (p == HP_SPLIT_TEST && step != iters) || !(r->edata[p] || r->eonline[p]))
+			continue;
+		if ((rc = evaluate(r, p, step, &el, &et, e)))
 			return rc;
-		/* a device's step is done (and its errors known) when its stream is */
-		if ((rc = r->bk->sync(r->bk, e)))
-			return rc;
-		double dt = now_s() - t0;
-		if (talk && (step % log_every == 0 || step == iters || step == 1)) {
-			fprintf(out, "step %ld/%ld | loss %.6f | grad_norm %.4f | lr %.3e | tok/s %.0f | %.1f ms\n",
-				step, iters, loss, norm, lr, step_tokens / dt, dt * 1e3);
+		t1 = now_s() - t1;
+		if (talk) {
+			fprintf(out, "%s step %ld/%ld | %s loss %.6f | ppl %.3f | %.0f tokens | %.1f ms\n", what, step,
+				iters, p == HP_SPLIT_VALID ? "validation" : "test", el, exp(el), et, t1 * 1e3);
 			fflush(out);
 		}
 		if (r->metrics) {
-			char b0[32], b1[32], b2[32];
+			char b[32];
 
-			fprintf(r->metrics, "{\"step\": %ld, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
-				"\"tokens\": %ld, \"tokens_per_s\": %.3f, \"step_time_s\": %.6f",
-				step, jnum(b0, loss), jnum(b1, norm), lr, step_tokens, step_tokens / dt, dt);
-			if (has_aux)
-				fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, aux_sum / accum));
-			if (r->dist) {
-				metrics_comm(r->metrics, &r->comms);
-				fprintf(r->metrics, ", \"comm_wait_s\": %.6f", hp_comm_waited() - w0);
-			}
+			fprintf(r->metrics, ", \"%s_loss\": %s, \"%s_tokens\": %.0f, \"%s_time_s\": %.6f", what,
+				jnum(b, el), what, et, what, t1);
 		}
-		/* evaluation every eval_steps, and after the last step (then the test split too) */
-		for (int p = HP_SPLIT_VALID; c->training.eval_iters > 0 && p <= HP_SPLIT_TEST; p++) {
-			double el, et, t1 = now_s();
-			int due = step == iters || (c->training.eval_steps > 0 && step % c->training.eval_steps == 0);
-
-			if (!due || (p == HP_SPLIT_TEST && step != iters) || !(r->edata[p] || r->eonline[p]))
-				continue;
-			if ((rc = evaluate(r, p, step, &el, &et, e)))
-				return rc;
-			t1 = now_s() - t1;
-			if (talk) {
-				fprintf(out, "%s step %ld/%ld | %s loss %.6f | ppl %.3f | %.0f tokens | %.1f ms\n",
-					p == HP_SPLIT_VALID ? "eval" : "test", step, iters,
-					p == HP_SPLIT_VALID ? "validation" : "test", el, exp(el), et, t1 * 1e3);
-				fflush(out);
-			}
-			if (r->metrics) {
-				char b[32];
-
-				fprintf(r->metrics, ", \"%s_loss\": %s, \"%s_tokens\": %.0f, \"%s_time_s\": %.6f",
-					p == HP_SPLIT_VALID ? "eval" : "test", jnum(b, el),
-					p == HP_SPLIT_VALID ? "eval" : "test", et, p == HP_SPLIT_VALID ? "eval" : "test", t1);
-			}
-		}
-		/* a checkpoint every save_steps, and after the last step */
-		/* (hp-verify saves nothing: it checks a layout, it does not train one) */
-		if (c->checkpoint.save_ckpt && !o->verify &&
-		    ((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) || step == iters)) {
-			double held;
-
-			if ((rc = save_ckpt(r, step, step == iters, &held, e)))
-				return rc;
-			if (talk)
-				fprintf(out, "checkpoint: step %ld saved in %s/global_step_%ld (%.2f s)\n", step,
-					c->checkpoint.checkpoint_dir, step, held);
-			if (r->metrics)
-				fprintf(r->metrics, ", \"checkpoint_s\": %.6f", held);
-		}
-		if (r->metrics)
-			fprintf(r->metrics, "}\n");
 	}
-	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
+	return 0;
+}
+
+/* A checkpoint every save_steps, and after the last step (hp-verify saves
+ * nothing: it checks a layout, it does not train one). */
+static int save_due(struct run *r, const struct hp_train_opts *o, FILE *out, int talk, long step, long iters,
+		    struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	double held;
+	int rc;
+
+	if (!c->checkpoint.save_ckpt || o->verify ||
+	    !((c->checkpoint.save_steps > 0 && step % c->checkpoint.save_steps == 0) || step == iters))
+		return 0;
+	if ((rc = save_ckpt(r, step, step == iters, &held, e)))
 		return rc;
-	if (o->verify) {
-		int bad = r->verify.first[0] != 0;
+	if (talk)
+		fprintf(out, "checkpoint: step %ld saved in %s/global_step_%ld (%.2f s)\n", step,
+			c->checkpoint.checkpoint_dir, step, held);
+	if (r->metrics)
+		fprintf(r->metrics, ", \"checkpoint_s\": %.6f", held);
+	return 0;
+}
 
-		if (r->rank == 0)
-			hp_verify_print(&r->verify, out, o->verify_json);
-		hp_comm_bcast_raw(MPI_COMM_WORLD, &bad, 1, MPI_INT, 0);
-		if (bad)
-			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
-					  r->rank == 0 ? r->verify.first : "see rank 0's table");
-	}
-	if (r->online && talk) {
-		struct hp_online_stats st;
+/* After the last step: the activations' bytes against the plan's
+ * estimate, and over ranks each rank's traffic and memory against it. */
+static void report_end(struct run *r, FILE *out, int talk)
+{
+	struct hp_model *m = &r->model;
 
-		hp_online_stats(r->online, &st);
-		if (r->conv_indexed || conversations(&r->cfg))
-			fprintf(out, "data: %llu conversations served cut to seq_length + 1 tokens, %llu without a "
-				"target token left out\n", (unsigned long long)st.truncated,
-				(unsigned long long)st.no_target);
-	}
 	if (r->bk->device) {
 		/* the device's arena is its own layout (flash attention on every
 		 * layer, the index arrays' device copies): not the plan's, the CPU's */
@@ -1246,37 +1222,123 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as",
 				hp_act_ckpt_name(r->plan->act_ckpt), nck, r->spec.n_layers);
 	}
-	if (r->dist) {
-		/* did every rank move exactly what the plan estimates? */
-		int bad = r->comm_bad, any = bad;
+	if (!r->dist)
+		return;
+	/* did every rank move exactly what the plan estimates? */
+	int bad = r->comm_bad, any = bad;
 
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
-		if (bad)
-			hp_warn("collectives differ from the plan's estimate: %s", r->comm_why);
-		else if (!any && talk)
-			fprintf(out, "comm: every rank's bytes per collective and mesh dim equal the plan's estimate\n");
-		/* what each rank keeps between steps: weights, gradient sums and the
-		 * two AdamW moments of its shards, against the one-process run's */
-		struct hp_rank_est est;
-		long long mine[2] = { (long long)r->fsdp.total * 16, 0 }, most[2] = { 0, 0 };
-		long long one = (long long)hp_model_spec_nparams(&r->spec) * 16;
+	hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
+	if (bad)
+		hp_warn("collectives differ from the plan's estimate: %s", r->comm_why);
+	else if (!any && talk)
+		fprintf(out, "comm: every rank's bytes per collective and mesh dim equal the plan's estimate\n");
+	/* what each rank keeps between steps: weights, gradient sums and the
+	 * two AdamW moments of its shards, against the one-process run's */
+	struct hp_rank_est est;
+	long long mine[2] = { (long long)r->fsdp.total * 16, 0 }, most[2] = { 0, 0 };
+	long long one = (long long)hp_model_spec_nparams(&r->spec) * 16;
 
-		if (!hp_plan_estimate(r->plan, r->rank, &est))
-			mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
-		memcpy(most, mine, sizeof(most));
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, most, 2, MPI_LONG_LONG, MPI_MAX);
-		long g[2] = { r->fsdp.gathers, r->fsdp.prefetched };
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, g, 2, MPI_LONG, MPI_SUM);
-		if (talk && g[0])
-			fprintf(out, "fsdp: %ld layer all-gathers over all ranks, %ld of them started a layer or more "
-				"ahead (prefetch depth %ld forward, %ld backward)\n", g[0], g[1],
-				r->plan->forward_prefetch, r->plan->backward_prefetch);
-		if (talk)
-			fprintf(out, "memory: weights, gradients and AdamW moments %lld bytes on the largest rank "
-				"(the plan estimated %lld), %lld in one process: %.4f of it over %d ranks "
-				"(1/%d = %.4f)\n", most[0], most[1], one, (double)most[0] / (double)one, r->world,
-				r->world, 1.0 / r->world);
+	if (!hp_plan_estimate(r->plan, r->rank, &est))
+		mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
+	memcpy(most, mine, sizeof(most));
+	hp_comm_allreduce_raw(MPI_COMM_WORLD, most, 2, MPI_LONG_LONG, MPI_MAX);
+	long g[2] = { r->fsdp.gathers, r->fsdp.prefetched };
+	hp_comm_allreduce_raw(MPI_COMM_WORLD, g, 2, MPI_LONG, MPI_SUM);
+	if (talk && g[0])
+		fprintf(out, "fsdp: %ld layer all-gathers over all ranks, %ld of them started a layer or more "
+			"ahead (prefetch depth %ld forward, %ld backward)\n", g[0], g[1],
+			r->plan->forward_prefetch, r->plan->backward_prefetch);
+	if (talk)
+		fprintf(out, "memory: weights, gradients and AdamW moments %lld bytes on the largest rank "
+			"(the plan estimated %lld), %lld in one process: %.4f of it over %d ranks "
+			"(1/%d = %.4f)\n", most[0], most[1], one, (double)most[0] / (double)one, r->world,
+			r->world, 1.0 / r->world);
+}
+
+static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, struct hp_err *e)
+{
+	struct hp_config *c = &r->cfg;
+	struct hp_model *m = &r->model;
+	long B = c->training.micro_batch_size, T = seq_length(c);
+	long accum = c->training.global_batch_size / B;
+	long step_tokens = accum * B * T;
+	int rc, talk = !o->quiet && r->rank == 0;
+	long log_every = c->training.logging_steps > 0 ? c->training.logging_steps : 1;
+
+	/* hp_plan_resolve has checked that a step's ids fit (lib/base/checked.h) */
+	size_t ids = (size_t)step_tokens * sizeof(int32_t);
+	int want_seg = r->online || r->docs.reset;
+
+	r->inputs = hp_malloc(ids);
+	r->labels = hp_malloc(ids);
+	r->seg = want_seg ? hp_malloc(ids) : NULL;
+	if (!r->inputs || !r->labels || (want_seg && !r->seg))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
+	if (talk)
+		print_table(out, r, accum);
+	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
+		     c->training.train_iters;
+
+	for (long step = r->first_step; step <= iters; step++) {
+		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0;
+		struct step_report rep = { .step = step, .iters = iters, .tokens = step_tokens };
+
+		if ((rc = read_step(r, step, accum, e)))
+			return rc;
+		rep.lr = hp_lr_at(&r->opt, step);
+		double w0 = hp_comm_waited();
+		hp_comms_reset(&r->comms);
+		if ((rc = step_grads(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
+			return rc;
+		rep.loss = total > 0 ? loss_sum / total : 0.0;
+		if (m->n_moe && m->spec.output_router_logits)
+			rep.loss += m->spec.router_aux_loss_coef * aux_sum / accum;
+		/* a non-finite step stops the run before its update: the weights,
+		 * and the checkpoints on disk, stay those of the last good step */
+		if (c->debug.check_nan_inf && (!isfinite(rep.loss) || !isfinite(norm))) {
+			char b0[32], b1[32];
+
+			return hp_err_set(e, HP_ENUM, "step %ld: the loss is %s and the gradient norm %s: stopped "
+					  "before its update, the last checkpoint is the last good one "
+					  "(debug.check_nan_inf: false trains on)", step, num(b0, rep.loss), num(b1, norm));
+		}
+		if ((rc = step_update(r, norm, rep.lr, e)))
+			return rc;
+		/* a device's step is done (and its errors known) when its stream is */
+		if ((rc = r->bk->sync(r->bk, e)))
+			return rc;
+		rep.dt = now_s() - t0;
+		rep.norm = norm;
+		rep.aux = aux_sum / accum;
+		rep.waited = hp_comm_waited() - w0;
+		report_step(r, out, talk, log_every, &rep);
+		if ((rc = evaluate_due(r, out, talk, step, iters, e)) || (rc = save_due(r, o, out, talk, step, iters, e)))
+			return rc;
+		if (r->metrics)
+			fprintf(r->metrics, "}\n");
 	}
+	if (o->dump_params && (rc = dump_tensors(r, o->dump_params, 0, e)))
+		return rc;
+	if (o->verify) {
+		int bad = r->verify.first[0] != 0;
+
+		if (r->rank == 0)
+			hp_verify_print(&r->verify, out, o->verify_json);
+		hp_comm_bcast_raw(MPI_COMM_WORLD, &bad, 1, MPI_INT, 0);
+		if (bad)
+			return hp_err_set(e, HP_ENUM, "the parallel run differs from one process: %s",
+					  r->rank == 0 ? r->verify.first : "see rank 0's table");
+	}
+	if (r->online && talk) {
+		struct hp_online_stats st;
+
+		hp_online_stats(r->online, &st);
+		if (r->conv_indexed || conversations(&r->cfg))
+			fprintf(out, "data: %llu conversations served cut to seq_length + 1 tokens, %llu without a "
+				"target token left out\n", (unsigned long long)st.truncated,
+				(unsigned long long)st.no_target);
+	}
+	report_end(r, out, talk);
 	return 0;
 }
 
@@ -1373,204 +1435,226 @@ static int is_plan_file(const char *path)
 	return c == '{';
 }
 
-int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
+/* The config and the plan at this world size: from a plan file (its
+ * config and model as resolved), or resolved here from a config. */
+static int load_plan(struct run *r, const struct hp_train_opts *o, struct hp_err *e)
 {
-	struct run r;
-	int world = 1, rc;
+	int rc;
 
-	memset(&r, 0, sizeof(r));
-	MPI_Comm_size(comm, &world);
-	MPI_Comm_rank(comm, &r.rank);
-	r.world = world;
-	r.reference = !strcmp(hp_cpu_ops_get()->name, "reference");
 	if (is_plan_file(o->config)) {
-		/* a plan from hp-plan: its config and model as resolved, for its world */
 		if (o->noverrides)
 			return hp_err_set(e, HP_ECONFIG, "'%s': a plan is resolved already; give overrides such as "
 					  "'%s' to hp-plan", o->config, o->overrides[0]);
-		if ((rc = hp_plan_load(&r.plan, &r.cfg, o->config, e)))
+		if ((rc = hp_plan_load(&r->plan, &r->cfg, o->config, e)))
 			return rc;
-		if (r.plan->world != world) {
-			rc = hp_err_set(e, HP_ECONFIG, "'%s': the plan is for %d ranks, this job has %d; make the "
-					"plan with hp-plan --world %d or start %d ranks", o->config, r.plan->world,
-					world, world, r.plan->world);
-			goto out;
-		}
-		r.spec = r.plan->spec;
-		if ((rc = check_supported(&r.cfg, world, e)))
-			goto out;
-		goto planned;
+		if (r->plan->world != r->world)
+			return hp_err_set(e, HP_ECONFIG, "'%s': the plan is for %d ranks, this job has %d; make "
+					  "the plan with hp-plan --world %d or start %d ranks", o->config,
+					  r->plan->world, r->world, r->world, r->plan->world);
+		r->spec = r->plan->spec;
+		return check_supported(&r->cfg, r->world, e);
 	}
-	if ((rc = hp_config_load(&r.cfg, o->config, o->noverrides, o->overrides, e)))
+	if ((rc = hp_config_load(&r->cfg, o->config, o->noverrides, o->overrides, e)) ||
+	    (rc = check_supported(&r->cfg, r->world, e)) || (rc = hp_hfconfig_load(&r->spec, r->cfg.model.path, e)))
 		return rc;
-	if ((rc = check_supported(&r.cfg, world, e)))
-		goto out;
-	if ((rc = hp_hfconfig_load(&r.spec, r.cfg.model.path, e)))
-		goto out;
-	if (r.cfg.model.num_hidden_layers > 0) {
+	if (r->cfg.model.num_hidden_layers > 0) {
 		/* HyperParallel's crop: the first N layers of the config */
-		if (r.cfg.model.source != HP_MODEL_FROM_CONFIG) {
-			rc = hp_err_set(e, HP_ECONFIG, "'%s': $.model.num_hidden_layers: cropping applies to "
-					"from_config models only", r.cfg.path);
-			goto out;
-		}
-		if (r.cfg.model.num_hidden_layers < r.spec.n_layers)
-			r.spec.n_layers = r.cfg.model.num_hidden_layers;
+		if (r->cfg.model.source != HP_MODEL_FROM_CONFIG)
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.model.num_hidden_layers: cropping applies to "
+					  "from_config models only", r->cfg.path);
+		if (r->cfg.model.num_hidden_layers < r->spec.n_layers)
+			r->spec.n_layers = r->cfg.model.num_hidden_layers;
 	}
 	/* the plan's kernel bindings; HP_KERNELS=reference keeps HF's algorithms */
-	if ((rc = hp_plan_resolve(&r.plan, &r.cfg, &r.spec, world, e)))
-		goto out;
-	for (int i = 0; i < r.plan->nwarnings; i++)
-		hp_warn("%s", r.plan->warnings[i]);
-planned:
-	/* before any collective: a rank that waits longer ends the job */
-	hp_comm_set_timeout(r.cfg.training.collective_timeout_s);
-	if ((rc = open_outputs(&r, o, comm, e)))
-		goto out;
-	hp_plan_model_kernels(r.plan, &r.kernels);
-	if (r.reference) {   /* HF's algorithms; checkpointing is not a kernel */
+	if ((rc = hp_plan_resolve(&r->plan, &r->cfg, &r->spec, r->world, e)))
+		return rc;
+	for (int i = 0; i < r->plan->nwarnings; i++)
+		hp_warn("%s", r->plan->warnings[i]);
+	return 0;
+}
+
+/* This rank's part of the layout: its kernels, its communicators (one
+ * process: every dim of size 1, no MPI communicator made, every
+ * collective a no-op), its coordinates. */
+static int set_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
+{
+	int rc;
+
+	hp_plan_model_kernels(r->plan, &r->kernels);
+	if (r->reference) {   /* HF's algorithms; checkpointing is not a kernel */
 		struct hp_model_kernels ref = { .ce_chunk = 0 };
 
-		memcpy(ref.ckpt, r.kernels.ckpt, sizeof(ref.ckpt));
-		r.kernels = ref;
+		memcpy(ref.ckpt, r->kernels.ckpt, sizeof(ref.ckpt));
+		r->kernels = ref;
 	}
-	/* the layout's communicators (one process: every dim of size 1, no MPI
-	 * communicator made, every collective a no-op) */
-	if ((rc = hp_comms_init(&r.comms, comm, r.plan->size, e)))
+	if ((rc = hp_comms_init(&r->comms, comm, r->plan->size, e)))
+		return rc;
+	if (r->world == 1)
+		return 0;
+	r->dist = 1;
+	r->par.tp = (int)r->plan->tp;
+	r->par.cp = (int)r->plan->cp;
+	r->par.ep = (int)r->plan->ep;
+	r->par.tp_rank = hp_mesh_coord(r->plan->size, HP_DIM_TP, r->rank);
+	r->par.cp_rank = hp_mesh_coord(r->plan->size, HP_DIM_CP, r->rank);
+	r->par.ep_rank = hp_mesh_coord(r->plan->size, HP_DIM_EP, r->rank);
+	r->par.sp = r->plan->sequence_parallel;
+	r->par.loss_parallel = r->plan->loss_parallel;
+	r->par.ulysses = r->plan->cp_mode == HP_CP_ULYSSES;
+	r->par.cs = &r->comms;
+	return 0;
+}
+
+/* The weights: over ranks straight into the shards, each rank reading its
+ * pieces; in one process into the model, then to its device. */
+static int load_weights(struct run *r, const struct hp_train_opts *o, MPI_Comm comm, struct hp_err *e)
+{
+	int rc;
+
+	if (r->dist) {
+		struct hp_src src;
+
+		memset(&src, 0, sizeof(src));
+		if ((rc = hp_fsdp_init(&r->fsdp, r->plan, &r->comms, &r->model, e)))
+			return rc;
+		rc = o->shards ? hp_src_open_shards_part(&src, r->plan, o->shards, r->rank, r->world, NULL, e) :
+		     r->cfg.model.source == HP_MODEL_FROM_CONFIG ? hp_src_open_init(&src, r->plan, e) :
+		     hp_src_open_hf(&src, r->plan, r->cfg.model.path, e);
+		if (!rc)
+			rc = hp_fsdp_load(&r->fsdp, &src, e);
+		hp_src_close(&src);
+		/* every rank must have its weights before any goes on */
+		int any = rc != 0;
+		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MAX);
+		if (rc)
+			return rc;
+		if (any)
+			return hp_err_set(e, HP_EFORMAT, "another rank could not load its shard (see its message)");
+		return 0;
+	}
+	if (o->shards)
+		return hp_err_set(e, HP_ECONFIG, "--shards: a one-process run reads the model folder; shard "
+				  "directories are for runs over ranks");
+	if (r->cfg.model.source == HP_MODEL_FROM_CONFIG) {
+		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
+		 * norms, zero biases; each tensor from (seed, name) alone */
+		for (int i = 0; i < r->model.nparams; i++) {
+			struct hp_param *p = &r->model.params[i];
+			hp_init_tensor(p->w, (uint64_t)r->cfg.training.seed, p->name, p->numel,
+				       (float)r->spec.initializer_range);
+		}
+		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero */
+		if (r->spec.pad_token_id >= 0 && r->spec.pad_token_id < r->spec.vocab)
+			hp_init_zero_row_slice(r->model.embed, 0, (size_t)r->spec.vocab * r->spec.hidden,
+					       r->spec.pad_token_id, r->spec.hidden);
+	} else if ((rc = hp_model_load_hf(&r->model, r->cfg.model.path, e))) {
+		return rc;
+	}
+	return hp_model_upload(&r->model, e);
+}
+
+/* Over ranks, from now on the shards are the weights: the model's buffers
+ * hold only what is gathered, the optimizer steps the shards, and the
+ * layers come and go through FSDP's hook; validation mode and hp-verify
+ * hold every module to rank 0's whole model. */
+static int start_fsdp(struct run *r, const struct hp_train_opts *o, MPI_Comm comm, struct hp_err *e)
+{
+	struct hp_store shards;
+	int rc;
+
+	for (int u = 0; u < r->fsdp.nunits; u++) {
+		hp_fsdp_release(&r->fsdp, u, 0);
+		hp_fsdp_release(&r->fsdp, u, 1);
+	}
+	if ((rc = hp_fsdp_store(&r->fsdp, &shards, e)))
+		return rc;
+	hp_optim_use(&r->opt, &shards);
+	r->model.hook = hp_fsdp_hook;
+	r->model.hook_ctx = &r->fsdp;
+	if (r->model.fault == HP_FAULT_FSDP_STALE_SHARD)
+		r->fsdp.stale_unit = r->fsdp.layer_unit[0];
+	if (o->verify || r->cfg.model.validate_placement) {
+		/* rank 0 takes the whole model alongside, its weights
+		 * assembled from the shards */
+		if ((rc = hp_verify_init(&r->verify, r->plan, &r->fsdp, &r->model, r->reference ? NULL : &r->kernels,
+					 &r->cfg, comm, &r->comms, e)))
+			return rc;
+		r->verifying = 1;
+		r->verify.stop = !o->verify;
+		r->verify.placement = 1;
+		if (o->rtol > 0)
+			r->verify.rtol = o->rtol;
+		if (o->atol > 0)
+			r->verify.atol = o->atol;
+		if (o->prtol > 0)
+			r->verify.prtol = o->prtol;
+		r->model.probe = hp_verify_probe;
+		r->model.probe_ctx = &r->verify;
+	}
+	/* a rank that dies is named by the survivors (lib/comm/comm.c) */
+	return hp_comms_watch_peers(&r->comms, e);
+}
+
+static void run_free(struct run *r)
+{
+	close_metrics(r, 0, NULL);
+	hp_ckpt_unlock(&r->lock);
+	hp_free(r->inputs);
+	hp_free(r->labels);
+	hp_free(r->seg);
+	hp_batcher_free(r->data);
+	hp_online_free(r->online);
+	for (int p = 0; p < 3; p++) {
+		hp_batcher_free(r->edata[p]);
+		hp_online_free(r->eonline[p]);
+	}
+	hp_optim_release(&r->opt);
+	if (r->verifying)
+		hp_verify_free(&r->verify);
+	hp_fsdp_free(&r->fsdp);
+	hp_model_release(&r->model);
+	hp_backend_close(r->bk);
+	hp_comms_free(&r->comms);
+	hp_plan_free(r->plan);
+	hp_config_release(&r->cfg);
+}
+
+int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
+{
+	struct run r;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	MPI_Comm_size(comm, &r.world);
+	MPI_Comm_rank(comm, &r.rank);
+	r.reference = !strcmp(hp_cpu_ops_get()->name, "reference");
+	if ((rc = load_plan(&r, o, e)))
 		goto out;
-	if (world > 1) {
-		/* this rank's part of the layout */
-		r.dist = 1;
-		r.par.tp = (int)r.plan->tp;
-		r.par.cp = (int)r.plan->cp;
-		r.par.ep = (int)r.plan->ep;
-		r.par.tp_rank = hp_mesh_coord(r.plan->size, HP_DIM_TP, r.rank);
-		r.par.cp_rank = hp_mesh_coord(r.plan->size, HP_DIM_CP, r.rank);
-		r.par.ep_rank = hp_mesh_coord(r.plan->size, HP_DIM_EP, r.rank);
-		r.par.sp = r.plan->sequence_parallel;
-		r.par.loss_parallel = r.plan->loss_parallel;
-		r.par.ulysses = r.plan->cp_mode == HP_CP_ULYSSES;
-		r.par.cs = &r.comms;
-	}
-	if ((rc = pick_device(&r, comm, e)) || (rc = check_mix_precision(&r, e)))
+	/* before any collective: a rank that waits longer ends the job */
+	hp_comm_set_timeout(r.cfg.training.collective_timeout_s);
+	if ((rc = open_outputs(&r, o, comm, e)) || (rc = set_layout(&r, comm, e)) ||
+	    (rc = pick_device(&r, comm, e)) || (rc = check_device_settings(&r, e)))
 		goto out;
 	/* device collectives: NCCL or host-staged, decided by every rank alike */
 	if (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e)))
 		goto out;
-	/* the CPU computes in float32, whatever the checkpoint holds */
-	if (!r.bk->device && r.cfg.model.torch_dtype && (!strcmp(r.cfg.model.torch_dtype, "bfloat16") ||
-						!strcmp(r.cfg.model.torch_dtype, "float16"))) {
-		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
-				"which trains in float32 (use float32 or auto; training.device: cuda computes in "
-				"bf16)", r.cfg.path, r.cfg.model.torch_dtype);
-		goto out;
-	}
-	/* rank_average is token_weighted on one data-parallel rank */
-	if (r.cfg.training.loss_aggregation == HP_LOSS_RANK_AVERAGE && r.plan->dp * r.plan->cp > 1) {
-		rc = hp_err_set(e, HP_EUNSUP, "'%s': $.training.loss_aggregation: rank_average over %ld data "
-				"and context parallel ranks is not implemented yet (token_weighted is)", r.cfg.path,
-				(long)(r.plan->dp * r.plan->cp));
-		goto out;
-	}
 	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
-				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)))
-		goto out;
-	if ((rc = set_fault(&r, e)))
+				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)) ||
+	    (rc = set_fault(&r, e)))
 		goto out;
 	if (o->verify && !r.dist) {
 		rc = hp_err_set(e, HP_ECONFIG, "hp-verify holds a layout over ranks to one process; run it "
 				"under mpiexec -n N with the plan's world size");
 		goto out;
 	}
-	if (r.dist) {
-		/* weights come straight into the shards, each rank reading its pieces */
-		struct hp_src src;
-
-		memset(&src, 0, sizeof(src));
-		if ((rc = hp_fsdp_init(&r.fsdp, r.plan, &r.comms, &r.model, e)))
-			goto out;
-		rc = o->shards ? hp_src_open_shards_part(&src, r.plan, o->shards, r.rank, world, NULL, e) :
-		     r.cfg.model.source == HP_MODEL_FROM_CONFIG ? hp_src_open_init(&src, r.plan, e) :
-		     hp_src_open_hf(&src, r.plan, r.cfg.model.path, e);
-		if (!rc)
-			rc = hp_fsdp_load(&r.fsdp, &src, e);
-		hp_src_close(&src);
-		/* every rank must have its weights before any goes on */
-		int any = rc != 0;
-		hp_comm_allreduce_raw(comm, &any, 1, MPI_INT, MPI_MAX);
-		if (rc)
-			goto out;
-		if (any) {
-			rc = hp_err_set(e, HP_EFORMAT, "another rank could not load its shard (see its message)");
-			goto out;
-		}
-	} else if (o->shards) {
-		rc = hp_err_set(e, HP_ECONFIG, "--shards: a one-process run reads the model folder; shard "
-				"directories are for runs over ranks");
-		goto out;
-	} else if (r.cfg.model.source == HP_MODEL_FROM_CONFIG) {
-		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
-		 * norms, zero biases; each tensor from (seed, name) alone */
-		for (int i = 0; i < r.model.nparams; i++) {
-			struct hp_param *p = &r.model.params[i];
-			hp_init_tensor(p->w, (uint64_t)r.cfg.training.seed, p->name, p->numel,
-				       (float)r.spec.initializer_range);
-		}
-		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero */
-		if (r.spec.pad_token_id >= 0 && r.spec.pad_token_id < r.spec.vocab)
-			hp_init_zero_row_slice(r.model.embed, 0, (size_t)r.spec.vocab * r.spec.hidden,
-					       r.spec.pad_token_id, r.spec.hidden);
-	} else if ((rc = hp_model_load_hf(&r.model, r.cfg.model.path, e))) {
-		goto out;
-	}
-	/* one process: the weights, loaded on the host, go to its device */
-	if (!r.dist && (rc = hp_model_upload(&r.model, e)))
-		goto out;
-	if ((rc = open_data(&r, e)))
-		goto out;
-	if ((rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
+	if ((rc = load_weights(&r, o, comm, e)) || (rc = open_data(&r, e)) ||
+	    (rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
 		goto out;
 	r.first_step = 1;
 	if (r.cfg.checkpoint.restore_from && (rc = restore_ckpt(&r, o->quiet ? NULL : out, e)))
 		goto out;
-	if (r.dist) {
-		/* from now on the shards are the weights: the model's buffers hold
-		 * only what is gathered, and the moments live with the shards */
-		for (int u = 0; u < r.fsdp.nunits; u++) {
-			hp_fsdp_release(&r.fsdp, u, 0);
-			hp_fsdp_release(&r.fsdp, u, 1);
-		}
-		struct hp_store shards;
-
-		if ((rc = hp_fsdp_store(&r.fsdp, &shards, e)))
-			goto out;
-		hp_optim_use(&r.opt, &shards);
-		r.model.hook = hp_fsdp_hook;
-		r.model.hook_ctx = &r.fsdp;
-		if (r.model.fault == HP_FAULT_FSDP_STALE_SHARD)
-			r.fsdp.stale_unit = r.fsdp.layer_unit[0];
-		if (o->verify || r.cfg.model.validate_placement) {
-			/* rank 0 takes the whole model alongside, its weights
-			 * assembled from the shards */
-			if ((rc = hp_verify_init(&r.verify, r.plan, &r.fsdp, &r.model,
-						 r.reference ? NULL : &r.kernels, &r.cfg, comm, &r.comms, e)))
-				goto out;
-			r.verifying = 1;
-			r.verify.stop = !o->verify;
-			r.verify.placement = 1;
-			if (o->rtol > 0)
-				r.verify.rtol = o->rtol;
-			if (o->atol > 0)
-				r.verify.atol = o->atol;
-			if (o->prtol > 0)
-				r.verify.prtol = o->prtol;
-			r.model.probe = hp_verify_probe;
-			r.model.probe_ctx = &r.verify;
-		}
-		/* a rank that dies is named by the survivors (lib/comm/comm.c) */
-		if ((rc = hp_comms_watch_peers(&r.comms, e)))
-			goto out;
-	}
+	if (r.dist && (rc = start_fsdp(&r, o, comm, e)))
+		goto out;
 	rc = train_loop(&r, o, out, e);
 	{
 		int rc2 = close_metrics(&r, rc == 0, e);
@@ -1580,25 +1664,6 @@ planned:
 	if (rc && r.dumped && is_regular(o->dump_grads))
 		unlink(o->dump_grads);   /* a failed run leaves no output behind (a stream keeps what it got) */
 out:
-	close_metrics(&r, 0, NULL);
-	hp_ckpt_unlock(&r.lock);
-	hp_free(r.inputs);
-	hp_free(r.labels);
-	hp_free(r.seg);
-	hp_batcher_free(r.data);
-	hp_online_free(r.online);
-	for (int p = 0; p < 3; p++) {
-		hp_batcher_free(r.edata[p]);
-		hp_online_free(r.eonline[p]);
-	}
-	hp_optim_release(&r.opt);
-	if (r.verifying)
-		hp_verify_free(&r.verify);
-	hp_fsdp_free(&r.fsdp);
-	hp_model_release(&r.model);
-	hp_backend_close(r.bk);
-	hp_comms_free(&r.comms);
-	hp_plan_free(r.plan);
-	hp_config_release(&r.cfg);
+	run_free(&r);
 	return rc;
 }

@@ -1,13 +1,14 @@
 /*
  * train.h - the training loop behind hp-train.
  *
- * hp_train_run() resolves the config, loads the model and data, and runs
- * train_iters optimizer steps of global_batch_size sequences each (gradient
- * accumulation over micro-batches), printing the resolved-parameter table
- * and one line per logged step to `out` on rank 0.  On more than one rank
- * it runs FSDP/HSDP over the plan's dp_shard and dp_replicate dims (lib/dist/fsdp.h),
- * checks each step's traffic against the plan's estimate, and adds it to the
- * metrics; tensor, context and expert parallelism are refused until they land.
+ * hp_train_run() resolves the config into a plan for the job's world size,
+ * loads the model and data, and runs train_iters optimizer steps of
+ * global_batch_size sequences each (gradient accumulation over
+ * micro-batches), printing the resolved-parameter table and one line per
+ * logged step to `out` on rank 0.  One step serves every world size (one
+ * process is the world of size one): FSDP/HSDP, tensor, sequence, context
+ * and expert parallelism as the plan lays them out, each step's traffic
+ * checked against the plan's estimate and added to the metrics.
  *
  * Output files (--metrics, --dump-grads) are written under temporary names
  * and renamed when complete; on failure they are removed.
