@@ -73,4 +73,23 @@ test_expect_success 'a kernel bound to the wrong kind of module is refused' '
 	test_one_line err && grep -q "kernel .fused_rmsnorm. computes rmsnorm" err
 '
 
+# supports() of the registry's row (lib/backend/kernels.c) decides at
+# binding: the CPU's flash kernel takes head_dim up to 512, so hp-plan
+# refuses it for a model of 520, naming the module (t0950 shows the same
+# refusal from hp-train)
+test_expect_success 'a kernel that cannot run the module it matches is refused at binding, by module' '
+	mkdir -p hd520 &&
+	jq ".head_dim = 520" "$REFS/qwen3-moe-a/config.json" >hd520/config.json &&
+	write_config hd.yaml "$PWD/hd520" rb 128 2 2 1 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: flash_attention}}
+	YAML
+	sed -i -e "s|from_pretrained|from_config|" -e "s|pretrained_model_name_or_path:|config_path:|" hd.yaml &&
+	test_must_fail_with 3 hp-plan hd.yaml --world 1 >plan.json 2>err &&
+	test_one_line err &&
+	grep -q "plan_overrides\[0\]: .model.layers.0.self_attn.: flash_attention takes head_dim up to 512, the model has 520" err &&
+	sed -i "s/_target_: flash_attention/_target_: fused_rmsnorm/; s/self_attn/input_layernorm/" hd.yaml &&
+	hp-plan hd.yaml --world 1 >plan.json
+'
+
 test_done

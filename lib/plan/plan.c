@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/kernels.h"
 #include "base/alloc.h"
 #include "base/checked.h"
 #include "base/fileio.h"
@@ -272,39 +273,8 @@ static int build_params(struct hp_plan *p)
 
 /* --- modules and kernels ---------------------------------------------------- */
 
-/* The kernels an override may bind, with the HyperParallel factories that
- * do the same job (both spellings of their module path). */
-static const struct kernel {
-	const char *name, *op;
-	const char *targets[2];
-} kernels[] = {
-	{ "fused_rmsnorm", "rmsnorm", {
-		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_rms_norm",
-		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_rms_norm" } },
-	{ "flash_attention", "attention", {
-		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_flash_attention",
-		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_flash_attention" } },
-	/* hp's own: context parallel by all-to-all of heads (DeepSpeed-Ulysses) */
-	{ "ulysses_attention", "attention", { NULL, NULL } },
-	{ "grouped_experts", "experts", {
-		"hyper_parallel.models.qwen3_moe.adapter.replacements.replace_qwen3_moe_grouped_experts",
-		"hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement.replace_qwen3_moe_grouped_experts" } },
-};
-#define NKERNELS ((int)(sizeof(kernels) / sizeof(kernels[0])))
-
-/* A target may be a HyperParallel factory or hp's own kernel name. */
-static const struct kernel *find_kernel(const char *target)
-{
-	for (int i = 0; i < NKERNELS; i++)
-		if (!strcmp(target, kernels[i].name) ||
-		    (kernels[i].targets[0] && !strcmp(target, kernels[i].targets[0])) ||
-		    (kernels[i].targets[1] && !strcmp(target, kernels[i].targets[1])))
-			return &kernels[i];
-	return NULL;
-}
-
 static int add_module(struct hp_plan *p, int cap, const char *name, const char *prefix,
-		      const char *cls, const char *op)
+		      const char *cls, const char *op, int layer, enum hp_plan_slot slot)
 {
 	struct hp_plan_module *m;
 	char buf[96];
@@ -313,6 +283,8 @@ static int add_module(struct hp_plan *p, int cap, const char *name, const char *
 		return -1;
 	m = &p->modules[p->nmodules++];
 	m->override = -1;
+	m->layer = layer;
+	m->slot = slot;
 	m->name = hp_strdup(name);
 	snprintf(buf, sizeof(buf), "%s%s", prefix, cls);
 	m->cls = hp_strdup(buf);
@@ -333,31 +305,31 @@ static int build_modules(struct hp_plan *p)
 	snprintf(pre, sizeof(pre), "%.*s", cut ? (int)(cut - arch) : (int)strlen(arch), arch);
 	if (!(p->modules = hp_calloc((size_t)cap, sizeof(*p->modules))))
 		return -1;
-	bad |= add_module(p, cap, "model.embed_tokens", "", "Embedding", "embedding");
+	bad |= add_module(p, cap, "model.embed_tokens", "", "Embedding", "embedding", -1, HP_SLOT_OTHER);
 	for (int l = 0; l < s->n_layers; l++) {
 		int moe = hp_model_spec_layer_is_moe(s, l);
-#define M(suffix, cpre, cls, op) do { \
+#define M(suffix, cpre, cls, op, slot) do { \
 		snprintf(name, sizeof(name), "model.layers.%d%s", l, suffix); \
-		bad |= add_module(p, cap, name, cpre, cls, op); } while (0)
-		M("", pre, "DecoderLayer", "decoder_layer");
-		M(".input_layernorm", pre, "RMSNorm", "rmsnorm");
-		M(".self_attn", pre, "Attention", "attention");
+		bad |= add_module(p, cap, name, cpre, cls, op, l, slot); } while (0)
+		M("", pre, "DecoderLayer", "decoder_layer", HP_SLOT_OTHER);
+		M(".input_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_NORM_IN);
+		M(".self_attn", pre, "Attention", "attention", HP_SLOT_ATTN);
 		if (s->qk_norm) {
-			M(".self_attn.q_norm", pre, "RMSNorm", "rmsnorm");
-			M(".self_attn.k_norm", pre, "RMSNorm", "rmsnorm");
+			M(".self_attn.q_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
+			M(".self_attn.k_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
 		}
-		M(".post_attention_layernorm", pre, "RMSNorm", "rmsnorm");
+		M(".post_attention_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_NORM_POST);
 		if (moe) {
-			M(".mlp", pre, "SparseMoeBlock", "moe");
-			M(".mlp.gate", "", "Linear", "router");
-			M(".mlp.experts", pre, "Experts", "experts");
+			M(".mlp", pre, "SparseMoeBlock", "moe", HP_SLOT_OTHER);
+			M(".mlp.gate", "", "Linear", "router", HP_SLOT_OTHER);
+			M(".mlp.experts", pre, "Experts", "experts", HP_SLOT_EXPERTS);
 		} else {
-			M(".mlp", pre, "MLP", "mlp");
+			M(".mlp", pre, "MLP", "mlp", HP_SLOT_OTHER);
 		}
 #undef M
 	}
-	bad |= add_module(p, cap, "model.norm", pre, "RMSNorm", "rmsnorm");
-	bad |= add_module(p, cap, "lm_head", "", "Linear", "lm_head");
+	bad |= add_module(p, cap, "model.norm", pre, "RMSNorm", "rmsnorm", -1, HP_SLOT_NORM_FINAL);
+	bad |= add_module(p, cap, "lm_head", "", "Linear", "lm_head", -1, HP_SLOT_LM_HEAD);
 	return bad ? -1 : 0;
 }
 
@@ -431,7 +403,7 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 		const struct hp_plan_override *o = &c->overrides[i];
 		const char *when = o->when, *type = o->module_type, *target = o->replace_target;
 		int tidx = target ? i : -1;
-		const struct kernel *k;
+		const struct hp_kernel *k;
 
 		/* merge every entry with this match list into the first one */
 		int first = 1;
@@ -455,16 +427,10 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 		}
 		if (!target)
 			continue;
-		if (!(k = find_kernel(target))) {
+		if (!(k = hp_kernel_find_target(target))) {
 			char known[2048];
-			size_t n = 0;
 
-			for (int x = 0; x < NKERNELS; x++)
-				for (int y = -1; y < 2; y++)
-					if (y < 0 || kernels[x].targets[y])
-						n += (size_t)snprintf(known + n, n < sizeof(known) ? sizeof(known) - n : 0,
-								      "%s%s", n ? ", " : "",
-								      y < 0 ? kernels[x].name : kernels[x].targets[y]);
+			hp_kernel_targets(known, sizeof(known));
 			return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d].replace_module._target_: "
 					  "unknown '%s'; known: %s", f, tidx, target, known);
 		}
@@ -489,10 +455,22 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 					return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d]: kernel '%s' "
 							  "computes %s, but '%s' is a %s (%s)", f, tidx, k->name,
 							  k->op, mod->name, mod->cls, mod->kernel + 10);
+				if (k->supports) {
+					struct hp_kernel_site site = {
+						.module = mod->name, .layer = mod->layer, .head_dim = p->spec.head_dim,
+						.moe = mod->layer >= 0 && hp_model_spec_layer_is_moe(&p->spec, mod->layer),
+					};
+					char why[256];
+
+					if (!k->supports(&site, why, sizeof(why)))
+						return hp_err_set(e, HP_ECONFIG, "'%s': $.plan_overrides[%d]: '%s': %s",
+								  f, tidx, mod->name, why);
+				}
 				if (!(kn = hp_strdup(k->name)))
 					return hp_err_set(e, HP_ENOMEM, "out of memory");
 				hp_free(mod->kernel);
 				mod->kernel = kn;
+				mod->impl = k;
 				mod->override = tidx;
 			}
 			if (!hits && warn(p, "'%s': $.plan_overrides[%d].match: '%s' matches no module",
@@ -577,6 +555,7 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 		}
 		hp_free(m->kernel);
 		m->kernel = kn;
+		m->impl = hp_kernel_find("lm_head", "cpu", "chunked_ce");
 		p->ce_chunk = c->training.loss_chunk_size;
 	}
 	for (int i = 0; i < p->nmodules; i++)
@@ -685,23 +664,33 @@ void hp_plan_model_kernels(const struct hp_plan *p, struct hp_model_kernels *k)
 		k->ckpt[l] = p->ckpt_layer[l] ? (unsigned char)p->act_ckpt : HP_ACT_CKPT_OFF;
 	for (int i = 0; i < p->nmodules; i++) {
 		const struct hp_plan_module *m = &p->modules[i];
-		int l = -1, n = 0;
-		char sub[64] = "";
+		const char *kn = m->impl ? m->impl->name : "";
+		int l = m->layer;
 
-		if (sscanf(m->name, "model.layers.%d.%63s%n", &l, sub, &n) == 2 && l >= 0 && l < HP_MAX_LAYERS) {
-			if (!strcmp(sub, "self_attn"))
-				k->flash[l] = !strcmp(m->kernel, "flash_attention") ||
-					      !strcmp(m->kernel, "ulysses_attention");
-			else if (!strcmp(sub, "input_layernorm"))
-				k->fused_in[l] = !strcmp(m->kernel, "fused_rmsnorm");
-			else if (!strcmp(sub, "post_attention_layernorm"))
-				k->fused_post[l] = !strcmp(m->kernel, "fused_rmsnorm");
-			else if (!strcmp(sub, "mlp.experts"))
-				k->grouped[l] = !strcmp(m->kernel, "grouped_experts");
-		} else if (!strcmp(m->name, "model.norm")) {
-			k->fused_final = !strcmp(m->kernel, "fused_rmsnorm");
-		} else if (!strcmp(m->name, "lm_head") && !strcmp(m->kernel, "chunked_ce")) {
-			k->ce_chunk = p->ce_chunk;
+		if (l >= HP_MAX_LAYERS)
+			continue;
+		switch (m->slot) {
+		case HP_SLOT_ATTN:   /* ulysses runs each rank's heads with the flash kernel */
+			k->flash[l] = !strcmp(kn, "flash_attention") || !strcmp(kn, "ulysses_attention");
+			break;
+		case HP_SLOT_NORM_IN:
+			k->fused_in[l] = !strcmp(kn, "fused_rmsnorm");
+			break;
+		case HP_SLOT_NORM_POST:
+			k->fused_post[l] = !strcmp(kn, "fused_rmsnorm");
+			break;
+		case HP_SLOT_EXPERTS:
+			k->grouped[l] = !strcmp(kn, "grouped_experts");
+			break;
+		case HP_SLOT_NORM_FINAL:
+			k->fused_final = !strcmp(kn, "fused_rmsnorm");
+			break;
+		case HP_SLOT_LM_HEAD:
+			if (!strcmp(kn, "chunked_ce"))
+				k->ce_chunk = p->ce_chunk;
+			break;
+		case HP_SLOT_OTHER:
+			break;
 		}
 	}
 }

@@ -82,11 +82,27 @@ struct hp_plan_unit {
 	enum hp_mesh mesh;             /* HP_MESH_FSDP or HP_MESH_EXPERT */
 };
 
+/* The modules whose kernel the model chooses per layer (struct hp_model_kernels) */
+enum hp_plan_slot {
+	HP_SLOT_OTHER = 0,
+	HP_SLOT_ATTN,                  /* model.layers.L.self_attn */
+	HP_SLOT_NORM_IN,               /* model.layers.L.input_layernorm */
+	HP_SLOT_NORM_POST,             /* model.layers.L.post_attention_layernorm */
+	HP_SLOT_EXPERTS,               /* model.layers.L.mlp.experts */
+	HP_SLOT_NORM_FINAL,            /* model.norm */
+	HP_SLOT_LM_HEAD,               /* lm_head */
+};
+
+struct hp_kernel;
 struct hp_plan_module {
 	char *name;                    /* "model.layers.3.self_attn" */
 	char *cls;                     /* "Qwen3MoeAttention" */
 	char *kernel;                  /* "reference.attention", "flash_attention" */
 	int override;                  /* plan_overrides index, or -1 */
+	int layer;                     /* its decoder layer, or -1 */
+	enum hp_plan_slot slot;
+	const struct hp_kernel *impl;  /* the registry row bound (lib/backend/kernels.h);
+					  NULL: the op's reference */
 };
 
 enum hp_cp_mode { HP_CP_ALLGATHER = 0, HP_CP_ULYSSES };

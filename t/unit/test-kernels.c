@@ -1,6 +1,9 @@
 /*
  * test-kernels.c - every CPU kernel's backward against finite differences
- * of its forward, and every fast kernel against its reference.
+ * of its forward, and every row of the kernel registry
+ * (lib/backend/kernels.c): a CPU row's functions against its op's reference
+ * row's by the form of their signatures (test_registry), so that a new row
+ * of a known form is tested without a new case here.
  *
  * The finite-difference check works on the scalar L = sum(out * R) for a
  * fixed random R: the analytic gradient is the backward fed with dout = R;
@@ -32,6 +35,7 @@
 #include <math.h>
 #include <sys/mman.h>
 
+#include "backend/kernels.h"
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
 #include "config/hfconfig.h"
@@ -338,7 +342,13 @@ static void test_linear(void)
 	numgrad(nb, c.b, O, lin_loss, &c);
 	ok(fd_err(dx, nx, N * K) < FD_TOL && fd_err(dW, nW, O * K) < FD_TOL && fd_err(db, nb, O) < FD_TOL,
 	   "linear reference backward matches finite differences");
+	free(c.x); free(c.W); free(c.b); free(c.y); free(c.R); free(dx); free(dW); free(db);
+	free(nx); free(nW); free(nb);
+}
 
+/* A linear row against the reference row (the registry walk, below). */
+static void cmp_linear(const struct hp_kernel *ref, const struct hp_kernel *kr)
+{
 	/*
 	 * The BLAS table against the reference, forward and backward, element
 	 * by element from the magnitudes summed: the reference sums in double
@@ -370,19 +380,19 @@ static void test_linear(void)
 	memcpy(dx2, dx1, N2 * K2 * 4);
 	memcpy(dW2, dW1, O2 * K2 * 4);
 	memcpy(db2, db1, O2 * 4);
-	hp_cpu_ops_reference.linear_fwd(y1, x, W, b, N2, K2, O2);
-	hp_cpu_ops_blas.linear_fwd(y2, x, W, b, N2, K2, O2);
+	ref->cpu.linear_fwd(y1, x, W, b, N2, K2, O2);
+	kr->cpu.linear_fwd(y2, x, W, b, N2, K2, O2);
 	double ey = tap_bound_err(y2, y1, my, N2 * O2, K2 + 3);
-	ok(ey <= 1, "blas linear forward equals the reference (worst %.2f of (K+3) u sum|x||W|)", ey);
-	hp_cpu_ops_reference.linear_bwd(dx1, dW1, db1, dy, x, W, N2, K2, O2, 1);
-	hp_cpu_ops_blas.linear_bwd(dx2, dW2, db2, dy, x, W, N2, K2, O2, 1);
+	ok(ey <= 1, "%s linear forward equals the reference (worst %.2f of (K+3) u sum|x||W|)", kr->name, ey);
+	ref->cpu.linear_bwd(dx1, dW1, db1, dy, x, W, N2, K2, O2, 1);
+	kr->cpu.linear_bwd(dx2, dW2, db2, dy, x, W, N2, K2, O2, 1);
 	double edx = tap_bound_err(dx2, dx1, mdx, N2 * K2, O2 + 4), edW = tap_bound_err(dW2, dW1, mdW, O2 * K2, N2 + 4);
 	double edb = tap_bound_err(db2, db1, mdb, O2, N2 + 3);
 	ok(edx <= 1 && edW <= 1 && edb <= 1,
-	   "blas linear backward (accumulating) equals the reference (worst %.2f %.2f %.2f of the bound)", edx, edW, edb);
+	   "%s linear backward (accumulating) equals the reference (worst %.2f %.2f %.2f of the bound)", kr->name,
+	   edx, edW, edb);
 	free(my); free(mdx); free(mdW);
-	free(c.x); free(c.W); free(c.b); free(c.y); free(c.R); free(dx); free(dW); free(db);
-	free(nx); free(nW); free(nb); free(x); free(W); free(b); free(dy); free(y1); free(y2);
+	free(x); free(W); free(b); free(dy); free(y1); free(y2);
 	free(dx1); free(dx2); free(dW1); free(dW2); free(db1); free(db2);
 }
 
@@ -457,26 +467,63 @@ static void test_attention(void)
 	att_loss(&c);
 	ok(c.o[0] == o0, "a later key does not change an earlier output (causal mask)");
 	c.k[(size_t)(T - 1) * KV * D] = keep;
+	free(c.q); free(c.k); free(c.v); free(c.o); free(c.P); free(c.R); free(dq); free(dk); free(dv);
+	free(scr); free(nq_); free(nk_); free(nv_);
+}
 
-	/* BLAS path against the reference */
+/* An attention row that saves P against the reference row, on 37 tokens
+ * (the registry walk, below) */
+static void cmp_attention(const struct hp_kernel *ref, const struct hp_kernel *kr)
+{
 	int T2 = 37, H2 = 4, KV2 = 2, D2 = 16, B2 = 2;
 	size_t mq = (size_t)B2 * T2 * H2 * D2, mk = (size_t)B2 * T2 * KV2 * D2, mP = (size_t)B2 * H2 * T2 * T2;
 	float *q = rnd(mq), *k = rnd(mk), *v = rnd(mk), *dout = rnd(mq);
 	float *o1 = malloc(mq * 4), *o2 = malloc(mq * 4), *P1 = malloc(mP * 4), *P2 = malloc(mP * 4);
 	float *a1 = malloc(mq * 4), *a2 = malloc(mq * 4), *k1 = malloc(mk * 4), *k2 = malloc(mk * 4);
 	float *v1 = malloc(mk * 4), *v2 = malloc(mk * 4), *s2 = malloc((size_t)T2 * T2 * 4);
-	hp_cpu_ops_reference.attention_fwd(o1, P1, q, k, v, NULL, B2, T2, H2, KV2, D2);
-	hp_cpu_ops_blas.attention_fwd(o2, P2, q, k, v, NULL, B2, T2, H2, KV2, D2);
+	ref->cpu.attention_fwd(o1, P1, q, k, v, NULL, B2, T2, H2, KV2, D2);
+	kr->cpu.attention_fwd(o2, P2, q, k, v, NULL, B2, T2, H2, KV2, D2);
 	double eo = att_out_err(o2, o1, mq, v, mk), eP = tap_rel_l2(P2, P1, mP, 0), eg[3];
-	ok(eo < ATT_TOL && eP < ATT_TOL, "blas attention forward equals the reference (%.2e %.2e)", eo, eP);
-	hp_cpu_ops_reference.attention_bwd(a1, k1, v1, dout, P1, q, k, v, NULL, s2, B2, T2, H2, KV2, D2);
-	hp_cpu_ops_blas.attention_bwd(a2, k2, v2, dout, P2, q, k, v, NULL, s2, B2, T2, H2, KV2, D2);
+	ok(eo < ATT_TOL && eP < ATT_TOL, "%s attention forward equals the reference (%.2e %.2e)", kr->name, eo, eP);
+	ref->cpu.attention_bwd(a1, k1, v1, dout, P1, q, k, v, NULL, s2, B2, T2, H2, KV2, D2);
+	kr->cpu.attention_bwd(a2, k2, v2, dout, P2, q, k, v, NULL, s2, B2, T2, H2, KV2, D2);
 	att_grad_err(eg, a2, a1, mq, k2, k1, v2, v1, mk);
 	ok(eg[0] < ATT_TOL && eg[1] < ATT_TOL && eg[2] < ATT_TOL,
-	   "blas attention backward equals the reference (%.2e %.2e %.2e)", eg[0], eg[1], eg[2]);
-	free(c.q); free(c.k); free(c.v); free(c.o); free(c.P); free(c.R); free(dq); free(dk); free(dv);
-	free(scr); free(nq_); free(nk_); free(nv_); free(q); free(k); free(v); free(dout); free(o1);
+	   "%s attention backward equals the reference (%.2e %.2e %.2e)", kr->name,
+	   eg[0], eg[1], eg[2]);
+	free(q); free(k); free(v); free(dout); free(o1);
 	free(o2); free(P1); free(P2); free(a1); free(a2); free(k1); free(k2); free(v1); free(v2); free(s2);
+}
+
+/*
+ * A flash row (the log-sum-exp saved, not P) against the reference row
+ * that saves P, under the same ATT_TOL and scales: the tiles' float sums
+ * are no longer than the BLAS path's (t/unit/test-flashattn.c holds the
+ * flash kernel to more shapes and to its own lse).
+ */
+static void cmp_flash(const struct hp_kernel *ref, const struct hp_kernel *kr)
+{
+	int T = 37, H = 4, KV = 2, D = 16, B = 2;
+	size_t mq = (size_t)B * T * H * D, mk = (size_t)B * T * KV * D, mP = (size_t)B * H * T * T;
+	size_t ml = (size_t)B * H * T, sc = hp_flash_attention_scratch(T, H, D);
+	float *q = rnd(mq), *k = rnd(mk), *v = rnd(mk), *dout = rnd(mq);
+	float *o1 = malloc(mq * 4), *o2 = malloc(mq * 4), *P1 = malloc(mP * 4), *lse = malloc(ml * 4);
+	float *a1 = malloc(mq * 4), *a2 = malloc(mq * 4), *k1 = malloc(mk * 4), *k2 = malloc(mk * 4);
+	float *v1 = malloc(mk * 4), *v2 = malloc(mk * 4), *s1 = malloc((size_t)T * T * 4);
+	float *s2 = sc ? malloc(sc * 4) : NULL;
+	double eo, eg[3];
+
+	ref->cpu.attention_fwd(o1, P1, q, k, v, NULL, B, T, H, KV, D);
+	kr->cpu.flash_fwd(o2, lse, q, k, v, NULL, B, T, H, KV, D);
+	eo = att_out_err(o2, o1, mq, v, mk);
+	ok(eo < ATT_TOL, "%s attention forward equals the reference (%.2e)", kr->name, eo);
+	ref->cpu.attention_bwd(a1, k1, v1, dout, P1, q, k, v, NULL, s1, B, T, H, KV, D);
+	kr->cpu.flash_bwd(a2, k2, v2, dout, o2, lse, q, k, v, NULL, s2, B, T, H, KV, D);
+	att_grad_err(eg, a2, a1, mq, k2, k1, v2, v1, mk);
+	ok(eg[0] < ATT_TOL && eg[1] < ATT_TOL && eg[2] < ATT_TOL,
+	   "%s attention backward equals the reference (%.2e %.2e %.2e)", kr->name, eg[0], eg[1], eg[2]);
+	free(q); free(k); free(v); free(dout); free(o1); free(o2); free(P1); free(lse);
+	free(a1); free(a2); free(k1); free(k2); free(v1); free(v2); free(s1); free(s2);
 }
 
 /*
@@ -722,7 +769,8 @@ static double *ce_mag(const float *l, const int32_t *t, int N, int V, float scal
 	return mag;
 }
 
-static void test_vec_paths(void)
+/* A SwiGLU row against the reference row (the registry walk, below). */
+static void cmp_swiglu(const struct hp_kernel *ref, const struct hp_kernel *kr)
 {
 	long n = 1001;   /* not a multiple of 8: exercises the tails */
 	float *g = rnd(n), *u = rnd(n), *dh = rnd(n);
@@ -749,17 +797,24 @@ static void test_vec_paths(void)
 		mh[i] = fabs(g[i] * sg * u[i]);
 		mdg[i] = fabs(dh[i] * u[i] * sg) * (1 + fabs(g[i]));
 	}
-	hp_cpu_ops_reference.swiglu_fwd(h1, g, u, n);
-	hp_cpu_ops_blas.swiglu_fwd(h2, g, u, n);
+	ref->cpu.swiglu_fwd(h1, g, u, n);
+	kr->cpu.swiglu_fwd(h2, g, u, n);
 	double eh = tap_bound_err(h2, h1, mh, n, 15);
-	ok(eh <= 1, "vector swiglu forward equals the reference (worst %.2f of 15 u |h|)", eh);
-	hp_cpu_ops_reference.swiglu_bwd(dg1, du1, dh, g, u, n);
-	hp_cpu_ops_blas.swiglu_bwd(dg2, du2, dh, g, u, n);
+	ok(eh <= 1, "%s swiglu forward equals the reference (worst %.2f of 15 u |h|)", kr->name, eh);
+	ref->cpu.swiglu_bwd(dg1, du1, dh, g, u, n);
+	kr->cpu.swiglu_bwd(dg2, du2, dh, g, u, n);
 	for (long i = 0; i < n; i++)
 		mh[i] = fabs(dh[i] * g[i] / (1 + exp(-(double)g[i])));
 	double edg = tap_bound_err(dg2, dg1, mdg, n, 28), edu = tap_bound_err(du2, du1, mh, n, 15);
-	ok(edg <= 1 && edu <= 1, "vector swiglu backward equals the reference (worst %.2f %.2f of the bound)", edg, edu);
+	ok(edg <= 1 && edu <= 1, "%s swiglu backward equals the reference (worst %.2f %.2f of the bound)",
+	   kr->name, edg, edu);
+	free(g); free(u); free(dh); free(h1); free(h2); free(dg1); free(dg2); free(du1); free(du2);
+	free(mh); free(mdg);
+}
 
+/* A cross-entropy row against the reference row (the registry walk, below). */
+static void cmp_cross_entropy(const struct hp_kernel *ref, const struct hp_kernel *kr)
+{
 	int N = 7, V = 1003;
 	float *l = rnd((size_t)N * V), *d1 = malloc((size_t)N * V * 4), *d2 = malloc((size_t)N * V * 4);
 	int32_t t[7] = { 0, 1002, HP_IGNORE_INDEX, 500, 7, 8, 9 };
@@ -777,11 +832,11 @@ static void test_vec_paths(void)
 	 * for the double arithmetic after it.
 	 */
 	int lanes = (V + 7) / 8;
-	hp_cpu_ops_reference.cross_entropy_fwd(&s1, &c1, l, t, N, V);
-	hp_cpu_ops_blas.cross_entropy_fwd(&s2, &c2, l, t, N, V);
+	ref->cpu.cross_entropy_fwd(&s1, &c1, l, t, N, V);
+	kr->cpu.cross_entropy_fwd(&s2, &c2, l, t, N, V);
 	double tl = (double)c1 * (lanes + 10) * TAP_U;
-	ok(c1 == c2 && fabs(s2 - s1) <= tl, "vector cross-entropy loss equals the reference (%.3e, bound %.2e)",
-	   fabs(s2 - s1), tl);
+	ok(c1 == c2 && fabs(s2 - s1) <= tl, "%s cross-entropy loss equals the reference (%.3e, bound %.2e)",
+	   kr->name, fabs(s2 - s1), tl);
 	/*
 	 * The gradient, scale (exp(l - max) / se - [v = t]), element-wise
 	 * against scale (p + [v = t]): the vector path's share p carries its
@@ -792,13 +847,13 @@ static void test_vec_paths(void)
 	 * both sides (mag 0: exact).
 	 */
 	double *mce = ce_mag(l, t, N, V, 0.25f);
-	hp_cpu_ops_reference.cross_entropy_bwd(d1, l, t, N, V, 0.25f);
+	ref->cpu.cross_entropy_bwd(d1, l, t, N, V, 0.25f);
 	memcpy(d2, l, (size_t)N * V * 4);
-	hp_cpu_ops_blas.cross_entropy_bwd(d2, d2, t, N, V, 0.25f);   /* in place, as the model calls it */
+	kr->cpu.cross_entropy_bwd(d2, d2, t, N, V, 0.25f);   /* in place, as the model calls it */
 	double ece = tap_bound_err(d2, d1, mce, (size_t)N * V, lanes + 20);
-	ok(ece <= 1, "vector cross-entropy gradient (in place) equals the reference (worst %.2f of the bound)", ece);
-	free(g); free(u); free(dh); free(h1); free(h2); free(dg1); free(dg2); free(du1); free(du2);
-	free(l); free(d1); free(d2); free(mh); free(mdg); free(mce);
+	ok(ece <= 1, "%s cross-entropy gradient (in place) equals the reference (worst %.2f of the bound)",
+	   kr->name, ece);
+	free(l); free(d1); free(d2); free(mce);
 }
 
 /*
@@ -873,6 +928,163 @@ static void test_vocab_parallel_ce(void)
 	free(mg);
 }
 
+/*
+ * A fused_rmsnorm row (the residual add in front of the norm) against the
+ * reference row after the same add, element-wise against the magnitudes:
+ * h = a + b is one float add on both sides (exact match); rstd may differ by
+ * a float ulp (the vector path sums squares in double in another order),
+ * 2 u of |rstd|; y = w (x rstd) two roundings on each side plus rstd's,
+ * k = 6 of |y|.  The backward, accumulating into the residual's gradient
+ * g0 as the model calls it: dx = g0 + r (dy w - x r mean), mean = (sum in
+ * double) / C rounded once: six roundings on each side, one u of the
+ * rounded mean, k = 14 of |g0| + r (|dy w| + |x r mean|); dw += dy (x r)
+ * over the N rows in float: k = 2 (N + 2) of |dw0| + sum |dy x r|.
+ */
+static void cmp_rmsnorm_res(const struct hp_kernel *ref, const struct hp_kernel *kr)
+{
+	enum { N = 7, C = 37 };   /* a block of four rows and three alone; C not a multiple of 8 */
+	float *a = rnd(N * C), *b = rnd(N * C), *w = rnd(C), *dy = rnd(N * C), *g0 = rnd(N * C), *dw0 = rnd(C);
+	float x[N * C], h[N * C], y1[N * C], y2[N * C], r1[N], r2[N];
+	float dx1[N * C], dx2[N * C], dw1[C], dw2[C];
+	double my[N * C], mr[N], mdx[N * C], mdw[C];
+
+	for (int i = 0; i < N * C; i++)
+		x[i] = a[i] + b[i];
+	ref->cpu.rmsnorm_fwd(y1, r1, x, w, N, C, 1e-6f);
+	kr->cpu.rmsnorm_res_fwd(h, y2, r2, a, b, w, N, C, 1e-6f);
+	for (int n = 0; n < N; n++) {
+		mr[n] = fabs(r1[n]);
+		for (int c = 0; c < C; c++)
+			my[n * C + c] = fabs((double)w[c] * x[n * C + c] * r1[n]);
+	}
+	double er = tap_bound_err(r2, r1, mr, N, 2), ey = tap_bound_err(y2, y1, my, N * C, 6);
+	ok(!memcmp(h, x, sizeof(x)) && er <= 1 && ey <= 1,
+	   "%s rmsnorm forward (residual add fused) equals the reference (h exact, worst %.2f %.2f of the bound)",
+	   kr->name, er, ey);
+	memcpy(dx1, g0, sizeof(dx1));
+	memcpy(dx2, g0, sizeof(dx2));
+	memcpy(dw1, dw0, sizeof(dw1));
+	memcpy(dw2, dw0, sizeof(dw2));
+	ref->cpu.rmsnorm_bwd(dx1, dw1, dy, x, w, r1, N, C, 1);
+	kr->cpu.rmsnorm_bwd(dx2, dw2, dy, x, w, r1, N, C, 1);
+	for (int c = 0; c < C; c++)
+		mdw[c] = fabs(dw0[c]);
+	for (int n = 0; n < N; n++) {
+		double d = 0, r = r1[n];
+
+		for (int c = 0; c < C; c++)
+			d += (double)dy[n * C + c] * w[c] * x[n * C + c] * r;
+		for (int c = 0; c < C; c++) {
+			double xr = (double)x[n * C + c] * r;
+
+			mdx[n * C + c] = fabs(g0[n * C + c]) + r * (fabs((double)dy[n * C + c] * w[c]) + fabs(xr * d / C));
+			mdw[c] += fabs(dy[n * C + c] * xr);
+		}
+	}
+	double edx = tap_bound_err(dx2, dx1, mdx, N * C, 14), edw = tap_bound_err(dw2, dw1, mdw, C, 2 * (N + 2));
+	ok(edx <= 1 && edw <= 1, "%s rmsnorm backward (accumulating) equals the reference (worst %.2f %.2f of the bound)",
+	   kr->name, edx, edw);
+	free(a); free(b); free(w); free(dy); free(g0); free(dw0);
+}
+
+/* " name(" in kernels/cuda/ops.h and "#define name " in cuda/emu_names.h:
+ * a CUDA row's functions exist on the GPU and in its host emulation */
+static int cuda_declares(const char *ops, const char *emu, const char *name)
+{
+	char decl[96], def[128];
+
+	snprintf(decl, sizeof(decl), " %s(", name);
+	snprintf(def, sizeof(def), "#define %s ", name);
+	return strstr(ops, decl) && strstr(emu, def);
+}
+
+static char *slurp(const char *dir, const char *rel)
+{
+	char path[4096];
+	FILE *f;
+	char *buf = NULL;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	if (!(f = fopen(path, "rb")))
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+	    (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n)
+		buf[n] = '\0';
+	else {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
+}
+
+/*
+ * The op x backend walk over the kernel registry (lib/backend/kernels.c):
+ * every CPU row with functions against its op's reference row, by the form
+ * of its functions, so that a new row of a known form is tested without a
+ * new test case (a new form fails here until it has a comparison); every
+ * CUDA row's functions declared in kernels/cuda/ops.h and emulated
+ * (t/cuemu and t/unit/test-cuda*.c run them against the CPU).  The
+ * references themselves are checked by finite differences above.
+ */
+static void test_registry(void)
+{
+	const char *src = getenv("HP_SRC_DIR");
+	char *ops = slurp(src && *src ? src : ".", "kernels/cuda/ops.h");
+	char *emu = slurp(src && *src ? src : ".", "kernels/cuda/emu_names.h");
+
+	for (int i = 0; i < hp_nkernels; i++) {
+		const struct hp_kernel *k = &hp_kernels[i];
+		const struct hp_kernel_cpu *f = &k->cpu;
+		const struct hp_kernel *ref = hp_kernel_find(k->op, k->backend, "reference");
+		char what[96];
+
+		snprintf(what, sizeof(what), "%s / %s / %s", k->op, k->backend, k->name);
+		ok(!hp_kernel_find(k->op, k->backend, k->name) || hp_kernel_find(k->op, k->backend, k->name) == k,
+		   "%s: one row", what);
+		if (!strcmp(k->backend, "cuda")) {
+			const char *t = k->cuda ? k->cuda : "";
+			int found = 1, n = 0;
+
+			if (!ops || !emu) {
+				tap_skip("no HP_SRC_DIR", "%s: its functions are in kernels/cuda/ops.h", what);
+				continue;
+			}
+			for (size_t len; *(t += strspn(t, " ")); t += len, n++) {
+				char name[80];
+
+				len = strcspn(t, " ");
+				snprintf(name, sizeof(name), "%.*s", (int)len, t);
+				found &= cuda_declares(ops, emu, name);
+			}
+			ok(found && n > 0, "%s: its %d functions are in kernels/cuda/ops.h and emulated", what, n);
+			continue;
+		}
+		ok(!k->cuda, "%s: a CPU row names no CUDA function", what);
+		if (ref == k || !memcmp(f, &(struct hp_kernel_cpu){ 0 }, sizeof(*f)))
+			continue;   /* the reference itself, or the model's composition */
+		if (!ref)
+			ok(0, "%s: the op has no reference row", what);
+		else if (f->linear_fwd && ref->cpu.linear_fwd)
+			cmp_linear(ref, k);
+		else if (f->attention_fwd && ref->cpu.attention_fwd)
+			cmp_attention(ref, k);
+		else if (f->flash_fwd && ref->cpu.attention_fwd)
+			cmp_flash(ref, k);
+		else if (f->rmsnorm_res_fwd && ref->cpu.rmsnorm_fwd)
+			cmp_rmsnorm_res(ref, k);
+		else if (f->swiglu_fwd && ref->cpu.swiglu_fwd)
+			cmp_swiglu(ref, k);
+		else if (f->cross_entropy_fwd && ref->cpu.cross_entropy_fwd)
+			cmp_cross_entropy(ref, k);
+		else
+			ok(0, "%s: no comparison with the reference for its functions' form", what);
+	}
+	free(ops);
+	free(emu);
+}
+
 int main(void)
 {
 	test_embedding();
@@ -886,7 +1098,7 @@ int main(void)
 	test_attention_segments();
 	test_attention_threads();
 	test_streaming_threads();
-	test_vec_paths();
 	test_vocab_parallel_ce();
+	test_registry();
 	return tap_done();
 }
