@@ -4,7 +4,7 @@
 #
 # The layers, lowest first; lib/FOLDER is the layer FOLDER, kernels/cpu and
 # kernels/cuda are "kernels", tools/ sits on top.  This list is the one
-# place the order is written (docs/ARCHITECTURE.md explains it).
+# place the order is written (ARCHITECTURE.md explains it).
 LAYERS='base kernels format text config comm data backend model plan dist train tools'
 #
 # A module is a file's path less its extension (lib/comm/comm.c and .h are

@@ -1,5 +1,5 @@
 #!/bin/sh
-test_description='lib/comm_nccl: the NCCL collectives on device buffers equal the MPI backend, under mpiexec'
+test_description='lib/comm/comm_nccl: the NCCL collectives on device buffers equal the MPI backend, under mpiexec'
 . "$(dirname "$0")/test-lib.sh"
 
 test_have_prereq MPI || test_skip_all 'no mpiexec'

@@ -13,7 +13,8 @@
  *
  * Every op has a plain C reference (*_ref) that follows HF transformers'
  * modeling code; some have a faster variant.  struct hp_cpu_ops is the op
- * table the model calls through; hp_cpu_ops_get() returns the fast table, or
+ * table the CPU backend (lib/backend/backend_cpu.c) and the CUDA host
+ * emulation call through (the model calls its backend); hp_cpu_ops_get() returns the fast table, or
  * the all-reference one when HP_KERNELS=reference.  The reference kernels are
  * checked against finite differences in t/unit/test-kernels.c.
  */

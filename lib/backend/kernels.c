@@ -77,7 +77,7 @@ const struct hp_kernel hp_kernels[] = {
 	/* hp's own: context parallel by all-to-all of heads (DeepSpeed-Ulysses);
 	 * each rank's heads then run the flash kernel */
 	{ ROW("attention", "cpu", "ulysses_attention", "substitute",
-	  "plan_overrides: ulysses_attention (all-to-all CP lands with parallel training; flash at cp 1)"),
+	  "plan_overrides: ulysses_attention (CP by all-to-all of heads; flash at cp 1)"),
 	  .overridable = 1, .supports = flash_supports, FLASH(hp_flash_attention_fwd, hp_flash_attention_bwd) },
 	{ ROW("rope", "cpu", "reference", "default", "always"),
 	  .cpu = { .rope_fwd = hp_rope_fwd, .rope_bwd = hp_rope_bwd } },

@@ -1,7 +1,7 @@
 /*
  * banned.h - functions that are easy to misuse; using one is a compile error.
- * Included by every .c file in lib/, kernels/ and tools/ through the Makefile
- * (-include lib/base/banned.h).  Use snprintf, memcpy with explicit lengths, and
+ * Included by every .c file in lib/, kernels/ and tools/ through
+ * lib/base/compat.h, which the Makefile force-includes.  Use snprintf, memcpy with explicit lengths, and
  * strtok_r-free parsing instead.
  */
 #ifndef HP_BANNED_H

@@ -5,7 +5,7 @@
  * generic tree (mapping, sequence, scalar; each node with its line).  The
  * "--a.b=c" overrides are checked against the schema, their values parsed by
  * the same code, and grafted onto that tree.  Then one walk checks the tree
- * against a schema table (every section and key of CONFIG.md with its type,
+ * against a schema table (every section and key of hp-config(5) with its type,
  * default and whether it is required) and stores the values.  Because the
  * overrides land on the tree before the walk, they are type-checked by exactly
  * the code that checks the file.

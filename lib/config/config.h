@@ -7,9 +7,8 @@
  * required keys are HP_ECONFIG errors naming the path, e.g.
  *   "'train.yaml': $.accelerator.tp_sise: unknown key; did you mean tp_size"
  *   "'train.yaml': $.training.train_iters: expected int, got str"),
- * fills defaults, and writes a struct hp_config.  Sections not used yet by
- * the tools (accelerator, fsdp_config, plan_overrides, checkpoint, ...) are
- * still parsed and checked so that a seed config loads unchanged.
+ * fills defaults, and writes a struct hp_config.  A key hp does not act on
+ * is refused by name where it is read (hp-config(5)), never ignored.
  *
  * Ownership: every string in struct hp_config is owned by the config and
  * freed by hp_config_release().  Paths are stored as written, except that

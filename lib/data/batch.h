@@ -3,8 +3,9 @@
  * (inputs, labels) cut from a Megatron indexed dataset (indexed.h), in file
  * order, wrapping around at the end of the data.
  *
- * It is deliberately not Megatron's GPTDataset: no shuffling, no blending of
- * several datasets, no sample index cached on disk, no document masks.  Two
+ * It is deliberately not Megatron's GPTDataset: no blending of several
+ * datasets, no sample index cached on disk (shuffling and document masks:
+ * below).  Two
  * ways of cutting rows, chosen by is_dataset_from_mr (T = seq_length):
  *
  *   from_mr = 1   every sequence ("record") holds exactly T+1 tokens, made

@@ -1,6 +1,6 @@
 /*
- * model.c - LlamaForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM in
- * F32: parameter table, buffers, forward and backward, written once over
+ * model.c - LlamaForCausalLM (and Mistral, Qwen2), Qwen3ForCausalLM and
+ * Qwen3MoeForCausalLM in F32: parameter table, buffers, forward and backward, written once over
  * the backend op table (lib/backend/backend.h) for every backend and every
  * parallel layout.
  *

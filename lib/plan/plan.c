@@ -2,8 +2,9 @@
  * plan.c - hp_plan_resolve(): meshes, placements, FSDP units and kernel
  * bindings from a config and a model spec, and the "hp-plan/1" writer.
  *
- * The parameter list mirrors lib/model/model.c's build_params name for name and in
- * the same order, so that a plan and a model can be walked side by side.
+ * The parameter list walks hp_model_spec_params (lib/model/params.c), as
+ * the model does, name for name and in the same order, so that a plan and
+ * a model can be walked side by side.
  * Nothing here talks MPI: the world size is given, which keeps plans
  * reproducible on a laptop for a cluster run.  hp_plan_load reads a plan
  * file back by making it again from the config and model it carries.

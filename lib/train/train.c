@@ -1,6 +1,6 @@
 /*
- * train.c - training: config -> plan -> model + data -> steps, on one
- * process or FSDP/HSDP over many (dist_step).
+ * train.c - training: config -> plan -> model + data -> steps, one step
+ * for every world size (step_grads, step_update).
  *
  * The loop per step: read all micro-batches of the step, count the valid
  * targets (the loss is the token-weighted mean over the whole step, as
@@ -56,7 +56,7 @@ struct run {
 	struct hp_model_spec spec;
 	struct hp_plan *plan;           /* at this world size: layout and kernel bindings */
 	int rank, world;
-	struct hp_comms comms;          /* world > 1 */
+	struct hp_comms comms;          /* the layout's (one process: every dim of size 1) */
 	struct hp_fsdp fsdp;            /* world > 1: the shards the optimizer steps */
 	int dist;
 	struct hp_model_kernels kernels;
@@ -535,8 +535,6 @@ static int comm_matches(const struct run *r, char *why, size_t n)
 	return 1;
 }
 
-/* The model's failure (a collective's, or its backend's) as e: what
- * failed in which pass, and the model's own message. */
 /*
  * One optimizer step's gradients, for every world size: this rank runs
  * its dp share of the step's micro-batches (one process: all of them),
@@ -1476,7 +1474,7 @@ static int load_plan(struct run *r, const struct hp_train_opts *o, struct hp_err
 /* This rank's part of the layout: its kernels, its communicators (one
  * process: every dim of size 1, no MPI communicator made, every
  * collective a no-op), its coordinates. */
-static int set_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
+static int join_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
 {
 	int rc;
 
@@ -1632,7 +1630,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	/* before any collective: a rank that waits longer ends the job */
 	hp_comm_set_timeout(r.cfg.training.collective_timeout_s);
-	if ((rc = open_outputs(&r, o, comm, e)) || (rc = set_layout(&r, comm, e)) ||
+	if ((rc = open_outputs(&r, o, comm, e)) || (rc = join_layout(&r, comm, e)) ||
 	    (rc = pick_device(&r, comm, e)) || (rc = check_device_settings(&r, e)))
 		goto out;
 	/* device collectives: NCCL or host-staged, decided by every rank alike */

@@ -5,7 +5,7 @@
  * For the plan of the process count (1: one rank; 4: tp 2 x dp_shard 2; 8:
  * the seed's TP2 x CP2 x EP2 with dp_shard 2 and edp_shard 2 on the MoE
  * fixture), every mesh dim's communicator must hold exactly the ranks of
- * hp_plan_group, and each collective must give the values computed here
+ * hp_mesh_group, and each collective must give the values computed here
  * from the group lists, and count the bytes hp-plan(5) says it sends.
  * Each process checks; rank 0 prints one TAP line per check with the
  * verdict of all.

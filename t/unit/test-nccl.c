@@ -1,5 +1,5 @@
 /*
- * test-nccl.c - lib/comm_nccl against lib/comm: each collective on device
+ * test-nccl.c - lib/comm/comm_nccl against lib/comm/comm: each collective on device
  * buffers must give the MPI backend's result on the same data and move the
  * counters as the MPI backend does for the same call.
  *
