@@ -25,7 +25,7 @@
  * ratio includes the layers the kernel does not touch (the embedding, the
  * attention, the norms); both sides use flash attention so that T x T
  * buffers do not dilute the memory ratio.  Memory: the model's activation
- * arena (m.aarena.cap, what hp-plan estimates as activation_bytes).  The
+ * arena (m.a.aarena.cap, what hp-plan estimates as activation_bytes).  The
  * weights are random (uniform, +-0.02; norms 1), ids and targets random.
  *
  * Every measurement is the best of --runs runs (default 3; the attention
@@ -197,11 +197,11 @@ static int model_run(const struct hp_model_spec *s, const struct hp_model_kernel
 	}
 	/* the same weights and tokens for every run: reseed */
 	rng = 0x9e3779b97f4a7c15ull;
-	fill(m.flat_w, m.numel, 0.02f);
-	for (int i = 0; i < m.nparams; i++)
-		if (strstr(m.params[i].name, "norm"))
-			for (size_t j = 0; j < m.params[i].numel; j++)
-				m.params[i].w[j] = 1.0f;
+	fill(m.w.flat_w, m.w.numel, 0.02f);
+	for (int i = 0; i < m.w.nparams; i++)
+		if (strstr(m.w.params[i].name, "norm"))
+			for (size_t j = 0; j < m.w.params[i].numel; j++)
+				m.w.params[i].w[j] = 1.0f;
 	for (int i = 0; i < T; i++) {
 		ids[i] = (int32_t)(rnd() % (uint32_t)s->vocab);
 		tg[i] = (int32_t)(rnd() % (uint32_t)s->vocab);
@@ -225,12 +225,12 @@ static int model_run(const struct hp_model_spec *s, const struct hp_model_kernel
 			out->best_s = t1 - t0;
 		out->loss = loss / (double)count;
 	}
-	out->act_bytes = m.aarena.cap;
-	out->n = m.numel;
-	out->grads = malloc(m.numel * sizeof(float));
+	out->act_bytes = m.a.aarena.cap;
+	out->n = m.w.numel;
+	out->grads = malloc(m.w.numel * sizeof(float));
 	if (!out->grads)
 		goto out;
-	memcpy(out->grads, m.flat_g, m.numel * sizeof(float));
+	memcpy(out->grads, m.w.flat_g, m.w.numel * sizeof(float));
 	rc = 0;
 out:
 	hp_model_release(&m);

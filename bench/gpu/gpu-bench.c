@@ -186,8 +186,8 @@ static void run_open(struct run *r, const struct hp_model_spec *spec, int layers
 		die("cuda backend", &e);
 	if (hp_model_init_par(&r->m, r->bk, &s, &k, NULL, 1, T, &e))
 		die("model", &e);
-	for (int i = 0; i < r->m.nparams; i++) {
-		struct hp_param *p = &r->m.params[i];
+	for (int i = 0; i < r->m.w.nparams; i++) {
+		struct hp_param *p = &r->m.w.params[i];
 		if (p->ndim == 1)
 			for (size_t j = 0; j < p->numel; j++)
 				p->w[j] = 1.0f;
@@ -259,7 +259,7 @@ static double measure(const struct hp_model_spec *s, int layers, int T, size_t *
 	run_step(&r, 1e-4, &loss, &norm);
 	if (hp_cuda_mem_info(&f1, &tot, &e))
 		die("memory", &e);
-	*numel = r.m.numel;
+	*numel = r.m.w.numel;
 	run_close(&r);
 	return (double)r.free0 - (double)f1;
 }

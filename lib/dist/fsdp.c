@@ -76,14 +76,14 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		hp_plan_piece(p, q, f->rank, &f->pc[i]);
 		if (!hp_plan_owns(p, q, f->rank))
 			continue;
-		if (j >= m->nparams || strcmp(m->params[j].name, q->name))
+		if (j >= m->w.nparams || strcmp(m->w.params[j].name, q->name))
 			return hp_err_set(e, HP_EINVAL, "parameter '%s' of the plan is not the model's "
-					  "parameter %d ('%s')", q->name, j, j < m->nparams ? m->params[j].name : "");
-		if ((int64_t)m->params[j].numel != f->pc[i].rows * f->pc[i].cols)
+					  "parameter %d ('%s')", q->name, j, j < m->w.nparams ? m->w.params[j].name : "");
+		if ((int64_t)m->w.params[j].numel != f->pc[i].rows * f->pc[i].cols)
 			return hp_err_set(e, HP_EINVAL, "parameter '%s': the model holds %zu elements, the "
-					  "plan's piece %lld", q->name, m->params[j].numel,
+					  "plan's piece %lld", q->name, m->w.params[j].numel,
 					  (long long)(f->pc[i].rows * f->pc[i].cols));
-		f->mp[i] = &m->params[j++];
+		f->mp[i] = &m->w.params[j++];
 	}
 	f->nunits = p->nunits;
 	for (int u = 0; u < p->nunits; u++) {
@@ -263,12 +263,12 @@ static void unpack_unit(struct hp_fsdp *f, int u, const void *buf)
 			int i = f->order[un->first + j];
 			const struct hp_piece *pc = &f->pc[i];
 
-			f->bk->convert(f->bk, f->m->bw + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols,
+			f->bk->convert(f->bk, f->m->w.bw + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols,
 				       HP_DTYPE_F32, at(f, buf, f->pdt, (size_t)s * un->padded + (f->poff[i] - un->off)),
 				       f->pdt, (size_t)(rows_of(pc, s) * pc->cols));
 		}
 	span(f, u, &off, &n);
-	f->bk->weights_changed(f->bk, f->m->bw + off, n);
+	f->bk->weights_changed(f->bk, f->m->w.bw + off, n);
 }
 
 /* Reduce-scatter unit u's gradients into the shard sums, in the reduce dtype. */
@@ -289,7 +289,7 @@ static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 			size_t b = (size_t)s * un->padded + (f->poff[i] - un->off);
 
 			bk->convert(bk, at(f, f->buf, f->rdt, b), f->rdt,
-				    f->m->bg + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols, HP_DTYPE_F32,
+				    f->m->w.bg + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols, HP_DTYPE_F32,
 				    (size_t)(r * pc->cols));
 			bk->zero(bk, at(f, f->buf, f->rdt, b + (size_t)(r * pc->cols)),
 				 (size_t)((pc->chunk - r) * pc->cols) * bk->esize(bk, f->rdt));
@@ -472,7 +472,7 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
 	size_t off, n;
 
 	span(f, u, &off, &n);
-	f->bk->release(f->bk, (grads ? f->m->bg : f->m->bw) + off, n * sizeof(float));
+	f->bk->release(f->bk, (grads ? f->m->w.bg : f->m->w.bw) + off, n * sizeof(float));
 }
 
 

@@ -58,15 +58,15 @@ static int model_store(struct hp_optim *o, struct hp_model *m, struct hp_err *e)
 	struct hp_store *s = &o->s;
 	int rc;
 
-	*s = (struct hp_store){ .bk = m->bk, .w = m->bw, .g = m->bg, .m1 = o->m, .m2 = o->v, .total = m->numel };
-	if ((rc = hp_store_add_run(&s->norm, &s->nnorm, 0, m->numel, 0, e)))
+	*s = (struct hp_store){ .bk = m->bk, .w = m->w.bw, .g = m->w.bg, .m1 = o->m, .m2 = o->v, .total = m->w.numel };
+	if ((rc = hp_store_add_run(&s->norm, &s->nnorm, 0, m->w.numel, 0, e)))
 		return rc;
-	for (int i = 0, j; i < m->nparams; i = j) {
-		const struct hp_param *p = &m->params[i];
+	for (int i = 0, j; i < m->w.nparams; i = j) {
+		const struct hp_param *p = &m->w.params[i];
 
-		for (j = i + 1; j < m->nparams && m->params[j].decay == p->decay; j++)
+		for (j = i + 1; j < m->w.nparams && m->w.params[j].decay == p->decay; j++)
 			;
-		size_t n = m->params[j - 1].offset + m->params[j - 1].numel - p->offset;
+		size_t n = m->w.params[j - 1].offset + m->w.params[j - 1].numel - p->offset;
 		if ((rc = hp_store_add_run(&s->upd, &s->nupd, p->offset, n, p->decay, e)))
 			return rc;
 	}
@@ -75,7 +75,7 @@ static int model_store(struct hp_optim *o, struct hp_model *m, struct hp_err *e)
 
 int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e)
 {
-	size_t bytes = m->numel * sizeof(float);
+	size_t bytes = m->w.numel * sizeof(float);
 
 	memset(o, 0, sizeof(*o));
 	o->bk = m->bk;
@@ -86,8 +86,8 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 	}
 	o->hm = o->m;
 	o->hv = o->v;
-	if (o->bk->device && (!(o->hm = hp_calloc(m->numel + 1, sizeof(float))) ||
-			      !(o->hv = hp_calloc(m->numel + 1, sizeof(float))))) {
+	if (o->bk->device && (!(o->hm = hp_calloc(m->w.numel + 1, sizeof(float))) ||
+			      !(o->hv = hp_calloc(m->w.numel + 1, sizeof(float))))) {
 		hp_optim_release(o);
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the optimizer state's host copy");
 	}
@@ -101,8 +101,8 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 	o->warmup = c->lr_scheduler.warmup_steps;
 	o->total = c->training.train_iters;
 	o->max_grad_norm = c->training.max_grad_norm;
-	for (int i = 0; i < m->nparams; i++) {
-		struct hp_param *p = &m->params[i];
+	for (int i = 0; i < m->w.nparams; i++) {
+		struct hp_param *p = &m->w.params[i];
 		p->decay = 1;
 		for (int j = 0; j < c->optimizer.nno_decay_params; j++)
 			if (name_has(p->name, c->optimizer.no_decay_params[j]))

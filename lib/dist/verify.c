@@ -84,7 +84,7 @@ static void judge(struct hp_verify *v, const char *kind, const char *name, const
  * plan's parameters in the plan's order (lib/model/params.h). */
 static struct hp_param *ref_param(struct hp_verify *v, int i)
 {
-	struct hp_param *rp = i < v->ref.nparams ? &v->ref.params[i] : NULL;
+	struct hp_param *rp = i < v->ref.w.nparams ? &v->ref.w.params[i] : NULL;
 
 	return rp && !strcmp(rp->name, v->p->params[i].name) ? rp : NULL;
 }
@@ -386,7 +386,7 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 			memcpy(v->opt.hv + rp->offset, v->buf, n * sizeof(float));
 	}
 	if (!grads && v->have_ref && ((rc = hp_model_upload(&v->ref, e)) ||
-				      (rc = hp_optim_move(&v->opt, v->ref.numel, 0, e))))
+				      (rc = hp_optim_move(&v->opt, v->ref.w.numel, 0, e))))
 		return rc;
 	return stop_here(v, e);
 }

@@ -26,7 +26,7 @@
 static void add_param(struct hp_model *m, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
 		      float **wslot, float **gslot)
 {
-	struct hp_param *p = &m->params[m->nparams++];
+	struct hp_param *p = &m->w.params[m->w.nparams++];
 
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	p->ndim = ndim;
@@ -52,7 +52,7 @@ static int count_one(void *ctx, const struct hp_param_desc *d)
 static int add_one(void *ctx, const struct hp_param_desc *d)
 {
 	struct hp_model *m = ctx;
-	struct hp_layer_w *w = d->layer >= 0 ? &m->lw[d->layer] : NULL, *g = d->layer >= 0 ? &m->lg[d->layer] : NULL;
+	struct hp_layer_w *w = d->layer >= 0 ? &m->w.lw[d->layer] : NULL, *g = d->layer >= 0 ? &m->w.lg[d->layer] : NULL;
 	float **ws = NULL, **gs = NULL;
 	int64_t d0 = d->shape[0], d1 = d->shape[1];
 	int x = d->expert;
@@ -60,9 +60,9 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	/* this rank's part: tp cuts columns' rows and rows' columns; an expert
 	 * lives on one ep rank */
 	if (d->role == HP_ROLE_EXPERT) {
-		if (x < m->e0 || x >= m->e0 + m->El)
+		if (x < m->lay.e0 || x >= m->lay.e0 + m->lay.El)
 			return 0;
-		x -= m->e0;
+		x -= m->lay.e0;
 	} else if (d->role == HP_ROLE_COLUMN) {
 		d0 /= m->par.tp;
 	} else if (d->role == HP_ROLE_ROW) {
@@ -71,9 +71,9 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 
 #define SLOT(f) do { ws = &w->f; gs = &g->f; } while (0)
 	switch (d->field) {
-	case HP_PF_EMBED: ws = &m->embed; gs = &m->d_embed; break;
-	case HP_PF_FINAL_NORM: ws = &m->final_norm; gs = &m->d_final_norm; break;
-	case HP_PF_LM_HEAD: ws = &m->lm_head; gs = &m->d_lm_head; break;
+	case HP_PF_EMBED: ws = &m->w.embed; gs = &m->w.d_embed; break;
+	case HP_PF_FINAL_NORM: ws = &m->w.final_norm; gs = &m->w.d_final_norm; break;
+	case HP_PF_LM_HEAD: ws = &m->w.lm_head; gs = &m->w.d_lm_head; break;
 	case HP_PF_IN_NORM: SLOT(in_norm); break;
 	case HP_PF_WQ: SLOT(wq); break;
 	case HP_PF_BQ: SLOT(bq); break;
@@ -95,27 +95,27 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	case HP_PF_EX_DOWN: ws = &w->ex[x].wd; gs = &g->ex[x].wd; break;
 	}
 #undef SLOT
-	add_param(m, &m->numel, d->name, d->ndim, d0, d1, ws, gs);
+	add_param(m, &m->w.numel, d->name, d->ndim, d0, d1, ws, gs);
 	return 0;
 }
 
 static int build_params(struct hp_model *m, struct hp_err *e)
 {
-	m->cap_params = 0;
-	hp_model_spec_params(&m->gspec, count_one, &m->cap_params);
-	m->params = hp_calloc((size_t)m->cap_params, sizeof(*m->params));
-	if (!m->params)
+	m->w.cap_params = 0;
+	hp_model_spec_params(&m->gspec, count_one, &m->w.cap_params);
+	m->w.params = hp_calloc((size_t)m->w.cap_params, sizeof(*m->w.params));
+	if (!m->w.params)
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the parameter table");
-	m->numel = 0;
+	m->w.numel = 0;
 	hp_model_spec_params(&m->gspec, add_one, m);
-	m->numel = (m->numel + 15) & ~(size_t)15;
+	m->w.numel = (m->w.numel + 15) & ~(size_t)15;
 	return 0;
 }
 
 static int any_grouped(const struct hp_model *m)
 {
 	for (int l = 0; l < m->spec.n_layers; l++)
-		if (m->lw[l].moe && m->k.grouped[l])
+		if (m->w.lw[l].moe && m->k.grouped[l])
 			return 1;
 	return 0;
 }
@@ -140,11 +140,11 @@ static int on_device(const struct hp_model *m)
 static size_t scratch_floats(const struct hp_model *m)
 {
 	struct hp_backend *bk = m->bk;
-	int Tq = cp_ul(m) ? m->S : m->T, H = cp_ul(m) ? m->spec.n_heads / m->par.cp : m->spec.n_heads;
-	size_t n = 0, fl = bk->flash_scratch(bk, m->B, Tq, H, m->spec.head_dim);
+	int Tq = cp_ul(m) ? m->lay.S : m->a.T, H = cp_ul(m) ? m->spec.n_heads / m->par.cp : m->spec.n_heads;
+	size_t n = 0, fl = bk->flash_scratch(bk, m->a.B, Tq, H, m->spec.head_dim);
 
 	for (int l = 0; l < m->spec.n_layers; l++) {
-		size_t x = cp_ag(m) ? bk->cp_attention_scratch(bk, m->S) : m->k.flash[l] ? fl : (size_t)Tq * Tq;
+		size_t x = cp_ag(m) ? bk->cp_attention_scratch(bk, m->lay.S) : m->k.flash[l] ? fl : (size_t)Tq * Tq;
 
 		if (x > n)
 			n = x;
@@ -176,14 +176,14 @@ static void *take_in(struct takes *t, struct hp_arena *a, size_t bytes)
 /* host-only: the activation arena on the CPU, harena on a device */
 static int32_t *take_host(struct takes *t, struct hp_arena *a, size_t n)
 {
-	return take_in(t, on_device(t->m) ? &t->m->harena : a, n * sizeof(int32_t));
+	return take_in(t, on_device(t->m) ? &t->m->a.harena : a, n * sizeof(int32_t));
 }
 
 /* both copies */
 static void take_pair(struct takes *t, struct hp_arena *a, struct hp_i32 *x, size_t n)
 {
 	x->d = take_in(t, a, n * sizeof(int32_t));
-	x->h = on_device(t->m) ? take_in(t, &t->m->harena, n * sizeof(int32_t)) : x->d;
+	x->h = on_device(t->m) ? take_in(t, &t->m->a.harena, n * sizeof(int32_t)) : x->d;
 }
 
 /*
@@ -197,13 +197,13 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 {
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_model_par *pr = &m->par;
-	long N = (long)m->B * m->T, Ns = m->Ns;
+	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
 	       KD = (size_t)s->n_kv_heads * s->head_dim, f = sizeof(float);
 	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
-	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
-	size_t TS = (size_t)m->T * m->S;
-	struct hp_layer_act *t = &m->act[l];
+	size_t R = pr->ep > 1 ? (size_t)m->lay.ep_rcap : NK, BS = (size_t)m->a.B * m->lay.S;
+	size_t TS = (size_t)m->a.T * m->lay.S;
+	struct hp_layer_act *t = &m->a.act[l];
 	int full = m->k.ckpt[l] == HP_ACT_CKPT_FULL;
 	struct hp_arena *a = full ? work : keep;
 	struct hp_arena *pa = full || (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l]) ? work : keep;
@@ -224,9 +224,9 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	TAKE(t->k, N * KD * f);
 	TAKE(t->v, N * KD * f);
 	if (m->k.flash[l])
-		TAKE_IN(pa, t->P, (size_t)m->B * s->n_heads * m->T * f);
+		TAKE_IN(pa, t->P, (size_t)m->a.B * s->n_heads * m->a.T * f);
 	else
-		TAKE_IN(pa, t->P, (size_t)m->B * s->n_heads * TS * f);
+		TAKE_IN(pa, t->P, (size_t)m->a.B * s->n_heads * TS * f);
 	if (cp_ag(m)) {
 		TAKE(t->kg, BS * KD * f);
 		TAKE(t->vg, BS * KD * f);
@@ -236,7 +236,7 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	TAKE(t->att, N * QD * f);
 	TAKE(t->x_mid, Ns * C * f);
 	TAKE(t->rstd2, Ns * f);
-	if (m->lw[l].moe) {
+	if (m->w.lw[l].moe) {
 		TAKE(t->xn2, Ns * C * f);
 		TAKE(t->probs, Ns * E * f);
 		take_pair(&tk, a, &t->sel, NK);
@@ -244,7 +244,7 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		take_pair(&tk, a, &t->row_tok, NK);
 		take_pair(&tk, a, &t->row_slot, NK);
 		t->ex_off = take_host(&tk, a, E + 1);
-		/* grouped on one rank: gathered per expert into m->xg */
+		/* grouped on one rank: gathered per expert into m->a.xg */
 		if (!m->k.grouped[l] || pr->ep > 1)
 			TAKE(t->xe, R * C * f);
 		if (m->k.grouped[l]) {
@@ -266,7 +266,7 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 			t->ep_scount = take_host(&tk, a, (size_t)pr->ep);
 			t->ep_rcount = take_host(&tk, a, (size_t)pr->ep);
 			take_pair(&tk, a, &t->ep_perm, R);
-			t->ep_off = take_host(&tk, a, (size_t)m->El + 1);
+			t->ep_off = take_host(&tk, a, (size_t)m->lay.El + 1);
 		}
 		/* the device's combine and scatter-add read each token's rows */
 		if (on_device(m))
@@ -289,26 +289,26 @@ static int take_acts(struct hp_model *m)
 {
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_model_par *pr = &m->par;
-	long N = (long)m->B * m->T, Ns = m->Ns;
+	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	size_t C = s->hidden, I = s->intermediate, QD = (size_t)s->n_heads * s->head_dim,
 	       KD = (size_t)s->n_kv_heads * s->head_dim, V = s->vocab, f = sizeof(float), i4 = sizeof(int32_t);
 	size_t E = s->n_experts, K = s->top_k, Im = s->moe_intermediate, NK = (size_t)Ns * K;
-	size_t R = pr->ep > 1 ? (size_t)m->ep_rcap : NK, BS = (size_t)m->B * m->S;
-	struct hp_arena *a = &m->aarena;
+	size_t R = pr->ep > 1 ? (size_t)m->lay.ep_rcap : NK, BS = (size_t)m->a.B * m->lay.S;
+	struct hp_arena *a = &m->a.aarena;
 	struct takes tk = { m, 1 };
 	size_t wmax = 0;
 	unsigned char *wbase;
 
 	/* the checkpointed layers' shared work region: the largest of theirs */
 	for (int l = 0; l < s->n_layers; l++) {
-		struct hp_arena kp, w, h = m->harena;
+		struct hp_arena kp, w, h = m->a.harena;
 
 		if (m->k.ckpt[l] == HP_ACT_CKPT_OFF)
 			continue;
 		hp_arena_init(&kp);
 		hp_arena_init(&w);
 		take_layer(m, l, &kp, &w);
-		m->harena = h;   /* host copies are per layer: taken below */
+		m->a.harena = h;   /* host copies are per layer: taken below */
 		if (w.used > wmax)
 			wmax = w.used;
 	}
@@ -319,82 +319,82 @@ static int take_acts(struct hp_model *m)
 		tk.ok &= take_layer(m, l, a, m->k.ckpt[l] == HP_ACT_CKPT_OFF ? a : &w);
 	}
 #define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
-	TAKE(m->x_final, Ns * C * f);
-	TAKE(m->rstd_f, Ns * f);
-	TAKE(m->xf, N * C * f);
-	TAKE(m->logits, (m->k.ce_chunk > 0 && m->k.ce_chunk < N && pr->tp == 1 ? (size_t)m->k.ce_chunk
+	TAKE(m->a.x_final, Ns * C * f);
+	TAKE(m->a.rstd_f, Ns * f);
+	TAKE(m->a.xf, N * C * f);
+	TAKE(m->a.logits, (m->k.ce_chunk > 0 && m->k.ce_chunk < N && pr->tp == 1 ? (size_t)m->k.ce_chunk
 										 : (size_t)N) * V * f);
 	if (pr->tp > 1) {
 		if (!pr->loss_parallel)
-			TAKE(m->glogits, N * (size_t)m->gspec.vocab * f);
-		TAKE(m->vp_mx, 2 * N * f);
-		TAKE(m->vp_st, 4 * N * sizeof(double));
+			TAKE(m->lay.glogits, N * (size_t)m->gspec.vocab * f);
+		TAKE(m->lay.vp_mx, 2 * N * f);
+		TAKE(m->lay.vp_st, 4 * N * sizeof(double));
 	}
-	TAKE(m->cos_t, (size_t)m->S * s->head_dim / 2 * f);
-	TAKE(m->sin_t, (size_t)m->S * s->head_dim / 2 * f);
-	take_pair(&tk, a, &m->pos, (size_t)N);
+	TAKE(m->a.cos_t, (size_t)m->lay.S * s->head_dim / 2 * f);
+	TAKE(m->a.sin_t, (size_t)m->lay.S * s->head_dim / 2 * f);
+	take_pair(&tk, a, &m->a.pos, (size_t)N);
 	if (on_device(m)) {
 		/* the micro-batch on the device: the chunk (cp), or its whole rows
 		 * (the segments of ulysses attention); host copies for cp */
-		m->ids.d = take_in(&tk, a, N * i4);
-		m->tgt.d = take_in(&tk, a, N * i4);
-		m->segs.d = take_in(&tk, a, BS * i4);
+		m->a.ids.d = take_in(&tk, a, N * i4);
+		m->a.tgt.d = take_in(&tk, a, N * i4);
+		m->a.segs.d = take_in(&tk, a, BS * i4);
 		if (pr->cp > 1) {
-			m->ids.h = take_host(&tk, a, (size_t)N);
-			m->tgt.h = take_host(&tk, a, (size_t)N);
-			m->segs.h = take_host(&tk, a, (size_t)N);
+			m->a.ids.h = take_host(&tk, a, (size_t)N);
+			m->a.tgt.h = take_host(&tk, a, (size_t)N);
+			m->a.segs.h = take_host(&tk, a, (size_t)N);
 		}
 	} else if (pr->cp > 1) {
-		take_pair(&tk, a, &m->ids, (size_t)N);
-		take_pair(&tk, a, &m->tgt, (size_t)N);
-		take_pair(&tk, a, &m->segs, (size_t)N);
+		take_pair(&tk, a, &m->a.ids, (size_t)N);
+		take_pair(&tk, a, &m->a.tgt, (size_t)N);
+		take_pair(&tk, a, &m->a.segs, (size_t)N);
 	}
-	TAKE(m->dx, N * C * f);
-	TAKE(m->dxn, N * C * f);
-	TAKE(m->dq, N * QD * f);
-	TAKE(m->dk, N * KD * f);
-	TAKE(m->dv, N * KD * f);
-	TAKE(m->datt, N * QD * f);
-	TAKE(m->dg, N * I * f);
-	TAKE(m->du, N * I * f);
-	TAKE(m->dh, N * I * f);
-	TAKE(m->dscratch, scratch_floats(m) * f);
+	TAKE(m->a.dx, N * C * f);
+	TAKE(m->a.dxn, N * C * f);
+	TAKE(m->a.dq, N * QD * f);
+	TAKE(m->a.dk, N * KD * f);
+	TAKE(m->a.dv, N * KD * f);
+	TAKE(m->a.datt, N * QD * f);
+	TAKE(m->a.dg, N * I * f);
+	TAKE(m->a.du, N * I * f);
+	TAKE(m->a.dh, N * I * f);
+	TAKE(m->a.dscratch, scratch_floats(m) * f);
 	if (s->qk_norm) {
-		TAKE(m->dq2, N * QD * f);
-		TAKE(m->dk2, N * KD * f);
+		TAKE(m->a.dq2, N * QD * f);
+		TAKE(m->a.dk2, N * KD * f);
 	}
 	if (pr->tp > 1) {
-		TAKE(m->dfull, N * C * f);
-		TAKE(m->dred, Ns * C * f);
+		TAKE(m->lay.dfull, N * C * f);
+		TAKE(m->lay.dred, Ns * C * f);
 	}
 	if (cp_ag(m)) {
-		TAKE(m->cp_send, 2 * BS * KD * f);
-		TAKE(m->cp_recv, 2 * BS * KD * f);
+		TAKE(m->lay.cp_send, 2 * BS * KD * f);
+		TAKE(m->lay.cp_recv, 2 * BS * KD * f);
 	} else if (cp_ul(m)) {
-		TAKE(m->cp_send, N * (QD + 2 * KD) * f);
-		TAKE(m->cp_recv, N * (QD + 2 * KD) * f);
+		TAKE(m->lay.cp_send, N * (QD + 2 * KD) * f);
+		TAKE(m->lay.cp_recv, N * (QD + 2 * KD) * f);
 	}
 	if (m->n_moe) {
-		TAKE(m->dye, R * C * f);
-		TAKE(m->dxe, R * C * f);
-		TAKE(m->dge, R * (any_grouped(m) ? 2 : 1) * Im * f);
-		TAKE(m->due, R * Im * f);
-		TAKE(m->dhe, R * Im * f);
-		TAKE(m->dprob, Ns * E * f);
-		TAKE(m->dwsel, NK * f);
-		m->moe_fill = take_host(&tk, a, 2 * E);
-		m->aux_frac = take_in(&tk, on_device(m) ? &m->harena : a, 2 * E * sizeof(double));
+		TAKE(m->a.dye, R * C * f);
+		TAKE(m->a.dxe, R * C * f);
+		TAKE(m->a.dge, R * (any_grouped(m) ? 2 : 1) * Im * f);
+		TAKE(m->a.due, R * Im * f);
+		TAKE(m->a.dhe, R * Im * f);
+		TAKE(m->a.dprob, Ns * E * f);
+		TAKE(m->a.dwsel, NK * f);
+		m->a.moe_fill = take_host(&tk, a, 2 * E);
+		m->a.aux_frac = take_in(&tk, on_device(m) ? &m->a.harena : a, 2 * E * sizeof(double));
 		if (any_grouped(m)) {
-			TAKE(m->hrec, R * Im * f);
+			TAKE(m->a.hrec, R * Im * f);
 			if (pr->ep == 1)
-				TAKE(m->xg, NK * C * f);
+				TAKE(m->a.xg, NK * C * f);
 		}
 		if (pr->ep > 1) {
-			TAKE(m->ep_send, R * C * f);
-			TAKE(m->ep_recv, R * C * f);
+			TAKE(m->lay.ep_send, R * C * f);
+			TAKE(m->lay.ep_recv, R * C * f);
 		}
 		if (on_device(m) && s->output_router_logits)
-			m->h_probs = take_in(&tk, &m->harena, Ns * E * f);
+			m->a.h_probs = take_in(&tk, &m->a.harena, Ns * E * f);
 	}
 #undef TAKE
 #undef TAKE_IN
@@ -440,9 +440,9 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 		return hp_err_set(e, HP_ECONFIG, "ep %d is more than the %d this build takes", p->ep, HP_MAX_EP);
 	if (g->n_experts && g->n_experts % p->ep)
 		return hp_err_set(e, HP_ECONFIG, "ep %d must divide num_experts %d", p->ep, g->n_experts);
-	m->S = T;
-	m->T = T / p->cp;
-	N = (long)B * m->T;
+	m->lay.S = T;
+	m->a.T = T / p->cp;
+	N = (long)B * m->a.T;
 	if (p->tp == 1)
 		p->sp = 0;
 	if (p->sp && N % p->tp)
@@ -450,17 +450,17 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 				  "micro-batch divisible by tp %d", N, p->tp);
 	if (g->n_experts && p->tp > 1 && !p->sp)
 		return hp_err_set(e, HP_ECONFIG, "a MoE model with tp %d needs sequence parallelism", p->tp);
-	m->Ns = p->sp ? N / p->tp : N;
+	m->lay.Ns = p->sp ? N / p->tp : N;
 	s->n_heads /= p->tp;
 	s->n_kv_heads /= p->tp;
 	s->intermediate /= p->tp;
 	s->vocab /= p->tp;
-	m->v0 = p->tp_rank * s->vocab;
-	m->El = g->n_experts / p->ep;
-	m->e0 = p->ep_rank * m->El;
+	m->lay.v0 = p->tp_rank * s->vocab;
+	m->lay.El = g->n_experts / p->ep;
+	m->lay.e0 = p->ep_rank * m->lay.El;
 	/* the most rows one rank's experts can get: every token of the ep group
 	 * sends at most min(top_k, local experts) of its slots here */
-	m->ep_rcap = (long)p->ep * m->Ns * (g->top_k < m->El ? g->top_k : m->El);
+	m->lay.ep_rcap = (long)p->ep * m->lay.Ns * (g->top_k < m->lay.El ? g->top_k : m->lay.El);
 	return 0;
 }
 
@@ -477,12 +477,12 @@ static int set_layout(struct hp_model *m, const struct hp_model_par *par, int B,
 		return rc;
 	if (m->par.tp > 1)   /* the LM head is vocab-parallel: no chunks */
 		m->k.ce_chunk = 0;
-	m->lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->lw));
-	m->act = hp_calloc((size_t)spec->n_layers, sizeof(*m->act));
-	if (!m->lw || !m->act)
+	m->w.lw = hp_calloc((size_t)spec->n_layers, sizeof(*m->w.lw));
+	m->a.act = hp_calloc((size_t)spec->n_layers, sizeof(*m->a.act));
+	if (!m->w.lw || !m->a.act)
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the layer tables");
 	for (int l = 0; l < spec->n_layers; l++)
-		if ((m->lw[l].moe = hp_model_spec_layer_is_moe(spec, l)))
+		if ((m->w.lw[l].moe = hp_model_spec_layer_is_moe(spec, l)))
 			m->n_moe++;
 	return 0;
 }
@@ -498,20 +498,20 @@ int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_mod
 	if (k)
 		m.k = *k;
 	m.spec = m.gspec = *spec;
-	m.B = B;
-	m.T = m.S = T;
+	m.a.B = B;
+	m.a.T = m.lay.S = T;
 	m.bk = hp_backend_cpu();
-	hp_arena_init(&m.aarena);
-	hp_arena_init(&m.harena);
+	hp_arena_init(&m.a.aarena);
+	hp_arena_init(&m.a.harena);
 	hp_err_clear(&e);
 	/* take_acts measures with the arena's base NULL: nothing is allocated */
 	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
 		take_acts(&m);
-		bytes = m.aarena.used > (size_t)INT64_MAX - 63 ? -2 :
-			(int64_t)((m.aarena.used + 63) & ~(size_t)63);   /* whole slices */
+		bytes = m.a.aarena.used > (size_t)INT64_MAX - 63 ? -2 :
+			(int64_t)((m.a.aarena.used + 63) & ~(size_t)63);   /* whole slices */
 	}
-	hp_free(m.lw);
-	hp_free(m.act);
+	hp_free(m.w.lw);
+	hp_free(m.a.act);
 	return bytes;
 }
 
@@ -546,15 +546,15 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	memset(m, 0, sizeof(*m));
 	if (k)
 		m->k = *k;
-	hp_arena_init(&m->warena);
-	hp_arena_init(&m->garena);
-	hp_arena_init(&m->aarena);
-	hp_arena_init(&m->harena);
+	hp_arena_init(&m->w.warena);
+	hp_arena_init(&m->w.garena);
+	hp_arena_init(&m->a.aarena);
+	hp_arena_init(&m->a.harena);
 	m->spec = *spec;
 	m->gspec = *spec;
-	m->B = B;
-	m->T = T;
-	m->S = T;
+	m->a.B = B;
+	m->a.T = T;
+	m->lay.S = T;
 	m->bk = bk ? bk : hp_backend_cpu();
 	if (B <= 0 || T <= 0)
 		return hp_err_set(e, HP_EINVAL, "micro-batch %d x %d must be positive", B, T);
@@ -565,18 +565,18 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	if ((rc = set_layout(m, par, B, T, e)))
 		return rc;
 	rc = HP_ENOMEM;
-	m->lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->lg));
-	if (!m->lg) {
+	m->w.lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->w.lg));
+	if (!m->w.lg) {
 		hp_err_set(e, rc, "out of memory for the layer tables");
 		goto fail;
 	}
 	for (int l = 0; l < spec->n_layers; l++) {
-		if (!m->lw[l].moe)
+		if (!m->w.lw[l].moe)
 			continue;
-		m->lg[l].moe = 1;
-		m->lw[l].ex = hp_calloc((size_t)m->El + 1, sizeof(struct hp_expert_w));
-		m->lg[l].ex = hp_calloc((size_t)m->El + 1, sizeof(struct hp_expert_w));
-		if (!m->lw[l].ex || !m->lg[l].ex) {
+		m->w.lg[l].moe = 1;
+		m->w.lw[l].ex = hp_calloc((size_t)m->lay.El + 1, sizeof(struct hp_expert_w));
+		m->w.lg[l].ex = hp_calloc((size_t)m->lay.El + 1, sizeof(struct hp_expert_w));
+		if (!m->w.lw[l].ex || !m->w.lg[l].ex) {
 			hp_err_set(e, rc, "out of memory for the expert tables");
 			goto fail;
 		}
@@ -584,34 +584,34 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	if ((rc = build_params(m, e)))
 		goto fail;
 	rc = HP_ENOMEM;
-	if (hp_arena_alloc(&m->warena, m->numel * sizeof(float)) ||
-	    hp_arena_alloc(&m->garena, m->numel * sizeof(float))) {
-		hp_err_set(e, rc, "out of memory for %zu parameters", m->numel);
+	if (hp_arena_alloc(&m->w.warena, m->w.numel * sizeof(float)) ||
+	    hp_arena_alloc(&m->w.garena, m->w.numel * sizeof(float))) {
+		hp_err_set(e, rc, "out of memory for %zu parameters", m->w.numel);
 		goto fail;
 	}
-	m->flat_w = hp_arena_take(&m->warena, m->numel * sizeof(float));
-	m->flat_g = hp_arena_take(&m->garena, m->numel * sizeof(float));
-	m->bw = m->flat_w;
-	m->bg = m->flat_g;
+	m->w.flat_w = hp_arena_take(&m->w.warena, m->w.numel * sizeof(float));
+	m->w.flat_g = hp_arena_take(&m->w.garena, m->w.numel * sizeof(float));
+	m->w.bw = m->w.flat_w;
+	m->w.bg = m->w.flat_g;
 	if (on_device(m)) {
-		if (!(m->bw = m->bk->alloc(m->bk, m->numel * sizeof(float), e)) ||
-		    !(m->bg = m->bk->alloc(m->bk, m->numel * sizeof(float), e))) {
+		if (!(m->w.bw = m->bk->alloc(m->bk, m->w.numel * sizeof(float), e)) ||
+		    !(m->w.bg = m->bk->alloc(m->bk, m->w.numel * sizeof(float), e))) {
 			rc = e->code;
 			goto fail;
 		}
 	}
-	if ((rc = m->bk->weights(m->bk, m->bw, m->numel, e)))
+	if ((rc = m->bk->weights(m->bk, m->w.bw, m->w.numel, e)))
 		goto fail;
-	for (int i = 0; i < m->nparams; i++) {
-		struct hp_param *p = &m->params[i];
-		p->w = m->flat_w + p->offset;
-		p->g = m->flat_g + p->offset;
-		*p->wslot = m->bw + p->offset;
-		*p->gslot = m->bg + p->offset;
+	for (int i = 0; i < m->w.nparams; i++) {
+		struct hp_param *p = &m->w.params[i];
+		p->w = m->w.flat_w + p->offset;
+		p->g = m->w.flat_g + p->offset;
+		*p->wslot = m->w.bw + p->offset;
+		*p->gslot = m->w.bg + p->offset;
 	}
 	if (spec->tie_word_embeddings) {
-		m->lm_head = m->embed;
-		m->d_lm_head = m->d_embed;
+		m->w.lm_head = m->w.embed;
+		m->w.d_lm_head = m->w.d_embed;
 	}
 	/* a backend without HF's eager attention runs flash in its place: the
 	 * same function, lse kept instead of P */
@@ -630,36 +630,36 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		}
 	/* grouped experts read gate and up as one [2*Im, C] matrix */
 	for (int l = 0; l < spec->n_layers; l++)
-		for (int x = 0; m->k.grouped[l] && m->lw[l].moe && x < m->El; x++)
-			if (m->lw[l].ex[x].wu != m->lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
-			    m->lg[l].ex[x].wu != m->lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
+		for (int x = 0; m->k.grouped[l] && m->w.lw[l].moe && x < m->lay.El; x++)
+			if (m->w.lw[l].ex[x].wu != m->w.lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
+			    m->w.lg[l].ex[x].wu != m->w.lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
 				m->k.grouped[l] = 0;
 	take_acts(m);                       /* measure */
-	if ((rc = arena_on(m, &m->aarena, m->aarena.used, e))) {
+	if ((rc = arena_on(m, &m->a.aarena, m->a.aarena.used, e))) {
 		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens on %s)",
-			   m->aarena.cap >> 20, B, T, m->bk->name);
+			   m->a.aarena.cap >> 20, B, T, m->bk->name);
 		goto fail;
 	}
-	if (on_device(m) && hp_arena_alloc(&m->harena, m->harena.used ? m->harena.used : 1)) {
+	if (on_device(m) && hp_arena_alloc(&m->a.harena, m->a.harena.used ? m->a.harena.used : 1)) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the host's index arrays");
 		goto fail;
 	}
 	take_acts(m);
 	if (!on_device(m)) {
-		hp_model_spec_rope_table(spec, m->cos_t, m->sin_t, m->S);
+		hp_model_spec_rope_table(spec, m->a.cos_t, m->a.sin_t, m->lay.S);
 		return 0;
 	}
 	/* the RoPE tables are made on the host */
-	size_t half = (size_t)m->S * spec->head_dim / 2;
+	size_t half = (size_t)m->lay.S * spec->head_dim / 2;
 	float *ct = hp_malloc(2 * half * sizeof(float) + 1);
 	if (!ct) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the RoPE tables");
 		goto fail;
 	}
-	hp_model_spec_rope_table(spec, ct, ct + half, m->S);
-	rc = m->bk->upload(m->bk, m->cos_t, ct, half * sizeof(float), e);
+	hp_model_spec_rope_table(spec, ct, ct + half, m->lay.S);
+	rc = m->bk->upload(m->bk, m->a.cos_t, ct, half * sizeof(float), e);
 	if (!rc)
-		rc = m->bk->upload(m->bk, m->sin_t, ct + half, half * sizeof(float), e);
+		rc = m->bk->upload(m->bk, m->a.sin_t, ct + half, half * sizeof(float), e);
 	hp_free(ct);
 	if (!rc)
 		return 0;
@@ -670,32 +670,32 @@ fail:
 
 void hp_model_release(struct hp_model *m)
 {
-	if (m->bk && m->bw)
-		m->bk->weights(m->bk, m->bw, 0, NULL);   /* the backend forgets the region */
+	if (m->bk && m->w.bw)
+		m->bk->weights(m->bk, m->w.bw, 0, NULL);   /* the backend forgets the region */
 	if (on_device(m)) {
-		m->bk->free(m->bk, m->bw);
-		m->bk->free(m->bk, m->bg);
+		m->bk->free(m->bk, m->w.bw);
+		m->bk->free(m->bk, m->w.bg);
 	}
-	m->bw = m->bg = NULL;
-	hp_arena_release(&m->warena);
-	hp_arena_release(&m->garena);
+	m->w.bw = m->w.bg = NULL;
+	hp_arena_release(&m->w.warena);
+	hp_arena_release(&m->w.garena);
 	if (m->bk)
-		arena_off(m, &m->aarena);
-	hp_arena_release(&m->harena);
-	hp_free(m->params);
-	for (int l = 0; m->lw && l < m->spec.n_layers; l++) {
-		hp_free(m->lw[l].ex);
-		hp_free(m->lg[l].ex);
+		arena_off(m, &m->a.aarena);
+	hp_arena_release(&m->a.harena);
+	hp_free(m->w.params);
+	for (int l = 0; m->w.lw && l < m->spec.n_layers; l++) {
+		hp_free(m->w.lw[l].ex);
+		hp_free(m->w.lg[l].ex);
 	}
-	hp_free(m->lw);
-	hp_free(m->lg);
-	hp_free(m->act);
-	hp_free(m->probe_buf);
-	m->probe_buf = NULL;
-	m->params = NULL;
-	m->lw = m->lg = NULL;
-	m->act = NULL;
-	m->nparams = 0;
+	hp_free(m->w.lw);
+	hp_free(m->w.lg);
+	hp_free(m->a.act);
+	hp_free(m->a.probe_buf);
+	m->a.probe_buf = NULL;
+	m->w.params = NULL;
+	m->w.lw = m->w.lg = NULL;
+	m->a.act = NULL;
+	m->w.nparams = 0;
 }
 
 int hp_model_upload(struct hp_model *m, struct hp_err *e)
@@ -704,9 +704,9 @@ int hp_model_upload(struct hp_model *m, struct hp_err *e)
 
 	if (!on_device(m))
 		return 0;
-	if ((rc = m->bk->upload(m->bk, m->bw, m->flat_w, m->numel * sizeof(float), e)))
+	if ((rc = m->bk->upload(m->bk, m->w.bw, m->w.flat_w, m->w.numel * sizeof(float), e)))
 		return rc;
-	m->bk->weights_changed(m->bk, m->bw, m->numel);
+	m->bk->weights_changed(m->bk, m->w.bw, m->w.numel);
 	return 0;
 }
 
@@ -716,14 +716,14 @@ int hp_model_download(struct hp_model *m, int grads, struct hp_err *e)
 
 	if (!on_device(m))
 		return 0;
-	if ((rc = m->bk->download(m->bk, m->flat_w, m->bw, m->numel * sizeof(float), e)))
+	if ((rc = m->bk->download(m->bk, m->w.flat_w, m->w.bw, m->w.numel * sizeof(float), e)))
 		return rc;
-	return grads ? m->bk->download(m->bk, m->flat_g, m->bg, m->numel * sizeof(float), e) : 0;
+	return grads ? m->bk->download(m->bk, m->w.flat_g, m->w.bg, m->w.numel * sizeof(float), e) : 0;
 }
 
 void hp_model_zero_grad(struct hp_model *m)
 {
-	m->bk->zero(m->bk, m->bg, m->numel * sizeof(float));
+	m->bk->zero(m->bk, m->w.bg, m->w.numel * sizeof(float));
 }
 
 /* ---- faults injected on purpose ---- */
@@ -778,20 +778,20 @@ static int probe(struct hp_model *m, const char *fmt, int l, const float *x, lon
 	if (!m->probe)
 		return 0;
 	if (on_device(m)) {
-		if (n > m->probe_cap) {
-			hp_free(m->probe_buf);
-			m->probe_cap = 0;
-			if (!(m->probe_buf = hp_malloc(n * sizeof(float) + 1))) {
+		if (n > m->a.probe_cap) {
+			hp_free(m->a.probe_buf);
+			m->a.probe_cap = 0;
+			if (!(m->a.probe_buf = hp_malloc(n * sizeof(float) + 1))) {
 				par_rc(m, hp_err_set(&m->err, HP_ENOMEM, "out of memory for a probe"));
 				return -2;
 			}
-			m->probe_cap = n;
+			m->a.probe_cap = n;
 		}
-		if (m->bk->download(m->bk, m->probe_buf, x, n * sizeof(float), &m->err)) {
+		if (m->bk->download(m->bk, m->a.probe_buf, x, n * sizeof(float), &m->err)) {
 			par_rc(m, m->err.code);
 			return -2;
 		}
-		p.x = m->probe_buf;
+		p.x = m->a.probe_buf;
 	}
 	snprintf(name, sizeof(name), fmt, l);
 	return hook_rc(m, m->probe(m->probe_ctx, &p, &m->err));
@@ -809,15 +809,15 @@ static struct hp_comm *dimc(struct hp_model *m, int d)
 static void tp_gather(struct hp_model *m, float *y, const float *src)
 {
 	struct hp_backend *bk = m->bk;
-	long N = (long)m->B * m->T;
+	long N = (long)m->a.B * m->a.T;
 	size_t C = (size_t)m->spec.hidden;
 
-	if (m->Ns == N) {
+	if (m->lay.Ns == N) {
 		if (y != src)
 			bk->copy(bk, y, src, (size_t)N * C * sizeof(float));
 		return;
 	}
-	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_TP), src, y, (size_t)m->Ns * C, HP_DTYPE_F32, &m->err));
+	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_TP), src, y, (size_t)m->lay.Ns * C, HP_DTYPE_F32, &m->err));
 }
 
 /* A block's exit: partial [N,C] holds this rank's share of a sum over tp;
@@ -826,13 +826,13 @@ static void tp_gather(struct hp_model *m, float *y, const float *src)
 static float *tp_reduce(struct hp_model *m, float *partial, float *out)
 {
 	struct hp_backend *bk = m->bk;
-	long N = (long)m->B * m->T;
+	long N = (long)m->a.B * m->a.T;
 	size_t C = (size_t)m->spec.hidden;
 
 	if (m->par.tp == 1)
 		return partial;
 	if (m->par.sp) {
-		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_TP), partial, out, (size_t)m->Ns * C, HP_DTYPE_F32,
+		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_TP), partial, out, (size_t)m->lay.Ns * C, HP_DTYPE_F32,
 					     HP_RED_SUM, &m->err));
 		return out;
 	}
@@ -850,16 +850,16 @@ static float *tp_reduce(struct hp_model *m, float *partial, float *out)
 static void cp_gather_kv(struct hp_model *m, struct hp_layer_act *a)
 {
 	struct hp_backend *bk = m->bk;
-	int B = m->B, T = m->T, cp = m->par.cp;
+	int B = m->a.B, T = m->a.T, cp = m->par.cp;
 	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
 
-	bk->copy(bk, m->cp_send, a->k, n * sizeof(float));
-	bk->copy(bk, m->cp_send + n, a->v, n * sizeof(float));
-	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32, &m->err));
+	bk->copy(bk, m->lay.cp_send, a->k, n * sizeof(float));
+	bk->copy(bk, m->lay.cp_send + n, a->v, n * sizeof(float));
+	par_rc(m, bk->allgather(bk, dimc(m, HP_DIM_CP), m->lay.cp_send, m->lay.cp_recv, 2 * n, HP_DTYPE_F32, &m->err));
 	for (int r = 0; r < cp; r++)
 		for (int b = 0; b < B; b++) {
-			const float *src = m->cp_recv + (size_t)r * 2 * n + (size_t)b * blk;
-			size_t at = ((size_t)b * m->S + (size_t)r * T) * KD;
+			const float *src = m->lay.cp_recv + (size_t)r * 2 * n + (size_t)b * blk;
+			size_t at = ((size_t)b * m->lay.S + (size_t)r * T) * KD;
 
 			bk->copy(bk, a->kg + at, src, blk * sizeof(float));
 			bk->copy(bk, a->vg + at, src + n, blk * sizeof(float));
@@ -871,25 +871,25 @@ static void cp_gather_kv(struct hp_model *m, struct hp_layer_act *a)
 static void cp_scatter_dkv(struct hp_model *m, int skip)
 {
 	struct hp_backend *bk = m->bk;
-	int B = m->B, T = m->T, cp = m->par.cp;
+	int B = m->a.B, T = m->a.T, cp = m->par.cp;
 	size_t KD = (size_t)m->spec.n_kv_heads * m->spec.head_dim, blk = (size_t)T * KD, n = (size_t)B * blk;
-	size_t whole = (size_t)B * m->S * KD;
+	size_t whole = (size_t)B * m->lay.S * KD;
 
 	for (int r = 0; r < cp; r++)
 		for (int b = 0; b < B; b++) {
-			float *dst = m->cp_send + (size_t)r * 2 * n + (size_t)b * blk;
-			size_t at = ((size_t)b * m->S + (size_t)r * T) * KD;
+			float *dst = m->lay.cp_send + (size_t)r * 2 * n + (size_t)b * blk;
+			size_t at = ((size_t)b * m->lay.S + (size_t)r * T) * KD;
 
-			bk->copy(bk, dst, m->cp_recv + at, blk * sizeof(float));
-			bk->copy(bk, dst + n, m->cp_recv + whole + at, blk * sizeof(float));
+			bk->copy(bk, dst, m->lay.cp_recv + at, blk * sizeof(float));
+			bk->copy(bk, dst + n, m->lay.cp_recv + whole + at, blk * sizeof(float));
 		}
 	if (skip)   /* the fault: only this rank's own contribution to its keys */
-		bk->copy(bk, m->cp_recv, m->cp_send + (size_t)m->par.cp_rank * 2 * n, 2 * n * sizeof(float));
+		bk->copy(bk, m->lay.cp_recv, m->lay.cp_send + (size_t)m->par.cp_rank * 2 * n, 2 * n * sizeof(float));
 	else
-		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, 2 * n, HP_DTYPE_F32,
+		par_rc(m, bk->reduce_scatter(bk, dimc(m, HP_DIM_CP), m->lay.cp_send, m->lay.cp_recv, 2 * n, HP_DTYPE_F32,
 					     HP_RED_SUM, &m->err));
-	bk->copy(bk, m->dk, m->cp_recv, n * sizeof(float));
-	bk->copy(bk, m->dv, m->cp_recv + n, n * sizeof(float));
+	bk->copy(bk, m->a.dk, m->lay.cp_recv, n * sizeof(float));
+	bk->copy(bk, m->a.dv, m->lay.cp_recv + n, n * sizeof(float));
 }
 
 /*
@@ -907,13 +907,13 @@ struct ul_t {
 static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 {
 	struct hp_backend *bk = m->bk;
-	int B = m->B, T = m->T, cp = m->par.cp, D = m->spec.head_dim;
+	int B = m->a.B, T = m->a.T, cp = m->par.cp, D = m->spec.head_dim;
 	size_t per = 0, f = sizeof(float);
 
 	for (int i = 0; i < nt; i++)
 		per += (size_t)B * T * (x[i].H / cp) * D;
 	for (int r = 0; r < cp; r++) {
-		float *o = m->cp_send + (size_t)r * per;
+		float *o = m->lay.cp_send + (size_t)r * per;
 
 		for (int i = 0; i < nt; i++) {
 			int Hc = x[i].H / cp;
@@ -924,14 +924,14 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 					bk->copy2d(bk, o, row * f, x[i].loc + ((size_t)b * T * x[i].H + (size_t)r * Hc) * D,
 						   (size_t)x[i].H * D * f, row * f, (size_t)T);
 				else
-					bk->copy(bk, o, x[i].split + ((size_t)b * m->S + (size_t)r * T) * row,
+					bk->copy(bk, o, x[i].split + ((size_t)b * m->lay.S + (size_t)r * T) * row,
 						 (size_t)T * row * f);
 			}
 		}
 	}
-	par_rc(m, bk->alltoall(bk, dimc(m, HP_DIM_CP), m->cp_send, m->cp_recv, per, HP_DTYPE_F32, &m->err));
+	par_rc(m, bk->alltoall(bk, dimc(m, HP_DIM_CP), m->lay.cp_send, m->lay.cp_recv, per, HP_DTYPE_F32, &m->err));
 	for (int s = 0; s < cp; s++) {
-		const float *in = m->cp_recv + (size_t)s * per;
+		const float *in = m->lay.cp_recv + (size_t)s * per;
 
 		for (int i = 0; i < nt; i++) {
 			int Hc = x[i].H / cp;
@@ -939,7 +939,7 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 
 			for (int b = 0; b < B; b++, in += (size_t)T * row) {
 				if (dir == 0)
-					bk->copy(bk, x[i].split + ((size_t)b * m->S + (size_t)s * T) * row, in,
+					bk->copy(bk, x[i].split + ((size_t)b * m->lay.S + (size_t)s * T) * row, in,
 						 (size_t)T * row * f);
 				else
 					bk->copy2d(bk, x[i].loc + ((size_t)b * T * x[i].H + (size_t)s * Hc) * D,
@@ -955,31 +955,31 @@ static void attention_core(struct hp_model *m, int l)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
+	struct hp_layer_act *a = &m->a.act[l];
 	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp, fl = m->k.flash[l];
 
 	if (cp_ag(m)) {
-		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
+		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->a.T;
 
-		bk->cp_attention_fwd(bk, a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->seg,
-				     m->B, m->T, m->S, q0, Hq, Hkv, D);
+		bk->cp_attention_fwd(bk, a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->a.seg,
+				     m->a.B, m->a.T, m->lay.S, q0, Hq, Hkv, D);
 	} else if (cp_ul(m)) {
 		if (fl)
-			bk->flash_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp, Hkv / cp, D);
+			bk->flash_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
 		else
-			bk->attention_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->seg, m->B, m->S, Hq / cp,
+			bk->attention_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->lay.S, Hq / cp,
 					  Hkv / cp, D);
 	} else if (fl) {
-		bk->flash_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+		bk->flash_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->a.T, Hq, Hkv, D);
 	} else {
-		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->seg, m->B, m->T, Hq, Hkv, D);
+		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->a.T, Hq, Hkv, D);
 	}
 }
 
 static void attention_fwd(struct hp_model *m, int l)
 {
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
+	struct hp_layer_act *a = &m->a.act[l];
 	int Hq = s->n_heads, Hkv = s->n_kv_heads;
 
 	if (cp_ag(m)) {
@@ -1001,46 +1001,46 @@ static void attention_fwd(struct hp_model *m, int l)
 	attention_core(m, l);
 }
 
-/* m->datt -> m->dq, m->dk, m->dv (this rank's tokens, local layout). */
+/* m->a.datt -> m->a.dq, m->a.dk, m->dv (this rank's tokens, local layout). */
 static void attention_bwd(struct hp_model *m, int l)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
+	struct hp_layer_act *a = &m->a.act[l];
 	int D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, cp = m->par.cp;
 
 	if (cp_ag(m)) {
-		size_t whole = (size_t)m->B * m->S * Hkv * D;
+		size_t whole = (size_t)m->a.B * m->lay.S * Hkv * D;
 
-		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->T;
+		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->a.T;
 
-		bk->cp_attention_bwd(bk, m->dq, m->cp_recv, m->cp_recv + whole, m->datt, a->att,
+		bk->cp_attention_bwd(bk, m->a.dq, m->lay.cp_recv, m->lay.cp_recv + whole, m->a.datt, a->att,
 				     m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
-				     m->seg, m->dscratch, m->B, m->T, m->S, q0, Hq, Hkv, D);
+				     m->a.seg, m->a.dscratch, m->a.B, m->a.T, m->lay.S, q0, Hq, Hkv, D);
 		cp_scatter_dkv(m, l == 0 && m->fault == HP_FAULT_CP_SKIP_KV_GRAD_REDUCE);
 		return;
 	}
 	if (cp_ul(m)) {
 		/* dout to the head split in place, the kernel's gradients back */
-		struct ul_t d = { m->datt, m->datt, Hq };
-		struct ul_t x[3] = { { m->dq, m->dq, Hq }, { m->dk, m->dk, Hkv }, { m->dv, m->dv, Hkv } };
+		struct ul_t d = { m->a.datt, m->a.datt, Hq };
+		struct ul_t x[3] = { { m->a.dq, m->a.dq, Hq }, { m->a.dk, m->a.dk, Hkv }, { m->a.dv, m->a.dv, Hkv } };
 
 		ulysses(m, &d, 1, 0);
 		if (m->k.flash[l])
-			bk->flash_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->att_u, a->P, a->q, a->k, a->v, m->seg,
-				      m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
+			bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att_u, a->P, a->q, a->k, a->v, m->a.seg,
+				      m->a.dscratch, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
 		else
-			bk->attention_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
-					  m->dscratch, m->B, m->S, Hq / cp, Hkv / cp, D);
+			bk->attention_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->P, a->q, a->k, a->v, m->a.seg,
+					  m->a.dscratch, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
 		ulysses(m, x, 3, 1);
 		return;
 	}
 	if (m->k.flash[l])
-		bk->flash_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->att, a->P, a->q, a->k, a->v, m->seg,
-			      m->dscratch, m->B, m->T, Hq, Hkv, D);
+		bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att, a->P, a->q, a->k, a->v, m->a.seg,
+			      m->a.dscratch, m->a.B, m->a.T, Hq, Hkv, D);
 	else
-		bk->attention_bwd(bk, m->dq, m->dk, m->dv, m->datt, a->P, a->q, a->k, a->v, m->seg,
-				  m->dscratch, m->B, m->T, Hq, Hkv, D);
+		bk->attention_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->P, a->q, a->k, a->v, m->a.seg,
+				  m->a.dscratch, m->a.B, m->a.T, Hq, Hkv, D);
 }
 
 /* ---- the sparse MoE block (Qwen3MoeSparseMoeBlock) ---- */
@@ -1048,7 +1048,7 @@ static void attention_bwd(struct hp_model *m, int l)
 static int first_moe(const struct hp_model *m)
 {
 	for (int l = 0; l < m->spec.n_layers; l++)
-		if (m->lw[l].moe)
+		if (m->w.lw[l].moe)
 			return l;
 	return -1;
 }
@@ -1066,8 +1066,8 @@ static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
-	const struct hp_layer_w *w = &m->lw[l];
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
 	int C = s->hidden, Im = s->moe_intermediate;
 
 	if (!m->k.grouped[l]) {
@@ -1089,11 +1089,11 @@ static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_
 	}
 	if (!ye)
 		return;
-	bk->swiglu_rows_fwd(bk, m->hrec, a->ge, off[nx], Im);
+	bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, off[nx], Im);
 	for (int x = 0; x < nx; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (n)
-			bk->linear_fwd(bk, ye + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+			bk->linear_fwd(bk, ye + r0 * C, m->a.hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 	}
 }
 
@@ -1105,9 +1105,9 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
-	const struct hp_layer_w *w = &m->lw[l];
-	struct hp_layer_w *g = &m->lg[l];
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	struct hp_layer_w *g = &m->w.lg[l];
 	int C = s->hidden, Im = s->moe_intermediate;
 
 	if (!m->k.grouped[l]) {
@@ -1115,13 +1115,13 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 			long r0 = off[x], n = off[x + 1] - off[x];
 			if (!n)
 				continue;
-			bk->linear_bwd(bk, m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, a->he + r0 * Im,
+			bk->linear_bwd(bk, m->a.dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, a->he + r0 * Im,
 				       w->ex[x].wd, n, Im, C, 0);
-			bk->swiglu_bwd(bk, m->dge + r0 * Im, m->due + r0 * Im, m->dhe + r0 * Im, a->ge + r0 * Im,
+			bk->swiglu_bwd(bk, m->a.dge + r0 * Im, m->a.due + r0 * Im, m->a.dhe + r0 * Im, a->ge + r0 * Im,
 				       a->ue + r0 * Im, n * Im);
-			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * Im, xe + r0 * C,
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->a.dge + r0 * Im, xe + r0 * C,
 				       w->ex[x].wg, n, C, Im, 0);
-			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wu, NULL, m->due + r0 * Im, xe + r0 * C,
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wu, NULL, m->a.due + r0 * Im, xe + r0 * C,
 				       w->ex[x].wu, n, C, Im, 1);
 		}
 		return;
@@ -1129,18 +1129,18 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 	/* the SwiGLU output is recomputed rather than kept (unless the
 	 * recomputed expert outputs needed it first) */
 	if (!h_ready)
-		bk->swiglu_rows_fwd(bk, m->hrec, a->ge, off[nx], Im);
+		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, off[nx], Im);
 	for (int x = 0; x < nx; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (n)
-			bk->linear_bwd(bk, m->dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->hrec + r0 * Im,
+			bk->linear_bwd(bk, m->a.dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->a.hrec + r0 * Im,
 				       w->ex[x].wd, n, Im, C, 0);
 	}
-	bk->swiglu_rows_bwd(bk, m->dge, m->dhe, a->ge, off[nx], Im);
+	bk->swiglu_rows_bwd(bk, m->a.dge, m->a.dhe, a->ge, off[nx], Im);
 	for (int x = 0; x < nx; x++) {
 		long r0 = off[x], n = off[x + 1] - off[x];
 		if (n)
-			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->dge + r0 * 2 * Im, xe + r0 * C,
+			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->a.dge + r0 * 2 * Im, xe + r0 * C,
 				       w->ex[x].wg, n, C, 2 * Im, 0);
 	}
 }
@@ -1155,9 +1155,9 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
  */
 static void ep_dispatch_counts(struct hp_model *m, int l)
 {
-	struct hp_layer_act *a = &m->act[l];
-	int ep = m->par.ep, El = m->El, E = m->spec.n_experts;
-	int32_t *cnt = m->moe_fill, *rcnt = m->moe_fill + E;   /* [E] sent, [ep*El] = [E] received */
+	struct hp_layer_act *a = &m->a.act[l];
+	int ep = m->par.ep, El = m->lay.El, E = m->spec.n_experts;
+	int32_t *cnt = m->a.moe_fill, *rcnt = m->a.moe_fill + E;   /* [E] sent, [ep*El] = [E] received */
 	int32_t *perm = a->ep_perm.h;
 	long at = 0;
 
@@ -1196,7 +1196,7 @@ static void ep_dispatch_counts(struct hp_model *m, int l)
 static void ep_exchange(struct hp_model *m, int l, const float *send, float *recv, int back)
 {
 	struct hp_backend *bk = m->bk;
-	struct hp_layer_act *a = &m->act[l];
+	struct hp_layer_act *a = &m->a.act[l];
 	int ep = m->par.ep, C = m->spec.hidden;
 	int sc[HP_MAX_EP], sd[HP_MAX_EP], rc[HP_MAX_EP], rd[HP_MAX_EP];
 	const int32_t *so = back ? a->ep_rcount : a->ep_scount, *ro = back ? a->ep_scount : a->ep_rcount;
@@ -1223,8 +1223,8 @@ static void ep_exchange(struct hp_model *m, int l, const float *send, float *rec
 static void route(struct hp_model *m, int l)
 {
 	struct hp_backend *bk = m->bk;
-	struct hp_layer_act *a = &m->act[l];
-	long N = m->Ns;
+	struct hp_layer_act *a = &m->a.act[l];
+	long N = m->lay.Ns;
 	int E = m->spec.n_experts, K = m->spec.top_k;
 	int32_t *off = a->ex_off, *sel = a->sel.h;
 	size_t NK = (size_t)N * K;
@@ -1232,7 +1232,7 @@ static void route(struct hp_model *m, int l)
 	par_rc(m, bk->get(bk, &a->sel, NK, &m->err));
 	/* the fault: the first token's first row goes to an expert of the next ep rank */
 	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0) {
-		sel[0] = (sel[0] + m->El) % E;
+		sel[0] = (sel[0] + m->lay.El) % E;
 		par_rc(m, bk->put(bk, &a->sel, 1, &m->err));
 	}
 	/* expert-major rows */
@@ -1247,10 +1247,10 @@ static void route(struct hp_model *m, int l)
 	}
 	for (int x = 0; x < E; x++)
 		off[x + 1] += off[x];
-	memcpy(m->moe_fill, off, sizeof(int32_t) * (size_t)E);
+	memcpy(m->a.moe_fill, off, sizeof(int32_t) * (size_t)E);
 	for (long t = 0; t < N; t++)
 		for (int k = 0; k < K; k++) {
-			int32_t r = m->moe_fill[sel[t * K + k]]++;
+			int32_t r = m->a.moe_fill[sel[t * K + k]]++;
 			a->row_tok.h[r] = (int32_t)t;
 			a->row_slot.h[r] = k;
 		}
@@ -1296,9 +1296,9 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
-	const struct hp_layer_w *w = &m->lw[l];
-	long N = m->Ns;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	long N = m->lay.Ns;
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
 	struct hp_route rt = route_of(a);
 
@@ -1307,25 +1307,25 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 	route(m, l);
 	if (m->par.ep > 1) {
 		/* HF's index_select into the send buffer; the experts' ranks get them */
-		bk->gather_rows(bk, m->ep_send, a->xn2, a->row_tok.d, N * K, C);
+		bk->gather_rows(bk, m->lay.ep_send, a->xn2, a->row_tok.d, N * K, C);
 		ep_dispatch_counts(m, l);
-		ep_exchange(m, l, m->ep_send, m->ep_recv, 0);
-		bk->gather_rows(bk, a->xe, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
-		experts_fwd(m, l, a->xe, a->ep_off, m->El, m->ep_recv);
-		bk->scatter_rows(bk, m->ep_send, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
-		ep_exchange(m, l, m->ep_send, a->ye, 1);
+		ep_exchange(m, l, m->lay.ep_send, m->lay.ep_recv, 0);
+		bk->gather_rows(bk, a->xe, m->lay.ep_recv, a->ep_perm.d, a->ep_rows, C);
+		experts_fwd(m, l, a->xe, a->ep_off, m->lay.El, m->lay.ep_recv);
+		bk->scatter_rows(bk, m->lay.ep_send, m->lay.ep_recv, a->ep_perm.d, a->ep_rows, C);
+		ep_exchange(m, l, m->lay.ep_send, a->ye, 1);
 		if (m->fault == HP_FAULT_EP_DROP_TOKEN && l == first_moe(m) && N > 0)
 			bk->zero(bk, a->ye, sizeof(float) * (size_t)C);   /* the fault: one row lost */
 	} else {
 		/* HF's index_select: every routed row copied out; the grouped kernel
 		 * gathers rows into one shared buffer instead of keeping a copy */
-		float *xe = m->k.grouped[l] ? m->xg : a->xe;
+		float *xe = m->k.grouped[l] ? m->a.xg : a->xe;
 		bk->gather_rows(bk, xe, a->xn2, a->row_tok.d, N * K, C);
-		experts_fwd(m, l, xe, a->ex_off, E, a->ye ? a->ye : re ? NULL : m->dxe);
+		experts_fwd(m, l, xe, a->ex_off, E, a->ye ? a->ye : re ? NULL : m->a.dxe);
 	}
 	if (re)
 		return;
-	bk->moe_combine(bk, out, a->ye ? a->ye : m->dxe, a->wsel, &rt, N, K, C);
+	bk->moe_combine(bk, out, a->ye ? a->ye : m->a.dxe, a->wsel, &rt, N, K, C);
 }
 
 /*
@@ -1339,17 +1339,17 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 static void moe_aux_add(struct hp_model *m, int l)
 {
 	const struct hp_model_spec *s = &m->spec;
-	long N = m->Ns;
+	long N = m->lay.Ns;
 	int E = s->n_experts, K = s->top_k;
-	double *F = m->aux_frac, *P = m->aux_frac + E;
-	const float *probs = m->act[l].probs;
+	double *F = m->a.aux_frac, *P = m->a.aux_frac + E;
+	const float *probs = m->a.act[l].probs;
 
 	if (m->bk->device) {
-		par_rc(m, m->bk->download(m->bk, m->h_probs, probs, sizeof(float) * (size_t)N * E, &m->err));
-		probs = m->h_probs;
+		par_rc(m, m->bk->download(m->bk, m->a.h_probs, probs, sizeof(float) * (size_t)N * E, &m->err));
+		probs = m->a.h_probs;
 	}
 	for (long i = 0; i < N * K; i++)
-		F[m->act[l].sel.h[i]] += 1;
+		F[m->a.act[l].sel.h[i]] += 1;
 	for (long t = 0; t < N; t++)
 		for (int x = 0; x < E; x++)
 			P[x] += probs[t * E + x];
@@ -1361,7 +1361,7 @@ static void moe_aux(struct hp_model *m)
 {
 	const struct hp_model_spec *s = &m->spec;
 	int E = s->n_experts;
-	double n = (double)m->B * m->S * m->n_moe, aux = 0, *F = m->aux_frac, *P = m->aux_frac + E;
+	double n = (double)m->a.B * m->lay.S * m->n_moe, aux = 0, *F = m->a.aux_frac, *P = m->a.aux_frac + E;
 
 	if (m->par.cp > 1)
 		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_CP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
@@ -1379,12 +1379,12 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
-	struct hp_layer_act *a = &m->act[l];
-	const struct hp_layer_w *w = &m->lw[l];
-	struct hp_layer_w *g = &m->lg[l];
-	long N = m->Ns;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	struct hp_layer_w *g = &m->w.lg[l];
+	long N = m->lay.Ns;
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
-	float *dxe = m->dxe;
+	float *dxe = m->a.dxe;
 	struct hp_route rt = route_of(a);
 
 	/* the experts' outputs again where they were not kept (grouped, one
@@ -1394,42 +1394,42 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	if (!ye) {
 		int Im = s->moe_intermediate;
 
-		bk->swiglu_rows_fwd(bk, m->hrec, a->ge, a->ex_off[E], Im);
+		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, a->ex_off[E], Im);
 		for (int x = 0; x < E; x++) {
 			long r0 = a->ex_off[x], n = a->ex_off[x + 1] - a->ex_off[x];
 			if (n)
-				bk->linear_fwd(bk, m->dxe + r0 * C, m->hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
+				bk->linear_fwd(bk, m->a.dxe + r0 * C, m->a.hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
 		}
-		ye = m->dxe;
+		ye = m->a.dxe;
 	}
 	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
-	bk->moe_combine_bwd(bk, m->dye, m->dwsel, dout, ye, a->wsel, &rt, N, K, C);
+	bk->moe_combine_bwd(bk, m->a.dye, m->a.dwsel, dout, ye, a->wsel, &rt, N, K, C);
 	if (m->par.ep > 1) {
 		/* dY to the experts' ranks, dX back, the forward's routes reversed */
-		ep_exchange(m, l, m->dye, m->ep_recv, 0);
-		bk->gather_rows(bk, m->dye, m->ep_recv, a->ep_perm.d, a->ep_rows, C);
-		experts_bwd(m, l, a->xe, a->ep_off, m->El, m->dye, m->dxe, 0);
-		bk->scatter_rows(bk, m->ep_send, m->dxe, a->ep_perm.d, a->ep_rows, C);
-		ep_exchange(m, l, m->ep_send, m->ep_recv, 1);
-		dxe = m->ep_recv;
+		ep_exchange(m, l, m->a.dye, m->lay.ep_recv, 0);
+		bk->gather_rows(bk, m->a.dye, m->lay.ep_recv, a->ep_perm.d, a->ep_rows, C);
+		experts_bwd(m, l, a->xe, a->ep_off, m->lay.El, m->a.dye, m->a.dxe, 0);
+		bk->scatter_rows(bk, m->lay.ep_send, m->a.dxe, a->ep_perm.d, a->ep_rows, C);
+		ep_exchange(m, l, m->lay.ep_send, m->lay.ep_recv, 1);
+		dxe = m->lay.ep_recv;
 	} else {
 		const float *xe = a->xe;
 		if (m->k.grouped[l]) {   /* the routed rows again, for the weight gradients */
-			bk->gather_rows(bk, m->xg, a->xn2, a->row_tok.d, N * K, C);
-			xe = m->xg;
+			bk->gather_rows(bk, m->a.xg, a->xn2, a->row_tok.d, N * K, C);
+			xe = m->a.xg;
 		}
-		experts_bwd(m, l, xe, a->ex_off, E, m->dye, m->dxe, !a->ye);
+		experts_bwd(m, l, xe, a->ex_off, E, m->a.dye, m->a.dxe, !a->ye);
 	}
 	/* routing weights -> probabilities of the chosen experts -> router logits */
-	bk->router_bwd(bk, m->dprob, a->probs, a->sel.d, a->wsel, m->dwsel, m->aux_frac, aux_grad, N, E, K,
+	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.aux_frac, aux_grad, N, E, K,
 		       s->norm_topk_prob);
-	bk->linear_bwd(bk, dxn, g->router, NULL, m->dprob, a->xn2, w->router, N, C, E, 0);
+	bk->linear_bwd(bk, dxn, g->router, NULL, m->a.dprob, a->xn2, w->router, N, C, E, 0);
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
 }
 
 static int chunked(const struct hp_model *m)
 {
-	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->B * m->T;
+	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->a.B * m->a.T;
 }
 
 /*
@@ -1458,34 +1458,34 @@ static void norm_in(struct hp_model *m, int fused, float *x, float *y, float *rs
 static int vp_loss(struct hp_model *m, double *loss_sum, long *count)
 {
 	struct hp_backend *bk = m->bk;
-	long N = (long)m->B * m->T;
+	long N = (long)m->a.B * m->a.T;
 	int Vl = m->spec.vocab, tp = m->par.tp;
 	struct hp_comm *c = dimc(m, HP_DIM_TP);
-	double *st = m->vp_st, *st2 = m->vp_st + 2 * N;
-	float *mx = m->vp_mx, *mx2 = m->vp_mx + N;
-	const int32_t *tg = m->tgt.d;
+	double *st = m->lay.vp_st, *st2 = m->lay.vp_st + 2 * N;
+	float *mx = m->lay.vp_mx, *mx2 = m->lay.vp_mx + N;
+	const int32_t *tg = m->a.tgt.d;
 
 	if (m->par.loss_parallel) {
-		bk->vp_ce_max(bk, mx, m->logits, N, Vl);
+		bk->vp_ce_max(bk, mx, m->a.logits, N, Vl);
 		par_rc(m, bk->allreduce(bk, c, mx, (size_t)N, HP_DTYPE_F32, HP_RED_MAX, &m->err));
-		bk->vp_ce_sums(bk, st, m->logits, mx, tg, N, Vl, m->v0);
+		bk->vp_ce_sums(bk, st, m->a.logits, mx, tg, N, Vl, m->lay.v0);
 		par_rc(m, bk->allreduce(bk, c, st, 2 * (size_t)N, HP_DTYPE_F64, HP_RED_SUM, &m->err));
 	} else {
-		par_rc(m, bk->allgather(bk, c, m->logits, m->glogits, (size_t)N * Vl, HP_DTYPE_F32, &m->err));
+		par_rc(m, bk->allgather(bk, c, m->a.logits, m->lay.glogits, (size_t)N * Vl, HP_DTYPE_F32, &m->err));
 		for (int r = 0; r < tp; r++) {
-			bk->vp_ce_max(bk, r ? mx2 : mx, m->glogits + (size_t)r * N * Vl, N, Vl);
+			bk->vp_ce_max(bk, r ? mx2 : mx, m->lay.glogits + (size_t)r * N * Vl, N, Vl);
 			if (r)
 				bk->max(bk, mx, mx2, N);
 		}
 		for (int r = 0; r < tp; r++) {
-			bk->vp_ce_sums(bk, r ? st2 : st, m->glogits + (size_t)r * N * Vl, mx, tg, N, Vl, r * Vl);
+			bk->vp_ce_sums(bk, r ? st2 : st, m->lay.glogits + (size_t)r * N * Vl, mx, tg, N, Vl, r * Vl);
 			if (r)
 				bk->add_f64(bk, st, st2, 2 * N);
 		}
 	}
 	if (m->par_rc)
 		return -2;
-	return bk->vp_ce_loss(bk, loss_sum, count, st, mx, &m->tgt, N, m->gspec.vocab);
+	return bk->vp_ce_loss(bk, loss_sum, count, st, mx, &m->a.tgt, N, m->gspec.vocab);
 }
 
 /*
@@ -1493,7 +1493,7 @@ static int vp_loss(struct hp_model *m, double *loss_sum, long *count)
  * it; NULL: x_in holds it already) up to mlp_out, which a dense layer
  * writes into the next layer's input.  re: the backward's recomputation
  * of a checkpointed layer: the same operations and collectives into the
- * same (shared) buffers, with m->dx, the residual's live gradient, left
+ * same (shared) buffers, with m->a.dx, the residual's live gradient, left
  * alone; it stops where the backward needs nothing more (a dense layer's
  * down_proj), and it neither probes nor calls hooks.
  */
@@ -1502,15 +1502,15 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_model_par *pr = &m->par;
-	long N = (long)m->B * m->T, Ns = m->Ns;
+	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	int C = s->hidden, I = s->intermediate, D = s->head_dim;
 	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
 	float eps = (float)s->rms_eps;
-	struct hp_layer_act *a = &m->act[l];
-	const struct hp_layer_w *w = &m->lw[l];
-	float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	float *next = l + 1 < s->n_layers ? m->a.act[l + 1].x_in : m->a.x_final;
 	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
-	float *sp_out = re ? m->dxn : m->dx, *nout, *o;
+	float *sp_out = re ? m->a.dxn : m->a.dx, *nout, *o;
 
 #define PROBE(...) (!re && probe(m, __VA_ARGS__))
 	nout = pr->sp ? sp_out : a->xn1;
@@ -1535,12 +1535,12 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		bk->linear_fwd(bk, a->k, a->xn1, w->wk, w->bk, N, C, KD);
 	}
 	bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
-	bk->rope_fwd(bk, a->q, m->pos.d, m->cos_t, m->sin_t, N, s->n_heads, D);
-	bk->rope_fwd(bk, a->k, m->pos.d, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
+	bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D);
+	bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D);
 	attention_fwd(m, l);
 	if (tp > 1) {
 		/* row-parallel: partial sums, reduced, then the bias once */
-		o = pr->sp ? m->dxn : a->x_mid;
+		o = pr->sp ? m->a.dxn : a->x_mid;
 		bk->linear_fwd(bk, o, a->att, w->wo, NULL, N, QD, C);
 		if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
 			if (pr->sp)   /* the rank's rows of its own partial sum */
@@ -1573,7 +1573,7 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	bk->swiglu_fwd(bk, a->h, a->g, a->u, N * I);
 	if (re)
 		return 0;
-	o = pr->sp ? m->dxn : next;
+	o = pr->sp ? m->a.dxn : next;
 	bk->linear_fwd(bk, o, a->h, w->wd, NULL, N, I, C);
 	tp_reduce(m, o, next);
 	if (PROBE("model.layers.%d.mlp", l, next, Ns, C, pr->sp, 0))
@@ -1591,45 +1591,45 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_par *pr = &m->par;
-	long N = (long)m->B * m->T;
-	int32_t *pos = m->pos.h;
+	long N = (long)m->a.B * m->a.T;
+	int32_t *pos = m->a.pos.h;
 	int rc;
 
-	m->seg = seg;
+	m->a.seg = seg;
 	if (pr->cp > 1) {
 		/* this rank's chunk of every row; positions stay those of the whole row */
 		for (long n = 0; n < N; n++) {
-			long b = n / m->T, at = b * m->S + (long)pr->cp_rank * m->T + n % m->T;
+			long b = n / m->a.T, at = b * m->lay.S + (long)pr->cp_rank * m->a.T + n % m->a.T;
 
-			m->ids.h[n] = ids[at];
-			m->tgt.h[n] = targets ? targets[at] : HP_IGNORE_INDEX;
-			m->segs.h[n] = seg ? seg[at] : 0;
-			pos[n] = (int32_t)(at - b * m->S) - m->segs.h[n];
+			m->a.ids.h[n] = ids[at];
+			m->a.tgt.h[n] = targets ? targets[at] : HP_IGNORE_INDEX;
+			m->a.segs.h[n] = seg ? seg[at] : 0;
+			pos[n] = (int32_t)(at - b * m->lay.S) - m->a.segs.h[n];
 		}
 		if (cp_ag(m))
-			m->seg = seg ? m->segs.h : NULL;
+			m->a.seg = seg ? m->a.segs.h : NULL;
 	} else {
 		for (long n = 0; n < N; n++)
-			pos[n] = (int32_t)(n % m->T) - (seg ? seg[n] : 0);
-		m->ids.h = (int32_t *)ids;
-		m->tgt.h = (int32_t *)targets;
+			pos[n] = (int32_t)(n % m->a.T) - (seg ? seg[n] : 0);
+		m->a.ids.h = (int32_t *)ids;
+		m->a.tgt.h = (int32_t *)targets;
 		if (!bk->device) {
-			m->ids.d = m->ids.h;
-			m->tgt.d = m->tgt.h;
+			m->a.ids.d = m->a.ids.h;
+			m->a.tgt.d = m->a.tgt.h;
 		}
 	}
 	if (!bk->device)
 		return 0;
 	/* the attention's segments: the chunk's (cp all-gather), else the whole rows' */
-	struct hp_i32 sg = { (int32_t *)m->seg, m->segs.d };
-	size_t ns = cp_ul(m) ? (size_t)m->B * m->S : (size_t)N;
-	if ((rc = bk->put(bk, &m->pos, (size_t)N, &m->err)) || (rc = bk->put(bk, &m->ids, (size_t)N, &m->err)) ||
-	    (m->tgt.h && (rc = bk->put(bk, &m->tgt, (size_t)N, &m->err))) ||
-	    (m->seg && (rc = bk->put(bk, &sg, ns, &m->err)))) {
+	struct hp_i32 sg = { (int32_t *)m->a.seg, m->a.segs.d };
+	size_t ns = cp_ul(m) ? (size_t)m->a.B * m->lay.S : (size_t)N;
+	if ((rc = bk->put(bk, &m->a.pos, (size_t)N, &m->err)) || (rc = bk->put(bk, &m->a.ids, (size_t)N, &m->err)) ||
+	    (m->a.tgt.h && (rc = bk->put(bk, &m->a.tgt, (size_t)N, &m->err))) ||
+	    (m->a.seg && (rc = bk->put(bk, &sg, ns, &m->err)))) {
 		par_rc(m, rc);
 		return -2;
 	}
-	m->seg = m->seg ? m->segs.d : NULL;
+	m->a.seg = m->a.seg ? m->a.segs.d : NULL;
 	return 0;
 }
 
@@ -1642,7 +1642,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	const float *ra = NULL, *rb = NULL;
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_model_par *pr = &m->par;
-	long N = (long)m->B * m->T, Ns = m->Ns;
+	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	int C = s->hidden, V = s->vocab, tp = pr->tp;
 	float eps = (float)s->rms_eps;
 	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
@@ -1652,20 +1652,20 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	hp_err_clear(&m->err);
 	if (stage_batch(m, ids, targets, seg))
 		return -2;
-	targets = m->tgt.h;
+	targets = m->a.tgt.h;
 	if (tp > 1) {
-		bk->embed_fwd(bk, pr->sp ? m->dxn : m->act[0].x_in, &m->ids, m->embed, N, C, m->v0, V);
-		tp_reduce(m, pr->sp ? m->dxn : m->act[0].x_in, m->act[0].x_in);
+		bk->embed_fwd(bk, pr->sp ? m->a.dxn : m->a.act[0].x_in, &m->a.ids, m->w.embed, N, C, m->lay.v0, V);
+		tp_reduce(m, pr->sp ? m->a.dxn : m->a.act[0].x_in, m->a.act[0].x_in);
 	} else {
-		bk->embed_fwd(bk, m->act[0].x_in, &m->ids, m->embed, N, C, 0, V);
+		bk->embed_fwd(bk, m->a.act[0].x_in, &m->a.ids, m->w.embed, N, C, 0, V);
 	}
-	if (probe(m, "model.embed_tokens", 0, m->act[0].x_in, Ns, C, pr->sp, 0))
+	if (probe(m, "model.embed_tokens", 0, m->a.act[0].x_in, Ns, C, pr->sp, 0))
 		return -2;
 	if (m->n_moe && s->output_router_logits)
-		memset(m->aux_frac, 0, 2 * sizeof(double) * (size_t)s->n_experts);
+		memset(m->a.aux_frac, 0, 2 * sizeof(double) * (size_t)s->n_experts);
 	for (int l = 0; l < s->n_layers; l++) {
-		struct hp_layer_act *a = &m->act[l];
-		float *next = l + 1 < s->n_layers ? m->act[l + 1].x_in : m->x_final;
+		struct hp_layer_act *a = &m->a.act[l];
+		float *next = l + 1 < s->n_layers ? m->a.act[l + 1].x_in : m->a.x_final;
 		int rc;
 
 		if (hook(m, l, HP_HOOK_PRE_FORWARD))
@@ -1674,7 +1674,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 			return rc;
 		/* the residual add x_mid + mlp_out is owed to the next norm's input */
 		ra = a->x_mid;
-		rb = m->lw[l].moe ? a->moe_out : next;
+		rb = m->w.lw[l].moe ? a->moe_out : next;
 		if (m->k.ckpt[l] == HP_ACT_CKPT_FULL) {
 			/* unless the layer's buffers are shared: the next layer's
 			 * would overwrite them, so the add is paid now (the same
@@ -1682,7 +1682,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 			bk->add(bk, next, ra, rb, Ns * C);
 			ra = rb = NULL;
 		}
-		if (m->lw[l].moe && s->output_router_logits)
+		if (m->w.lw[l].moe && s->output_router_logits)
 			moe_aux_add(m, l);
 		if (hook(m, l, HP_HOOK_POST_FORWARD))
 			return -2;
@@ -1690,14 +1690,14 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	m->aux_loss = 0;
 	if (m->n_moe && s->output_router_logits)
 		moe_aux(m);
-	nout = pr->sp ? m->dx : m->xf;
-	norm_in(m, m->k.fused_final, m->x_final, nout, m->rstd_f, ra, rb, m->final_norm, Ns, C, eps);
-	tp_gather(m, m->xf, nout);
-	if (probe(m, "model.norm", 0, m->xf, N, C, 0, 0))
+	nout = pr->sp ? m->a.dx : m->a.xf;
+	norm_in(m, m->k.fused_final, m->a.x_final, nout, m->a.rstd_f, ra, rb, m->w.final_norm, Ns, C, eps);
+	tp_gather(m, m->a.xf, nout);
+	if (probe(m, "model.norm", 0, m->a.xf, N, C, 0, 0))
 		return -2;
 	if (tp > 1) {
-		bk->linear_fwd(bk, m->logits, m->xf, m->lm_head, NULL, N, C, V);
-		if (probe(m, "lm_head", 0, m->logits, N, V, 0, 1))
+		bk->linear_fwd(bk, m->a.logits, m->a.xf, m->w.lm_head, NULL, N, C, V);
+		if (probe(m, "lm_head", 0, m->a.logits, N, V, 0, 1))
 			return -2;
 		if (targets) {
 			int rc = vp_loss(m, loss_sum, count);
@@ -1713,28 +1713,28 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		*count = 0;
 		for (long c0 = 0; targets && c0 < N; c0 += ch) {
 			long n = N - c0 < ch ? N - c0 : ch, cnt;
-			struct hp_i32 tg = { m->tgt.h + c0, m->tgt.d + c0 };
+			struct hp_i32 tg = { m->a.tgt.h + c0, m->a.tgt.d + c0 };
 			double ls;
 
-			bk->linear_fwd(bk, m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
-			if (bk->ce_fwd(bk, &ls, &cnt, m->logits, &tg, n, V))
+			bk->linear_fwd(bk, m->a.logits, m->a.xf + c0 * C, m->w.lm_head, NULL, n, C, V);
+			if (bk->ce_fwd(bk, &ls, &cnt, m->a.logits, &tg, n, V))
 				return -1;
 			*loss_sum += ls;
 			*count += cnt;
 			if (m->ce_scale > 0) {
 				/* the scale is known: the head's gradients now, no second pass */
-				bk->ce_bwd(bk, m->logits, m->logits, tg.d, n, V, (float)m->ce_scale);
-				bk->linear_bwd(bk, m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
-					       m->lm_head, n, C, V, 0);
+				bk->ce_bwd(bk, m->a.logits, m->a.logits, tg.d, n, V, (float)m->ce_scale);
+				bk->linear_bwd(bk, m->a.dxn + c0 * C, m->w.d_lm_head, NULL, m->a.logits, m->a.xf + c0 * C,
+					       m->w.lm_head, n, C, V, 0);
 			}
 		}
 		m->head_done = targets && m->ce_scale > 0;
 		return m->par_rc ? -2 : 0;
 	}
-	bk->linear_fwd(bk, m->logits, m->xf, m->lm_head, NULL, N, C, V);
-	if (probe(m, "lm_head", 0, m->logits, N, V, 0, 0))
+	bk->linear_fwd(bk, m->a.logits, m->a.xf, m->w.lm_head, NULL, N, C, V);
+	if (probe(m, "lm_head", 0, m->a.logits, N, V, 0, 0))
 		return -2;
-	if (targets && bk->ce_fwd(bk, loss_sum, count, m->logits, &m->tgt, N, V))
+	if (targets && bk->ce_fwd(bk, loss_sum, count, m->a.logits, &m->a.tgt, N, V))
 		return -1;
 	return m->par_rc ? -2 : 0;
 }
@@ -1755,9 +1755,9 @@ static void norm_bwd(struct hp_model *m, int fused, float *dx, float *dw, const 
 static const float *entry_grad(struct hp_model *m)
 {
 	if (!m->par.sp)
-		return m->dx;
-	tp_gather(m, m->dfull, m->dx);
-	return m->dfull;
+		return m->a.dx;
+	tp_gather(m, m->lay.dfull, m->a.dx);
+	return m->lay.dfull;
 }
 
 /* The backward; a failure is kept in m->par_rc and m->err, and a hook's
@@ -1768,14 +1768,14 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	const struct hp_model_par *pr = &m->par;
-	long N = (long)m->B * m->T, Ns = m->Ns;
+	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	int C = s->hidden, I = s->intermediate, D = s->head_dim, V = s->vocab;
 	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
-	float *dlogits = m->logits;   /* overwritten in place */
+	float *dlogits = m->a.logits;   /* overwritten in place */
 	const float *dy;
 	/* d(coef * aux)/dP_e(token) = coef * E * F_e / n, n the MoE tokens of this forward */
 	double aux_grad = m->n_moe && s->output_router_logits ?
-		aux_weight * s->router_aux_loss_coef * s->n_experts / ((double)m->B * m->S * m->n_moe) : 0;
+		aux_weight * s->router_aux_loss_coef * s->n_experts / ((double)m->a.B * m->lay.S * m->n_moe) : 0;
 
 	float scale = total_count > 0 ? (float)(1.0 / total_count) : 0.0f;
 
@@ -1783,29 +1783,29 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	(void)ids;
 	(void)targets;
 	if (tp > 1) {
-		bk->vp_ce_bwd(bk, dlogits, m->logits, m->vp_st, m->vp_mx, m->tgt.d, N, V, m->v0, scale);
-		bk->linear_bwd(bk, m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+		bk->vp_ce_bwd(bk, dlogits, m->a.logits, m->lay.vp_st, m->lay.vp_mx, m->a.tgt.d, N, V, m->lay.v0, scale);
+		bk->linear_bwd(bk, m->a.dxn, m->w.d_lm_head, NULL, dlogits, m->a.xf, m->w.lm_head, N, C, V, 0);
 	} else if (chunked(m)) {
 		/* the logits of each chunk again, never all of them at once (unless
 		 * the forward already did the head's backward) */
 		for (long c0 = 0; !m->head_done && c0 < N; c0 += m->k.ce_chunk) {
 			long n = N - c0 < m->k.ce_chunk ? N - c0 : m->k.ce_chunk;
 
-			bk->linear_fwd(bk, m->logits, m->xf + c0 * C, m->lm_head, NULL, n, C, V);
-			bk->ce_bwd(bk, m->logits, m->logits, m->tgt.d + c0, n, V, scale);
-			bk->linear_bwd(bk, m->dxn + c0 * C, m->d_lm_head, NULL, m->logits, m->xf + c0 * C,
-				       m->lm_head, n, C, V, 0);
+			bk->linear_fwd(bk, m->a.logits, m->a.xf + c0 * C, m->w.lm_head, NULL, n, C, V);
+			bk->ce_bwd(bk, m->a.logits, m->a.logits, m->a.tgt.d + c0, n, V, scale);
+			bk->linear_bwd(bk, m->a.dxn + c0 * C, m->w.d_lm_head, NULL, m->a.logits, m->a.xf + c0 * C,
+				       m->w.lm_head, n, C, V, 0);
 		}
 	} else {
-		bk->ce_bwd(bk, dlogits, m->logits, m->tgt.d, N, V, scale);
-		bk->linear_bwd(bk, m->dxn, m->d_lm_head, NULL, dlogits, m->xf, m->lm_head, N, C, V, 0);
+		bk->ce_bwd(bk, dlogits, m->a.logits, m->a.tgt.d, N, V, scale);
+		bk->linear_bwd(bk, m->a.dxn, m->w.d_lm_head, NULL, dlogits, m->a.xf, m->w.lm_head, N, C, V, 0);
 	}
-	dy = tp_reduce(m, m->dxn, m->dred);
-	norm_bwd(m, m->k.fused_final, m->dx, m->d_final_norm, dy, m->x_final, m->final_norm, m->rstd_f, Ns, C, 0);
+	dy = tp_reduce(m, m->a.dxn, m->lay.dred);
+	norm_bwd(m, m->k.fused_final, m->a.dx, m->w.d_final_norm, dy, m->a.x_final, m->w.final_norm, m->a.rstd_f, Ns, C, 0);
 	for (int l = s->n_layers - 1; l >= 0; l--) {
-		struct hp_layer_act *a = &m->act[l];
-		const struct hp_layer_w *w = &m->lw[l];
-		struct hp_layer_w *g = &m->lg[l];
+		struct hp_layer_act *a = &m->a.act[l];
+		const struct hp_layer_w *w = &m->w.lw[l];
+		struct hp_layer_w *g = &m->w.lg[l];
 
 		if (hook(m, l, HP_HOOK_PRE_BACKWARD))
 			return;
@@ -1815,46 +1815,46 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 
 		/* MLP: x_out = x_mid + mlp(xn2) */
 		if (w->moe) {
-			moe_backward(m, l, m->dx, m->dxn, aux_grad);
-			dy = m->dxn;
+			moe_backward(m, l, m->a.dx, m->a.dxn, aux_grad);
+			dy = m->a.dxn;
 		} else {
 			const float *din = entry_grad(m);
 
-			bk->linear_bwd(bk, m->dh, g->wd, NULL, din, a->h, w->wd, N, I, C, 0);
-			bk->swiglu_bwd(bk, m->dg, m->du, m->dh, a->g, a->u, N * I);
-			bk->linear_bwd(bk, m->dxn, g->wg, NULL, m->dg, a->xn2, w->wg, N, C, I, 0);
-			bk->linear_bwd(bk, m->dxn, g->wu, NULL, m->du, a->xn2, w->wu, N, C, I, 1);
-			dy = tp_reduce(m, m->dxn, m->dred);
+			bk->linear_bwd(bk, m->a.dh, g->wd, NULL, din, a->h, w->wd, N, I, C, 0);
+			bk->swiglu_bwd(bk, m->a.dg, m->a.du, m->a.dh, a->g, a->u, N * I);
+			bk->linear_bwd(bk, m->a.dxn, g->wg, NULL, m->a.dg, a->xn2, w->wg, N, C, I, 0);
+			bk->linear_bwd(bk, m->a.dxn, g->wu, NULL, m->a.du, a->xn2, w->wu, N, C, I, 1);
+			dy = tp_reduce(m, m->a.dxn, m->lay.dred);
 		}
-		norm_bwd(m, m->k.fused_post[l], m->dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
+		norm_bwd(m, m->k.fused_post[l], m->a.dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
-		bk->linear_bwd(bk, m->datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, QD, C, 0);
+		bk->linear_bwd(bk, m->a.datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, QD, C, 0);
 		if (tp > 1 && g->bo)   /* the bias was added once, after the sum */
-			bk->colsum(bk, g->bo, m->dx, Ns, C);
+			bk->colsum(bk, g->bo, m->a.dx, Ns, C);
 		/* selective: the probabilities again, from the kept q, k, v (the
 		 * output it rewrites is the same bits, read only by the backward) */
 		if (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l])
 			attention_core(m, l);
 		attention_bwd(m, l);
-		bk->rope_bwd(bk, m->dq, m->pos.d, m->cos_t, m->sin_t, N, s->n_heads, D);
-		bk->rope_bwd(bk, m->dk, m->pos.d, m->cos_t, m->sin_t, N, s->n_kv_heads, D);
-		const float *dqp = m->dq, *dkp = m->dk;
+		bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D);
+		bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D);
+		const float *dqp = m->a.dq, *dkp = m->a.dk;
 		if (s->qk_norm) {
-			bk->rmsnorm_bwd(bk, m->dq2, g->q_norm, m->dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
-			bk->rmsnorm_bwd(bk, m->dk2, g->k_norm, m->dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
+			bk->rmsnorm_bwd(bk, m->a.dq2, g->q_norm, m->a.dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
+			bk->rmsnorm_bwd(bk, m->a.dk2, g->k_norm, m->a.dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
 					D, 0);
-			dqp = m->dq2;
-			dkp = m->dk2;
+			dqp = m->a.dq2;
+			dkp = m->a.dk2;
 		}
-		bk->linear_bwd(bk, m->dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
-		bk->linear_bwd(bk, m->dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
-		bk->linear_bwd(bk, m->dxn, g->wv, g->bv, m->dv, a->xn1, w->wv, N, C, KD, 1);
-		dy = tp_reduce(m, m->dxn, m->dred);
-		norm_bwd(m, m->k.fused_in[l], m->dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
+		bk->linear_bwd(bk, m->a.dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+		bk->linear_bwd(bk, m->a.dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
+		bk->linear_bwd(bk, m->a.dxn, g->wv, g->bv, m->a.dv, a->xn1, w->wv, N, C, KD, 1);
+		dy = tp_reduce(m, m->a.dxn, m->lay.dred);
+		norm_bwd(m, m->k.fused_in[l], m->a.dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
 		if (hook(m, l, HP_HOOK_POST_BACKWARD))
 			return;
 	}
-	par_rc(m, bk->embed_bwd(bk, m->d_embed, tp > 1 ? entry_grad(m) : m->dx, &m->ids, N, C, tp > 1 ? m->v0 : 0,
+	par_rc(m, bk->embed_bwd(bk, m->w.d_embed, tp > 1 ? entry_grad(m) : m->a.dx, &m->a.ids, N, C, tp > 1 ? m->lay.v0 : 0,
 				V, m->spec.pad_token_id, &m->err));
 }
 

@@ -193,42 +193,28 @@ struct hp_layer_act {
 	long ep_rows;      /* rows received */
 };
 
-struct hp_model {
-	/* spec: what this rank computes (heads, intermediate rows and
-	 * vocabulary divided by tp); gspec: the model as config.json has it */
-	struct hp_model_spec spec, gspec;
-	struct hp_model_par par;
-	int S;                        /* tokens per row (T is this rank's chunk: S / cp) */
-	long Ns;                      /* tokens of the residual stream (N / tp with sp) */
-	int v0, e0, El;               /* first vocabulary row, first and number of local experts */
-	long ep_rcap;                 /* rows a rank can receive per MoE layer (no token dropped) */
-	/* the micro-batch as the kernels read it: this rank's chunk of it (cp),
-	 * in the backend's memory; on the CPU at cp 1 the caller's arrays */
-	struct hp_i32 ids, tgt, segs;
-	float *dfull, *dred;          /* tp: [N,C] gathered gradient, [Ns,C] reduced one */
-	float *glogits;               /* tp without loss_parallel: [N, vocab] */
-	float *vp_mx; double *vp_st;  /* loss_parallel: [N] row maxima, [2N] sums */
-	float *cp_send, *cp_recv;     /* cp: packing buffers */
-	float *ep_send, *ep_recv;     /* ep: rows in flight */
-	int par_rc;                   /* the pass's first error: a collective's, the backend's, a hook's */
-	struct hp_err err;            /* its message (hp_model_forward and _backward hand it on) */
+/* The parameters and their gradients: every tensor in one flat array each
+ * (16-float padding between tensors), named views of them per layer. */
+struct hp_model_weights {
 	int nparams, cap_params;
 	struct hp_param *params;
 	size_t numel;                 /* total parameter elements */
 	float *flat_w, *flat_g;       /* all parameters / gradients, numel each (host) */
 	float *bw, *bg;               /* the same in the backend's memory (== flat_w, flat_g on the CPU) */
-	struct hp_arena warena, garena, aarena;
-	struct hp_arena harena;       /* device backends: the host-only index arrays */
-	struct hp_backend *bk;        /* borrowed */
-
+	struct hp_arena warena, garena;
 	float *embed, *final_norm, *lm_head;      /* lm_head == embed when tied */
 	float *d_embed, *d_final_norm, *d_lm_head;
 	struct hp_layer_w *lw, *lg;               /* weights and grads per layer */
+};
 
-	struct hp_model_kernels k;
-
-	/* activations for one micro-batch */
+/* One micro-batch's activations, what the backward keeps and its scratch. */
+struct hp_model_acts {
 	int B, T;
+	struct hp_arena aarena;
+	struct hp_arena harena;       /* device backends: the host-only index arrays */
+	/* the micro-batch as the kernels read it: this rank's chunk of it (cp),
+	 * in the backend's memory; on the CPU at cp 1 the caller's arrays */
+	struct hp_i32 ids, tgt, segs;
 	struct hp_layer_act *act;
 	float *x_final, *rstd_f, *xf, *logits;    /* logits [N,V]; chunked: [ce_chunk,V] */
 	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
@@ -243,12 +229,50 @@ struct hp_model {
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
 	float *xg;                                /* grouped experts: routed rows gathered */
+	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
+	double *aux_frac;                         /* [2E] fraction of routed slots per expert, then
+						     the summed probabilities */
+};
+
+/* This rank's part of the layout: its local sizes and the buffers its
+ * collectives move. */
+struct hp_model_lay {
+	int S;                        /* tokens per row (T is this rank's chunk: S / cp) */
+	long Ns;                      /* tokens of the residual stream (N / tp with sp) */
+	int v0, e0, El;               /* first vocabulary row, first and number of local experts */
+	long ep_rcap;                 /* rows a rank can receive per MoE layer (no token dropped) */
+	float *dfull, *dred;          /* tp: [N,C] gathered gradient, [Ns,C] reduced one */
+	float *glogits;               /* tp without loss_parallel: [N, vocab] */
+	float *vp_mx; double *vp_st;  /* loss_parallel: [N] row maxima, [2N] sums */
+	float *cp_send, *cp_recv;     /* cp: packing buffers */
+	float *ep_send, *ep_recv;     /* ep: rows in flight */
+};
+
+struct hp_model {
+	/* spec: what this rank computes (heads, intermediate rows and
+	 * vocabulary divided by tp); gspec: the model as config.json has it */
+	struct hp_model_spec spec, gspec;
+	struct hp_model_par par;
+	struct hp_backend *bk;        /* borrowed */
+	struct hp_model_kernels k;
+	struct hp_model_weights w;
+	struct hp_model_acts a;
+	struct hp_model_lay lay;
+	int n_moe;                    /* MoE layers */
+
+	/* the pass in flight */
+	int par_rc;                   /* its first error: a collective's, the backend's, a hook's */
+	struct hp_err err;            /* its message (hp_model_forward and _backward hand it on) */
 	/* chunked cross-entropy: when the caller sets ce_scale (1 / the step's
 	 * target count) before the forward, the forward also computes the LM
 	 * head's gradients with it, chunk by chunk, and the backward starts from
 	 * them (head_done); else the backward recomputes each chunk's logits */
 	double ce_scale;
 	int head_done;
+	/* the load-balancing loss of the last forward (output_router_logits) */
+	double aux_loss;
+	int fault;                    /* enum hp_fault */
+
 	/* called before and after each layer's forward and backward (FSDP
 	 * gathers a layer's weights just in time and frees them after); an
 	 * HP_E code, with its message in e, stops the pass, and the pass
@@ -259,14 +283,6 @@ struct hp_model {
 	 * a failure stops the forward as the hook's does */
 	int (*probe)(void *ctx, const struct hp_probe *p, struct hp_err *e);
 	void *probe_ctx;
-	int fault;                                /* enum hp_fault */
-	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
-	int n_moe;                                /* MoE layers */
-	/* the load-balancing loss of the last forward (output_router_logits) */
-	double aux_loss;
-	double *aux_frac;                         /* [2E] fraction of routed slots per expert, then
-						     the summed probabilities */
-
 };
 
 /*

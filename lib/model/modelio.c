@@ -11,9 +11,9 @@
 
 struct hp_param *hp_model_param(struct hp_model *m, const char *name)
 {
-	for (int i = 0; i < m->nparams; i++)
-		if (!strcmp(m->params[i].name, name))
-			return &m->params[i];
+	for (int i = 0; i < m->w.nparams; i++)
+		if (!strcmp(m->w.params[i].name, name))
+			return &m->w.params[i];
 	return NULL;
 }
 
@@ -111,8 +111,8 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 
 	if ((rc = hp_st_model_open(&st, dir, e)))
 		return rc;
-	for (int i = 0; i < m->nparams && !rc; i++) {
-		struct hp_param *p = &m->params[i];
+	for (int i = 0; i < m->w.nparams && !rc; i++) {
+		struct hp_param *p = &m->w.params[i];
 		const struct hp_st_tensor *t = hp_st_model_find(&st, p->name);
 		char want[64], got[64];
 
@@ -138,26 +138,26 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 	/* Every tensor in the checkpoint must be one the model uses: a sorted
 	 * index of the parameter names keeps this O(n log n) for checkpoints of
 	 * tens of thousands of expert tensors. */
-	struct hp_param **byname = rc ? NULL : hp_malloc((size_t)m->nparams * sizeof(*byname));
+	struct hp_param **byname = rc ? NULL : hp_malloc((size_t)m->w.nparams * sizeof(*byname));
 	if (!rc && !byname)
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", dir);
-	for (int i = 0; byname && i < m->nparams; i++)
-		byname[i] = &m->params[i];
+	for (int i = 0; byname && i < m->w.nparams; i++)
+		byname[i] = &m->w.params[i];
 	if (byname)
-		qsort(byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name);
+		qsort(byname, (size_t)m->w.nparams, sizeof(*byname), cmp_param_name);
 	for (size_t j = 0; j < st.ntensors && !rc; j++) {
 		const struct hp_st_tensor *t = st.tensors[j];
 		struct hp_param key, *kp = &key;
 		snprintf(key.name, sizeof(key.name), "%s", t->name);
 		if ((strlen(t->name) < sizeof(key.name) &&
-		     bsearch(&kp, byname, (size_t)m->nparams, sizeof(*byname), cmp_param_name)) ||
+		     bsearch(&kp, byname, (size_t)m->w.nparams, sizeof(*byname), cmp_param_name)) ||
 		    (m->n_moe && is_stacked_name(t->name)))
 			continue;
 		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
 			/* some exporters write the tied head out; accept it only if it is the embedding */
 			float *tmp;
 			int same = 1;
-			if ((size_t)t->numel != m->params[0].numel) {
+			if ((size_t)t->numel != m->w.params[0].numel) {
 				same = 0;
 			} else if (!(tmp = hp_malloc((size_t)t->numel * sizeof(float)))) {
 				rc = hp_err_set(e, HP_ENOMEM, "out of memory checking '%s'", t->name);
@@ -165,7 +165,7 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 			} else {
 				rc = hp_st_read_f32(t, tmp, e);
 				if (!rc)
-					same = !memcmp(tmp, m->embed, (size_t)t->numel * sizeof(float));
+					same = !memcmp(tmp, m->w.embed, (size_t)t->numel * sizeof(float));
 				hp_free(tmp);
 			}
 			if (!rc && !same)
@@ -187,13 +187,13 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
 			const char *const *keys, const char *const *vals, struct hp_err *e)
 {
-	struct hp_st_entry *ent = hp_calloc((size_t)m->nparams, sizeof(*ent));
+	struct hp_st_entry *ent = hp_calloc((size_t)m->w.nparams, sizeof(*ent));
 	int rc;
 
 	if (!ent)
 		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
-	for (int i = 0; i < m->nparams; i++) {
-		const struct hp_param *p = &m->params[i];
+	for (int i = 0; i < m->w.nparams; i++) {
+		const struct hp_param *p = &m->w.params[i];
 		ent[i].name = p->name;
 		ent[i].dtype = HP_DTYPE_F32;
 		ent[i].ndim = p->ndim;
@@ -201,7 +201,7 @@ int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta
 		ent[i].shape[1] = p->shape[1];
 		ent[i].data = p->g;
 	}
-	rc = hp_st_write(path, (size_t)m->nparams, ent, nmeta, keys, vals, e);
+	rc = hp_st_write(path, (size_t)m->w.nparams, ent, nmeta, keys, vals, e);
 	hp_free(ent);
 	return rc;
 }

@@ -102,7 +102,7 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 	const struct hp_plan *p = r->plan;
 	struct hp_st_entry *ent;
 	float **bufs;
-	int n = r->dist ? p->nparams : r->model.nparams, rc = 0;
+	int n = r->dist ? p->nparams : r->model.w.nparams, rc = 0;
 
 	/* a device's tensors come to their host copies first */
 	if ((rc = r->dist ? hp_fsdp_download(&r->fsdp, grads, 0, e) : hp_model_download(&r->model, grads, e)))
@@ -133,7 +133,7 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 				bufs[i] = NULL;
 			}
 		} else {
-			const struct hp_param *q = &r->model.params[i];
+			const struct hp_param *q = &r->model.w.params[i];
 
 			ent[i].name = q->name;
 			ent[i].ndim = q->ndim;
@@ -301,7 +301,7 @@ static void print_table(FILE *out, const struct run *r, long accum)
 
 		for (int l = 0; l < s->n_layers; l++) {
 			nf += m->k.flash[l];
-			ng += m->k.grouped[l] && m->lw[l].moe;
+			ng += m->k.grouped[l] && m->w.lw[l].moe;
 			nn += m->k.fused_in[l] + m->k.fused_post[l];
 		}
 		fprintf(out, "%-40s flash_attention %d/%d layers%s, fused_rmsnorm %d/%d norms, "
@@ -574,7 +574,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		return rc;
 	hp_optim_zero_grad(&r->opt);
 	/* the model's own accumulators, unless they are the store's (one process) */
-	if (r->opt.s.g != m->bg)
+	if (r->opt.s.g != m->w.bg)
 		hp_model_zero_grad(m);
 	for (long a = first; a < first + G; a++) {
 		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
@@ -645,7 +645,7 @@ static float *ckpt_piece(void *ctx, int kind, int i)
 
 		return r->fsdp.mp[i] ? base + r->fsdp.poff[i] : NULL;
 	}
-	if (i >= r->model.nparams || strcmp((mp = &r->model.params[i])->name, r->plan->params[i].name))
+	if (i >= r->model.w.nparams || strcmp((mp = &r->model.w.params[i])->name, r->plan->params[i].name))
 		return NULL;
 	if (kind == HP_CKPT_WEIGHTS)
 		return mp->w;
@@ -672,7 +672,7 @@ static int move_state(struct run *r, int to_host, struct hp_err *e)
 		return to_host ? hp_fsdp_download(&r->fsdp, 0, 1, e) : hp_fsdp_upload(&r->fsdp, e);
 	if ((rc = to_host ? hp_model_download(&r->model, 0, e) : hp_model_upload(&r->model, e)))
 		return rc;
-	return hp_optim_move(&r->opt, r->model.numel, to_host, e);
+	return hp_optim_move(&r->opt, r->model.w.numel, to_host, e);
 }
 
 /* Save the checkpoint of step (the run's state after it); returns the
@@ -1194,7 +1194,7 @@ static void report_end(struct run *r, FILE *out, int talk)
 	if (r->bk->device) {
 		/* the device's arena is its own layout (flash attention on every
 		 * layer, the index arrays' device copies): not the plan's, the CPU's */
-		long long v = (long long)m->aarena.cap;
+		long long v = (long long)m->a.aarena.cap;
 
 		if (r->dist)
 			hp_comm_allreduce_raw(MPI_COMM_WORLD, &v, 1, MPI_LONG_LONG, MPI_MAX);
@@ -1205,7 +1205,7 @@ static void report_end(struct run *r, FILE *out, int talk)
 	if (!r->bk->device) {
 		/* activations: each rank's arena against the plan's estimate for it */
 		struct hp_rank_est est;
-		long long v[3] = { (long long)((m->aarena.used + 63) & ~(size_t)63), -1, 0 };
+		long long v[3] = { (long long)((m->a.aarena.used + 63) & ~(size_t)63), -1, 0 };
 		int nck = 0;
 
 		if (!hp_plan_estimate(r->plan, r->rank, &est))
@@ -1536,14 +1536,14 @@ static int load_weights(struct run *r, const struct hp_train_opts *o, MPI_Comm c
 	if (r->cfg.model.source == HP_MODEL_FROM_CONFIG) {
 		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
 		 * norms, zero biases; each tensor from (seed, name) alone */
-		for (int i = 0; i < r->model.nparams; i++) {
-			struct hp_param *p = &r->model.params[i];
+		for (int i = 0; i < r->model.w.nparams; i++) {
+			struct hp_param *p = &r->model.w.params[i];
 			hp_init_tensor(p->w, (uint64_t)r->cfg.training.seed, p->name, p->numel,
 				       (float)r->spec.initializer_range);
 		}
 		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero */
 		if (r->spec.pad_token_id >= 0 && r->spec.pad_token_id < r->spec.vocab)
-			hp_init_zero_row_slice(r->model.embed, 0, (size_t)r->spec.vocab * r->spec.hidden,
+			hp_init_zero_row_slice(r->model.w.embed, 0, (size_t)r->spec.vocab * r->spec.hidden,
 					       r->spec.pad_token_id, r->spec.hidden);
 	} else if ((rc = hp_model_load_hf(&r->model, r->cfg.model.path, e))) {
 		return rc;

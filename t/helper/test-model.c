@@ -69,7 +69,7 @@ int cmd_logits(int argc, char **argv)
 	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL, &e);
 	{
 		struct hp_st_entry ent = { .name = "logits", .dtype = HP_DTYPE_F32, .ndim = 2,
-					   .shape = { T, m.spec.vocab }, .data = m.logits };
+					   .shape = { T, m.spec.vocab }, .data = m.a.logits };
 		hp_err_clear(&e);
 		if (hp_st_write(out, 1, &ent, 0, NULL, NULL, &e))
 			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
@@ -98,7 +98,7 @@ int cmd_teacher(int argc, char **argv)
 		goto done;
 	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL, &e);
 	for (int i = 0; i + 1 < T; i++) {
-		const float *l = m.logits + (long)i * m.spec.vocab;
+		const float *l = m.a.logits + (long)i * m.spec.vocab;
 		int best = 0;
 		for (int v = 1; v < m.spec.vocab; v++)
 			if (l[v] > l[best])
@@ -278,14 +278,14 @@ int cmd_packcheck(int argc, char **argv)
 		}
 		double packed = 0, single = 0;
 		for (int i = s0; i < s1; i++)
-			packed += token_loss(m.logits + (long)i * m.spec.vocab, m.spec.vocab, lb[i]);
+			packed += token_loss(m.a.logits + (long)i * m.spec.vocab, m.spec.vocab, lb[i]);
 		if (load(&alone, argv[1], s1 - s0)) {
 			hp_model_release(&m);
 			goto done;
 		}
 		hp_model_forward(&alone, in + s0, NULL, NULL, NULL, NULL, &e);
 		for (int i = s0; i < s1; i++)
-			single += token_loss(alone.logits + (long)(i - s0) * m.spec.vocab, m.spec.vocab, lb[i]);
+			single += token_loss(alone.a.logits + (long)(i - s0) * m.spec.vocab, m.spec.vocab, lb[i]);
 		hp_model_release(&alone);
 		double rel = fabs(packed - single) / fabs(single);
 		printf("document at %d, %d tokens: packed %.9g alone %.9g rel %.2e%s\n", s0, s1 - s0,

@@ -75,10 +75,10 @@ static int run(const int32_t *in, const int32_t *lab, const int32_t *seg, int T,
 		hp_model_release(&m);
 		return -1;
 	}
-	r->n = m.numel;
-	r->g = malloc(m.numel * sizeof(float));
+	r->n = m.w.numel;
+	r->g = malloc(m.w.numel * sizeof(float));
 	if (r->g)
-		memcpy(r->g, m.flat_g, m.numel * sizeof(float));
+		memcpy(r->g, m.w.flat_g, m.w.numel * sizeof(float));
 	hp_model_release(&m);
 	return r->g ? 0 : -1;
 }

@@ -89,20 +89,20 @@ static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, 
 		hp_model_release(&m);
 		return -1;
 	}
-	r->n = m.numel;
-	r->nparts = m.nparams;
-	r->off = malloc(sizeof(size_t) * (size_t)m.nparams);
-	r->len = malloc(sizeof(size_t) * (size_t)m.nparams);
-	r->name = malloc(sizeof(*r->name) * (size_t)m.nparams);
-	for (int i = 0; i < m.nparams; i++) {
-		r->off[i] = m.params[i].offset;
-		r->len[i] = m.params[i].numel;
-		snprintf(r->name[i], sizeof(r->name[i]), "%s", m.params[i].name);
+	r->n = m.w.numel;
+	r->nparts = m.w.nparams;
+	r->off = malloc(sizeof(size_t) * (size_t)m.w.nparams);
+	r->len = malloc(sizeof(size_t) * (size_t)m.w.nparams);
+	r->name = malloc(sizeof(*r->name) * (size_t)m.w.nparams);
+	for (int i = 0; i < m.w.nparams; i++) {
+		r->off[i] = m.w.params[i].offset;
+		r->len[i] = m.w.params[i].numel;
+		snprintf(r->name[i], sizeof(r->name[i]), "%s", m.w.params[i].name);
 	}
-	r->act = m.aarena.used;
-	r->grads = malloc(m.numel * sizeof(float));
+	r->act = m.a.aarena.used;
+	r->grads = malloc(m.w.numel * sizeof(float));
 	if (r->grads)
-		memcpy(r->grads, m.flat_g, m.numel * sizeof(float));
+		memcpy(r->grads, m.w.flat_g, m.w.numel * sizeof(float));
 	hp_model_release(&m);
 	return r->grads && r->off && r->len && r->name ? 0 : -1;
 }
@@ -253,7 +253,7 @@ static void estimate_is_arena(const char *model, const char *extra, const char *
 	   "%s%s %s: the plan binds the kernels", model, extra, tail);
 	if (!hp_model_init_kernels(&m, &s, &k, 2, 40, &e)) {
 		hp_plan_estimate(p, 0, &r);
-		is_int(r.act_bytes, (long long)((m.aarena.used + 63) & ~(size_t)63),
+		is_int(r.act_bytes, (long long)((m.a.aarena.used + 63) & ~(size_t)63),
 		       "%s%s %s: the activation estimate is the arena with the bound kernels", model, extra, tail);
 		hp_model_release(&m);
 	} else {
@@ -318,7 +318,7 @@ static void estimate_is_arena_par(const char *model, const char *acc, int world,
 		}
 		hp_plan_estimate(p, r, &est);
 		got = est.act_bytes;
-		want = (long long)((m.aarena.used + 63) & ~(size_t)63);
+		want = (long long)((m.a.aarena.used + 63) & ~(size_t)63);
 		bad = got != want;
 		hp_model_release(&m);
 	}
@@ -346,8 +346,8 @@ static double scaled_loss(struct hp_backend *bk, const char *dir, const struct h
 		return NAN;
 	}
 	if (!hp_model_load_hf(&m, dir, &e)) {
-		for (size_t i = 0; i < m.numel; i++)
-			m.flat_w[i] *= scale;
+		for (size_t i = 0; i < m.w.numel; i++)
+			m.w.flat_w[i] *= scale;
 		if (!hp_model_upload(&m, &e) && hp_model_forward(&m, ids, tg, NULL, &loss, &cnt, &e))
 			loss = NAN;
 	}

@@ -166,11 +166,11 @@ static void one_rank_is_the_model(void)
 			continue;
 		}
 		ok(!hp_plan_estimate(p, 0, &r), "%s: estimate", models[i]);
-		is_int(r.param_bytes, (long long)m.numel * 4, "%s: parameter bytes = the model's weights",
+		is_int(r.param_bytes, (long long)m.w.numel * 4, "%s: parameter bytes = the model's weights",
 		       models[i]);
-		is_int(r.optim_bytes, (long long)m.numel * 8, "%s: optimizer bytes = AdamW's two moments",
+		is_int(r.optim_bytes, (long long)m.w.numel * 8, "%s: optimizer bytes = AdamW's two moments",
 		       models[i]);
-		is_int(r.act_bytes, (long long)((m.aarena.used + 63) & ~(size_t)63),
+		is_int(r.act_bytes, (long long)((m.a.aarena.used + 63) & ~(size_t)63),
 		       "%s: activation bytes = the model's activation arena", models[i]);
 		hp_model_release(&m);
 		hp_plan_free(p);
