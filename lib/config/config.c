@@ -2367,3 +2367,8 @@ int hp_split_parse(struct hp_split *s, const char *str, struct hp_err *e)
 		s->w[i] /= sum;
 	return 0;
 }
+
+long hp_config_seq_length(const struct hp_config *c)
+{
+	return c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
+}

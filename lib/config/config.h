@@ -240,6 +240,9 @@ void hp_config_print(const struct hp_config *c, FILE *f);
  * each (a list of mappings as "path[].key"): what t/t0990 audits. */
 void hp_config_schema(FILE *f);
 
+/* Tokens per row: data_config.seq_length, else (online) data_transform.max_seq_len. */
+long hp_config_seq_length(const struct hp_config *c);
+
 /* data_config.split: the train, validation and test shares, normalized */
 struct hp_split {
 	double w[3];

@@ -81,7 +81,7 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 {
 	const char *f = c->path ? c->path : "config";
 	const struct hp_model_spec *s = &p->spec;
-	long seq = c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
+	long seq = hp_config_seq_length(c);
 	long sq;
 
 	if (world < 1)
@@ -531,7 +531,7 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 	int ulysses = 0, other = 0, rc;
 
 	p->micro = c->training.micro_batch_size;
-	p->seq = c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
+	p->seq = hp_config_seq_length(c);
 	p->accum = c->training.global_batch_size / (p->micro * p->dp);
 	p->reshard_after_forward = c->fsdp.reshard_after_forward;
 	p->reshard_after_backward = c->fsdp.reshard_after_backward;

@@ -37,6 +37,7 @@
 #include "plan/plan.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
+#include "train/settings.h"
 #include "train/train.h"
 #ifdef HP_HAVE_CUDA
 #include "cuda/ops.h"
@@ -153,7 +154,6 @@ out:
 	return rc;
 }
 
-static long seq_length(const struct hp_config *c);
 
 static int conversations(const struct hp_config *c)
 {
@@ -229,7 +229,7 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	fprintf(out, "%-40s %lld\n", "run.parameters", hp_model_spec_nparams(s));
 	fprintf(out, "%-40s %d\n", "run.world_size", r->world);
 	fprintf(out, "%-40s %ld\n", "run.grad_accumulation_steps", accum);
-	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * c->training.micro_batch_size * seq_length(c));
+	fprintf(out, "%-40s %ld\n", "run.tokens_per_step", accum * c->training.micro_batch_size * hp_config_seq_length(c));
 	fprintf(out, "%-40s %s\n", "run.compute_dtype", gpu ? "BF16 operands of the GEMMs and attention (fp32 "
 		"accumulation, activations, gradients, weights and AdamW moments)" : "F32");
 	if (gpu) {
@@ -318,125 +318,11 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	fflush(out);
 }
 
-/* Tokens per row: data_config.seq_length, else (online) data_transform.max_seq_len. */
-static long seq_length(const struct hp_config *c)
-{
-	return c->dataset.seq_length > 0 ? c->dataset.seq_length : c->dataset.max_seq_len;
-}
 
 /* Configured features that would change the result but are not implemented
  * yet are refused, never ignored. */
-static int check_supported(const struct hp_config *c, int world, struct hp_err *e)
-{
-	const char *p = c->path;
-
-	if (c->dataset.kind == HP_DATASET_NONE)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset: missing; training needs data", p);
-	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.ndata_path != 1)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_path: the indexed dataset takes "
-				  "one prefix, got %d", p, c->dataset.ndata_path);
-	if (c->dataset.kind == HP_DATASET_INDEXED && c->dataset.nvalid_data_path > 1)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: the indexed dataset takes "
-				  "one prefix, got %d", p, c->dataset.nvalid_data_path);
-	if (c->training.eval_steps > 0 && c->training.eval_iters <= 0)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.eval_steps: %ld, but eval_iters is 0: "
-				  "nothing to evaluate (set eval_iters, the global batches per evaluation)", p,
-				  c->training.eval_steps);
-	if (c->dataset.nvalid_data_path && c->training.eval_iters <= 0)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.valid_data_path: given, but "
-				  "training.eval_iters is 0: nothing would read it", p);
-	/* settings hp cannot honor: refused, not accepted and ignored */
-	if (c->fsdp.nreplicate_params)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.replicate_params: keeping parameters "
-				  "replicated outside FSDP is not implemented yet (every parameter is sharded as "
-				  "hp-plan says)", p);
-	if (!c->dataloader.drop_last)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataloader.drop_last: false is not implemented: every "
-				  "batch hp serves is full", p);
-	if (!c->optimizer.fp32_main_params)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.optimizer.fp32_main_params: false is not implemented: "
-				  "hp keeps float32 main parameters", p);
-	if (!c->checkpoint.save_train_state)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.checkpoint.save_train_state: false is not implemented: "
-				  "a checkpoint cannot resume without its step and data cursor, so hp always writes "
-				  "them", p);
-	if (c->dataset.kind != HP_DATASET_INDEXED &&
-	    (c->dataset.eod_mask_loss || c->dataset.reset_position_ids || c->dataset.reset_attention_mask ||
-	     c->dataset.eod_token_id >= 0))
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.%s: for the indexed dataset; online data packs "
-				  "each document apart (block-diagonal, positions from its start) and never predicts "
-				  "across documents", p, c->dataset.eod_mask_loss ? "data_config.eod_mask_loss" :
-				  c->dataset.reset_position_ids ? "data_config.reset_position_ids" :
-				  c->dataset.reset_attention_mask ? "data_config.reset_attention_mask" :
-				  "model_assets.tokenizer.eod_token_id");
-	if (c->dataset.reset_position_ids != c->dataset.reset_attention_mask)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.%s without %s is not implemented: "
-				  "hp restarts positions and attention together at each EOD (set both)", p,
-				  c->dataset.reset_position_ids ? "reset_position_ids" : "reset_attention_mask",
-				  c->dataset.reset_position_ids ? "reset_attention_mask" : "reset_position_ids");
-	if (c->dataset.labels_are_shifted)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.dataset.data_config.labels_are_shifted "
-				  "is not implemented yet", p);
-	if (c->training.micro_batch_size <= 0 || c->training.global_batch_size <= 0 ||
-	    c->training.global_batch_size % c->training.micro_batch_size)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.training: global_batch_size %ld must be a "
-				  "positive multiple of micro_batch_size %ld", p,
-				  c->training.global_batch_size, c->training.micro_batch_size);
-	if (c->training.train_iters <= 0)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.train_iters: must be positive", p);
-	if (seq_length(c) <= 0)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.dataset.data_config.seq_length: missing "
-				  "(or data_transform.max_seq_len for online data)", p);
-	return 0;
-}
 
 
-/*
- * fsdp_config.mix_precision: on a GPU over ranks, FSDP gathers the
- * parameters in param_dtype and reduces the gradients in reduce_dtype
- * (bfloat16 or float32); elsewhere it would change nothing or be ignored,
- * so anything but float32 is refused there.  output_dtype: the modules'
- * outputs are float32 on every backend.  With them, the settings that
- * depend on the device or the layout: the CPU computes in float32, and
- * rank_average is token_weighted on one data-parallel rank.
- */
-static int check_device_settings(const struct run *r, struct hp_err *e)
-{
-	const struct hp_config *c = &r->cfg;
-	const char *const mp[3] = { c->fsdp.param_dtype, c->fsdp.reduce_dtype, c->fsdp.output_dtype };
-	static const char *const mpk[3] = { "param_dtype", "reduce_dtype", "output_dtype" };
-
-	for (int i = 0; i < 3; i++) {
-		if (!mp[i] || !strcmp(mp[i], "float32") || !strcmp(mp[i], "fp32"))
-			continue;
-		if (!r->bk->device)
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented on "
-					  "the CPU, which trains in float32 (training.device: cuda gathers and reduces "
-					  "in bfloat16 over ranks); set it to float32 or leave it out", c->path, mpk[i],
-					  mp[i]);
-		if (i == 2)
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.output_dtype: %s is not "
-					  "implemented: the modules' outputs are float32 on every backend (bf16 is what "
-					  "the tensor cores read); set it to float32 or leave it out", c->path, mp[i]);
-		if (strcmp(mp[i], "bfloat16"))
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s is not implemented "
-					  "(bfloat16 or float32)", c->path, mpk[i], mp[i]);
-		if (r->world == 1)
-			return hp_err_set(e, HP_EUNSUP, "'%s': $.fsdp_config.mix_precision.%s: %s: one rank has no "
-					  "FSDP gathers or reductions for it to apply to (the GPU's GEMMs read bf16 "
-					  "operands whatever it says); leave it out", c->path, mpk[i], mp[i]);
-	}
-	if (!r->bk->device && c->model.torch_dtype && (!strcmp(c->model.torch_dtype, "bfloat16") ||
-						       !strcmp(c->model.torch_dtype, "float16")))
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
-				  "which trains in float32 (use float32 or auto; training.device: cuda computes in "
-				  "bf16)", c->path, c->model.torch_dtype);
-	if (c->training.loss_aggregation == HP_LOSS_RANK_AVERAGE && r->plan->dp * r->plan->cp > 1)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.loss_aggregation: rank_average over %ld data "
-				  "and context parallel ranks is not implemented yet (token_weighted is)", c->path,
-				  (long)(r->plan->dp * r->plan->cp));
-	return 0;
-}
 
 /* --metrics: opened before any work (a stream in place, a file through a
  * temporary), a line per step; a stream gets each line as it is written. */
@@ -548,7 +434,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 {
 	struct hp_model *m = &r->model;
 	struct hp_comms *cs = &r->comms;
-	long B = r->cfg.training.micro_batch_size, T = seq_length(&r->cfg), G = r->plan->accum;
+	long B = r->cfg.training.micro_batch_size, T = hp_config_seq_length(&r->cfg), G = r->plan->accum;
 	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
 	double sums[2] = { 0, 0 };
 	int rc;
@@ -815,7 +701,7 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 		struct hp_online_opts oo = {
 			.indexed = other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
 			.tokenizer = c->dataset.tokenizer_path,
-			.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
+			.seq_length = hp_config_seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
 			.seed = (uint64_t)c->training.seed, .split = sp, .part = other ? HP_SPLIT_TRAIN : p,
 		};
 		return hp_online_open(o, &oo, e);
@@ -823,7 +709,7 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 	if (c->dataset.kind == HP_DATASET_INDEXED) {
 		/* valid_data_path: the whole file */
 		if ((rc = hp_batcher_open_split(b, other ? c->dataset.valid_data_path[0] : c->dataset.data_path[0],
-						seq_length(c), c->dataset.is_dataset_from_mr, sp,
+						hp_config_seq_length(c), c->dataset.is_dataset_from_mr, sp,
 						other ? HP_SPLIT_TRAIN : p, e)))
 			return rc;
 		if (!hp_batcher_rows_per_epoch(*b)) {
@@ -846,7 +732,7 @@ static int open_part(struct run *r, int p, struct hp_err *e)
 		.npaths = other ? c->dataset.nvalid_data_path : c->dataset.ndata_path,
 		.tokenizer = c->dataset.tokenizer_path ? c->dataset.tokenizer_path : c->model.path,
 		.text_keys = c->dataset.text_keys, .ntext_keys = c->dataset.ntext_keys,
-		.seq_length = seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
+		.seq_length = hp_config_seq_length(c), .shuffle = c->dataset.shuffle && p == HP_SPLIT_TRAIN,
 		.seed = (uint64_t)c->training.seed, .skip_invalid = c->dataset.skip_invalid_lines,
 		.split = sp, .part = p,
 		.chat = conversations(c) ? &co : NULL,
@@ -976,7 +862,7 @@ static int open_data(struct run *r, struct hp_err *e)
 		if (c->dataset.nvalid_data_path)
 			return hp_err_set(e, HP_EFORMAT, "'%s': $.dataset.valid_data_path: '%s' cannot make one row "
 					  "of seq_length %ld to evaluate", c->path, c->dataset.valid_data_path[0],
-					  seq_length(c));
+					  hp_config_seq_length(c));
 		part_docs(r, HP_SPLIT_TRAIN, &d0, &n, &all);
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.training.eval_iters: %ld, but split '%s' leaves no "
 				  "validation row in the %llu documents of '%s' (give it a larger share, or "
@@ -1015,7 +901,7 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 {
 	const struct hp_config *c = &r->cfg;
 	struct hp_model *m = &r->model;
-	long B = c->training.micro_batch_size, T = seq_length(c);
+	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
 	long accum = c->training.global_batch_size / B, G = r->plan->accum;
 	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
 	double sums[2] = { 0, 0 };
@@ -1080,7 +966,7 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 {
 	const struct hp_config *c = &r->cfg;
-	long B = c->training.micro_batch_size, T = seq_length(c);
+	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
 	int rc;
 
 	for (long a = 0; a < accum; a++) {
@@ -1257,7 +1143,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 {
 	struct hp_config *c = &r->cfg;
 	struct hp_model *m = &r->model;
-	long B = c->training.micro_batch_size, T = seq_length(c);
+	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
 	long accum = c->training.global_batch_size / B;
 	long step_tokens = accum * B * T;
 	int rc, talk = !o->quiet && r->rank == 0;
@@ -1450,10 +1336,10 @@ static int load_plan(struct run *r, const struct hp_train_opts *o, struct hp_err
 					  "the plan with hp-plan --world %d or start %d ranks", o->config,
 					  r->plan->world, r->world, r->world, r->plan->world);
 		r->spec = r->plan->spec;
-		return check_supported(&r->cfg, r->world, e);
+		return hp_train_check_config(&r->cfg, e);
 	}
 	if ((rc = hp_config_load(&r->cfg, o->config, o->noverrides, o->overrides, e)) ||
-	    (rc = check_supported(&r->cfg, r->world, e)) || (rc = hp_hfconfig_load(&r->spec, r->cfg.model.path, e)))
+	    (rc = hp_train_check_config(&r->cfg, e)) || (rc = hp_hfconfig_load(&r->spec, r->cfg.model.path, e)))
 		return rc;
 	if (r->cfg.model.num_hidden_layers > 0) {
 		/* HyperParallel's crop: the first N layers of the config */
@@ -1631,13 +1517,13 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	/* before any collective: a rank that waits longer ends the job */
 	hp_comm_set_timeout(r.cfg.training.collective_timeout_s);
 	if ((rc = open_outputs(&r, o, comm, e)) || (rc = join_layout(&r, comm, e)) ||
-	    (rc = pick_device(&r, comm, e)) || (rc = check_device_settings(&r, e)))
+	    (rc = pick_device(&r, comm, e)) || (rc = hp_train_check_layout(&r.cfg, r.plan, r.bk, e)))
 		goto out;
 	/* device collectives: NCCL or host-staged, decided by every rank alike */
 	if (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e)))
 		goto out;
 	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
-				    (int)r.cfg.training.micro_batch_size, (int)seq_length(&r.cfg), e)) ||
+				    (int)r.cfg.training.micro_batch_size, (int)hp_config_seq_length(&r.cfg), e)) ||
 	    (rc = set_fault(&r, e)))
 		goto out;
 	if (o->verify && !r.dist) {
