@@ -15,26 +15,6 @@
 
 /* --- the names of filters and tests --------------------------------------- */
 enum {
-	F_ABS, F_ATTR, F_BATCH, F_CAPITALIZE, F_CENTER, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E,
-	F_ESCAPE, F_FIRST, F_FLOAT, F_FORCEESCAPE, F_FORMAT, F_INDENT, F_INT, F_ITEMS, F_JOIN,
-	F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE,
-	F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE,
-	F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT, F_N
-};
-static const char *const filter_names[F_N] = {
-	"abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
-	"escape", "first", "float", "forceescape", "format", "indent", "int", "items", "join",
-	"last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace",
-	"reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum", "title",
-	"tojson", "trim", "unique", "upper", "wordcount",
-};
-/* jinja2 3.1 has these too; a template using one is refused, not misrendered */
-static const char *const filter_unsup[] = {
-	"filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "truncate",
-	"urlencode", "urlize", "wordwrap", "xmlattr", NULL,
-};
-
-enum {
 	X_BOOLEAN, X_CALLABLE, X_DEFINED, X_DIVISIBLEBY, X_EQ, X_EQUALTO, X_ESCAPED, X_EVEN,
 	X_FALSE, X_FILTER, X_FLOAT, X_GE, X_GT, X_GREATERTHAN, X_IN, X_INTEGER, X_ITERABLE, X_LE,
 	X_LESSTHAN, X_LOWER, X_LT, X_MAPPING, X_NE, X_NONE, X_NUMBER, X_ODD, X_SAMEAS, X_SEQUENCE,
@@ -54,19 +34,6 @@ static int name_index(const char *const *tab, int n, const char *s)
 		if (!strcmp(tab[i], s))
 			return i;
 	return -1;
-}
-
-int filter_index(const char *name)
-{
-	return name_index(filter_names, F_N, name);
-}
-
-int filter_unsupported(const char *name)
-{
-	for (int i = 0; filter_unsup[i]; i++)
-		if (!strcmp(filter_unsup[i], name))
-			return 1;
-	return 0;
 }
 
 int test_index(const char *name)
@@ -994,12 +961,7 @@ int do_test(struct rs *r, int id, struct hp_jval *v, struct hp_jval **args, int 
 			return 0;
 		if (id == X_TEST)
 			return name_index(test_names, X_N, v->s.s) >= 0;
-		if (name_index(filter_names, F_N, v->s.s) >= 0)
-			return 1;
-		for (int i = 0; filter_unsup[i]; i++)
-			if (!strcmp(filter_unsup[i], v->s.s))
-				return 1;
-		return 0;
+		return filter_index(v->s.s) >= 0 || filter_unsupported(v->s.s);
 	}
 	if (!a) {
 		rerr(r, "test '%s' needs an argument", test_names[id]);
@@ -1428,18 +1390,18 @@ static struct hp_jval *f_join(struct rs *r, struct hp_jval *v, struct hp_jval *d
 	return sb_fin(r, &b);
 }
 
-static struct hp_jval *f_select(struct rs *r, int id, struct args *a)
+/* select and reject (want 1, 0), of the items or (attr) of an attribute of them */
+static struct hp_jval *f_select(struct rs *r, const char *name, struct args *a, int attr, int want)
 {
 	struct hp_jval *items = iter_list(r, a->pos[0]), *out;
-	int attr = id == F_SELECTATTR || id == F_REJECTATTR, want = id == F_SELECT || id == F_SELECTATTR;
 	int base = attr ? 2 : 1, tid = -1;
 
 	if (!items || !(out = mklist(r, 0, 0)))
 		return NULL;
 	if (a->nk)
-		return rerr(r, "%s takes no keyword arguments", filter_names[id]);
+		return rerr(r, "%s takes no keyword arguments", name);
 	if (attr && a->np < 2)
-		return rerr(r, "%s needs an attribute", filter_names[id]);
+		return rerr(r, "%s needs an attribute", name);
 	if (a->np > base && (tid = test_by_name(r, a->pos[base])) < 0)
 		return NULL;
 	for (size_t i = 0; i < items->l.n; i++) {
@@ -1473,7 +1435,7 @@ static struct hp_jval *f_map(struct rs *r, struct args *a)
 	if (!attr) {
 		if (a->np < 2 || a->pos[1]->type != JV_STR)
 			return rerr(r, "map requires a filter argument");
-		fid = name_index(filter_names, F_N, a->pos[1]->s.s);
+		fid = filter_index(a->pos[1]->s.s);
 		if (fid < 0)
 			return rerr(r, "no filter named '%.*s'", (int)(a->pos[1]->s.len > 100 ? 100 : a->pos[1]->s.len),
 				    a->pos[1]->s.s);
@@ -1559,359 +1521,598 @@ static int64_t length_of(struct rs *r, struct hp_jval *v)
 	if (a->np > (skip) || a->nk) \
 		return rerr(r, "%s() takes no arguments", what); \
 } while (0)
-#define BIND(...) BIND_AT(filter_names[id], 1, __VA_ARGS__)
-#define NOARGS() NOARGS_AT(filter_names[id], 1)
+#define BIND(...) BIND_AT(name, 1, __VA_ARGS__)
+#define NOARGS() NOARGS_AT(name, 1)
 #define MBIND(what, ...) BIND_AT(what, 0, __VA_ARGS__)
 #define MNOARGS(what) NOARGS_AT(what, 0)
 
-struct hp_jval *apply_filter(struct rs *r, int id, struct args *a)
+/*
+ * The filters.  Each is one function of the value filtered v and all the
+ * arguments a (a->pos[0] is the value as given), named name in its errors;
+ * a string filter (FL_STR in its row) gets str(value) as v, Undefined
+ * giving "", as jinja's soft_str does.  Adding a filter is one function
+ * and one row of filters[].
+ */
+#define FILTER(fn) static struct hp_jval *fn(struct rs *r, const char *name, struct hp_jval *v, struct args *a)
+
+FILTER(f_default)
 {
-	struct hp_jval *v = a->pos[0], *p[4] = { NULL, NULL, NULL, NULL }, *s;
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("default_value", "boolean");
+	if (v->type == JV_UNDEF || (p[1] && truthy(p[1]) && !truthy(v)))
+		return p[0] ? p[0] : &v_empty;
+	return v;
+}
+
+FILTER(f_length)
+{
 	int64_t k;
 
-	/* filters that take anything, Undefined included */
-	switch (id) {
-	case F_D:
-	case F_DEFAULT:
-		BIND("default_value", "boolean");
-		if (v->type == JV_UNDEF || (p[1] && truthy(p[1]) && !truthy(v)))
-			return p[0] ? p[0] : &v_empty;
-		return v;
-	case F_LENGTH:
-	case F_COUNT:
-		NOARGS();
-		k = length_of(r, v);
-		return k < 0 ? NULL : mkint(r, k);
-	case F_STRING:
-		NOARGS();
-		return to_str(r, v);
-	case F_SAFE:
-		NOARGS();
-		return to_str(r, v);
-	case F_TOJSON:
-		BIND("ensure_ascii", "indent", "separators", "sort_keys");
-		return f_tojson(r, v, p);
-	case F_LIST:
-		NOARGS();
-		s = iter_list(r, v);
-		if (s && s == v && (v->flags & (JF_TUPLE | JF_ITEMS | JF_KEYS | JF_VALUES))) {
-			struct hp_jval *l = mklist(r, v->l.n, 0);
+	NOARGS();
+	k = length_of(r, v);
+	return k < 0 ? NULL : mkint(r, k);
+}
 
-			if (!l)
-				return NULL;
-			memcpy(l->l.v, v->l.v, v->l.n * sizeof(*l->l.v));
-			l->l.n = v->l.n;
-			return l;
-		}
-		return s;
-	case F_JOIN:
-		BIND("d", "attribute");
-		return f_join(r, v, p[0], p[1], 0);
-	case F_SELECT:
-	case F_REJECT:
-	case F_SELECTATTR:
-	case F_REJECTATTR:
-		return f_select(r, id, a);
-	case F_MAP:
-		return f_map(r, a);
-	case F_ITEMS:
-		NOARGS();
-		if (v->type == JV_UNDEF)
-			return mklist(r, 0, 0);
-		if (v->type != JV_DICT)
-			return rerr(r, "can only get item pairs from a mapping");
-		return dict_items(r, v, 0);
-	case F_FIRST:
-	case F_LAST:
-		NOARGS();
-		if (v->type == JV_UNDEF && id == F_LAST)
-			return undef_err(r, v);
-		s = iter_list(r, v);
-		if (!s)
+/* string and safe: there is no markup here, so both are str() */
+FILTER(f_string)
+{
+	NOARGS();
+	return to_str(r, v);
+}
+
+FILTER(f_tojson_filter)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("ensure_ascii", "indent", "separators", "sort_keys");
+	return f_tojson(r, v, p);
+}
+
+FILTER(f_list)
+{
+	struct hp_jval *s;
+
+	NOARGS();
+	s = iter_list(r, v);
+	if (s && s == v && (v->flags & (JF_TUPLE | JF_ITEMS | JF_KEYS | JF_VALUES))) {
+		struct hp_jval *l = mklist(r, v->l.n, 0);
+
+		if (!l)
 			return NULL;
-		if (!s->l.n)
-			return mkundef(r, UN_MSG, id == F_FIRST ? "No first item, sequence was empty."
-							       : "No last item, sequence was empty.", 34, NULL);
-		return s->l.v[id == F_FIRST ? 0 : s->l.n - 1];
-	case F_REVERSE:
-		NOARGS();
-		if (v->type == JV_STR) {
-			struct hp_jval m1 = { .type = JV_INT, .i = -1 };
-
-			return get_slice(r, v, NULL, NULL, &m1);
-		}
-		s = iter_list(r, v);
-		if (!s)
-			return NULL;
-		{
-			struct hp_jval *l = mklist(r, s->l.n, 0);
-
-			if (!l)
-				return NULL;
-			for (size_t i = s->l.n; i-- > 0;)
-				l->l.v[l->l.n++] = s->l.v[i];
-			return l;
-		}
-	case F_SORT:
-	case F_UNIQUE:
-	case F_DICTSORT: {
-		struct hp_jval *items, **keys;
-		int cs, rev = 0;
-
-		if (id == F_SORT) {
-			BIND("reverse", "case_sensitive", "attribute");
-			rev = p[0] && truthy(p[0]);
-			cs = p[1] && truthy(p[1]);
-			items = iter_list(r, v);
-		} else if (id == F_UNIQUE) {
-			BIND("case_sensitive", "attribute");
-			cs = p[0] && truthy(p[0]);
-			p[2] = p[1];
-			items = iter_list(r, v);
-		} else {
-			BIND("case_sensitive", "by", "reverse");
-			cs = p[0] && truthy(p[0]);
-			rev = p[2] && truthy(p[2]);
-			if (v->type != JV_DICT)
-				return rerr(r, "dictsort needs a mapping");
-			items = dict_items(r, v, 0);
-			if (p[1] && (p[1]->type != JV_STR || (strcmp(p[1]->s.s, "key") && strcmp(p[1]->s.s, "value"))))
-				return rerr(r, "You can only sort by either \"key\" or \"value\"");
-		}
-		if (!items)
-			return NULL;
-		keys = ral(r, (items->l.n + 1) * sizeof(*keys));
-		if (!keys)
-			return NULL;
-		for (size_t i = 0; i < items->l.n; i++) {
-			struct hp_jval *x = items->l.v[i];
-
-			if (id == F_DICTSORT)
-				x = x->l.v[p[1] && !strcmp(p[1]->s.s, "value") ? 1 : 0];
-			keys[i] = sort_key(r, x, id == F_DICTSORT ? NULL : p[2], cs);
-			if (!keys[i])
-				return NULL;
-		}
-		if (id != F_UNIQUE)
-			return sorted(r, items, keys, rev);
-		{
-			struct hp_jval *out = mklist(r, 0, 0);
-
-			if (!out)
-				return NULL;
-			for (size_t i = 0; i < items->l.n; i++) {
-				size_t j;
-
-				if (keys[i]->type == JV_DICT || (keys[i]->type == JV_LIST && !(keys[i]->flags & JF_TUPLE)))
-					return rerr(r, "unhashable type: '%s'", type_name(keys[i]));
-				for (j = 0; j < i; j++)
-					if (py_eq(keys[j], keys[i]))
-						break;
-				if (j == i && push(r, out, items->l.v[i]))
-					return NULL;
-			}
-			return out;
-		}
+		memcpy(l->l.v, v->l.v, v->l.n * sizeof(*l->l.v));
+		l->l.n = v->l.n;
+		return l;
 	}
-	case F_SUM: {
-		struct hp_jval *items, *acc;
+	return s;
+}
 
-		BIND("attribute", "start");
+FILTER(f_join_filter)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("d", "attribute");
+	return f_join(r, v, p[0], p[1], 0);
+}
+
+FILTER(f_select_filter)
+{
+	return f_select(r, name, a, 0, 1);
+}
+
+FILTER(f_reject)
+{
+	return f_select(r, name, a, 0, 0);
+}
+
+FILTER(f_selectattr)
+{
+	return f_select(r, name, a, 1, 1);
+}
+
+FILTER(f_rejectattr)
+{
+	return f_select(r, name, a, 1, 0);
+}
+
+FILTER(f_map_filter)
+{
+	return f_map(r, a);
+}
+
+FILTER(f_items)
+{
+	NOARGS();
+	if (v->type == JV_UNDEF)
+		return mklist(r, 0, 0);
+	if (v->type != JV_DICT)
+		return rerr(r, "can only get item pairs from a mapping");
+	return dict_items(r, v, 0);
+}
+
+static struct hp_jval *first_last(struct rs *r, const char *name, struct hp_jval *v, struct args *a,
+				  int last)
+{
+	struct hp_jval *s;
+
+	NOARGS();
+	if (v->type == JV_UNDEF && last)
+		return undef_err(r, v);
+	s = iter_list(r, v);
+	if (!s)
+		return NULL;
+	if (!s->l.n)
+		return mkundef(r, UN_MSG, !last ? "No first item, sequence was empty."
+						: "No last item, sequence was empty.", 34, NULL);
+	return s->l.v[!last ? 0 : s->l.n - 1];
+}
+
+FILTER(f_first)
+{
+	return first_last(r, name, v, a, 0);
+}
+
+FILTER(f_last)
+{
+	return first_last(r, name, v, a, 1);
+}
+
+FILTER(f_reverse)
+{
+	struct hp_jval *s;
+
+	NOARGS();
+	if (v->type == JV_STR) {
+		struct hp_jval m1 = { .type = JV_INT, .i = -1 };
+
+		return get_slice(r, v, NULL, NULL, &m1);
+	}
+	s = iter_list(r, v);
+	if (!s)
+		return NULL;
+	{
+		struct hp_jval *l = mklist(r, s->l.n, 0);
+
+		if (!l)
+			return NULL;
+		for (size_t i = s->l.n; i-- > 0;)
+			l->l.v[l->l.n++] = s->l.v[i];
+		return l;
+	}
+}
+
+enum { SORT_SORT, SORT_UNIQUE, SORT_DICT };
+
+/* sort, unique and dictsort: the items with their keys, then sorted or deduplicated */
+static struct hp_jval *sort_like(struct rs *r, const char *name, struct hp_jval *v, struct args *a, int how)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	struct hp_jval *items, **keys;
+	int cs, rev = 0;
+
+	if (how == SORT_SORT) {
+		BIND("reverse", "case_sensitive", "attribute");
+		rev = p[0] && truthy(p[0]);
+		cs = p[1] && truthy(p[1]);
 		items = iter_list(r, v);
-		acc = p[1] ? p[1] : mkint(r, 0);
-		if (!items || !acc)
-			return NULL;
-		for (size_t i = 0; i < items->l.n; i++) {
-			struct hp_jval *x = items->l.v[i];
-
-			if (p[0] && !(x = attr_path(r, x, p[0])))
-				return NULL;
-			if (acc->type == JV_STR || x->type == JV_STR)
-				return rerr(r, "unsupported operand type(s) for +: '%s' and '%s'",
-					    type_name(acc), type_name(x));
-			if (!(acc = binop(r, OP_ADD, acc, x)))
-				return NULL;
-		}
-		return acc;
-	}
-	case F_MAX:
-	case F_MIN:
+	} else if (how == SORT_UNIQUE) {
 		BIND("case_sensitive", "attribute");
-		return f_minmax(r, v, p, id == F_MAX);
-	case F_ATTR:
-		BIND("name");
-		if (!p[0] || p[0]->type != JV_STR)
-			return rerr(r, "attr() needs a name");
-		if (v->type == JV_DICT && !in_list(dict_methods, p[0]->s.s, p[0]->s.len))
-			return mkundef(r, UN_ATTR, p[0]->s.s, p[0]->s.len, "dict");
-		return get_attr(r, v, p[0]->s.s, p[0]->s.len);
-	case F_BATCH: {
-		struct hp_jval *items, *out, *cur = NULL;
-
-		BIND("linecount", "fill_with");
-		if (arg_int(r, p[0], "batch", "needs a line count", &k))
-			return NULL;
-		if (k <= 0)
-			return rerr(r, "batch() needs a positive line count");
+		cs = p[0] && truthy(p[0]);
+		p[2] = p[1];
 		items = iter_list(r, v);
-		if (!items || !(out = mklist(r, 0, 0)))
+	} else {
+		BIND("case_sensitive", "by", "reverse");
+		cs = p[0] && truthy(p[0]);
+		rev = p[2] && truthy(p[2]);
+		if (v->type != JV_DICT)
+			return rerr(r, "dictsort needs a mapping");
+		items = dict_items(r, v, 0);
+		if (p[1] && (p[1]->type != JV_STR || (strcmp(p[1]->s.s, "key") && strcmp(p[1]->s.s, "value"))))
+			return rerr(r, "You can only sort by either \"key\" or \"value\"");
+	}
+	if (!items)
+		return NULL;
+	keys = ral(r, (items->l.n + 1) * sizeof(*keys));
+	if (!keys)
+		return NULL;
+	for (size_t i = 0; i < items->l.n; i++) {
+		struct hp_jval *x = items->l.v[i];
+
+		if (how == SORT_DICT)
+			x = x->l.v[p[1] && !strcmp(p[1]->s.s, "value") ? 1 : 0];
+		keys[i] = sort_key(r, x, how == SORT_DICT ? NULL : p[2], cs);
+		if (!keys[i])
+			return NULL;
+	}
+	if (how != SORT_UNIQUE)
+		return sorted(r, items, keys, rev);
+	{
+		struct hp_jval *out = mklist(r, 0, 0);
+
+		if (!out)
 			return NULL;
 		for (size_t i = 0; i < items->l.n; i++) {
-			if (!cur || (int64_t)cur->l.n == k) {
-				if (!(cur = mklist(r, 0, 0)) || push(r, out, cur))
-					return NULL;
-			}
-			if (push(r, cur, items->l.v[i]))
+			size_t j;
+
+			if (keys[i]->type == JV_DICT || (keys[i]->type == JV_LIST && !(keys[i]->flags & JF_TUPLE)))
+				return rerr(r, "unhashable type: '%s'", type_name(keys[i]));
+			for (j = 0; j < i; j++)
+				if (py_eq(keys[j], keys[i]))
+					break;
+			if (j == i && push(r, out, items->l.v[i]))
 				return NULL;
 		}
-		if (cur && p[1] && p[1]->type != JV_NONE)
-			while ((int64_t)cur->l.n < k)
-				if (push(r, cur, p[1]))
-					return NULL;
 		return out;
 	}
-	case F_INT: {
-		int64_t base = 10, x;
+}
 
-		BIND("default", "base");
-		if (p[1] && need_int(r, p[1], "int", &base))
+FILTER(f_sort)
+{
+	return sort_like(r, name, v, a, SORT_SORT);
+}
+
+FILTER(f_unique)
+{
+	return sort_like(r, name, v, a, SORT_UNIQUE);
+}
+
+FILTER(f_dictsort)
+{
+	return sort_like(r, name, v, a, SORT_DICT);
+}
+
+FILTER(f_sum)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	struct hp_jval *items, *acc;
+
+	BIND("attribute", "start");
+	items = iter_list(r, v);
+	acc = p[1] ? p[1] : mkint(r, 0);
+	if (!items || !acc)
+		return NULL;
+	for (size_t i = 0; i < items->l.n; i++) {
+		struct hp_jval *x = items->l.v[i];
+
+		if (p[0] && !(x = attr_path(r, x, p[0])))
 			return NULL;
-		if (v->type == JV_INT)
-			return v;
-		if (v->type == JV_BOOL)
-			return mkint(r, v->i);
-		if (v->type == JV_FLOAT && isfinite(v->f) && fabs(v->f) < 9.2e18)
-			return mkint(r, (int64_t)v->f);
-		if (v->type == JV_STR) {
-			double d;
-
-			if ((base == 10 || base == 2 || base == 8 || base == 16) && !parse_pyint(v, (int)base, &x))
-				return mkint(r, x);
-			if (!parse_pyfloat(v, &d) && isfinite(d) && fabs(d) < 9.2e18)
-				return mkint(r, (int64_t)d);
-		}
-		return p[0] ? p[0] : mkint(r, 0);
+		if (acc->type == JV_STR || x->type == JV_STR)
+			return rerr(r, "unsupported operand type(s) for +: '%s' and '%s'",
+				    type_name(acc), type_name(x));
+		if (!(acc = binop(r, OP_ADD, acc, x)))
+			return NULL;
 	}
-	case F_FLOAT: {
+	return acc;
+}
+
+FILTER(f_max)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("case_sensitive", "attribute");
+	return f_minmax(r, v, p, 1);
+}
+
+FILTER(f_min)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("case_sensitive", "attribute");
+	return f_minmax(r, v, p, 0);
+}
+
+FILTER(f_attr)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("name");
+	if (!p[0] || p[0]->type != JV_STR)
+		return rerr(r, "attr() needs a name");
+	if (v->type == JV_DICT && !in_list(dict_methods, p[0]->s.s, p[0]->s.len))
+		return mkundef(r, UN_ATTR, p[0]->s.s, p[0]->s.len, "dict");
+	return get_attr(r, v, p[0]->s.s, p[0]->s.len);
+}
+
+FILTER(f_batch)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	struct hp_jval *items, *out, *cur = NULL;
+	int64_t k;
+
+	BIND("linecount", "fill_with");
+	if (arg_int(r, p[0], "batch", "needs a line count", &k))
+		return NULL;
+	if (k <= 0)
+		return rerr(r, "batch() needs a positive line count");
+	items = iter_list(r, v);
+	if (!items || !(out = mklist(r, 0, 0)))
+		return NULL;
+	for (size_t i = 0; i < items->l.n; i++) {
+		if (!cur || (int64_t)cur->l.n == k) {
+			if (!(cur = mklist(r, 0, 0)) || push(r, out, cur))
+				return NULL;
+		}
+		if (push(r, cur, items->l.v[i]))
+			return NULL;
+	}
+	if (cur && p[1] && p[1]->type != JV_NONE)
+		while ((int64_t)cur->l.n < k)
+			if (push(r, cur, p[1]))
+				return NULL;
+	return out;
+}
+
+FILTER(f_int)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	int64_t base = 10, x;
+
+	BIND("default", "base");
+	if (p[1] && need_int(r, p[1], "int", &base))
+		return NULL;
+	if (v->type == JV_INT)
+		return v;
+	if (v->type == JV_BOOL)
+		return mkint(r, v->i);
+	if (v->type == JV_FLOAT && isfinite(v->f) && fabs(v->f) < 9.2e18)
+		return mkint(r, (int64_t)v->f);
+	if (v->type == JV_STR) {
 		double d;
 
-		BIND("default");
-		if (v->type == JV_FLOAT)
-			return v;
-		if (v->type == JV_INT || v->type == JV_BOOL)
-			return mkfloat(r, (double)v->i);
-		if (v->type == JV_STR && !parse_pyfloat(v, &d))
-			return mkfloat(r, d);
-		return p[0] ? p[0] : mkfloat(r, 0.0);
+		if ((base == 10 || base == 2 || base == 8 || base == 16) && !parse_pyint(v, (int)base, &x))
+			return mkint(r, x);
+		if (!parse_pyfloat(v, &d) && isfinite(d) && fabs(d) < 9.2e18)
+			return mkint(r, (int64_t)d);
 	}
-	case F_ABS:
-		NOARGS();
-		if (v->type == JV_FLOAT)
-			return mkfloat(r, fabs(v->f));
-		if (v->type == JV_INT || v->type == JV_BOOL) {
-			if (v->i == INT64_MIN)
-				return rerr(r, "integer overflow (integers are 64-bit here)");
-			return mkint(r, v->i < 0 ? -v->i : v->i);
-		}
-		if (v->type == JV_UNDEF)
-			return undef_err(r, v);
-		return rerr(r, "bad operand type for abs(): '%s'", type_name(v));
-	case F_ROUND:
-		BIND("precision", "method");
-		return f_round(r, v, p);
-	case F_FORMAT: {
-		struct hp_jval *args;
+	return p[0] ? p[0] : mkint(r, 0);
+}
 
-		if (!(s = to_str(r, v)))
-			return NULL;
-		if (a->np > 1 && a->nk)
-			return rerr(r, "can't handle positional and keyword arguments at the same time");
-		if (a->nk) {
-			args = mk(r, JV_DICT);
-			if (!args)
-				return NULL;
-			for (int i = 0; i < a->nk; i++) {
-				struct hp_jval *kk = mkstrc(r, a->kn[i], strlen(a->kn[i]));
+FILTER(f_float)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	double d;
 
-				if (!kk || dict_put(&r->ar, args, kk, a->kv[i]))
-					return room(r);
-			}
-		} else {
-			args = mklist(r, (size_t)a->np, JF_TUPLE);
-			if (!args)
-				return NULL;
-			for (int i = 1; i < a->np; i++)
-				args->l.v[args->l.n++] = a->pos[i];
-		}
-		return str_format(r, s, args);
+	BIND("default");
+	if (v->type == JV_FLOAT)
+		return v;
+	if (v->type == JV_INT || v->type == JV_BOOL)
+		return mkfloat(r, (double)v->i);
+	if (v->type == JV_STR && !parse_pyfloat(v, &d))
+		return mkfloat(r, d);
+	return p[0] ? p[0] : mkfloat(r, 0.0);
+}
+
+FILTER(f_abs)
+{
+	NOARGS();
+	if (v->type == JV_FLOAT)
+		return mkfloat(r, fabs(v->f));
+	if (v->type == JV_INT || v->type == JV_BOOL) {
+		if (v->i == INT64_MIN)
+			return rerr(r, "integer overflow (integers are 64-bit here)");
+		return mkint(r, v->i < 0 ? -v->i : v->i);
 	}
-	}
-	/* string filters: soft_str of the value */
-	if (v->type == JV_UNDEF && id != F_TRIM && id != F_UPPER && id != F_LOWER && id != F_CAPITALIZE &&
-	    id != F_TITLE && id != F_REPLACE && id != F_INDENT && id != F_WORDCOUNT && id != F_ESCAPE &&
-	    id != F_E && id != F_FORCEESCAPE && id != F_CENTER)
+	if (v->type == JV_UNDEF)
 		return undef_err(r, v);
+	return rerr(r, "bad operand type for abs(): '%s'", type_name(v));
+}
+
+FILTER(f_round_filter)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("precision", "method");
+	return f_round(r, v, p);
+}
+
+FILTER(f_format)
+{
+	struct hp_jval *args, *s;
+
 	if (!(s = to_str(r, v)))
 		return NULL;
-	switch (id) {
-	case F_TRIM:
-		BIND("chars");
-		return s_strip(r, s, p[0], "trim", 1, 1);
-	case F_UPPER:
-		NOARGS();
-		return s_case(r, s, HOW_UPPER);
-	case F_LOWER:
-		NOARGS();
-		return s_case(r, s, HOW_LOWER);
-	case F_CAPITALIZE:
-		NOARGS();
-		return s_case(r, s, HOW_CAPITALIZE);
-	case F_TITLE:
-		NOARGS();
-		return f_title(r, s);
-	case F_REPLACE:
-		BIND("old", "new", "count");
-		k = -1;
-		if (!p[0] || !p[1])
-			return rerr(r, "replace() needs old and new");
-		if (p[2] && p[2]->type != JV_NONE && need_int(r, p[2], "replace", &k))
+	if (a->np > 1 && a->nk)
+		return rerr(r, "can't handle positional and keyword arguments at the same time");
+	if (a->nk) {
+		args = mk(r, JV_DICT);
+		if (!args)
 			return NULL;
-		{
-			struct hp_jval *o = to_str(r, p[0]), *nw = o ? to_str(r, p[1]) : NULL;
+		for (int i = 0; i < a->nk; i++) {
+			struct hp_jval *kk = mkstrc(r, a->kn[i], strlen(a->kn[i]));
 
-			return nw ? s_replace(r, s, o, nw, k) : NULL;
+			if (!kk || dict_put(&r->ar, args, kk, a->kv[i]))
+				return room(r);
 		}
-	case F_INDENT:
-		BIND("width", "first", "blank");
-		return f_indent(r, s, p);
-	case F_WORDCOUNT: {
-		size_t i = 0;
-		int64_t words = 0;
-		int in = 0;
-
-		NOARGS();
-		while (i < s->s.len) {
-			uint32_t c = u8dec(s->s.s, s->s.len, &i);
-			int w = c == '_' || py_isalnum(c);
-
-			words += w && !in;
-			in = w;
-		}
-		return mkint(r, words);
-	}
-	case F_E:
-	case F_ESCAPE:
-	case F_FORCEESCAPE:
-		NOARGS();
-		return f_escape(r, s);
-	case F_CENTER:
-		BIND("width");
-		k = 80;
-		if (p[0] && need_int(r, p[0], "center", &k))
+	} else {
+		args = mklist(r, (size_t)a->np, JF_TUPLE);
+		if (!args)
 			return NULL;
-		return s_pad(r, s, k, NULL, 0);
+		for (int i = 1; i < a->np; i++)
+			args->l.v[args->l.n++] = a->pos[i];
 	}
-	return rerr(r, "filter '%s' is not supported", filter_names[id]);
+	return str_format(r, s, args);
+}
+
+/* the string filters (FL_STR): v is str(value) */
+FILTER(f_trim)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("chars");
+	return s_strip(r, v, p[0], "trim", 1, 1);
+}
+
+FILTER(f_upper)
+{
+	NOARGS();
+	return s_case(r, v, HOW_UPPER);
+}
+
+FILTER(f_lower)
+{
+	NOARGS();
+	return s_case(r, v, HOW_LOWER);
+}
+
+FILTER(f_capitalize)
+{
+	NOARGS();
+	return s_case(r, v, HOW_CAPITALIZE);
+}
+
+FILTER(f_title_filter)
+{
+	NOARGS();
+	return f_title(r, v);
+}
+
+FILTER(f_replace)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	int64_t k;
+
+	BIND("old", "new", "count");
+	k = -1;
+	if (!p[0] || !p[1])
+		return rerr(r, "replace() needs old and new");
+	if (p[2] && p[2]->type != JV_NONE && need_int(r, p[2], "replace", &k))
+		return NULL;
+	{
+		struct hp_jval *o = to_str(r, p[0]), *nw = o ? to_str(r, p[1]) : NULL;
+
+		return nw ? s_replace(r, v, o, nw, k) : NULL;
+	}
+}
+
+FILTER(f_indent_filter)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+
+	BIND("width", "first", "blank");
+	return f_indent(r, v, p);
+}
+
+FILTER(f_wordcount)
+{
+	size_t i = 0;
+	int64_t words = 0;
+	int in = 0;
+
+	NOARGS();
+	while (i < v->s.len) {
+		uint32_t c = u8dec(v->s.s, v->s.len, &i);
+		int w = c == '_' || py_isalnum(c);
+
+		words += w && !in;
+		in = w;
+	}
+	return mkint(r, words);
+}
+
+/* e, escape and forceescape: there is no markup here, so all three escape */
+FILTER(f_escape_filter)
+{
+	NOARGS();
+	return f_escape(r, v);
+}
+
+FILTER(f_center)
+{
+	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
+	int64_t k;
+
+	BIND("width");
+	k = 80;
+	if (p[0] && need_int(r, p[0], "center", &k))
+		return NULL;
+	return s_pad(r, v, k, NULL, 0);
+}
+
+#undef FILTER
+
+#define FL_STR 1   /* a string filter: it gets str(value) */
+
+/* jinja2 3.1's builtin filters that this interpreter has, in name order */
+static const struct {
+	const char *name;
+	struct hp_jval *(*fn)(struct rs *r, const char *name, struct hp_jval *v, struct args *a);
+	int flags;
+} filters[] = {
+	{ "abs", f_abs, 0 },
+	{ "attr", f_attr, 0 },
+	{ "batch", f_batch, 0 },
+	{ "capitalize", f_capitalize, FL_STR },
+	{ "center", f_center, FL_STR },
+	{ "count", f_length, 0 },
+	{ "d", f_default, 0 },
+	{ "default", f_default, 0 },
+	{ "dictsort", f_dictsort, 0 },
+	{ "e", f_escape_filter, FL_STR },
+	{ "escape", f_escape_filter, FL_STR },
+	{ "first", f_first, 0 },
+	{ "float", f_float, 0 },
+	{ "forceescape", f_escape_filter, FL_STR },
+	{ "format", f_format, 0 },
+	{ "indent", f_indent_filter, FL_STR },
+	{ "int", f_int, 0 },
+	{ "items", f_items, 0 },
+	{ "join", f_join_filter, 0 },
+	{ "last", f_last, 0 },
+	{ "length", f_length, 0 },
+	{ "list", f_list, 0 },
+	{ "lower", f_lower, FL_STR },
+	{ "map", f_map_filter, 0 },
+	{ "max", f_max, 0 },
+	{ "min", f_min, 0 },
+	{ "reject", f_reject, 0 },
+	{ "rejectattr", f_rejectattr, 0 },
+	{ "replace", f_replace, FL_STR },
+	{ "reverse", f_reverse, 0 },
+	{ "round", f_round_filter, 0 },
+	{ "safe", f_string, 0 },
+	{ "select", f_select_filter, 0 },
+	{ "selectattr", f_selectattr, 0 },
+	{ "sort", f_sort, 0 },
+	{ "string", f_string, 0 },
+	{ "sum", f_sum, 0 },
+	{ "title", f_title_filter, FL_STR },
+	{ "tojson", f_tojson_filter, 0 },
+	{ "trim", f_trim, FL_STR },
+	{ "unique", f_unique, 0 },
+	{ "upper", f_upper, FL_STR },
+	{ "wordcount", f_wordcount, FL_STR },
+};
+
+/* jinja2 3.1 has these too; a template using one is refused, not misrendered */
+static const char *const filter_unsup[] = {
+	"filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "truncate",
+	"urlencode", "urlize", "wordwrap", "xmlattr", NULL,
+};
+
+int filter_index(const char *name)
+{
+	for (size_t i = 0; i < sizeof(filters) / sizeof(filters[0]); i++)
+		if (!strcmp(filters[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+int filter_unsupported(const char *name)
+{
+	for (int i = 0; filter_unsup[i]; i++)
+		if (!strcmp(filter_unsup[i], name))
+			return 1;
+	return 0;
+}
+
+/* filter id (filter_index's) applied to a->pos[0] with the rest of a */
+struct hp_jval *apply_filter(struct rs *r, int id, struct args *a)
+{
+	struct hp_jval *v = a->pos[0];
+
+	if ((filters[id].flags & FL_STR) && !(v = to_str(r, v)))
+		return NULL;
+	return filters[id].fn(r, filters[id].name, v, a);
 }
 
 /* --- methods and globals ---------------------------------------------------- */
