@@ -1,6 +1,6 @@
 /*
- * jinja_value.c - the values of the Jinja2 interpreter (see jinja.c's old
- * header, now jinja_int.h): the arena every value lives in, the value
+ * jinja_value.c - the values of the Jinja2 interpreter (jinja_int.h says
+ * what the whole is and is not): the arena every value lives in, the value
  * constructors, UTF-8 and Python's character classes, strings and the
  * growing byte+tag buffer, Python's float repr, the public hp_jv_* API, and
  * what Python defines on every value during a render: the render's errors
