@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/chat-bench.sh - conversations rendered with a chat template and
-# tokenized per second: hp (hp-test-tool chatbench: jinja.c, chat.c and the
+# tokenized per second: hp (hp-test-tool chatbench: jinja_*.c, chat.c and the
 # tokenizer) against transformers' apply_chat_template (bench/chat_hf.py)
 # on the same conversations, one thread, best of 3; part of `make bench`.
 #

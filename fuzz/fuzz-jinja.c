@@ -1,5 +1,5 @@
 /*
- * fuzz-jinja.c - libFuzzer target for the Jinja2 interpreter (lib/text/jinja.c).
+ * fuzz-jinja.c - libFuzzer target for the Jinja2 interpreter (lib/text/jinja_*.c).
  *
  * The input is a template: it is compiled and, when it compiles, rendered
  * with a small fixed set of variables shaped like a chat (messages with

@@ -6,7 +6,7 @@
  *
  * What this is not: a chat server (no generation, no continue_final_message),
  * a tool-call parser, or a second renderer: every template, the built-in
- * ChatML one included, goes through the one interpreter in jinja.c.
+ * ChatML one included, goes through the one interpreter in jinja_*.c.
  */
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
 /*
- * test-jinja.c - lib/text/jinja.c against jinja2 itself, and what jinja2 cannot
+ * test-jinja.c - lib/text/jinja_*.c against jinja2 itself, and what jinja2 cannot
  * check: provenance tags, generation marks, errors, limits, no memory.
  *
  * 1. Differential goldens: t/golden/jinja/cases.jsonl holds templates (small

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make-jinja-goldens.py - differential goldens for lib/text/jinja.c, from jinja2 itself.
+"""make-jinja-goldens.py - differential goldens for lib/text/jinja_*.c, from jinja2 itself.
 
 Regenerate (from the top of the source tree; the venv is the one
 scripts/ builds for the chat tests, with transformers and jinja2 3.1.6):
@@ -19,7 +19,7 @@ transformers renders.  Output, one JSON object a line:
 
 The output is deterministic: no case reaches strftime_now, and dicts keep
 their insertion order.  t/unit/test-jinja.c renders every case with
-lib/text/jinja.c and compares the bytes.
+lib/text/jinja_*.c and compares the bytes.
 """
 import json
 import os
