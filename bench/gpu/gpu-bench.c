@@ -223,8 +223,8 @@ static void run_step(struct run *r, double lr, double *loss, double *norm)
 	long cnt = 0;
 
 	hp_model_zero_grad(m);
-	m->ce_scale = 1.0 / r->T;     /* every target counts */
-	if (hp_model_forward(m, r->ids, r->tg, NULL, &ls, &cnt, &e))
+	/* every target counts */
+	if (hp_model_forward(m, r->ids, r->tg, NULL, 1.0 / r->T, &ls, &cnt, &e))
 		die("forward", &e);
 	if (hp_model_backward(m, r->ids, r->tg, (double)r->T, 1.0, &e))
 		die("backward", &e);

@@ -142,29 +142,40 @@ void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
 		   const struct hp_adamw_hparams *h, int decay);
 
 /* ---- the op table: ops that have more than one implementation ---- */
+/* The forms of the ops that come in several variants (the op table's and
+ * the kernel registry's, lib/backend/kernels.h). */
+/* y[N,O] = x[N,K] W[O,K]^T (+ b[O] when b) */
+typedef void hp_linear_fwd_fn(float *y, const float *x, const float *W, const float *b, long N, int K, int O);
+/* dx = (accumulate ? dx : 0) + dy W; dW += dy^T x; db += colsum(dy) when db */
+typedef void hp_linear_bwd_fn(float *dx, float *dW, float *db, const float *dy, const float *x,
+			      const float *W, long N, int K, int O, int accumulate);
+/* Causal GQA attention over B rows of T tokens; saves P.  seg[B*T]
+ * (or NULL: one document per row) gives, per token, the index in its
+ * row where its document starts; documents are contiguous, so seg is
+ * non-decreasing along a row and seg[i] <= i. */
+typedef void hp_attention_fwd_fn(float *out, float *P, const float *q, const float *k, const float *v,
+				 const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
+/* dq, dk, dv are overwritten; scratch holds at least T*T floats. */
+typedef void hp_attention_bwd_fn(float *dq, float *dk, float *dv, const float *dout, const float *P,
+				 const float *q, const float *k, const float *v, const int32_t *seg,
+				 float *scratch, int B, int T, int n_heads, int n_kv_heads, int head_dim);
+typedef void hp_swiglu_fwd_fn(float *h, const float *g, const float *u, long n);
+typedef void hp_swiglu_bwd_fn(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
+typedef int hp_cross_entropy_fwd_fn(double *loss_sum, long *count, const float *logits,
+				    const int32_t *targets, long N, int V);
+typedef void hp_cross_entropy_bwd_fn(float *dlogits, const float *logits, const int32_t *targets,
+				     long N, int V, float scale);
+
 struct hp_cpu_ops {
 	const char *name;     /* "reference" or "blas" */
-	/* y[N,O] = x[N,K] W[O,K]^T (+ b[O] when b) */
-	void (*linear_fwd)(float *y, const float *x, const float *W, const float *b, long N, int K, int O);
-	/* dx = (accumulate ? dx : 0) + dy W; dW += dy^T x; db += colsum(dy) when db */
-	void (*linear_bwd)(float *dx, float *dW, float *db, const float *dy, const float *x,
-			   const float *W, long N, int K, int O, int accumulate);
-	/* Causal GQA attention over B rows of T tokens; saves P.  seg[B*T]
-	 * (or NULL: one document per row) gives, per token, the index in its
-	 * row where its document starts; documents are contiguous, so seg is
-	 * non-decreasing along a row and seg[i] <= i. */
-	void (*attention_fwd)(float *out, float *P, const float *q, const float *k, const float *v,
-			      const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
-	/* dq, dk, dv are overwritten; scratch holds at least T*T floats. */
-	void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			      const float *q, const float *k, const float *v, const int32_t *seg,
-			      float *scratch, int B, int T, int n_heads, int n_kv_heads, int head_dim);
-	void (*swiglu_fwd)(float *h, const float *g, const float *u, long n);
-	void (*swiglu_bwd)(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
-	int (*cross_entropy_fwd)(double *loss_sum, long *count, const float *logits,
-				 const int32_t *targets, long N, int V);
-	void (*cross_entropy_bwd)(float *dlogits, const float *logits, const int32_t *targets,
-				  long N, int V, float scale);
+	hp_linear_fwd_fn *linear_fwd;
+	hp_linear_bwd_fn *linear_bwd;
+	hp_attention_fwd_fn *attention_fwd;
+	hp_attention_bwd_fn *attention_bwd;
+	hp_swiglu_fwd_fn *swiglu_fwd;
+	hp_swiglu_bwd_fn *swiglu_bwd;
+	hp_cross_entropy_fwd_fn *cross_entropy_fwd;
+	hp_cross_entropy_bwd_fn *cross_entropy_bwd;
 };
 
 extern const struct hp_cpu_ops hp_cpu_ops_reference;

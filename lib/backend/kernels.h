@@ -46,14 +46,10 @@ struct hp_kernel_site {
 struct hp_kernel_cpu {
 	void (*embedding_fwd)(float *out, const int32_t *ids, const float *table, long N, int C);
 	void (*embedding_bwd)(float *dtable, const float *dout, const int32_t *ids, long N, int C, int pad);
-	void (*linear_fwd)(float *y, const float *x, const float *W, const float *b, long N, int K, int O);
-	void (*linear_bwd)(float *dx, float *dW, float *db, const float *dy, const float *x,
-			   const float *W, long N, int K, int O, int accumulate);
-	void (*attention_fwd)(float *out, float *P, const float *q, const float *k, const float *v,
-			      const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
-	void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *P,
-			      const float *q, const float *k, const float *v, const int32_t *seg,
-			      float *scratch, int B, int T, int n_heads, int n_kv_heads, int head_dim);
+	hp_linear_fwd_fn *linear_fwd;
+	hp_linear_bwd_fn *linear_bwd;
+	hp_attention_fwd_fn *attention_fwd;
+	hp_attention_bwd_fn *attention_bwd;
 	void (*flash_fwd)(float *out, float *lse, const float *q, const float *k, const float *v,
 			  const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
 	void (*flash_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -69,15 +65,13 @@ struct hp_kernel_cpu {
 			 long N, int n_heads, int head_dim);
 	void (*rope_bwd)(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
 			 long N, int n_heads, int head_dim);
-	void (*swiglu_fwd)(float *h, const float *g, const float *u, long n);
-	void (*swiglu_bwd)(float *dg, float *du, const float *dh, const float *g, const float *u, long n);
+	hp_swiglu_fwd_fn *swiglu_fwd;
+	hp_swiglu_bwd_fn *swiglu_bwd;
 	void (*router_fwd)(float *probs, int32_t *sel, float *wsel, long N, int E, int K, int norm);
 	void (*router_bwd)(float *dprob, const float *probs, const int32_t *sel, const float *wsel,
 			   const float *dwsel, const double *aux, double aux_grad, long N, int E, int K, int norm);
-	int (*cross_entropy_fwd)(double *loss_sum, long *count, const float *logits,
-				 const int32_t *targets, long N, int V);
-	void (*cross_entropy_bwd)(float *dlogits, const float *logits, const int32_t *targets,
-				  long N, int V, float scale);
+	hp_cross_entropy_fwd_fn *cross_entropy_fwd;
+	hp_cross_entropy_bwd_fn *cross_entropy_bwd;
 	void (*adamw)(float *w, const float *g, float *m, float *v, size_t n,
 		      const struct hp_adamw_hparams *h, int decay);
 };

@@ -210,8 +210,8 @@ int hp_verify_reference(struct hp_verify *v, long step, const int32_t *ids, cons
 		long cnt;
 
 		v->rec_micro = (int)a;
-		r->ce_scale = total > 0 ? 1.0 / total : 0;
-		if ((rc = hp_model_forward(r, ids + a * BS, labels + a * BS, seg ? seg + a * BS : NULL, &ls, &cnt, e)))
+		if ((rc = hp_model_forward(r, ids + a * BS, labels + a * BS, seg ? seg + a * BS : NULL,
+					   total > 0 ? 1.0 / total : 0, &ls, &cnt, e)))
 			return hp_err_prefix(e, "the reference's forward failed: ");
 		if ((rc = hp_model_backward(r, ids + a * BS, labels + a * BS, total, 1.0 / accum, e)))
 			return hp_err_prefix(e, "the reference's backward failed: ");

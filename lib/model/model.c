@@ -1636,7 +1636,7 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 /* The forward: 0, -1 for a target outside the vocabulary, -2 for a
  * failure kept in m->par_rc and m->err. */
 static int forward(struct hp_model *m, const int32_t *ids, const int32_t *targets, const int32_t *seg,
-		   double *loss_sum, long *count)
+		   double grad_scale, double *loss_sum, long *count)
 {
 	struct hp_backend *bk = m->bk;
 	const float *ra = NULL, *rb = NULL;
@@ -1721,14 +1721,14 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 				return -1;
 			*loss_sum += ls;
 			*count += cnt;
-			if (m->ce_scale > 0) {
+			if (grad_scale > 0) {
 				/* the scale is known: the head's gradients now, no second pass */
-				bk->ce_bwd(bk, m->a.logits, m->a.logits, tg.d, n, V, (float)m->ce_scale);
+				bk->ce_bwd(bk, m->a.logits, m->a.logits, tg.d, n, V, (float)grad_scale);
 				bk->linear_bwd(bk, m->a.dxn + c0 * C, m->w.d_lm_head, NULL, m->a.logits, m->a.xf + c0 * C,
 					       m->w.lm_head, n, C, V, 0);
 			}
 		}
-		m->head_done = targets && m->ce_scale > 0;
+		m->head_done = targets && grad_scale > 0;
 		return m->par_rc ? -2 : 0;
 	}
 	bk->linear_fwd(bk, m->a.logits, m->a.xf, m->w.lm_head, NULL, N, C, V);
@@ -1866,9 +1866,9 @@ static int pass_failed(struct hp_model *m, struct hp_err *e)
 }
 
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
-		     const int32_t *seg, double *loss_sum, long *count, struct hp_err *e)
+		     const int32_t *seg, double grad_scale, double *loss_sum, long *count, struct hp_err *e)
 {
-	int rc = forward(m, ids, targets, seg, loss_sum, count);
+	int rc = forward(m, ids, targets, seg, grad_scale, loss_sum, count);
 
 	if (rc == -1)
 		return hp_err_set(e, HP_EINVAL, "a target id is outside the vocabulary of %d", m->spec.vocab);

@@ -263,11 +263,9 @@ struct hp_model {
 	/* the pass in flight */
 	int par_rc;                   /* its first error: a collective's, the backend's, a hook's */
 	struct hp_err err;            /* its message (hp_model_forward and _backward hand it on) */
-	/* chunked cross-entropy: when the caller sets ce_scale (1 / the step's
-	 * target count) before the forward, the forward also computes the LM
-	 * head's gradients with it, chunk by chunk, and the backward starts from
-	 * them (head_done); else the backward recomputes each chunk's logits */
-	double ce_scale;
+	/* chunked cross-entropy: given the gradient's scale, the forward also
+	 * computes the LM head's gradients, chunk by chunk, and the backward
+	 * starts from them (head_done); else it recomputes each chunk's logits */
 	int head_done;
 	/* the load-balancing loss of the last forward (output_router_logits) */
 	double aux_loss;
@@ -334,7 +332,10 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
 /*
  * Forward over ids[B*T] (token ids validated by the caller).  When targets
  * is non-NULL, the cross-entropy sum and valid-target count are returned
- * (loss_sum, count).  Returns 0, or an HP_E code with e set: a target out
+ * (loss_sum, count).  grad_scale is the backward's scale of the
+ * cross-entropy, 1 / the step's target count, when a backward follows (0
+ * when none does): with chunked cross-entropy the forward computes the LM
+ * head's gradients with it.  Returns 0, or an HP_E code with e set: a target out
  * of range (HP_EINVAL), a collective's or the backend's failure, or the
  * failure of a hook or probe (with its own message).
  * seg[B*T] describes packed rows (NULL: one document per row): for each
@@ -348,7 +349,7 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
  * over all MoE layers of this forward (not scaled by its coefficient).
  */
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
-		     const int32_t *seg, double *loss_sum, long *count, struct hp_err *e);
+		     const int32_t *seg, double grad_scale, double *loss_sum, long *count, struct hp_err *e);
 
 /*
  * Backward of the last forward for the loss

@@ -471,8 +471,8 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 			return rc;
 		if (r->verifying)
 			hp_verify_micro(&r->verify, (int)(a - first));
-		m->ce_scale = scale_count > 0 ? 1.0 / scale_count : 0;
-		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt, e)))
+		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL,
+					   scale_count > 0 ? 1.0 / scale_count : 0, &ls, &cnt, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
 		sums[0] += ls;
 		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
@@ -929,8 +929,8 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 
 			if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, 1, e)))
 				break;
-			m->ce_scale = 0;   /* no gradient: the chunked head's own backward stays off */
-			if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, &ls, &cnt, e))) {
+			/* no backward follows: the chunked head computes no gradient */
+			if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, 0, &ls, &cnt, e))) {
 				hp_err_prefix(e, "evaluation after step %ld: ", step);
 				break;
 			}

@@ -66,7 +66,7 @@ int cmd_logits(int argc, char **argv)
 	ids = parse_ids(T, argv + 4);
 	if (!ids || load(&m, argv[3], T))
 		goto done;
-	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL, &e);
+	hp_model_forward(&m, ids, NULL, NULL, 0, NULL, NULL, &e);
 	{
 		struct hp_st_entry ent = { .name = "logits", .dtype = HP_DTYPE_F32, .ndim = 2,
 					   .shape = { T, m.spec.vocab }, .data = m.a.logits };
@@ -96,7 +96,7 @@ int cmd_teacher(int argc, char **argv)
 	ids = parse_ids(T, argv + 2);
 	if (!ids || load(&m, argv[1], T))
 		goto done;
-	hp_model_forward(&m, ids, NULL, NULL, NULL, NULL, &e);
+	hp_model_forward(&m, ids, NULL, NULL, 0, NULL, NULL, &e);
 	for (int i = 0; i + 1 < T; i++) {
 		const float *l = m.a.logits + (long)i * m.spec.vocab;
 		int best = 0;
@@ -267,7 +267,7 @@ int cmd_packcheck(int argc, char **argv)
 	}
 	if (load(&m, argv[1], T))
 		goto done;
-	hp_model_forward(&m, in, NULL, sg, NULL, NULL, &e);
+	hp_model_forward(&m, in, NULL, sg, 0, NULL, NULL, &e);
 	for (int s0 = 0; s0 < T;) {
 		int s1 = s0 + 1;
 		while (s1 < T && sg[s1] == s0)
@@ -283,7 +283,7 @@ int cmd_packcheck(int argc, char **argv)
 			hp_model_release(&m);
 			goto done;
 		}
-		hp_model_forward(&alone, in + s0, NULL, NULL, NULL, NULL, &e);
+		hp_model_forward(&alone, in + s0, NULL, NULL, 0, NULL, NULL, &e);
 		for (int i = s0; i < s1; i++)
 			single += token_loss(alone.a.logits + (long)(i - s0) * m.spec.vocab, m.spec.vocab, lb[i]);
 		hp_model_release(&alone);
@@ -395,7 +395,7 @@ int cmd_refstep(int argc, char **argv)
 		double ce_sum;
 		long cnt;
 		hp_model_zero_grad(&m);
-		if (hp_model_forward(&m, ids, tgt, NULL, &ce_sum, &cnt, &e)) {
+		if (hp_model_forward(&m, ids, tgt, NULL, 0, &ce_sum, &cnt, &e)) {
 			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
 			goto done;
 		}

@@ -68,8 +68,7 @@ static int run(const int32_t *in, const int32_t *lab, const int32_t *seg, int T,
 		return -1;
 	}
 	hp_model_zero_grad(&m);
-	m.ce_scale = 1.0 / scale_count;
-	if (hp_model_forward(&m, in, lab, seg, &r->loss, &r->count, &e) ||
+	if (hp_model_forward(&m, in, lab, seg, 1.0 / scale_count, &r->loss, &r->count, &e) ||
 	    hp_model_backward(&m, in, lab, scale_count, 1.0, &e)) {
 		tap_diag("  %s", e.msg);
 		hp_model_release(&m);

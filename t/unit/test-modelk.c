@@ -76,14 +76,15 @@ static int run(const char *dir, const struct hp_model_kernels *k, int B, int T, 
 		return -1;
 	}
 	hp_model_zero_grad(&m);
+	double scale = 0;
 	if (preset_scale) {   /* as lib/train/train.c does: the step's count is known first */
 		long c = 0;
 
 		for (long i = 0; i < (long)B * T; i++)
 			c += tg[i] != -100;
-		m.ce_scale = c ? 1.0 / (double)c : 0;
+		scale = c ? 1.0 / (double)c : 0;
 	}
-	if (hp_model_forward(&m, ids, tg, seg, &r->loss, &r->count, &e) ||
+	if (hp_model_forward(&m, ids, tg, seg, scale, &r->loss, &r->count, &e) ||
 	    hp_model_backward(&m, ids, tg, (double)r->count, 1.0, &e)) {
 		tap_diag("  %s", e.msg);
 		hp_model_release(&m);
@@ -348,7 +349,7 @@ static double scaled_loss(struct hp_backend *bk, const char *dir, const struct h
 	if (!hp_model_load_hf(&m, dir, &e)) {
 		for (size_t i = 0; i < m.w.numel; i++)
 			m.w.flat_w[i] *= scale;
-		if (!hp_model_upload(&m, &e) && hp_model_forward(&m, ids, tg, NULL, &loss, &cnt, &e))
+		if (!hp_model_upload(&m, &e) && hp_model_forward(&m, ids, tg, NULL, 0, &loss, &cnt, &e))
 			loss = NAN;
 	}
 	if (e.code)
