@@ -9,9 +9,10 @@
 # files with cmp.  A restructuring that must not change any number (#34)
 # prints "same" on every line.  Exit 0 when all are the same, 1 otherwise.
 #
-# HP_SAME_TIMING=N also times N steps of stories260K in one process and the
-# training demo's 8 ranks, alternating the two binaries (old, new, old, new)
-# five times each and printing the ratio new/old of the medians.
+# HP_SAME_TIMING=N also times N steps of stories260K in one process and of
+# the training demo (examples/training_demo/train_parallel.yaml) on 8 ranks, alternating the two binaries (old, new, old, new)
+# five times each and printing the ratio new/old of the medians;
+# HP_SAME_TIMING_ONLY=1 skips the comparison of the numbers.
 set -eu
 old=$(cd "$1" && pwd) new=$(cd "$2" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,45 +98,56 @@ run () {
 	fi
 }
 
-run llama 1 llama.yaml
-run llama-fsdp4 4 llama.yaml $F.dp_shard_size=4
-run llama-hsdp 4 llama.yaml $F.dp_shard_size=2
-run llama-tp2 2 llama.yaml $A.tp_size=2
-run llama-tp2-sp 2 llama.yaml $A.tp_size=2 $A.sequence_parallel=true
-run llama-tp2-lp 2 llama.yaml $A.tp_size=2 $A.loss_parallel=true
-run llama-tp4-sp-lp 4 llama.yaml $A.tp_size=4 $A.sequence_parallel=true $A.loss_parallel=true
-run llama-cp2-kv 2 llama.yaml $A.cp_size=2
-run llama-cp4-kv 4 llama.yaml $A.cp_size=4
-run llama-cp2-ulysses 2 llama-ul.yaml $A.cp_size=2
-run llama-ac 1 llama-ac.yaml
-run llama-ac-tp2 2 llama-ac.yaml $A.tp_size=2
-run dense 1 dense.yaml
-run dense-tp2-sp-lp 2 dense.yaml $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true
-run moea 1 moea.yaml
-run moea-ep2-edp2 4 moea.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4
-run moeb 1 moeb.yaml
-run moeb-ep4 4 moeb.yaml $A.ep_size=4
-run moe-ac 1 moe-ac.yaml
-run moe-ac-ep2 2 moe-ac.yaml $A.ep_size=2
-run moek 1 moek.yaml
-run seed8 8 moeb.yaml $SEED8
-run seed8-kernels 8 moek.yaml $SEED8
-export HP_CUDA_EMULATE=exact
-run cuda-emu 1 llama.yaml --training.device=cuda
-run cuda-emu-tp2 2 llama.yaml --training.device=cuda $A.tp_size=2
-run cuda-emu-seed8 8 moek.yaml --training.device=cuda $SEED8
+if [ -z "${HP_SAME_TIMING_ONLY:-}" ]; then
+	run llama 1 llama.yaml
+	run llama-fsdp4 4 llama.yaml $F.dp_shard_size=4
+	run llama-hsdp 4 llama.yaml $F.dp_shard_size=2
+	run llama-tp2 2 llama.yaml $A.tp_size=2
+	run llama-tp2-sp 2 llama.yaml $A.tp_size=2 $A.sequence_parallel=true
+	run llama-tp2-lp 2 llama.yaml $A.tp_size=2 $A.loss_parallel=true
+	run llama-tp4-sp-lp 4 llama.yaml $A.tp_size=4 $A.sequence_parallel=true $A.loss_parallel=true
+	run llama-cp2-kv 2 llama.yaml $A.cp_size=2
+	run llama-cp4-kv 4 llama.yaml $A.cp_size=4
+	run llama-cp2-ulysses 2 llama-ul.yaml $A.cp_size=2
+	run llama-ac 1 llama-ac.yaml
+	run llama-ac-tp2 2 llama-ac.yaml $A.tp_size=2
+	run dense 1 dense.yaml
+	run dense-tp2-sp-lp 2 dense.yaml $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true
+	run moea 1 moea.yaml
+	run moea-ep2-edp2 4 moea.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4
+	run moeb 1 moeb.yaml
+	run moeb-ep4 4 moeb.yaml $A.ep_size=4
+	run moe-ac 1 moe-ac.yaml
+	run moe-ac-ep2 2 moe-ac.yaml $A.ep_size=2
+	run moek 1 moek.yaml
+	run seed8 8 moeb.yaml $SEED8
+	run seed8-kernels 8 moek.yaml $SEED8
+	export HP_CUDA_EMULATE=exact
+	run cuda-emu 1 llama.yaml --training.device=cuda
+	run cuda-emu-tp2 2 llama.yaml --training.device=cuda $A.tp_size=2
+	run cuda-emu-seed8 8 moek.yaml --training.device=cuda $SEED8
+fi
 
 # median of the step times after the first, over five alternating runs each
 if [ -n "${HP_SAME_TIMING:-}" ]; then
 	cfg t1.yaml "$DATA/stories260K/hf" "$HP_SAME_TIMING" </dev/null
-	kernels | cfg t8.yaml "$DATA/ref/qwen3-moe-b" "$HP_SAME_TIMING"
+	# the training demo's config and model as they are, without its
+	# evaluation and checkpoints, on TinyStories records of 257 tokens
+	"$new/hp-test-tool" mkidx --vocab 512 --records-of 257 -o ts256 \
+		"$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" >/dev/null
+	demo=$src/examples/training_demo
+	sed -e "s|config_path: qwen3_moe_demo|config_path: $demo/qwen3_moe_demo|" \
+	    -e "s|data_path: data/tinystories|data_path: ts256|" \
+	    -e "s|train_iters: 40|train_iters: $HP_SAME_TIMING|" \
+	    -e '/^  eval_iters:/d' -e '/^  eval_steps:/d' -e '/^checkpoint:/d' \
+	    "$demo/train_parallel.yaml" >t8.yaml
 	for t in t1 t8; do
 		: >old-$t.times; : >new-$t.times
 		for i in 1 2 3 4 5; do
 			for b in old new; do
 				eval "bin=\$$b"
 				if [ $t = t1 ]; then "$bin/hp-train" -q t1.yaml --metrics m.jsonl
-				else mpiexec -n 8 "$bin/hp-train" -q t8.yaml $SEED8 --metrics m.jsonl; fi
+				else mpiexec -n 8 "$bin/hp-train" -q t8.yaml --metrics m.jsonl; fi
 				jq -s '[.[1:][].step_time_s] | add' m.jsonl >>$b-$t.times
 			done
 		done
