@@ -13,45 +13,6 @@
 #include "base/utf8.h"
 #include "text/jinja_int.h"
 
-/* --- the names of filters and tests --------------------------------------- */
-enum {
-	X_BOOLEAN, X_CALLABLE, X_DEFINED, X_DIVISIBLEBY, X_EQ, X_EQUALTO, X_ESCAPED, X_EVEN,
-	X_FALSE, X_FILTER, X_FLOAT, X_GE, X_GT, X_GREATERTHAN, X_IN, X_INTEGER, X_ITERABLE, X_LE,
-	X_LESSTHAN, X_LOWER, X_LT, X_MAPPING, X_NE, X_NONE, X_NUMBER, X_ODD, X_SAMEAS, X_SEQUENCE,
-	X_STRING, X_TEST, X_TRUE, X_UNDEFINED, X_UPPER, X_OPEQ, X_OPNE, X_OPLT, X_OPLE, X_OPGT,
-	X_OPGE, X_N
-};
-static const char *const test_names[X_N] = {
-	"boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
-	"false", "filter", "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le",
-	"lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence",
-	"string", "test", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">=",
-};
-
-static int name_index(const char *const *tab, int n, const char *s)
-{
-	for (int i = 0; i < n; i++)
-		if (!strcmp(tab[i], s))
-			return i;
-	return -1;
-}
-
-int test_index(const char *name)
-{
-	return name_index(test_names, X_N, name);
-}
-
-/* the tests that take an Undefined as it is; the others raise its error */
-int test_takes_undefined(int id)
-{
-	return id == X_DEFINED || id == X_UNDEFINED || id == X_NONE ||
-	       id == X_STRING || id == X_NUMBER || id == X_MAPPING || id == X_ITERABLE ||
-	       id == X_SEQUENCE || id == X_CALLABLE || id == X_BOOLEAN || id == X_FALSE ||
-	       id == X_TRUE || id == X_INTEGER || id == X_FLOAT || id == X_ESCAPED ||
-	       id == X_EQ || id == X_EQUALTO || id == X_OPEQ || id == X_NE ||
-	       id == X_OPNE || id == X_IN || id == X_SAMEAS || id == X_FILTER || id == X_TEST;
-}
-
 /* --- attributes: which methods each type has, loop's attributes ----------- */
 static const char *const str_methods[] = {
 	"startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper", "lower",
@@ -918,79 +879,272 @@ int contains(struct rs *r, struct hp_jval *seq, struct hp_jval *x)
 	return -1;
 }
 
+/*
+ * The tests.  Each is one function of the value tested v and the test's
+ * first argument a: NULL when none was given, never NULL in a row with
+ * TS_ARG.  It returns 1 or 0, or -1 with r's error set.  Adding a test is
+ * one function and one row of tests[].
+ */
+#define TEST(fn) static int fn(struct rs *r, struct hp_jval *v, struct hp_jval *a)
+
+TEST(t_defined)
+{
+	return v->type != JV_UNDEF;
+}
+
+TEST(t_undefined)
+{
+	return v->type == JV_UNDEF;
+}
+
+TEST(t_none)
+{
+	return v->type == JV_NONE;
+}
+
+TEST(t_boolean)
+{
+	return v->type == JV_BOOL;
+}
+
+TEST(t_false)
+{
+	return v->type == JV_BOOL && !v->i;
+}
+
+TEST(t_true)
+{
+	return v->type == JV_BOOL && v->i;
+}
+
+TEST(t_integer)
+{
+	return v->type == JV_INT;
+}
+
+TEST(t_float)
+{
+	return v->type == JV_FLOAT;
+}
+
+TEST(t_number)
+{
+	return isnum(v);
+}
+
+TEST(t_string)
+{
+	return v->type == JV_STR;
+}
+
+TEST(t_mapping)
+{
+	return v->type == JV_DICT;
+}
+
+/* iterable and sequence: jinja's Undefined iterates as empty */
+TEST(t_iterable)
+{
+	return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
+}
+
+TEST(t_callable)
+{
+	return v->type == JV_FUNC || v->type == JV_METHOD || v->type == JV_MACRO || v->type == JV_UNDEF;
+}
+
+/* there is no markup here, so nothing is escaped */
+TEST(t_escaped)
+{
+	return 0;
+}
+
+static int odd_even(struct rs *r, struct hp_jval *v, int odd)
+{
+	struct hp_jval two = { .type = JV_INT, .i = 2 }, *m = binop(r, OP_MOD, v, &two);
+
+	if (!m)
+		return -1;
+	return py_eq(m, VBOOL(odd));
+}
+
+TEST(t_odd)
+{
+	return odd_even(r, v, 1);
+}
+
+TEST(t_even)
+{
+	return odd_even(r, v, 0);
+}
+
+/* lower and upper: str(value).islower(), .isupper() */
+TEST(t_lower)
+{
+	struct hp_jval *sv = to_str(r, v);
+
+	return sv ? s_iscase(sv, 0) : -1;
+}
+
+TEST(t_upper)
+{
+	struct hp_jval *sv = to_str(r, v);
+
+	return sv ? s_iscase(sv, 1) : -1;
+}
+
+/* a string without NUL bytes naming a filter (one refused included) or a test */
+TEST(t_filter)
+{
+	if (v->type != JV_STR || strlen(v->s.s) != v->s.len)
+		return 0;
+	return filter_index(v->s.s) >= 0 || filter_unsupported(v->s.s);
+}
+
+TEST(t_test)
+{
+	if (v->type != JV_STR || strlen(v->s.s) != v->s.len)
+		return 0;
+	return test_index(v->s.s) >= 0;
+}
+
+TEST(t_divisibleby)
+{
+	struct hp_jval *m = binop(r, OP_MOD, v, a);
+
+	return m ? py_eq(m, VBOOL(0)) : -1;
+}
+
+TEST(t_eq)
+{
+	return py_eq(v, a);
+}
+
+TEST(t_ne)
+{
+	return !py_eq(v, a);
+}
+
+TEST(t_lt)
+{
+	int c;
+
+	return py_cmp(r, v, a, &c) ? -1 : c < 0;
+}
+
+TEST(t_le)
+{
+	int c;
+
+	return py_cmp(r, v, a, &c) ? -1 : c <= 0;
+}
+
+TEST(t_gt)
+{
+	int c;
+
+	return py_cmp(r, v, a, &c) ? -1 : c > 0;
+}
+
+TEST(t_ge)
+{
+	int c;
+
+	return py_cmp(r, v, a, &c) ? -1 : c >= 0;
+}
+
+TEST(t_in)
+{
+	return contains(r, a, v);
+}
+
+/* Python's "is": None is None, and the small ints and bools are shared */
+TEST(t_sameas)
+{
+	if (v->type != a->type)
+		return 0;
+	if (v->type == JV_NONE || v->type == JV_UNDEF)
+		return v == a || v->type == JV_NONE;
+	if (v->type == JV_BOOL || v->type == JV_INT)
+		return v->i == a->i;
+	return v == a;
+}
+
+#undef TEST
+
+#define TS_UNDEF 1   /* given an Undefined as it is; for the others it raises its error */
+#define TS_ARG 2     /* needs an argument: "test 'x' needs an argument" without one */
+
+/* jinja2 3.1's builtin tests, in name order, then the operator aliases */
+static const struct {
+	const char *name;
+	int (*fn)(struct rs *r, struct hp_jval *v, struct hp_jval *a);
+	int flags;
+} tests[] = {
+	{ "boolean", t_boolean, TS_UNDEF },
+	{ "callable", t_callable, TS_UNDEF },
+	{ "defined", t_defined, TS_UNDEF },
+	{ "divisibleby", t_divisibleby, TS_ARG },
+	{ "eq", t_eq, TS_UNDEF | TS_ARG },
+	{ "equalto", t_eq, TS_UNDEF | TS_ARG },
+	{ "escaped", t_escaped, TS_UNDEF },
+	{ "even", t_even, 0 },
+	{ "false", t_false, TS_UNDEF },
+	{ "filter", t_filter, TS_UNDEF },
+	{ "float", t_float, TS_UNDEF },
+	{ "ge", t_ge, TS_ARG },
+	{ "gt", t_gt, TS_ARG },
+	{ "greaterthan", t_gt, TS_ARG },
+	{ "in", t_in, TS_UNDEF | TS_ARG },
+	{ "integer", t_integer, TS_UNDEF },
+	{ "iterable", t_iterable, TS_UNDEF },
+	{ "le", t_le, TS_ARG },
+	{ "lessthan", t_lt, TS_ARG },
+	{ "lower", t_lower, 0 },
+	{ "lt", t_lt, TS_ARG },
+	{ "mapping", t_mapping, TS_UNDEF },
+	{ "ne", t_ne, TS_UNDEF | TS_ARG },
+	{ "none", t_none, TS_UNDEF },
+	{ "number", t_number, TS_UNDEF },
+	{ "odd", t_odd, 0 },
+	{ "sameas", t_sameas, TS_UNDEF | TS_ARG },
+	{ "sequence", t_iterable, TS_UNDEF },
+	{ "string", t_string, TS_UNDEF },
+	{ "test", t_test, TS_UNDEF },
+	{ "true", t_true, TS_UNDEF },
+	{ "undefined", t_undefined, TS_UNDEF },
+	{ "upper", t_upper, 0 },
+	{ "==", t_eq, TS_UNDEF | TS_ARG },
+	{ "!=", t_ne, TS_UNDEF | TS_ARG },
+	{ "<", t_lt, TS_ARG },
+	{ "<=", t_le, TS_ARG },
+	{ ">", t_gt, TS_ARG },
+	{ ">=", t_ge, TS_ARG },
+};
+
+int test_index(const char *name)
+{
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
+		if (!strcmp(tests[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+int test_takes_undefined(int id)
+{
+	return tests[id].flags & TS_UNDEF;
+}
+
+/* test id (test_index's) of v with args[0, nargs); what an Undefined v gets is the caller's */
 int do_test(struct rs *r, int id, struct hp_jval *v, struct hp_jval **args, int nargs)
 {
 	struct hp_jval *a = nargs ? args[0] : NULL;
-	int c;
 
-	switch (id) {
-	case X_DEFINED: return v->type != JV_UNDEF;
-	case X_UNDEFINED: return v->type == JV_UNDEF;
-	case X_NONE: return v->type == JV_NONE;
-	case X_BOOLEAN: return v->type == JV_BOOL;
-	case X_FALSE: return v->type == JV_BOOL && !v->i;
-	case X_TRUE: return v->type == JV_BOOL && v->i;
-	case X_INTEGER: return v->type == JV_INT;
-	case X_FLOAT: return v->type == JV_FLOAT;
-	case X_NUMBER: return isnum(v);
-	case X_STRING: return v->type == JV_STR;
-	case X_MAPPING: return v->type == JV_DICT;
-	case X_ITERABLE:
-	case X_SEQUENCE:
-		return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
-	case X_CALLABLE:
-		return v->type == JV_FUNC || v->type == JV_METHOD || v->type == JV_MACRO || v->type == JV_UNDEF;
-	case X_ESCAPED:
-		return 0;
-	}
-	if (id == X_ODD || id == X_EVEN) {
-		struct hp_jval two = { .type = JV_INT, .i = 2 }, *m = binop(r, OP_MOD, v, &two);
-
-		if (!m)
-			return -1;
-		return id == X_ODD ? py_eq(m, VBOOL(1)) : py_eq(m, VBOOL(0));
-	}
-	if (id == X_LOWER || id == X_UPPER) {
-		/* str(value).islower() */
-		struct hp_jval *sv = to_str(r, v);
-
-		return sv ? s_iscase(sv, id == X_UPPER) : -1;
-	}
-	if (id == X_FILTER || id == X_TEST) {
-		if (v->type != JV_STR || strlen(v->s.s) != v->s.len)
-			return 0;
-		if (id == X_TEST)
-			return name_index(test_names, X_N, v->s.s) >= 0;
-		return filter_index(v->s.s) >= 0 || filter_unsupported(v->s.s);
-	}
-	if (!a) {
-		rerr(r, "test '%s' needs an argument", test_names[id]);
+	if ((tests[id].flags & TS_ARG) && !a) {
+		rerr(r, "test '%s' needs an argument", tests[id].name);
 		return -1;
 	}
-	switch (id) {
-	case X_DIVISIBLEBY: {
-		struct hp_jval *m = binop(r, OP_MOD, v, a);
-
-		return m ? py_eq(m, VBOOL(0)) : -1;
-	}
-	case X_EQ: case X_EQUALTO: case X_OPEQ: return py_eq(v, a);
-	case X_NE: case X_OPNE: return !py_eq(v, a);
-	case X_LT: case X_LESSTHAN: case X_OPLT: return py_cmp(r, v, a, &c) ? -1 : c < 0;
-	case X_LE: case X_OPLE: return py_cmp(r, v, a, &c) ? -1 : c <= 0;
-	case X_GT: case X_GREATERTHAN: case X_OPGT: return py_cmp(r, v, a, &c) ? -1 : c > 0;
-	case X_GE: case X_OPGE: return py_cmp(r, v, a, &c) ? -1 : c >= 0;
-	case X_IN: return contains(r, a, v);
-	case X_SAMEAS:
-		if (v->type != a->type)
-			return 0;
-		if (v->type == JV_NONE || v->type == JV_UNDEF)
-			return v == a || v->type == JV_NONE;
-		if (v->type == JV_BOOL || v->type == JV_INT)
-			return v->i == a->i;
-		return v == a;
-	}
-	rerr(r, "unknown test");
-	return -1;
+	return tests[id].fn(r, v, a);
 }
 
 /* a test named by a string argument (select, reject, ...) */
@@ -1000,7 +1154,7 @@ static int test_by_name(struct rs *r, struct hp_jval *name)
 
 	if (name->type != JV_STR)
 		return (rerr(r, "a test name must be a string"), -1);
-	id = name_index(test_names, X_N, name->s.s);
+	id = test_index(name->s.s);
 	if (id < 0 || strlen(name->s.s) != name->s.len)
 		return (rerr(r, "no test named '%.*s'", (int)(name->s.len > 100 ? 100 : name->s.len),
 			     name->s.s), -1);
