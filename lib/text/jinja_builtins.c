@@ -13,120 +13,6 @@
 #include "base/utf8.h"
 #include "text/jinja_int.h"
 
-/* --- attributes: which methods each type has, loop's attributes ----------- */
-static const char *const str_methods[] = {
-	"startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper", "lower",
-	"title", "capitalize", "replace", "find", "rfind", "count", "join", "isdigit", "isalpha",
-	"isspace", "isalnum", "islower", "isupper", "splitlines", "format", "index", "rindex",
-	"swapcase", "center", "ljust", "rjust", "zfill", "casefold", "isnumeric", "isdecimal",
-	"istitle", "partition", "rpartition", "removeprefix", "removesuffix", "expandtabs", NULL,
-};
-static const char *const dict_methods[] = { "items", "keys", "values", "get", "copy", NULL };
-static const char *const dict_unsafe[] = { "clear", "pop", "popitem", "setdefault", "update", NULL };
-static const char *const list_methods[] = { "index", "count", "copy", NULL };
-static const char *const list_unsafe[] = { "append", "reverse", "insert", "sort", "extend", "remove",
-					   "pop", "clear", NULL };
-
-static int in_list(const char *const *l, const char *s, size_t n)
-{
-	for (; *l; l++)
-		if (strlen(*l) == n && !memcmp(*l, s, n))
-			return 1;
-	return 0;
-}
-
-static struct hp_jval *mkmethod(struct rs *r, struct hp_jval *self, const char *name)
-{
-	struct hp_jval *m = mk(r, JV_METHOD);
-
-	if (m) {
-		m->meth.self = self;
-		m->meth.name = name;
-	}
-	return m;
-}
-
-static struct hp_jval *loop_attr(struct rs *r, struct hp_jval *lv, const char *a, size_t n)
-{
-	struct jloop *l = lv->loop;
-
-#define IS(s) (n == sizeof(s) - 1 && !memcmp(a, s, n))
-	if (IS("index"))
-		return mkint(r, (int64_t)l->i + 1);
-	if (IS("index0"))
-		return mkint(r, (int64_t)l->i);
-	if (IS("revindex"))
-		return mkint(r, (int64_t)(l->n - l->i));
-	if (IS("revindex0"))
-		return mkint(r, (int64_t)(l->n - l->i - 1));
-	if (IS("first"))
-		return VBOOL(l->i == 0);
-	if (IS("last"))
-		return VBOOL(l->i + 1 == l->n);
-	if (IS("length"))
-		return mkint(r, (int64_t)l->n);
-	if (IS("depth"))
-		return mkint(r, 1);
-	if (IS("depth0"))
-		return mkint(r, 0);
-	if (IS("previtem"))
-		return l->i ? l->items->l.v[l->i - 1]
-			    : mkundef(r, UN_MSG, "there is no previous item", 25, NULL);
-	if (IS("nextitem"))
-		return l->i + 1 < l->n ? l->items->l.v[l->i + 1]
-				       : mkundef(r, UN_MSG, "there is no next item", 21, NULL);
-	if (IS("cycle"))
-		return mkmethod(r, lv, "cycle");
-	if (IS("changed"))
-		return mkmethod(r, lv, "changed");
-#undef IS
-	return mkundef(r, UN_ATTR, a, n, "LoopContext");
-}
-
-/* jinja's getattr: the attribute (a method), else the item */
-struct hp_jval *get_attr(struct rs *r, struct hp_jval *x, const char *a, size_t n)
-{
-	const char *tn = type_name(x);
-
-	if (x->type == JV_UNDEF)
-		return undef_err(r, x);
-	if (n && a[0] == '_')
-		return mkundef(r, UN_UNSAFE, a, n, tn);
-	switch (x->type) {
-	case JV_STR:
-		if (in_list(str_methods, a, n))
-			return mkmethod(r, x, a);
-		break;
-	case JV_DICT:
-		if (in_list(dict_methods, a, n))
-			return mkmethod(r, x, a);
-		if (in_list(dict_unsafe, a, n))
-			return mkundef(r, UN_UNSAFE, a, n, tn);
-		{
-			struct jent *e = dict_find_str(x, a, n);
-
-			if (e)
-				return e->v;
-		}
-		break;
-	case JV_NS: {
-		struct jent *e = dict_find_str(x, a, n);
-
-		if (e)
-			return e->v;
-		break;
-	}
-	case JV_LIST:
-		if (in_list(list_methods, a, n) && !(x->flags & (JF_ITEMS | JF_KEYS | JF_VALUES)))
-			return mkmethod(r, x, a);
-		if (in_list(list_unsafe, a, n) && !(x->flags & JF_TUPLE))
-			return mkundef(r, UN_UNSAFE, a, n, tn);
-		break;
-	case JV_LOOP:
-		return loop_attr(r, x, a, n);
-	}
-	return mkundef(r, UN_ATTR, a, n, tn);
-}
 /* --- argument checks -------------------------------------------------------- */
 static int need_int(struct rs *r, const struct hp_jval *v, const char *what, int64_t *out)
 {
@@ -1680,6 +1566,561 @@ static int64_t length_of(struct rs *r, struct hp_jval *v)
 #define MBIND(what, ...) BIND_AT(what, 0, __VA_ARGS__)
 #define MNOARGS(what) NOARGS_AT(what, 0)
 
+/* --- methods ---------------------------------------------------------------- */
+/*
+ * The methods of str, dict, list and loop.  Each is one function of the
+ * receiver (named by the second argument of METHOD), the method's name m
+ * (for its errors; one function may serve several names and tell them
+ * apart by it) and the call's arguments a.  A receiver type's table
+ * lists the methods it has: get_attr finds a method there and
+ * call_method calls it, so adding a method is one function and one row.
+ */
+#define METHOD(fn, self) \
+	static struct hp_jval *fn(struct rs *r, struct hp_jval *self, const char *m, struct args *a)
+
+struct method {
+	const char *name;
+	struct hp_jval *(*fn)(struct rs *r, struct hp_jval *self, const char *m, struct args *a);
+};
+
+/* the row of tab (ended by a NULL name) named by the n bytes at name, or NULL */
+static const struct method *find_method(const struct method *tab, const char *name, size_t n)
+{
+	for (; tab->name; tab++)
+		if (strlen(tab->name) == n && !memcmp(tab->name, name, n))
+			return tab;
+	return NULL;
+}
+
+/* methods a template may look up but that are not implemented */
+METHOD(sm_unsupported, s)
+{
+	return rerr(r, "str.%s() is not supported", m);
+}
+
+/* startswith and endswith */
+METHOD(sm_affix, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL }, *x, **cands;
+	int end = m[0] == 'e';
+	size_t nc;
+
+	MBIND(m, "prefix");
+	if (!p[0])
+		return rerr(r, "%s() takes at least 1 argument", m);
+	x = p[0];
+	if (x->type == JV_STR) {
+		cands = &x;
+		nc = 1;
+	} else if (x->type == JV_LIST && (x->flags & JF_TUPLE)) {
+		cands = x->l.v;
+		nc = x->l.n;
+	} else {
+		return rerr(r, "%s first arg must be str or a tuple of str, not %s",
+			    end ? "endswith" : "startswith", type_name(x));
+	}
+	for (size_t i = 0; i < nc; i++) {
+		struct hp_jval *c = cands[i];
+
+		if (c->type != JV_STR)
+			return rerr(r, "tuple for %s must only contain str", end ? "endswith" : "startswith");
+		if (c->s.len <= s->s.len &&
+		    !memcmp(s->s.s + (end ? s->s.len - c->s.len : 0), c->s.s, c->s.len))
+			return &v_true;
+	}
+	return &v_false;
+}
+
+/* split and rsplit */
+METHOD(sm_split, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int64_t k = -1;
+
+	MBIND(m, "sep", "maxsplit");
+	if (p[1] && need_int(r, p[1], m, &k))
+		return NULL;
+	return s_split(r, s, p[0], k, m[0] == 'r');
+}
+
+/* strip, lstrip and rstrip */
+METHOD(sm_strip, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+
+	MBIND(m, "chars");
+	return s_strip(r, s, p[0], m, m[0] != 'r', m[0] != 'l');
+}
+
+/* upper, lower, title, capitalize, swapcase and casefold (as lower) */
+METHOD(sm_case, s)
+{
+	MNOARGS(m);
+	return s_case(r, s, m[0] == 'u' ? HOW_UPPER : (m[0] == 'l' || (m[1] == 'a' && m[2] == 's')) ? HOW_LOWER
+			 : m[0] == 't' ? HOW_TITLE : m[0] == 'c' ? HOW_CAPITALIZE : HOW_SWAP);
+}
+
+METHOD(sm_replace, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int64_t k = -1;
+
+	MBIND(m, "old", "new", "count");
+	if (!p[0] || !p[1])
+		return rerr(r, "replace() takes at least 2 arguments");
+	if (p[2] && need_int(r, p[2], m, &k))
+		return NULL;
+	return s_replace(r, s, p[0], p[1], k);
+}
+
+/* find, rfind, index, rindex and count */
+METHOD(sm_find, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	const char *hit;
+
+	MBIND(m, "sub");
+	if (!arg_str(r, p[0], m, "takes at least 1 argument"))
+		return NULL;
+	if (!strcmp(m, "count")) {
+		size_t a0 = 0;
+		int64_t cnt = 0;
+
+		if (!p[0]->s.len)
+			return mkint(r, (int64_t)s->s.ncp + 1);
+		while ((hit = mem_find(s->s.s + a0, s->s.len - a0, p[0]->s.s, p[0]->s.len))) {
+			cnt++;
+			a0 = (size_t)(hit - s->s.s) + p[0]->s.len;
+		}
+		return mkint(r, cnt);
+	}
+	hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
+			  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
+	if (!hit)
+		return !strcmp(m, "index") || !strcmp(m, "rindex") ? rerr(r, "substring not found") : mkint(r, -1);
+	return mkint(r, cp_index(s, (size_t)(hit - s->s.s)));
+}
+
+METHOD(sm_join, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+
+	MBIND(m, "iterable");
+	if (!p[0])
+		return rerr(r, "join() takes exactly one argument");
+	return f_join(r, p[0], s, NULL, 1);
+}
+
+/* the isX() methods that hold when every character is in a class */
+static struct hp_jval *s_all(struct rs *r, struct hp_jval *s, const char *m, struct args *a,
+			     int (*pred)(uint32_t))
+{
+	MNOARGS(m);
+	return VBOOL(all_chars(s, pred));
+}
+
+METHOD(sm_isdigit, s)
+{
+	return s_all(r, s, m, a, py_isdigit);
+}
+
+METHOD(sm_isalpha, s)
+{
+	return s_all(r, s, m, a, py_isalpha);
+}
+
+METHOD(sm_isalnum, s)
+{
+	return s_all(r, s, m, a, py_isalnum);
+}
+
+METHOD(sm_isspace, s)
+{
+	return s_all(r, s, m, a, py_isspace);
+}
+
+/* islower and isupper */
+METHOD(sm_iscase, s)
+{
+	MNOARGS(m);
+	return VBOOL(s_iscase(s, m[2] == 'u'));
+}
+
+/* center, ljust and rjust */
+METHOD(sm_pad, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int64_t k;
+
+	MBIND(m, "width", "fillchar");
+	if (arg_int(r, p[0], m, "takes at least 1 argument", &k))
+		return NULL;
+	return s_pad(r, s, k, p[1], m[0] == 'c' ? 0 : m[0] == 'l' ? -1 : 1);
+}
+
+/* removeprefix and removesuffix */
+METHOD(sm_remove, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int end = m[6] == 's';
+
+	MBIND(m, "affix");
+	if (!arg_str(r, p[0], m, "takes exactly one argument"))
+		return NULL;
+	if (p[0]->s.len <= s->s.len &&
+	    !memcmp(s->s.s + (end ? s->s.len - p[0]->s.len : 0), p[0]->s.s, p[0]->s.len))
+		return sub(r, s, end ? 0 : p[0]->s.len, s->s.len - p[0]->s.len);
+	return s;
+}
+
+/* partition and rpartition */
+METHOD(sm_partition, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	const char *hit;
+	struct hp_jval *t;
+
+	MBIND(m, "sep");
+	if (!arg_str(r, p[0], m, "takes exactly one argument"))
+		return NULL;
+	if (!p[0]->s.len)
+		return rerr(r, "empty separator");
+	hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
+			  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
+	t = mklist(r, 3, JF_TUPLE);
+	if (!t)
+		return NULL;
+	if (!hit) {
+		t->l.v[0] = m[0] == 'r' ? &v_empty : s;
+		t->l.v[1] = &v_empty;
+		t->l.v[2] = m[0] == 'r' ? s : &v_empty;
+	} else {
+		size_t o = (size_t)(hit - s->s.s);
+
+		t->l.v[0] = sub(r, s, 0, o);
+		t->l.v[1] = sub(r, s, o, p[0]->s.len);
+		t->l.v[2] = sub(r, s, o + p[0]->s.len, s->s.len - o - p[0]->s.len);
+		if (!t->l.v[0] || !t->l.v[1] || !t->l.v[2])
+			return NULL;
+	}
+	t->l.n = 3;
+	return t;
+}
+
+METHOD(sm_splitlines, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	struct hp_jval *l = mklist(r, 0, 0);
+	size_t i = 0;
+
+	MBIND(m, "keepends");
+	if (!l)
+		return NULL;
+	while (i < s->s.len) {
+		size_t st = i, e = line_end(s, &i), nx;
+
+		nx = p[0] && truthy(p[0]) ? i : e;
+		if (push(r, l, sub(r, s, st, nx - st)))
+			return NULL;
+		if (e == s->s.len)
+			break;
+	}
+	return l;
+}
+
+METHOD(sm_zfill, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	struct sbuf b;
+	size_t o = 0;
+	int64_t k;
+
+	MBIND(m, "width");
+	if (arg_int(r, p[0], m, "takes exactly one argument", &k))
+		return NULL;
+	if (k <= (int64_t)s->s.ncp)
+		return s;
+	if (k > 4096)
+		return rerr(r, "zfill width above 4096 is not supported");
+	b = sb_new(r);
+	if (s->s.len && (s->s.s[0] == '-' || s->s.s[0] == '+')) {
+		sb_put(&b, s->s.s, 1, s->s.tag, 0);
+		o = 1;
+	}
+	for (int64_t i = (int64_t)s->s.ncp; i < k; i++)
+		sb_ch(&b, '0', 0);
+	sb_span(&b, s, o, s->s.len - o);
+	return sb_fin(r, &b);
+}
+
+static const struct method str_methods[] = {
+	{ "startswith", sm_affix }, { "endswith", sm_affix },
+	{ "split", sm_split }, { "rsplit", sm_split },
+	{ "strip", sm_strip }, { "lstrip", sm_strip }, { "rstrip", sm_strip },
+	{ "upper", sm_case }, { "lower", sm_case }, { "title", sm_case }, { "capitalize", sm_case },
+	{ "replace", sm_replace },
+	{ "find", sm_find }, { "rfind", sm_find }, { "count", sm_find },
+	{ "join", sm_join },
+	{ "isdigit", sm_isdigit }, { "isalpha", sm_isalpha }, { "isspace", sm_isspace },
+	{ "isalnum", sm_isalnum }, { "islower", sm_iscase }, { "isupper", sm_iscase },
+	{ "splitlines", sm_splitlines },
+	{ "format", sm_unsupported },
+	{ "index", sm_find }, { "rindex", sm_find },
+	{ "swapcase", sm_case },
+	{ "center", sm_pad }, { "ljust", sm_pad }, { "rjust", sm_pad },
+	{ "zfill", sm_zfill },
+	{ "casefold", sm_case },
+	/* Python tells these from isdigit at the edges (superscripts, fractions) */
+	{ "isnumeric", sm_isdigit }, { "isdecimal", sm_isdigit },
+	{ "istitle", sm_unsupported },
+	{ "partition", sm_partition }, { "rpartition", sm_partition },
+	{ "removeprefix", sm_remove }, { "removesuffix", sm_remove },
+	{ "expandtabs", sm_unsupported },
+	{ NULL, NULL },
+};
+
+/* dict.copy and list.copy: values are never mutated, so the value itself */
+METHOD(m_copy, self)
+{
+	MNOARGS(m);
+	return self;
+}
+
+/* items, keys and values */
+METHOD(dm_view, d)
+{
+	MNOARGS(m);
+	return dict_items(r, d, m[0] == 'i' ? JF_ITEMS : m[0] == 'k' ? JF_KEYS : JF_VALUES);
+}
+
+METHOD(dm_get, d)
+{
+	struct hp_jval *p[2] = { NULL, NULL };
+
+	MBIND("get", "key", "default");
+	if (!p[0])
+		return rerr(r, "get expected at least 1 argument, got 0");
+	for (size_t i = 0; i < d->d.n; i++)
+		if (py_eq(d->d.e[i].k, p[0]))
+			return d->d.e[i].v;
+	return p[1] ? p[1] : &v_none;
+}
+
+static const struct method dict_methods[] = {
+	{ "items", dm_view }, { "keys", dm_view }, { "values", dm_view },
+	{ "get", dm_get },
+	{ "copy", m_copy },
+	{ NULL, NULL },
+};
+
+/* index and count: their one argument, the value */
+static struct hp_jval *list_value_arg(struct rs *r, const char *m, struct args *a)
+{
+	struct hp_jval *p[2] = { NULL, NULL };
+
+	MBIND(m, "value");
+	if (!p[0])
+		return rerr(r, "%s() takes exactly one argument (0 given)", m);
+	return p[0];
+}
+
+METHOD(lm_index, l)
+{
+	struct hp_jval *x = list_value_arg(r, m, a);
+
+	if (!x)
+		return NULL;
+	for (size_t i = 0; i < l->l.n; i++)
+		if (py_eq(l->l.v[i], x))
+			return mkint(r, (int64_t)i);
+	return rerr(r, "value is not in list");
+}
+
+METHOD(lm_count, l)
+{
+	struct hp_jval *x = list_value_arg(r, m, a);
+	int64_t c = 0;
+
+	if (!x)
+		return NULL;
+	for (size_t i = 0; i < l->l.n; i++)
+		c += py_eq(l->l.v[i], x);
+	return mkint(r, c);
+}
+
+/* a dict's items(), keys() and values() have none of these (see get_attr) */
+static const struct method list_methods[] = {
+	{ "index", lm_index }, { "count", lm_count }, { "copy", m_copy },
+	{ NULL, NULL },
+};
+
+/* loop.cycle(*items): the item at this iteration's index */
+METHOD(loopm_cycle, lv)
+{
+	if (a->nk)
+		return rerr(r, "%s() takes no keyword arguments", m);
+	if (!a->np)
+		return rerr(r, "no items for cycling given");
+	return a->pos[lv->loop->i % (size_t)a->np];
+}
+
+/* loop.changed(*values): the values as a tuple against the last call's */
+METHOD(loopm_changed, lv)
+{
+	struct hp_jval *t;
+	int ch;
+
+	if (a->nk)
+		return rerr(r, "%s() takes no keyword arguments", m);
+	t = mklist(r, (size_t)a->np, JF_TUPLE);
+	if (!t)
+		return NULL;
+	memcpy(t->l.v, a->pos, (size_t)a->np * sizeof(*t->l.v));
+	t->l.n = (size_t)a->np;
+	ch = !lv->loop->changed || !py_eq(lv->loop->changed, t);
+	lv->loop->changed = t;
+	return VBOOL(ch);
+}
+
+static const struct method loop_methods[] = {
+	{ "cycle", loopm_cycle }, { "changed", loopm_changed },
+	{ NULL, NULL },
+};
+
+#undef METHOD
+
+/* the methods of x's type, NULL for a type that has none */
+static const struct method *methods_of(const struct hp_jval *x)
+{
+	switch (x->type) {
+	case JV_STR: return str_methods;
+	case JV_DICT: return dict_methods;
+	case JV_LIST: return list_methods;
+	case JV_LOOP: return loop_methods;
+	}
+	return NULL;
+}
+
+/* --- attributes ------------------------------------------------------------- */
+/* what jinja's ImmutableSandbox refuses: the mutating methods */
+static const char *const dict_unsafe[] = { "clear", "pop", "popitem", "setdefault", "update", NULL };
+static const char *const list_unsafe[] = { "append", "reverse", "insert", "sort", "extend", "remove",
+					   "pop", "clear", NULL };
+
+static int in_list(const char *const *l, const char *s, size_t n)
+{
+	for (; *l; l++)
+		if (strlen(*l) == n && !memcmp(*l, s, n))
+			return 1;
+	return 0;
+}
+
+/* the method value of row e of self's table: called later by call_method */
+static struct hp_jval *mkmethod(struct rs *r, struct hp_jval *self, const struct method *e)
+{
+	struct hp_jval *m = mk(r, JV_METHOD);
+
+	if (m) {
+		m->meth.self = self;
+		m->meth.name = e->name;
+	}
+	return m;
+}
+
+static struct hp_jval *loop_attr(struct rs *r, struct hp_jval *lv, const char *a, size_t n)
+{
+	struct jloop *l = lv->loop;
+	const struct method *e;
+
+#define IS(s) (n == sizeof(s) - 1 && !memcmp(a, s, n))
+	if (IS("index"))
+		return mkint(r, (int64_t)l->i + 1);
+	if (IS("index0"))
+		return mkint(r, (int64_t)l->i);
+	if (IS("revindex"))
+		return mkint(r, (int64_t)(l->n - l->i));
+	if (IS("revindex0"))
+		return mkint(r, (int64_t)(l->n - l->i - 1));
+	if (IS("first"))
+		return VBOOL(l->i == 0);
+	if (IS("last"))
+		return VBOOL(l->i + 1 == l->n);
+	if (IS("length"))
+		return mkint(r, (int64_t)l->n);
+	if (IS("depth"))
+		return mkint(r, 1);
+	if (IS("depth0"))
+		return mkint(r, 0);
+	if (IS("previtem"))
+		return l->i ? l->items->l.v[l->i - 1]
+			    : mkundef(r, UN_MSG, "there is no previous item", 25, NULL);
+	if (IS("nextitem"))
+		return l->i + 1 < l->n ? l->items->l.v[l->i + 1]
+				       : mkundef(r, UN_MSG, "there is no next item", 21, NULL);
+#undef IS
+	if ((e = find_method(loop_methods, a, n)))
+		return mkmethod(r, lv, e);
+	return mkundef(r, UN_ATTR, a, n, "LoopContext");
+}
+
+/* jinja's getattr: the attribute (a method), else the item */
+struct hp_jval *get_attr(struct rs *r, struct hp_jval *x, const char *a, size_t n)
+{
+	const char *tn = type_name(x);
+	const struct method *e;
+
+	if (x->type == JV_UNDEF)
+		return undef_err(r, x);
+	if (n && a[0] == '_')
+		return mkundef(r, UN_UNSAFE, a, n, tn);
+	switch (x->type) {
+	case JV_STR:
+		if ((e = find_method(str_methods, a, n)))
+			return mkmethod(r, x, e);
+		break;
+	case JV_DICT:
+		if ((e = find_method(dict_methods, a, n)))
+			return mkmethod(r, x, e);
+		if (in_list(dict_unsafe, a, n))
+			return mkundef(r, UN_UNSAFE, a, n, tn);
+		{
+			struct jent *d = dict_find_str(x, a, n);
+
+			if (d)
+				return d->v;
+		}
+		break;
+	case JV_NS: {
+		struct jent *d = dict_find_str(x, a, n);
+
+		if (d)
+			return d->v;
+		break;
+	}
+	case JV_LIST:
+		if ((e = find_method(list_methods, a, n)) && !(x->flags & (JF_ITEMS | JF_KEYS | JF_VALUES)))
+			return mkmethod(r, x, e);
+		if (in_list(list_unsafe, a, n) && !(x->flags & JF_TUPLE))
+			return mkundef(r, UN_UNSAFE, a, n, tn);
+		break;
+	case JV_LOOP:
+		return loop_attr(r, x, a, n);
+	}
+	return mkundef(r, UN_ATTR, a, n, tn);
+}
+
+/* call the method value mv (get_attr's) with a */
+struct hp_jval *call_method(struct rs *r, struct hp_jval *mv, struct args *a)
+{
+	struct hp_jval *self = mv->meth.self;
+	const char *m = mv->meth.name;
+	const struct method *tab = methods_of(self), *e;
+
+	if (tab && (e = find_method(tab, m, strlen(m))))
+		return e->fn(r, self, m, a);
+	return rerr(r, "'%s' object has no method %s", type_name(self), m);
+}
+
 /*
  * The filters.  Each is one function of the value filtered v and all the
  * arguments a (a->pos[0] is the value as given), named name in its errors;
@@ -1962,7 +2403,7 @@ FILTER(f_attr)
 	BIND("name");
 	if (!p[0] || p[0]->type != JV_STR)
 		return rerr(r, "attr() needs a name");
-	if (v->type == JV_DICT && !in_list(dict_methods, p[0]->s.s, p[0]->s.len))
+	if (v->type == JV_DICT && !find_method(dict_methods, p[0]->s.s, p[0]->s.len))
 		return mkundef(r, UN_ATTR, p[0]->s.s, p[0]->s.len, "dict");
 	return get_attr(r, v, p[0]->s.s, p[0]->s.len);
 }
@@ -2287,279 +2728,6 @@ struct hp_jval *find_global(const char *name)
 		if (!strcmp(g_names[i], name))
 			return &g_funcs[i];
 	return NULL;
-}
-
-static struct hp_jval *s_affix(struct rs *r, struct hp_jval *s, struct hp_jval *x, int end)
-{
-	struct hp_jval one[1] = { 0 }, **cands;
-	size_t nc;
-
-	(void)one;
-	if (x->type == JV_STR) {
-		cands = &x;
-		nc = 1;
-	} else if (x->type == JV_LIST && (x->flags & JF_TUPLE)) {
-		cands = x->l.v;
-		nc = x->l.n;
-	} else {
-		return rerr(r, "%s first arg must be str or a tuple of str, not %s",
-			    end ? "endswith" : "startswith", type_name(x));
-	}
-	for (size_t i = 0; i < nc; i++) {
-		struct hp_jval *c = cands[i];
-
-		if (c->type != JV_STR)
-			return rerr(r, "tuple for %s must only contain str", end ? "endswith" : "startswith");
-		if (c->s.len <= s->s.len &&
-		    !memcmp(s->s.s + (end ? s->s.len - c->s.len : 0), c->s.s, c->s.len))
-			return &v_true;
-	}
-	return &v_false;
-}
-
-/* the str.isX() methods that hold when every character is in a class */
-static const struct {
-	const char *name;
-	int (*pred)(uint32_t);
-} char_classes[] = {
-	{ "isdigit", py_isdigit }, { "isdecimal", py_isdigit }, { "isnumeric", py_isdigit },
-	{ "isalpha", py_isalpha }, { "isalnum", py_isalnum }, { "isspace", py_isspace },
-};
-
-static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m, struct args *a)
-{
-	struct hp_jval *p[3] = { NULL, NULL, NULL };
-	int64_t k;
-
-	if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
-		MBIND(m, "prefix");
-		if (!p[0])
-			return rerr(r, "%s() takes at least 1 argument", m);
-		return s_affix(r, s, p[0], m[0] == 'e');
-	}
-	if (!strcmp(m, "split") || !strcmp(m, "rsplit")) {
-		MBIND(m, "sep", "maxsplit");
-		k = -1;
-		if (p[1] && need_int(r, p[1], m, &k))
-			return NULL;
-		return s_split(r, s, p[0], k, m[0] == 'r');
-	}
-	if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
-		MBIND(m, "chars");
-		return s_strip(r, s, p[0], m, m[0] != 'r', m[0] != 'l');
-	}
-	if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize") ||
-	    !strcmp(m, "swapcase") || !strcmp(m, "casefold")) {
-		MNOARGS(m);
-		return s_case(r, s, m[0] == 'u' ? HOW_UPPER : (m[0] == 'l' || (m[1] == 'a' && m[2] == 's')) ? HOW_LOWER
-				 : m[0] == 't' ? HOW_TITLE : m[0] == 'c' ? HOW_CAPITALIZE : HOW_SWAP);
-	}
-	if (!strcmp(m, "replace")) {
-		MBIND(m, "old", "new", "count");
-		k = -1;
-		if (!p[0] || !p[1])
-			return rerr(r, "replace() takes at least 2 arguments");
-		if (p[2] && need_int(r, p[2], m, &k))
-			return NULL;
-		return s_replace(r, s, p[0], p[1], k);
-	}
-	if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "rindex") ||
-	    !strcmp(m, "count")) {
-		const char *hit;
-
-		MBIND(m, "sub");
-		if (!arg_str(r, p[0], m, "takes at least 1 argument"))
-			return NULL;
-		if (!strcmp(m, "count")) {
-			size_t a0 = 0;
-			int64_t cnt = 0;
-
-			if (!p[0]->s.len)
-				return mkint(r, (int64_t)s->s.ncp + 1);
-			while ((hit = mem_find(s->s.s + a0, s->s.len - a0, p[0]->s.s, p[0]->s.len))) {
-				cnt++;
-				a0 = (size_t)(hit - s->s.s) + p[0]->s.len;
-			}
-			return mkint(r, cnt);
-		}
-		hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
-				  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
-		if (!hit)
-			return !strcmp(m, "index") || !strcmp(m, "rindex") ? rerr(r, "substring not found") : mkint(r, -1);
-		return mkint(r, cp_index(s, (size_t)(hit - s->s.s)));
-	}
-	if (!strcmp(m, "join")) {
-		MBIND(m, "iterable");
-		if (!p[0])
-			return rerr(r, "join() takes exactly one argument");
-		return f_join(r, p[0], s, NULL, 1);
-	}
-	for (size_t i = 0; i < sizeof(char_classes) / sizeof(char_classes[0]); i++)
-		if (!strcmp(m, char_classes[i].name)) {
-			MNOARGS(m);
-			return VBOOL(all_chars(s, char_classes[i].pred));
-		}
-	if (!strcmp(m, "islower") || !strcmp(m, "isupper")) {
-		MNOARGS(m);
-		return VBOOL(s_iscase(s, m[2] == 'u'));
-	}
-	if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust")) {
-		MBIND(m, "width", "fillchar");
-		if (arg_int(r, p[0], m, "takes at least 1 argument", &k))
-			return NULL;
-		return s_pad(r, s, k, p[1], m[0] == 'c' ? 0 : m[0] == 'l' ? -1 : 1);
-	}
-	if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
-		int end = m[6] == 's';
-
-		MBIND(m, "affix");
-		if (!arg_str(r, p[0], m, "takes exactly one argument"))
-			return NULL;
-		if (p[0]->s.len <= s->s.len &&
-		    !memcmp(s->s.s + (end ? s->s.len - p[0]->s.len : 0), p[0]->s.s, p[0]->s.len))
-			return sub(r, s, end ? 0 : p[0]->s.len, s->s.len - p[0]->s.len);
-		return s;
-	}
-	if (!strcmp(m, "partition") || !strcmp(m, "rpartition")) {
-		const char *hit;
-		struct hp_jval *t;
-
-		MBIND(m, "sep");
-		if (!arg_str(r, p[0], m, "takes exactly one argument"))
-			return NULL;
-		if (!p[0]->s.len)
-			return rerr(r, "empty separator");
-		hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
-				  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
-		t = mklist(r, 3, JF_TUPLE);
-		if (!t)
-			return NULL;
-		if (!hit) {
-			t->l.v[0] = m[0] == 'r' ? &v_empty : s;
-			t->l.v[1] = &v_empty;
-			t->l.v[2] = m[0] == 'r' ? s : &v_empty;
-		} else {
-			size_t o = (size_t)(hit - s->s.s);
-
-			t->l.v[0] = sub(r, s, 0, o);
-			t->l.v[1] = sub(r, s, o, p[0]->s.len);
-			t->l.v[2] = sub(r, s, o + p[0]->s.len, s->s.len - o - p[0]->s.len);
-			if (!t->l.v[0] || !t->l.v[1] || !t->l.v[2])
-				return NULL;
-		}
-		t->l.n = 3;
-		return t;
-	}
-	if (!strcmp(m, "splitlines")) {
-		struct hp_jval *l = mklist(r, 0, 0);
-		size_t i = 0;
-
-		MBIND(m, "keepends");
-		if (!l)
-			return NULL;
-		while (i < s->s.len) {
-			size_t st = i, e = line_end(s, &i), nx;
-
-			nx = p[0] && truthy(p[0]) ? i : e;
-			if (push(r, l, sub(r, s, st, nx - st)))
-				return NULL;
-			if (e == s->s.len)
-				break;
-		}
-		return l;
-	}
-	if (!strcmp(m, "zfill")) {
-		MBIND(m, "width");
-		if (arg_int(r, p[0], m, "takes exactly one argument", &k))
-			return NULL;
-		if (k <= (int64_t)s->s.ncp)
-			return s;
-		if (k > 4096)
-			return rerr(r, "zfill width above 4096 is not supported");
-		{
-			struct sbuf b = sb_new(r);
-			size_t o = 0;
-
-			if (s->s.len && (s->s.s[0] == '-' || s->s.s[0] == '+')) {
-				sb_put(&b, s->s.s, 1, s->s.tag, 0);
-				o = 1;
-			}
-			for (int64_t i = (int64_t)s->s.ncp; i < k; i++)
-				sb_ch(&b, '0', 0);
-			sb_span(&b, s, o, s->s.len - o);
-			return sb_fin(r, &b);
-		}
-	}
-	return rerr(r, "str.%s() is not supported", m);
-}
-
-struct hp_jval *call_method(struct rs *r, struct hp_jval *mv, struct args *a)
-{
-	struct hp_jval *self = mv->meth.self, *p[2] = { NULL, NULL };
-	const char *m = mv->meth.name;
-
-	if (self->type == JV_STR)
-		return str_method(r, self, m, a);
-	if (self->type == JV_LOOP) {
-		if (a->nk)
-			return rerr(r, "%s() takes no keyword arguments", m);
-		if (!strcmp(m, "changed")) {
-			/* loop.changed(*values): the values as a tuple against the last call's */
-			struct hp_jval *t = mklist(r, (size_t)a->np, JF_TUPLE);
-			int ch;
-
-			if (!t)
-				return NULL;
-			memcpy(t->l.v, a->pos, (size_t)a->np * sizeof(*t->l.v));
-			t->l.n = (size_t)a->np;
-			ch = !self->loop->changed || !py_eq(self->loop->changed, t);
-			self->loop->changed = t;
-			return VBOOL(ch);
-		}
-		if (!a->np)
-			return rerr(r, "no items for cycling given");
-		return a->pos[self->loop->i % (size_t)a->np];
-	}
-	if (self->type == JV_DICT) {
-		if (!strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values")) {
-			MNOARGS(m);
-			return dict_items(r, self, m[0] == 'i' ? JF_ITEMS : m[0] == 'k' ? JF_KEYS : JF_VALUES);
-		}
-		if (!strcmp(m, "get")) {
-			MBIND("get", "key", "default");
-			if (!p[0])
-				return rerr(r, "get expected at least 1 argument, got 0");
-			for (size_t i = 0; i < self->d.n; i++)
-				if (py_eq(self->d.e[i].k, p[0]))
-					return self->d.e[i].v;
-			return p[1] ? p[1] : &v_none;
-		}
-		if (!strcmp(m, "copy")) {
-			MNOARGS(m);
-			return self;
-		}
-	}
-	if (self->type == JV_LIST) {
-		if (!strcmp(m, "copy")) {
-			MNOARGS(m);
-			return self;
-		}
-		MBIND(m, "value");
-		if (!p[0])
-			return rerr(r, "%s() takes exactly one argument (0 given)", m);
-		if (!strcmp(m, "count")) {
-			int64_t c = 0;
-
-			for (size_t i = 0; i < self->l.n; i++)
-				c += py_eq(self->l.v[i], p[0]);
-			return mkint(r, c);
-		}
-		for (size_t i = 0; i < self->l.n; i++)
-			if (py_eq(self->l.v[i], p[0]))
-				return mkint(r, (int64_t)i);
-		return rerr(r, "value is not in list");
-	}
-	return rerr(r, "'%s' object has no method %s", type_name(self), m);
 }
 
 struct hp_jval *call_global(struct rs *r, int g, struct args *a)
