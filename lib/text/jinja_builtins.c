@@ -13,168 +13,15 @@
 #include "base/utf8.h"
 #include "text/jinja_int.h"
 
-/* --- the names of filters and tests --------------------------------------- */
-enum {
-	X_BOOLEAN, X_CALLABLE, X_DEFINED, X_DIVISIBLEBY, X_EQ, X_EQUALTO, X_ESCAPED, X_EVEN,
-	X_FALSE, X_FILTER, X_FLOAT, X_GE, X_GT, X_GREATERTHAN, X_IN, X_INTEGER, X_ITERABLE, X_LE,
-	X_LESSTHAN, X_LOWER, X_LT, X_MAPPING, X_NE, X_NONE, X_NUMBER, X_ODD, X_SAMEAS, X_SEQUENCE,
-	X_STRING, X_TEST, X_TRUE, X_UNDEFINED, X_UPPER, X_OPEQ, X_OPNE, X_OPLT, X_OPLE, X_OPGT,
-	X_OPGE, X_N
-};
-static const char *const test_names[X_N] = {
-	"boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
-	"false", "filter", "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le",
-	"lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence",
-	"string", "test", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">=",
-};
-
-static int name_index(const char *const *tab, int n, const char *s)
-{
-	for (int i = 0; i < n; i++)
-		if (!strcmp(tab[i], s))
-			return i;
-	return -1;
-}
-
-int test_index(const char *name)
-{
-	return name_index(test_names, X_N, name);
-}
-
-/* the tests that take an Undefined as it is; the others raise its error */
-int test_takes_undefined(int id)
-{
-	return id == X_DEFINED || id == X_UNDEFINED || id == X_NONE ||
-	       id == X_STRING || id == X_NUMBER || id == X_MAPPING || id == X_ITERABLE ||
-	       id == X_SEQUENCE || id == X_CALLABLE || id == X_BOOLEAN || id == X_FALSE ||
-	       id == X_TRUE || id == X_INTEGER || id == X_FLOAT || id == X_ESCAPED ||
-	       id == X_EQ || id == X_EQUALTO || id == X_OPEQ || id == X_NE ||
-	       id == X_OPNE || id == X_IN || id == X_SAMEAS || id == X_FILTER || id == X_TEST;
-}
-
-/* --- attributes: which methods each type has, loop's attributes ----------- */
-static const char *const str_methods[] = {
-	"startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper", "lower",
-	"title", "capitalize", "replace", "find", "rfind", "count", "join", "isdigit", "isalpha",
-	"isspace", "isalnum", "islower", "isupper", "splitlines", "format", "index", "rindex",
-	"swapcase", "center", "ljust", "rjust", "zfill", "casefold", "isnumeric", "isdecimal",
-	"istitle", "partition", "rpartition", "removeprefix", "removesuffix", "expandtabs", NULL,
-};
-static const char *const dict_methods[] = { "items", "keys", "values", "get", "copy", NULL };
-static const char *const dict_unsafe[] = { "clear", "pop", "popitem", "setdefault", "update", NULL };
-static const char *const list_methods[] = { "index", "count", "copy", NULL };
-static const char *const list_unsafe[] = { "append", "reverse", "insert", "sort", "extend", "remove",
-					   "pop", "clear", NULL };
-
-static int in_list(const char *const *l, const char *s, size_t n)
-{
-	for (; *l; l++)
-		if (strlen(*l) == n && !memcmp(*l, s, n))
-			return 1;
-	return 0;
-}
-
-static struct hp_jval *mkmethod(struct rs *r, struct hp_jval *self, const char *name)
-{
-	struct hp_jval *m = mk(r, JV_METHOD);
-
-	if (m) {
-		m->meth.self = self;
-		m->meth.name = name;
-	}
-	return m;
-}
-
-static struct hp_jval *loop_attr(struct rs *r, struct hp_jval *lv, const char *a, size_t n)
-{
-	struct jloop *l = lv->loop;
-
-#define IS(s) (n == sizeof(s) - 1 && !memcmp(a, s, n))
-	if (IS("index"))
-		return mkint(r, (int64_t)l->i + 1);
-	if (IS("index0"))
-		return mkint(r, (int64_t)l->i);
-	if (IS("revindex"))
-		return mkint(r, (int64_t)(l->n - l->i));
-	if (IS("revindex0"))
-		return mkint(r, (int64_t)(l->n - l->i - 1));
-	if (IS("first"))
-		return VBOOL(l->i == 0);
-	if (IS("last"))
-		return VBOOL(l->i + 1 == l->n);
-	if (IS("length"))
-		return mkint(r, (int64_t)l->n);
-	if (IS("depth"))
-		return mkint(r, 1);
-	if (IS("depth0"))
-		return mkint(r, 0);
-	if (IS("previtem"))
-		return l->i ? l->items->l.v[l->i - 1]
-			    : mkundef(r, UN_MSG, "there is no previous item", 25, NULL);
-	if (IS("nextitem"))
-		return l->i + 1 < l->n ? l->items->l.v[l->i + 1]
-				       : mkundef(r, UN_MSG, "there is no next item", 21, NULL);
-	if (IS("cycle"))
-		return mkmethod(r, lv, "cycle");
-	if (IS("changed"))
-		return mkmethod(r, lv, "changed");
-#undef IS
-	return mkundef(r, UN_ATTR, a, n, "LoopContext");
-}
-
-/* jinja's getattr: the attribute (a method), else the item */
-struct hp_jval *get_attr(struct rs *r, struct hp_jval *x, const char *a, size_t n)
-{
-	const char *tn = type_name(x);
-
-	if (x->type == JV_UNDEF)
-		return undef_err(r, x);
-	if (n && a[0] == '_')
-		return mkundef(r, UN_UNSAFE, a, n, tn);
-	switch (x->type) {
-	case JV_STR:
-		if (in_list(str_methods, a, n))
-			return mkmethod(r, x, a);
-		break;
-	case JV_DICT:
-		if (in_list(dict_methods, a, n))
-			return mkmethod(r, x, a);
-		if (in_list(dict_unsafe, a, n))
-			return mkundef(r, UN_UNSAFE, a, n, tn);
-		{
-			struct jent *e = dict_find_str(x, a, n);
-
-			if (e)
-				return e->v;
-		}
-		break;
-	case JV_NS: {
-		struct jent *e = dict_find_str(x, a, n);
-
-		if (e)
-			return e->v;
-		break;
-	}
-	case JV_LIST:
-		if (in_list(list_methods, a, n) && !(x->flags & (JF_ITEMS | JF_KEYS | JF_VALUES)))
-			return mkmethod(r, x, a);
-		if (in_list(list_unsafe, a, n) && !(x->flags & JF_TUPLE))
-			return mkundef(r, UN_UNSAFE, a, n, tn);
-		break;
-	case JV_LOOP:
-		return loop_attr(r, x, a, n);
-	}
-	return mkundef(r, UN_ATTR, a, n, tn);
-}
 /* --- argument checks -------------------------------------------------------- */
 static int need_int(struct rs *r, const struct hp_jval *v, const char *what, int64_t *out)
 {
 	if (v->type == JV_UNDEF) {
-		undef_err(r, v);
+		jj_undef_err(r, v);
 		return -1;
 	}
 	if (v->type != JV_INT && v->type != JV_BOOL) {
-		rerr(r, "%s: '%s' object cannot be interpreted as an integer", what, type_name(v));
+		jj_rerr(r, "%s: '%s' object cannot be interpreted as an integer", what, jj_type_name(v));
 		return -1;
 	}
 	*out = v->i;
@@ -186,21 +33,21 @@ static struct hp_jval *need_str(struct rs *r, struct hp_jval *v, const char *wha
 	if (v->type == JV_STR)
 		return v;
 	if (v->type == JV_UNDEF)
-		return undef_err(r, v);
-	return rerr(r, "%s: must be str, not %s", what, type_name(v));
+		return jj_undef_err(r, v);
+	return jj_rerr(r, "%s: must be str, not %s", what, jj_type_name(v));
 }
 
 /* a required argument v of what(): when not given (NULL), the error "what() <missing>" */
 static struct hp_jval *arg_str(struct rs *r, struct hp_jval *v, const char *what, const char *missing)
 {
-	return v ? need_str(r, v, what) : rerr(r, "%s() %s", what, missing);
+	return v ? need_str(r, v, what) : jj_rerr(r, "%s() %s", what, missing);
 }
 
 static int arg_int(struct rs *r, struct hp_jval *v, const char *what, const char *missing, int64_t *out)
 {
 	if (v)
 		return need_int(r, v, what, out);
-	rerr(r, "%s() %s", what, missing);
+	jj_rerr(r, "%s() %s", what, missing);
 	return -1;
 }
 
@@ -210,9 +57,9 @@ static int in_chars(const struct hp_jval *chars, uint32_t c)
 	size_t i = 0;
 
 	if (!chars)
-		return py_isspace(c);
+		return jj_py_isspace(c);
 	while (i < chars->s.len)
-		if (u8dec(chars->s.s, chars->s.len, &i) == c)
+		if (jj_u8dec(chars->s.s, chars->s.len, &i) == c)
 			return 1;
 	return 0;
 }
@@ -232,19 +79,19 @@ static struct hp_jval *s_strip(struct rs *r, struct hp_jval *v, struct hp_jval *
 		while (a < b) {
 			size_t j = a;
 
-			if (!in_chars(chars, u8dec(v->s.s, b, &j)))
+			if (!in_chars(chars, jj_u8dec(v->s.s, b, &j)))
 				break;
 			a = j;
 		}
 	if (right)
 		while (b > a) {
-			size_t i = u8prev(v->s.s, b), j = i;
+			size_t i = jj_u8prev(v->s.s, b), j = i;
 
-			if (i < a || !in_chars(chars, u8dec(v->s.s, b, &j)))
+			if (i < a || !in_chars(chars, jj_u8dec(v->s.s, b, &j)))
 				break;
 			b = i;
 		}
-	return sub(r, v, a, b - a);
+	return jj_sub(r, v, a, b - a);
 }
 
 static const char *mem_find(const char *h, size_t hn, const char *nd, size_t nn)
@@ -269,15 +116,15 @@ static const char *mem_rfind(const char *h, size_t hn, const char *nd, size_t nn
 /* push v's bytes [off, off + len) onto l */
 static int push_sub(struct rs *r, struct hp_jval *l, struct hp_jval *v, size_t off, size_t len)
 {
-	struct hp_jval *x = sub(r, v, off, len);
+	struct hp_jval *x = jj_sub(r, v, off, len);
 
-	return !x || push(r, l, x) ? -1 : 0;
+	return !x || jj_push(r, l, x) ? -1 : 0;
 }
 
 /* str.split/rsplit: rsplit collects its parts from the right, then reverses them */
 static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *sep, int64_t max, int rev)
 {
-	struct hp_jval *l = mklist(r, 0, 0);
+	struct hp_jval *l = jj_mklist(r, 0, 0);
 	const char *s = v->s.s;
 	size_t n = v->s.len;
 
@@ -285,9 +132,9 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 		return NULL;
 	if (sep && sep->type != JV_NONE) {
 		if (sep->type != JV_STR)
-			return rerr(r, "must be str or None, not %s", type_name(sep));
+			return jj_rerr(r, "must be str or None, not %s", jj_type_name(sep));
 		if (!sep->s.len)
-			return rerr(r, "empty separator");
+			return jj_rerr(r, "empty separator");
 		if (!rev) {
 			size_t a = 0;
 			const char *p;
@@ -321,7 +168,7 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 		for (;;) {
 			size_t a, j;
 
-			while (i < n && (j = ws_at(s, n, i)))
+			while (i < n && (j = jj_ws_at(s, n, i)))
 				i += j;
 			if (i >= n)
 				break;
@@ -332,8 +179,8 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 					return NULL;
 				break;
 			}
-			while (i < n && !ws_at(s, n, i))
-				u8dec(s, n, &i);
+			while (i < n && !jj_ws_at(s, n, i))
+				jj_u8dec(s, n, &i);
 			if (push_sub(r, l, v, a, i - a))
 				return NULL;
 		}
@@ -343,7 +190,7 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 		for (;;) {
 			size_t e;
 
-			b = rstrip_ws_len(s, b);
+			b = jj_rstrip_ws_len(s, b);
 			if (!b)
 				break;
 			if (max >= 0 && (int64_t)l->l.n >= max) {
@@ -353,9 +200,9 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 			}
 			e = b;
 			while (b > 0) {
-				size_t p = u8prev(s, b);
+				size_t p = jj_u8prev(s, b);
 
-				if (ws_at(s, e, p))
+				if (jj_ws_at(s, e, p))
 					break;
 				b = p;
 			}
@@ -375,28 +222,28 @@ static struct hp_jval *s_split(struct rs *r, struct hp_jval *v, struct hp_jval *
 static struct hp_jval *s_replace(struct rs *r, struct hp_jval *v, struct hp_jval *old, struct hp_jval *nw,
 				 int64_t count)
 {
-	struct sbuf b = sb_new(r);
+	struct sbuf b = jj_sb_new(r);
 	size_t a = 0, n = v->s.len;
 	int64_t done = 0;
 
 	if (old->type != JV_STR || nw->type != JV_STR)
-		return rerr(r, "replace() arguments must be str");
+		return jj_rerr(r, "replace() arguments must be str");
 	if (!old->s.len) {
 		size_t i = 0;
 
 		/* Python inserts the new text around every character */
 		while (count < 0 || done < count) {
-			sb_val(&b, nw);
+			jj_sb_val(&b, nw);
 			done++;
 			if (i >= n)
 				break;
 			a = i;
-			u8dec(v->s.s, n, &i);
-			sb_span(&b, v, a, i - a);
+			jj_u8dec(v->s.s, n, &i);
+			jj_sb_span(&b, v, a, i - a);
 		}
 		if (i < n)
-			sb_span(&b, v, i, n - i);
-		return sb_fin(r, &b);
+			jj_sb_span(&b, v, i, n - i);
+		return jj_sb_fin(r, &b);
 	}
 	for (;;) {
 		const char *p = count >= 0 && done >= count ? NULL
@@ -404,15 +251,15 @@ static struct hp_jval *s_replace(struct rs *r, struct hp_jval *v, struct hp_jval
 
 		if (!p)
 			break;
-		sb_span(&b, v, a, (size_t)(p - v->s.s) - a);
-		sb_val(&b, nw);
+		jj_sb_span(&b, v, a, (size_t)(p - v->s.s) - a);
+		jj_sb_val(&b, nw);
 		a = (size_t)(p - v->s.s) + old->s.len;
 		done++;
 	}
 	if (!done)
 		return v;
-	sb_span(&b, v, a, n - a);
-	return sb_fin(r, &b);
+	jj_sb_span(&b, v, a, n - a);
+	return jj_sb_fin(r, &b);
 }
 
 enum { CASE_UPPER, CASE_LOWER, CASE_TITLE };
@@ -475,9 +322,9 @@ static void put_mapped(struct sbuf *b, const struct hp_jval *v, size_t st, size_
 	for (int j = 0; j < k; j++)
 		ol += hp_utf8_encode(m[j], (unsigned char *)o + ol);
 	if (ol == end - st)
-		sb_put(b, o, ol, v->s.tag ? v->s.tag + st : NULL, 0);
+		jj_sb_put(b, o, ol, v->s.tag ? v->s.tag + st : NULL, 0);
 	else
-		sb_put(b, o, ol, NULL, v->s.tag ? v->s.tag[st] : 0);
+		jj_sb_put(b, o, ol, NULL, v->s.tag ? v->s.tag[st] : 0);
 }
 
 static int final_sigma(const struct hp_jval *v, size_t st, size_t end)
@@ -487,13 +334,13 @@ static int final_sigma(const struct hp_jval *v, size_t st, size_t end)
 
 	/* a cased letter before (skipping case-ignorables is approximated by none) */
 	if (st > 0) {
-		i = u8prev(v->s.s, st);
+		i = jj_u8prev(v->s.s, st);
 		j = i;
-		before = py_iscased(u8dec(v->s.s, v->s.len, &j));
+		before = jj_py_iscased(jj_u8dec(v->s.s, v->s.len, &j));
 	}
 	if (end < v->s.len) {
 		j = end;
-		after = py_iscased(u8dec(v->s.s, v->s.len, &j));
+		after = jj_py_iscased(jj_u8dec(v->s.s, v->s.len, &j));
 	}
 	return before && !after;
 }
@@ -518,10 +365,10 @@ static struct hp_jval *s_case(struct rs *r, struct hp_jval *v, int how)
 		if (!change)
 			return v;
 	}
-	b = sb_new(r);
+	b = jj_sb_new(r);
 	while (i < v->s.len) {
 		size_t st = i;
-		uint32_t c = u8dec(v->s.s, v->s.len, &i), m[3];
+		uint32_t c = jj_u8dec(v->s.s, v->s.len, &i), m[3];
 		int mode, k;
 
 		switch (how) {
@@ -530,16 +377,16 @@ static struct hp_jval *s_case(struct rs *r, struct hp_jval *v, int how)
 		case HOW_CAPITALIZE: mode = first ? CASE_TITLE : CASE_LOWER; break;
 		case HOW_TITLE: mode = prev_cased ? CASE_LOWER : CASE_TITLE; break;
 		default: {
-			int cat = cat_of(c);
+			int cat = jj_cat_of(c);
 
 			mode = cat == UTF8PROC_CATEGORY_LU ? CASE_LOWER : cat == UTF8PROC_CATEGORY_LL ? CASE_UPPER : -1;
 		}
 		}
 		first = 0;
 		if (how == HOW_TITLE)
-			prev_cased = py_iscased(c);
+			prev_cased = jj_py_iscased(c);
 		if (mode < 0 || (i - st == 1 && c >= 0x80)) {
-			sb_span(&b, v, st, i - st);
+			jj_sb_span(&b, v, st, i - st);
 			continue;
 		}
 		if (mode == CASE_LOWER && c == 0x03A3 && final_sigma(v, st, i)) {
@@ -550,28 +397,28 @@ static struct hp_jval *s_case(struct rs *r, struct hp_jval *v, int how)
 		}
 		put_mapped(&b, v, st, i, m, k);
 	}
-	return sb_fin(r, &b);
+	return jj_sb_fin(r, &b);
 }
 
 /* jinja's title filter: each run after [-\s({\[<]+ gets item[0].upper() + item[1:].lower() */
 static struct hp_jval *f_title(struct rs *r, struct hp_jval *v)
 {
-	struct sbuf b = sb_new(r);
+	struct sbuf b = jj_sb_new(r);
 	size_t i = 0;
 	int start = 1;
 
 	while (i < v->s.len) {
 		size_t st = i;
-		uint32_t c = u8dec(v->s.s, v->s.len, &i), m[3];
+		uint32_t c = jj_u8dec(v->s.s, v->s.len, &i), m[3];
 		int k;
 
-		if (py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
-			sb_span(&b, v, st, i - st);
+		if (jj_py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+			jj_sb_span(&b, v, st, i - st);
 			start = 1;
 			continue;
 		}
 		if (i - st == 1 && c >= 0x80) {
-			sb_span(&b, v, st, 1);
+			jj_sb_span(&b, v, st, 1);
 			start = 0;
 			continue;
 		}
@@ -584,7 +431,7 @@ static struct hp_jval *f_title(struct rs *r, struct hp_jval *v)
 		put_mapped(&b, v, st, i, m, k);
 		start = 0;
 	}
-	return sb_fin(r, &b);
+	return jj_sb_fin(r, &b);
 }
 
 /* code point index of byte offset off */
@@ -596,7 +443,7 @@ static int64_t cp_index(const struct hp_jval *v, size_t off)
 	if (v->flags & JF_ASCII)
 		return (int64_t)off;
 	while (i < off) {
-		u8dec(v->s.s, v->s.len, &i);
+		jj_u8dec(v->s.s, v->s.len, &i);
 		k++;
 	}
 	return k;
@@ -609,19 +456,19 @@ static int all_chars(const struct hp_jval *v, int (*pred)(uint32_t))
 	if (!v->s.len)
 		return 0;
 	while (i < v->s.len)
-		if (!pred(u8dec(v->s.s, v->s.len, &i)))
+		if (!pred(jj_u8dec(v->s.s, v->s.len, &i)))
 			return 0;
 	return 1;
 }
 
 static int is_lower_cp(uint32_t c)
 {
-	return cat_of(c) == UTF8PROC_CATEGORY_LL;
+	return jj_cat_of(c) == UTF8PROC_CATEGORY_LL;
 }
 
 static int is_upper_cp(uint32_t c)
 {
-	int k = cat_of(c);
+	int k = jj_cat_of(c);
 
 	return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LT;
 }
@@ -633,7 +480,7 @@ static int s_iscase(const struct hp_jval *v, int upper)
 	int cased = 0;
 
 	while (i < v->s.len) {
-		uint32_t c = u8dec(v->s.s, v->s.len, &i);
+		uint32_t c = jj_u8dec(v->s.s, v->s.len, &i);
 
 		if (upper ? is_lower_cp(c) : is_upper_cp(c))
 			return 0;
@@ -655,21 +502,21 @@ static struct hp_jval *s_pad(struct rs *r, struct hp_jval *v, int64_t width, con
 	if (marg <= 0)
 		return v;
 	if (marg > (int64_t)r->lim_output)
-		return rerr(r, "a string longer than %zu MiB (limit)", r->lim_output >> 20);
+		return jj_rerr(r, "a string longer than %zu MiB (limit)", r->lim_output >> 20);
 	if (fill) {
 		if (fill->type != JV_STR || fill->s.ncp != 1)
-			return rerr(r, "the fill character must be exactly one character long");
+			return jj_rerr(r, "the fill character must be exactly one character long");
 		fc = fill->s.s;
 		fl = fill->s.len;
 	}
 	left = where == 0 ? marg / 2 + (marg & width & 1) : where < 0 ? 0 : marg;
-	b = sb_new(r);
+	b = jj_sb_new(r);
 	for (int64_t i = 0; i < left; i++)
-		sb_put(&b, fc, fl, NULL, 0);
-	sb_val(&b, v);
+		jj_sb_put(&b, fc, fl, NULL, 0);
+	jj_sb_val(&b, v);
 	for (int64_t i = left; i < marg; i++)
-		sb_put(&b, fc, fl, NULL, 0);
-	return sb_fin(r, &b);
+		jj_sb_put(&b, fc, fl, NULL, 0);
+	return jj_sb_fin(r, &b);
 }
 
 /* match a's arguments from position skip on to the parameter names */
@@ -679,8 +526,8 @@ static int bind(struct rs *r, const char *what, const struct args *a, int skip, 
 	for (int i = 0; i < nn; i++)
 		out[i] = NULL;
 	if (a->np - skip > nn) {
-		rerr(r, "%s() takes at most %d argument%s (%d given)", what, nn, nn == 1 ? "" : "s",
-		     a->np - skip);
+		jj_rerr(r, "%s() takes at most %d argument%s (%d given)", what, nn, nn == 1 ? "" : "s",
+			a->np - skip);
 		return -1;
 	}
 	for (int i = skip; i < a->np; i++)
@@ -692,11 +539,11 @@ static int bind(struct rs *r, const char *what, const struct args *a, int skip, 
 			if (!strcmp(names[j], a->kn[k]))
 				break;
 		if (j == nn) {
-			rerr(r, "%s() got an unexpected keyword argument '%s'", what, a->kn[k]);
+			jj_rerr(r, "%s() got an unexpected keyword argument '%s'", what, a->kn[k]);
 			return -1;
 		}
 		if (out[j]) {
-			rerr(r, "%s() got multiple values for argument '%s'", what, a->kn[k]);
+			jj_rerr(r, "%s() got multiple values for argument '%s'", what, a->kn[k]);
 			return -1;
 		}
 		out[j] = a->kv[k];
@@ -726,12 +573,12 @@ static void sb_conv(struct sbuf *b, const char *flags, int width, int prec, cons
 	k = vsnprintf(out, sizeof(out), spec, ap);
 	va_end(ap);
 	if (k > 0)
-		sb_put(b, out, (size_t)k < sizeof(out) ? (size_t)k : sizeof(out) - 1, NULL, 0);
+		jj_sb_put(b, out, (size_t)k < sizeof(out) ? (size_t)k : sizeof(out) - 1, NULL, 0);
 }
 
-struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *args)
+struct hp_jval *jj_str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *args)
 {
-	struct sbuf b = sb_new(r);
+	struct sbuf b = jj_sb_new(r);
 	const char *s = fmt->s.s;
 	size_t n = fmt->s.len, i = 0, argi = 0;
 	struct hp_jval *single[1] = { args }, **av = single;
@@ -750,13 +597,13 @@ struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *ar
 		char conv;
 
 		if (!p) {
-			sb_span(&b, fmt, i, n - i);
+			jj_sb_span(&b, fmt, i, n - i);
 			break;
 		}
-		sb_span(&b, fmt, i, (size_t)(p - s) - i);
+		jj_sb_span(&b, fmt, i, (size_t)(p - s) - i);
 		i = (size_t)(p - s) + 1;
 		if (i < n && s[i] == '%') {
-			sb_ch(&b, '%', fmt->s.tag ? fmt->s.tag[i] : 0);
+			jj_sb_ch(&b, '%', fmt->s.tag ? fmt->s.tag[i] : 0);
 			i++;
 			continue;
 		}
@@ -766,13 +613,13 @@ struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *ar
 			struct jent *en;
 
 			if (!e)
-				return rerr(r, "incomplete format key");
+				return jj_rerr(r, "incomplete format key");
 			if (!mapping)
-				return rerr(r, "format requires a mapping");
-			en = dict_find_str(args, s + i + 1, (size_t)(e - s) - i - 1);
+				return jj_rerr(r, "format requires a mapping");
+			en = jj_dict_find_str(args, s + i + 1, (size_t)(e - s) - i - 1);
 			if (!en)
-				return rerr(r, "format key '%.*s' not found", (int)((size_t)(e - s) - i - 1),
-					    s + i + 1);
+				return jj_rerr(r, "format key '%.*s' not found", (int)((size_t)(e - s) - i - 1),
+					       s + i + 1);
 			arg = en->v;
 			i = (size_t)(e - s) + 1;
 		}
@@ -793,17 +640,17 @@ struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *ar
 		while (i < n && strchr("hlL", s[i]) && s[i])
 			i++;
 		if (i >= n)
-			return rerr(r, "incomplete format");
+			return jj_rerr(r, "incomplete format");
 		conv = s[i++];
 		if (!arg) {
 			if (mapping && na == 1 && av == single)
-				return rerr(r, "format requires a mapping");
+				return jj_rerr(r, "format requires a mapping");
 			if (argi >= na)
-				return rerr(r, "not enough arguments for format string");
+				return jj_rerr(r, "not enough arguments for format string");
 			arg = av[argi++];
 		}
 		if (width > 4096 || prec > 4096)
-			return rerr(r, "format width or precision above 4096 is not supported");
+			return jj_rerr(r, "format width or precision above 4096 is not supported");
 		switch (conv) {
 		case 's':
 		case 'r': {
@@ -812,29 +659,29 @@ struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *ar
 			int left = strchr(flags, '-') != NULL;
 
 			if (conv == 's') {
-				x = to_str(r, arg);
+				x = jj_to_str(r, arg);
 			} else {
-				struct sbuf t = sb_new(r);
+				struct sbuf t = jj_sb_new(r);
 
-				if (put_repr(r, &t, arg, 0))
-					return t.oom ? room(r) : NULL;
-				x = sb_fin(r, &t);
+				if (jj_put_repr(r, &t, arg, 0))
+					return t.oom ? jj_room(r) : NULL;
+				x = jj_sb_fin(r, &t);
 			}
 			if (!x)
 				return NULL;
 			len = x->s.len;
 			ncp = x->s.ncp;
 			if (prec >= 0 && (size_t)prec < ncp) {
-				len = cp_off(x, (size_t)prec);
+				len = jj_cp_off(x, (size_t)prec);
 				ncp = (size_t)prec;
 			}
 			if (!left)
 				for (size_t k = ncp; (int)k < width; k++)
-					sb_ch(&b, ' ', 0);
-			sb_put(&b, x->s.s, len, x->s.tag, 0);
+					jj_sb_ch(&b, ' ', 0);
+			jj_sb_put(&b, x->s.s, len, x->s.tag, 0);
 			if (left)
 				for (size_t k = ncp; (int)k < width; k++)
-					sb_ch(&b, ' ', 0);
+					jj_sb_ch(&b, ' ', 0);
 			break;
 		}
 		case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
@@ -842,26 +689,26 @@ struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *ar
 
 			if (arg->type == JV_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o') {
 				if (!isfinite(arg->f))
-					return rerr(r, "cannot convert float infinity or NaN to integer");
+					return jj_rerr(r, "cannot convert float infinity or NaN to integer");
 				/* Python's ints are unbounded, hp's int64 (see jinja.h) */
 				if (!(arg->f > -9223372036854775808.0 && arg->f < 9223372036854775808.0))
-					return rerr(r, "%%%c of %g: outside the 64-bit integers", conv, arg->f);
+					return jj_rerr(r, "%%%c of %g: outside the 64-bit integers", conv, arg->f);
 				v = (long long)arg->f;
 			} else if (arg->type == JV_INT || arg->type == JV_BOOL) {
 				v = arg->i;
 			} else if (conv == 'c' && arg->type == JV_STR && arg->s.ncp == 1) {
-				sb_val(&b, arg);
+				jj_sb_val(&b, arg);
 				break;
 			} else {
-				return rerr(r, "%%%c format: a real number is required, not %s", conv,
-					    type_name(arg));
+				return jj_rerr(r, "%%%c format: a real number is required, not %s", conv,
+					       jj_type_name(arg));
 			}
 			if (conv == 'c') {
 				char o[4];
 
 				if (v < 0 || v > 0x10FFFF)
-					return rerr(r, "%%c arg not in range(0x110000)");
-				sb_put(&b, o, hp_utf8_encode((uint32_t)v, (unsigned char *)o), NULL, 0);
+					return jj_rerr(r, "%%c arg not in range(0x110000)");
+				jj_sb_put(&b, o, hp_utf8_encode((uint32_t)v, (unsigned char *)o), NULL, 0);
 				break;
 			}
 			if (conv == 'u' || conv == 'i')
@@ -870,127 +717,320 @@ struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *ar
 			break;
 		}
 		case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
-			if (!isnum(arg))
-				return rerr(r, "must be real number, not %s", type_name(arg));
-			sb_conv(&b, flags, width, prec, (char[]){ conv, '\0' }, numf(arg));
+			if (!jj_isnum(arg))
+				return jj_rerr(r, "must be real number, not %s", jj_type_name(arg));
+			sb_conv(&b, flags, width, prec, (char[]){ conv, '\0' }, jj_numf(arg));
 			break;
 		default:
-			return rerr(r, "unsupported format character '%c'", conv);
+			return jj_rerr(r, "unsupported format character '%c'", conv);
 		}
 	}
 	if (!mapping && argi < na && !(av == single && args->type == JV_LIST && !(args->flags & JF_TUPLE) && 0))
-		return rerr(r, "not all arguments converted during string formatting");
-	return sb_fin(r, &b);
+		return jj_rerr(r, "not all arguments converted during string formatting");
+	return jj_sb_fin(r, &b);
 }
 
 /* --- tests ----------------------------------------------------------------- */
-int contains(struct rs *r, struct hp_jval *seq, struct hp_jval *x)
+int jj_contains(struct rs *r, struct hp_jval *seq, struct hp_jval *x)
 {
 	switch (seq->type) {
 	case JV_STR:
 		if (x->type != JV_STR) {
-			rerr(r, "'in <string>' requires string as left operand, not %s", type_name(x));
+			jj_rerr(r, "'in <string>' requires string as left operand, not %s", jj_type_name(x));
 			return -1;
 		}
 		return mem_find(seq->s.s, seq->s.len, x->s.s, x->s.len) != NULL;
 	case JV_LIST:
 		for (size_t i = 0; i < seq->l.n; i++)
-			if (py_eq(seq->l.v[i], x))
+			if (jj_py_eq(seq->l.v[i], x))
 				return 1;
 		return 0;
 	case JV_DICT:
 		if (x->type == JV_LIST && !(x->flags & JF_TUPLE)) {
-			rerr(r, "unhashable type: 'list'");
+			jj_rerr(r, "unhashable type: 'list'");
 			return -1;
 		}
 		if (x->type == JV_DICT) {
-			rerr(r, "unhashable type: 'dict'");
+			jj_rerr(r, "unhashable type: 'dict'");
 			return -1;
 		}
 		for (size_t i = 0; i < seq->d.n; i++)
-			if (py_eq(seq->d.e[i].k, x))
+			if (jj_py_eq(seq->d.e[i].k, x))
 				return 1;
 		return 0;
 	case JV_UNDEF:
 		return 0;
 	}
-	rerr(r, "argument of type '%s' is not iterable", type_name(seq));
+	jj_rerr(r, "argument of type '%s' is not iterable", jj_type_name(seq));
 	return -1;
 }
 
-int do_test(struct rs *r, int id, struct hp_jval *v, struct hp_jval **args, int nargs)
+/*
+ * The tests.  Each is one function of the value tested v and the test's
+ * first argument a: NULL when none was given, never NULL in a row with
+ * TS_ARG.  It returns 1 or 0, or -1 with r's error set.  Adding a test is
+ * one function and one row of tests[].
+ */
+#define TEST(fn) static int fn(struct rs *r, struct hp_jval *v, struct hp_jval *a)
+
+TEST(t_defined)
 {
-	struct hp_jval *a = nargs ? args[0] : NULL;
+	return v->type != JV_UNDEF;
+}
+
+TEST(t_undefined)
+{
+	return v->type == JV_UNDEF;
+}
+
+TEST(t_none)
+{
+	return v->type == JV_NONE;
+}
+
+TEST(t_boolean)
+{
+	return v->type == JV_BOOL;
+}
+
+TEST(t_false)
+{
+	return v->type == JV_BOOL && !v->i;
+}
+
+TEST(t_true)
+{
+	return v->type == JV_BOOL && v->i;
+}
+
+TEST(t_integer)
+{
+	return v->type == JV_INT;
+}
+
+TEST(t_float)
+{
+	return v->type == JV_FLOAT;
+}
+
+TEST(t_number)
+{
+	return jj_isnum(v);
+}
+
+TEST(t_string)
+{
+	return v->type == JV_STR;
+}
+
+TEST(t_mapping)
+{
+	return v->type == JV_DICT;
+}
+
+/* iterable and sequence: jinja's Undefined iterates as empty */
+TEST(t_iterable)
+{
+	return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
+}
+
+TEST(t_callable)
+{
+	return v->type == JV_FUNC || v->type == JV_METHOD || v->type == JV_MACRO || v->type == JV_UNDEF;
+}
+
+/* there is no markup here, so nothing is escaped */
+TEST(t_escaped)
+{
+	return 0;
+}
+
+static int odd_even(struct rs *r, struct hp_jval *v, int odd)
+{
+	struct hp_jval two = { .type = JV_INT, .i = 2 }, *m = jj_binop(r, OP_MOD, v, &two);
+
+	if (!m)
+		return -1;
+	return jj_py_eq(m, VBOOL(odd));
+}
+
+TEST(t_odd)
+{
+	return odd_even(r, v, 1);
+}
+
+TEST(t_even)
+{
+	return odd_even(r, v, 0);
+}
+
+/* lower and upper: str(value).islower(), .isupper() */
+TEST(t_lower)
+{
+	struct hp_jval *sv = jj_to_str(r, v);
+
+	return sv ? s_iscase(sv, 0) : -1;
+}
+
+TEST(t_upper)
+{
+	struct hp_jval *sv = jj_to_str(r, v);
+
+	return sv ? s_iscase(sv, 1) : -1;
+}
+
+/* a string without NUL bytes naming a filter (one refused included) or a test */
+TEST(t_filter)
+{
+	if (v->type != JV_STR || strlen(v->s.s) != v->s.len)
+		return 0;
+	return jj_filter_index(v->s.s) >= 0 || jj_filter_unsupported(v->s.s);
+}
+
+TEST(t_test)
+{
+	if (v->type != JV_STR || strlen(v->s.s) != v->s.len)
+		return 0;
+	return jj_test_index(v->s.s) >= 0;
+}
+
+TEST(t_divisibleby)
+{
+	struct hp_jval *m = jj_binop(r, OP_MOD, v, a);
+
+	return m ? jj_py_eq(m, VBOOL(0)) : -1;
+}
+
+TEST(t_eq)
+{
+	return jj_py_eq(v, a);
+}
+
+TEST(t_ne)
+{
+	return !jj_py_eq(v, a);
+}
+
+TEST(t_lt)
+{
 	int c;
 
-	switch (id) {
-	case X_DEFINED: return v->type != JV_UNDEF;
-	case X_UNDEFINED: return v->type == JV_UNDEF;
-	case X_NONE: return v->type == JV_NONE;
-	case X_BOOLEAN: return v->type == JV_BOOL;
-	case X_FALSE: return v->type == JV_BOOL && !v->i;
-	case X_TRUE: return v->type == JV_BOOL && v->i;
-	case X_INTEGER: return v->type == JV_INT;
-	case X_FLOAT: return v->type == JV_FLOAT;
-	case X_NUMBER: return isnum(v);
-	case X_STRING: return v->type == JV_STR;
-	case X_MAPPING: return v->type == JV_DICT;
-	case X_ITERABLE:
-	case X_SEQUENCE:
-		return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
-	case X_CALLABLE:
-		return v->type == JV_FUNC || v->type == JV_METHOD || v->type == JV_MACRO || v->type == JV_UNDEF;
-	case X_ESCAPED:
+	return jj_py_cmp(r, v, a, &c) ? -1 : c < 0;
+}
+
+TEST(t_le)
+{
+	int c;
+
+	return jj_py_cmp(r, v, a, &c) ? -1 : c <= 0;
+}
+
+TEST(t_gt)
+{
+	int c;
+
+	return jj_py_cmp(r, v, a, &c) ? -1 : c > 0;
+}
+
+TEST(t_ge)
+{
+	int c;
+
+	return jj_py_cmp(r, v, a, &c) ? -1 : c >= 0;
+}
+
+TEST(t_in)
+{
+	return jj_contains(r, a, v);
+}
+
+/* Python's "is": None is None, and the small ints and bools are shared */
+TEST(t_sameas)
+{
+	if (v->type != a->type)
 		return 0;
-	}
-	if (id == X_ODD || id == X_EVEN) {
-		struct hp_jval two = { .type = JV_INT, .i = 2 }, *m = binop(r, OP_MOD, v, &two);
+	if (v->type == JV_NONE || v->type == JV_UNDEF)
+		return v == a || v->type == JV_NONE;
+	if (v->type == JV_BOOL || v->type == JV_INT)
+		return v->i == a->i;
+	return v == a;
+}
 
-		if (!m)
-			return -1;
-		return id == X_ODD ? py_eq(m, VBOOL(1)) : py_eq(m, VBOOL(0));
-	}
-	if (id == X_LOWER || id == X_UPPER) {
-		/* str(value).islower() */
-		struct hp_jval *sv = to_str(r, v);
+#undef TEST
 
-		return sv ? s_iscase(sv, id == X_UPPER) : -1;
-	}
-	if (id == X_FILTER || id == X_TEST) {
-		if (v->type != JV_STR || strlen(v->s.s) != v->s.len)
-			return 0;
-		if (id == X_TEST)
-			return name_index(test_names, X_N, v->s.s) >= 0;
-		return filter_index(v->s.s) >= 0 || filter_unsupported(v->s.s);
-	}
-	if (!a) {
-		rerr(r, "test '%s' needs an argument", test_names[id]);
+#define TS_UNDEF 1   /* given an Undefined as it is; for the others it raises its error */
+#define TS_ARG 2     /* needs an argument: "test 'x' needs an argument" without one */
+
+/* jinja2 3.1's builtin tests, in name order, then the operator aliases */
+static const struct {
+	const char *name;
+	int (*fn)(struct rs *r, struct hp_jval *v, struct hp_jval *a);
+	int flags;
+} tests[] = {
+	{ "boolean", t_boolean, TS_UNDEF },
+	{ "callable", t_callable, TS_UNDEF },
+	{ "defined", t_defined, TS_UNDEF },
+	{ "divisibleby", t_divisibleby, TS_ARG },
+	{ "eq", t_eq, TS_UNDEF | TS_ARG },
+	{ "equalto", t_eq, TS_UNDEF | TS_ARG },
+	{ "escaped", t_escaped, TS_UNDEF },
+	{ "even", t_even, 0 },
+	{ "false", t_false, TS_UNDEF },
+	{ "filter", t_filter, TS_UNDEF },
+	{ "float", t_float, TS_UNDEF },
+	{ "ge", t_ge, TS_ARG },
+	{ "gt", t_gt, TS_ARG },
+	{ "greaterthan", t_gt, TS_ARG },
+	{ "in", t_in, TS_UNDEF | TS_ARG },
+	{ "integer", t_integer, TS_UNDEF },
+	{ "iterable", t_iterable, TS_UNDEF },
+	{ "le", t_le, TS_ARG },
+	{ "lessthan", t_lt, TS_ARG },
+	{ "lower", t_lower, 0 },
+	{ "lt", t_lt, TS_ARG },
+	{ "mapping", t_mapping, TS_UNDEF },
+	{ "ne", t_ne, TS_UNDEF | TS_ARG },
+	{ "none", t_none, TS_UNDEF },
+	{ "number", t_number, TS_UNDEF },
+	{ "odd", t_odd, 0 },
+	{ "sameas", t_sameas, TS_UNDEF | TS_ARG },
+	{ "sequence", t_iterable, TS_UNDEF },
+	{ "string", t_string, TS_UNDEF },
+	{ "test", t_test, TS_UNDEF },
+	{ "true", t_true, TS_UNDEF },
+	{ "undefined", t_undefined, TS_UNDEF },
+	{ "upper", t_upper, 0 },
+	{ "==", t_eq, TS_UNDEF | TS_ARG },
+	{ "!=", t_ne, TS_UNDEF | TS_ARG },
+	{ "<", t_lt, TS_ARG },
+	{ "<=", t_le, TS_ARG },
+	{ ">", t_gt, TS_ARG },
+	{ ">=", t_ge, TS_ARG },
+};
+
+int jj_test_index(const char *name)
+{
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
+		if (!strcmp(tests[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+int jj_test_takes_undefined(int id)
+{
+	return tests[id].flags & TS_UNDEF;
+}
+
+/* test id (jj_test_index's) of v with args[0, nargs); what an Undefined v gets is the caller's */
+int jj_do_test(struct rs *r, int id, struct hp_jval *v, struct hp_jval **args, int nargs)
+{
+	struct hp_jval *a = nargs ? args[0] : NULL;
+
+	if ((tests[id].flags & TS_ARG) && !a) {
+		jj_rerr(r, "test '%s' needs an argument", tests[id].name);
 		return -1;
 	}
-	switch (id) {
-	case X_DIVISIBLEBY: {
-		struct hp_jval *m = binop(r, OP_MOD, v, a);
-
-		return m ? py_eq(m, VBOOL(0)) : -1;
-	}
-	case X_EQ: case X_EQUALTO: case X_OPEQ: return py_eq(v, a);
-	case X_NE: case X_OPNE: return !py_eq(v, a);
-	case X_LT: case X_LESSTHAN: case X_OPLT: return py_cmp(r, v, a, &c) ? -1 : c < 0;
-	case X_LE: case X_OPLE: return py_cmp(r, v, a, &c) ? -1 : c <= 0;
-	case X_GT: case X_GREATERTHAN: case X_OPGT: return py_cmp(r, v, a, &c) ? -1 : c > 0;
-	case X_GE: case X_OPGE: return py_cmp(r, v, a, &c) ? -1 : c >= 0;
-	case X_IN: return contains(r, a, v);
-	case X_SAMEAS:
-		if (v->type != a->type)
-			return 0;
-		if (v->type == JV_NONE || v->type == JV_UNDEF)
-			return v == a || v->type == JV_NONE;
-		if (v->type == JV_BOOL || v->type == JV_INT)
-			return v->i == a->i;
-		return v == a;
-	}
-	rerr(r, "unknown test");
-	return -1;
+	return tests[id].fn(r, v, a);
 }
 
 /* a test named by a string argument (select, reject, ...) */
@@ -999,11 +1039,11 @@ static int test_by_name(struct rs *r, struct hp_jval *name)
 	int id;
 
 	if (name->type != JV_STR)
-		return (rerr(r, "a test name must be a string"), -1);
-	id = name_index(test_names, X_N, name->s.s);
+		return (jj_rerr(r, "a test name must be a string"), -1);
+	id = jj_test_index(name->s.s);
 	if (id < 0 || strlen(name->s.s) != name->s.len)
-		return (rerr(r, "no test named '%.*s'", (int)(name->s.len > 100 ? 100 : name->s.len),
-			     name->s.s), -1);
+		return (jj_rerr(r, "no test named '%.*s'", (int)(name->s.len > 100 ? 100 : name->s.len),
+				name->s.s), -1);
 	return id;
 }
 
@@ -1015,10 +1055,10 @@ static struct hp_jval *attr_path(struct rs *r, struct hp_jval *x, struct hp_jval
 	size_t i = 0;
 
 	if (path->type == JV_INT) {
-		return get_item(r, x, path);
+		return jj_get_item(r, x, path);
 	}
 	if (path->type != JV_STR)
-		return rerr(r, "an attribute must be a string or an integer");
+		return jj_rerr(r, "an attribute must be a string or an integer");
 	while (i <= path->s.len) {
 		const char *p = memchr(path->s.s + i, '.', path->s.len - i);
 		size_t e = p ? (size_t)(p - path->s.s) : path->s.len, k;
@@ -1029,11 +1069,11 @@ static struct hp_jval *attr_path(struct rs *r, struct hp_jval *x, struct hp_jval
 		if (digits && e - i < 18) {
 			struct hp_jval key = { .type = JV_INT, .i = strtoll(path->s.s + i, NULL, 10) };
 
-			x = get_item(r, x, &key);
+			x = jj_get_item(r, x, &key);
 		} else {
-			struct hp_jval *key = sub(r, path, i, e - i);
+			struct hp_jval *key = jj_sub(r, path, i, e - i);
 
-			x = key ? get_item(r, x, key) : NULL;
+			x = key ? jj_get_item(r, x, key) : NULL;
 		}
 		if (!x)
 			return NULL;
@@ -1070,7 +1110,7 @@ static int msort(struct rs *r, struct hp_jval **v, struct hp_jval **k, size_t n,
 	while (i < h && j < n) {
 		int c;
 
-		if (py_cmp(r, k[j], k[i], &c))
+		if (jj_py_cmp(r, k[j], k[i], &c))
 			return -1;
 		/* take from the right only when strictly before (stable either way) */
 		if (rev ? c > 0 : c < 0) {
@@ -1097,12 +1137,12 @@ static int msort(struct rs *r, struct hp_jval **v, struct hp_jval **k, size_t n,
 static struct hp_jval *sorted(struct rs *r, struct hp_jval *items, struct hp_jval **keys, int rev)
 {
 	size_t n = items->l.n;
-	struct hp_jval *l = mklist(r, n, 0), **tv, **tk;
+	struct hp_jval *l = jj_mklist(r, n, 0), **tv, **tk;
 
 	if (!l)
 		return NULL;
-	tv = ral(r, (n + 1) * sizeof(*tv));
-	tk = ral(r, (n + 1) * sizeof(*tk));
+	tv = jj_ral(r, (n + 1) * sizeof(*tv));
+	tk = jj_ral(r, (n + 1) * sizeof(*tk));
 	if (!tv || !tk)
 		return NULL;
 	if (n)
@@ -1115,7 +1155,7 @@ static struct hp_jval *sorted(struct rs *r, struct hp_jval *items, struct hp_jva
 
 static struct hp_jval *mktuple2(struct rs *r, struct hp_jval *a, struct hp_jval *b)
 {
-	struct hp_jval *t = mklist(r, 2, JF_TUPLE);
+	struct hp_jval *t = jj_mklist(r, 2, JF_TUPLE);
 
 	if (!t)
 		return NULL;
@@ -1127,7 +1167,7 @@ static struct hp_jval *mktuple2(struct rs *r, struct hp_jval *a, struct hp_jval 
 
 static struct hp_jval *dict_items(struct rs *r, struct hp_jval *d, int flags)
 {
-	struct hp_jval *l = mklist(r, d->d.n, flags);
+	struct hp_jval *l = jj_mklist(r, d->d.n, flags);
 
 	if (!l)
 		return NULL;
@@ -1145,12 +1185,12 @@ static struct hp_jval *dict_items(struct rs *r, struct hp_jval *d, int flags)
 static struct hp_jval *f_tojson(struct rs *r, struct hp_jval *v, struct hp_jval **p)
 {
 	struct jopt o = { 0 };
-	struct sbuf b = sb_new(r);
+	struct sbuf b = jj_sb_new(r);
 	static struct hp_jval comma_sp = { .type = JV_STR, .flags = JF_ASCII, .s = { ", ", NULL, 2, 2 } };
 	static struct hp_jval comma = { .type = JV_STR, .flags = JF_ASCII, .s = { ",", NULL, 1, 1 } };
 	static struct hp_jval colon_sp = { .type = JV_STR, .flags = JF_ASCII, .s = { ": ", NULL, 2, 2 } };
 
-	o.ascii = p[0] && truthy(p[0]);
+	o.ascii = p[0] && jj_truthy(p[0]);
 	if (p[1] && p[1]->type != JV_NONE) {
 		if (p[1]->type == JV_STR) {
 			o.indent = p[1];
@@ -1158,12 +1198,12 @@ static struct hp_jval *f_tojson(struct rs *r, struct hp_jval *v, struct hp_jval 
 			int64_t k = p[1]->i < 0 ? 0 : p[1]->i;
 
 			if (k > 1024)
-				return rerr(r, "tojson indent above 1024 is not supported");
-			o.indent = repeat(r, &v_space, k);
+				return jj_rerr(r, "tojson indent above 1024 is not supported");
+			o.indent = jj_repeat(r, &jj_v_space, k);
 			if (!o.indent)
 				return NULL;
 		} else {
-			return rerr(r, "tojson: indent must be an int or a string");
+			return jj_rerr(r, "tojson: indent must be an int or a string");
 		}
 	}
 	o.isep = o.indent ? &comma : &comma_sp;
@@ -1171,14 +1211,14 @@ static struct hp_jval *f_tojson(struct rs *r, struct hp_jval *v, struct hp_jval 
 	if (p[2] && p[2]->type != JV_NONE) {
 		if (p[2]->type != JV_LIST || p[2]->l.n != 2 || p[2]->l.v[0]->type != JV_STR ||
 		    p[2]->l.v[1]->type != JV_STR)
-			return rerr(r, "tojson: separators must be a pair of strings");
+			return jj_rerr(r, "tojson: separators must be a pair of strings");
 		o.isep = p[2]->l.v[0];
 		o.ksep = p[2]->l.v[1];
 	}
-	o.sort = p[3] && truthy(p[3]);
-	if (put_json(r, &b, v, &o, 0))
-		return b.oom ? room(r) : NULL;
-	return sb_fin(r, &b);
+	o.sort = p[3] && jj_truthy(p[3]);
+	if (jj_put_json(r, &b, v, &o, 0))
+		return b.oom ? jj_room(r) : NULL;
+	return jj_sb_fin(r, &b);
 }
 
 /*
@@ -1194,7 +1234,7 @@ static size_t line_end(const struct hp_jval *s, size_t *i)
 		e = *i;
 		if (*i >= n)
 			break;
-		c = u8dec(s->s.s, n, i);
+		c = jj_u8dec(s->s.s, n, i);
 		if (c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
 		    c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029)
 			break;
@@ -1207,8 +1247,8 @@ static size_t line_end(const struct hp_jval *s, size_t *i)
 static struct hp_jval *f_indent(struct rs *r, struct hp_jval *s, struct hp_jval **p)
 {
 	struct hp_jval *ind, *lines, *nl;
-	struct sbuf b = sb_new(r);
-	int first = p[1] && truthy(p[1]), blank = p[2] && truthy(p[2]);
+	struct sbuf b = jj_sb_new(r);
+	int first = p[1] && jj_truthy(p[1]), blank = p[2] && jj_truthy(p[2]);
 	size_t i = 0;
 
 	if (p[0] && p[0]->type == JV_STR) {
@@ -1219,40 +1259,40 @@ static struct hp_jval *f_indent(struct rs *r, struct hp_jval *s, struct hp_jval 
 		if (p[0] && need_int(r, p[0], "indent", &w))
 			return NULL;
 		if (w > 4096)
-			return rerr(r, "indent width above 4096 is not supported");
-		ind = repeat(r, &v_space, w);
+			return jj_rerr(r, "indent width above 4096 is not supported");
+		ind = jj_repeat(r, &jj_v_space, w);
 		if (!ind)
 			return NULL;
 	}
 	/* s += "\n"; s.splitlines() (the line breaks of str.splitlines) */
-	nl = mkstrc(r, "\n", 1);
-	s = nl ? concat2(r, s, nl) : NULL;
-	lines = s ? mklist(r, 0, 0) : NULL;
+	nl = jj_mkstrc(r, "\n", 1);
+	s = nl ? jj_concat2(r, s, nl) : NULL;
+	lines = s ? jj_mklist(r, 0, 0) : NULL;
 	if (!lines)
 		return NULL;
 	while (i < s->s.len) {
 		size_t a = i, e = line_end(s, &i);
 
-		if (push(r, lines, sub(r, s, a, e - a)))
+		if (jj_push(r, lines, jj_sub(r, s, a, e - a)))
 			return NULL;
 	}
 	if (first)
-		sb_val(&b, ind);
+		jj_sb_val(&b, ind);
 	for (size_t k = 0; k < lines->l.n; k++) {
 		struct hp_jval *ln = lines->l.v[k];
 
 		if (k)
-			sb_ch(&b, '\n', 0);
+			jj_sb_ch(&b, '\n', 0);
 		if (k && (blank || ln->s.len))
-			sb_val(&b, ind);
-		sb_val(&b, ln);
+			jj_sb_val(&b, ind);
+		jj_sb_val(&b, ln);
 	}
-	return sb_fin(r, &b);
+	return jj_sb_fin(r, &b);
 }
 
 static struct hp_jval *f_escape(struct rs *r, struct hp_jval *s)
 {
-	struct sbuf b = sb_new(r);
+	struct sbuf b = jj_sb_new(r);
 
 	for (size_t i = 0; i < s->s.len; i++) {
 		const char *e = NULL;
@@ -1266,11 +1306,11 @@ static struct hp_jval *f_escape(struct rs *r, struct hp_jval *s)
 		case '\'': e = "&#39;"; break;
 		}
 		if (e)
-			sb_str(&b, e, tg);
+			jj_sb_str(&b, e, tg);
 		else
-			sb_put(&b, s->s.s + i, 1, NULL, tg);
+			jj_sb_put(&b, s->s.s + i, 1, NULL, tg);
 	}
-	return sb_fin(r, &b);
+	return jj_sb_fin(r, &b);
 }
 
 /*
@@ -1282,9 +1322,9 @@ static size_t py_numtext(const struct hp_jval *s, char *buf)
 {
 	size_t k = 0, i = 0, n = s->s.len;
 
-	while (i < n && py_isspace((unsigned char)s->s.s[i]))
+	while (i < n && jj_py_isspace((unsigned char)s->s.s[i]))
 		i++;
-	while (n > i && py_isspace((unsigned char)s->s.s[n - 1]))
+	while (n > i && jj_py_isspace((unsigned char)s->s.s[n - 1]))
 		n--;
 	for (; i < n && k < 79; i++) {
 		if (s->s.s[i] == '_' && k && isdig(buf[k - 1]) && i + 1 < n && isdig(s->s.s[i + 1]))
@@ -1333,45 +1373,45 @@ static struct hp_jval *f_round(struct rs *r, struct hp_jval *v, struct hp_jval *
 		return NULL;
 	if (p[1]) {
 		if (p[1]->type != JV_STR)
-			return rerr(r, "method must be a string");
+			return jj_rerr(r, "method must be a string");
 		method = p[1]->s.s;
 	}
 	if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
-		return rerr(r, "method must be 'common', 'ceil' or 'floor'");
-	if (!isnum(v))
-		return rerr(r, "type %s doesn't define __round__ method", type_name(v));
+		return jj_rerr(r, "method must be 'common', 'ceil' or 'floor'");
+	if (!jj_isnum(v))
+		return jj_rerr(r, "type %s doesn't define __round__ method", jj_type_name(v));
 	if (!strcmp(method, "common")) {
 		if (v->type != JV_FLOAT)
-			return prec >= 0 ? mkint(r, v->i) : rerr(r, "round() of an int to negative digits is not supported");
+			return prec >= 0 ? jj_mkint(r, v->i) : jj_rerr(r, "round() of an int to negative digits is not supported");
 		if (prec < 0 || prec > 300 || !isfinite(v->f)) {
 			if (!isfinite(v->f) || prec > 300)
-				return mkfloat(r, v->f);
+				return jj_mkfloat(r, v->f);
 			m = pow(10.0, (double)-prec);
-			return mkfloat(r, nearbyint(v->f / m) * m);
+			return jj_mkfloat(r, nearbyint(v->f / m) * m);
 		}
 		snprintf(buf, sizeof(buf), "%.*f", (int)prec, v->f);
-		return mkfloat(r, strtod(buf, NULL));
+		return jj_mkfloat(r, strtod(buf, NULL));
 	}
 	if (prec > 300 || prec < -300)
-		return rerr(r, "round precision out of range");
+		return jj_rerr(r, "round precision out of range");
 	m = pow(10.0, (double)prec);
-	x = numf(v) * m;
+	x = jj_numf(v) * m;
 	x = !strcmp(method, "ceil") ? ceil(x) : floor(x);
-	return mkfloat(r, x / m);
+	return jj_mkfloat(r, x / m);
 }
 
 static struct hp_jval *f_join(struct rs *r, struct hp_jval *v, struct hp_jval *d, struct hp_jval *attr,
 			      int strict)
 {
-	struct hp_jval *items = iter_list(r, v);
-	struct sbuf b = sb_new(r);
+	struct hp_jval *items = jj_iter_list(r, v);
+	struct sbuf b = jj_sb_new(r);
 
 	if (!items)
 		return NULL;
 	if (d && d->type != JV_STR) {
 		if (strict)
-			return rerr(r, "join() argument must be str, not %s", type_name(d));
-		d = to_str(r, d);
+			return jj_rerr(r, "join() argument must be str, not %s", jj_type_name(d));
+		d = jj_to_str(r, d);
 		if (!d)
 			return NULL;
 	}
@@ -1379,29 +1419,29 @@ static struct hp_jval *f_join(struct rs *r, struct hp_jval *v, struct hp_jval *d
 		struct hp_jval *x = items->l.v[i];
 
 		if (i && d)
-			sb_val(&b, d);
+			jj_sb_val(&b, d);
 		if (attr && attr->type != JV_NONE && !(x = attr_path(r, x, attr)))
 			return NULL;
 		if (strict && x->type != JV_STR)
-			return rerr(r, "sequence item %zu: expected str instance, %s found", i, type_name(x));
-		if (put_str(r, &b, x))
-			return b.oom ? room(r) : NULL;
+			return jj_rerr(r, "sequence item %zu: expected str instance, %s found", i, jj_type_name(x));
+		if (jj_put_str(r, &b, x))
+			return b.oom ? jj_room(r) : NULL;
 	}
-	return sb_fin(r, &b);
+	return jj_sb_fin(r, &b);
 }
 
 /* select and reject (want 1, 0), of the items or (attr) of an attribute of them */
 static struct hp_jval *f_select(struct rs *r, const char *name, struct args *a, int attr, int want)
 {
-	struct hp_jval *items = iter_list(r, a->pos[0]), *out;
+	struct hp_jval *items = jj_iter_list(r, a->pos[0]), *out;
 	int base = attr ? 2 : 1, tid = -1;
 
-	if (!items || !(out = mklist(r, 0, 0)))
+	if (!items || !(out = jj_mklist(r, 0, 0)))
 		return NULL;
 	if (a->nk)
-		return rerr(r, "%s takes no keyword arguments", name);
+		return jj_rerr(r, "%s takes no keyword arguments", name);
 	if (attr && a->np < 2)
-		return rerr(r, "%s needs an attribute", name);
+		return jj_rerr(r, "%s needs an attribute", name);
 	if (a->np > base && (tid = test_by_name(r, a->pos[base])) < 0)
 		return NULL;
 	for (size_t i = 0; i < items->l.n; i++) {
@@ -1410,10 +1450,10 @@ static struct hp_jval *f_select(struct rs *r, const char *name, struct args *a, 
 
 		if (attr && !(y = attr_path(r, x, a->pos[1])))
 			return NULL;
-		t = tid < 0 ? truthy(y) : do_test(r, tid, y, a->pos + base + 1, a->np - base - 1);
+		t = tid < 0 ? jj_truthy(y) : jj_do_test(r, tid, y, a->pos + base + 1, a->np - base - 1);
 		if (t < 0)
 			return NULL;
-		if (t == want && push(r, out, x))
+		if (t == want && jj_push(r, out, x))
 			return NULL;
 	}
 	return out;
@@ -1421,10 +1461,10 @@ static struct hp_jval *f_select(struct rs *r, const char *name, struct args *a, 
 
 static struct hp_jval *f_map(struct rs *r, struct args *a)
 {
-	struct hp_jval *items = iter_list(r, a->pos[0]), *out, *attr = NULL, *dflt = NULL;
+	struct hp_jval *items = jj_iter_list(r, a->pos[0]), *out, *attr = NULL, *dflt = NULL;
 	int fid = -1;
 
-	if (!items || !(out = mklist(r, items->l.n, 0)))
+	if (!items || !(out = jj_mklist(r, items->l.n, 0)))
 		return NULL;
 	for (int k = 0; k < a->nk; k++) {
 		if (!strcmp(a->kn[k], "attribute"))
@@ -1434,11 +1474,11 @@ static struct hp_jval *f_map(struct rs *r, struct args *a)
 	}
 	if (!attr) {
 		if (a->np < 2 || a->pos[1]->type != JV_STR)
-			return rerr(r, "map requires a filter argument");
-		fid = filter_index(a->pos[1]->s.s);
+			return jj_rerr(r, "map requires a filter argument");
+		fid = jj_filter_index(a->pos[1]->s.s);
 		if (fid < 0)
-			return rerr(r, "no filter named '%.*s'", (int)(a->pos[1]->s.len > 100 ? 100 : a->pos[1]->s.len),
-				    a->pos[1]->s.s);
+			return jj_rerr(r, "no filter named '%.*s'", (int)(a->pos[1]->s.len > 100 ? 100 : a->pos[1]->s.len),
+				       a->pos[1]->s.s);
 	}
 	for (size_t i = 0; i < items->l.n; i++) {
 		struct hp_jval *y;
@@ -1451,14 +1491,14 @@ static struct hp_jval *f_map(struct rs *r, struct args *a)
 			struct args fa = *a;
 
 			/* the filter's own arguments follow its name */
-			fa.pos = ral(r, (size_t)a->np * sizeof(*fa.pos));
+			fa.pos = jj_ral(r, (size_t)a->np * sizeof(*fa.pos));
 			if (!fa.pos)
 				return NULL;
 			fa.pos[0] = items->l.v[i];
 			for (int k = 2; k < a->np; k++)
 				fa.pos[k - 1] = a->pos[k];
 			fa.np = a->np - 1;
-			y = apply_filter(r, fid, &fa);
+			y = jj_apply_filter(r, fid, &fa);
 		}
 		if (!y)
 			return NULL;
@@ -1469,8 +1509,8 @@ static struct hp_jval *f_map(struct rs *r, struct args *a)
 
 static struct hp_jval *f_minmax(struct rs *r, struct hp_jval *v, struct hp_jval **p, int max)
 {
-	struct hp_jval *items = iter_list(r, v), *best = NULL, *bk = NULL;
-	int cs = p[0] && truthy(p[0]);
+	struct hp_jval *items = jj_iter_list(r, v), *best = NULL, *bk = NULL;
+	int cs = p[0] && jj_truthy(p[0]);
 
 	if (!items)
 		return NULL;
@@ -1481,7 +1521,7 @@ static struct hp_jval *f_minmax(struct rs *r, struct hp_jval *v, struct hp_jval 
 		if (!k)
 			return NULL;
 		if (best) {
-			if (py_cmp(r, k, bk, &c))
+			if (jj_py_cmp(r, k, bk, &c))
 				return NULL;
 			if (max ? c <= 0 : c >= 0)
 				continue;
@@ -1491,7 +1531,7 @@ static struct hp_jval *f_minmax(struct rs *r, struct hp_jval *v, struct hp_jval 
 	}
 	if (best && p[1] && p[1]->type != JV_NONE)
 		return best;
-	return best ? best : mkundef(r, UN_MSG, "No aggregated item, sequence was empty.", 39, NULL);
+	return best ? best : jj_mkundef(r, UN_MSG, "No aggregated item, sequence was empty.", 39, NULL);
 }
 
 static int64_t length_of(struct rs *r, struct hp_jval *v)
@@ -1502,7 +1542,7 @@ static int64_t length_of(struct rs *r, struct hp_jval *v)
 	case JV_DICT: return (int64_t)v->d.n;
 	case JV_UNDEF: return 0;
 	}
-	rerr(r, "object of type '%s' has no len()", type_name(v));
+	jj_rerr(r, "object of type '%s' has no len()", jj_type_name(v));
 	return -1;
 }
 
@@ -1519,12 +1559,567 @@ static int64_t length_of(struct rs *r, struct hp_jval *v)
 } while (0)
 #define NOARGS_AT(what, skip) do { \
 	if (a->np > (skip) || a->nk) \
-		return rerr(r, "%s() takes no arguments", what); \
+		return jj_rerr(r, "%s() takes no arguments", what); \
 } while (0)
 #define BIND(...) BIND_AT(name, 1, __VA_ARGS__)
 #define NOARGS() NOARGS_AT(name, 1)
 #define MBIND(what, ...) BIND_AT(what, 0, __VA_ARGS__)
 #define MNOARGS(what) NOARGS_AT(what, 0)
+
+/* --- methods ---------------------------------------------------------------- */
+/*
+ * The methods of str, dict, list and loop.  Each is one function of the
+ * receiver (named by the second argument of METHOD), the method's name m
+ * (for its errors; one function may serve several names and tell them
+ * apart by it) and the call's arguments a.  A receiver type's table
+ * lists the methods it has: jj_get_attr finds a method there and
+ * jj_call_method calls it, so adding a method is one function and one row.
+ */
+#define METHOD(fn, self) \
+	static struct hp_jval *fn(struct rs *r, struct hp_jval *self, const char *m, struct args *a)
+
+struct method {
+	const char *name;
+	struct hp_jval *(*fn)(struct rs *r, struct hp_jval *self, const char *m, struct args *a);
+};
+
+/* the row of tab (ended by a NULL name) named by the n bytes at name, or NULL */
+static const struct method *find_method(const struct method *tab, const char *name, size_t n)
+{
+	for (; tab->name; tab++)
+		if (strlen(tab->name) == n && !memcmp(tab->name, name, n))
+			return tab;
+	return NULL;
+}
+
+/* methods a template may look up but that are not implemented */
+METHOD(sm_unsupported, s)
+{
+	return jj_rerr(r, "str.%s() is not supported", m);
+}
+
+/* startswith and endswith */
+METHOD(sm_affix, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL }, *x, **cands;
+	int end = m[0] == 'e';
+	size_t nc;
+
+	MBIND(m, "prefix");
+	if (!p[0])
+		return jj_rerr(r, "%s() takes at least 1 argument", m);
+	x = p[0];
+	if (x->type == JV_STR) {
+		cands = &x;
+		nc = 1;
+	} else if (x->type == JV_LIST && (x->flags & JF_TUPLE)) {
+		cands = x->l.v;
+		nc = x->l.n;
+	} else {
+		return jj_rerr(r, "%s first arg must be str or a tuple of str, not %s",
+			       end ? "endswith" : "startswith", jj_type_name(x));
+	}
+	for (size_t i = 0; i < nc; i++) {
+		struct hp_jval *c = cands[i];
+
+		if (c->type != JV_STR)
+			return jj_rerr(r, "tuple for %s must only contain str", end ? "endswith" : "startswith");
+		if (c->s.len <= s->s.len &&
+		    !memcmp(s->s.s + (end ? s->s.len - c->s.len : 0), c->s.s, c->s.len))
+			return &jj_v_true;
+	}
+	return &jj_v_false;
+}
+
+/* split and rsplit */
+METHOD(sm_split, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int64_t k = -1;
+
+	MBIND(m, "sep", "maxsplit");
+	if (p[1] && need_int(r, p[1], m, &k))
+		return NULL;
+	return s_split(r, s, p[0], k, m[0] == 'r');
+}
+
+/* strip, lstrip and rstrip */
+METHOD(sm_strip, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+
+	MBIND(m, "chars");
+	return s_strip(r, s, p[0], m, m[0] != 'r', m[0] != 'l');
+}
+
+/* upper, lower, title, capitalize, swapcase and casefold (as lower) */
+METHOD(sm_case, s)
+{
+	MNOARGS(m);
+	return s_case(r, s, m[0] == 'u' ? HOW_UPPER : (m[0] == 'l' || (m[1] == 'a' && m[2] == 's')) ? HOW_LOWER
+			 : m[0] == 't' ? HOW_TITLE : m[0] == 'c' ? HOW_CAPITALIZE : HOW_SWAP);
+}
+
+METHOD(sm_replace, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int64_t k = -1;
+
+	MBIND(m, "old", "new", "count");
+	if (!p[0] || !p[1])
+		return jj_rerr(r, "replace() takes at least 2 arguments");
+	if (p[2] && need_int(r, p[2], m, &k))
+		return NULL;
+	return s_replace(r, s, p[0], p[1], k);
+}
+
+/* find, rfind, index, rindex and count */
+METHOD(sm_find, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	const char *hit;
+
+	MBIND(m, "sub");
+	if (!arg_str(r, p[0], m, "takes at least 1 argument"))
+		return NULL;
+	if (!strcmp(m, "count")) {
+		size_t a0 = 0;
+		int64_t cnt = 0;
+
+		if (!p[0]->s.len)
+			return jj_mkint(r, (int64_t)s->s.ncp + 1);
+		while ((hit = mem_find(s->s.s + a0, s->s.len - a0, p[0]->s.s, p[0]->s.len))) {
+			cnt++;
+			a0 = (size_t)(hit - s->s.s) + p[0]->s.len;
+		}
+		return jj_mkint(r, cnt);
+	}
+	hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
+			  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
+	if (!hit)
+		return !strcmp(m, "index") || !strcmp(m, "rindex") ? jj_rerr(r, "substring not found") : jj_mkint(r, -1);
+	return jj_mkint(r, cp_index(s, (size_t)(hit - s->s.s)));
+}
+
+METHOD(sm_join, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+
+	MBIND(m, "iterable");
+	if (!p[0])
+		return jj_rerr(r, "join() takes exactly one argument");
+	return f_join(r, p[0], s, NULL, 1);
+}
+
+/* the isX() methods that hold when every character is in a class */
+static struct hp_jval *s_all(struct rs *r, struct hp_jval *s, const char *m, struct args *a,
+			     int (*pred)(uint32_t))
+{
+	MNOARGS(m);
+	return VBOOL(all_chars(s, pred));
+}
+
+METHOD(sm_isdigit, s)
+{
+	return s_all(r, s, m, a, jj_py_isdigit);
+}
+
+METHOD(sm_isalpha, s)
+{
+	return s_all(r, s, m, a, jj_py_isalpha);
+}
+
+METHOD(sm_isalnum, s)
+{
+	return s_all(r, s, m, a, jj_py_isalnum);
+}
+
+METHOD(sm_isspace, s)
+{
+	return s_all(r, s, m, a, jj_py_isspace);
+}
+
+/* islower and isupper */
+METHOD(sm_iscase, s)
+{
+	MNOARGS(m);
+	return VBOOL(s_iscase(s, m[2] == 'u'));
+}
+
+/* center, ljust and rjust */
+METHOD(sm_pad, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int64_t k;
+
+	MBIND(m, "width", "fillchar");
+	if (arg_int(r, p[0], m, "takes at least 1 argument", &k))
+		return NULL;
+	return s_pad(r, s, k, p[1], m[0] == 'c' ? 0 : m[0] == 'l' ? -1 : 1);
+}
+
+/* removeprefix and removesuffix */
+METHOD(sm_remove, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	int end = m[6] == 's';
+
+	MBIND(m, "affix");
+	if (!arg_str(r, p[0], m, "takes exactly one argument"))
+		return NULL;
+	if (p[0]->s.len <= s->s.len &&
+	    !memcmp(s->s.s + (end ? s->s.len - p[0]->s.len : 0), p[0]->s.s, p[0]->s.len))
+		return jj_sub(r, s, end ? 0 : p[0]->s.len, s->s.len - p[0]->s.len);
+	return s;
+}
+
+/* partition and rpartition */
+METHOD(sm_partition, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	const char *hit;
+	struct hp_jval *t;
+
+	MBIND(m, "sep");
+	if (!arg_str(r, p[0], m, "takes exactly one argument"))
+		return NULL;
+	if (!p[0]->s.len)
+		return jj_rerr(r, "empty separator");
+	hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
+			  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
+	t = jj_mklist(r, 3, JF_TUPLE);
+	if (!t)
+		return NULL;
+	if (!hit) {
+		t->l.v[0] = m[0] == 'r' ? &jj_v_empty : s;
+		t->l.v[1] = &jj_v_empty;
+		t->l.v[2] = m[0] == 'r' ? s : &jj_v_empty;
+	} else {
+		size_t o = (size_t)(hit - s->s.s);
+
+		t->l.v[0] = jj_sub(r, s, 0, o);
+		t->l.v[1] = jj_sub(r, s, o, p[0]->s.len);
+		t->l.v[2] = jj_sub(r, s, o + p[0]->s.len, s->s.len - o - p[0]->s.len);
+		if (!t->l.v[0] || !t->l.v[1] || !t->l.v[2])
+			return NULL;
+	}
+	t->l.n = 3;
+	return t;
+}
+
+METHOD(sm_splitlines, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	struct hp_jval *l = jj_mklist(r, 0, 0);
+	size_t i = 0;
+
+	MBIND(m, "keepends");
+	if (!l)
+		return NULL;
+	while (i < s->s.len) {
+		size_t st = i, e = line_end(s, &i), nx;
+
+		nx = p[0] && jj_truthy(p[0]) ? i : e;
+		if (jj_push(r, l, jj_sub(r, s, st, nx - st)))
+			return NULL;
+		if (e == s->s.len)
+			break;
+	}
+	return l;
+}
+
+METHOD(sm_zfill, s)
+{
+	struct hp_jval *p[3] = { NULL, NULL, NULL };
+	struct sbuf b;
+	size_t o = 0;
+	int64_t k;
+
+	MBIND(m, "width");
+	if (arg_int(r, p[0], m, "takes exactly one argument", &k))
+		return NULL;
+	if (k <= (int64_t)s->s.ncp)
+		return s;
+	if (k > 4096)
+		return jj_rerr(r, "zfill width above 4096 is not supported");
+	b = jj_sb_new(r);
+	if (s->s.len && (s->s.s[0] == '-' || s->s.s[0] == '+')) {
+		jj_sb_put(&b, s->s.s, 1, s->s.tag, 0);
+		o = 1;
+	}
+	for (int64_t i = (int64_t)s->s.ncp; i < k; i++)
+		jj_sb_ch(&b, '0', 0);
+	jj_sb_span(&b, s, o, s->s.len - o);
+	return jj_sb_fin(r, &b);
+}
+
+static const struct method str_methods[] = {
+	{ "startswith", sm_affix }, { "endswith", sm_affix },
+	{ "split", sm_split }, { "rsplit", sm_split },
+	{ "strip", sm_strip }, { "lstrip", sm_strip }, { "rstrip", sm_strip },
+	{ "upper", sm_case }, { "lower", sm_case }, { "title", sm_case }, { "capitalize", sm_case },
+	{ "replace", sm_replace },
+	{ "find", sm_find }, { "rfind", sm_find }, { "count", sm_find },
+	{ "join", sm_join },
+	{ "isdigit", sm_isdigit }, { "isalpha", sm_isalpha }, { "isspace", sm_isspace },
+	{ "isalnum", sm_isalnum }, { "islower", sm_iscase }, { "isupper", sm_iscase },
+	{ "splitlines", sm_splitlines },
+	{ "format", sm_unsupported },
+	{ "index", sm_find }, { "rindex", sm_find },
+	{ "swapcase", sm_case },
+	{ "center", sm_pad }, { "ljust", sm_pad }, { "rjust", sm_pad },
+	{ "zfill", sm_zfill },
+	{ "casefold", sm_case },
+	/* Python tells these from isdigit at the edges (superscripts, fractions) */
+	{ "isnumeric", sm_isdigit }, { "isdecimal", sm_isdigit },
+	{ "istitle", sm_unsupported },
+	{ "partition", sm_partition }, { "rpartition", sm_partition },
+	{ "removeprefix", sm_remove }, { "removesuffix", sm_remove },
+	{ "expandtabs", sm_unsupported },
+	{ NULL, NULL },
+};
+
+/* dict.copy and list.copy: values are never mutated, so the value itself */
+METHOD(m_copy, self)
+{
+	MNOARGS(m);
+	return self;
+}
+
+/* items, keys and values */
+METHOD(dm_view, d)
+{
+	MNOARGS(m);
+	return dict_items(r, d, m[0] == 'i' ? JF_ITEMS : m[0] == 'k' ? JF_KEYS : JF_VALUES);
+}
+
+METHOD(dm_get, d)
+{
+	struct hp_jval *p[2] = { NULL, NULL };
+
+	MBIND("get", "key", "default");
+	if (!p[0])
+		return jj_rerr(r, "get expected at least 1 argument, got 0");
+	for (size_t i = 0; i < d->d.n; i++)
+		if (jj_py_eq(d->d.e[i].k, p[0]))
+			return d->d.e[i].v;
+	return p[1] ? p[1] : &jj_v_none;
+}
+
+static const struct method dict_methods[] = {
+	{ "items", dm_view }, { "keys", dm_view }, { "values", dm_view },
+	{ "get", dm_get },
+	{ "copy", m_copy },
+	{ NULL, NULL },
+};
+
+/* index and count: their one argument, the value */
+static struct hp_jval *list_value_arg(struct rs *r, const char *m, struct args *a)
+{
+	struct hp_jval *p[2] = { NULL, NULL };
+
+	MBIND(m, "value");
+	if (!p[0])
+		return jj_rerr(r, "%s() takes exactly one argument (0 given)", m);
+	return p[0];
+}
+
+METHOD(lm_index, l)
+{
+	struct hp_jval *x = list_value_arg(r, m, a);
+
+	if (!x)
+		return NULL;
+	for (size_t i = 0; i < l->l.n; i++)
+		if (jj_py_eq(l->l.v[i], x))
+			return jj_mkint(r, (int64_t)i);
+	return jj_rerr(r, "value is not in list");
+}
+
+METHOD(lm_count, l)
+{
+	struct hp_jval *x = list_value_arg(r, m, a);
+	int64_t c = 0;
+
+	if (!x)
+		return NULL;
+	for (size_t i = 0; i < l->l.n; i++)
+		c += jj_py_eq(l->l.v[i], x);
+	return jj_mkint(r, c);
+}
+
+/* a dict's items(), keys() and values() have none of these (see jj_get_attr) */
+static const struct method list_methods[] = {
+	{ "index", lm_index }, { "count", lm_count }, { "copy", m_copy },
+	{ NULL, NULL },
+};
+
+/* loop.cycle(*items): the item at this iteration's index */
+METHOD(loopm_cycle, lv)
+{
+	if (a->nk)
+		return jj_rerr(r, "%s() takes no keyword arguments", m);
+	if (!a->np)
+		return jj_rerr(r, "no items for cycling given");
+	return a->pos[lv->loop->i % (size_t)a->np];
+}
+
+/* loop.changed(*values): the values as a tuple against the last call's */
+METHOD(loopm_changed, lv)
+{
+	struct hp_jval *t;
+	int ch;
+
+	if (a->nk)
+		return jj_rerr(r, "%s() takes no keyword arguments", m);
+	t = jj_mklist(r, (size_t)a->np, JF_TUPLE);
+	if (!t)
+		return NULL;
+	memcpy(t->l.v, a->pos, (size_t)a->np * sizeof(*t->l.v));
+	t->l.n = (size_t)a->np;
+	ch = !lv->loop->changed || !jj_py_eq(lv->loop->changed, t);
+	lv->loop->changed = t;
+	return VBOOL(ch);
+}
+
+static const struct method loop_methods[] = {
+	{ "cycle", loopm_cycle }, { "changed", loopm_changed },
+	{ NULL, NULL },
+};
+
+#undef METHOD
+
+/* the methods of x's type, NULL for a type that has none */
+static const struct method *methods_of(const struct hp_jval *x)
+{
+	switch (x->type) {
+	case JV_STR: return str_methods;
+	case JV_DICT: return dict_methods;
+	case JV_LIST: return list_methods;
+	case JV_LOOP: return loop_methods;
+	}
+	return NULL;
+}
+
+/* --- attributes ------------------------------------------------------------- */
+/* what jinja's ImmutableSandbox refuses: the mutating methods */
+static const char *const dict_unsafe[] = { "clear", "pop", "popitem", "setdefault", "update", NULL };
+static const char *const list_unsafe[] = { "append", "reverse", "insert", "sort", "extend", "remove",
+					   "pop", "clear", NULL };
+
+static int in_list(const char *const *l, const char *s, size_t n)
+{
+	for (; *l; l++)
+		if (strlen(*l) == n && !memcmp(*l, s, n))
+			return 1;
+	return 0;
+}
+
+/* the method value of row e of self's table: called later by jj_call_method */
+static struct hp_jval *mkmethod(struct rs *r, struct hp_jval *self, const struct method *e)
+{
+	struct hp_jval *m = jj_mk(r, JV_METHOD);
+
+	if (m) {
+		m->meth.self = self;
+		m->meth.name = e->name;
+	}
+	return m;
+}
+
+static struct hp_jval *loop_attr(struct rs *r, struct hp_jval *lv, const char *a, size_t n)
+{
+	struct jloop *l = lv->loop;
+	const struct method *e;
+
+#define IS(s) (n == sizeof(s) - 1 && !memcmp(a, s, n))
+	if (IS("index"))
+		return jj_mkint(r, (int64_t)l->i + 1);
+	if (IS("index0"))
+		return jj_mkint(r, (int64_t)l->i);
+	if (IS("revindex"))
+		return jj_mkint(r, (int64_t)(l->n - l->i));
+	if (IS("revindex0"))
+		return jj_mkint(r, (int64_t)(l->n - l->i - 1));
+	if (IS("first"))
+		return VBOOL(l->i == 0);
+	if (IS("last"))
+		return VBOOL(l->i + 1 == l->n);
+	if (IS("length"))
+		return jj_mkint(r, (int64_t)l->n);
+	if (IS("depth"))
+		return jj_mkint(r, 1);
+	if (IS("depth0"))
+		return jj_mkint(r, 0);
+	if (IS("previtem"))
+		return l->i ? l->items->l.v[l->i - 1]
+			    : jj_mkundef(r, UN_MSG, "there is no previous item", 25, NULL);
+	if (IS("nextitem"))
+		return l->i + 1 < l->n ? l->items->l.v[l->i + 1]
+				       : jj_mkundef(r, UN_MSG, "there is no next item", 21, NULL);
+#undef IS
+	if ((e = find_method(loop_methods, a, n)))
+		return mkmethod(r, lv, e);
+	return jj_mkundef(r, UN_ATTR, a, n, "LoopContext");
+}
+
+/* jinja's getattr: the attribute (a method), else the item */
+struct hp_jval *jj_get_attr(struct rs *r, struct hp_jval *x, const char *a, size_t n)
+{
+	const char *tn = jj_type_name(x);
+	const struct method *e;
+
+	if (x->type == JV_UNDEF)
+		return jj_undef_err(r, x);
+	if (n && a[0] == '_')
+		return jj_mkundef(r, UN_UNSAFE, a, n, tn);
+	switch (x->type) {
+	case JV_STR:
+		if ((e = find_method(str_methods, a, n)))
+			return mkmethod(r, x, e);
+		break;
+	case JV_DICT:
+		if ((e = find_method(dict_methods, a, n)))
+			return mkmethod(r, x, e);
+		if (in_list(dict_unsafe, a, n))
+			return jj_mkundef(r, UN_UNSAFE, a, n, tn);
+		{
+			struct jent *d = jj_dict_find_str(x, a, n);
+
+			if (d)
+				return d->v;
+		}
+		break;
+	case JV_NS: {
+		struct jent *d = jj_dict_find_str(x, a, n);
+
+		if (d)
+			return d->v;
+		break;
+	}
+	case JV_LIST:
+		if ((e = find_method(list_methods, a, n)) && !(x->flags & (JF_ITEMS | JF_KEYS | JF_VALUES)))
+			return mkmethod(r, x, e);
+		if (in_list(list_unsafe, a, n) && !(x->flags & JF_TUPLE))
+			return jj_mkundef(r, UN_UNSAFE, a, n, tn);
+		break;
+	case JV_LOOP:
+		return loop_attr(r, x, a, n);
+	}
+	return jj_mkundef(r, UN_ATTR, a, n, tn);
+}
+
+/* call the method value mv (jj_get_attr's) with a */
+struct hp_jval *jj_call_method(struct rs *r, struct hp_jval *mv, struct args *a)
+{
+	struct hp_jval *self = mv->meth.self;
+	const char *m = mv->meth.name;
+	const struct method *tab = methods_of(self), *e;
+
+	if (tab && (e = find_method(tab, m, strlen(m))))
+		return e->fn(r, self, m, a);
+	return jj_rerr(r, "'%s' object has no method %s", jj_type_name(self), m);
+}
 
 /*
  * The filters.  Each is one function of the value filtered v and all the
@@ -1540,8 +2135,8 @@ FILTER(f_default)
 	struct hp_jval *p[4] = { NULL, NULL, NULL, NULL };
 
 	BIND("default_value", "boolean");
-	if (v->type == JV_UNDEF || (p[1] && truthy(p[1]) && !truthy(v)))
-		return p[0] ? p[0] : &v_empty;
+	if (v->type == JV_UNDEF || (p[1] && jj_truthy(p[1]) && !jj_truthy(v)))
+		return p[0] ? p[0] : &jj_v_empty;
 	return v;
 }
 
@@ -1551,14 +2146,14 @@ FILTER(f_length)
 
 	NOARGS();
 	k = length_of(r, v);
-	return k < 0 ? NULL : mkint(r, k);
+	return k < 0 ? NULL : jj_mkint(r, k);
 }
 
 /* string and safe: there is no markup here, so both are str() */
 FILTER(f_string)
 {
 	NOARGS();
-	return to_str(r, v);
+	return jj_to_str(r, v);
 }
 
 FILTER(f_tojson_filter)
@@ -1574,9 +2169,9 @@ FILTER(f_list)
 	struct hp_jval *s;
 
 	NOARGS();
-	s = iter_list(r, v);
+	s = jj_iter_list(r, v);
 	if (s && s == v && (v->flags & (JF_TUPLE | JF_ITEMS | JF_KEYS | JF_VALUES))) {
-		struct hp_jval *l = mklist(r, v->l.n, 0);
+		struct hp_jval *l = jj_mklist(r, v->l.n, 0);
 
 		if (!l)
 			return NULL;
@@ -1624,9 +2219,9 @@ FILTER(f_items)
 {
 	NOARGS();
 	if (v->type == JV_UNDEF)
-		return mklist(r, 0, 0);
+		return jj_mklist(r, 0, 0);
 	if (v->type != JV_DICT)
-		return rerr(r, "can only get item pairs from a mapping");
+		return jj_rerr(r, "can only get item pairs from a mapping");
 	return dict_items(r, v, 0);
 }
 
@@ -1637,12 +2232,12 @@ static struct hp_jval *first_last(struct rs *r, const char *name, struct hp_jval
 
 	NOARGS();
 	if (v->type == JV_UNDEF && last)
-		return undef_err(r, v);
-	s = iter_list(r, v);
+		return jj_undef_err(r, v);
+	s = jj_iter_list(r, v);
 	if (!s)
 		return NULL;
 	if (!s->l.n)
-		return mkundef(r, UN_MSG, !last ? "No first item, sequence was empty."
+		return jj_mkundef(r, UN_MSG, !last ? "No first item, sequence was empty."
 						: "No last item, sequence was empty.", 34, NULL);
 	return s->l.v[!last ? 0 : s->l.n - 1];
 }
@@ -1665,13 +2260,13 @@ FILTER(f_reverse)
 	if (v->type == JV_STR) {
 		struct hp_jval m1 = { .type = JV_INT, .i = -1 };
 
-		return get_slice(r, v, NULL, NULL, &m1);
+		return jj_get_slice(r, v, NULL, NULL, &m1);
 	}
-	s = iter_list(r, v);
+	s = jj_iter_list(r, v);
 	if (!s)
 		return NULL;
 	{
-		struct hp_jval *l = mklist(r, s->l.n, 0);
+		struct hp_jval *l = jj_mklist(r, s->l.n, 0);
 
 		if (!l)
 			return NULL;
@@ -1692,27 +2287,27 @@ static struct hp_jval *sort_like(struct rs *r, const char *name, struct hp_jval 
 
 	if (how == SORT_SORT) {
 		BIND("reverse", "case_sensitive", "attribute");
-		rev = p[0] && truthy(p[0]);
-		cs = p[1] && truthy(p[1]);
-		items = iter_list(r, v);
+		rev = p[0] && jj_truthy(p[0]);
+		cs = p[1] && jj_truthy(p[1]);
+		items = jj_iter_list(r, v);
 	} else if (how == SORT_UNIQUE) {
 		BIND("case_sensitive", "attribute");
-		cs = p[0] && truthy(p[0]);
+		cs = p[0] && jj_truthy(p[0]);
 		p[2] = p[1];
-		items = iter_list(r, v);
+		items = jj_iter_list(r, v);
 	} else {
 		BIND("case_sensitive", "by", "reverse");
-		cs = p[0] && truthy(p[0]);
-		rev = p[2] && truthy(p[2]);
+		cs = p[0] && jj_truthy(p[0]);
+		rev = p[2] && jj_truthy(p[2]);
 		if (v->type != JV_DICT)
-			return rerr(r, "dictsort needs a mapping");
+			return jj_rerr(r, "dictsort needs a mapping");
 		items = dict_items(r, v, 0);
 		if (p[1] && (p[1]->type != JV_STR || (strcmp(p[1]->s.s, "key") && strcmp(p[1]->s.s, "value"))))
-			return rerr(r, "You can only sort by either \"key\" or \"value\"");
+			return jj_rerr(r, "You can only sort by either \"key\" or \"value\"");
 	}
 	if (!items)
 		return NULL;
-	keys = ral(r, (items->l.n + 1) * sizeof(*keys));
+	keys = jj_ral(r, (items->l.n + 1) * sizeof(*keys));
 	if (!keys)
 		return NULL;
 	for (size_t i = 0; i < items->l.n; i++) {
@@ -1727,7 +2322,7 @@ static struct hp_jval *sort_like(struct rs *r, const char *name, struct hp_jval 
 	if (how != SORT_UNIQUE)
 		return sorted(r, items, keys, rev);
 	{
-		struct hp_jval *out = mklist(r, 0, 0);
+		struct hp_jval *out = jj_mklist(r, 0, 0);
 
 		if (!out)
 			return NULL;
@@ -1735,11 +2330,11 @@ static struct hp_jval *sort_like(struct rs *r, const char *name, struct hp_jval 
 			size_t j;
 
 			if (keys[i]->type == JV_DICT || (keys[i]->type == JV_LIST && !(keys[i]->flags & JF_TUPLE)))
-				return rerr(r, "unhashable type: '%s'", type_name(keys[i]));
+				return jj_rerr(r, "unhashable type: '%s'", jj_type_name(keys[i]));
 			for (j = 0; j < i; j++)
-				if (py_eq(keys[j], keys[i]))
+				if (jj_py_eq(keys[j], keys[i]))
 					break;
-			if (j == i && push(r, out, items->l.v[i]))
+			if (j == i && jj_push(r, out, items->l.v[i]))
 				return NULL;
 		}
 		return out;
@@ -1767,8 +2362,8 @@ FILTER(f_sum)
 	struct hp_jval *items, *acc;
 
 	BIND("attribute", "start");
-	items = iter_list(r, v);
-	acc = p[1] ? p[1] : mkint(r, 0);
+	items = jj_iter_list(r, v);
+	acc = p[1] ? p[1] : jj_mkint(r, 0);
 	if (!items || !acc)
 		return NULL;
 	for (size_t i = 0; i < items->l.n; i++) {
@@ -1777,9 +2372,9 @@ FILTER(f_sum)
 		if (p[0] && !(x = attr_path(r, x, p[0])))
 			return NULL;
 		if (acc->type == JV_STR || x->type == JV_STR)
-			return rerr(r, "unsupported operand type(s) for +: '%s' and '%s'",
-				    type_name(acc), type_name(x));
-		if (!(acc = binop(r, OP_ADD, acc, x)))
+			return jj_rerr(r, "unsupported operand type(s) for +: '%s' and '%s'",
+				       jj_type_name(acc), jj_type_name(x));
+		if (!(acc = jj_binop(r, OP_ADD, acc, x)))
 			return NULL;
 	}
 	return acc;
@@ -1807,10 +2402,10 @@ FILTER(f_attr)
 
 	BIND("name");
 	if (!p[0] || p[0]->type != JV_STR)
-		return rerr(r, "attr() needs a name");
-	if (v->type == JV_DICT && !in_list(dict_methods, p[0]->s.s, p[0]->s.len))
-		return mkundef(r, UN_ATTR, p[0]->s.s, p[0]->s.len, "dict");
-	return get_attr(r, v, p[0]->s.s, p[0]->s.len);
+		return jj_rerr(r, "attr() needs a name");
+	if (v->type == JV_DICT && !find_method(dict_methods, p[0]->s.s, p[0]->s.len))
+		return jj_mkundef(r, UN_ATTR, p[0]->s.s, p[0]->s.len, "dict");
+	return jj_get_attr(r, v, p[0]->s.s, p[0]->s.len);
 }
 
 FILTER(f_batch)
@@ -1823,21 +2418,21 @@ FILTER(f_batch)
 	if (arg_int(r, p[0], "batch", "needs a line count", &k))
 		return NULL;
 	if (k <= 0)
-		return rerr(r, "batch() needs a positive line count");
-	items = iter_list(r, v);
-	if (!items || !(out = mklist(r, 0, 0)))
+		return jj_rerr(r, "batch() needs a positive line count");
+	items = jj_iter_list(r, v);
+	if (!items || !(out = jj_mklist(r, 0, 0)))
 		return NULL;
 	for (size_t i = 0; i < items->l.n; i++) {
 		if (!cur || (int64_t)cur->l.n == k) {
-			if (!(cur = mklist(r, 0, 0)) || push(r, out, cur))
+			if (!(cur = jj_mklist(r, 0, 0)) || jj_push(r, out, cur))
 				return NULL;
 		}
-		if (push(r, cur, items->l.v[i]))
+		if (jj_push(r, cur, items->l.v[i]))
 			return NULL;
 	}
 	if (cur && p[1] && p[1]->type != JV_NONE)
 		while ((int64_t)cur->l.n < k)
-			if (push(r, cur, p[1]))
+			if (jj_push(r, cur, p[1]))
 				return NULL;
 	return out;
 }
@@ -1853,18 +2448,18 @@ FILTER(f_int)
 	if (v->type == JV_INT)
 		return v;
 	if (v->type == JV_BOOL)
-		return mkint(r, v->i);
+		return jj_mkint(r, v->i);
 	if (v->type == JV_FLOAT && isfinite(v->f) && fabs(v->f) < 9.2e18)
-		return mkint(r, (int64_t)v->f);
+		return jj_mkint(r, (int64_t)v->f);
 	if (v->type == JV_STR) {
 		double d;
 
 		if ((base == 10 || base == 2 || base == 8 || base == 16) && !parse_pyint(v, (int)base, &x))
-			return mkint(r, x);
+			return jj_mkint(r, x);
 		if (!parse_pyfloat(v, &d) && isfinite(d) && fabs(d) < 9.2e18)
-			return mkint(r, (int64_t)d);
+			return jj_mkint(r, (int64_t)d);
 	}
-	return p[0] ? p[0] : mkint(r, 0);
+	return p[0] ? p[0] : jj_mkint(r, 0);
 }
 
 FILTER(f_float)
@@ -1876,25 +2471,25 @@ FILTER(f_float)
 	if (v->type == JV_FLOAT)
 		return v;
 	if (v->type == JV_INT || v->type == JV_BOOL)
-		return mkfloat(r, (double)v->i);
+		return jj_mkfloat(r, (double)v->i);
 	if (v->type == JV_STR && !parse_pyfloat(v, &d))
-		return mkfloat(r, d);
-	return p[0] ? p[0] : mkfloat(r, 0.0);
+		return jj_mkfloat(r, d);
+	return p[0] ? p[0] : jj_mkfloat(r, 0.0);
 }
 
 FILTER(f_abs)
 {
 	NOARGS();
 	if (v->type == JV_FLOAT)
-		return mkfloat(r, fabs(v->f));
+		return jj_mkfloat(r, fabs(v->f));
 	if (v->type == JV_INT || v->type == JV_BOOL) {
 		if (v->i == INT64_MIN)
-			return rerr(r, "integer overflow (integers are 64-bit here)");
-		return mkint(r, v->i < 0 ? -v->i : v->i);
+			return jj_rerr(r, "integer overflow (integers are 64-bit here)");
+		return jj_mkint(r, v->i < 0 ? -v->i : v->i);
 	}
 	if (v->type == JV_UNDEF)
-		return undef_err(r, v);
-	return rerr(r, "bad operand type for abs(): '%s'", type_name(v));
+		return jj_undef_err(r, v);
+	return jj_rerr(r, "bad operand type for abs(): '%s'", jj_type_name(v));
 }
 
 FILTER(f_round_filter)
@@ -1909,28 +2504,28 @@ FILTER(f_format)
 {
 	struct hp_jval *args, *s;
 
-	if (!(s = to_str(r, v)))
+	if (!(s = jj_to_str(r, v)))
 		return NULL;
 	if (a->np > 1 && a->nk)
-		return rerr(r, "can't handle positional and keyword arguments at the same time");
+		return jj_rerr(r, "can't handle positional and keyword arguments at the same time");
 	if (a->nk) {
-		args = mk(r, JV_DICT);
+		args = jj_mk(r, JV_DICT);
 		if (!args)
 			return NULL;
 		for (int i = 0; i < a->nk; i++) {
-			struct hp_jval *kk = mkstrc(r, a->kn[i], strlen(a->kn[i]));
+			struct hp_jval *kk = jj_mkstrc(r, a->kn[i], strlen(a->kn[i]));
 
-			if (!kk || dict_put(&r->ar, args, kk, a->kv[i]))
-				return room(r);
+			if (!kk || jj_dict_put(&r->ar, args, kk, a->kv[i]))
+				return jj_room(r);
 		}
 	} else {
-		args = mklist(r, (size_t)a->np, JF_TUPLE);
+		args = jj_mklist(r, (size_t)a->np, JF_TUPLE);
 		if (!args)
 			return NULL;
 		for (int i = 1; i < a->np; i++)
 			args->l.v[args->l.n++] = a->pos[i];
 	}
-	return str_format(r, s, args);
+	return jj_str_format(r, s, args);
 }
 
 /* the string filters (FL_STR): v is str(value) */
@@ -1974,11 +2569,11 @@ FILTER(f_replace)
 	BIND("old", "new", "count");
 	k = -1;
 	if (!p[0] || !p[1])
-		return rerr(r, "replace() needs old and new");
+		return jj_rerr(r, "replace() needs old and new");
 	if (p[2] && p[2]->type != JV_NONE && need_int(r, p[2], "replace", &k))
 		return NULL;
 	{
-		struct hp_jval *o = to_str(r, p[0]), *nw = o ? to_str(r, p[1]) : NULL;
+		struct hp_jval *o = jj_to_str(r, p[0]), *nw = o ? jj_to_str(r, p[1]) : NULL;
 
 		return nw ? s_replace(r, v, o, nw, k) : NULL;
 	}
@@ -2000,13 +2595,13 @@ FILTER(f_wordcount)
 
 	NOARGS();
 	while (i < v->s.len) {
-		uint32_t c = u8dec(v->s.s, v->s.len, &i);
-		int w = c == '_' || py_isalnum(c);
+		uint32_t c = jj_u8dec(v->s.s, v->s.len, &i);
+		int w = c == '_' || jj_py_isalnum(c);
 
 		words += w && !in;
 		in = w;
 	}
-	return mkint(r, words);
+	return jj_mkint(r, words);
 }
 
 /* e, escape and forceescape: there is no markup here, so all three escape */
@@ -2089,7 +2684,7 @@ static const char *const filter_unsup[] = {
 	"urlencode", "urlize", "wordwrap", "xmlattr", NULL,
 };
 
-int filter_index(const char *name)
+int jj_filter_index(const char *name)
 {
 	for (size_t i = 0; i < sizeof(filters) / sizeof(filters[0]); i++)
 		if (!strcmp(filters[i].name, name))
@@ -2097,7 +2692,7 @@ int filter_index(const char *name)
 	return -1;
 }
 
-int filter_unsupported(const char *name)
+int jj_filter_unsupported(const char *name)
 {
 	for (int i = 0; filter_unsup[i]; i++)
 		if (!strcmp(filter_unsup[i], name))
@@ -2105,12 +2700,12 @@ int filter_unsupported(const char *name)
 	return 0;
 }
 
-/* filter id (filter_index's) applied to a->pos[0] with the rest of a */
-struct hp_jval *apply_filter(struct rs *r, int id, struct args *a)
+/* filter id (jj_filter_index's) applied to a->pos[0] with the rest of a */
+struct hp_jval *jj_apply_filter(struct rs *r, int id, struct args *a)
 {
 	struct hp_jval *v = a->pos[0];
 
-	if ((filters[id].flags & FL_STR) && !(v = to_str(r, v)))
+	if ((filters[id].flags & FL_STR) && !(v = jj_to_str(r, v)))
 		return NULL;
 	return filters[id].fn(r, filters[id].name, v, a);
 }
@@ -2127,7 +2722,7 @@ static struct hp_jval g_funcs[] = {
 static const char *const g_names[] = { "range", "dict", "namespace", "raise_exception", "strftime_now" };
 
 /* the global function called name, or NULL */
-struct hp_jval *find_global(const char *name)
+struct hp_jval *jj_find_global(const char *name)
 {
 	for (size_t i = 0; i < sizeof(g_names) / sizeof(g_names[0]); i++)
 		if (!strcmp(g_names[i], name))
@@ -2135,280 +2730,7 @@ struct hp_jval *find_global(const char *name)
 	return NULL;
 }
 
-static struct hp_jval *s_affix(struct rs *r, struct hp_jval *s, struct hp_jval *x, int end)
-{
-	struct hp_jval one[1] = { 0 }, **cands;
-	size_t nc;
-
-	(void)one;
-	if (x->type == JV_STR) {
-		cands = &x;
-		nc = 1;
-	} else if (x->type == JV_LIST && (x->flags & JF_TUPLE)) {
-		cands = x->l.v;
-		nc = x->l.n;
-	} else {
-		return rerr(r, "%s first arg must be str or a tuple of str, not %s",
-			    end ? "endswith" : "startswith", type_name(x));
-	}
-	for (size_t i = 0; i < nc; i++) {
-		struct hp_jval *c = cands[i];
-
-		if (c->type != JV_STR)
-			return rerr(r, "tuple for %s must only contain str", end ? "endswith" : "startswith");
-		if (c->s.len <= s->s.len &&
-		    !memcmp(s->s.s + (end ? s->s.len - c->s.len : 0), c->s.s, c->s.len))
-			return &v_true;
-	}
-	return &v_false;
-}
-
-/* the str.isX() methods that hold when every character is in a class */
-static const struct {
-	const char *name;
-	int (*pred)(uint32_t);
-} char_classes[] = {
-	{ "isdigit", py_isdigit }, { "isdecimal", py_isdigit }, { "isnumeric", py_isdigit },
-	{ "isalpha", py_isalpha }, { "isalnum", py_isalnum }, { "isspace", py_isspace },
-};
-
-static struct hp_jval *str_method(struct rs *r, struct hp_jval *s, const char *m, struct args *a)
-{
-	struct hp_jval *p[3] = { NULL, NULL, NULL };
-	int64_t k;
-
-	if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
-		MBIND(m, "prefix");
-		if (!p[0])
-			return rerr(r, "%s() takes at least 1 argument", m);
-		return s_affix(r, s, p[0], m[0] == 'e');
-	}
-	if (!strcmp(m, "split") || !strcmp(m, "rsplit")) {
-		MBIND(m, "sep", "maxsplit");
-		k = -1;
-		if (p[1] && need_int(r, p[1], m, &k))
-			return NULL;
-		return s_split(r, s, p[0], k, m[0] == 'r');
-	}
-	if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
-		MBIND(m, "chars");
-		return s_strip(r, s, p[0], m, m[0] != 'r', m[0] != 'l');
-	}
-	if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize") ||
-	    !strcmp(m, "swapcase") || !strcmp(m, "casefold")) {
-		MNOARGS(m);
-		return s_case(r, s, m[0] == 'u' ? HOW_UPPER : (m[0] == 'l' || (m[1] == 'a' && m[2] == 's')) ? HOW_LOWER
-				 : m[0] == 't' ? HOW_TITLE : m[0] == 'c' ? HOW_CAPITALIZE : HOW_SWAP);
-	}
-	if (!strcmp(m, "replace")) {
-		MBIND(m, "old", "new", "count");
-		k = -1;
-		if (!p[0] || !p[1])
-			return rerr(r, "replace() takes at least 2 arguments");
-		if (p[2] && need_int(r, p[2], m, &k))
-			return NULL;
-		return s_replace(r, s, p[0], p[1], k);
-	}
-	if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "rindex") ||
-	    !strcmp(m, "count")) {
-		const char *hit;
-
-		MBIND(m, "sub");
-		if (!arg_str(r, p[0], m, "takes at least 1 argument"))
-			return NULL;
-		if (!strcmp(m, "count")) {
-			size_t a0 = 0;
-			int64_t cnt = 0;
-
-			if (!p[0]->s.len)
-				return mkint(r, (int64_t)s->s.ncp + 1);
-			while ((hit = mem_find(s->s.s + a0, s->s.len - a0, p[0]->s.s, p[0]->s.len))) {
-				cnt++;
-				a0 = (size_t)(hit - s->s.s) + p[0]->s.len;
-			}
-			return mkint(r, cnt);
-		}
-		hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
-				  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
-		if (!hit)
-			return !strcmp(m, "index") || !strcmp(m, "rindex") ? rerr(r, "substring not found") : mkint(r, -1);
-		return mkint(r, cp_index(s, (size_t)(hit - s->s.s)));
-	}
-	if (!strcmp(m, "join")) {
-		MBIND(m, "iterable");
-		if (!p[0])
-			return rerr(r, "join() takes exactly one argument");
-		return f_join(r, p[0], s, NULL, 1);
-	}
-	for (size_t i = 0; i < sizeof(char_classes) / sizeof(char_classes[0]); i++)
-		if (!strcmp(m, char_classes[i].name)) {
-			MNOARGS(m);
-			return VBOOL(all_chars(s, char_classes[i].pred));
-		}
-	if (!strcmp(m, "islower") || !strcmp(m, "isupper")) {
-		MNOARGS(m);
-		return VBOOL(s_iscase(s, m[2] == 'u'));
-	}
-	if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust")) {
-		MBIND(m, "width", "fillchar");
-		if (arg_int(r, p[0], m, "takes at least 1 argument", &k))
-			return NULL;
-		return s_pad(r, s, k, p[1], m[0] == 'c' ? 0 : m[0] == 'l' ? -1 : 1);
-	}
-	if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
-		int end = m[6] == 's';
-
-		MBIND(m, "affix");
-		if (!arg_str(r, p[0], m, "takes exactly one argument"))
-			return NULL;
-		if (p[0]->s.len <= s->s.len &&
-		    !memcmp(s->s.s + (end ? s->s.len - p[0]->s.len : 0), p[0]->s.s, p[0]->s.len))
-			return sub(r, s, end ? 0 : p[0]->s.len, s->s.len - p[0]->s.len);
-		return s;
-	}
-	if (!strcmp(m, "partition") || !strcmp(m, "rpartition")) {
-		const char *hit;
-		struct hp_jval *t;
-
-		MBIND(m, "sep");
-		if (!arg_str(r, p[0], m, "takes exactly one argument"))
-			return NULL;
-		if (!p[0]->s.len)
-			return rerr(r, "empty separator");
-		hit = m[0] == 'r' ? mem_rfind(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len)
-				  : mem_find(s->s.s, s->s.len, p[0]->s.s, p[0]->s.len);
-		t = mklist(r, 3, JF_TUPLE);
-		if (!t)
-			return NULL;
-		if (!hit) {
-			t->l.v[0] = m[0] == 'r' ? &v_empty : s;
-			t->l.v[1] = &v_empty;
-			t->l.v[2] = m[0] == 'r' ? s : &v_empty;
-		} else {
-			size_t o = (size_t)(hit - s->s.s);
-
-			t->l.v[0] = sub(r, s, 0, o);
-			t->l.v[1] = sub(r, s, o, p[0]->s.len);
-			t->l.v[2] = sub(r, s, o + p[0]->s.len, s->s.len - o - p[0]->s.len);
-			if (!t->l.v[0] || !t->l.v[1] || !t->l.v[2])
-				return NULL;
-		}
-		t->l.n = 3;
-		return t;
-	}
-	if (!strcmp(m, "splitlines")) {
-		struct hp_jval *l = mklist(r, 0, 0);
-		size_t i = 0;
-
-		MBIND(m, "keepends");
-		if (!l)
-			return NULL;
-		while (i < s->s.len) {
-			size_t st = i, e = line_end(s, &i), nx;
-
-			nx = p[0] && truthy(p[0]) ? i : e;
-			if (push(r, l, sub(r, s, st, nx - st)))
-				return NULL;
-			if (e == s->s.len)
-				break;
-		}
-		return l;
-	}
-	if (!strcmp(m, "zfill")) {
-		MBIND(m, "width");
-		if (arg_int(r, p[0], m, "takes exactly one argument", &k))
-			return NULL;
-		if (k <= (int64_t)s->s.ncp)
-			return s;
-		if (k > 4096)
-			return rerr(r, "zfill width above 4096 is not supported");
-		{
-			struct sbuf b = sb_new(r);
-			size_t o = 0;
-
-			if (s->s.len && (s->s.s[0] == '-' || s->s.s[0] == '+')) {
-				sb_put(&b, s->s.s, 1, s->s.tag, 0);
-				o = 1;
-			}
-			for (int64_t i = (int64_t)s->s.ncp; i < k; i++)
-				sb_ch(&b, '0', 0);
-			sb_span(&b, s, o, s->s.len - o);
-			return sb_fin(r, &b);
-		}
-	}
-	return rerr(r, "str.%s() is not supported", m);
-}
-
-struct hp_jval *call_method(struct rs *r, struct hp_jval *mv, struct args *a)
-{
-	struct hp_jval *self = mv->meth.self, *p[2] = { NULL, NULL };
-	const char *m = mv->meth.name;
-
-	if (self->type == JV_STR)
-		return str_method(r, self, m, a);
-	if (self->type == JV_LOOP) {
-		if (a->nk)
-			return rerr(r, "%s() takes no keyword arguments", m);
-		if (!strcmp(m, "changed")) {
-			/* loop.changed(*values): the values as a tuple against the last call's */
-			struct hp_jval *t = mklist(r, (size_t)a->np, JF_TUPLE);
-			int ch;
-
-			if (!t)
-				return NULL;
-			memcpy(t->l.v, a->pos, (size_t)a->np * sizeof(*t->l.v));
-			t->l.n = (size_t)a->np;
-			ch = !self->loop->changed || !py_eq(self->loop->changed, t);
-			self->loop->changed = t;
-			return VBOOL(ch);
-		}
-		if (!a->np)
-			return rerr(r, "no items for cycling given");
-		return a->pos[self->loop->i % (size_t)a->np];
-	}
-	if (self->type == JV_DICT) {
-		if (!strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values")) {
-			MNOARGS(m);
-			return dict_items(r, self, m[0] == 'i' ? JF_ITEMS : m[0] == 'k' ? JF_KEYS : JF_VALUES);
-		}
-		if (!strcmp(m, "get")) {
-			MBIND("get", "key", "default");
-			if (!p[0])
-				return rerr(r, "get expected at least 1 argument, got 0");
-			for (size_t i = 0; i < self->d.n; i++)
-				if (py_eq(self->d.e[i].k, p[0]))
-					return self->d.e[i].v;
-			return p[1] ? p[1] : &v_none;
-		}
-		if (!strcmp(m, "copy")) {
-			MNOARGS(m);
-			return self;
-		}
-	}
-	if (self->type == JV_LIST) {
-		if (!strcmp(m, "copy")) {
-			MNOARGS(m);
-			return self;
-		}
-		MBIND(m, "value");
-		if (!p[0])
-			return rerr(r, "%s() takes exactly one argument (0 given)", m);
-		if (!strcmp(m, "count")) {
-			int64_t c = 0;
-
-			for (size_t i = 0; i < self->l.n; i++)
-				c += py_eq(self->l.v[i], p[0]);
-			return mkint(r, c);
-		}
-		for (size_t i = 0; i < self->l.n; i++)
-			if (py_eq(self->l.v[i], p[0]))
-				return mkint(r, (int64_t)i);
-		return rerr(r, "value is not in list");
-	}
-	return rerr(r, "'%s' object has no method %s", type_name(self), m);
-}
-
-struct hp_jval *call_global(struct rs *r, int g, struct args *a)
+struct hp_jval *jj_call_global(struct rs *r, int g, struct args *a)
 {
 	struct hp_jval *p[3] = { NULL, NULL, NULL };
 
@@ -2418,28 +2740,28 @@ struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 		struct hp_jval *l;
 
 		if (a->nk)
-			return rerr(r, "range() takes no keyword arguments");
+			return jj_rerr(r, "range() takes no keyword arguments");
 		if (a->np < 1 || a->np > 3)
-			return rerr(r, "range expected 1 to 3 arguments, got %d", a->np);
+			return jj_rerr(r, "range expected 1 to 3 arguments, got %d", a->np);
 		for (int i = 0; i < a->np; i++)
 			if (need_int(r, a->pos[i], "range", &v[a->np == 1 ? 1 : i]))
 				return NULL;
 		if (!v[2])
-			return rerr(r, "range() arg 3 must not be zero");
+			return jj_rerr(r, "range() arg 3 must not be zero");
 		if (v[2] > 0)
 			cnt = v[1] > v[0] ? (v[1] - v[0] - 1) / v[2] + 1 : 0;
 		else
 			cnt = v[0] > v[1] ? (v[0] - v[1] - 1) / (-v[2]) + 1 : 0;
 		if (cnt > LIM_RANGE)
-			return rerr(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
-				    LIM_RANGE);
-		if (count_iters(r, (long)cnt))
+			return jj_rerr(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
+				       LIM_RANGE);
+		if (jj_count_iters(r, (long)cnt))
 			return NULL;
-		l = mklist(r, (size_t)cnt, 0);
+		l = jj_mklist(r, (size_t)cnt, 0);
 		if (!l)
 			return NULL;
 		{
-			struct hp_jval *ints = cnt ? ral(r, (size_t)cnt * sizeof(*ints)) : NULL;
+			struct hp_jval *ints = cnt ? jj_ral(r, (size_t)cnt * sizeof(*ints)) : NULL;
 
 			if (cnt && !ints)
 				return NULL;
@@ -2454,50 +2776,50 @@ struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 	}
 	case G_DICT:
 	case G_NAMESPACE: {
-		struct hp_jval *d = mk(r, g == G_DICT ? JV_DICT : JV_NS);
+		struct hp_jval *d = jj_mk(r, g == G_DICT ? JV_DICT : JV_NS);
 
 		if (!d)
 			return NULL;
 		if (a->np > 1)
-			return rerr(r, "%s expected at most 1 argument, got %d", g_names[g], a->np);
+			return jj_rerr(r, "%s expected at most 1 argument, got %d", g_names[g], a->np);
 		if (a->np) {
 			struct hp_jval *src = a->pos[0];
 
 			if (src->type == JV_DICT) {
 				for (size_t i = 0; i < src->d.n; i++)
-					if (dict_put(&r->ar, d, src->d.e[i].k, src->d.e[i].v))
-						return room(r);
+					if (jj_dict_put(&r->ar, d, src->d.e[i].k, src->d.e[i].v))
+						return jj_room(r);
 			} else if (src->type == JV_LIST) {
 				for (size_t i = 0; i < src->l.n; i++) {
 					struct hp_jval *pr = src->l.v[i];
 
 					if (pr->type != JV_LIST || pr->l.n != 2)
-						return rerr(r, "dictionary update sequence element #%zu has the wrong length", i);
-					if (dict_put(&r->ar, d, pr->l.v[0], pr->l.v[1]))
-						return room(r);
+						return jj_rerr(r, "dictionary update sequence element #%zu has the wrong length", i);
+					if (jj_dict_put(&r->ar, d, pr->l.v[0], pr->l.v[1]))
+						return jj_room(r);
 				}
 			} else {
-				return rerr(r, "'%s' object is not iterable", type_name(src));
+				return jj_rerr(r, "'%s' object is not iterable", jj_type_name(src));
 			}
 		}
 		for (int i = 0; i < a->nk; i++) {
-			struct jent *e = dict_find_str(d, a->kn[i], strlen(a->kn[i]));
+			struct jent *e = jj_dict_find_str(d, a->kn[i], strlen(a->kn[i]));
 			struct hp_jval *k;
 
 			if (g == G_NAMESPACE && a->kn[i][0] == '_')
-				return rerr(r, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'. Please rename the attribute.", a->kn[i]);
+				return jj_rerr(r, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'. Please rename the attribute.", a->kn[i]);
 			if (e) {
 				e->v = a->kv[i];
 				continue;
 			}
-			k = mkstrc(r, a->kn[i], strlen(a->kn[i]));
-			if (!k || dict_put(&r->ar, d, k, a->kv[i]))
-				return room(r);
+			k = jj_mkstrc(r, a->kn[i], strlen(a->kn[i]));
+			if (!k || jj_dict_put(&r->ar, d, k, a->kv[i]))
+				return jj_room(r);
 		}
 		if (g == G_NAMESPACE)
 			for (size_t i = 0; i < d->d.n; i++)
 				if (d->d.e[i].k->type == JV_STR && d->d.e[i].k->s.len && d->d.e[i].k->s.s[0] == '_')
-					return rerr(r, "Chat templates cannot store underscore-prefixed attributes on a namespace");
+					return jj_rerr(r, "Chat templates cannot store underscore-prefixed attributes on a namespace");
 		return d;
 	}
 	case G_RAISE: {
@@ -2505,11 +2827,11 @@ struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 
 		MBIND("raise_exception", "message");
 		if (!p[0])
-			return rerr(r, "raise_exception() missing 1 required positional argument: 'message'");
-		msg = to_str(r, p[0]);
+			return jj_rerr(r, "raise_exception() missing 1 required positional argument: 'message'");
+		msg = jj_to_str(r, p[0]);
 		if (!msg)
 			return NULL;
-		return rerr(r, "%.*s", (int)(msg->s.len > 400 ? 400 : msg->s.len), msg->s.s);
+		return jj_rerr(r, "%.*s", (int)(msg->s.len > 400 ? 400 : msg->s.len), msg->s.s);
 	}
 	case G_STRFTIME: {
 		char fmt[256], out[1024];
@@ -2519,19 +2841,19 @@ struct hp_jval *call_global(struct rs *r, int g, struct args *a)
 
 		MBIND("strftime_now", "format");
 		if (!p[0] || p[0]->type != JV_STR)
-			return rerr(r, "strftime_now() needs a format string");
+			return jj_rerr(r, "strftime_now() needs a format string");
 		if (p[0]->s.len >= sizeof(fmt))
-			return rerr(r, "strftime_now() format longer than %zu bytes", sizeof(fmt) - 1);
+			return jj_rerr(r, "strftime_now() format longer than %zu bytes", sizeof(fmt) - 1);
 		memcpy(fmt, p[0]->s.s, p[0]->s.len);
 		fmt[p[0]->s.len] = '\0';
 		if (!localtime_r(&now, &tm))
-			return rerr(r, "strftime_now(): no local time");
+			return jj_rerr(r, "strftime_now(): no local time");
 		n = strftime(out, sizeof(out), fmt, &tm);
 		if (!n && fmt[0])
-			return rerr(r, "strftime_now(): the result is too long");
-		return mkstrc(r, out, n);
+			return jj_rerr(r, "strftime_now(): the result is too long");
+		return jj_mkstrc(r, out, n);
 	}
 	}
-	return rerr(r, "unknown function");
+	return jj_rerr(r, "unknown function");
 }
 

@@ -12,7 +12,7 @@
 #include "text/jinja_int.h"
 
 /* --- arithmetic ------------------------------------------------------------- */
-struct hp_jval *concat2(struct rs *r, const struct hp_jval *a, const struct hp_jval *b)
+struct hp_jval *jj_concat2(struct rs *r, const struct hp_jval *a, const struct hp_jval *b)
 {
 	size_t n = a->s.len + b->s.len;
 	char *s;
@@ -24,15 +24,15 @@ struct hp_jval *concat2(struct rs *r, const struct hp_jval *a, const struct hp_j
 	if (!b->s.len)
 		return (struct hp_jval *)a;
 	if (n > r->lim_output)
-		return rerr(r, "a string longer than %zu MiB (limit)", r->lim_output >> 20);
-	s = ral(r, n + 1);
+		return jj_rerr(r, "a string longer than %zu MiB (limit)", r->lim_output >> 20);
+	s = jj_ral(r, n + 1);
 	if (!s)
 		return NULL;
 	memcpy(s, a->s.s, a->s.len);
 	memcpy(s + a->s.len, b->s.s, b->s.len);
 	s[n] = '\0';
 	if (a->s.tag || b->s.tag) {
-		t = ral(r, n * sizeof(*t));
+		t = jj_ral(r, n * sizeof(*t));
 		if (!t)
 			return NULL;
 		if (a->s.tag)
@@ -44,7 +44,7 @@ struct hp_jval *concat2(struct rs *r, const struct hp_jval *a, const struct hp_j
 		else
 			memset(t + a->s.len, 0, b->s.len * sizeof(*t));
 	}
-	v = mk(r, JV_STR);
+	v = jj_mk(r, JV_STR);
 	if (!v)
 		return NULL;
 	v->s.s = s;
@@ -56,24 +56,24 @@ struct hp_jval *concat2(struct rs *r, const struct hp_jval *a, const struct hp_j
 	return v;
 }
 
-struct hp_jval *repeat(struct rs *r, const struct hp_jval *x, int64_t k)
+struct hp_jval *jj_repeat(struct rs *r, const struct hp_jval *x, int64_t k)
 {
 	if (k <= 0)
-		return x->type == JV_STR ? &v_empty : mklist(r, 0, x->flags & JF_TUPLE);
+		return x->type == JV_STR ? &jj_v_empty : jj_mklist(r, 0, x->flags & JF_TUPLE);
 	if (x->type == JV_STR) {
-		struct sbuf b = sb_new(r);
+		struct sbuf b = jj_sb_new(r);
 
 		if ((double)x->s.len * (double)k > (double)r->lim_output)
-			return rerr(r, "a string longer than %zu MiB (limit)", r->lim_output >> 20);
+			return jj_rerr(r, "a string longer than %zu MiB (limit)", r->lim_output >> 20);
 		for (int64_t i = 0; i < k; i++)
-			sb_val(&b, x);
-		return sb_fin(r, &b);
+			jj_sb_val(&b, x);
+		return jj_sb_fin(r, &b);
 	} else {
 		struct hp_jval *l;
 
 		if ((double)x->l.n * (double)k > (double)r->lim_iters)
-			return rerr(r, "a list longer than %ld items (limit)", r->lim_iters);
-		l = mklist(r, x->l.n * (size_t)k, x->flags & JF_TUPLE);
+			return jj_rerr(r, "a list longer than %ld items (limit)", r->lim_iters);
+		l = jj_mklist(r, x->l.n * (size_t)k, x->flags & JF_TUPLE);
 		if (!l)
 			return NULL;
 		for (int64_t i = 0; i < k; i++)
@@ -97,13 +97,13 @@ static const char *opname(int op)
 	return "?";
 }
 
-struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b)
+struct hp_jval *jj_binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b)
 {
 	if (a->type == JV_UNDEF)
-		return undef_err(r, a);
+		return jj_undef_err(r, a);
 	if (b->type == JV_UNDEF)
-		return undef_err(r, b);
-	if (isnum(a) && isnum(b)) {
+		return jj_undef_err(r, b);
+	if (jj_isnum(a) && jj_isnum(b)) {
 		if (a->type != JV_FLOAT && b->type != JV_FLOAT && op != OP_DIV) {
 			int64_t x = a->i, y = b->i, z;
 
@@ -111,19 +111,19 @@ struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b
 			case OP_ADD:
 				if (__builtin_add_overflow(x, y, &z))
 					goto ovf;
-				return mkint(r, z);
+				return jj_mkint(r, z);
 			case OP_SUB:
 				if (__builtin_sub_overflow(x, y, &z))
 					goto ovf;
-				return mkint(r, z);
+				return jj_mkint(r, z);
 			case OP_MUL:
 				if (__builtin_mul_overflow(x, y, &z))
 					goto ovf;
-				return mkint(r, z);
+				return jj_mkint(r, z);
 			case OP_FLOORDIV:
 			case OP_MOD:
 				if (!y)
-					return rerr(r, "integer division or modulo by zero");
+					return jj_rerr(r, "integer division or modulo by zero");
 				if (x == INT64_MIN && y == -1)
 					goto ovf;
 				{
@@ -133,13 +133,13 @@ struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b
 						q--;
 						m += y;
 					}
-					return mkint(r, op == OP_MOD ? m : q);
+					return jj_mkint(r, op == OP_MOD ? m : q);
 				}
 			case OP_POW:
 				if (y < 0) {
 					if (!x)
-						return rerr(r, "0.0 cannot be raised to a negative power");
-					return mkfloat(r, pow((double)x, (double)y));
+						return jj_rerr(r, "0.0 cannot be raised to a negative power");
+					return jj_mkfloat(r, pow((double)x, (double)y));
 				}
 				z = 1;
 				while (y) {
@@ -149,26 +149,26 @@ struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b
 					if (y && __builtin_mul_overflow(x, x, &x))
 						goto ovf;
 				}
-				return mkint(r, z);
+				return jj_mkint(r, z);
 			}
 		} else {
-			double x = numf(a), y = numf(b);
+			double x = jj_numf(a), y = jj_numf(b);
 
 			switch (op) {
-			case OP_ADD: return mkfloat(r, x + y);
-			case OP_SUB: return mkfloat(r, x - y);
-			case OP_MUL: return mkfloat(r, x * y);
+			case OP_ADD: return jj_mkfloat(r, x + y);
+			case OP_SUB: return jj_mkfloat(r, x - y);
+			case OP_MUL: return jj_mkfloat(r, x * y);
 			case OP_DIV:
 				if (y == 0)
-					return rerr(r, "division by zero");
-				return mkfloat(r, x / y);
+					return jj_rerr(r, "division by zero");
+				return jj_mkfloat(r, x / y);
 			case OP_FLOORDIV:
 			case OP_MOD: {
 				/* CPython float_divmod */
 				double m, d, fd;
 
 				if (y == 0)
-					return rerr(r, "float modulo or division by zero");
+					return jj_rerr(r, "float modulo or division by zero");
 				m = fmod(x, y);
 				d = (x - m) / y;
 				if (m) {
@@ -186,24 +186,24 @@ struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b
 				} else {
 					fd = copysign(0.0, x / y);
 				}
-				return mkfloat(r, op == OP_MOD ? m : fd);
+				return jj_mkfloat(r, op == OP_MOD ? m : fd);
 			}
 			case OP_POW:
 				if (x == 0 && y < 0)
-					return rerr(r, "0.0 cannot be raised to a negative power");
+					return jj_rerr(r, "0.0 cannot be raised to a negative power");
 				if (x < 0 && y != floor(y))
-					return rerr(r, "a negative number to a fractional power is complex (not supported)");
-				return mkfloat(r, pow(x, y));
+					return jj_rerr(r, "a negative number to a fractional power is complex (not supported)");
+				return jj_mkfloat(r, pow(x, y));
 			}
 		}
 	}
 	if (op == OP_ADD) {
 		if (a->type == JV_STR && b->type == JV_STR)
-			return concat2(r, a, b);
+			return jj_concat2(r, a, b);
 		if (a->type == JV_LIST && b->type == JV_LIST &&
 		    (a->flags & JF_TUPLE) == (b->flags & JF_TUPLE) &&
 		    !((a->flags | b->flags) & (JF_ITEMS | JF_KEYS | JF_VALUES))) {
-			struct hp_jval *l = mklist(r, a->l.n + b->l.n, a->flags & JF_TUPLE);
+			struct hp_jval *l = jj_mklist(r, a->l.n + b->l.n, a->flags & JF_TUPLE);
 
 			if (!l)
 				return NULL;
@@ -214,21 +214,21 @@ struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b
 			return l;
 		}
 		if (a->type == JV_STR || b->type == JV_STR)
-			return rerr(r, "can only concatenate str (not \"%s\") to str",
-				    type_name(a->type == JV_STR ? b : a));
+			return jj_rerr(r, "can only concatenate str (not \"%s\") to str",
+				       jj_type_name(a->type == JV_STR ? b : a));
 	}
 	if (op == OP_MUL) {
 		if ((a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))
-			return repeat(r, a, b->i);
+			return jj_repeat(r, a, b->i);
 		if ((b->type == JV_STR || b->type == JV_LIST) && (a->type == JV_INT || a->type == JV_BOOL))
-			return repeat(r, b, a->i);
+			return jj_repeat(r, b, a->i);
 	}
 	if (op == OP_MOD && a->type == JV_STR)
-		return str_format(r, a, b);
-	return rerr(r, "unsupported operand type(s) for %s: '%s' and '%s'", opname(op), type_name(a),
-		    type_name(b));
+		return jj_str_format(r, a, b);
+	return jj_rerr(r, "unsupported operand type(s) for %s: '%s' and '%s'", opname(op), jj_type_name(a),
+		       jj_type_name(b));
 ovf:
-	return rerr(r, "integer overflow (integers are 64-bit here)");
+	return jj_rerr(r, "integer overflow (integers are 64-bit here)");
 }
 
 /* --- items, slices and iteration ------------------------------------------ */
@@ -242,38 +242,38 @@ static int norm_index(int64_t i, size_t n, size_t *out)
 	return 1;
 }
 
-struct hp_jval *get_item(struct rs *r, struct hp_jval *x, struct hp_jval *k)
+struct hp_jval *jj_get_item(struct rs *r, struct hp_jval *x, struct hp_jval *k)
 {
 	size_t i;
 
 	if (x->type == JV_UNDEF)
-		return undef_err(r, x);
+		return jj_undef_err(r, x);
 	if (x->type == JV_DICT) {
 		for (size_t j = 0; j < x->d.n; j++)
-			if (py_eq(x->d.e[j].k, k))
+			if (jj_py_eq(x->d.e[j].k, k))
 				return x->d.e[j].v;
 	} else if ((x->type == JV_LIST || x->type == JV_STR) && (k->type == JV_INT || k->type == JV_BOOL)) {
 		if (x->type == JV_LIST) {
 			if (norm_index(k->i, x->l.n, &i) && !(x->flags & (JF_ITEMS | JF_KEYS | JF_VALUES)))
 				return x->l.v[i];
 		} else if (norm_index(k->i, x->s.ncp, &i)) {
-			size_t off = cp_off(x, i), end = off;
+			size_t off = jj_cp_off(x, i), end = off;
 
-			u8dec(x->s.s, x->s.len, &end);
-			return sub(r, x, off, end - off);
+			jj_u8dec(x->s.s, x->s.len, &end);
+			return jj_sub(r, x, off, end - off);
 		}
 	}
 	if (k->type == JV_STR)
-		return get_attr(r, x, k->s.s, k->s.len);
+		return jj_get_attr(r, x, k->s.s, k->s.len);
 	if (k->type == JV_INT || k->type == JV_BOOL) {
-		char *num = ral(r, 24);
+		char *num = jj_ral(r, 24);
 
 		if (!num)
 			return NULL;
 		snprintf(num, 24, "%lld", (long long)k->i);
-		return mkundef(r, UN_ITEM, num, strlen(num), type_name(x));
+		return jj_mkundef(r, UN_ITEM, num, strlen(num), jj_type_name(x));
 	}
-	return mkundef(r, UN_ITEM, "?", 1, type_name(x));
+	return jj_mkundef(r, UN_ITEM, "?", 1, jj_type_name(x));
 }
 
 /* a slice index given (not absent or None), and one given that is no integer */
@@ -313,11 +313,11 @@ static int slice_idx(struct rs *r, struct hp_jval *sv, struct hp_jval *ev, struc
 
 	/* Python checks the step first */
 	if (!slice_bad(tv) && slice_given(tv) && !(st = tv->i)) {
-		rerr(r, "slice step cannot be zero");
+		jj_rerr(r, "slice step cannot be zero");
 		return -1;
 	}
 	if (slice_bad(tv) || slice_bad(sv) || slice_bad(ev)) {
-		rerr(r, "slice indices must be integers or None");
+		jj_rerr(r, "slice indices must be integers or None");
 		return -1;
 	}
 	a = slice_bound(sv, len, st, st < 0 ? len - 1 : 0);
@@ -335,19 +335,19 @@ static int slice_idx(struct rs *r, struct hp_jval *sv, struct hp_jval *ev, struc
 	return 0;
 }
 
-struct hp_jval *get_slice(struct rs *r, struct hp_jval *x, struct hp_jval *sv, struct hp_jval *ev,
-			  struct hp_jval *tv)
+struct hp_jval *jj_get_slice(struct rs *r, struct hp_jval *x, struct hp_jval *sv, struct hp_jval *ev,
+			     struct hp_jval *tv)
 {
 	int64_t a, b, st, cnt;
 
 	if (x->type == JV_UNDEF)
-		return undef_err(r, x);
+		return jj_undef_err(r, x);
 	if (x->type == JV_LIST && !(x->flags & (JF_ITEMS | JF_KEYS | JF_VALUES))) {
 		struct hp_jval *l;
 
 		if (slice_idx(r, sv, ev, tv, x->l.n, &a, &b, &st, &cnt))
 			return NULL;
-		l = mklist(r, (size_t)cnt, x->flags & JF_TUPLE);
+		l = jj_mklist(r, (size_t)cnt, x->flags & JF_TUPLE);
 		if (!l)
 			return NULL;
 		for (int64_t i = 0, j = a; i < cnt; i++, j += st)
@@ -361,53 +361,53 @@ struct hp_jval *get_slice(struct rs *r, struct hp_jval *x, struct hp_jval *sv, s
 		if (slice_idx(r, sv, ev, tv, x->s.ncp, &a, &b, &st, &cnt))
 			return NULL;
 		if (!cnt)
-			return &v_empty;
+			return &jj_v_empty;
 		if (st == 1) {
-			size_t o1 = cp_off(x, (size_t)a), o2 = o1;
+			size_t o1 = jj_cp_off(x, (size_t)a), o2 = o1;
 
 			if (x->flags & JF_ASCII) {
 				o2 = (size_t)(a + cnt);
 			} else {
 				for (int64_t i = 0; i < cnt; i++)
-					u8dec(x->s.s, x->s.len, &o2);
+					jj_u8dec(x->s.s, x->s.len, &o2);
 			}
-			return sub(r, x, o1, o2 - o1);
+			return jj_sub(r, x, o1, o2 - o1);
 		}
 		if (!(x->flags & JF_ASCII)) {
 			size_t i = 0, k = 0;
 
-			offs = ral(r, (x->s.ncp + 1) * sizeof(*offs));
+			offs = jj_ral(r, (x->s.ncp + 1) * sizeof(*offs));
 			if (!offs)
 				return NULL;
 			while (i < x->s.len) {
 				offs[k++] = i;
-				u8dec(x->s.s, x->s.len, &i);
+				jj_u8dec(x->s.s, x->s.len, &i);
 			}
 			offs[k] = i;
 		}
-		bb = sb_new(r);
+		bb = jj_sb_new(r);
 		for (int64_t i = 0, j = a; i < cnt; i++, j += st) {
 			size_t o1 = offs ? offs[j] : (size_t)j, o2 = offs ? offs[j + 1] : (size_t)j + 1;
 
-			sb_span(&bb, x, o1, o2 - o1);
+			jj_sb_span(&bb, x, o1, o2 - o1);
 		}
-		return sb_fin(r, &bb);
+		return jj_sb_fin(r, &bb);
 	}
-	return rerr(r, "'%s' object is not subscriptable", type_name(x));
+	return jj_rerr(r, "'%s' object is not subscriptable", jj_type_name(x));
 }
 
 /* the items of an iterable: lists as they are, dict keys, string characters */
-struct hp_jval *iter_list(struct rs *r, struct hp_jval *x)
+struct hp_jval *jj_iter_list(struct rs *r, struct hp_jval *x)
 {
 	struct hp_jval *l;
 
 	switch (x->type) {
 	case JV_UNDEF:
-		return mklist(r, 0, 0);
+		return jj_mklist(r, 0, 0);
 	case JV_LIST:
 		return x;
 	case JV_DICT:
-		l = mklist(r, x->d.n, 0);
+		l = jj_mklist(r, x->d.n, 0);
 		if (!l)
 			return NULL;
 		for (size_t i = 0; i < x->d.n; i++)
@@ -416,21 +416,21 @@ struct hp_jval *iter_list(struct rs *r, struct hp_jval *x)
 	case JV_STR: {
 		size_t i = 0;
 
-		l = mklist(r, x->s.ncp, 0);
+		l = jj_mklist(r, x->s.ncp, 0);
 		if (!l)
 			return NULL;
 		while (i < x->s.len) {
 			size_t st = i;
 
-			u8dec(x->s.s, x->s.len, &i);
-			l->l.v[l->l.n] = sub(r, x, st, i - st);
+			jj_u8dec(x->s.s, x->s.len, &i);
+			l->l.v[l->l.n] = jj_sub(r, x, st, i - st);
 			if (!l->l.v[l->l.n++])
 				return NULL;
 		}
 		return l;
 	}
 	}
-	return rerr(r, "'%s' object is not iterable", type_name(x));
+	return jj_rerr(r, "'%s' object is not iterable", jj_type_name(x));
 }
 
 /* --- calls: arguments ----------------------------------------------------- */
@@ -444,9 +444,9 @@ static int eval_args(struct rs *r, struct frame *f, const struct node *n, struct
 
 	a->np = n->nv + off;
 	a->nk = n->nkw;
-	a->pos = ral(r, (size_t)(a->np + 1) * sizeof(*a->pos));
-	a->kn = ral(r, (size_t)(a->nk + 1) * sizeof(*a->kn));
-	a->kv = ral(r, (size_t)(a->nk + 1) * sizeof(*a->kv));
+	a->pos = jj_ral(r, (size_t)(a->np + 1) * sizeof(*a->pos));
+	a->kn = jj_ral(r, (size_t)(a->nk + 1) * sizeof(*a->kn));
+	a->kv = jj_ral(r, (size_t)(a->nk + 1) * sizeof(*a->kv));
 	if (!a->pos || !a->kn || !a->kv)
 		return -1;
 	if (first)
@@ -473,7 +473,7 @@ struct frame {
 
 static struct frame *frame_new(struct rs *r, struct frame *up)
 {
-	struct frame *f = ral(r, sizeof(*f));
+	struct frame *f = jj_ral(r, sizeof(*f));
 
 	if (f) {
 		memset(f, 0, sizeof(*f));
@@ -491,8 +491,8 @@ static int frame_set(struct rs *r, struct frame *f, const char *name, struct hp_
 		}
 	if (f->n == f->cap) {
 		int cap = f->cap ? f->cap * 2 : 4;
-		const char **nn = ral(r, (size_t)cap * sizeof(*nn));
-		struct hp_jval **nv = ral(r, (size_t)cap * sizeof(*nv));
+		const char **nn = jj_ral(r, (size_t)cap * sizeof(*nn));
+		struct hp_jval **nv = jj_ral(r, (size_t)cap * sizeof(*nv));
 
 		if (!nn || !nv)
 			return -1;
@@ -518,14 +518,14 @@ static struct hp_jval *lookup(struct rs *r, struct frame *f, const char *name)
 			if (f->names[i] == name || !strcmp(f->names[i], name))
 				return f->vals[i];
 	if (r->vars && r->vars->type == JV_DICT) {
-		struct jent *e = dict_find_str(r->vars, name, strlen(name));
+		struct jent *e = jj_dict_find_str(r->vars, name, strlen(name));
 
 		if (e)
 			return e->v;
 	}
-	if ((g = find_global(name)))
+	if ((g = jj_find_global(name)))
 		return g;
-	return mkundef(r, UN_NAME, name, strlen(name), NULL);
+	return jj_mkundef(r, UN_NAME, name, strlen(name), NULL);
 }
 
 static int assign(struct rs *r, struct frame *f, const struct node *t, struct hp_jval *v)
@@ -536,17 +536,17 @@ static int assign(struct rs *r, struct frame *f, const struct node *t, struct hp
 		struct hp_jval *items;
 
 		if (v->type == JV_UNDEF) {
-			undef_err(r, v);
+			jj_undef_err(r, v);
 			return -1;
 		}
-		items = iter_list(r, v);
+		items = jj_iter_list(r, v);
 		if (!items)
 			return -1;
 		if (items->l.n != (size_t)t->nv) {
 			if (items->l.n > (size_t)t->nv)
-				rerr(r, "too many values to unpack (expected %d)", t->nv);
+				jj_rerr(r, "too many values to unpack (expected %d)", t->nv);
 			else
-				rerr(r, "not enough values to unpack (expected %d, got %zu)", t->nv, items->l.n);
+				jj_rerr(r, "not enough values to unpack (expected %d, got %zu)", t->nv, items->l.n);
 			return -1;
 		}
 		for (int i = 0; i < t->nv; i++)
@@ -562,7 +562,7 @@ static int exec_body(struct rs *r, struct frame *f, const struct node *body);
 /* render body into a string (a macro call, block set, filter block) */
 static struct hp_jval *capture(struct rs *r, struct frame *f, const struct node *body)
 {
-	struct sbuf b = sb_new(r), *save = r->out;
+	struct sbuf b = jj_sb_new(r), *save = r->out;
 	int rc;
 
 	r->out = &b;
@@ -570,7 +570,7 @@ static struct hp_jval *capture(struct rs *r, struct frame *f, const struct node 
 	r->out = save;
 	if (rc < 0)
 		return NULL;
-	return sb_fin(r, &b);
+	return jj_sb_fin(r, &b);
 }
 
 static struct hp_jval *call_macro(struct rs *r, struct hp_jval *m, struct args *a)
@@ -580,24 +580,24 @@ static struct hp_jval *call_macro(struct rs *r, struct hp_jval *m, struct args *
 	struct hp_jval *varargs = NULL, *kwargs = NULL, **got, *out;
 
 	if (r->mdepth >= LIM_MACRO_DEPTH)
-		return rerr(r, "macro calls nested deeper than %d (limit)", LIM_MACRO_DEPTH);
+		return jj_rerr(r, "macro calls nested deeper than %d (limit)", LIM_MACRO_DEPTH);
 	mf = frame_new(r, m->m.closure);
-	got = ral(r, (size_t)(def->nv + 1) * sizeof(*got));
+	got = jj_ral(r, (size_t)(def->nv + 1) * sizeof(*got));
 	if (!mf || !got)
 		return NULL;
 	memset(got, 0, (size_t)(def->nv + 1) * sizeof(*got));
-	if (def->fl & NF_VARARGS && !(varargs = mklist(r, 0, JF_TUPLE)))
+	if (def->fl & NF_VARARGS && !(varargs = jj_mklist(r, 0, JF_TUPLE)))
 		return NULL;
-	if (def->fl & NF_KWARGS && !(kwargs = mk(r, JV_DICT)))
+	if (def->fl & NF_KWARGS && !(kwargs = jj_mk(r, JV_DICT)))
 		return NULL;
 	for (int i = 0; i < a->np; i++) {
 		if (i < def->nv)
 			got[i] = a->pos[i];
 		else if (varargs) {
-			if (push(r, varargs, a->pos[i]))
+			if (jj_push(r, varargs, a->pos[i]))
 				return NULL;
 		} else
-			return rerr(r, "macro '%s' takes not more than %d argument(s)", def->name, def->nv);
+			return jj_rerr(r, "macro '%s' takes not more than %d argument(s)", def->name, def->nv);
 	}
 	for (int k = 0; k < a->nk; k++) {
 		int j;
@@ -607,15 +607,15 @@ static struct hp_jval *call_macro(struct rs *r, struct hp_jval *m, struct args *
 				break;
 		if (j < def->nv) {
 			if (got[j])
-				return rerr(r, "macro '%s' got multiple values for argument '%s'", def->name, a->kn[k]);
+				return jj_rerr(r, "macro '%s' got multiple values for argument '%s'", def->name, a->kn[k]);
 			got[j] = a->kv[k];
 		} else if (kwargs) {
-			struct hp_jval *key = mkstrc(r, a->kn[k], strlen(a->kn[k]));
+			struct hp_jval *key = jj_mkstrc(r, a->kn[k], strlen(a->kn[k]));
 
-			if (!key || dict_put(&r->ar, kwargs, key, a->kv[k]))
-				return room(r);
+			if (!key || jj_dict_put(&r->ar, kwargs, key, a->kv[k]))
+				return jj_room(r);
 		} else {
-			return rerr(r, "macro '%s' takes no keyword argument '%s'", def->name, a->kn[k]);
+			return jj_rerr(r, "macro '%s' takes no keyword argument '%s'", def->name, a->kn[k]);
 		}
 	}
 	for (int i = 0; i < def->nv; i++) {
@@ -623,7 +623,7 @@ static struct hp_jval *call_macro(struct rs *r, struct hp_jval *m, struct args *
 
 		if (!v) {
 			v = def->v2[i] ? eval(r, mf, def->v2[i])
-				       : mkundef(r, UN_MSG, "parameter was not provided", 0, NULL);
+				       : jj_mkundef(r, UN_MSG, "parameter was not provided", 0, NULL);
 			if (v && !def->v2[i]) {
 				v->aux = UN_NAME;
 				v->u.name = def->v[i]->name;
@@ -645,15 +645,15 @@ static struct hp_jval *call_value(struct rs *r, struct hp_jval *fn, struct args 
 {
 	switch (fn->type) {
 	case JV_FUNC:
-		return call_global(r, (int)fn->aux, a);
+		return jj_call_global(r, (int)fn->aux, a);
 	case JV_METHOD:
-		return call_method(r, fn, a);
+		return jj_call_method(r, fn, a);
 	case JV_MACRO:
 		return call_macro(r, fn, a);
 	case JV_UNDEF:
-		return undef_err(r, fn);
+		return jj_undef_err(r, fn);
 	}
-	return rerr(r, "'%s' object is not callable", type_name(fn));
+	return jj_rerr(r, "'%s' object is not callable", jj_type_name(fn));
 }
 
 /*
@@ -685,11 +685,11 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 		return lookup(r, f, n->name);
 	case N_ATTR:
 		a = eval(r, f, n->a);
-		return a ? get_attr(r, a, n->name, strlen(n->name)) : NULL;
+		return a ? jj_get_attr(r, a, n->name, strlen(n->name)) : NULL;
 	case N_ITEM:
 		a = eval(r, f, n->a);
 		b = a ? eval(r, f, n->b) : NULL;
-		return b ? get_item(r, a, b) : NULL;
+		return b ? jj_get_item(r, a, b) : NULL;
 	case N_SLICE: {
 		struct hp_jval *s = NULL, *e = NULL, *t = NULL;
 
@@ -698,36 +698,36 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 		    (n->d && !(t = eval(r, f, n->d))))
 			return NULL;
 		r->line = n->line;
-		return get_slice(r, a, s, e, t);
+		return jj_get_slice(r, a, s, e, t);
 	}
 	case N_CALL:
 		a = eval_applied(r, f, n, 0, &args);
 		return a ? call_value(r, a, &args) : NULL;
 	case N_FILTER:
 		if (n->id < 0)
-			return rerr(r, "no filter named '%s' found", n->name);
-		return eval_applied(r, f, n, 1, &args) ? apply_filter(r, n->id, &args) : NULL;
+			return jj_rerr(r, "no filter named '%s' found", n->name);
+		return eval_applied(r, f, n, 1, &args) ? jj_apply_filter(r, n->id, &args) : NULL;
 	case N_BODYVAL: {
 		/* the body of a block set / filter block, bound by its statement */
 		struct frame *g = f;
 
 		while (g && !(g->n && !strcmp(g->names[g->n - 1], " body")))
 			g = g->up;
-		return g ? g->vals[g->n - 1] : &v_empty;
+		return g ? g->vals[g->n - 1] : &jj_v_empty;
 	}
 	case N_TEST: {
 		int t;
 
 		if (n->id < 0)
-			return rerr(r, "no test named '%s' found", n->name);
+			return jj_rerr(r, "no test named '%s' found", n->name);
 		a = eval_applied(r, f, n, 0, &args);
 		if (!a)
 			return NULL;
 		if (args.nk)
-			return rerr(r, "test '%s' takes no keyword arguments", n->name);
-		if (a->type == JV_UNDEF && !test_takes_undefined(n->id))
-			return undef_err(r, a);
-		t = do_test(r, n->id, a, args.pos, args.np);
+			return jj_rerr(r, "test '%s' takes no keyword arguments", n->name);
+		if (a->type == JV_UNDEF && !jj_test_takes_undefined(n->id))
+			return jj_undef_err(r, a);
+		t = jj_do_test(r, n->id, a, args.pos, args.np);
 		return t < 0 ? NULL : VBOOL(t);
 	}
 	case N_BIN:
@@ -736,33 +736,33 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 		if (!b)
 			return NULL;
 		r->line = n->line;
-		return binop(r, n->op, a, b);
+		return jj_binop(r, n->op, a, b);
 	case N_NEG:
 	case N_POS:
 		a = eval(r, f, n->a);
 		if (!a)
 			return NULL;
 		if (a->type == JV_UNDEF)
-			return undef_err(r, a);
+			return jj_undef_err(r, a);
 		if (a->type == JV_FLOAT)
-			return n->kind == N_NEG ? mkfloat(r, -a->f) : a;
+			return n->kind == N_NEG ? jj_mkfloat(r, -a->f) : a;
 		if (a->type == JV_INT || a->type == JV_BOOL) {
 			if (n->kind == N_POS)
-				return a->type == JV_INT ? a : mkint(r, a->i);
+				return a->type == JV_INT ? a : jj_mkint(r, a->i);
 			if (a->i == INT64_MIN)
-				return rerr(r, "integer overflow (integers are 64-bit here)");
-			return mkint(r, -a->i);
+				return jj_rerr(r, "integer overflow (integers are 64-bit here)");
+			return jj_mkint(r, -a->i);
 		}
-		return rerr(r, "bad operand type for unary %s: '%s'", n->kind == N_NEG ? "-" : "+", type_name(a));
+		return jj_rerr(r, "bad operand type for unary %s: '%s'", n->kind == N_NEG ? "-" : "+", jj_type_name(a));
 	case N_NOT:
 		a = eval(r, f, n->a);
-		return a ? VBOOL(!truthy(a)) : NULL;
+		return a ? VBOOL(!jj_truthy(a)) : NULL;
 	case N_AND:
 	case N_OR:
 		a = eval(r, f, n->a);
 		if (!a)
 			return NULL;
-		if (truthy(a) == (n->kind == N_OR))
+		if (jj_truthy(a) == (n->kind == N_OR))
 			return a;
 		return eval(r, f, n->b);
 	case N_CMP: {
@@ -778,39 +778,39 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 				return NULL;
 			r->line = n->line;
 			switch (op) {
-			case OP_EQ: res = py_eq(x, y); break;
-			case OP_NE: res = !py_eq(x, y); break;
+			case OP_EQ: res = jj_py_eq(x, y); break;
+			case OP_NE: res = !jj_py_eq(x, y); break;
 			case OP_IN:
 			case OP_NOTIN:
-				res = contains(r, y, x);
+				res = jj_contains(r, y, x);
 				if (res < 0)
 					return NULL;
 				if (op == OP_NOTIN)
 					res = !res;
 				break;
 			default:
-				if (py_cmp(r, x, y, &c))
+				if (jj_py_cmp(r, x, y, &c))
 					return NULL;
 				res = op == OP_LT ? c < 0 : op == OP_LE ? c <= 0 : op == OP_GT ? c > 0 : c >= 0;
 			}
 			if (!res)
-				return &v_false;
+				return &jj_v_false;
 			x = y;
 		}
-		return &v_true;
+		return &jj_v_true;
 	}
 	case N_COND:
 		a = eval(r, f, n->a);
 		if (!a)
 			return NULL;
-		if (truthy(a))
+		if (jj_truthy(a))
 			return eval(r, f, n->b);
 		if (n->c)
 			return eval(r, f, n->c);
-		return mkundef(r, UN_MSG, "the inline if-expression evaluated to false and no else section was defined", 0, NULL);
+		return jj_mkundef(r, UN_MSG, "the inline if-expression evaluated to false and no else section was defined", 0, NULL);
 	case N_LIST:
 	case N_TUPLE: {
-		struct hp_jval *l = mklist(r, (size_t)n->nv, n->kind == N_TUPLE ? JF_TUPLE : 0);
+		struct hp_jval *l = jj_mklist(r, (size_t)n->nv, n->kind == N_TUPLE ? JF_TUPLE : 0);
 
 		if (!l)
 			return NULL;
@@ -820,7 +820,7 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 		return l;
 	}
 	case N_DICT: {
-		struct hp_jval *d = mk(r, JV_DICT);
+		struct hp_jval *d = jj_mk(r, JV_DICT);
 
 		if (!d)
 			return NULL;
@@ -833,31 +833,31 @@ static struct hp_jval *eval(struct rs *r, struct frame *f, const struct node *n)
 			if (k->type == JV_DICT || (k->type == JV_LIST && !(k->flags & JF_TUPLE)) ||
 			    k->type == JV_NS || k->type == JV_UNDEF) {
 				r->line = n->line;
-				return rerr(r, "unhashable type: '%s'", type_name(k));
+				return jj_rerr(r, "unhashable type: '%s'", jj_type_name(k));
 			}
 			for (j = 0; j < d->d.n; j++)
-				if (py_eq(d->d.e[j].k, k))
+				if (jj_py_eq(d->d.e[j].k, k))
 					break;
 			if (j < d->d.n)
 				d->d.e[j].v = v;
-			else if (dict_put(&r->ar, d, k, v))
-				return room(r);
+			else if (jj_dict_put(&r->ar, d, k, v))
+				return jj_room(r);
 		}
 		return d;
 	}
 	case N_CONCAT: {
-		struct sbuf sb = sb_new(r);
+		struct sbuf sb = jj_sb_new(r);
 
 		for (int i = 0; i < n->nv; i++) {
 			struct hp_jval *x = eval(r, f, n->v[i]);
 
-			if (!x || put_str(r, &sb, x))
-				return x && sb.oom ? room(r) : NULL;
+			if (!x || jj_put_str(r, &sb, x))
+				return x && sb.oom ? jj_room(r) : NULL;
 		}
-		return sb_fin(r, &sb);
+		return jj_sb_fin(r, &sb);
 	}
 	}
-	return rerr(r, "internal error: unknown node %d", n->kind);
+	return jj_rerr(r, "internal error: unknown node %d", n->kind);
 }
 
 /* --- statements ------------------------------------------------------------- */
@@ -870,12 +870,12 @@ static int emit(struct rs *r, const char *s, size_t n, const uint16_t *tags)
 	if (!n)
 		return 0;
 	if (n > r->lim_output - r->outbytes) {
-		rerr(r, "the output exceeds %zu MiB (limit)", r->lim_output >> 20);
+		jj_rerr(r, "the output exceeds %zu MiB (limit)", r->lim_output >> 20);
 		return r->rc;
 	}
 	r->outbytes += n;
-	if (sb_put(r->out, s, n, tags, 0)) {
-		room(r);
+	if (jj_sb_put(r->out, s, n, tags, 0)) {
+		jj_room(r);
 		return r->rc;
 	}
 	if (r->out->g)
@@ -915,11 +915,11 @@ static int exec_for(struct rs *r, struct frame *f, const struct node *n)
 	if (!it)
 		return r->rc;
 	r->line = n->line;
-	items = iter_list(r, it);
+	items = jj_iter_list(r, it);
 	if (!items)
 		return r->rc;
 	if (n->c) {
-		struct hp_jval *kept = mklist(r, 0, 0);
+		struct hp_jval *kept = jj_mklist(r, 0, 0);
 
 		if (!kept)
 			return r->rc;
@@ -928,18 +928,18 @@ static int exec_for(struct rs *r, struct frame *f, const struct node *n)
 		for (size_t i = 0; i < items->l.n; i++) {
 			struct hp_jval *c;
 
-			if (count_iters(r, 1) || !(tf = iter_frame(r, f, tf)) ||
+			if (jj_count_iters(r, 1) || !(tf = iter_frame(r, f, tf)) ||
 			    assign(r, tf, n->a, items->l.v[i]) || !(c = eval(r, tf, n->c)))
 				return r->rc;
-			if (truthy(c) && push(r, kept, items->l.v[i]))
+			if (jj_truthy(c) && jj_push(r, kept, items->l.v[i]))
 				return r->rc;
 		}
 		items = kept;
 	}
-	lp = ral(r, sizeof(*lp));
+	lp = jj_ral(r, sizeof(*lp));
 	if (lp)
 		memset(lp, 0, sizeof(*lp));
-	lv = mk(r, JV_LOOP);
+	lv = jj_mk(r, JV_LOOP);
 	if (!lp || !lv)
 		return r->rc;
 	lp->n = items->l.n;
@@ -951,7 +951,7 @@ static int exec_for(struct rs *r, struct frame *f, const struct node *n)
 
 		if (r->iters >= r->lim_iters)   /* the limit error names the for tag */
 			r->line = n->line;
-		if (count_iters(r, 1) || !(bf = iter_frame(r, f, bf)))
+		if (jj_count_iters(r, 1) || !(bf = iter_frame(r, f, bf)))
 			return r->rc;
 		lp->i = i;
 		if (assign(r, bf, n->a, items->l.v[i]) || frame_set(r, bf, "loop", lv))
@@ -983,21 +983,21 @@ static int exec_set(struct rs *r, struct frame *f, const struct node *t, struct 
 			return r->rc;
 		r->line = t->line;
 		if (ns->type != JV_NS) {
-			rerr(r, "cannot assign attribute on non-namespace object");
+			jj_rerr(r, "cannot assign attribute on non-namespace object");
 			return r->rc;
 		}
 		if (t->name[0] == '_') {
-			rerr(r, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'. Please rename the attribute.", t->name);
+			jj_rerr(r, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'. Please rename the attribute.", t->name);
 			return r->rc;
 		}
-		e = dict_find_str(ns, t->name, strlen(t->name));
+		e = jj_dict_find_str(ns, t->name, strlen(t->name));
 		if (e) {
 			e->v = v;
 			return 0;
 		}
-		k = mkstrc(r, t->name, strlen(t->name));
-		if (!k || dict_put(&r->ar, ns, k, v)) {
-			room(r);
+		k = jj_mkstrc(r, t->name, strlen(t->name));
+		if (!k || jj_dict_put(&r->ar, ns, k, v)) {
+			jj_room(r);
 			return r->rc;
 		}
 		return 0;
@@ -1022,7 +1022,7 @@ static int exec_body(struct rs *r, struct frame *f, const struct node *body)
 			v = eval(r, f, n->a);
 			if (!v)
 				return r->rc;
-			if (v->type != JV_STR && !(v = to_str(r, v)))
+			if (v->type != JV_STR && !(v = jj_to_str(r, v)))
 				return r->rc;
 			if (emit(r, v->s.s, v->s.len, v->s.tag))
 				return r->rc;
@@ -1034,7 +1034,7 @@ static int exec_body(struct rs *r, struct frame *f, const struct node *body)
 				v = eval(r, f, x->a);
 				if (!v)
 					return r->rc;
-				if (truthy(v)) {
+				if (jj_truthy(v)) {
 					rc = exec_body(r, f, x->d);
 					if (rc)
 						return rc;
@@ -1068,12 +1068,12 @@ static int exec_body(struct rs *r, struct frame *f, const struct node *body)
 		case S_FILTER:
 			v = filter_body(r, f, n);
 			if (v && v->type != JV_STR)
-				v = to_str(r, v);
+				v = jj_to_str(r, v);
 			if (!v || emit(r, v->s.s, v->s.len, v->s.tag))
 				return r->rc;
 			break;
 		case S_MACRO:
-			v = mk(r, JV_MACRO);
+			v = jj_mk(r, JV_MACRO);
 			if (!v)
 				return r->rc;
 			v->m.def = n;
@@ -1095,7 +1095,7 @@ static int exec_body(struct rs *r, struct frame *f, const struct node *body)
 		case S_CONT:
 			return X_CONTINUE;
 		default:
-			rerr(r, "internal error: unknown statement %d", n->kind);
+			jj_rerr(r, "internal error: unknown statement %d", n->kind);
 			return r->rc;
 		}
 	}
@@ -1132,9 +1132,9 @@ int hp_jinja_render_lim(const struct hp_jinja *t, struct hp_jctx *c, struct hp_j
 	r.out = &r.top;
 	top = frame_new(&r, NULL);
 	rc = top ? exec_body(&r, top, t->root) : r.rc;
-	if (rc >= 0 && !r.top.cap && sb_grow(&r.top, 1))
-		rc = (room(&r), r.rc);
-	arena_free(&r.ar);
+	if (rc >= 0 && !r.top.cap && jj_sb_grow(&r.top, 1))
+		rc = (jj_room(&r), r.rc);
+	jj_arena_free(&r.ar);
 	if (rc < 0) {
 		hp_free(r.top.s);
 		hp_free(r.top.t);

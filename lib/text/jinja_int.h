@@ -4,7 +4,11 @@
  * (source to tokens), jinja_parse.c (tokens to the syntax tree),
  * jinja_eval.c (the tree walk) and jinja_builtins.c (filters, tests,
  * methods, globals).  Not a public header (that is jinja.h): only those
- * files include it, and nothing here is stable.
+ * files include it, and nothing here is stable.  What it declares is
+ * global for the linker all the same, so every function and object here
+ * is jj_-prefixed (as tokint.h's are tok_): a short name such as sub or
+ * push would clash with another library linked into the same program.
+ * What one file alone uses stays static there.
  *
  * The interpreter as a whole: a Jinja2 subset of HF chat templates, lexed
  * and parsed to a tree compiled once, and a tree-walking evaluator whose
@@ -246,103 +250,103 @@ struct args {
 
 /* --- jinja_value.c ------------------------------------------------------------ */
 /* shared immutable singletons: never written after initialisation */
-extern struct hp_jval v_none, v_true, v_false, v_empty, v_space;
+extern struct hp_jval jj_v_none, jj_v_true, jj_v_false, jj_v_empty, jj_v_space;
 
-#define VBOOL(b) ((b) ? &v_true : &v_false)
+#define VBOOL(b) ((b) ? &jj_v_true : &jj_v_false)
 
-void *aalloc(struct jarena *a, size_t n);
-void *acalloc(struct jarena *a, size_t n);
-void arena_free(struct jarena *a);
-struct hp_jval *mkval(struct jarena *a, int type);
+void *jj_aalloc(struct jarena *a, size_t n);
+void *jj_acalloc(struct jarena *a, size_t n);
+void jj_arena_free(struct jarena *a);
+struct hp_jval *jj_mkval(struct jarena *a, int type);
 
 /* UTF-8 (invalid bytes are one code point each) and Python's str.isX classes */
-uint32_t u8dec(const char *s, size_t n, size_t *i);
-size_t u8prev(const char *s, size_t end);
-int py_isspace(uint32_t c);
-int cat_of(uint32_t c);
-int py_isalpha(uint32_t c);
-int py_isdigit(uint32_t c);
-int py_isalnum(uint32_t c);
-int py_iscased(uint32_t c);
-size_t ws_at(const char *s, size_t n, size_t i);
-size_t rstrip_ws_len(const char *s, size_t n);
+uint32_t jj_u8dec(const char *s, size_t n, size_t *i);
+size_t jj_u8prev(const char *s, size_t end);
+int jj_py_isspace(uint32_t c);
+int jj_cat_of(uint32_t c);
+int jj_py_isalpha(uint32_t c);
+int jj_py_isdigit(uint32_t c);
+int jj_py_isalnum(uint32_t c);
+int jj_py_iscased(uint32_t c);
+size_t jj_ws_at(const char *s, size_t n, size_t i);
+size_t jj_rstrip_ws_len(const char *s, size_t n);
 
 static inline int isdig(int ch)
 {
 	return ch >= '0' && ch <= '9';
 }
 
-struct hp_jval *mkstr_raw(struct jarena *a, const char *s, size_t len, const uint16_t *tag,
-			  uint16_t btag);
-size_t cp_off(const struct hp_jval *v, size_t k);
-int sb_grow(struct sbuf *b, size_t add);
-int sb_put(struct sbuf *b, const char *s, size_t n, const uint16_t *tags, uint16_t tag);
-int sb_str(struct sbuf *b, const char *s, uint16_t tag);
-int sb_ch(struct sbuf *b, char c, uint16_t tag);
-int sb_val(struct sbuf *b, const struct hp_jval *v);
-int sb_span(struct sbuf *b, const struct hp_jval *v, size_t off, size_t n);
-struct jent *dict_find_str(const struct hp_jval *d, const char *k, size_t n);
-int dict_put(struct jarena *a, struct hp_jval *d, struct hp_jval *k, struct hp_jval *v);
+struct hp_jval *jj_mkstr_raw(struct jarena *a, const char *s, size_t len, const uint16_t *tag,
+			     uint16_t btag);
+size_t jj_cp_off(const struct hp_jval *v, size_t k);
+int jj_sb_grow(struct sbuf *b, size_t add);
+int jj_sb_put(struct sbuf *b, const char *s, size_t n, const uint16_t *tags, uint16_t tag);
+int jj_sb_str(struct sbuf *b, const char *s, uint16_t tag);
+int jj_sb_ch(struct sbuf *b, char c, uint16_t tag);
+int jj_sb_val(struct sbuf *b, const struct hp_jval *v);
+int jj_sb_span(struct sbuf *b, const struct hp_jval *v, size_t off, size_t n);
+struct jent *jj_dict_find_str(const struct hp_jval *d, const char *k, size_t n);
+int jj_dict_put(struct jarena *a, struct hp_jval *d, struct hp_jval *k, struct hp_jval *v);
 
 /* a render's errors and allocators: NULL (or -1) with r's error set */
-void *rerr(struct rs *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void *room(struct rs *r);
-int count_iters(struct rs *r, long n);
-void *ral(struct rs *r, size_t n);
-struct hp_jval *mk(struct rs *r, int type);
-struct hp_jval *mkint(struct rs *r, int64_t i);
-struct hp_jval *mkfloat(struct rs *r, double f);
-struct hp_jval *mkstrc(struct rs *r, const char *s, size_t n);
-struct hp_jval *sub(struct rs *r, const struct hp_jval *v, size_t off, size_t len);
-struct hp_jval *mklist(struct rs *r, size_t cap, int flags);
-int push(struct rs *r, struct hp_jval *l, struct hp_jval *v);
-struct hp_jval *mkundef(struct rs *r, int why, const char *name, size_t nlen, const char *what);
-struct sbuf sb_new(struct rs *r);
-struct hp_jval *sb_fin(struct rs *r, struct sbuf *b);
+void *jj_rerr(struct rs *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void *jj_room(struct rs *r);
+int jj_count_iters(struct rs *r, long n);
+void *jj_ral(struct rs *r, size_t n);
+struct hp_jval *jj_mk(struct rs *r, int type);
+struct hp_jval *jj_mkint(struct rs *r, int64_t i);
+struct hp_jval *jj_mkfloat(struct rs *r, double f);
+struct hp_jval *jj_mkstrc(struct rs *r, const char *s, size_t n);
+struct hp_jval *jj_sub(struct rs *r, const struct hp_jval *v, size_t off, size_t len);
+struct hp_jval *jj_mklist(struct rs *r, size_t cap, int flags);
+int jj_push(struct rs *r, struct hp_jval *l, struct hp_jval *v);
+struct hp_jval *jj_mkundef(struct rs *r, int why, const char *name, size_t nlen, const char *what);
+struct sbuf jj_sb_new(struct rs *r);
+struct hp_jval *jj_sb_fin(struct rs *r, struct sbuf *b);
 
 /* Python's semantics of every value */
-const char *type_name(const struct hp_jval *v);
-void *undef_err(struct rs *r, const struct hp_jval *u);
-int truthy(const struct hp_jval *v);
-int isnum(const struct hp_jval *v);
-double numf(const struct hp_jval *v);
-int py_eq(const struct hp_jval *a, const struct hp_jval *b);
-int py_cmp(struct rs *r, const struct hp_jval *a, const struct hp_jval *b, int *res);
-int put_str(struct rs *r, struct sbuf *b, const struct hp_jval *v);
-int put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth);
-struct hp_jval *to_str(struct rs *r, struct hp_jval *v);
-int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct jopt *o,
-	     int level);
+const char *jj_type_name(const struct hp_jval *v);
+void *jj_undef_err(struct rs *r, const struct hp_jval *u);
+int jj_truthy(const struct hp_jval *v);
+int jj_isnum(const struct hp_jval *v);
+double jj_numf(const struct hp_jval *v);
+int jj_py_eq(const struct hp_jval *a, const struct hp_jval *b);
+int jj_py_cmp(struct rs *r, const struct hp_jval *a, const struct hp_jval *b, int *res);
+int jj_put_str(struct rs *r, struct sbuf *b, const struct hp_jval *v);
+int jj_put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth);
+struct hp_jval *jj_to_str(struct rs *r, struct hp_jval *v);
+int jj_put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct jopt *o,
+		int level);
 
 /* --- jinja_lex.c -------------------------------------------------------------- */
-int cerr(struct comp *c, int code, int line, const char *fmt, ...)
+int jj_cerr(struct comp *c, int code, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-int count_nl(const char *s, size_t n);
-int lex(struct comp *c);
-const char *describe(const struct tok *t);
+int jj_count_nl(const char *s, size_t n);
+int jj_lex(struct comp *c);
+const char *jj_describe(const struct tok *t);
 
 /* --- jinja_eval.c ------------------------------------------------------------- */
-struct hp_jval *concat2(struct rs *r, const struct hp_jval *a, const struct hp_jval *b);
-struct hp_jval *repeat(struct rs *r, const struct hp_jval *x, int64_t k);
-struct hp_jval *binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b);
-struct hp_jval *get_item(struct rs *r, struct hp_jval *x, struct hp_jval *k);
-struct hp_jval *get_slice(struct rs *r, struct hp_jval *x, struct hp_jval *sv, struct hp_jval *ev,
-			  struct hp_jval *tv);
-struct hp_jval *iter_list(struct rs *r, struct hp_jval *x);
+struct hp_jval *jj_concat2(struct rs *r, const struct hp_jval *a, const struct hp_jval *b);
+struct hp_jval *jj_repeat(struct rs *r, const struct hp_jval *x, int64_t k);
+struct hp_jval *jj_binop(struct rs *r, int op, struct hp_jval *a, struct hp_jval *b);
+struct hp_jval *jj_get_item(struct rs *r, struct hp_jval *x, struct hp_jval *k);
+struct hp_jval *jj_get_slice(struct rs *r, struct hp_jval *x, struct hp_jval *sv, struct hp_jval *ev,
+			     struct hp_jval *tv);
+struct hp_jval *jj_iter_list(struct rs *r, struct hp_jval *x);
 
 /* --- jinja_builtins.c --------------------------------------------------------- */
 /* a filter's or test's index by name, -1 when there is none */
-int filter_index(const char *name);
-int filter_unsupported(const char *name);
-int test_index(const char *name);
-int test_takes_undefined(int id);
-int do_test(struct rs *r, int id, struct hp_jval *v, struct hp_jval **args, int nargs);
-struct hp_jval *apply_filter(struct rs *r, int id, struct args *a);
-int contains(struct rs *r, struct hp_jval *seq, struct hp_jval *x);
-struct hp_jval *get_attr(struct rs *r, struct hp_jval *x, const char *a, size_t n);
-struct hp_jval *call_method(struct rs *r, struct hp_jval *mv, struct args *a);
-struct hp_jval *find_global(const char *name);
-struct hp_jval *call_global(struct rs *r, int g, struct args *a);
-struct hp_jval *str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *args);
+int jj_filter_index(const char *name);
+int jj_filter_unsupported(const char *name);
+int jj_test_index(const char *name);
+int jj_test_takes_undefined(int id);
+int jj_do_test(struct rs *r, int id, struct hp_jval *v, struct hp_jval **args, int nargs);
+struct hp_jval *jj_apply_filter(struct rs *r, int id, struct args *a);
+int jj_contains(struct rs *r, struct hp_jval *seq, struct hp_jval *x);
+struct hp_jval *jj_get_attr(struct rs *r, struct hp_jval *x, const char *a, size_t n);
+struct hp_jval *jj_call_method(struct rs *r, struct hp_jval *mv, struct args *a);
+struct hp_jval *jj_find_global(const char *name);
+struct hp_jval *jj_call_global(struct rs *r, int g, struct args *a);
+struct hp_jval *jj_str_format(struct rs *r, struct hp_jval *fmt, struct hp_jval *args);
 
 #endif

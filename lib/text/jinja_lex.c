@@ -9,7 +9,7 @@
 #include "text/jinja_int.h"
 
 /* --- lexer ------------------------------------------------------------------ */
-int cerr(struct comp *c, int code, int line, const char *fmt, ...)
+int jj_cerr(struct comp *c, int code, int line, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -36,7 +36,7 @@ static const char *intern(struct comp *c, const char *s, size_t n)
 			return c->names[i];
 	if (c->nnames == c->capnames) {
 		size_t cap = c->capnames ? c->capnames * 2 : 64;
-		const char **nn = aalloc(&c->t->ar, cap * sizeof(*nn));
+		const char **nn = jj_aalloc(&c->t->ar, cap * sizeof(*nn));
 
 		if (!nn)
 			return NULL;
@@ -45,7 +45,7 @@ static const char *intern(struct comp *c, const char *s, size_t n)
 		c->names = nn;
 		c->capnames = cap;
 	}
-	d = aalloc(&c->t->ar, n + 1);
+	d = jj_aalloc(&c->t->ar, n + 1);
 	if (!d)
 		return NULL;
 	memcpy(d, s, n);
@@ -60,10 +60,10 @@ static struct tok *tk_add(struct comp *c, int type, int line)
 
 	if (c->ntk == c->captk) {
 		size_t cap = c->captk ? c->captk * 2 : 256;
-		struct tok *nt = aalloc(&c->t->ar, cap * sizeof(*nt));
+		struct tok *nt = jj_aalloc(&c->t->ar, cap * sizeof(*nt));
 
 		if (!nt) {
-			cerr(c, HP_ENOMEM, 0, "no memory");
+			jj_cerr(c, HP_ENOMEM, 0, "no memory");
 			return NULL;
 		}
 		if (c->ntk)
@@ -82,12 +82,12 @@ static size_t skip_ws(const char *s, size_t n, size_t i)
 {
 	size_t k;
 
-	while ((k = ws_at(s, n, i)))
+	while ((k = jj_ws_at(s, n, i)))
 		i += k;
 	return i;
 }
 
-int count_nl(const char *s, size_t n)
+int jj_count_nl(const char *s, size_t n)
 {
 	int k = 0;
 
@@ -101,7 +101,7 @@ static size_t skip_ws_lines(const char *s, size_t n, size_t i, int *line)
 {
 	size_t j = skip_ws(s, n, i);
 
-	*line += count_nl(s + i, j - i);
+	*line += jj_count_nl(s + i, j - i);
 	return j;
 }
 
@@ -112,7 +112,7 @@ static int lex_data(struct comp *c, const char *s, size_t n, int sign, int is_va
 	struct tok *t;
 
 	if (sign == '-') {
-		n = rstrip_ws_len(s, n);
+		n = jj_rstrip_ws_len(s, n);
 	} else if (sign != '+' && !is_var) {
 		/* lstrip_blocks: spaces before a block tag at the start of a line */
 		size_t l = n;
@@ -144,11 +144,11 @@ static int hexval(int ch)
 /* decode a string literal body like Python's unicode-escape */
 static int lex_string(struct comp *c, struct tok *t, const char *s, size_t n)
 {
-	char *o = aalloc(&c->t->ar, n + 1);
+	char *o = jj_aalloc(&c->t->ar, n + 1);
 	size_t k = 0;
 
 	if (!o)
-		return cerr(c, HP_ENOMEM, 0, "no memory");
+		return jj_cerr(c, HP_ENOMEM, 0, "no memory");
 	for (size_t i = 0; i < n; i++) {
 		uint32_t cp;
 		int nd;
@@ -158,7 +158,7 @@ static int lex_string(struct comp *c, struct tok *t, const char *s, size_t n)
 			continue;
 		}
 		if (++i >= n)
-			return cerr(c, HP_EFORMAT, t->line, "bad escape at end of string");
+			return jj_cerr(c, HP_EFORMAT, t->line, "bad escape at end of string");
 		switch (s[i]) {
 		case '\n': continue;
 		case '\\': o[k++] = '\\'; continue;
@@ -175,7 +175,7 @@ static int lex_string(struct comp *c, struct tok *t, const char *s, size_t n)
 		case 'u': nd = 4; break;
 		case 'U': nd = 8; break;
 		case 'N':
-			return cerr(c, HP_EUNSUP, t->line, "the \\N{...} escape is not supported");
+			return jj_cerr(c, HP_EUNSUP, t->line, "the \\N{...} escape is not supported");
 		default:
 			if (s[i] >= '0' && s[i] <= '7') {
 				cp = 0;
@@ -195,12 +195,12 @@ static int lex_string(struct comp *c, struct tok *t, const char *s, size_t n)
 			int h = i + 1 + (size_t)j < n ? hexval((unsigned char)s[i + 1 + (size_t)j]) : -1;
 
 			if (h < 0)
-				return cerr(c, HP_EFORMAT, t->line, "truncated \\%c escape in a string", s[i]);
+				return jj_cerr(c, HP_EFORMAT, t->line, "truncated \\%c escape in a string", s[i]);
 			cp = cp << 4 | (uint32_t)h;
 		}
 		i += (size_t)nd;
 		if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return cerr(c, HP_EFORMAT, t->line, "escape out of range or a surrogate in a string");
+			return jj_cerr(c, HP_EFORMAT, t->line, "escape out of range or a surrogate in a string");
 		k += hp_utf8_encode(cp, (unsigned char *)o + k);
 	}
 	o[k] = '\0';
@@ -326,7 +326,7 @@ static int lex_number(struct comp *c, const char *s, size_t n, size_t *pos, int 
 			if (s[x] == '_')
 				continue;
 			if (v > (UINT64_MAX - (uint64_t)h) / (uint64_t)base || v * (uint64_t)base + (uint64_t)h > INT64_MAX)
-				return cerr(c, HP_EUNSUP, line, "integer literal beyond 64 bits is not supported");
+				return jj_cerr(c, HP_EUNSUP, line, "integer literal beyond 64 bits is not supported");
 			v = v * (uint64_t)base + (uint64_t)h;
 		}
 		t = tk_add(c, T_INT, line);
@@ -354,8 +354,8 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 
 		i = skip_ws_lines(s, n, i, line);
 		if (i >= n)
-			return cerr(c, HP_EFORMAT, *line, "unexpected end of template inside a %s tag",
-				    is_var ? "{{ }}" : "{% %}");
+			return jj_cerr(c, HP_EFORMAT, *line, "unexpected end of template inside a %s tag",
+				       is_var ? "{{ }}" : "{% %}");
 		if (!ns) {
 			const char *end = is_var ? "}}" : "%}";
 
@@ -408,7 +408,7 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 				return c->rc;
 			t->s = intern(c, s + i, j2 - i);
 			if (!t->s)
-				return cerr(c, HP_ENOMEM, 0, "no memory");
+				return jj_cerr(c, HP_ENOMEM, 0, "no memory");
 			t->n = j2 - i;
 			i = j2;
 			continue;
@@ -423,13 +423,13 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 				j2++;
 			}
 			if (j2 >= n)
-				return cerr(c, HP_EFORMAT, *line, "unterminated string");
+				return jj_cerr(c, HP_EFORMAT, *line, "unterminated string");
 			t = tk_add(c, T_STRING, *line);
 			if (!t)
 				return c->rc;
 			if (lex_string(c, t, s + i + 1, j2 - i - 1))
 				return c->rc;
-			*line += count_nl(s + i, j2 - i);
+			*line += jj_count_nl(s + i, j2 - i);
 			i = j2 + 1;
 			continue;
 		}
@@ -441,8 +441,8 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 					break;
 			if (k == sizeof(ops) / sizeof(ops[0])) {
 				if ((unsigned char)s[i] >= 0x80)
-					return cerr(c, HP_EUNSUP, *line, "non-ASCII names are not supported");
-				return cerr(c, HP_EFORMAT, *line, "unexpected char '%c'", s[i]);
+					return jj_cerr(c, HP_EUNSUP, *line, "non-ASCII names are not supported");
+				return jj_cerr(c, HP_EFORMAT, *line, "unexpected char '%c'", s[i]);
 			}
 			t = tk_add(c, T_OP, *line);
 			if (!t)
@@ -450,16 +450,16 @@ static int lex_tag(struct comp *c, size_t *pos, int is_var, int *line, int *line
 			t->op = (uint8_t)ops[k].op;
 			if (t->op == OP_LPAREN || t->op == OP_LBRACKET || t->op == OP_LBRACE) {
 				if (ns == LIM_NEST)
-					return cerr(c, HP_EFORMAT, *line, "brackets nested deeper than %d", LIM_NEST);
+					return jj_cerr(c, HP_EFORMAT, *line, "brackets nested deeper than %d", LIM_NEST);
 				stack[ns++] = t->op == OP_LPAREN ? ')' : t->op == OP_LBRACKET ? ']' : '}';
 			} else if (t->op == OP_RPAREN || t->op == OP_RBRACKET || t->op == OP_RBRACE) {
 				char want = s[i];
 
 				if (!ns)
-					return cerr(c, HP_EFORMAT, *line, "unexpected '%c'", want);
+					return jj_cerr(c, HP_EFORMAT, *line, "unexpected '%c'", want);
 				if (stack[--ns] != want)
-					return cerr(c, HP_EFORMAT, *line, "unexpected '%c', expected '%c'", want,
-						    stack[ns]);
+					return jj_cerr(c, HP_EFORMAT, *line, "unexpected '%c', expected '%c'", want,
+						       stack[ns]);
 			}
 			i += strlen(ops[k].s);
 		}
@@ -489,7 +489,7 @@ static size_t match_word_tag(const char *s, size_t n, size_t i, const char *word
 	return 0;
 }
 
-int lex(struct comp *c)
+int jj_lex(struct comp *c)
 {
 	const char *s = c->src;
 	size_t n = c->n, pos = 0;
@@ -526,7 +526,7 @@ int lex(struct comp *c)
 
 				if (lex_data(c, s + pos, p - pos, sign, 0, line_starting, line))
 					return c->rc;
-				line += count_nl(s + pos, r - pos);
+				line += jj_count_nl(s + pos, r - pos);
 				if (esign == '-')
 					r = skip_ws_lines(s, n, r, &line);
 				line_starting = r > 0 && s[r - 1] == '\n';
@@ -544,10 +544,10 @@ int lex(struct comp *c)
 					}
 				}
 				if (!ee)
-					return cerr(c, HP_EFORMAT, line, "missing end of raw directive");
+					return jj_cerr(c, HP_EFORMAT, line, "missing end of raw directive");
 				if (lex_data(c, s + body, k - body, rs, 0, line_starting, line))
 					return c->rc;
-				line += count_nl(s + body, ee - body);
+				line += jj_count_nl(s + body, ee - body);
 				if (es2 == '-') {
 					ee = skip_ws_lines(s, n, ee, &line);
 				} else if (es2 != '+' && ee < n && s[ee] == '\n') {
@@ -561,27 +561,27 @@ int lex(struct comp *c)
 		}
 		if (lex_data(c, s + pos, p - pos, sign, kind == '{', line_starting, line))
 			return c->rc;
-		line += count_nl(s + pos, p - pos);
+		line += jj_count_nl(s + pos, p - pos);
 		line_starting = 0;
 		if (kind == '#') {
 			size_t k;
 
 			for (k = q; k + 1 < n; k++) {
 				if (s[k] == '+' && k + 2 < n && s[k + 1] == '#' && s[k + 2] == '}') {
-					line += count_nl(s + q, k - q);
+					line += jj_count_nl(s + q, k - q);
 					pos = k + 3;
 					break;
 				}
 				if (s[k] == '-' && k + 2 < n && s[k + 1] == '#' && s[k + 2] == '}') {
 					size_t m = skip_ws(s, n, k + 3);
 
-					line += count_nl(s + q, m - q);
+					line += jj_count_nl(s + q, m - q);
 					line_starting = m > k + 3 && s[m - 1] == '\n';
 					pos = m;
 					break;
 				}
 				if (s[k] == '#' && s[k + 1] == '}') {
-					line += count_nl(s + q, k - q);
+					line += jj_count_nl(s + q, k - q);
 					pos = k + 2;
 					if (pos < n && s[pos] == '\n') {
 						pos++;
@@ -592,7 +592,7 @@ int lex(struct comp *c)
 				}
 			}
 			if (k + 1 >= n)
-				return cerr(c, HP_EFORMAT, line, "missing end of comment tag");
+				return jj_cerr(c, HP_EFORMAT, line, "missing end of comment tag");
 			continue;
 		}
 		{
@@ -608,7 +608,7 @@ int lex(struct comp *c)
 	return tk_add(c, T_EOF, line) ? 0 : c->rc;
 }
 
-const char *describe(const struct tok *t)
+const char *jj_describe(const struct tok *t)
 {
 	switch (t->type) {
 	case T_EOF: return "end of template";

@@ -37,10 +37,10 @@ static int is_op(const struct tok *t, int op)
 
 static struct node *nnew(struct comp *c, int kind, int line)
 {
-	struct node *n = acalloc(&c->t->ar, sizeof(*n));
+	struct node *n = jj_acalloc(&c->t->ar, sizeof(*n));
 
 	if (!n) {
-		cerr(c, HP_ENOMEM, 0, "no memory");
+		jj_cerr(c, HP_ENOMEM, 0, "no memory");
 		return NULL;
 	}
 	n->kind = (uint8_t)kind;
@@ -58,10 +58,10 @@ static int nl_add(struct comp *c, struct nlist *l, struct node *x)
 {
 	if (l->n == l->cap) {
 		int cap = l->cap ? l->cap * 2 : 8;
-		struct node **nv = aalloc(&c->t->ar, (size_t)cap * sizeof(*nv));
+		struct node **nv = jj_aalloc(&c->t->ar, (size_t)cap * sizeof(*nv));
 
 		if (!nv)
-			return cerr(c, HP_ENOMEM, 0, "no memory");
+			return jj_cerr(c, HP_ENOMEM, 0, "no memory");
 		if (l->n)
 			memcpy(nv, l->v, (size_t)l->n * sizeof(*nv));
 		l->v = nv;
@@ -74,7 +74,7 @@ static int nl_add(struct comp *c, struct nlist *l, struct node *x)
 static int expect_op(struct comp *c, int op, const char *what)
 {
 	if (!is_op(cur(c), op))
-		return cerr(c, HP_EFORMAT, cur(c)->line, "expected '%s', got '%s'", what, describe(cur(c)));
+		return jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected '%s', got '%s'", what, jj_describe(cur(c)));
 	adv(c);
 	return 0;
 }
@@ -82,7 +82,7 @@ static int expect_op(struct comp *c, int op, const char *what)
 static int expect_type(struct comp *c, int type, const char *what)
 {
 	if (cur(c)->type != type)
-		return cerr(c, HP_EFORMAT, cur(c)->line, "expected %s, got '%s'", what, describe(cur(c)));
+		return jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected %s, got '%s'", what, jj_describe(cur(c)));
 	adv(c);
 	return 0;
 }
@@ -97,7 +97,7 @@ static struct node *p_primary(struct comp *c);
 static int enter(struct comp *c)
 {
 	if (++c->depth > LIM_NEST)
-		return cerr(c, HP_EFORMAT, cur(c)->line, "expressions nested deeper than %d", LIM_NEST);
+		return jj_cerr(c, HP_EFORMAT, cur(c)->line, "expressions nested deeper than %d", LIM_NEST);
 	return 0;
 }
 
@@ -126,7 +126,7 @@ static int p_call_args(struct comp *c, struct node *call)
 				break;
 		}
 		if (is_op(cur(c), OP_MUL) || is_op(cur(c), OP_POW))
-			return cerr(c, HP_EUNSUP, cur(c)->line, "*args and **kwargs in calls are not supported");
+			return jj_cerr(c, HP_EUNSUP, cur(c)->line, "*args and **kwargs in calls are not supported");
 		if (cur(c)->type == T_NAME && is_op(peek(c, 1), OP_ASSIGN)) {
 			const char *k = cur(c)->s;
 			struct node *v;
@@ -138,10 +138,10 @@ static int p_call_args(struct comp *c, struct node *call)
 				return c->rc;
 			if (nkw == capkw) {
 				int cap = capkw ? capkw * 2 : 4;
-				struct kwarg *nk = aalloc(&c->t->ar, (size_t)cap * sizeof(*nk));
+				struct kwarg *nk = jj_aalloc(&c->t->ar, (size_t)cap * sizeof(*nk));
 
 				if (!nk)
-					return cerr(c, HP_ENOMEM, 0, "no memory");
+					return jj_cerr(c, HP_ENOMEM, 0, "no memory");
 				if (nkw)
 					memcpy(nk, kw, (size_t)nkw * sizeof(*nk));
 				kw = nk;
@@ -153,7 +153,7 @@ static int p_call_args(struct comp *c, struct node *call)
 			struct node *v;
 
 			if (nkw)
-				return cerr(c, HP_EFORMAT, line, "invalid syntax for function call expression");
+				return jj_cerr(c, HP_EFORMAT, line, "invalid syntax for function call expression");
 			v = p_expr(c, 1);
 			if (!v || nl_add(c, &args, v))
 				return c->rc;
@@ -222,14 +222,14 @@ static struct node *p_subscript(struct comp *c, struct node *x)
 			return n;
 		}
 		if (a->type != T_INT) {
-			cerr(c, HP_EFORMAT, a->line, "expected name or number");
+			jj_cerr(c, HP_EFORMAT, a->line, "expected name or number");
 			return NULL;
 		}
 		{
-			struct hp_jval *v = mkval(&c->t->ar, JV_INT);
+			struct hp_jval *v = jj_mkval(&c->t->ar, JV_INT);
 
 			if (!v) {
-				cerr(c, HP_ENOMEM, 0, "no memory");
+				jj_cerr(c, HP_ENOMEM, 0, "no memory");
 				return NULL;
 			}
 			v->i = a->i;
@@ -257,7 +257,7 @@ static struct node *p_subscript(struct comp *c, struct node *x)
 		}
 		adv(c);
 		if (!args.n) {
-			cerr(c, HP_EFORMAT, t->line, "expected an expression in []");
+			jj_cerr(c, HP_EFORMAT, t->line, "expected an expression in []");
 			return NULL;
 		}
 		n = nnew(c, N_ITEM, t->line);
@@ -273,7 +273,7 @@ static struct node *p_subscript(struct comp *c, struct node *x)
 			 * template needs (Python indexes no str, list or dict by it) */
 			for (int k = 0; k < args.n; k++)
 				if (args.v[k]->kind == N_SLICE) {
-					cerr(c, HP_EUNSUP, t->line, "a slice inside a subscript tuple is not supported");
+					jj_cerr(c, HP_EUNSUP, t->line, "a slice inside a subscript tuple is not supported");
 					return NULL;
 				}
 			if (!tu)
@@ -337,18 +337,18 @@ static struct node *p_named(struct comp *c, int kind, int line, struct node *x)
 	int id;
 
 	if (cur(c)->type != T_NAME) {
-		cerr(c, HP_EFORMAT, cur(c)->line, "expected a %s name, got '%s'", what, describe(cur(c)));
+		jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected a %s name, got '%s'", what, jj_describe(cur(c)));
 		return NULL;
 	}
 	name = cur(c)->s;
 	adv(c);
 	if (is_op(cur(c), OP_DOT)) {
-		cerr(c, HP_EUNSUP, line, "dotted %s names are not supported", what);
+		jj_cerr(c, HP_EUNSUP, line, "dotted %s names are not supported", what);
 		return NULL;
 	}
-	id = kind == N_TEST ? test_index(name) : filter_index(name);
-	if (kind == N_FILTER && id < 0 && filter_unsupported(name)) {
-		cerr(c, HP_EUNSUP, line, "filter '%s' is not supported", name);
+	id = kind == N_TEST ? jj_test_index(name) : jj_filter_index(name);
+	if (kind == N_FILTER && id < 0 && jj_filter_unsupported(name)) {
+		jj_cerr(c, HP_EUNSUP, line, "filter '%s' is not supported", name);
 		return NULL;
 	}
 	n = nnew(c, kind, line);
@@ -385,15 +385,15 @@ static struct node *p_test(struct comp *c, struct node *x)
 			struct node *arg;
 
 			if (is_name(t, "is")) {
-				cerr(c, HP_EFORMAT, line, "you cannot chain multiple tests with is");
+				jj_cerr(c, HP_EFORMAT, line, "you cannot chain multiple tests with is");
 				return NULL;
 			}
 			arg = p_postfix(c, p_primary(c), 0);
 			if (!arg)
 				return NULL;
-			n->v = aalloc(&c->t->ar, sizeof(*n->v));
+			n->v = jj_aalloc(&c->t->ar, sizeof(*n->v));
 			if (!n->v) {
-				cerr(c, HP_ENOMEM, 0, "no memory");
+				jj_cerr(c, HP_ENOMEM, 0, "no memory");
 				return NULL;
 			}
 			n->v[0] = arg;
@@ -435,11 +435,11 @@ static struct node *p_primary(struct comp *c)
 		return NULL;
 	if (t->type == T_NAME) {
 		if (!strcmp(t->s, "true") || !strcmp(t->s, "True")) {
-			n = mkconst(c, &v_true, t->line);
+			n = mkconst(c, &jj_v_true, t->line);
 		} else if (!strcmp(t->s, "false") || !strcmp(t->s, "False")) {
-			n = mkconst(c, &v_false, t->line);
+			n = mkconst(c, &jj_v_false, t->line);
 		} else if (!strcmp(t->s, "none") || !strcmp(t->s, "None")) {
-			n = mkconst(c, &v_none, t->line);
+			n = mkconst(c, &jj_v_none, t->line);
 		} else {
 			n = nnew(c, N_NAME, t->line);
 			if (n)
@@ -449,7 +449,7 @@ static struct node *p_primary(struct comp *c)
 			if (c->macro_depth && !strcmp(t->s, "kwargs"))
 				c->uses_kwargs = 1;
 			if (c->macro_depth && !strcmp(t->s, "caller")) {
-				cerr(c, HP_EUNSUP, t->line, "'caller' ({%% call %%} blocks) is not supported");
+				jj_cerr(c, HP_EUNSUP, t->line, "'caller' ({%% call %%} blocks) is not supported");
 				return NULL;
 			}
 		}
@@ -461,9 +461,9 @@ static struct node *p_primary(struct comp *c)
 
 		for (size_t i = c->p; c->tk[i].type == T_STRING; i++)
 			len += c->tk[i].n;
-		s = aalloc(&c->t->ar, len + 1);
+		s = jj_aalloc(&c->t->ar, len + 1);
 		if (!s) {
-			cerr(c, HP_ENOMEM, 0, "no memory");
+			jj_cerr(c, HP_ENOMEM, 0, "no memory");
 			return NULL;
 		}
 		while (cur(c)->type == T_STRING) {
@@ -472,17 +472,17 @@ static struct node *p_primary(struct comp *c)
 			adv(c);
 		}
 		s[k] = '\0';
-		v = mkstr_raw(&c->t->ar, s, k, NULL, 0);
+		v = jj_mkstr_raw(&c->t->ar, s, k, NULL, 0);
 		if (!v) {
-			cerr(c, HP_ENOMEM, 0, "no memory");
+			jj_cerr(c, HP_ENOMEM, 0, "no memory");
 			return NULL;
 		}
 		n = mkconst(c, v, t->line);
 	} else if (t->type == T_INT || t->type == T_FLOAT) {
-		struct hp_jval *v = mkval(&c->t->ar, t->type == T_INT ? JV_INT : JV_FLOAT);
+		struct hp_jval *v = jj_mkval(&c->t->ar, t->type == T_INT ? JV_INT : JV_FLOAT);
 
 		if (!v) {
-			cerr(c, HP_ENOMEM, 0, "no memory");
+			jj_cerr(c, HP_ENOMEM, 0, "no memory");
 			return NULL;
 		}
 		if (t->type == T_INT)
@@ -526,7 +526,7 @@ static struct node *p_primary(struct comp *c)
 			n->nv = items.n;
 		}
 	} else {
-		cerr(c, HP_EFORMAT, t->line, "unexpected '%s'", describe(t));
+		jj_cerr(c, HP_EFORMAT, t->line, "unexpected '%s'", jj_describe(t));
 	}
 	c->depth--;
 	return n;
@@ -668,7 +668,7 @@ static struct node *p_compare(struct comp *c)
 			break;
 		}
 		if (nops == (int)sizeof(opsbuf)) {
-			cerr(c, HP_EUNSUP, line, "more than %d chained comparisons", (int)sizeof(opsbuf));
+			jj_cerr(c, HP_EUNSUP, line, "more than %d chained comparisons", (int)sizeof(opsbuf));
 			return NULL;
 		}
 		y = p_binary(c, &lv_add);
@@ -687,9 +687,9 @@ static struct node *p_compare(struct comp *c)
 		return NULL;
 	n->v = args.v;
 	n->nv = args.n;
-	n->ops = aalloc(&c->t->ar, (size_t)nops);
+	n->ops = jj_aalloc(&c->t->ar, (size_t)nops);
 	if (!n->ops) {
-		cerr(c, HP_ENOMEM, 0, "no memory");
+		jj_cerr(c, HP_ENOMEM, 0, "no memory");
 		return NULL;
 	}
 	memcpy(n->ops, opsbuf, (size_t)nops);
@@ -782,7 +782,7 @@ static struct node *p_tuple(struct comp *c, int simplified, int with_condexpr, c
 		if (args.n)
 			return args.v[0];
 		if (!explicit_paren) {
-			cerr(c, HP_EFORMAT, cur(c)->line, "expected an expression, got '%s'", describe(cur(c)));
+			jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected an expression, got '%s'", jj_describe(cur(c)));
 			return NULL;
 		}
 	}
@@ -801,7 +801,7 @@ static int check_target(struct comp *c, struct node *t)
 {
 	if (t->kind == N_NAME) {
 		if (!strcmp(t->name, "true") || !strcmp(t->name, "false") || !strcmp(t->name, "none"))
-			return cerr(c, HP_EFORMAT, t->line, "can't assign to '%s'", t->name);
+			return jj_cerr(c, HP_EFORMAT, t->line, "can't assign to '%s'", t->name);
 		return 0;
 	}
 	if (t->kind == N_TUPLE) {
@@ -810,7 +810,7 @@ static int check_target(struct comp *c, struct node *t)
 				return c->rc;
 		return 0;
 	}
-	return cerr(c, HP_EFORMAT, t->line, "can't assign to this expression");
+	return jj_cerr(c, HP_EFORMAT, t->line, "can't assign to this expression");
 }
 
 static struct node *p_target(struct comp *c, const char *extra_end, int with_ns)
@@ -826,7 +826,7 @@ static struct node *p_target(struct comp *c, const char *extra_end, int with_ns)
 		adv(c);
 		adv(c);
 		if (cur(c)->type != T_NAME) {
-			cerr(c, HP_EFORMAT, cur(c)->line, "expected a name after '.'");
+			jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected a name after '.'");
 			return NULL;
 		}
 		t = nnew(c, N_ATTR, cur(c)->line);
@@ -857,7 +857,7 @@ static struct node *p_statement(struct comp *c, int loop)
 	const char *which;
 
 	if (t->type != T_NAME) {
-		cerr(c, HP_EFORMAT, line, "tag name expected");
+		jj_cerr(c, HP_EFORMAT, line, "tag name expected");
 		return NULL;
 	}
 	adv(c);
@@ -907,7 +907,7 @@ static struct node *p_statement(struct comp *c, int loop)
 		if (!n->a)
 			return NULL;
 		if (!is_name(cur(c), "in")) {
-			cerr(c, HP_EFORMAT, cur(c)->line, "expected 'in', got '%s'", describe(cur(c)));
+			jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected 'in', got '%s'", jj_describe(cur(c)));
 			return NULL;
 		}
 		adv(c);
@@ -921,7 +921,7 @@ static struct node *p_statement(struct comp *c, int loop)
 				return NULL;
 		}
 		if (is_name(cur(c), "recursive")) {
-			cerr(c, HP_EUNSUP, cur(c)->line, "recursive for loops are not supported");
+			jj_cerr(c, HP_EUNSUP, cur(c)->line, "recursive for loops are not supported");
 			return NULL;
 		}
 		if (end_block(c))
@@ -962,7 +962,7 @@ static struct node *p_statement(struct comp *c, int loop)
 			if (!n || !ph)
 				return NULL;
 			if (target->kind != N_NAME && !(target->fl & NF_NSREF)) {
-				cerr(c, HP_EFORMAT, line, "a block set needs a single name");
+				jj_cerr(c, HP_EFORMAT, line, "a block set needs a single name");
 				return NULL;
 			}
 			n->a = target;
@@ -984,7 +984,7 @@ static struct node *p_statement(struct comp *c, int loop)
 		if (!n)
 			return NULL;
 		if (cur(c)->type != T_NAME) {
-			cerr(c, HP_EFORMAT, cur(c)->line, "expected a macro name");
+			jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected a macro name");
 			return NULL;
 		}
 		n->name = cur(c)->s;
@@ -997,8 +997,8 @@ static struct node *p_statement(struct comp *c, int loop)
 			if (params.n && expect_op(c, OP_COMMA, ","))
 				return NULL;
 			if (cur(c)->type != T_NAME) {
-				cerr(c, HP_EFORMAT, cur(c)->line, "expected a parameter name, got '%s'",
-				     describe(cur(c)));
+				jj_cerr(c, HP_EFORMAT, cur(c)->line, "expected a parameter name, got '%s'",
+					jj_describe(cur(c)));
 				return NULL;
 			}
 			p = nnew(c, N_NAME, cur(c)->line);
@@ -1012,7 +1012,7 @@ static struct node *p_statement(struct comp *c, int loop)
 				if (!d)
 					return NULL;
 			} else if (defs.n && defs.v[defs.n - 1]) {
-				cerr(c, HP_EFORMAT, p->line, "non-default argument follows default argument");
+				jj_cerr(c, HP_EFORMAT, p->line, "non-default argument follows default argument");
 				return NULL;
 			}
 			if (nl_add(c, &params, p) || nl_add(c, &defs, d))
@@ -1063,7 +1063,7 @@ static struct node *p_statement(struct comp *c, int loop)
 	}
 	if (!strcmp(t->s, "break") || !strcmp(t->s, "continue")) {
 		if (!loop) {
-			cerr(c, HP_EFORMAT, line, "'%s' outside of a loop", t->s);
+			jj_cerr(c, HP_EFORMAT, line, "'%s' outside of a loop", t->s);
 			return NULL;
 		}
 		n = nnew(c, t->s[0] == 'b' ? S_BREAK : S_CONT, line);
@@ -1075,11 +1075,11 @@ static struct node *p_statement(struct comp *c, int loop)
 
 		for (int i = 0; unsup[i]; i++)
 			if (!strcmp(t->s, unsup[i])) {
-				cerr(c, HP_EUNSUP, line, "the '%s' tag is not supported", t->s);
+				jj_cerr(c, HP_EUNSUP, line, "the '%s' tag is not supported", t->s);
 				return NULL;
 			}
 	}
-	cerr(c, HP_EFORMAT, line, "encountered unknown tag '%s'", t->s);
+	jj_cerr(c, HP_EFORMAT, line, "encountered unknown tag '%s'", t->s);
 	return NULL;
 }
 
@@ -1101,18 +1101,18 @@ static struct node *p_body(struct comp *c, const char *const *ends, int loop, co
 
 		if (t->type == T_EOF) {
 			if (ends) {
-				cerr(c, HP_EFORMAT, t->line, "unexpected end of template, expected '%s'",
-				     ends[0]);
+				jj_cerr(c, HP_EFORMAT, t->line, "unexpected end of template, expected '%s'",
+					ends[0]);
 				return NULL;
 			}
 			break;
 		}
 		if (t->type == T_DATA) {
-			struct hp_jval *v = mkstr_raw(&c->t->ar, t->s, t->n, NULL, 0);
+			struct hp_jval *v = jj_mkstr_raw(&c->t->ar, t->s, t->n, NULL, 0);
 
 			adv(c);
 			if (!v) {
-				cerr(c, HP_ENOMEM, 0, "no memory");
+				jj_cerr(c, HP_ENOMEM, 0, "no memory");
 				return NULL;
 			}
 			n = nnew(c, S_DATA, t->line);
@@ -1141,7 +1141,7 @@ static struct node *p_body(struct comp *c, const char *const *ends, int loop, co
 			}
 			n = p_statement(c, loop);
 		} else {
-			cerr(c, HP_EFORMAT, t->line, "unexpected '%s'", describe(t));
+			jj_cerr(c, HP_EFORMAT, t->line, "unexpected '%s'", jj_describe(t));
 			return NULL;
 		}
 		if (!n || nl_add(c, &st, n))
@@ -1165,8 +1165,8 @@ static int check_soft(struct comp *c, const struct node *n, int soft)
 	if (!n)
 		return 0;
 	if ((n->kind == N_FILTER || n->kind == N_TEST) && n->id < 0 && !soft)
-		return cerr(c, HP_EFORMAT, n->line, "no %s named '%s'", n->kind == N_FILTER ? "filter" : "test",
-			    n->name);
+		return jj_cerr(c, HP_EFORMAT, n->line, "no %s named '%s'", n->kind == N_FILTER ? "filter" : "test",
+			       n->name);
 	switch (n->kind) {
 	case S_IF:
 	case N_COND:
@@ -1223,9 +1223,9 @@ int hp_jinja_compile(struct hp_jinja **tp, const char *src, size_t len, const ch
 	memset(&c, 0, sizeof(c));
 	c.t = t;
 	c.e = e;
-	s = aalloc(&t->ar, len + 1);
+	s = jj_aalloc(&t->ar, len + 1);
 	if (!s) {
-		cerr(&c, HP_ENOMEM, 0, "no memory");
+		jj_cerr(&c, HP_ENOMEM, 0, "no memory");
 		goto fail;
 	}
 	/* lexer.py: \r\n, \r and \n all become \n; one trailing newline goes */
@@ -1244,10 +1244,10 @@ int hp_jinja_compile(struct hp_jinja **tp, const char *src, size_t len, const ch
 	c.src = s;
 	c.n = k;
 	if (hp_utf8_valid_prefix(s, k) != k) {
-		cerr(&c, HP_EFORMAT, 1 + count_nl(s, hp_utf8_valid_prefix(s, k)), "invalid UTF-8 in the template");
+		jj_cerr(&c, HP_EFORMAT, 1 + jj_count_nl(s, hp_utf8_valid_prefix(s, k)), "invalid UTF-8 in the template");
 		goto fail;
 	}
-	if (lex(&c))
+	if (jj_lex(&c))
 		goto fail;
 	t->root = p_body(&c, NULL, 0, &which);
 	if (!t->root || check_soft(&c, t->root, 0))
@@ -1256,7 +1256,7 @@ int hp_jinja_compile(struct hp_jinja **tp, const char *src, size_t len, const ch
 	return 0;
 fail:
 	if (!c.rc)
-		cerr(&c, HP_ENOMEM, 0, "no memory");
+		jj_cerr(&c, HP_ENOMEM, 0, "no memory");
 	hp_jinja_free(t);
 	return c.rc;
 }
@@ -1265,7 +1265,7 @@ void hp_jinja_free(struct hp_jinja *t)
 {
 	if (!t)
 		return;
-	arena_free(&t->ar);
+	jj_arena_free(&t->ar);
 	hp_free(t->name);
 	hp_free(t);
 }

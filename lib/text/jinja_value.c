@@ -21,7 +21,7 @@ struct achunk {
 	max_align_t data[];
 };
 
-void *aalloc(struct jarena *a, size_t n)
+void *jj_aalloc(struct jarena *a, size_t n)
 {
 	struct achunk *c = a->head;
 	size_t need = (n + 15) & ~(size_t)15;
@@ -56,16 +56,16 @@ void *aalloc(struct jarena *a, size_t n)
 	}
 }
 
-void *acalloc(struct jarena *a, size_t n)
+void *jj_acalloc(struct jarena *a, size_t n)
 {
-	void *p = aalloc(a, n);
+	void *p = jj_aalloc(a, n);
 
 	if (p)
 		memset(p, 0, n);
 	return p;
 }
 
-void arena_free(struct jarena *a)
+void jj_arena_free(struct jarena *a)
 {
 	struct achunk *c = a->head;
 
@@ -79,9 +79,9 @@ void arena_free(struct jarena *a)
 	a->total = 0;
 }
 
-struct hp_jval *mkval(struct jarena *a, int type)
+struct hp_jval *jj_mkval(struct jarena *a, int type)
 {
-	struct hp_jval *v = aalloc(a, sizeof(*v));
+	struct hp_jval *v = jj_aalloc(a, sizeof(*v));
 
 	if (v) {
 		memset(v, 0, sizeof(*v));
@@ -93,7 +93,7 @@ struct hp_jval *mkval(struct jarena *a, int type)
 /* a JV_BOOL or JV_INT holding i, a JV_FLOAT holding f */
 static struct hp_jval *mkival(struct jarena *a, int type, int64_t i)
 {
-	struct hp_jval *v = mkval(a, type);
+	struct hp_jval *v = jj_mkval(a, type);
 
 	if (v)
 		v->i = i;
@@ -102,18 +102,18 @@ static struct hp_jval *mkival(struct jarena *a, int type, int64_t i)
 
 static struct hp_jval *mkfval(struct jarena *a, double f)
 {
-	struct hp_jval *v = mkval(a, JV_FLOAT);
+	struct hp_jval *v = jj_mkval(a, JV_FLOAT);
 
 	if (v)
 		v->f = f;
 	return v;
 }
 
-struct hp_jval v_none = { .type = JV_NONE };
-struct hp_jval v_true = { .type = JV_BOOL, .i = 1 };
-struct hp_jval v_false = { .type = JV_BOOL, .i = 0 };
-struct hp_jval v_empty = { .type = JV_STR, .flags = JF_ASCII, .s = { "", NULL, 0, 0 } };
-struct hp_jval v_space = { .type = JV_STR, .flags = JF_ASCII, .s = { " ", NULL, 1, 1 } };
+struct hp_jval jj_v_none = { .type = JV_NONE };
+struct hp_jval jj_v_true = { .type = JV_BOOL, .i = 1 };
+struct hp_jval jj_v_false = { .type = JV_BOOL, .i = 0 };
+struct hp_jval jj_v_empty = { .type = JV_STR, .flags = JF_ASCII, .s = { "", NULL, 0, 0 } };
+struct hp_jval jj_v_space = { .type = JV_STR, .flags = JF_ASCII, .s = { " ", NULL, 1, 1 } };
 
 /* --- UTF-8 ------------------------------------------------------------------ */
 
@@ -122,7 +122,7 @@ struct hp_jval v_space = { .type = JV_STR, .flags = JF_ASCII, .s = { " ", NULL, 
  * one code point each (their byte value), so that no input can make the
  * string functions fail; the caller's strings are normally valid already.
  */
-uint32_t u8dec(const char *s, size_t n, size_t *i)
+uint32_t jj_u8dec(const char *s, size_t n, size_t *i)
 {
 	unsigned c = (unsigned char)s[*i], lo, hi, k;
 	uint32_t cp;
@@ -159,56 +159,56 @@ static size_t u8count(const char *s, size_t n, int *ascii)
 	*ascii = i == n;
 	k = i;
 	while (i < n) {
-		u8dec(s, n, &i);
+		jj_u8dec(s, n, &i);
 		k++;
 	}
 	return k;
 }
 
 /* Python's str.isspace */
-int py_isspace(uint32_t c)
+int jj_py_isspace(uint32_t c)
 {
 	return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
 	       c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
 	       c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-int cat_of(uint32_t c)
+int jj_cat_of(uint32_t c)
 {
 	return c > 0x10FFFF ? UTF8PROC_CATEGORY_CN : utf8proc_category((utf8proc_int32_t)c);
 }
 
-int py_isalpha(uint32_t c)
+int jj_py_isalpha(uint32_t c)
 {
 	int k;
 
 	if (c < 0x80)
 		return (c | 32) >= 'a' && (c | 32) <= 'z';
-	k = cat_of(c);
+	k = jj_cat_of(c);
 	return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO;
 }
 
-int py_isdigit(uint32_t c)
+int jj_py_isdigit(uint32_t c)
 {
 	if (c < 0x80)
 		return c >= '0' && c <= '9';
-	return cat_of(c) == UTF8PROC_CATEGORY_ND;
+	return jj_cat_of(c) == UTF8PROC_CATEGORY_ND;
 }
 
-int py_isalnum(uint32_t c)
+int jj_py_isalnum(uint32_t c)
 {
 	int k;
 
 	if (c < 0x80)
-		return py_isalpha(c) || (c >= '0' && c <= '9');
-	k = cat_of(c);
+		return jj_py_isalpha(c) || (c >= '0' && c <= '9');
+	k = jj_cat_of(c);
 	return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
 	       (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
 }
 
-int py_iscased(uint32_t c)
+int jj_py_iscased(uint32_t c)
 {
-	int k = cat_of(c);
+	int k = jj_cat_of(c);
 
 	return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
 	       utf8proc_toupper((utf8proc_int32_t)c) != (utf8proc_int32_t)c ||
@@ -222,26 +222,26 @@ static int py_isprintable(uint32_t c)
 
 	if (c < 0x80)
 		return c >= 0x20 && c < 0x7F;
-	k = cat_of(c);
+	k = jj_cat_of(c);
 	return !(k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
 		 k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN || k == UTF8PROC_CATEGORY_ZL ||
 		 k == UTF8PROC_CATEGORY_ZP || k == UTF8PROC_CATEGORY_ZS);
 }
 
 /* length of the Unicode whitespace character at s[i], 0 if none */
-size_t ws_at(const char *s, size_t n, size_t i)
+size_t jj_ws_at(const char *s, size_t n, size_t i)
 {
 	size_t j = i;
 
 	if (i >= n)
 		return 0;
 	if ((unsigned char)s[i] < 0x80)
-		return py_isspace((unsigned char)s[i]) ? 1 : 0;
-	return py_isspace(u8dec(s, n, &j)) ? j - i : 0;
+		return jj_py_isspace((unsigned char)s[i]) ? 1 : 0;
+	return jj_py_isspace(jj_u8dec(s, n, &j)) ? j - i : 0;
 }
 
 /* start of the code point that ends at s[end] */
-size_t u8prev(const char *s, size_t end)
+size_t jj_u8prev(const char *s, size_t end)
 {
 	size_t i = end - 1;
 
@@ -251,19 +251,19 @@ size_t u8prev(const char *s, size_t end)
 	{
 		size_t j = i;
 
-		u8dec(s, end, &j);
+		jj_u8dec(s, end, &j);
 		if (j != end)
 			i = end - 1;
 	}
 	return i;
 }
 
-size_t rstrip_ws_len(const char *s, size_t n)
+size_t jj_rstrip_ws_len(const char *s, size_t n)
 {
 	while (n) {
-		size_t i = u8prev(s, n), j = i;
+		size_t i = jj_u8prev(s, n), j = i;
 
-		if (!py_isspace(u8dec(s, n, &j)))
+		if (!jj_py_isspace(jj_u8dec(s, n, &j)))
 			break;
 		n = i;
 	}
@@ -271,10 +271,10 @@ size_t rstrip_ws_len(const char *s, size_t n)
 }
 
 /* --- strings ---------------------------------------------------------------- */
-struct hp_jval *mkstr_raw(struct jarena *a, const char *s, size_t len, const uint16_t *tag,
-			  uint16_t btag)
+struct hp_jval *jj_mkstr_raw(struct jarena *a, const char *s, size_t len, const uint16_t *tag,
+			     uint16_t btag)
 {
-	struct hp_jval *v = mkval(a, JV_STR);
+	struct hp_jval *v = jj_mkval(a, JV_STR);
 	int ascii;
 
 	if (!v)
@@ -292,7 +292,7 @@ struct hp_jval *mkstr_raw(struct jarena *a, const char *s, size_t len, const uin
 static struct hp_jval *mkstr_copy(struct jarena *a, const char *s, size_t len, const uint16_t *tags,
 				  uint16_t tag)
 {
-	char *b = aalloc(a, len + 1);
+	char *b = jj_aalloc(a, len + 1);
 	uint16_t *t = NULL;
 
 	if (!b)
@@ -302,37 +302,37 @@ static struct hp_jval *mkstr_copy(struct jarena *a, const char *s, size_t len, c
 	if (tags) {
 		for (size_t i = 0; i < len && !t; i++)
 			if (tags[i]) {
-				t = aalloc(a, len * sizeof(*t) + 1);
+				t = jj_aalloc(a, len * sizeof(*t) + 1);
 				if (!t)
 					return NULL;
 				memcpy(t, tags, len * sizeof(*t));
 			}
 	} else if (tag && len) {
-		t = aalloc(a, len * sizeof(*t));
+		t = jj_aalloc(a, len * sizeof(*t));
 		if (!t)
 			return NULL;
 		for (size_t i = 0; i < len; i++)
 			t[i] = tag;
 	}
-	return mkstr_raw(a, b, len, t, tag);
+	return jj_mkstr_raw(a, b, len, t, tag);
 }
 
 /* byte offset of code point k of v (k <= ncp) */
-size_t cp_off(const struct hp_jval *v, size_t k)
+size_t jj_cp_off(const struct hp_jval *v, size_t k)
 {
 	size_t i = 0;
 
 	if (v->flags & JF_ASCII)
 		return k;
 	while (k-- && i < v->s.len)
-		u8dec(v->s.s, v->s.len, &i);
+		jj_u8dec(v->s.s, v->s.len, &i);
 	return i;
 }
 
 /* a substring sharing v's bytes and tags */
 static struct hp_jval *substr(struct jarena *a, const struct hp_jval *v, size_t off, size_t len)
 {
-	struct hp_jval *r = mkval(a, JV_STR);
+	struct hp_jval *r = jj_mkval(a, JV_STR);
 
 	if (!r)
 		return NULL;
@@ -353,7 +353,7 @@ static struct hp_jval *substr(struct jarena *a, const struct hp_jval *v, size_t 
 }
 
 /* --- a growing byte+tag buffer in an arena (or on the heap for the output) - */
-int sb_grow(struct sbuf *b, size_t add)
+int jj_sb_grow(struct sbuf *b, size_t add)
 {
 	size_t cap;
 
@@ -370,13 +370,13 @@ int sb_grow(struct sbuf *b, size_t add)
 		cap *= 2;
 	}
 	if (b->a) {
-		char *s = aalloc(b->a, cap + 1);
+		char *s = jj_aalloc(b->a, cap + 1);
 		uint16_t *t = NULL;
 
 		if (!s)
 			goto oom;
 		if (b->t) {
-			t = aalloc(b->a, cap * sizeof(*t));
+			t = jj_aalloc(b->a, cap * sizeof(*t));
 			if (!t)
 				goto oom;
 			memcpy(t, b->t, b->len * sizeof(*t));
@@ -416,9 +416,9 @@ static int sb_need_tags(struct sbuf *b)
 {
 	if (b->t)
 		return 0;
-	if (!b->cap && sb_grow(b, 1))
+	if (!b->cap && jj_sb_grow(b, 1))
 		return -1;
-	b->t = aalloc(b->a, b->cap * sizeof(*b->t));
+	b->t = jj_aalloc(b->a, b->cap * sizeof(*b->t));
 	if (!b->t) {
 		b->oom = 1;
 		return -1;
@@ -428,11 +428,11 @@ static int sb_need_tags(struct sbuf *b)
 }
 
 /* append n bytes; tags NULL: all get tag */
-int sb_put(struct sbuf *b, const char *s, size_t n, const uint16_t *tags, uint16_t tag)
+int jj_sb_put(struct sbuf *b, const char *s, size_t n, const uint16_t *tags, uint16_t tag)
 {
 	if (!n)
 		return b->oom ? -1 : 0;
-	if (sb_grow(b, n))
+	if (jj_sb_grow(b, n))
 		return -1;
 	if (!b->t && (tags || tag)) {
 		int nz = tag != 0;
@@ -454,25 +454,25 @@ int sb_put(struct sbuf *b, const char *s, size_t n, const uint16_t *tags, uint16
 	return 0;
 }
 
-int sb_str(struct sbuf *b, const char *s, uint16_t tag)
+int jj_sb_str(struct sbuf *b, const char *s, uint16_t tag)
 {
-	return sb_put(b, s, strlen(s), NULL, tag);
+	return jj_sb_put(b, s, strlen(s), NULL, tag);
 }
 
-int sb_ch(struct sbuf *b, char c, uint16_t tag)
+int jj_sb_ch(struct sbuf *b, char c, uint16_t tag)
 {
-	return sb_put(b, &c, 1, NULL, tag);
+	return jj_sb_put(b, &c, 1, NULL, tag);
 }
 
-int sb_val(struct sbuf *b, const struct hp_jval *v)
+int jj_sb_val(struct sbuf *b, const struct hp_jval *v)
 {
-	return sb_put(b, v->s.s, v->s.len, v->s.tag, 0);
+	return jj_sb_put(b, v->s.s, v->s.len, v->s.tag, 0);
 }
 
 /* append v's bytes [off, off + n) with their tags */
-int sb_span(struct sbuf *b, const struct hp_jval *v, size_t off, size_t n)
+int jj_sb_span(struct sbuf *b, const struct hp_jval *v, size_t off, size_t n)
 {
-	return sb_put(b, v->s.s + off, n, v->s.tag ? v->s.tag + off : NULL, 0);
+	return jj_sb_put(b, v->s.s + off, n, v->s.tag ? v->s.tag + off : NULL, 0);
 }
 
 static int sb_printf(struct sbuf *b, uint16_t tag, const char *fmt, ...)
@@ -488,7 +488,7 @@ static int sb_printf(struct sbuf *b, uint16_t tag, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0 || (size_t)n >= sizeof(buf))
 		n = (int)sizeof(buf) - 1;
-	return sb_put(b, buf, (size_t)n, NULL, tag);
+	return jj_sb_put(b, buf, (size_t)n, NULL, tag);
 }
 
 /* the buffer as a string value (arena buffers only) */
@@ -497,9 +497,9 @@ static struct hp_jval *sb_done(struct sbuf *b)
 	if (b->oom)
 		return NULL;
 	if (!b->len)
-		return &v_empty;
+		return &jj_v_empty;
 	b->s[b->len] = '\0';
-	return mkstr_raw(b->a, b->s, b->len, b->t, 0);
+	return jj_mkstr_raw(b->a, b->s, b->len, b->t, 0);
 }
 
 /* --- Python float repr -------------------------------------------------- */
@@ -583,13 +583,13 @@ void hp_jctx_free(struct hp_jctx *c)
 {
 	if (!c)
 		return;
-	arena_free(&c->ar);
+	jj_arena_free(&c->ar);
 	hp_free(c);
 }
 
 struct hp_jval *hp_jv_none(struct hp_jctx *c)
 {
-	return mkval(&c->ar, JV_NONE);
+	return jj_mkval(&c->ar, JV_NONE);
 }
 
 struct hp_jval *hp_jv_bool(struct hp_jctx *c, int b)
@@ -619,12 +619,12 @@ struct hp_jval *hp_jv_str_tagged(struct hp_jctx *c, const char *s, size_t len, c
 
 struct hp_jval *hp_jv_list(struct hp_jctx *c)
 {
-	return mkval(&c->ar, JV_LIST);
+	return jj_mkval(&c->ar, JV_LIST);
 }
 
 struct hp_jval *hp_jv_dict(struct hp_jctx *c)
 {
-	return mkval(&c->ar, JV_DICT);
+	return jj_mkval(&c->ar, JV_DICT);
 }
 
 /* room for one more after the n elements of size sz at v: v itself, or a
@@ -637,7 +637,7 @@ static void *arr_room(struct jarena *a, void *v, size_t n, size_t *cap, size_t s
 	if (n < *cap)
 		return v;
 	nc = *cap ? *cap * 2 : 4;
-	nv = aalloc(a, nc * sz);
+	nv = jj_aalloc(a, nc * sz);
 	if (!nv)
 		return NULL;
 	if (n)
@@ -665,7 +665,7 @@ int hp_jv_append(struct hp_jctx *c, struct hp_jval *list, struct hp_jval *v)
 }
 
 /* the entry of string key k in dict d, or NULL */
-struct jent *dict_find_str(const struct hp_jval *d, const char *k, size_t n)
+struct jent *jj_dict_find_str(const struct hp_jval *d, const char *k, size_t n)
 {
 	for (size_t i = 0; i < d->d.n; i++) {
 		const struct hp_jval *key = d->d.e[i].k;
@@ -676,7 +676,7 @@ struct jent *dict_find_str(const struct hp_jval *d, const char *k, size_t n)
 	return NULL;
 }
 
-int dict_put(struct jarena *a, struct hp_jval *d, struct hp_jval *k, struct hp_jval *v)
+int jj_dict_put(struct jarena *a, struct hp_jval *d, struct hp_jval *k, struct hp_jval *v)
 {
 	struct jent *ne = arr_room(a, d->d.e, d->d.n, &d->d.cap, sizeof(*ne));
 
@@ -696,7 +696,7 @@ int hp_jv_set(struct hp_jctx *c, struct hp_jval *dict, const char *key, struct h
 
 	if (!dict || dict->type != JV_DICT || !key || !v)
 		return HP_EINVAL;
-	e = dict_find_str(dict, key, strlen(key));
+	e = jj_dict_find_str(dict, key, strlen(key));
 	if (e) {
 		e->v = v;
 		return 0;
@@ -704,7 +704,7 @@ int hp_jv_set(struct hp_jctx *c, struct hp_jval *dict, const char *key, struct h
 	k = mkstr_copy(&c->ar, key, strlen(key), NULL, 0);
 	if (!k)
 		return HP_ENOMEM;
-	return dict_put(&c->ar, dict, k, v);
+	return jj_dict_put(&c->ar, dict, k, v);
 }
 
 static struct hp_jval *from_json(struct jarena *a, const json_t *j, uint16_t tag, int depth)
@@ -718,14 +718,14 @@ static struct hp_jval *from_json(struct jarena *a, const json_t *j, uint16_t tag
 		const char *k;
 		json_t *x;
 
-		v = mkval(a, JV_DICT);
+		v = jj_mkval(a, JV_DICT);
 		if (!v)
 			return NULL;
 		json_object_foreach((json_t *)j, k, x) {
 			struct hp_jval *kv = mkstr_copy(a, k, strlen(k), NULL, tag);
 			struct hp_jval *xv = from_json(a, x, tag, depth + 1);
 
-			if (!kv || !xv || dict_put(a, v, kv, xv))
+			if (!kv || !xv || jj_dict_put(a, v, kv, xv))
 				return NULL;
 		}
 		return v;
@@ -734,7 +734,7 @@ static struct hp_jval *from_json(struct jarena *a, const json_t *j, uint16_t tag
 		size_t i;
 		json_t *x;
 
-		v = mkval(a, JV_LIST);
+		v = jj_mkval(a, JV_LIST);
 		if (!v)
 			return NULL;
 		json_array_foreach(j, i, x) {
@@ -755,7 +755,7 @@ static struct hp_jval *from_json(struct jarena *a, const json_t *j, uint16_t tag
 	case JSON_FALSE:
 		return mkival(a, JV_BOOL, json_is_true(j));
 	case JSON_NULL:
-		return mkval(a, JV_NONE);
+		return jj_mkval(a, JV_NONE);
 	}
 	return NULL;
 }
@@ -766,7 +766,7 @@ struct hp_jval *hp_jv_from_json(struct hp_jctx *c, const json_t *j, uint16_t tag
 }
 
 /* --- render state: errors and allocation ------------------------------------ */
-void *rerr(struct rs *r, const char *fmt, ...)
+void *jj_rerr(struct rs *r, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -785,12 +785,12 @@ void *rerr(struct rs *r, const char *fmt, ...)
 	return NULL;
 }
 
-void *room(struct rs *r)
+void *jj_room(struct rs *r)
 {
 	if (r->rc)
 		return NULL;
 	if (r->ar.over)
-		return rerr(r, "the render needs more than %zu MiB of memory (limit)", r->ar.limit >> 20);
+		return jj_rerr(r, "the render needs more than %zu MiB of memory (limit)", r->ar.limit >> 20);
 	r->rc = HP_ENOMEM;
 	hp_err_set(r->e, HP_ENOMEM, "'%s' line %d: out of memory rendering the template",
 		   r->t->name, r->line);
@@ -798,62 +798,62 @@ void *room(struct rs *r)
 }
 
 /* count n more loop iterations or range() items: -1 with the error past the limit */
-int count_iters(struct rs *r, long n)
+int jj_count_iters(struct rs *r, long n)
 {
 	r->iters += n;
 	if (r->iters <= r->lim_iters)
 		return 0;
-	rerr(r, "more than %ld loop iterations and range() items (limit)", r->lim_iters);
+	jj_rerr(r, "more than %ld loop iterations and range() items (limit)", r->lim_iters);
 	return -1;
 }
 
 /* the render-state allocators: the arena's, with the error when they fail (p NULL) */
 static void *got(struct rs *r, void *p)
 {
-	return p ? p : room(r);
+	return p ? p : jj_room(r);
 }
 
-void *ral(struct rs *r, size_t n)
+void *jj_ral(struct rs *r, size_t n)
 {
-	return got(r, aalloc(&r->ar, n));
+	return got(r, jj_aalloc(&r->ar, n));
 }
 
-struct hp_jval *mk(struct rs *r, int type)
+struct hp_jval *jj_mk(struct rs *r, int type)
 {
-	return got(r, mkval(&r->ar, type));
+	return got(r, jj_mkval(&r->ar, type));
 }
 
-struct hp_jval *mkint(struct rs *r, int64_t i)
+struct hp_jval *jj_mkint(struct rs *r, int64_t i)
 {
 	return got(r, mkival(&r->ar, JV_INT, i));
 }
 
-struct hp_jval *mkfloat(struct rs *r, double f)
+struct hp_jval *jj_mkfloat(struct rs *r, double f)
 {
 	return got(r, mkfval(&r->ar, f));
 }
 
-struct hp_jval *mkstrc(struct rs *r, const char *s, size_t n)
+struct hp_jval *jj_mkstrc(struct rs *r, const char *s, size_t n)
 {
 	return got(r, mkstr_copy(&r->ar, s, n, NULL, 0));
 }
 
-struct hp_jval *sub(struct rs *r, const struct hp_jval *v, size_t off, size_t len)
+struct hp_jval *jj_sub(struct rs *r, const struct hp_jval *v, size_t off, size_t len)
 {
 	if (off == 0 && len == v->s.len)
 		return (struct hp_jval *)v;
 	return got(r, substr(&r->ar, v, off, len));
 }
 
-struct hp_jval *mklist(struct rs *r, size_t cap, int flags)
+struct hp_jval *jj_mklist(struct rs *r, size_t cap, int flags)
 {
-	struct hp_jval *l = mk(r, JV_LIST);
+	struct hp_jval *l = jj_mk(r, JV_LIST);
 
 	if (!l)
 		return NULL;
 	l->flags = (uint8_t)flags;
 	if (cap) {
-		l->l.v = ral(r, cap * sizeof(*l->l.v));
+		l->l.v = jj_ral(r, cap * sizeof(*l->l.v));
 		if (!l->l.v)
 			return NULL;
 		l->l.cap = cap;
@@ -861,18 +861,18 @@ struct hp_jval *mklist(struct rs *r, size_t cap, int flags)
 	return l;
 }
 
-int push(struct rs *r, struct hp_jval *l, struct hp_jval *v)
+int jj_push(struct rs *r, struct hp_jval *l, struct hp_jval *v)
 {
 	if (list_push(&r->ar, l, v)) {
-		room(r);
+		jj_room(r);
 		return -1;
 	}
 	return 0;
 }
 
-struct hp_jval *mkundef(struct rs *r, int why, const char *name, size_t nlen, const char *what)
+struct hp_jval *jj_mkundef(struct rs *r, int why, const char *name, size_t nlen, const char *what)
 {
-	struct hp_jval *u = mk(r, JV_UNDEF);
+	struct hp_jval *u = jj_mk(r, JV_UNDEF);
 
 	if (u) {
 		u->aux = (uint32_t)why;
@@ -883,7 +883,7 @@ struct hp_jval *mkundef(struct rs *r, int why, const char *name, size_t nlen, co
 	return u;
 }
 
-struct sbuf sb_new(struct rs *r)
+struct sbuf jj_sb_new(struct rs *r)
 {
 	struct sbuf b;
 
@@ -892,12 +892,12 @@ struct sbuf sb_new(struct rs *r)
 	return b;
 }
 
-struct hp_jval *sb_fin(struct rs *r, struct sbuf *b)
+struct hp_jval *jj_sb_fin(struct rs *r, struct sbuf *b)
 {
 	return got(r, sb_done(b));
 }
 
-const char *type_name(const struct hp_jval *v)
+const char *jj_type_name(const struct hp_jval *v)
 {
 	switch (v->type) {
 	case JV_UNDEF: return "Undefined";
@@ -916,25 +916,25 @@ const char *type_name(const struct hp_jval *v)
 }
 
 /* the error an Undefined raises when used */
-void *undef_err(struct rs *r, const struct hp_jval *u)
+void *jj_undef_err(struct rs *r, const struct hp_jval *u)
 {
 	int n = (int)(u->u.nlen > 200 ? 200 : u->u.nlen);
 
 	switch (u->aux) {
 	case UN_NAME:
-		return rerr(r, "'%.*s' is undefined", n, u->u.name);
+		return jj_rerr(r, "'%.*s' is undefined", n, u->u.name);
 	case UN_ATTR:
-		return rerr(r, "'%s object' has no attribute '%.*s'", u->u.what, n, u->u.name);
+		return jj_rerr(r, "'%s object' has no attribute '%.*s'", u->u.what, n, u->u.name);
 	case UN_ITEM:
-		return rerr(r, "'%s object' has no element %.*s", u->u.what, n, u->u.name);
+		return jj_rerr(r, "'%s object' has no element %.*s", u->u.what, n, u->u.name);
 	case UN_UNSAFE:
-		return rerr(r, "access to attribute '%.*s' of '%s' object is unsafe", n, u->u.name,
-			    u->u.what);
+		return jj_rerr(r, "access to attribute '%.*s' of '%s' object is unsafe", n, u->u.name,
+			       u->u.what);
 	}
-	return rerr(r, "%s", n ? u->u.name : "undefined value");
+	return jj_rerr(r, "%s", n ? u->u.name : "undefined value");
 }
 
-int truthy(const struct hp_jval *v)
+int jj_truthy(const struct hp_jval *v)
 {
 	switch (v->type) {
 	case JV_UNDEF:
@@ -955,22 +955,22 @@ int truthy(const struct hp_jval *v)
 	return 1;
 }
 
-int isnum(const struct hp_jval *v)
+int jj_isnum(const struct hp_jval *v)
 {
 	return v->type == JV_BOOL || v->type == JV_INT || v->type == JV_FLOAT;
 }
 
-double numf(const struct hp_jval *v)
+double jj_numf(const struct hp_jval *v)
 {
 	return v->type == JV_FLOAT ? v->f : (double)v->i;
 }
 
 /* Python ==, for every pair of types */
-int py_eq(const struct hp_jval *a, const struct hp_jval *b)
+int jj_py_eq(const struct hp_jval *a, const struct hp_jval *b)
 {
-	if (isnum(a) && isnum(b)) {
+	if (jj_isnum(a) && jj_isnum(b)) {
 		if (a->type == JV_FLOAT || b->type == JV_FLOAT)
-			return numf(a) == numf(b);
+			return jj_numf(a) == jj_numf(b);
 		return a->i == b->i;
 	}
 	if (a->type != b->type)
@@ -985,7 +985,7 @@ int py_eq(const struct hp_jval *a, const struct hp_jval *b)
 		if ((a->flags & JF_TUPLE) != (b->flags & JF_TUPLE) || a->l.n != b->l.n)
 			return 0;
 		for (size_t i = 0; i < a->l.n; i++)
-			if (!py_eq(a->l.v[i], b->l.v[i]))
+			if (!jj_py_eq(a->l.v[i], b->l.v[i]))
 				return 0;
 		return 1;
 	case JV_DICT:
@@ -995,9 +995,9 @@ int py_eq(const struct hp_jval *a, const struct hp_jval *b)
 			size_t j;
 
 			for (j = 0; j < b->d.n; j++)
-				if (py_eq(a->d.e[i].k, b->d.e[j].k))
+				if (jj_py_eq(a->d.e[i].k, b->d.e[j].k))
 					break;
-			if (j == b->d.n || !py_eq(a->d.e[i].v, b->d.e[j].v))
+			if (j == b->d.n || !jj_py_eq(a->d.e[i].v, b->d.e[j].v))
 				return 0;
 		}
 		return 1;
@@ -1009,15 +1009,15 @@ int py_eq(const struct hp_jval *a, const struct hp_jval *b)
 }
 
 /* Python ordering: 0 and *res in {-1, 0, 1}, or -1 with the error set */
-int py_cmp(struct rs *r, const struct hp_jval *a, const struct hp_jval *b, int *res)
+int jj_py_cmp(struct rs *r, const struct hp_jval *a, const struct hp_jval *b, int *res)
 {
 	if (a->type == JV_UNDEF || b->type == JV_UNDEF) {
-		undef_err(r, a->type == JV_UNDEF ? a : b);
+		jj_undef_err(r, a->type == JV_UNDEF ? a : b);
 		return -1;
 	}
-	if (isnum(a) && isnum(b)) {
+	if (jj_isnum(a) && jj_isnum(b)) {
 		if (a->type == JV_FLOAT || b->type == JV_FLOAT) {
-			double x = numf(a), y = numf(b);
+			double x = jj_numf(a), y = jj_numf(b);
 
 			*res = x < y ? -1 : x > y ? 1 : 0;   /* NaN compares as equal-ish: Python gives False */
 		} else {
@@ -1034,14 +1034,14 @@ int py_cmp(struct rs *r, const struct hp_jval *a, const struct hp_jval *b, int *
 	}
 	if (a->type == JV_LIST && b->type == JV_LIST && (a->flags & JF_TUPLE) == (b->flags & JF_TUPLE)) {
 		for (size_t i = 0; i < a->l.n && i < b->l.n; i++) {
-			if (py_eq(a->l.v[i], b->l.v[i]))
+			if (jj_py_eq(a->l.v[i], b->l.v[i]))
 				continue;
-			return py_cmp(r, a->l.v[i], b->l.v[i], res);
+			return jj_py_cmp(r, a->l.v[i], b->l.v[i], res);
 		}
 		*res = a->l.n < b->l.n ? -1 : a->l.n > b->l.n;
 		return 0;
 	}
-	rerr(r, "'<' not supported between instances of '%s' and '%s'", type_name(a), type_name(b));
+	jj_rerr(r, "'<' not supported between instances of '%s' and '%s'", jj_type_name(a), jj_type_name(b));
 	return -1;
 }
 
@@ -1056,41 +1056,41 @@ static int put_str_repr(struct sbuf *b, const struct hp_jval *v)
 	uint16_t t0 = n && v->s.tag ? v->s.tag[0] : v->btag;
 	uint16_t t1 = n && v->s.tag ? v->s.tag[n - 1] : v->btag;
 
-	sb_ch(b, q, t0);
+	jj_sb_ch(b, q, t0);
 	while (i < n) {
 		size_t st = i;
-		uint32_t c = u8dec(s, n, &i);
+		uint32_t c = jj_u8dec(s, n, &i);
 		uint16_t tg = v->s.tag ? v->s.tag[st] : 0;
 		char esc[16];
 
 		if (c == (uint32_t)q || c == '\\') {
 			esc[0] = '\\';
 			esc[1] = (char)c;
-			sb_put(b, esc, 2, NULL, tg);
+			jj_sb_put(b, esc, 2, NULL, tg);
 		} else if (c == '\n') {
-			sb_put(b, "\\n", 2, NULL, tg);
+			jj_sb_put(b, "\\n", 2, NULL, tg);
 		} else if (c == '\r') {
-			sb_put(b, "\\r", 2, NULL, tg);
+			jj_sb_put(b, "\\r", 2, NULL, tg);
 		} else if (c == '\t') {
-			sb_put(b, "\\t", 2, NULL, tg);
+			jj_sb_put(b, "\\t", 2, NULL, tg);
 		} else if (i - st == 1 && c >= 0x80) {
 			/* an invalid byte: Python would hold a surrogate escape */
 			snprintf(esc, sizeof(esc), "\\udc%02x", c);
-			sb_put(b, esc, 6, NULL, tg);
+			jj_sb_put(b, esc, 6, NULL, tg);
 		} else if (!py_isprintable(c)) {
 			int k = c < 0x100 ? snprintf(esc, sizeof(esc), "\\x%02x", c)
 				: c < 0x10000 ? snprintf(esc, sizeof(esc), "\\u%04x", c)
 				: snprintf(esc, sizeof(esc), "\\U%08x", c);
-			sb_put(b, esc, (size_t)k, NULL, tg);
+			jj_sb_put(b, esc, (size_t)k, NULL, tg);
 		} else {
-			sb_span(b, v, st, i - st);
+			jj_sb_span(b, v, st, i - st);
 		}
 	}
-	return sb_ch(b, q, t1);
+	return jj_sb_ch(b, q, t1);
 }
 
 /* str(v) appended to b, with the tags of the strings in it */
-int put_str(struct rs *r, struct sbuf *b, const struct hp_jval *v)
+int jj_put_str(struct rs *r, struct sbuf *b, const struct hp_jval *v)
 {
 	char buf[64];
 
@@ -1098,14 +1098,14 @@ int put_str(struct rs *r, struct sbuf *b, const struct hp_jval *v)
 	case JV_UNDEF:
 		return 0;
 	case JV_STR:
-		return sb_val(b, v);
+		return jj_sb_val(b, v);
 	case JV_INT:
 		return sb_printf(b, 0, "%lld", (long long)v->i);
 	case JV_FLOAT:
 		fmt_float(buf, sizeof(buf), v->f);
-		return sb_str(b, buf, 0);
+		return jj_sb_str(b, buf, 0);
 	}
-	return put_repr(r, b, v, 0);
+	return jj_put_repr(r, b, v, 0);
 }
 
 /* -1 with the error when a value nests deeper than LIM_NEST (a list holding itself) */
@@ -1113,11 +1113,11 @@ static int too_deep(struct rs *r, int depth)
 {
 	if (depth <= LIM_NEST)
 		return 0;
-	rerr(r, "values nested deeper than %d", LIM_NEST);
+	jj_rerr(r, "values nested deeper than %d", LIM_NEST);
 	return -1;
 }
 
-int put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth)
+int jj_put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth)
 {
 	char buf[64];
 
@@ -1125,56 +1125,56 @@ int put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth)
 		return -1;
 	switch (v->type) {
 	case JV_UNDEF:
-		return sb_str(b, "Undefined", 0);
+		return jj_sb_str(b, "Undefined", 0);
 	case JV_NONE:
-		return sb_str(b, "None", 0);
+		return jj_sb_str(b, "None", 0);
 	case JV_BOOL:
-		return sb_str(b, v->i ? "True" : "False", 0);
+		return jj_sb_str(b, v->i ? "True" : "False", 0);
 	case JV_INT:
 	case JV_FLOAT:
-		return put_str(r, b, v);
+		return jj_put_str(r, b, v);
 	case JV_STR:
 		return put_str_repr(b, v);
 	case JV_LIST: {
 		const char *open = v->flags & JF_TUPLE ? "(" : "[", *close = v->flags & JF_TUPLE ? ")" : "]";
 
 		if (v->flags & JF_ITEMS)
-			sb_str(b, "dict_items(", 0);
+			jj_sb_str(b, "dict_items(", 0);
 		else if (v->flags & JF_KEYS)
-			sb_str(b, "dict_keys(", 0);
+			jj_sb_str(b, "dict_keys(", 0);
 		else if (v->flags & JF_VALUES)
-			sb_str(b, "dict_values(", 0);
-		sb_str(b, open, 0);
+			jj_sb_str(b, "dict_values(", 0);
+		jj_sb_str(b, open, 0);
 		for (size_t i = 0; i < v->l.n; i++) {
 			if (i)
-				sb_str(b, ", ", 0);
-			if (put_repr(r, b, v->l.v[i], depth + 1))
+				jj_sb_str(b, ", ", 0);
+			if (jj_put_repr(r, b, v->l.v[i], depth + 1))
 				return -1;
 		}
 		if ((v->flags & JF_TUPLE) && v->l.n == 1)
-			sb_ch(b, ',', 0);
-		sb_str(b, close, 0);
+			jj_sb_ch(b, ',', 0);
+		jj_sb_str(b, close, 0);
 		if (v->flags & (JF_ITEMS | JF_KEYS | JF_VALUES))
-			sb_ch(b, ')', 0);
+			jj_sb_ch(b, ')', 0);
 		return b->oom ? -1 : 0;
 	}
 	case JV_DICT:
 	case JV_NS:
 		if (v->type == JV_NS)
-			sb_str(b, "<Namespace ", 0);
-		sb_ch(b, '{', 0);
+			jj_sb_str(b, "<Namespace ", 0);
+		jj_sb_ch(b, '{', 0);
 		for (size_t i = 0; i < v->d.n; i++) {
 			if (i)
-				sb_str(b, ", ", 0);
-			if (put_repr(r, b, v->d.e[i].k, depth + 1))
+				jj_sb_str(b, ", ", 0);
+			if (jj_put_repr(r, b, v->d.e[i].k, depth + 1))
 				return -1;
-			sb_str(b, ": ", 0);
-			if (put_repr(r, b, v->d.e[i].v, depth + 1))
+			jj_sb_str(b, ": ", 0);
+			if (jj_put_repr(r, b, v->d.e[i].v, depth + 1))
 				return -1;
 		}
-		sb_ch(b, '}', 0);
+		jj_sb_ch(b, '}', 0);
 		if (v->type == JV_NS)
-			sb_ch(b, '>', 0);
+			jj_sb_ch(b, '>', 0);
 		return b->oom ? -1 : 0;
 	case JV_MACRO:
 		return sb_printf(b, 0, "<Macro '%s'>", v->m.def->name);
@@ -1182,24 +1182,24 @@ int put_repr(struct rs *r, struct sbuf *b, const struct hp_jval *v, int depth)
 		return sb_printf(b, 0, "<LoopContext %zu/%zu>", v->loop->i + 1, v->loop->n);
 	case JV_METHOD:
 		snprintf(buf, sizeof(buf), "<built-in method %s>", v->meth.name);
-		return sb_str(b, buf, 0);
+		return jj_sb_str(b, buf, 0);
 	}
-	return sb_str(b, "<built-in function>", 0);
+	return jj_sb_str(b, "<built-in function>", 0);
 }
 
 /* str(v) as a string value */
-struct hp_jval *to_str(struct rs *r, struct hp_jval *v)
+struct hp_jval *jj_to_str(struct rs *r, struct hp_jval *v)
 {
 	struct sbuf b;
 
 	if (v->type == JV_STR)
 		return v;
 	if (v->type == JV_UNDEF)
-		return &v_empty;
-	b = sb_new(r);
-	if (put_str(r, &b, v))
-		return b.oom ? room(r) : NULL;
-	return sb_fin(r, &b);
+		return &jj_v_empty;
+	b = jj_sb_new(r);
+	if (jj_put_str(r, &b, v))
+		return b.oom ? jj_room(r) : NULL;
+	return jj_sb_fin(r, &b);
 }
 
 /* --- json.dumps ------------------------------------------------------------ */
@@ -1210,7 +1210,7 @@ static int put_json_str(struct sbuf *b, const struct hp_jval *v, int ascii)
 	uint16_t t0 = n && v->s.tag ? v->s.tag[0] : v->btag;
 	uint16_t t1 = n && v->s.tag ? v->s.tag[n - 1] : v->btag;
 
-	sb_ch(b, '"', t0);
+	jj_sb_ch(b, '"', t0);
 	while (i < n) {
 		size_t st = i, run;
 		uint32_t c;
@@ -1225,41 +1225,41 @@ static int put_json_str(struct sbuf *b, const struct hp_jval *v, int ascii)
 				break;
 		}
 		if (run > i) {
-			sb_span(b, v, i, run - i);
+			jj_sb_span(b, v, i, run - i);
 			i = run;
 			continue;
 		}
-		c = u8dec(s, n, &i);
+		c = jj_u8dec(s, n, &i);
 		tg = v->s.tag ? v->s.tag[st] : 0;
 		switch (c) {
-		case '"': sb_put(b, "\\\"", 2, NULL, tg); continue;
-		case '\\': sb_put(b, "\\\\", 2, NULL, tg); continue;
-		case '\n': sb_put(b, "\\n", 2, NULL, tg); continue;
-		case '\r': sb_put(b, "\\r", 2, NULL, tg); continue;
-		case '\t': sb_put(b, "\\t", 2, NULL, tg); continue;
-		case '\b': sb_put(b, "\\b", 2, NULL, tg); continue;
-		case '\f': sb_put(b, "\\f", 2, NULL, tg); continue;
+		case '"': jj_sb_put(b, "\\\"", 2, NULL, tg); continue;
+		case '\\': jj_sb_put(b, "\\\\", 2, NULL, tg); continue;
+		case '\n': jj_sb_put(b, "\\n", 2, NULL, tg); continue;
+		case '\r': jj_sb_put(b, "\\r", 2, NULL, tg); continue;
+		case '\t': jj_sb_put(b, "\\t", 2, NULL, tg); continue;
+		case '\b': jj_sb_put(b, "\\b", 2, NULL, tg); continue;
+		case '\f': jj_sb_put(b, "\\f", 2, NULL, tg); continue;
 		}
 		if (c < 0x20 || (ascii && c < 0x10000) || (i - st == 1 && c >= 0x80)) {
 			snprintf(esc, sizeof(esc), "\\u%04x", i - st == 1 && c >= 0x80 ? 0xDC00 + c : c);
-			sb_put(b, esc, 6, NULL, tg);
+			jj_sb_put(b, esc, 6, NULL, tg);
 		} else if (ascii) {
 			uint32_t x = c - 0x10000;
 
 			snprintf(esc, sizeof(esc), "\\u%04x\\u%04x", 0xD800 + (x >> 10), 0xDC00 + (x & 0x3FF));
-			sb_put(b, esc, 12, NULL, tg);
+			jj_sb_put(b, esc, 12, NULL, tg);
 		} else {
-			sb_span(b, v, st, i - st);
+			jj_sb_span(b, v, st, i - st);
 		}
 	}
-	return sb_ch(b, '"', t1);
+	return jj_sb_ch(b, '"', t1);
 }
 
 static int json_nl(struct sbuf *b, const struct jopt *o, int level)
 {
-	sb_ch(b, '\n', 0);
+	jj_sb_ch(b, '\n', 0);
 	for (int i = 0; i < level; i++)
-		sb_val(b, o->indent);
+		jj_sb_val(b, o->indent);
 	return b->oom ? -1 : 0;
 }
 
@@ -1267,7 +1267,7 @@ static int json_nl(struct sbuf *b, const struct jopt *o, int level)
 static void json_item(struct sbuf *b, const struct jopt *o, int level, size_t i)
 {
 	if (i)
-		sb_val(b, o->isep);
+		jj_sb_val(b, o->isep);
 	if (o->indent)
 		json_nl(b, o, level + 1);
 }
@@ -1276,11 +1276,11 @@ static int json_close(struct sbuf *b, const struct jopt *o, int level, char clos
 {
 	if (o->indent)
 		json_nl(b, o, level);
-	return sb_ch(b, close, 0);
+	return jj_sb_ch(b, close, 0);
 }
 
-int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct jopt *o,
-	     int level)
+int jj_put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct jopt *o,
+		int level)
 {
 	char buf[64];
 
@@ -1288,29 +1288,29 @@ int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct
 		return -1;
 	switch (v->type) {
 	case JV_NONE:
-		return sb_str(b, "null", 0);
+		return jj_sb_str(b, "null", 0);
 	case JV_BOOL:
-		return sb_str(b, v->i ? "true" : "false", 0);
+		return jj_sb_str(b, v->i ? "true" : "false", 0);
 	case JV_INT:
 		return sb_printf(b, 0, "%lld", (long long)v->i);
 	case JV_FLOAT:
 		if (isnan(v->f))
-			return sb_str(b, "NaN", 0);
+			return jj_sb_str(b, "NaN", 0);
 		if (isinf(v->f))
-			return sb_str(b, v->f < 0 ? "-Infinity" : "Infinity", 0);
+			return jj_sb_str(b, v->f < 0 ? "-Infinity" : "Infinity", 0);
 		fmt_float(buf, sizeof(buf), v->f);
-		return sb_str(b, buf, 0);
+		return jj_sb_str(b, buf, 0);
 	case JV_STR:
 		return put_json_str(b, v, o->ascii);
 	case JV_LIST:
 		if (v->flags & (JF_ITEMS | JF_KEYS | JF_VALUES))
 			break;
 		if (!v->l.n)
-			return sb_str(b, "[]", 0);
-		sb_ch(b, '[', 0);
+			return jj_sb_str(b, "[]", 0);
+		jj_sb_ch(b, '[', 0);
 		for (size_t i = 0; i < v->l.n; i++) {
 			json_item(b, o, level, i);
-			if (put_json(r, b, v->l.v[i], o, level + 1))
+			if (jj_put_json(r, b, v->l.v[i], o, level + 1))
 				return -1;
 		}
 		return json_close(b, o, level, ']');
@@ -1319,15 +1319,15 @@ int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct
 		const struct jent **ord;
 
 		if (!n)
-			return sb_str(b, "{}", 0);
-		ord = ral(r, n * sizeof(*ord));
+			return jj_sb_str(b, "{}", 0);
+		ord = jj_ral(r, n * sizeof(*ord));
 		if (!ord)
 			return -1;
 		for (size_t i = 0; i < n; i++) {
 			const struct hp_jval *k = v->d.e[i].k;
 
-			if (k->type != JV_STR && !isnum(k) && k->type != JV_NONE) {
-				rerr(r, "keys must be str, int, float, bool or None, not %s", type_name(k));
+			if (k->type != JV_STR && !jj_isnum(k) && k->type != JV_NONE) {
+				jj_rerr(r, "keys must be str, int, float, bool or None, not %s", jj_type_name(k));
 				return -1;
 			}
 			ord[i] = &v->d.e[i];
@@ -1341,7 +1341,7 @@ int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct
 				while (j > 0) {
 					int c;
 
-					if (py_cmp(r, ord[j - 1]->k, x->k, &c))
+					if (jj_py_cmp(r, ord[j - 1]->k, x->k, &c))
 						return -1;
 					if (c <= 0)
 						break;
@@ -1351,7 +1351,7 @@ int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct
 				ord[j] = x;
 			}
 		}
-		sb_ch(b, '{', 0);
+		jj_sb_ch(b, '{', 0);
 		for (size_t i = 0; i < n; i++) {
 			const struct hp_jval *k = ord[i]->k;
 
@@ -1360,22 +1360,22 @@ int put_json(struct rs *r, struct sbuf *b, const struct hp_jval *v, const struct
 				put_json_str(b, k, o->ascii);
 			} else {
 				/* a number or None, quoted */
-				sb_ch(b, '"', 0);
-				if (put_json(r, b, k, o, level + 1))
+				jj_sb_ch(b, '"', 0);
+				if (jj_put_json(r, b, k, o, level + 1))
 					return -1;
-				sb_ch(b, '"', 0);
+				jj_sb_ch(b, '"', 0);
 			}
-			sb_val(b, o->ksep);
-			if (put_json(r, b, ord[i]->v, o, level + 1))
+			jj_sb_val(b, o->ksep);
+			if (jj_put_json(r, b, ord[i]->v, o, level + 1))
 				return -1;
 		}
 		return json_close(b, o, level, '}');
 	}
 	}
 	if (v->type == JV_UNDEF && v->aux != UN_MSG)
-		rerr(r, "Object of type Undefined is not JSON serializable");
+		jj_rerr(r, "Object of type Undefined is not JSON serializable");
 	else
-		rerr(r, "Object of type %s is not JSON serializable", type_name(v));
+		jj_rerr(r, "Object of type %s is not JSON serializable", jj_type_name(v));
 	return -1;
 }
 
