@@ -10,8 +10,10 @@
 # prints "same" on every line.  Exit 0 when all are the same, 1 otherwise.
 #
 # HP_SAME_TIMING=N also times N steps of stories260K in one process and of
-# the training demo (examples/training_demo/train_parallel.yaml) on 8 ranks, alternating the two binaries (old, new, old, new)
-# five times each and printing the ratio new/old of the medians;
+# the training demo (examples/training_demo/train_parallel.yaml) on 8 ranks,
+# alternating the two binaries (old, new, old, new) HP_SAME_ROUNDS times
+# each (default 7), and prints the ratios new/old of the medians and of the
+# fastest runs (on a noisy machine the fastest run is the steadier figure);
 # HP_SAME_TIMING_ONLY=1 skips the comparison of the numbers.
 set -eu
 old=$(cd "$1" && pwd) new=$(cd "$2" && pwd)
@@ -128,7 +130,8 @@ if [ -z "${HP_SAME_TIMING_ONLY:-}" ]; then
 	run cuda-emu-seed8 8 moek.yaml --training.device=cuda $SEED8
 fi
 
-# median of the step times after the first, over five alternating runs each
+# each run's median step time (steps after the first), then the median
+# over HP_SAME_ROUNDS (default 7) alternating runs of each binary
 if [ -n "${HP_SAME_TIMING:-}" ]; then
 	cfg t1.yaml "$DATA/stories260K/hf" "$HP_SAME_TIMING" </dev/null
 	# the training demo's config and model as they are, without its
@@ -141,18 +144,25 @@ if [ -n "${HP_SAME_TIMING:-}" ]; then
 	    -e "s|train_iters: 40|train_iters: $HP_SAME_TIMING|" \
 	    -e '/^  eval_iters:/d' -e '/^  eval_steps:/d' -e '/^checkpoint:/d' \
 	    "$demo/train_parallel.yaml" >t8.yaml
+	rounds=${HP_SAME_ROUNDS:-7}
 	for t in t1 t8; do
 		: >old-$t.times; : >new-$t.times
-		for i in 1 2 3 4 5; do
+		i=0
+		while [ $i -lt "$rounds" ]; do
 			for b in old new; do
 				eval "bin=\$$b"
 				if [ $t = t1 ]; then "$bin/hp-train" -q t1.yaml --metrics m.jsonl
 				else mpiexec -n 8 "$bin/hp-train" -q t8.yaml --metrics m.jsonl; fi
-				jq -s '[.[1:][].step_time_s] | add' m.jsonl >>$b-$t.times
+				jq -s '[.[1:][].step_time_s] | sort | .[length / 2 | floor]' m.jsonl >>$b-$t.times
 			done
+			i=$((i + 1))
 		done
-		o=$(sort -g old-$t.times | sed -n 3p) n=$(sort -g new-$t.times | sed -n 3p)
-		awk -v o="$o" -v n="$n" -v t=$t 'BEGIN { printf "%s step time: old %.4f s, new %.4f s, new/old %.3f\n", t, o, n, n / o }'
+		mid=$(((rounds + 1) / 2))
+		o=$(sort -g old-$t.times | sed -n ${mid}p) n=$(sort -g new-$t.times | sed -n ${mid}p)
+		o1=$(sort -g old-$t.times | sed -n 1p) n1=$(sort -g new-$t.times | sed -n 1p)
+		awk -v o="$o" -v n="$n" -v o1="$o1" -v n1="$n1" -v t=$t -v r="$rounds" 'BEGIN {
+			printf "%s step time over %d runs each (a run: its median step): median old %.5f s, new %.5f s, new/old %.3f; fastest old %.5f s, new %.5f s, new/old %.3f\n",
+				t, r, o, n, n / o, o1, n1, n1 / o1 }'
 	done
 fi
 exit $bad
