@@ -194,7 +194,7 @@ static void run_open(struct run *r, const struct hp_model_spec *spec, int layers
 		else
 			pattern(p->w, p->numel, (unsigned)i, 0.02f);
 	}
-	if (hp_model_upload(&r->m, &e) || hp_optim_init(&r->o, &r->m, &cfg, &e))
+	if (hp_model_upload(&r->m, &e) || hp_optim_init(&r->o, &r->m, &cfg, 1, &e))
 		die("model on the device", &e);
 	r->o.hp.beta1 = 0.9;
 	r->o.hp.beta2 = 0.95;

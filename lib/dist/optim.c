@@ -19,10 +19,10 @@ static void drop_moments(struct hp_optim *o)
 		hp_free(o->hm);
 	if (o->hv != o->v)
 		hp_free(o->hv);
-	if (o->bk) {
+	if (o->bk && o->m)
 		o->bk->free(o->bk, o->m);
+	if (o->bk && o->v)
 		o->bk->free(o->bk, o->v);
-	}
 	o->m = o->v = o->hm = o->hv = NULL;
 }
 
@@ -73,20 +73,21 @@ static int model_store(struct hp_optim *o, struct hp_model *m, struct hp_err *e)
 	return 0;
 }
 
-int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e)
+int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, int moments,
+		  struct hp_err *e)
 {
 	size_t bytes = m->w.numel * sizeof(float);
 
 	memset(o, 0, sizeof(*o));
 	o->bk = m->bk;
-	if (!(o->m = o->bk->alloc(o->bk, bytes, e)) || !(o->v = o->bk->alloc(o->bk, bytes, e))) {
+	if (moments && (!(o->m = o->bk->alloc(o->bk, bytes, e)) || !(o->v = o->bk->alloc(o->bk, bytes, e)))) {
 		hp_optim_release(o);
 		return hp_err_set(e, HP_ENOMEM, "out of memory for optimizer state (%zu MiB on %s)",
 				  2 * bytes >> 20, m->bk->name);
 	}
 	o->hm = o->m;
 	o->hv = o->v;
-	if (o->bk->device && (!(o->hm = hp_calloc(m->w.numel + 1, sizeof(float))) ||
+	if (moments && o->bk->device && (!(o->hm = hp_calloc(m->w.numel + 1, sizeof(float))) ||
 			      !(o->hv = hp_calloc(m->w.numel + 1, sizeof(float))))) {
 		hp_optim_release(o);
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the optimizer state's host copy");
@@ -108,7 +109,7 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 			if (name_has(p->name, c->optimizer.no_decay_params[j]))
 				p->decay = 0;
 	}
-	if (model_store(o, m, e)) {
+	if (moments && model_store(o, m, e)) {
 		hp_optim_release(o);
 		return e->code;
 	}

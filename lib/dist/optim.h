@@ -57,12 +57,15 @@ struct hp_optim {
 	struct hp_store s;          /* what it steps (owned) */
 };
 
-/* Set up moments (on m's backend), decay flags and the store of the
- * model's flat arrays for m from the config's optimizer, lr_scheduler and
- * training sections. */
-int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, struct hp_err *e);
+/* Set up the schedule and m's decay flags from the config's optimizer,
+ * lr_scheduler and training sections and, with moments, model-sized
+ * moments (on m's backend) and the store of the model's flat arrays.
+ * Without (FSDP), nothing model-sized is allocated: the store comes from
+ * hp_optim_use. */
+int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config *c, int moments,
+		  struct hp_err *e);
 /* Step the store s instead (FSDP's shards, hp_fsdp_store; taken over):
- * the model-sized moments are freed. */
+ * any model-sized moments are freed. */
 void hp_optim_use(struct hp_optim *o, struct hp_store *s);
 /* Device backends: the moments to their host copies (to_host 1), or
  * back (0).  Nothing on the CPU, nor for a store of shards. */

@@ -121,7 +121,7 @@ int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp 
 		if ((rc = hp_model_init_par(&v->ref, m->bk, &p->spec, k, NULL, (int)p->micro, (int)p->seq, e)))
 			return rc;
 		v->have_ref = 1;
-		if ((rc = hp_optim_init(&v->opt, &v->ref, cfg, e)))
+		if ((rc = hp_optim_init(&v->opt, &v->ref, cfg, 1, e)))
 			return rc;
 	}
 	/* the same weights: every parameter assembled from the shards */

@@ -1532,7 +1532,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	}
 	if ((rc = load_weights(&r, o, comm, e)) || (rc = open_data(&r, e)) ||
-	    (rc = hp_optim_init(&r.opt, &r.model, &r.cfg, e)))
+	    (rc = hp_optim_init(&r.opt, &r.model, &r.cfg, !r.dist, e)))
 		goto out;
 	r.first_step = 1;
 	if (r.cfg.checkpoint.restore_from && (rc = restore_ckpt(&r, o->quiet ? NULL : out, e)))

@@ -387,7 +387,7 @@ int cmd_refstep(int argc, char **argv)
 	cfg.lr_scheduler.lr = cfg.optimizer.lr;   /* one rate under both names, as the config resolves it */
 	cfg.training.train_iters = steps;
 	cfg.training.max_grad_norm = 1.0;
-	if (hp_optim_init(&opt, &m, &cfg, &e)) {
+	if (hp_optim_init(&opt, &m, &cfg, 1, &e)) {
 		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
 		goto done;
 	}
