@@ -264,9 +264,11 @@ static void on_stop(int sig)
 		errno = saved;
 		return;
 	}
+	/* the temporaries before the last words, which may wait on a pipe
+	 * while the launcher gets ready to kill this process */
+	n = hp_tmp_remove_all();
 	if (last_words_fn)
 		last_words_fn(sig);
-	n = hp_tmp_remove_all();
 	if (sig != SIGPIPE && hp_log_rank() == 0) {
 		size_t cap = sizeof(b) - 1;
 

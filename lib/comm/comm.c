@@ -1113,6 +1113,12 @@ static void drain_stderr(void)
 	}
 }
 
+/* Whether rank r is a peer of this host that no longer exists. */
+static int dead(int r)
+{
+	return r != me && peers[r].host == my_host && gone(peers[r].pid);
+}
+
 /* Name the peers of this host that no longer exist; returns how many. */
 static int report_dead(void)
 {
@@ -1122,7 +1128,7 @@ static int report_dead(void)
 	for (int r = 0; r < npeers; r++) {
 		size_t at = 0;
 
-		if (r == me || peers[r].host != my_host || !gone(peers[r].pid))
+		if (!dead(r))
 			continue;
 		at = hp_sig_put_str(b, at, 255, hp_log_tool());
 		at = hp_sig_put_str(b, at, 255, ": rank ");
@@ -1152,8 +1158,18 @@ static void name_the_dead(int sig)
  * now, saying who, rather than wait for the launcher to notice. */
 static void check_peers(void)
 {
-	if (npeers && report_dead())
-		end_job();
+	int any = 0;
+
+	for (int r = 0; r < npeers && !any; r++)
+		any = dead(r);
+	if (!any)
+		return;
+	/* the temporaries first: saying who is gone waits for the launcher to
+	 * read it, and a launcher that has seen a rank die may kill this one
+	 * at any moment (MPICH's hydra does, under load) */
+	hp_tmp_remove_all();
+	report_dead();
+	end_job();
 }
 
 int hp_comms_watch_peers(struct hp_comms *cs, struct hp_err *e)
