@@ -130,9 +130,10 @@ void hp_optim_release(struct hp_optim *o)
 	hp_store_free(&o->s);
 }
 
-int hp_optim_move(struct hp_optim *o, size_t numel, int to_host, struct hp_err *e)
+int hp_optim_move(struct hp_optim *o, int to_host, struct hp_err *e)
 {
 	float *const d[2] = { o->m, o->v }, *const h[2] = { o->hm, o->hv };
+	size_t numel = o->s.total;   /* model-sized moments: the model's store */
 	int rc = 0;
 
 	if (!o->bk || !o->bk->device || !o->m)

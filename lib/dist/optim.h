@@ -69,7 +69,7 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 void hp_optim_use(struct hp_optim *o, struct hp_store *s);
 /* Device backends: the moments to their host copies (to_host 1), or
  * back (0).  Nothing on the CPU, nor for a store of shards. */
-int hp_optim_move(struct hp_optim *o, size_t numel, int to_host, struct hp_err *e);
+int hp_optim_move(struct hp_optim *o, int to_host, struct hp_err *e);
 void hp_optim_release(struct hp_optim *o);
 
 /*

@@ -386,7 +386,7 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 			memcpy(v->opt.hv + rp->offset, v->buf, n * sizeof(float));
 	}
 	if (!grads && v->have_ref && ((rc = hp_model_upload(&v->ref, e)) ||
-				      (rc = hp_optim_move(&v->opt, v->ref.w.numel, 0, e))))
+				      (rc = hp_optim_move(&v->opt, 0, e))))
 		return rc;
 	return stop_here(v, e);
 }

@@ -558,7 +558,7 @@ static int move_state(struct run *r, int to_host, struct hp_err *e)
 		return to_host ? hp_fsdp_download(&r->fsdp, 0, 1, e) : hp_fsdp_upload(&r->fsdp, e);
 	if ((rc = to_host ? hp_model_download(&r->model, 0, e) : hp_model_upload(&r->model, e)))
 		return rc;
-	return hp_optim_move(&r->opt, r->model.w.numel, to_host, e);
+	return hp_optim_move(&r->opt, to_host, e);
 }
 
 /* Save the checkpoint of step (the run's state after it); returns the
@@ -1087,8 +1087,7 @@ static void report_end(struct run *r, FILE *out, int talk)
 		if (talk)
 			fprintf(out, "activations: %lld bytes on the largest rank's device (the plan estimates the "
 				"CPU's arena)\n", v);
-	}
-	if (!r->bk->device) {
+	} else {
 		/* activations: each rank's arena against the plan's estimate for it */
 		struct hp_rank_est est;
 		long long v[3] = { (long long)((m->a.aarena.used + 63) & ~(size_t)63), -1, 0 };
