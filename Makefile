@@ -72,13 +72,13 @@ CPPFLAGS += -DHP_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 ifneq ($(and $(NCCL_INC),$(NCCL_LIBDIR)),)
 CPPFLAGS += -DHP_HAVE_NCCL=1
 endif
-NVCCFLAGS := -std=c++17 -O2 -Ilib -Ikernels -DHP_HAVE_CUDA=1 \
+NVCCFLAGS := -std=c++17 -O2 -Ilib -Ikernels -DHP_HAVE_CUDA=1 -DHP_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
 	-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
 	-Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(filter 1,$(DEVELOPER)),$(comma)-Werror) \
 	-Werror all-warnings
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	$(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR) -lnccl) \
-	-lcublasLt -lcublas -lcudart -lstdc++
+	-lcudart -lstdc++ -ldl
 LDLIBS += $(CUDA_LIBS)
 else
 HAVE_CUDA := 0
@@ -191,10 +191,11 @@ check: all $(if $(filter 1,$(HAVE_CLANG)),fuzz)
 
 # the CUDA benchmark (scripts/gpu-check.sh runs it on a lent GPU); built
 # with every CUDA build so that it always compiles
+# (cuBLAS, its yardstick, linked: hp itself opens cuBLASLt at run time)
 $(O)/bench/gpu-bench: $(O)/bench/gpu/gpu-bench.o $(LIBHP)
 	@mkdir -p $(dir $@)
 	$(quiet) LINK $@
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcublas -lcublasLt
 
 # bench C programs link against libhp as the unit tests do
 $(O)/bench/%-bench: $(O)/bench/%-bench.o $(LIBHP)
@@ -215,6 +216,7 @@ bench: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/parallel-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/ckpt-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/mem-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/actckpt-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/chat-bench.sh
 

@@ -71,6 +71,37 @@ test_expect_success MPI 'weights, gradients and AdamW moments per rank are 1/N o
 	done
 '
 
+# host_ok PLAN METRICS: the metrics' host_bytes_peak on every step, never
+# falling, at least the largest rank's shards (a measurement that is not one
+# fails), within the plan's bound: 1.25 x its buffers + its fixed overhead
+host_ok () {
+	jq -s -e "length > 1 and all(.host_bytes_peak > 0) and
+		([.[].host_bytes_peak] == ([.[].host_bytes_peak] | sort))" "$2" >/dev/null &&
+	peak=$(jq -s "map(.host_bytes_peak) | max" "$2") &&
+	jq -e --argjson p "$peak" "[.estimates.per_rank[] | \$p >= .param_bytes + .grad_bytes + .optimizer_bytes and
+		\$p <= 1.25 * (.host_bytes - .host_overhead_bytes) + .host_overhead_bytes] | any" "$1" >/dev/null ||
+	{ echo "peak $peak against the plan:"; jq -c ".estimates.per_rank[] | del(.comm)" "$1"; return 1; }
+}
+
+test_expect_success MPI 'each rank peak resident memory, as the system counts it, is within the plan bound' '
+	for n in 1 4; do
+		mpiexec -n $n hp-train c.yaml --fsdp_config.dp_shard_size=$n --fsdp_config.edp_shard_size=$n \
+			--metrics hm.jsonl >out &&
+		hp-plan c.yaml --world $n --fsdp_config.dp_shard_size=$n --fsdp_config.edp_shard_size=$n >hp.json &&
+		grep "^host memory: " out &&
+		grep -q "^host memory: peak resident [0-9.]* MiB on the largest rank, the plan.s host bytes [0-9.]* MiB: every rank within 1.25 x its buffers + 256 MiB$" out &&
+		host_ok hp.json hm.jsonl || return 1
+	done
+'
+
+test_expect_success 'a CPU run does not load cuBLASLt (about 200 MB resident in every process)' '
+	! readelf -d "$(command -v hp-train)" | grep -i "NEEDED.*cublas" &&
+	make_tinystories ts1 64 &&
+	write_config c1.yaml "$DATA/stories260K/hf" ts1 64 2 4 2 </dev/null &&
+	hp-train -q c1.yaml --metrics m1.jsonl &&
+	jq -s -e "map(.host_bytes_peak) | max < 100 * 1048576" m1.jsonl
+'
+
 # kill_rank2 [MPIEXEC OPTIONS]: start a long run on 4 ranks, SIGKILL rank 2
 # once it trains, wait (at most 60 s) for the job to end; $pid is the victim
 kill_rank2 () {

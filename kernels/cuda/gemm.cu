@@ -7,6 +7,12 @@
  * row-major bookkeeping (linear.cu).  Under t/cuemu, t/cuemu/stubs.cpp
  * stands in for this file.
  *
+ * cuBLASLt is opened (dlopen) by hp_cu_gemm_init, when a CUDA backend
+ * starts, not linked: loading it runs initialisers that leave about 200 MB
+ * resident in every process, which a CPU run must not pay (hp-train(1),
+ * "Memory").  hp_cu_lt_open resolves every function this file calls, so a
+ * test can check the table on a machine without a GPU.
+ *
  * Determinism: cuBLASLt gives the same bits for the same algorithm on the
  * same GPU, and its split-K reductions are ordered (the in-place scheme uses
  * counters for sequentiality, the others a separate reduction pass); the
@@ -18,6 +24,7 @@
  * including the pointers' alignment, which the heuristic depends on.  Not
  * thread-safe: the backend is driven by one host thread.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +53,43 @@ struct mm_entry {
 	size_t ws;
 };
 
+/* the functions this file calls, by their names in libcublasLt */
+#define LT_FUNCS(X) \
+	X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusString) X(cublasLtMatmul) \
+	X(cublasLtMatmulDescInit_internal) X(cublasLtMatmulDescSetAttribute) \
+	X(cublasLtMatrixLayoutInit_internal) X(cublasLtMatmulPreferenceInit_internal) \
+	X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)
+
+static struct {
+#define X(f) decltype(&::f) f;
+	LT_FUNCS(X)
+#undef X
+} L;
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#ifndef HP_CUDA_LIBDIR
+#define HP_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+
+extern "C" int hp_cu_lt_open(struct hp_err *e)
+{
+	static void *h;
+	const char *const names[] = { "libcublasLt.so." STR(CUBLAS_VER_MAJOR),
+				      HP_CUDA_LIBDIR "/libcublasLt.so." STR(CUBLAS_VER_MAJOR) };
+
+	for (size_t i = 0; !h && i < sizeof(names) / sizeof(names[0]); i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return hp_err_set(e, HP_ECUDA, "cuBLASLt: cannot open %s: %s", names[0], dlerror());
+#define X(f) \
+	if (!L.f && !(*(void **)&L.f = dlsym(h, #f))) \
+		return hp_err_set(e, HP_ECUDA, "cuBLASLt: %s has no function %s", names[0], #f);
+	LT_FUNCS(X)
+#undef X
+	return 0;
+}
+
 static cublasLtHandle_t lt;
 static void *ws;
 static struct mm_entry cache[NCACHE];
@@ -53,13 +97,17 @@ static int ncache, next_evict;
 
 extern "C" int hp_cu_gemm_init(struct hp_err *e)
 {
-	cublasStatus_t st = cublasLtCreate(&lt);
+	int orc = hp_cu_lt_open(e);
+
+	if (orc)
+		return orc;
+	cublasStatus_t st = L.cublasLtCreate(&lt);
 
 	if (st != CUBLAS_STATUS_SUCCESS)
-		return hp_err_set(e, HP_ECUDA, "cublasLtCreate: %s", cublasLtGetStatusString(st));
+		return hp_err_set(e, HP_ECUDA, "cublasLtCreate: %s", L.cublasLtGetStatusString(st));
 	cudaError_t rc = cudaMalloc(&ws, WS_BYTES);
 	if (rc != cudaSuccess) {
-		cublasLtDestroy(lt);
+		L.cublasLtDestroy(lt);
 		lt = NULL;
 		return hp_err_set(e, HP_ECUDA, "cuBLASLt workspace: %s", cudaGetErrorString(rc));
 	}
@@ -70,7 +118,7 @@ extern "C" int hp_cu_gemm_init(struct hp_err *e)
 extern "C" void hp_cu_gemm_fini(void)
 {
 	if (lt)
-		cublasLtDestroy(lt);
+		L.cublasLtDestroy(lt);
 	cudaFree(ws);
 	lt = NULL;
 	ws = NULL;
@@ -97,20 +145,20 @@ static cublasStatus_t mm_setup(struct mm_entry *c)
 	cublasStatus_t st;
 
 #define TRY(call) do { if ((st = (call)) != CUBLAS_STATUS_SUCCESS) return st; } while (0)
-	TRY(cublasLtMatmulDescInit(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-	TRY(cublasLtMatmulDescSetAttribute(&c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-	TRY(cublasLtMatmulDescSetAttribute(&c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+	TRY(L.cublasLtMatmulDescInit_internal(&c->op, sizeof(c->op), CUBLAS_COMPUTE_32F, CUDA_R_32F));
+	TRY(L.cublasLtMatmulDescSetAttribute(&c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+	TRY(L.cublasLtMatmulDescSetAttribute(&c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
 	/* stored shapes: op(A) is m x k, op(B) k x n */
-	TRY(cublasLtMatrixLayoutInit(&c->a, CUDA_R_16BF, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda));
-	TRY(cublasLtMatrixLayoutInit(&c->b, CUDA_R_16BF, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb));
-	TRY(cublasLtMatrixLayoutInit(&c->c, CUDA_R_32F, k->m, k->n, k->ldc));
-	TRY(cublasLtMatmulPreferenceInit(&pref));
-	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
-	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_a, 4));
-	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_b, 4));
-	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_c, 4));
-	TRY(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_c, 4));
-	TRY(cublasLtMatmulAlgoGetHeuristic(lt, &c->op, &c->a, &c->b, &c->c, &c->c, &pref, 1, &res, &got));
+	TRY(L.cublasLtMatrixLayoutInit_internal(&c->a, sizeof(c->a), CUDA_R_16BF, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda));
+	TRY(L.cublasLtMatrixLayoutInit_internal(&c->b, sizeof(c->b), CUDA_R_16BF, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb));
+	TRY(L.cublasLtMatrixLayoutInit_internal(&c->c, sizeof(c->c), CUDA_R_32F, k->m, k->n, k->ldc));
+	TRY(L.cublasLtMatmulPreferenceInit_internal(&pref, sizeof(pref)));
+	TRY(L.cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+	TRY(L.cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_a, 4));
+	TRY(L.cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_b, 4));
+	TRY(L.cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_c, 4));
+	TRY(L.cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_c, 4));
+	TRY(L.cublasLtMatmulAlgoGetHeuristic(lt, &c->op, &c->a, &c->b, &c->c, &c->c, &pref, 1, &res, &got));
 #undef TRY
 	if (got < 1 || res.state != CUBLAS_STATUS_SUCCESS)
 		return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -146,19 +194,19 @@ extern "C" int hp_cu_mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, cons
 			memset(&c->key, 0, sizeof(c->key));   /* matches no real problem (m = 0) */
 			return hp_err_set(e, HP_ECUDA, "cuBLASLt: no algorithm for %s%s m=%lu n=%lu k=%lu: %s",
 					  ta ? "T" : "N", tb ? "T" : "N", (unsigned long)m, (unsigned long)n,
-					  (unsigned long)k, cublasLtGetStatusString(st));
+					  (unsigned long)k, L.cublasLtGetStatusString(st));
 		}
 		if (ncache < NCACHE)
 			ncache++;
 		else
 			next_evict = (next_evict + 1) % NCACHE;
 	}
-	st = cublasLtMatmul(lt, &c->op, &alpha, A, &c->a, B, &c->b, &beta, C, &c->c, C, &c->c,
+	st = L.cublasLtMatmul(lt, &c->op, &alpha, A, &c->a, B, &c->b, &beta, C, &c->c, C, &c->c,
 			    &c->algo, ws, c->ws, hp_cu_stream);
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return hp_err_set(e, HP_ECUDA, "cublasLtMatmul %s%s m=%lu n=%lu k=%lu: %s",
 				  ta ? "T" : "N", tb ? "T" : "N", (unsigned long)m, (unsigned long)n,
-				  (unsigned long)k, cublasLtGetStatusString(st));
+				  (unsigned long)k, L.cublasLtGetStatusString(st));
 	return 0;
 }
 

@@ -57,6 +57,10 @@ int hp_cuda_device_name(int dev, char *buf, unsigned long n, struct hp_err *e);
 /* Select device dev for this process, create the stream, the cuBLASLt
  * handle and its workspace.  Once per process; hp_cuda_fini undoes it. */
 int hp_cuda_init(int dev, struct hp_err *e);
+/* Open cuBLASLt (dlopen: a CPU run never loads it) and resolve every
+ * function the GEMM calls; hp_cuda_init does it first.  Needs no device.
+ * 0, or HP_ECUDA naming the library or the missing function. */
+int hp_cu_lt_open(struct hp_err *e);
 void hp_cuda_fini(void);
 void *hp_cuda_stream(void);                    /* the cudaStream_t */
 int hp_cuda_sync(struct hp_err *e);            /* synchronises the stream, reports any error */

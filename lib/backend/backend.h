@@ -101,6 +101,10 @@ struct hp_backend {
 	void (*zero)(struct hp_backend *b, void *p, size_t bytes);
 	/* a span no longer in use: zeroed, and on the CPU its pages given back */
 	void (*release)(struct hp_backend *b, void *p, size_t bytes);
+	/* a scratch span whose contents are no longer needed (its next user
+	 * writes it before reading): on the CPU its whole pages go back to the
+	 * system; a device keeps its memory (pooled) */
+	void (*discard)(struct hp_backend *b, void *p, size_t bytes);
 	int (*sync)(struct hp_backend *b, struct hp_err *e);
 	/* An index array to the backend (n elements), and back. */
 	int (*put)(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e);

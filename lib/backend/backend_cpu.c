@@ -33,13 +33,12 @@ const struct hp_cpu_ops *hp_backend_cpu_ops(void)
 
 static void *c_alloc(struct hp_backend *b, size_t bytes, struct hp_err *e)
 {
-	void *p = hp_malloc_aligned(bytes ? bytes : 1);
+	void *p = hp_zalloc_aligned(bytes ? bytes : 1);
 
 	if (!p) {
 		hp_err_set(e, HP_ENOMEM, "out of memory (%zu MiB)", bytes >> 20);
 		return NULL;
 	}
-	memset(p, 0, bytes);
 	return p;
 }
 
@@ -73,22 +72,41 @@ static void c_zero(struct hp_backend *b, void *p, size_t bytes)
 	memset(p, 0, bytes);
 }
 
-/*
- * Zero the span and give its whole pages back to the system
- * (MADV_DONTNEED on private anonymous memory reads back as zeros), so a
- * released FSDP unit costs no memory until it is gathered again.
- */
-static void c_release(struct hp_backend *b, void *p, size_t bytes)
+/* Give the whole pages inside [p, p + bytes) back to the system
+ * (MADV_DONTNEED on private anonymous memory reads back as zeros); 0 when
+ * they went, and [*lo, *hi) says which. */
+static int give_back(void *p, size_t bytes, uintptr_t *lo, uintptr_t *hi)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + bytes;
-	uintptr_t lo = (a + page - 1) & ~(page - 1), hi = e & ~(page - 1);
 
-	if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED)) {
+	*lo = (a + page - 1) & ~(page - 1);
+	*hi = e & ~(page - 1);
+	if (*hi <= *lo) {
+		*lo = *hi = a;
+		return 0;
+	}
+	return madvise((void *)*lo, *hi - *lo, MADV_DONTNEED);
+}
+
+/* Zero the span and give its whole pages back, so a released FSDP unit
+ * costs no memory until it is gathered again. */
+static void c_release(struct hp_backend *b, void *p, size_t bytes)
+{
+	uintptr_t lo, hi;
+
+	if (give_back(p, bytes, &lo, &hi)) {
 		memset(p, 0, bytes);
 		return;
 	}
-	memset(p, 0, lo - a);
-	memset((void *)hi, 0, e - hi);
+	memset(p, 0, lo - (uintptr_t)p);
+	memset((void *)hi, 0, (uintptr_t)p + bytes - hi);
+}
+
+static void c_discard(struct hp_backend *b, void *p, size_t bytes)
+{
+	uintptr_t lo, hi;
+
+	(void)give_back(p, bytes, &lo, &hi);
 }
 
 static int c_sync(struct hp_backend *b, struct hp_err *e)
@@ -482,6 +500,7 @@ static struct hp_backend cpu = {
 	.copy2d = c_copy2d,
 	.zero = c_zero,
 	.release = c_release,
+	.discard = c_discard,
 	.sync = c_sync,
 	.put = c_put_get,
 	.get = c_put_get,

@@ -226,6 +226,11 @@ static void k_zero(struct hp_backend *b, void *p, size_t bytes)
 		hp_cuda_zero(p, bytes);
 }
 
+/* device memory stays with its buffer: nothing to give back */
+static void k_discard(struct hp_backend *b, void *p, size_t bytes)
+{
+}
+
 static int k_sync(struct hp_backend *b, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
@@ -1168,6 +1173,7 @@ static const struct hp_backend table = {
 	.copy2d = k_copy2d,
 	.zero = k_zero,
 	.release = k_zero,
+	.discard = k_discard,
 	.sync = k_sync,
 	.put = k_put,
 	.get = k_get,

@@ -99,13 +99,12 @@ int hp_emu_check(struct hp_err *e)
 
 void *hp_emu_alloc(size_t bytes, struct hp_err *e)
 {
-	void *p = hp_malloc_aligned(bytes ? bytes : 1);
+	void *p = hp_zalloc_aligned(bytes ? bytes : 1);
 
 	if (!p) {
 		hp_err_set(e, HP_ENOMEM, "cuda (emulated): out of device memory for %zu MiB", bytes >> 20);
 		return NULL;
 	}
-	memset(p, 0, bytes);
 	return p;
 }
 

@@ -17,10 +17,20 @@ void *hp_calloc(size_t count, size_t size);
 void *hp_realloc(void *p, size_t n);
 /* 64-byte aligned; release with hp_free_aligned. */
 void *hp_malloc_aligned(size_t n);
+/* The same, zeroed.  A block of HP_ALLOC_MAP_MIN bytes or more is a fresh
+ * mapping of the system's zero pages: it costs resident memory only where
+ * it is written, so a buffer sized for the worst case costs what is used. */
+void *hp_zalloc_aligned(size_t n);
 void hp_free_aligned(void *p);
+#define HP_ALLOC_MAP_MIN ((size_t)1 << 20)
 char *hp_strdup(const char *s);
 char *hp_strndup(const char *s, size_t n);
 void hp_free(void *p);
+
+/* The process's peak resident set in bytes, as the system counts it
+ * (VmHWM of /proc/self/status: every page it ever held at once, its code
+ * and libraries included); -1 where the system does not say. */
+long long hp_host_peak_bytes(void);
 
 /* Make the nth allocation from now fail (1 = the next one); 0 turns it off. */
 void hp_alloc_fail_at(long n);

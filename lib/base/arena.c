@@ -16,10 +16,9 @@ void hp_arena_init(struct hp_arena *a)
 
 int hp_arena_alloc(struct hp_arena *a, size_t cap)
 {
-	a->base = hp_malloc_aligned(cap);
+	a->base = hp_zalloc_aligned(cap);
 	if (!a->base)
 		return HP_ENOMEM;
-	memset(a->base, 0, cap);
 	a->cap = cap;
 	a->used = 0;
 	return 0;

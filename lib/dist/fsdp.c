@@ -121,9 +121,20 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		f->slots[i].unit = -1;
 	f->slot_floats = 0;
 	for (int u = 0; u < p->nunits; u++) {
-		size_t n = (size_t)p->size[f->units[u].shard_dim] * f->units[u].padded;
-		if (n > f->slot_floats)
-			f->slot_floats = n;
+		const struct hp_fsdp_unit *un = &f->units[u];
+		size_t k = (size_t)p->size[un->shard_dim], ep = f->bk->esize(f->bk, f->pdt);
+		size_t er = f->bk->esize(f->bk, f->rdt);
+
+		if (k * un->padded > f->slot_floats)
+			f->slot_floats = k * un->padded;
+		if (un->root)
+			continue;
+		if (k * un->padded * ep > f->steady_gather)
+			f->steady_gather = k * un->padded * ep;
+		if (un->padded * ep > f->steady_send)
+			f->steady_send = un->padded * ep;
+		if ((k + 1) * un->padded * er > f->steady_rs)
+			f->steady_rs = (k + 1) * un->padded * er;
 	}
 	if (!(f->w = arr(f, f->total, &f->hw, e)) || !(f->g = arr(f, f->total, &f->hg, e)) ||
 	    !(f->m1 = arr(f, f->total, &f->hm1, e)) || !(f->m2 = arr(f, f->total, &f->hm2, e)) ||
@@ -271,8 +282,17 @@ static void unpack_unit(struct hp_fsdp *f, int u, const void *buf)
 	f->bk->weights_changed(f->bk, f->m->w.bw + off, n);
 }
 
+/* A buffer's first used bytes were just used: what lies beyond the keep
+ * bytes every layer uses goes back (a page fault per page is dear on every
+ * layer, cheap once per micro-batch). */
+static void trim(struct hp_fsdp *f, void *buf, size_t used, size_t keep)
+{
+	if (used > keep)
+		f->bk->discard(f->bk, (char *)buf + keep, used - keep);
+}
+
 /* Reduce-scatter unit u's gradients into the shard sums, in the reduce dtype. */
-static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
+int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
 	const struct hp_fsdp_unit *un = &f->units[u];
 	struct hp_comm *c = &f->cs->dim[un->shard_dim];
@@ -294,9 +314,12 @@ static int rs_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 			bk->zero(bk, at(f, f->buf, f->rdt, b + (size_t)(r * pc->cols)),
 				 (size_t)((pc->chunk - r) * pc->cols) * bk->esize(bk, f->rdt));
 		}
+	/* packed: the unit's unsharded gradients go back before the sum */
+	hp_fsdp_release(f, u, 1);
 	if ((rc = bk->reduce_scatter(bk, c, f->buf, out, un->padded, f->rdt, HP_RED_SUM, e)))
 		return rc;
 	bk->acc(bk, f->g + un->off, out, f->rdt, un->padded);
+	trim(f, f->buf, (size_t)(k + 1) * un->padded * bk->esize(bk, f->rdt), f->steady_rs);
 	return 0;
 }
 
@@ -476,15 +499,6 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
 }
 
 
-int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
-{
-	int rc = rs_unit(f, u, e);
-
-	if (!rc)
-		hp_fsdp_release(f, u, 1);
-	return rc;
-}
-
 /* The units of layer l: its own, then its experts' (or -1). */
 static void layer_units(const struct hp_fsdp *f, int l, int us[2])
 {
@@ -542,6 +556,10 @@ static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 	if ((rc = f->bk->wait(f->bk, &sl->req, e)))
 		return rc;
 	unpack_unit(f, u, sl->buf);
+	trim(f, sl->buf, (size_t)f->cs->dim[f->units[u].shard_dim].size * f->units[u].padded *
+	     f->bk->esize(f->bk, f->pdt), f->steady_gather);
+	if (sl->send)
+		trim(f, sl->send, f->units[u].padded * f->bk->esize(f->bk, f->pdt), f->steady_send);
 	sl->unit = -1;
 	return 0;
 }

@@ -76,6 +76,10 @@ struct hp_fsdp {
 	struct hp_fsdp_slot *slots;  /* the prefetch ring */
 	int nslots;
 	size_t slot_floats;          /* each slot's buffer: the largest unit's gathered size */
+	/* what the layers' units use of a slot and of buf: the pages a larger
+	 * unit (the root: embedding and head) touches beyond them go back to
+	 * the system after it (bytes) */
+	size_t steady_gather, steady_send, steady_rs;
 	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
 	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
 	float *stale;                /* its shard of the step before (backend) */

@@ -759,6 +759,8 @@ static json_t *rank_est_json(const struct hp_rank_est *r, json_t *ranks, int *ba
 	set(o, "optimizer_bytes", json_integer(r->optim_bytes), bad);
 	set(o, "activation_bytes", json_integer(r->act_bytes), bad);
 	set(o, "gathered_bytes", json_integer(r->gathered_bytes), bad);
+	set(o, "host_overhead_bytes", json_integer(r->host_overhead_bytes), bad);
+	set(o, "host_bytes", json_integer(r->host_bytes), bad);
 	set(o, "comm", comm, bad);
 	for (int d = 0; comm && d <= HP_NDIM; d++)
 		for (int c = 0; c < HP_NCOLL; c++) {

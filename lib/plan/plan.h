@@ -208,9 +208,22 @@ struct hp_rank_est {
 	int64_t param_bytes, grad_bytes, optim_bytes;   /* F32 master weights, AdamW m and v */
 	int64_t act_bytes;          /* saved activations and scratch of one micro-batch */
 	int64_t gathered_bytes;     /* FSDP's unsharded buffers at their peak */
+	int64_t host_overhead_bytes;   /* HP_HOST_OVERHEAD_BYTES */
+	int64_t host_bytes;         /* the process's resident memory on the CPU: all of the above */
 	struct hp_comm_est comm[HP_NDIM + 1][HP_NCOLL];
 };
 int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r);
+
+/*
+ * What a CPU rank holds resident beyond its plan's buffers, whatever the
+ * model: code and shared libraries (cuBLASLt is opened only by a CUDA run),
+ * MPI's shared-memory queues, the kernels' per-thread scratch, the data
+ * reader's pages, the C library's heap.  A 2-layer toy model's whole
+ * process peaks near 25 MiB (bench/mem-bench.sh, smoke); the plan states a
+ * round bound, and a run's peak resident set must stay within 1.25 x the
+ * plan's buffers + this (hp-train(1), Memory).
+ */
+#define HP_HOST_OVERHEAD_BYTES ((int64_t)256 << 20)
 int64_t hp_plan_act_bytes(const struct hp_plan *p);
 
 /* The kernels the plan binds, as the CPU model takes them (lib/model/model.h). */

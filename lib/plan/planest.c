@@ -218,47 +218,71 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 }
 
 /*
- * FSDP's unsharded buffers at their peak: the root unit (gathered for the
- * whole step), the window of 1 + prefetch depth layers (a layer with its
- * experts) in the param dtype, and one layer's unsharded gradients.
+ * What FSDP holds beyond the shards at its peak, as lib/dist/fsdp.c holds
+ * it on the CPU: the root unit's weights and gradients, unsharded in the
+ * model (fp32) for the whole micro-batch; the layer in hand's weights and
+ * gradients (fp32, each layer with its experts); the layers gathered ahead
+ * (the prefetch depth), still in the ring in param_dtype (k blocks of their
+ * shard, and a param_dtype copy of the shard to send when that is not
+ * fp32); and the reduce-scatter's buffer for the largest unit (k + 1
+ * blocks of its shard in reduce_dtype).  Every run over ranks goes through
+ * FSDP, sharded (k > 1) or not.
  */
 static int64_t gathered(const struct hp_plan *p, int rank)
 {
-	int64_t ep = esize(p->param_dtype), root = 0, *layer, maxg = 0, best = 0, b;
+	int64_t ep = esize(p->param_dtype), er = esize(p->reduce_dtype), root = 0, best = 0, rs = 0;
+	int64_t *full, *pad, *layer, *ring;
 	int n = p->spec.n_layers, depth = (int)(p->forward_prefetch > p->backward_prefetch ?
 					     p->forward_prefetch : p->backward_prefetch);
 
-	if (p->dp_shard <= 1 && p->edp_shard <= 1)
+	if (p->world <= 1)
 		return 0;
-	if (!(layer = hp_calloc((size_t)n + 1, sizeof(*layer))))
-		return -1;
+	full = hp_calloc((size_t)p->nunits, sizeof(*full));
+	pad = hp_calloc((size_t)p->nunits, sizeof(*pad));
+	layer = hp_calloc((size_t)n + 1, sizeof(*layer));
+	ring = hp_calloc((size_t)n + 1, sizeof(*ring));
+	if (!full || !pad || !layer || !ring) {
+		root = -1;
+		goto out;
+	}
 	for (int i = 0; i < p->nparams; i++) {
 		const struct hp_plan_param *q = &p->params[i];
-		int sharded = p->size[q->mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD] > 1;
 		struct hp_piece pc;
-		int l;
 
-		if (!sharded || !hp_plan_owns(p, q, rank))
+		if (!hp_plan_owns(p, q, rank))
 			continue;
 		hp_plan_piece(p, q, rank, &pc);
-		if (sscanf(p->units[q->unit].name, "model.layers.%d", &l) == 1 && l >= 0 && l < n)
-			layer[l] += pc.rows * pc.cols;
-		else
-			root += pc.rows * pc.cols;
+		full[q->unit] += pc.rows * pc.cols;
+		pad[q->unit] += pc.chunk * pc.cols;
+	}
+	for (int u = 0; u < p->nunits; u++) {
+		int64_t k = p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD];
+		int l;
+
+		if ((k + 1) * pad[u] * er > rs)
+			rs = (k + 1) * pad[u] * er;
+		if (sscanf(p->units[u].name, "model.layers.%d", &l) == 1 && l >= 0 && l < n) {
+			layer[l] += full[u];
+			ring[l] += k * pad[u] * ep + (ep != 4 ? pad[u] * ep : 0);
+		} else {
+			root += full[u];
+		}
 	}
 	for (int l = 0; l < n; l++) {
-		int64_t w = 0;
+		int64_t w = 8 * layer[l];
 
-		for (int j = l; j < n && j <= l + depth; j++)
-			w += layer[j];
+		for (int j = l + 1; j < n && j <= l + depth; j++)
+			w += ring[j];
 		if (w > best)
 			best = w;
-		if (layer[l] > maxg)
-			maxg = layer[l];
 	}
-	b = (root + best) * ep + maxg * 4;
+	root = 8 * root + best + rs;
+out:
+	hp_free(full);
+	hp_free(pad);
 	hp_free(layer);
-	return b;
+	hp_free(ring);
+	return root;
 }
 
 int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
@@ -282,6 +306,9 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 	r->act_bytes = p->act_bytes;
 	if ((r->gathered_bytes = gathered(p, rank)) < 0)
 		return -1;
+	r->host_overhead_bytes = HP_HOST_OVERHEAD_BYTES;
+	r->host_bytes = r->param_bytes + r->grad_bytes + r->optim_bytes + r->act_bytes + r->gathered_bytes +
+			r->host_overhead_bytes;
 	param_traffic(p, rank, r);
 	act_traffic(p, r);
 	/* the loss: the count of target tokens before the step (one double),

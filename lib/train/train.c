@@ -459,9 +459,12 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 						      G * r->plan->dp, *total, e)))
 		return rc;
 	hp_optim_zero_grad(&r->opt);
-	/* the model's own accumulators, unless they are the store's (one process) */
-	if (r->opt.s.g != m->w.bg)
-		hp_model_zero_grad(m);
+	/* over ranks the model's accumulators are FSDP's: each unit's goes back
+	 * (zero, and no memory) when it is reduced; a failed step's leftovers
+	 * go back here without touching the rest */
+	if (r->dist)
+		for (int u = 0; u < r->fsdp.nunits; u++)
+			hp_fsdp_release(&r->fsdp, u, 1);
 	for (long a = first; a < first + G; a++) {
 		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 		double ls;
@@ -993,7 +996,18 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 struct step_report {
 	long step, iters, tokens;
 	double loss, norm, lr, aux, dt, waited;
+	long long host_peak;   /* the largest peak resident set over ranks, bytes (-1: unknown) */
 };
+
+/* The largest peak resident set over ranks (every rank calls it). */
+static long long host_peak(const struct run *r)
+{
+	long long v = hp_host_peak_bytes();
+
+	if (r->dist)
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &v, 1, MPI_LONG_LONG, MPI_MAX);
+	return v;
+}
 
 static void report_step(struct run *r, FILE *out, int talk, long log_every, const struct step_report *s)
 {
@@ -1010,6 +1024,10 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 			s->step, jnum(b0, s->loss), jnum(b1, s->norm), s->lr, s->tokens, s->tokens / s->dt, s->dt);
 		if (r->model.n_moe && r->model.spec.output_router_logits)
 			fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, s->aux));
+		if (s->host_peak >= 0)
+			fprintf(r->metrics, ", \"host_bytes_peak\": %lld", s->host_peak);
+		else
+			fprintf(r->metrics, ", \"host_bytes_peak\": null");
 		if (r->dist) {
 			metrics_comm(r->metrics, &r->comms);
 			fprintf(r->metrics, ", \"comm_wait_s\": %.6f", s->waited);
@@ -1073,6 +1091,39 @@ static int save_due(struct run *r, const struct hp_train_opts *o, FILE *out, int
 
 /* After the last step: the activations' bytes against the plan's
  * estimate, and over ranks each rank's traffic and memory against it. */
+/* Each rank's peak resident memory, as the system measures it, against
+ * the plan's host bytes: within 1.25 x its buffers + the fixed overhead
+ * the plan states (HP_HOST_OVERHEAD_BYTES).  A device run's host holds
+ * other things than the plan describes: its peak is only reported. */
+static void host_verdict(struct run *r, FILE *out, int talk)
+{
+	struct hp_rank_est est;
+	long long peak = hp_host_peak_bytes(), v[3] = { peak, -1, 0 };
+	double mib = 1.0 / (1 << 20);
+
+	if (!hp_plan_estimate(r->plan, r->rank, &est)) {
+		v[1] = est.host_bytes;
+		v[2] = !r->bk->device && peak >= 0 &&
+		       (double)peak > 1.25 * (double)(est.host_bytes - est.host_overhead_bytes) +
+				      (double)est.host_overhead_bytes;
+	}
+	if (v[2])
+		hp_warn("host memory: rank %d's peak resident set is %.1f MiB, beyond 1.25 x the plan's %.1f MiB "
+			"of buffers + %.1f MiB", r->rank, peak * mib, (double)(est.host_bytes -
+			est.host_overhead_bytes) * mib, (double)est.host_overhead_bytes * mib);
+	if (r->dist)
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 3, MPI_LONG_LONG, MPI_MAX);
+	if (!talk || v[0] < 0)
+		return;
+	if (r->bk->device)
+		fprintf(out, "host memory: peak resident %.1f MiB on the largest rank (the plan's host bytes "
+			"describe a CPU run)\n", v[0] * mib);
+	else if (!v[2])
+		fprintf(out, "host memory: peak resident %.1f MiB on the largest rank, the plan's host bytes "
+			"%.1f MiB: every rank within 1.25 x its buffers + %.0f MiB\n", v[0] * mib, v[1] * mib,
+			(double)HP_HOST_OVERHEAD_BYTES * mib);
+}
+
 static void report_end(struct run *r, FILE *out, int talk)
 {
 	struct hp_model *m = &r->model;
@@ -1105,6 +1156,7 @@ static void report_end(struct run *r, FILE *out, int talk)
 				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as",
 				hp_act_ckpt_name(r->plan->act_ckpt), nck, r->spec.n_layers);
 	}
+	host_verdict(r, out, talk);
 	if (!r->dist)
 		return;
 	/* did every rank move exactly what the plan estimates? */
@@ -1194,6 +1246,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.norm = norm;
 		rep.aux = aux_sum / accum;
 		rep.waited = hp_comm_waited() - w0;
+		rep.host_peak = host_peak(r);
 		report_step(r, out, talk, log_every, &rep);
 		if ((rc = evaluate_due(r, out, talk, step, iters, e)) || (rc = save_due(r, o, out, talk, step, iters, e)))
 			return rc;

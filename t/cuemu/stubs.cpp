@@ -17,6 +17,7 @@
 #include "cuda/common.cuh"
 
 extern "C" int hp_cu_gemm_init(struct hp_err *e) { return 0; }
+extern "C" int hp_cu_lt_open(struct hp_err *e) { return hp_err_set(e, HP_EUNSUP, "t/cuemu has no cuBLASLt"); }
 extern "C" void hp_cu_gemm_fini(void) {}
 
 extern "C" int hp_cu_mm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, const hp_bf16 *A, int64_t lda,

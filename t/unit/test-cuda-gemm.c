@@ -358,6 +358,15 @@ int main(void)
 	static const int32_t t1[] = { 0, 49, -100, 7, 23, 50 - 1, -100, 1 }, t2[] = { 151935, -100, 0, 77777 };
 	static const int32_t t3[] = { 3, 40, -100, 41, 99, 0, 57, -100, 12, 64, 65, 1 };
 
+	/* cuBLASLt is opened when a CUDA backend starts: every function the
+	 * GEMM calls must resolve, GPU or not */
+	hp_err_clear(&err);
+	if (ct_emulated())
+		tap_skip("t/cuemu: a host GEMM stands in for cuBLASLt", "cuBLASLt opened at run time");
+	else if (hp_cu_lt_open(&err))
+		tap_ok(0, "cuBLASLt opened at run time: %s", err.msg);
+	else
+		tap_ok(1, "cuBLASLt opened at run time, every function resolved");
 	if (!ct_start(WHAT))
 		return tap_done();
 	hp_err_clear(&err);

@@ -1,0 +1,74 @@
+#!/bin/sh
+# bench/mem-bench.sh - each rank's peak resident memory, as the system
+# measures it, against the plan's host bytes and against one process.
+#
+# The 125M-parameter Llama of issue #35 (hidden 768, 16 layers, 12 heads,
+# intermediate 2048, vocabulary 8000, untied), micro-batches of 1 x 256
+# tokens, a global batch of 4 rows, 2 steps: hp-train as one process, then
+# under mpiexec -n 2 and 4 with dp_shard_size = the world.  For each: the
+# largest peak resident set over ranks (the metrics' host_bytes_peak, read
+# from VmHWM), the plan's host bytes for its largest rank (hp-plan's
+# estimates.per_rank[].host_bytes: buffers + a fixed overhead), the bound a
+# run is held to (1.25 x the buffers + the overhead), and the peak against
+# one process's.  Targets (#35): every run within its bound; FSDP over 4
+# ranks at most 0.45 of one process.  Not a test: it prints, and only a
+# failed run exits non-zero (no mpiexec: skipped).
+#
+# Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): a Llama of hidden 64
+# (2 layers, vocab 512), rows of 32 tokens: the same table in seconds, its
+# numbers dominated by the fixed overhead.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${HP_BUILD_DIR:-$src/build}
+if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
+	smoke=1 hidden=64 inter=172 layers=2 heads=4 vocab=512 seq=32
+else
+	smoke=0 hidden=768 inter=2048 layers=16 heads=12 vocab=8000 seq=256
+fi
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-mem-bench.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+command -v mpiexec >/dev/null || { echo "mem-bench: no mpiexec; skipped"; exit 0; }
+
+mkdir -p "$tmp/model"
+cat >"$tmp/model/config.json" <<JSON
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": $hidden,
+ "intermediate_size": $inter, "num_hidden_layers": $layers, "num_attention_heads": $heads,
+ "num_key_value_heads": $heads, "vocab_size": $vocab, "max_position_embeddings": 1024,
+ "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
+JSON
+awk -v V="$vocab" -v n=$((seq + 1)) 'BEGIN { srand(7); for (d = 0; d < 16; d++) { printf "{\"ids\":["
+	for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$tmp/ids.jsonl"
+"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of $((seq + 1)) -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+cat >"$tmp/c.yaml" <<YAML
+model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
+training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
+checkpoint: {save_ckpt: false}
+dataset:
+  _target_: hyper_parallel.data.build_indexed_text_dataset
+  data_path: $tmp/ids
+  data_config: {seq_length: $seq, is_dataset_from_mr: true}
+YAML
+
+echo "hp-train host memory: Llama (hidden $hidden, $layers layers, vocab $vocab), 4 x $seq tokens per step"
+[ "$smoke" = 0 ] || echo "smoke mode: tiny sizes, the numbers are not worth reading"
+printf '%-6s %12s %12s %12s %8s %10s\n' ranks "peak MiB" "plan MiB" "bound MiB" within "vs 1"
+one=
+for n in 1 2 4; do
+	if [ $n = 1 ]; then
+		"$build/bin/hp-train" -q "$tmp/c.yaml" --metrics "$tmp/m$n.jsonl" || exit 1
+		"$build/bin/hp-plan" "$tmp/c.yaml" --world 1 -o "$tmp/p$n.json" || exit 1
+	else
+		mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" --fsdp_config.dp_shard_size=$n \
+			--metrics "$tmp/m$n.jsonl" || exit 1
+		"$build/bin/hp-plan" "$tmp/c.yaml" --world $n --fsdp_config.dp_shard_size=$n -o "$tmp/p$n.json" || exit 1
+	fi
+	peak=$(jq -s 'map(.host_bytes_peak) | max' "$tmp/m$n.jsonl")
+	plan=$(jq '[.estimates.per_rank[].host_bytes] | max' "$tmp/p$n.json")
+	bound=$(jq '[.estimates.per_rank[] | 1.25 * (.host_bytes - .host_overhead_bytes) + .host_overhead_bytes] | max' "$tmp/p$n.json")
+	case $peak in ''|null) echo "mem-bench: $n ranks: no host_bytes_peak in the metrics" >&2; exit 1;; esac
+	[ -n "$one" ] || one=$peak
+	awk -v n=$n -v p="$peak" -v q="$plan" -v b="$bound" -v o="$one" 'BEGIN { m = 1048576
+		printf "%-6s %12.1f %12.1f %12.1f %8s %9.3fx\n", n, p / m, q / m, b / m, p <= b ? "yes" : "NO", p / o }'
+done
+echo "targets (#35): within on every row; 4 ranks at most 0.450x of one process"
