@@ -73,7 +73,8 @@ ifneq ($(and $(NCCL_INC),$(NCCL_LIBDIR)),)
 CPPFLAGS += -DHP_HAVE_NCCL=1
 endif
 NVCCFLAGS := -std=c++17 -O2 -Ilib -Ikernels -DHP_HAVE_CUDA=1 -DHP_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
-	-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+	-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a \
+	-gencode=arch=compute_90,code=compute_90 \
 	-Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(filter 1,$(DEVELOPER)),$(comma)-Werror) \
 	-Werror all-warnings
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \

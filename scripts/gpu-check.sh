@@ -1,6 +1,6 @@
 #!/bin/sh
 # gpu-check.sh - the one prepared command for a lent GPU machine (an H200):
-#   1. builds hp with the CUDA backend (sm_90a + PTX, -Werror);
+#   1. builds hp with the CUDA backend (sm_80, sm_90a + PTX, -Werror);
 #   2. runs the CUDA op tests: every op against the CPU reference, forward
 #      and backward (t/unit/test-cuda*.c), then again under
 #      compute-sanitizer where the machine supports it;

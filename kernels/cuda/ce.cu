@@ -98,7 +98,7 @@ extern "C" int hp_cuda_ce_loss(double *host_sum, const float *logits, const int3
 	if (n <= 0)
 		return 0;
 	if (n > ce_cap) {
-		cudaFree(ce_dev);
+		hp_cu_retire(ce_dev);
 		hp_free(ce_host);
 		ce_dev = NULL;
 		ce_cap = 0;

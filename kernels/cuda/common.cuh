@@ -13,6 +13,10 @@
 /* the backend's stream (context.cu) */
 extern cudaStream_t hp_cu_stream;
 
+/* context.cu: device memory no longer used (grown scratch), freed at
+ * hp_cuda_fini rather than now, when collectives may be in flight */
+void hp_cu_retire(void *p);
+
 /* gemm.cu: D = op(A) op(B) + beta C, column-major (ta, tb: A, B transposed),
  * A and B bf16, C = D fp32 with leading dimension ldc; nothing to do when m,
  * n or k is 0.  0 or HP_ECUDA with e set. */

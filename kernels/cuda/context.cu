@@ -8,6 +8,10 @@
 
 #include "cuda/common.cuh"
 
+extern "C" {
+#include "base/alloc.h"
+}
+
 cudaStream_t hp_cu_stream;
 static int inited = -1;
 
@@ -61,11 +65,44 @@ extern "C" int hp_cuda_init(int dev, struct hp_err *e)
 	return 0;
 }
 
+/* Scratch outgrown while the run goes on: freed at hp_cuda_fini, not now.
+ * cudaFree waits for the whole device, and a collective in flight on
+ * another stream may wait for a peer that waits for us (NCCL's rule: no
+ * device-synchronizing call while its operations run). */
+static void **retired;
+static size_t nretired, retired_cap;
+
+void hp_cu_retire(void *p)
+{
+	if (!p)
+		return;
+	if (nretired == retired_cap) {
+		size_t cap = retired_cap ? 2 * retired_cap : 16;
+		void **r = (void **)hp_realloc(retired, cap * sizeof(*r));
+
+		if (!r) {
+			/* no room to remember it: the old way, the device synchronised */
+			cudaDeviceSynchronize();
+			cudaFree(p);
+			return;
+		}
+		retired = r;
+		retired_cap = cap;
+	}
+	retired[nretired++] = p;
+}
+
 extern "C" void hp_cuda_fini(void)
 {
 	if (inited < 0)
 		return;
 	hp_cu_gemm_fini();
+	cudaDeviceSynchronize();
+	for (size_t i = 0; i < nretired; i++)
+		cudaFree(retired[i]);
+	hp_free(retired);
+	retired = NULL;
+	nretired = retired_cap = 0;
 	cudaFree(mv_buf);
 	mv_buf = NULL;
 	mv_cap = 0;
@@ -103,8 +140,10 @@ extern "C" void *hp_cuda_alloc(size_t bytes, struct hp_err *e)
 		cudaGetLastError();
 		return NULL;
 	}
-	if ((rc = cudaMemset(p, 0, bytes)) != cudaSuccess) {
-		hp_err_set(e, HP_ECUDA, "cudaMemset: %s", cudaGetErrorString(rc));
+	/* on the stream every kernel runs on: the legacy default stream's
+	 * cudaMemset is not ordered before a non-blocking stream's work */
+	if ((rc = cudaMemsetAsync(p, 0, bytes, hp_cu_stream)) != cudaSuccess) {
+		hp_err_set(e, HP_ECUDA, "cudaMemsetAsync: %s", cudaGetErrorString(rc));
 		cudaFree(p);
 		return NULL;
 	}
@@ -146,10 +185,7 @@ extern "C" void hp_cuda_copy(void *dst, const void *src, size_t bytes)
 		return;
 	}
 	if (bytes > mv_cap) {
-		if (mv_buf) {
-			cudaStreamSynchronize(hp_cu_stream);   /* an earlier copy may still read it */
-			cudaFree(mv_buf);
-		}
+		hp_cu_retire(mv_buf);   /* an earlier copy may still read it */
 		mv_buf = NULL;
 		mv_cap = 0;
 		if (cudaMalloc(&mv_buf, bytes) != cudaSuccess)

@@ -297,12 +297,9 @@ static float *col_get(size_t need)
 {
 	if (need > col_cap) {
 		size_t cap = need > (size_t)COL_PARTS * 8192 ? need : (size_t)COL_PARTS * 8192;
-		if (col_scratch) {
-			cudaStreamSynchronize(hp_cu_stream);   /* earlier kernels may still read it */
-			cudaFree(col_scratch);
-			col_scratch = NULL;
-			col_cap = 0;
-		}
+		hp_cu_retire(col_scratch);   /* earlier kernels may still read it */
+		col_scratch = NULL;
+		col_cap = 0;
 		if (cudaMalloc(&col_scratch, cap * sizeof(float)) != cudaSuccess) {
 			col_scratch = NULL;
 			return NULL;
