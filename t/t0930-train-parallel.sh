@@ -205,4 +205,20 @@ test_expect_success DEVICE 'on the device, mix_precision bfloat16 over ranks: bf
 	grep -q "output_dtype: bfloat16 is not implemented: the modules. outputs are float32" err
 '
 
+# What the device holds, counted by the backend (the same code on a GPU and
+# in the emulation): never less than the rank's shards with their moments
+# and its activation arena, which live there together.
+test_expect_success DEVICE 'on the device, every metrics row has the backend device high-water mark' '
+	mpiexec -n 8 hp-train qwen3-moe-b.yaml $DEVICE_ARGS $SEED8 --metrics dv.jsonl >out &&
+	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 >dp.json &&
+	grep "^host memory: .*; device memory: [0-9.]* MiB at most on the largest rank, as the backend counts it$" out &&
+	act=$(sed -n "s/^activations: \([0-9]*\) bytes on the largest rank.s device.*/\1/p" out) &&
+	test -n "$act" &&
+	jq -s -e "length > 1 and all(.device_bytes_peak > 0) and
+		([.[].device_bytes_peak] == ([.[].device_bytes_peak] | sort))" dv.jsonl >/dev/null &&
+	peak=$(jq -s "map(.device_bytes_peak) | max" dv.jsonl) &&
+	jq -e --argjson p "$peak" --argjson a "$act" \
+		"([.estimates.per_rank[] | .param_bytes + .grad_bytes + .optimizer_bytes] | max) + \$a <= \$p" dp.json
+'
+
 test_done

@@ -88,6 +88,12 @@ struct hp_backend {
 	const char *name;         /* "cpu", "cuda", "cuda (emulated, exact)", ... */
 	enum hp_backend_kind kind;
 	int device;               /* memory is not the host's: upload/download between them */
+	/* device backends: the bytes of device memory the backend holds now,
+	 * and at most since it started: every allocation it makes (the model's
+	 * and FSDP's buffers, its scratch, its bf16 weight copies), counted by
+	 * the same code on a GPU and in the emulation; the kernels' own
+	 * scratch (cuBLASLt's workspace) aside.  0 on the CPU. */
+	size_t dev_bytes, dev_bytes_peak;
 
 	/* ---- memory (bytes) ---- */
 	void *(*alloc)(struct hp_backend *b, size_t bytes, struct hp_err *e);   /* zeroed */

@@ -64,6 +64,8 @@ struct cu {
 	int evi;
 	struct hp_breq greq;         /* the blocking all-gather's */
 	int comm_want;               /* HP_CUDA_COMM: 0 unset, 1 nccl, 2 staged */
+	struct blk { void *p; size_t bytes; } *blk;   /* what dev_alloc handed out, for b.dev_bytes */
+	int nblk, capblk;
 };
 
 static struct cu *cu_of(struct hp_backend *b)
@@ -100,6 +102,44 @@ static int dev_sync(struct cu *c, struct hp_err *e)
 	return rc ? rc : hp_cuda_sync(e);
 }
 
+/* bytes of device memory (zeroed), counted in b.dev_bytes */
+static void *dev_alloc(struct cu *c, size_t bytes, struct hp_err *e)
+{
+	void *p;
+
+	if (c->nblk == c->capblk) {
+		int cap = c->capblk ? 2 * c->capblk : 64;
+		struct blk *nb = hp_realloc(c->blk, (size_t)cap * sizeof(*nb));
+
+		if (!nb) {
+			hp_err_set(e, HP_ENOMEM, "cuda: out of host memory counting device memory");
+			return NULL;
+		}
+		c->blk = nb;
+		c->capblk = cap;
+	}
+	if (!(p = hp_cuda_alloc(bytes, e)))
+		return NULL;
+	c->blk[c->nblk++] = (struct blk){ p, bytes };
+	c->b.dev_bytes += bytes;
+	if (c->b.dev_bytes > c->b.dev_bytes_peak)
+		c->b.dev_bytes_peak = c->b.dev_bytes;
+	return p;
+}
+
+static void dev_free(struct cu *c, void *p)
+{
+	if (!p)
+		return;
+	for (int i = c->nblk - 1; i >= 0; i--)
+		if (c->blk[i].p == p) {
+			c->b.dev_bytes -= c->blk[i].bytes;
+			c->blk[i] = c->blk[--c->nblk];
+			break;
+		}
+	hp_cuda_free(p);
+}
+
 /* Device scratch slot i of at least bytes; NULL (error kept) on failure.
  * It grows once to the largest call and stays: only the first step
  * allocates. */
@@ -109,10 +149,10 @@ static void *scr(struct cu *c, int i, size_t bytes)
 		return c->scr[i];
 	if (c->scr[i]) {
 		keep(c, dev_sync(c, &c->err));   /* earlier kernels may still read it */
-		hp_cuda_free(c->scr[i]);
+		dev_free(c, c->scr[i]);
 	}
 	c->cap[i] = 0;
-	if (!(c->scr[i] = hp_cuda_alloc(bytes + 64, &c->err))) {
+	if (!(c->scr[i] = dev_alloc(c, bytes + 64, &c->err))) {
 		keep(c, c->err.code ? c->err.code : HP_ECUDA);
 		return NULL;
 	}
@@ -180,13 +220,12 @@ static const hp_bf16 *wb_of(struct cu *c, const float *W, size_t n)
 
 static void *k_alloc(struct hp_backend *b, size_t bytes, struct hp_err *e)
 {
-	return hp_cuda_alloc(bytes ? bytes : 1, e);
+	return dev_alloc(cu_of(b), bytes ? bytes : 1, e);
 }
 
 static void k_free(struct hp_backend *b, void *p)
 {
-	if (p)
-		hp_cuda_free(p);
+	dev_free(cu_of(b), p);
 }
 
 static int k_upload(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
@@ -282,14 +321,14 @@ static int k_weights(struct hp_backend *b, float *base, size_t n, struct hp_err 
 	if (!n) {
 		for (int i = 0; i < NREGION; i++)
 			if (c->reg[i].wb && c->reg[i].base == base) {
-				hp_cuda_free(c->reg[i].wb);
+				dev_free(c, c->reg[i].wb);
 				memset(&c->reg[i], 0, sizeof(c->reg[i]));
 			}
 		return 0;
 	}
 	for (int i = 0; i < NREGION; i++)
 		if (!c->reg[i].wb) {
-			if (!(c->reg[i].wb = hp_cuda_alloc(n * sizeof(hp_bf16) + 64, e)))
+			if (!(c->reg[i].wb = dev_alloc(c, n * sizeof(hp_bf16) + 64, e)))
 				return e->code;
 			c->reg[i].base = base;
 			c->reg[i].n = n;
@@ -1151,11 +1190,10 @@ static void k_close(struct hp_backend *b)
 		hp_nccl_event_free(c->ev[i]);
 #endif
 	for (int i = 0; i < NREGION; i++)
-		if (c->reg[i].wb)
-			hp_cuda_free(c->reg[i].wb);
+		dev_free(c, c->reg[i].wb);
 	for (int i = 0; i < NSCR; i++)
-		if (c->scr[i])
-			hp_cuda_free(c->scr[i]);
+		dev_free(c, c->scr[i]);
+	hp_free(c->blk);
 	hp_free(c->host);
 	k_req_free(b, &c->greq);
 	hp_cuda_fini();

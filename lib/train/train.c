@@ -997,16 +997,19 @@ struct step_report {
 	long step, iters, tokens;
 	double loss, norm, lr, aux, dt, waited;
 	long long host_peak;   /* the largest peak resident set over ranks, bytes (-1: unknown) */
+	long long dev_peak;    /* the largest device high-water mark over ranks, bytes */
 };
 
-/* The largest peak resident set over ranks (every rank calls it). */
-static long long host_peak(const struct run *r)
+/* The largest peak resident set and device high-water mark over ranks
+ * (every rank calls it). */
+static void mem_peaks(const struct run *r, struct step_report *s)
 {
-	long long v = hp_host_peak_bytes();
+	long long v[2] = { hp_host_peak_bytes(), (long long)r->bk->dev_bytes_peak };
 
 	if (r->dist)
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, &v, 1, MPI_LONG_LONG, MPI_MAX);
-	return v;
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 2, MPI_LONG_LONG, MPI_MAX);
+	s->host_peak = v[0];
+	s->dev_peak = v[1];
 }
 
 static void report_step(struct run *r, FILE *out, int talk, long log_every, const struct step_report *s)
@@ -1028,6 +1031,8 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 			fprintf(r->metrics, ", \"host_bytes_peak\": %lld", s->host_peak);
 		else
 			fprintf(r->metrics, ", \"host_bytes_peak\": null");
+		if (r->bk->device)
+			fprintf(r->metrics, ", \"device_bytes_peak\": %lld", s->dev_peak);
 		if (r->dist) {
 			metrics_comm(r->metrics, &r->comms);
 			fprintf(r->metrics, ", \"comm_wait_s\": %.6f", s->waited);
@@ -1098,7 +1103,7 @@ static int save_due(struct run *r, const struct hp_train_opts *o, FILE *out, int
 static void host_verdict(struct run *r, FILE *out, int talk)
 {
 	struct hp_rank_est est;
-	long long peak = hp_host_peak_bytes(), v[3] = { peak, -1, 0 };
+	long long peak = hp_host_peak_bytes(), v[4] = { peak, -1, 0, (long long)r->bk->dev_bytes_peak };
 	double mib = 1.0 / (1 << 20);
 
 	if (!hp_plan_estimate(r->plan, r->rank, &est)) {
@@ -1112,12 +1117,13 @@ static void host_verdict(struct run *r, FILE *out, int talk)
 			"of buffers + %.1f MiB", r->rank, peak * mib, (double)(est.host_bytes -
 			est.host_overhead_bytes) * mib, (double)est.host_overhead_bytes * mib);
 	if (r->dist)
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 3, MPI_LONG_LONG, MPI_MAX);
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 4, MPI_LONG_LONG, MPI_MAX);
 	if (!talk || v[0] < 0)
 		return;
 	if (r->bk->device)
 		fprintf(out, "host memory: peak resident %.1f MiB on the largest rank (the plan's host bytes "
-			"describe a CPU run)\n", v[0] * mib);
+			"describe a CPU run); device memory: %.1f MiB at most on the largest rank, as the backend "
+			"counts it\n", v[0] * mib, v[3] * mib);
 	else if (!v[2])
 		fprintf(out, "host memory: peak resident %.1f MiB on the largest rank, the plan's host bytes "
 			"%.1f MiB: every rank within 1.25 x its buffers + %.0f MiB\n", v[0] * mib, v[1] * mib,
@@ -1246,7 +1252,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.norm = norm;
 		rep.aux = aux_sum / accum;
 		rep.waited = hp_comm_waited() - w0;
-		rep.host_peak = host_peak(r);
+		mem_peaks(r, &rep);
 		report_step(r, out, talk, log_every, &rep);
 		if ((rc = evaluate_due(r, out, talk, step, iters, e)) || (rc = save_due(r, o, out, talk, step, iters, e)))
 			return rc;
