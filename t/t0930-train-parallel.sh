@@ -221,4 +221,28 @@ test_expect_success DEVICE 'on the device, every metrics row has the backend dev
 		"([.estimates.per_rank[] | .param_bytes + .grad_bytes + .optimizer_bytes] | max) + \$a <= \$p" dp.json
 '
 
+# The host waits for the device (a stream synchronised, a download, a sum
+# read back): counted per step by the backend, the same on a GPU and in the
+# emulation.  In one process the count does not grow with the layers.
+test_expect_success DEVICE 'on the device, each step counts its host syncs; one process: as many for 2 layers as for 5' '
+	for n in 2 5; do
+		cat >y$n.yaml <<-YAML &&
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
+		  config_path: $DATA/stories260K/hf
+		  num_hidden_layers: $n
+		training: {train_iters: 3, global_batch_size: 4, micro_batch_size: 2, seed: 1}
+		checkpoint: {save_ckpt: false}
+		dataset:
+		  _target_: hyper_parallel.data.build_indexed_text_dataset
+		  data_path: ts
+		  data_config: {seq_length: 64, is_dataset_from_mr: true}
+		YAML
+		hp-train -q y$n.yaml $DEVICE_ARGS --metrics y$n.jsonl || return 1
+	done &&
+	jq -s -e "length == 3 and all(.host_syncs > 0)" y2.jsonl >/dev/null &&
+	jq -s -c "[.[1:][].host_syncs]" y2.jsonl >s2 && jq -s -c "[.[1:][].host_syncs]" y5.jsonl >s5 &&
+	cat s2 s5 && cmp s2 s5
+'
+
 test_done

@@ -99,6 +99,7 @@ static int dev_sync(struct cu *c, struct hp_err *e)
 {
 	int rc = dev_idle(c, e);
 
+	c->b.host_syncs++;
 	return rc ? rc : hp_cuda_sync(e);
 }
 
@@ -243,6 +244,7 @@ static int k_download(struct hp_backend *b, void *dst, const void *src, size_t b
 	if (!bytes)
 		return 0;
 	/* the download waits for the stream */
+	c->b.host_syncs++;
 	return (rc = dev_idle(c, e)) ? rc : hp_cuda_download(dst, src, bytes, e);
 }
 
@@ -643,6 +645,7 @@ static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const f
 	}
 	*count = cnt;
 	*loss_sum = 0;
+	c->b.host_syncs++;   /* the sum comes back to the host */
 	keep(c, hp_cuda_ce_loss(loss_sum, logits, targets->d, N, V, &c->err));
 	return 0;
 }
@@ -830,6 +833,7 @@ static int k_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t
 		return hp_err_set(e, c->rc, "%s", c->err.msg);
 	if (!n)
 		return 0;
+	c->b.host_syncs++;   /* the sum comes back to the host */
 	if ((rc = hp_cuda_sumsq(&s, x, n, e)))
 		return rc;
 	*acc += s;
@@ -1047,6 +1051,7 @@ static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
 		hp_comm_wait(&r->req);
 	rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
 	/* the upload must have read the stage before the next gather fills it */
+	cu_of(b)->b.host_syncs++;
 	return rc ? rc : hp_cuda_sync(e);
 }
 

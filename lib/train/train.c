@@ -998,6 +998,7 @@ struct step_report {
 	double loss, norm, lr, aux, dt, waited;
 	long long host_peak;   /* the largest peak resident set over ranks, bytes (-1: unknown) */
 	long long dev_peak;    /* the largest device high-water mark over ranks, bytes */
+	long syncs;            /* device runs: this step's host-device synchronisations on this rank */
 };
 
 /* The largest peak resident set and device high-water mark over ranks
@@ -1032,7 +1033,8 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 		else
 			fprintf(r->metrics, ", \"host_bytes_peak\": null");
 		if (r->bk->device)
-			fprintf(r->metrics, ", \"device_bytes_peak\": %lld", s->dev_peak);
+			fprintf(r->metrics, ", \"device_bytes_peak\": %lld, \"host_syncs\": %ld", s->dev_peak,
+				s->syncs);
 		if (r->dist) {
 			metrics_comm(r->metrics, &r->comms);
 			fprintf(r->metrics, ", \"comm_wait_s\": %.6f", s->waited);
@@ -1230,6 +1232,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	for (long step = r->first_step; step <= iters; step++) {
 		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0;
 		struct step_report rep = { .step = step, .iters = iters, .tokens = step_tokens };
+		long syncs0 = r->bk->host_syncs;
 
 		if ((rc = read_step(r, step, accum, e)))
 			return rc;
@@ -1259,6 +1262,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.norm = norm;
 		rep.aux = aux_sum / accum;
 		rep.waited = hp_comm_waited() - w0;
+		rep.syncs = r->bk->host_syncs - syncs0;
 		mem_peaks(r, &rep);
 		report_step(r, out, talk, log_every, &rep);
 		if ((rc = evaluate_due(r, out, talk, step, iters, e)) || (rc = save_due(r, o, out, talk, step, iters, e)))
