@@ -9,6 +9,8 @@
 #      repeats, final weights; the seed's 8-rank TP2 x CP2 x EP2 + FSDP
 #      layout as 8 ranks on the one GPU (host-staged collectives, bytes as
 #      the plan); 2 ranks over NCCL when the machine has 2 GPUs or more;
+#      then 4 steps of stories260K for the device's high-water mark, the
+#      host's peak and the host syncs per step (metrics);
 #   4. runs the benchmark bench/gpu/gpu-bench (GEMM vs cuBLAS, flash
 #      attention, a Qwen3-30B-A3B-shaped stack: tokens/s and MFU);
 #   5. prints a short table last.
@@ -97,6 +99,31 @@ step "  8 ranks, 1 GPU" "$(grep -q '^ok.*8 ranks on one GPU' "$LOGS/train-gpu.lo
 	"$(grep -m1 -o 'run.device_comm.*' "$LOGS/train-gpu.log" | tr -s ' '); $(grep -m1 -o 'collectives: .*' "$LOGS/train-gpu.log")"
 step "  2 ranks, NCCL" "$(grep -o '^ok [0-9]* .*two GPUs.*' "$LOGS/train-gpu.log" | grep -q skip && echo skip || \
 	(grep -q '^ok.*two GPUs' "$LOGS/train-gpu.log" && echo ok || echo FAIL))" "needs 2 GPUs"
+
+# 3b. what a training step holds and waits for on the device (#35): the
+# backend's device high-water mark, the host's peak resident set and the
+# host syncs of a step, from the metrics of 4 steps of stories260K
+M=$LOGS/mem
+mkdir -p "$M"
+if $B/bin/hp-test-tool mkidx --vocab 512 --records-of 257 -o "$M/ts" \
+	data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl >/dev/null 2>"$M/err" &&
+	cat >"$M/c.yaml" <<-YAML &&
+	model:
+	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
+	  pretrained_model_name_or_path: $PWD/data/stories260K/hf
+	training: {train_iters: 4, global_batch_size: 8, micro_batch_size: 2, seed: 1, device: cuda}
+	checkpoint: {save_ckpt: false}
+	dataset:
+	  _target_: hyper_parallel.data.build_indexed_text_dataset
+	  data_path: $M/ts
+	  data_config: {seq_length: 256, is_dataset_from_mr: true}
+	YAML
+	$B/bin/hp-train -q "$M/c.yaml" --metrics "$M/m.jsonl" >"$M/out" 2>>"$M/err"; then
+	step "memory and syncs" ok "$(jq -s -r '"device peak \(last.device_bytes_peak / 1048576 | floor) MiB, host peak \(last.host_bytes_peak / 1048576 | floor) MiB, host syncs per step \(map(.host_syncs) | tostring)"' "$M/m.jsonl")"
+else
+	step "memory and syncs" FAIL "see mem/err"
+	fail=1
+fi
 
 # 4. benchmark
 left=$((480 - ($(date +%s) - T0)))
