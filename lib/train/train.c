@@ -1096,8 +1096,6 @@ static int save_due(struct run *r, const struct hp_train_opts *o, FILE *out, int
 	return 0;
 }
 
-/* After the last step: the activations' bytes against the plan's
- * estimate, and over ranks each rank's traffic and memory against it. */
 /* Each rank's peak resident memory, as the system measures it, against
  * the plan's host bytes: within 1.25 x its buffers + the fixed overhead
  * the plan states (HP_HOST_OVERHEAD_BYTES).  A device run's host holds
@@ -1139,6 +1137,9 @@ static void host_verdict(struct run *r, FILE *out, int talk)
 			ref ? " (rank 0 also holds the one-process reference)" : "");
 }
 
+/* After the last step: the activations' bytes against the plan's
+ * estimate, the process's memory, and over ranks each rank's traffic and
+ * memory against it. */
 static void report_end(struct run *r, FILE *out, int talk)
 {
 	struct hp_model *m = &r->model;
