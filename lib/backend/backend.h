@@ -94,9 +94,10 @@ struct hp_backend {
 	 * the same code on a GPU and in the emulation; the kernels' own
 	 * scratch (cuBLASLt's workspace) aside.  0 on the CPU. */
 	size_t dev_bytes, dev_bytes_peak;
-	/* device backends: the times the host has waited for the device (a
-	 * stream synchronised, a download, a sum read back), counted by the
-	 * same code on a GPU and in the emulation.  0 on the CPU. */
+	/* device backends: the times the host has waited, or may have waited,
+	 * for the device (a stream synchronised, a download, a sum read back,
+	 * an upload from pageable memory), counted by the same code on a GPU
+	 * and in the emulation.  0 on the CPU. */
 	long host_syncs;
 
 	/* ---- memory (bytes) ---- */

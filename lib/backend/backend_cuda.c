@@ -229,9 +229,20 @@ static void k_free(struct hp_backend *b, void *p)
 	dev_free(cu_of(b), p);
 }
 
+/* A copy from the host's pageable memory: the driver may wait for the
+ * stream before it stages the bytes (CUDA's API synchronization
+ * behavior), so it counts as the host waiting for the device. */
+static int up(struct cu *c, void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	if (!bytes)
+		return 0;
+	c->b.host_syncs++;
+	return hp_cuda_upload(dst, src, bytes, e);
+}
+
 static int k_upload(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
-	return bytes ? hp_cuda_upload(dst, src, bytes, e) : 0;
+	return up(cu_of(b), dst, src, bytes, e);
 }
 
 static int k_download(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
@@ -283,7 +294,7 @@ static int k_sync(struct hp_backend *b, struct hp_err *e)
 
 static int k_put(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
 {
-	return n ? hp_cuda_upload(x->d, x->h, n * sizeof(int32_t), e) : 0;
+	return up(cu_of(b), x->d, x->h, n * sizeof(int32_t), e);
 }
 
 static int k_get(struct hp_backend *b, const struct hp_i32 *x, size_t n, struct hp_err *e)
@@ -622,7 +633,7 @@ static void k_router_bwd(struct hp_backend *b, float *dprob, const float *probs,
 	if (aux && aux_grad != 0) {
 		if (!(ad = scr(c, S_AUX, (size_t)E * sizeof(double))))
 			return;
-		keep(c, hp_cuda_upload(ad, aux, (size_t)E * sizeof(double), &c->err));
+		keep(c, up(c, ad, aux, (size_t)E * sizeof(double), &c->err));
 	}
 	hp_cuda_router_bwd(dprob, probs, sel, wsel, dwsel, ad, ad ? aux_grad : 0, N, E, K, norm);
 }
@@ -758,8 +769,7 @@ static int k_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, c
 	if (!h || !(od = scr(c, S_ORD, bytes + 4)) || !(sd = scr(c, S_START, bytes + 4)))
 		return hp_err_set(e, c->rc ? c->rc : HP_ENOMEM, "%s", c->err.msg);
 	nu = embed_groups(h, h + N, ids->h, N, v0, V, pad);
-	if ((rc = hp_cuda_upload(od, h, bytes, e)) ||
-	    (rc = hp_cuda_upload(sd, h + N, (size_t)(nu + 1) * sizeof(int32_t), e)))
+	if ((rc = up(c, od, h, bytes, e)) || (rc = up(c, sd, h + N, (size_t)(nu + 1) * sizeof(int32_t), e)))
 		return rc;
 	if (nu)
 		hp_cuda_embedding_bwd(dtable, dout, ids->d, od, sd, nu, C, v0);
