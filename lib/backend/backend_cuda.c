@@ -771,10 +771,13 @@ static int k_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, c
 	nu = embed_groups(h, h + N, ids->h, N, v0, V, pad);
 	if ((rc = up(c, od, h, bytes, e)) || (rc = up(c, sd, h + N, (size_t)(nu + 1) * sizeof(int32_t), e)))
 		return rc;
+	/* the host scratch is the next call's, and may be: an upload from
+	 * pageable memory (c->host is hp_malloc'd) returns once its bytes are
+	 * staged (CUDA's API synchronization behavior); pinned scratch would
+	 * need an event here */
 	if (nu)
 		hp_cuda_embedding_bwd(dtable, dout, ids->d, od, sd, nu, C, v0);
-	/* the host scratch is the next call's: the uploads must have read it */
-	return dev_sync(c, e);
+	return 0;
 }
 
 static void k_add(struct hp_backend *b, float *x, const float *a, const float *bb, long n)
