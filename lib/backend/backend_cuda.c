@@ -64,7 +64,9 @@ struct cu {
 	int evi;
 	struct hp_breq greq;         /* the blocking all-gather's */
 	int comm_want;               /* HP_CUDA_COMM: 0 unset, 1 nccl, 2 staged */
-	struct blk { void *p; size_t bytes; } *blk;   /* what dev_alloc handed out, for b.dev_bytes */
+	/* what dev_alloc handed out, for b.dev_bytes; retired: outgrown
+	 * scratch kept until k_close */
+	struct blk { void *p; size_t bytes; int retired; } *blk;
 	int nblk, capblk;
 };
 
@@ -121,7 +123,7 @@ static void *dev_alloc(struct cu *c, size_t bytes, struct hp_err *e)
 	}
 	if (!(p = hp_cuda_alloc(bytes, e)))
 		return NULL;
-	c->blk[c->nblk++] = (struct blk){ p, bytes };
+	c->blk[c->nblk++] = (struct blk){ p, bytes, 0 };
 	c->b.dev_bytes += bytes;
 	if (c->b.dev_bytes > c->b.dev_bytes_peak)
 		c->b.dev_bytes_peak = c->b.dev_bytes;
@@ -141,17 +143,25 @@ static void dev_free(struct cu *c, void *p)
 	hp_cuda_free(p);
 }
 
+/* p is no longer used, but kernels in flight may still read it: freed at
+ * k_close, not now (cudaFree waits for the whole device, and NCCL forbids
+ * that while its collectives may be in flight); still counted as held */
+static void dev_retire(struct cu *c, void *p)
+{
+	for (int i = 0; i < c->nblk; i++)
+		if (c->blk[i].p == p)
+			c->blk[i].retired = 1;
+}
+
 /* Device scratch slot i of at least bytes; NULL (error kept) on failure.
- * It grows once to the largest call and stays: only the first step
- * allocates. */
+ * It grows to the largest call and stays: only the first step allocates,
+ * and what it outgrows is retired, not freed. */
 static void *scr(struct cu *c, int i, size_t bytes)
 {
 	if (bytes <= c->cap[i] && c->scr[i])
 		return c->scr[i];
-	if (c->scr[i]) {
-		keep(c, dev_sync(c, &c->err));   /* earlier kernels may still read it */
-		dev_free(c, c->scr[i]);
-	}
+	if (c->scr[i])
+		dev_retire(c, c->scr[i]);
 	c->cap[i] = 0;
 	if (!(c->scr[i] = dev_alloc(c, bytes + 64, &c->err))) {
 		keep(c, c->err.code ? c->err.code : HP_ECUDA);
@@ -1211,6 +1221,11 @@ static void k_close(struct hp_backend *b)
 		dev_free(c, c->reg[i].wb);
 	for (int i = 0; i < NSCR; i++)
 		dev_free(c, c->scr[i]);
+	if (c->nblk)
+		keep(c, dev_sync(c, &c->err));
+	for (int i = c->nblk - 1; i >= 0; i--)
+		if (c->blk[i].retired)
+			dev_free(c, c->blk[i].p);
 	hp_free(c->blk);
 	hp_free(c->host);
 	k_req_free(b, &c->greq);
