@@ -26,18 +26,11 @@ fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-fsdp-bench.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
+. "$src/bench/lib.sh"
 command -v mpiexec >/dev/null || { echo "fsdp-bench: no mpiexec; skipped"; exit 0; }
 
-mkdir -p "$tmp/model"
-cat >"$tmp/model/config.json" <<JSON
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": $hidden,
- "intermediate_size": $inter, "num_hidden_layers": $layers, "num_attention_heads": $heads,
- "num_key_value_heads": $heads, "vocab_size": $vocab, "max_position_embeddings": 1024,
- "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
-JSON
-awk -v V="$vocab" -v n=$((seq + 1)) 'BEGIN { srand(7); for (d = 0; d < 64; d++) { printf "{\"ids\":["
-	for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$tmp/ids.jsonl"
-"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of $((seq + 1)) -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+bench_llama "$tmp/model" || exit 1
+bench_ids "$tmp/ids" 64 $((seq + 1)) || exit 1
 cat >"$tmp/c.yaml" <<YAML
 model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
 training: {train_iters: $steps, global_batch_size: $gbs, micro_batch_size: $mbs, seed: 1}

@@ -37,6 +37,7 @@ fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-parallel-bench.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
+. "$src/bench/lib.sh"
 command -v mpiexec >/dev/null || { echo "parallel-bench: no mpiexec; skipped"; exit 0; }
 
 mkdir -p "$tmp/model"
@@ -49,9 +50,7 @@ cat >"$tmp/model/config.json" <<JSON
  "tie_word_embeddings": false, "torch_dtype": "float32", "rope_theta": 1000000.0}
 JSON
 # 128 records of seq+1 random ids: 16 rows for each of 8 steps
-awk -v V="$vocab" -v n=$((seq + 1)) 'BEGIN { srand(7); for (d = 0; d < 128; d++) { printf "{\"ids\":["
-	for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$tmp/ids.jsonl"
-"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of $((seq + 1)) -o "$tmp/ids" "$tmp/ids.jsonl" >/dev/null || exit 1
+bench_ids "$tmp/ids" 128 $((seq + 1)) || exit 1
 {
 	cat <<-YAML
 	model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}

@@ -1221,11 +1221,13 @@ static void k_close(struct hp_backend *b)
 		dev_free(c, c->reg[i].wb);
 	for (int i = 0; i < NSCR; i++)
 		dev_free(c, c->scr[i]);
-	if (c->nblk)
-		keep(c, dev_sync(c, &c->err));
-	for (int i = c->nblk - 1; i >= 0; i--)
-		if (c->blk[i].retired)
+	/* the retired blocks, once nothing in flight can read them */
+	for (int i = c->nblk - 1, synced = 0; i >= 0; i--)
+		if (c->blk[i].retired) {
+			if (!synced++)
+				keep(c, dev_sync(c, &c->err));
 			dev_free(c, c->blk[i].p);
+		}
 	hp_free(c->blk);
 	hp_free(c->host);
 	k_req_free(b, &c->greq);

@@ -120,10 +120,11 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	for (int i = 0; i < f->nslots; i++)
 		f->slots[i].unit = -1;
 	f->slot_floats = 0;
+	size_t ep = f->bk->esize(f->bk, f->pdt), er = f->bk->esize(f->bk, f->rdt);
+
 	for (int u = 0; u < p->nunits; u++) {
 		const struct hp_fsdp_unit *un = &f->units[u];
-		size_t k = (size_t)p->size[un->shard_dim], ep = f->bk->esize(f->bk, f->pdt);
-		size_t er = f->bk->esize(f->bk, f->rdt);
+		size_t k = (size_t)p->size[un->shard_dim];
 
 		if (k * un->padded > f->slot_floats)
 			f->slot_floats = k * un->padded;

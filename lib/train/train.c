@@ -1002,7 +1002,7 @@ struct step_report {
 };
 
 /* The largest peak resident set and device high-water mark over ranks
- * (every rank calls it). */
+ * (every rank calls it, in a run that writes metrics). */
 static void mem_peaks(const struct run *r, struct step_report *s)
 {
 	long long v[2] = { hp_host_peak_bytes(), (long long)r->bk->dev_bytes_peak };
@@ -1100,9 +1100,8 @@ static int save_due(struct run *r, const struct hp_train_opts *o, FILE *out, int
  * the plan's host bytes: within 1.25 x its buffers + the fixed overhead
  * the plan states (HP_HOST_OVERHEAD_BYTES).  A device run's host holds
  * other things than the plan describes: its peak is only reported. */
-static void host_verdict(struct run *r, FILE *out, int talk)
+static void host_verdict(struct run *r, const struct hp_rank_est *est, FILE *out, int talk)
 {
-	struct hp_rank_est est;
 	long long peak = hp_host_peak_bytes(), v[4] = { peak, -1, 0, (long long)r->bk->dev_bytes_peak };
 	double mib = 1.0 / (1 << 20);
 
@@ -1110,16 +1109,16 @@ static void host_verdict(struct run *r, FILE *out, int talk)
 	 * reference, its optimizer and its recorded outputs: not the plan's */
 	int ref = r->verifying && r->rank == 0;
 
-	if (!hp_plan_estimate(r->plan, r->rank, &est)) {
-		v[1] = ref ? 0 : est.host_bytes;
+	if (est) {
+		v[1] = ref ? 0 : est->host_bytes;
 		v[2] = !r->bk->device && !ref && peak >= 0 &&
-		       (double)peak > 1.25 * (double)(est.host_bytes - est.host_overhead_bytes) +
-				      (double)est.host_overhead_bytes;
+		       (double)peak > 1.25 * (double)(est->host_bytes - est->host_overhead_bytes) +
+				      (double)est->host_overhead_bytes;
 	}
 	if (v[2])
 		hp_warn("host memory: rank %d's peak resident set is %.1f MiB, beyond 1.25 x the plan's %.1f MiB "
-			"of buffers + %.1f MiB", r->rank, peak * mib, (double)(est.host_bytes -
-			est.host_overhead_bytes) * mib, (double)est.host_overhead_bytes * mib);
+			"of buffers + %.1f MiB", r->rank, peak * mib, (double)(est->host_bytes -
+			est->host_overhead_bytes) * mib, (double)est->host_overhead_bytes * mib);
 	if (ref)
 		v[0] = -1;   /* the largest peak of the ranks that are held to the plan */
 	if (r->dist)
@@ -1143,6 +1142,8 @@ static void host_verdict(struct run *r, FILE *out, int talk)
 static void report_end(struct run *r, FILE *out, int talk)
 {
 	struct hp_model *m = &r->model;
+	struct hp_rank_est est;
+	const struct hp_rank_est *pe = hp_plan_estimate(r->plan, r->rank, &est) ? NULL : &est;
 
 	if (r->bk->device) {
 		/* the device's arena is its own layout (flash attention on every
@@ -1156,12 +1157,9 @@ static void report_end(struct run *r, FILE *out, int talk)
 				"CPU's arena)\n", v);
 	} else {
 		/* activations: each rank's arena against the plan's estimate for it */
-		struct hp_rank_est est;
-		long long v[3] = { (long long)((m->a.aarena.used + 63) & ~(size_t)63), -1, 0 };
+		long long v[3] = { (long long)((m->a.aarena.used + 63) & ~(size_t)63), pe ? pe->act_bytes : -1, 0 };
 		int nck = 0;
 
-		if (!hp_plan_estimate(r->plan, r->rank, &est))
-			v[1] = est.act_bytes;
 		v[2] = v[0] != v[1];
 		if (r->dist)
 			hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 3, MPI_LONG_LONG, MPI_MAX);
@@ -1172,7 +1170,7 @@ static void report_end(struct run *r, FILE *out, int talk)
 				"rank; activation_checkpoint %s on %d of %d layers\n", v[0], v[2] ? "not" : "as",
 				hp_act_ckpt_name(r->plan->act_ckpt), nck, r->spec.n_layers);
 	}
-	host_verdict(r, out, talk);
+	host_verdict(r, pe, out, talk);
 	if (!r->dist)
 		return;
 	/* did every rank move exactly what the plan estimates? */
@@ -1185,12 +1183,11 @@ static void report_end(struct run *r, FILE *out, int talk)
 		fprintf(out, "comm: every rank's bytes per collective and mesh dim equal the plan's estimate\n");
 	/* what each rank keeps between steps: weights, gradient sums and the
 	 * two AdamW moments of its shards, against the one-process run's */
-	struct hp_rank_est est;
 	long long mine[2] = { (long long)r->fsdp.total * 16, 0 }, most[2] = { 0, 0 };
 	long long one = (long long)hp_model_spec_nparams(&r->spec) * 16;
 
-	if (!hp_plan_estimate(r->plan, r->rank, &est))
-		mine[1] = est.param_bytes + est.grad_bytes + est.optim_bytes;
+	if (pe)
+		mine[1] = pe->param_bytes + pe->grad_bytes + pe->optim_bytes;
 	memcpy(most, mine, sizeof(most));
 	hp_comm_allreduce_raw(MPI_COMM_WORLD, most, 2, MPI_LONG_LONG, MPI_MAX);
 	long g[2] = { r->fsdp.gathers, r->fsdp.prefetched };
@@ -1264,7 +1261,9 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.aux = aux_sum / accum;
 		rep.waited = hp_comm_waited() - w0;
 		rep.syncs = r->bk->host_syncs - syncs0;
-		mem_peaks(r, &rep);
+		/* for the metrics only: a collective and a read of /proc a step */
+		if (o->metrics)
+			mem_peaks(r, &rep);
 		report_step(r, out, talk, log_every, &rep);
 		if ((rc = evaluate_due(r, out, talk, step, iters, e)) || (rc = save_due(r, o, out, talk, step, iters, e)))
 			return rc;
