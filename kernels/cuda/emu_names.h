@@ -62,6 +62,10 @@
 #define hp_cuda_swiglu_rows_fwd hp_emu_swiglu_rows_fwd
 #define hp_cuda_sync hp_emu_sync
 #define hp_cuda_upload hp_emu_upload
+#define hp_cuda_vm_free hp_emu_vm_free
+#define hp_cuda_vm_map hp_emu_vm_map
+#define hp_cuda_vm_reserve hp_emu_vm_reserve
+#define hp_cuda_vm_unmap hp_emu_vm_unmap
 #define hp_cuda_vp_ce_bwd hp_emu_vp_ce_bwd
 #define hp_cuda_vp_ce_max hp_emu_vp_ce_max
 #define hp_cuda_vp_ce_sums hp_emu_vp_ce_sums

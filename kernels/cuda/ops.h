@@ -69,6 +69,20 @@ int hp_cuda_check(struct hp_err *e);           /* reports a pending launch error
  * first step only: the step loop allocates nothing once sizes are known. */
 void *hp_cuda_alloc(size_t bytes, struct hp_err *e);
 void hp_cuda_free(void *p);
+/* Virtual memory (CUDA's cuMem* API): an address range reserved with no
+ * memory behind it, into which granules of physical memory are mapped
+ * (zeroed, on the stream) and unmapped again, the device twin of the
+ * host's fresh mappings and MADV_DONTNEED.  *granule: the size every map
+ * and unmap is a multiple of (counted bytes: the backend's bookkeeping).
+ * An unmapped granule's memory is pooled and its address given up only
+ * once the stream has passed its last use (an event, never a device
+ * synchronisation: NCCL forbids those while its collectives run).  The
+ * emulation maps host pages and makes unmapped ones inaccessible, so that
+ * a use of memory the GPU would not have faults there too. */
+void *hp_cuda_vm_reserve(size_t bytes, size_t *granule, struct hp_err *e);
+int hp_cuda_vm_map(void *p, size_t bytes, struct hp_err *e);
+void hp_cuda_vm_unmap(void *p, size_t bytes);
+void hp_cuda_vm_free(void *p, size_t bytes);
 /* Copies on the stream; the host side must stay valid until the next sync.
  * hp_cuda_download synchronises. */
 int hp_cuda_upload(void *dst, const void *host_src, size_t bytes, struct hp_err *e);

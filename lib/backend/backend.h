@@ -81,6 +81,21 @@ struct hp_breq {
 	int active;
 };
 
+/* The largest operands a model hands the ops, in elements (hp_model
+ * works them out from its layout; lib/model/model.c, op_sizes): a backend
+ * that copies operands (the CUDA backend's bf16 copies for the tensor
+ * cores) makes its scratch for them once (prepare), and hp-plan counts
+ * the same bytes (hp_backend_cuda_scratch_bytes). */
+struct hp_op_sizes {
+	size_t lin_x, lin_dy;     /* linear: N * K of x, N * O of dy */
+	size_t att_q, att_kv;     /* attention: q (out, dout, dq) and k (v, dk, dv), a context-parallel
+				     chunk's zero-padded prefix included */
+	int cp_B, cp_L, cp_Hq;    /* context parallel: the prefix's rows, length and heads (its lse,
+				     segment ids and backward scratch); 0 without */
+	size_t experts;           /* the router's E (its load-balancing sums) */
+	size_t tokens;            /* the embedding's N (its backward's grouping) */
+};
+
 struct hp_comm;
 struct hp_comms;
 
@@ -99,6 +114,14 @@ struct hp_backend {
 	 * an upload from pageable memory), counted by the same code on a GPU
 	 * and in the emulation.  0 on the CPU. */
 	long host_syncs;
+	/* device backends: the calls that put work on the device (a kernel, a
+	 * library call such as a GEMM, a copy, a memset), each counted once
+	 * by the same code on a GPU and in the emulation (a kernel-layer call
+	 * that launches several kernels counts one).  0 on the CPU. */
+	long kernel_launches;
+	/* device backends: the device's memory, free when the backend opened
+	 * and in all (the emulation: HP_CUDA_EMULATE_MEMORY, else 1 TiB) */
+	size_t dev_free, dev_total;
 
 	/* ---- memory (bytes) ---- */
 	void *(*alloc)(struct hp_backend *b, size_t bytes, struct hp_err *e);   /* zeroed */
@@ -110,8 +133,20 @@ struct hp_backend {
 	void (*copy2d)(struct hp_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch,
 		       size_t width, size_t rows);
 	void (*zero)(struct hp_backend *b, void *p, size_t bytes);
-	/* a span no longer in use: zeroed, and on the CPU its pages given back */
+	/* a span no longer in use: zeroed, and on the CPU its pages given back;
+	 * in a reserved range, the end of one commit of that span */
 	void (*release)(struct hp_backend *b, void *p, size_t bytes);
+	/* An address range of bytes with no memory behind it yet (freed with
+	 * free): commit puts zeroed memory behind a span before its first use,
+	 * and each commit of a span ends with a release of the same span; the
+	 * memory goes when no committed span touches it.  A device maps and
+	 * unmaps granules (hp_cuda_vm_*), counted in dev_bytes; the CPU's
+	 * pages appear when written and go at release, so its reserve is
+	 * alloc and its commit nothing.  FSDP's unsharded units live there. */
+	void *(*reserve)(struct hp_backend *b, size_t bytes, struct hp_err *e);
+	int (*commit)(struct hp_backend *b, void *p, size_t bytes, struct hp_err *e);
+	/* the scratch for operands up to z, made now (nothing on the CPU) */
+	int (*prepare)(struct hp_backend *b, const struct hp_op_sizes *z, struct hp_err *e);
 	/* a scratch span whose contents are no longer needed (its next user
 	 * writes it before reading): on the CPU its whole pages go back to the
 	 * system; a device keeps its memory (pooled) */
@@ -138,6 +173,14 @@ struct hp_backend {
 	int (*weights)(struct hp_backend *b, float *base, size_t n, struct hp_err *e);
 	/* [w, w + n) of that region changed: the working copy follows */
 	void (*weights_changed)(struct hp_backend *b, const float *w, size_t n);
+	/* The working copy alone of [w, w + n) of a reserved region, for a
+	 * weight only GEMMs read (never in fp32): memory behind it (dir 1) or
+	 * gone (-1), as commit and release do for both; dir 0: set from src
+	 * (n elements of st), the fp32 weights not written.  1 when done, 0
+	 * when the backend keeps no copy of that span (the CPU; the caller
+	 * holds and writes the fp32 weights then), or a negative HP_E*. */
+	int (*copy_only)(struct hp_backend *b, float *w, size_t n, int dir, const void *src, enum hp_dtype st,
+			 struct hp_err *e);
 
 	/* ---- ops: kernels/cpu/ops.h's semantics on the backend's memory ---- */
 	void (*linear_fwd)(struct hp_backend *b, float *y, const float *x, const float *W, const float *bias,
@@ -286,6 +329,17 @@ const struct hp_cpu_ops *hp_backend_cpu_ops(void);
  * is asked for.
  */
 int hp_backend_cuda_open(struct hp_backend **bp, int dev, int shared, enum hp_emulate emu, struct hp_err *e);
+/* The CUDA backend's table as a layout sees it (device, no eager
+ * attention, its attention scratch), for measuring without a GPU or a
+ * backend: hp-plan's device estimate.  Not for calling its ops. */
+const struct hp_backend *hp_backend_cuda_sizing(void);
+/* The granule of device memory the CUDA backend maps behind a reserved
+ * range (cuMemGetAllocationGranularity on the A100, H100 and H200; the
+ * emulation maps the same, and hp-plan counts in it). */
+#define HP_CUDA_GRANULE ((size_t)2 << 20)
+/* The device bytes the CUDA backend's prepare makes for z (a GPU's: bf16
+ * values 2 bytes), with or without a GPU: hp-plan's estimate. */
+size_t hp_backend_cuda_scratch_bytes(const struct hp_op_sizes *z);
 /* HP_CUDA_EMULATE from the environment: 0 and *emu, or HP_EINVAL naming
  * the value when it is none of "exact", "bf16" (unset or empty: OFF). */
 int hp_emulate_from_env(enum hp_emulate *emu, struct hp_err *e);

@@ -47,6 +47,18 @@ static void c_free(struct hp_backend *b, void *p)
 	hp_free_aligned(p);
 }
 
+/* operands are read where they are */
+static int c_prepare(struct hp_backend *b, const struct hp_op_sizes *z, struct hp_err *e)
+{
+	return 0;
+}
+
+/* pages appear when written: nothing to put behind a span */
+static int c_commit(struct hp_backend *b, void *p, size_t bytes, struct hp_err *e)
+{
+	return 0;
+}
+
 static int c_upload(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
 	if (dst != src)
@@ -157,6 +169,13 @@ static int c_weights(struct hp_backend *b, float *base, size_t n, struct hp_err 
 
 static void c_weights_changed(struct hp_backend *b, const float *w, size_t n)
 {
+}
+
+/* no working copy: the GEMMs read the fp32 weights */
+static int c_copy_only(struct hp_backend *b, float *w, size_t n, int dir, const void *src, enum hp_dtype st,
+		       struct hp_err *e)
+{
+	return 0;
 }
 
 /* ---- ops ---- */
@@ -500,6 +519,9 @@ static struct hp_backend cpu = {
 	.copy2d = c_copy2d,
 	.zero = c_zero,
 	.release = c_release,
+	.reserve = c_alloc,
+	.commit = c_commit,
+	.prepare = c_prepare,
 	.discard = c_discard,
 	.sync = c_sync,
 	.put = c_put_get,
@@ -509,6 +531,7 @@ static struct hp_backend cpu = {
 	.acc = c_acc,
 	.weights = c_weights,
 	.weights_changed = c_weights_changed,
+	.copy_only = c_copy_only,
 	.linear_fwd = c_linear_fwd,
 	.linear_bwd = c_linear_bwd,
 	.rmsnorm_fwd = c_rmsnorm_fwd,

@@ -19,6 +19,15 @@
  * on the host and round once.  This path serves device buffers where NCCL
  * cannot: ranks that share a GPU, builds without NCCL, the emulation.
  *
+ * Reserved ranges (reserve, commit, release; copy_only): FSDP's model
+ * arrays, granules of device memory mapped while a unit is held
+ * (hp_cuda_vm_*), each counted in dev_bytes as a GPU holds it; the
+ * working copy of a reserved weights region is reserved with it and
+ * follows its commits.  The operand scratch is made once, for the
+ * largest operands of the model's layout (prepare), so that what a run
+ * holds is what hp-plan counts.  kernel_launches counts every call that
+ * puts work on the device (L()).
+ *
  * Errors: an op that cannot report one (a scratch allocation, a cuBLAS
  * call) keeps the first in st->err; sync, get and download return it.
  */
@@ -46,6 +55,7 @@ enum { S_X, S_DY, S_Q, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV, S_LSE, S_SEG, S_DI
        S_W, NSCR };
 #define NREGION 4
 #define NEV 16
+#define NSPARSE (3 * NREGION)
 
 struct cu {
 	struct hp_backend b;
@@ -68,12 +78,23 @@ struct cu {
 	 * scratch kept until k_close */
 	struct blk { void *p; size_t bytes; int retired; } *blk;
 	int nblk, capblk;
+	/* reserved ranges (k_reserve, and the working copies of reserved
+	 * weights): n elements of es bytes here, each counted as ec bytes (the
+	 * GPU's: the emulation holds a bf16 value in 4), in granules of G
+	 * counted bytes, granule g mapped while ref[g] > 0 */
+	struct sparse { char *base; size_t n, es, ec, G, ng; uint32_t *ref; } sp[NSPARSE];
 };
 
 static struct cu *cu_of(struct hp_backend *b)
 {
 	return (struct cu *)b;
 }
+
+/* L(hp_cuda_f)(...): a call that puts work on the device (a kernel, a
+ * library call, a copy or a memset), counted in b.kernel_launches; c is
+ * the backend in scope */
+#define L(f) (c->b.kernel_launches++, f)
+#define LB(f) (cu_of(b)->b.kernel_launches++, f)   /* b the backend in scope */
 
 static void keep(struct cu *c, int rc)
 {
@@ -105,8 +126,17 @@ static int dev_sync(struct cu *c, struct hp_err *e)
 	return rc ? rc : hp_cuda_sync(e);
 }
 
-/* bytes of device memory (zeroed), counted in b.dev_bytes */
-static void *dev_alloc(struct cu *c, size_t bytes, struct hp_err *e)
+static void count(struct cu *c, ptrdiff_t bytes)
+{
+	c->b.dev_bytes += (size_t)bytes;
+	if (c->b.dev_bytes > c->b.dev_bytes_peak)
+		c->b.dev_bytes_peak = c->b.dev_bytes;
+}
+
+/* bytes of device memory (zeroed), counted in b.dev_bytes as counted
+ * bytes: what a GPU holds for it (a bf16 array's 2 bytes an element, 4 in
+ * the emulation's memory) */
+static void *dev_alloc_as(struct cu *c, size_t bytes, size_t counted, struct hp_err *e)
 {
 	void *p;
 
@@ -123,12 +153,18 @@ static void *dev_alloc(struct cu *c, size_t bytes, struct hp_err *e)
 	}
 	if (!(p = hp_cuda_alloc(bytes, e)))
 		return NULL;
-	c->blk[c->nblk++] = (struct blk){ p, bytes, 0 };
-	c->b.dev_bytes += bytes;
-	if (c->b.dev_bytes > c->b.dev_bytes_peak)
-		c->b.dev_bytes_peak = c->b.dev_bytes;
+	c->blk[c->nblk++] = (struct blk){ p, counted, 0 };
+	count(c, (ptrdiff_t)counted);
 	return p;
 }
+
+static void *dev_alloc(struct cu *c, size_t bytes, struct hp_err *e)
+{
+	return dev_alloc_as(c, bytes, bytes, e);
+}
+
+/* the GPU's bytes for n bf16 values and an end of e bytes */
+#define BF16_BYTES(n, e) ((n) * 2 + (e))
 
 static void dev_free(struct cu *c, void *p)
 {
@@ -136,7 +172,7 @@ static void dev_free(struct cu *c, void *p)
 		return;
 	for (int i = c->nblk - 1; i >= 0; i--)
 		if (c->blk[i].p == p) {
-			c->b.dev_bytes -= c->blk[i].bytes;
+			count(c, -(ptrdiff_t)c->blk[i].bytes);
 			c->blk[i] = c->blk[--c->nblk];
 			break;
 		}
@@ -156,14 +192,14 @@ static void dev_retire(struct cu *c, void *p)
 /* Device scratch slot i of at least bytes; NULL (error kept) on failure.
  * It grows to the largest call and stays: only the first step allocates,
  * and what it outgrows is retired, not freed. */
-static void *scr(struct cu *c, int i, size_t bytes)
+static void *scr_as(struct cu *c, int i, size_t bytes, size_t counted)
 {
 	if (bytes <= c->cap[i] && c->scr[i])
 		return c->scr[i];
 	if (c->scr[i])
 		dev_retire(c, c->scr[i]);
 	c->cap[i] = 0;
-	if (!(c->scr[i] = dev_alloc(c, bytes + 64, &c->err))) {
+	if (!(c->scr[i] = dev_alloc_as(c, bytes + 64, counted + 64, &c->err))) {
 		keep(c, c->err.code ? c->err.code : HP_ECUDA);
 		return NULL;
 	}
@@ -171,10 +207,63 @@ static void *scr(struct cu *c, int i, size_t bytes)
 	return c->scr[i];
 }
 
+static void *scr(struct cu *c, int i, size_t bytes)
+{
+	return scr_as(c, i, bytes, bytes);
+}
+
 static hp_bf16 *bscr(struct cu *c, int i, size_t n)
 {
-	return scr(c, i, n * sizeof(hp_bf16));
+	return scr_as(c, i, n * sizeof(hp_bf16), BF16_BYTES(n, 0));
 }
+
+/* What each scratch slot holds for operands up to z: its elements, and
+ * whether they are bf16 (else bytes); as the ops below take them. */
+static void slot_need(const struct hp_op_sizes *z, size_t n[NSCR], int bf[NSCR])
+{
+	memset(n, 0, NSCR * sizeof(*n));
+	memset(bf, 0, NSCR * sizeof(*bf));
+	n[S_X] = z->lin_x;
+	n[S_DY] = z->lin_dy;
+	n[S_Q] = n[S_O] = n[S_DO] = n[S_DQ] = z->att_q;
+	n[S_K] = n[S_V] = n[S_DK] = n[S_DV] = z->att_kv;
+	for (int i = S_X; i <= S_DV; i++)
+		bf[i] = 1;
+	if (z->cp_L > 0) {
+		n[S_LSE] = (size_t)z->cp_B * z->cp_Hq * z->cp_L * sizeof(float);
+		n[S_DI] = hp_cuda_flash_scratch(z->cp_B, z->cp_L, z->cp_Hq) * sizeof(float) + 4;
+		n[S_SEG] = (size_t)z->cp_B * z->cp_L * sizeof(int32_t);
+	}
+	n[S_AUX] = z->experts * sizeof(double);
+	n[S_ORD] = n[S_START] = z->tokens ? z->tokens * sizeof(int32_t) + 4 : 0;
+}
+
+static int k_prepare(struct hp_backend *b, const struct hp_op_sizes *z, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	size_t n[NSCR];
+	int bf[NSCR];
+
+	slot_need(z, n, bf);
+	for (int i = 0; i < NSCR; i++)
+		if (n[i] && !(bf[i] ? (void *)bscr(c, i, n[i]) : scr(c, i, n[i])))
+			return hp_err_set(e, c->rc ? c->rc : HP_ECUDA, "%s", c->err.msg);
+	return 0;
+}
+
+#ifdef HP_CUDA_EMU   /* one definition, in every build */
+size_t hp_backend_cuda_scratch_bytes(const struct hp_op_sizes *z)
+{
+	size_t n[NSCR], sum = 0;
+	int bf[NSCR];
+
+	slot_need(z, n, bf);
+	for (int i = 0; i < NSCR; i++)
+		if (n[i])
+			sum += (bf[i] ? BF16_BYTES(n[i], 0) : n[i]) + 64;   /* scr_as's end */
+	return sum;
+}
+#endif
 
 /* Host memory *p of *cap bytes, grown to at least bytes; NULL when that
  * failed (*p then NULL too). */
@@ -205,7 +294,7 @@ static const hp_bf16 *as_bf16(struct cu *c, int i, const float *x, size_t n)
 	hp_bf16 *y = bscr(c, i, n);
 
 	if (y && n)
-		hp_cuda_f32_to_bf16(y, x, n);
+		L(hp_cuda_f32_to_bf16)(y, x, n);
 	return y;
 }
 
@@ -234,9 +323,166 @@ static void *k_alloc(struct hp_backend *b, size_t bytes, struct hp_err *e)
 	return dev_alloc(cu_of(b), bytes ? bytes : 1, e);
 }
 
+/* ---- reserved ranges ---- */
+
+/* The reserved range that holds p, or NULL. */
+static struct sparse *sparse_of(struct cu *c, const void *p)
+{
+	for (int i = 0; i < NSPARSE; i++)
+		if (c->sp[i].base && (const char *)p >= c->sp[i].base &&
+		    (const char *)p < c->sp[i].base + c->sp[i].n * c->sp[i].es)
+			return &c->sp[i];
+	return NULL;
+}
+
+/* n elements of es bytes, counted as ec each, nothing mapped */
+static void *sp_new(struct cu *c, size_t n, size_t es, size_t ec, struct hp_err *e)
+{
+	struct sparse *s = NULL;
+	size_t G;
+
+	for (int i = 0; i < NSPARSE && !s; i++)
+		if (!c->sp[i].base)
+			s = &c->sp[i];
+	if (!s) {
+		hp_err_set(e, HP_EINVAL, "cuda: more than %d reserved ranges", NSPARSE);
+		return NULL;
+	}
+	if (!n)
+		n = 1;
+	if (!(s->base = hp_cuda_vm_reserve(n * es, &G, e)))
+		return NULL;
+	s->n = n;
+	s->es = es;
+	s->ec = ec;
+	s->G = G;
+	s->ng = (n * ec + G - 1) / G;
+	if (!(s->ref = hp_calloc(s->ng, sizeof(*s->ref)))) {
+		hp_cuda_vm_free(s->base, n * es);
+		memset(s, 0, sizeof(*s));
+		hp_err_set(e, HP_ENOMEM, "cuda: out of host memory for a reserved range");
+		return NULL;
+	}
+	return s->base;
+}
+
+static void sp_free(struct cu *c, struct sparse *s)
+{
+	if (!s->base)
+		return;
+	for (size_t g = 0; g < s->ng; g++)
+		if (s->ref[g])
+			count(c, -(ptrdiff_t)s->G);
+	hp_cuda_vm_free(s->base, s->n * s->es);
+	hp_free(s->ref);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Granule g's memory, in this memory's bytes. */
+static char *sp_at(const struct sparse *s, size_t g, size_t *bytes)
+{
+	*bytes = s->G / s->ec * s->es;
+	return s->base + g * *bytes;
+}
+
+/* Elements [i0, i1) of s committed (dir 1) or released (-1): each granule
+ * they touch counts one more or one less span; a granule is mapped (zero)
+ * at its first and unmapped at its last, and a released span's bytes in a
+ * granule that stays are zeroed, as release promises. */
+static int sp_span(struct cu *c, struct sparse *s, size_t i0, size_t i1, int dir, struct hp_err *e)
+{
+	size_t g0 = i0 * s->ec / s->G, g1 = (i1 * s->ec + s->G - 1) / s->G, bytes;
+	int rc;
+
+	for (size_t g = g0; g < g1 && g < s->ng; g++) {
+		char *at = sp_at(s, g, &bytes);
+
+		if (dir > 0) {
+			if (!s->ref[g]++) {
+				if ((rc = hp_cuda_vm_map(at, bytes, e))) {
+					s->ref[g]--;
+					return rc;
+				}
+				count(c, (ptrdiff_t)s->G);
+			}
+			continue;
+		}
+		if (!s->ref[g])
+			continue;
+		if (--s->ref[g]) {
+			char *lo = s->base + i0 * s->es, *hi = s->base + i1 * s->es;
+
+			lo = lo > at ? lo : at;
+			hi = hi < at + bytes ? hi : at + bytes;
+			L(hp_cuda_zero)(lo, (size_t)(hi - lo));
+			continue;
+		}
+		hp_cuda_vm_unmap(at, bytes);
+		count(c, -(ptrdiff_t)s->G);
+	}
+	return 0;
+}
+
+/* [p, p + bytes) of a reserved range, and the same span of its working
+ * copy when it is a weights region, committed or released */
+static int sp_both(struct cu *c, struct sparse *s, const void *p, size_t bytes, int dir, struct hp_err *e)
+{
+	size_t i0 = (size_t)((const char *)p - s->base) / s->es, i1 = i0 + (bytes + s->es - 1) / s->es;
+	int rc;
+
+	if (i1 > s->n)
+		i1 = s->n;
+	if ((rc = sp_span(c, s, i0, i1, dir, e)))
+		return rc;
+	for (int i = 0; i < NREGION; i++) {
+		struct sparse *w = c->reg[i].wb ? sparse_of(c, c->reg[i].wb) : NULL;
+		/* the region's floats, and the span's, from s->base on */
+		size_t r0 = (size_t)((char *)c->reg[i].base - s->base) / sizeof(float), r1 = r0 + c->reg[i].n;
+		size_t f0 = i0 * s->es / sizeof(float), f1 = (i1 * s->es + 3) / sizeof(float);
+
+		if (!w || sparse_of(c, c->reg[i].base) != s)
+			continue;
+		f0 = f0 > r0 ? f0 : r0;
+		f1 = f1 < r1 ? f1 : r1;
+		if (f0 < f1 && (rc = sp_span(c, w, f0 - r0, f1 - r0, dir, e)))
+			return rc;
+	}
+	return 0;
+}
+
+static void *k_reserve(struct hp_backend *b, size_t bytes, struct hp_err *e)
+{
+	return sp_new(cu_of(b), bytes, 1, 1, e);
+}
+
+static int k_commit(struct hp_backend *b, void *p, size_t bytes, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	struct sparse *s = bytes ? sparse_of(c, p) : NULL;
+
+	return s ? sp_both(c, s, p, bytes, 1, e) : 0;
+}
+
+static void k_release(struct hp_backend *b, void *p, size_t bytes)
+{
+	struct cu *c = cu_of(b);
+	struct sparse *s = bytes ? sparse_of(c, p) : NULL;
+
+	if (s)
+		keep(c, sp_both(c, s, p, bytes, -1, &c->err));
+	else if (bytes)
+		L(hp_cuda_zero)(p, bytes);
+}
+
 static void k_free(struct hp_backend *b, void *p)
 {
-	dev_free(cu_of(b), p);
+	struct cu *c = cu_of(b);
+	struct sparse *s = p ? sparse_of(c, p) : NULL;
+
+	if (s)
+		sp_free(c, s);
+	else
+		dev_free(c, p);
 }
 
 /* A copy from the host's pageable memory: the driver may wait for the
@@ -247,7 +493,7 @@ static int up(struct cu *c, void *dst, const void *src, size_t bytes, struct hp_
 	if (!bytes)
 		return 0;
 	c->b.host_syncs++;
-	return hp_cuda_upload(dst, src, bytes, e);
+	return L(hp_cuda_upload)(dst, src, bytes, e);
 }
 
 static int k_upload(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
@@ -266,26 +512,26 @@ static int k_download(struct hp_backend *b, void *dst, const void *src, size_t b
 		return 0;
 	/* the download waits for the stream */
 	c->b.host_syncs++;
-	return (rc = dev_idle(c, e)) ? rc : hp_cuda_download(dst, src, bytes, e);
+	return (rc = dev_idle(c, e)) ? rc : L(hp_cuda_download)(dst, src, bytes, e);
 }
 
 static void k_copy(struct hp_backend *b, void *dst, const void *src, size_t bytes)
 {
 	if (bytes && dst != src)
-		hp_cuda_copy(dst, src, bytes);
+		LB(hp_cuda_copy)(dst, src, bytes);
 }
 
 static void k_copy2d(struct hp_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch,
 		     size_t width, size_t rows)
 {
 	if (width && rows)
-		hp_cuda_copy2d(dst, dpitch, src, spitch, width, rows);
+		LB(hp_cuda_copy2d)(dst, dpitch, src, spitch, width, rows);
 }
 
 static void k_zero(struct hp_backend *b, void *p, size_t bytes)
 {
 	if (bytes)
-		hp_cuda_zero(p, bytes);
+		LB(hp_cuda_zero)(p, bytes);
 }
 
 /* device memory stays with its buffer: nothing to give back */
@@ -322,17 +568,17 @@ static void k_convert(struct hp_backend *b, void *dst, enum hp_dtype dt, const v
 	if (dt == st)
 		k_copy(b, dst, src, n * k_esize(b, dt));
 	else if (dt == HP_DTYPE_BF16)
-		hp_cuda_f32_to_bf16(dst, src, n);
+		LB(hp_cuda_f32_to_bf16)(dst, src, n);
 	else
-		hp_cuda_bf16_to_f32(dst, src, n);
+		LB(hp_cuda_bf16_to_f32)(dst, src, n);
 }
 
 static void k_acc(struct hp_backend *b, float *dst, const void *src, enum hp_dtype st, size_t n)
 {
 	if (st == HP_DTYPE_BF16)
-		hp_cuda_add_bf16(dst, src, n);
+		LB(hp_cuda_add_bf16)(dst, src, n);
 	else
-		hp_cuda_acc(dst, src, n);
+		LB(hp_cuda_acc)(dst, src, n);
 }
 
 /* n 0: the region at base is gone (its model released); its copy goes too,
@@ -344,14 +590,18 @@ static int k_weights(struct hp_backend *b, float *base, size_t n, struct hp_err 
 	if (!n) {
 		for (int i = 0; i < NREGION; i++)
 			if (c->reg[i].wb && c->reg[i].base == base) {
-				dev_free(c, c->reg[i].wb);
+				k_free(b, c->reg[i].wb);
 				memset(&c->reg[i], 0, sizeof(c->reg[i]));
 			}
 		return 0;
 	}
 	for (int i = 0; i < NREGION; i++)
 		if (!c->reg[i].wb) {
-			if (!(c->reg[i].wb = dev_alloc(c, n * sizeof(hp_bf16) + 64, e)))
+			struct sparse *ws = sparse_of(c, base);
+
+			if (ws && !(c->reg[i].wb = sp_new(c, n, sizeof(hp_bf16), 2, e)))
+				return e->code;
+			if (!ws && !(c->reg[i].wb = dev_alloc_as(c, n * sizeof(hp_bf16) + 64, BF16_BYTES(n, 64), e)))
 				return e->code;
 			c->reg[i].base = base;
 			c->reg[i].n = n;
@@ -360,12 +610,40 @@ static int k_weights(struct hp_backend *b, float *base, size_t n, struct hp_err 
 	return hp_err_set(e, HP_EINVAL, "cuda: more than %d models on one backend", NREGION);
 }
 
+/* what of [w, w + n) a region holds follows in its working copy */
 static void k_weights_changed(struct hp_backend *b, const float *w, size_t n)
 {
-	hp_bf16 *wb = n ? region_wb(cu_of(b), w, n) : NULL;
+	struct cu *c = cu_of(b);
 
-	if (wb)
-		hp_cuda_f32_to_bf16(wb, w, n);
+	for (int i = 0; i < NREGION; i++) {
+		const float *lo = c->reg[i].base, *hi = lo + c->reg[i].n;
+
+		lo = w > lo ? w : lo;
+		hi = w + n < hi ? w + n : hi;
+		if (c->reg[i].wb && lo < hi)
+			L(hp_cuda_f32_to_bf16)(c->reg[i].wb + (lo - c->reg[i].base), lo, (size_t)(hi - lo));
+	}
+}
+
+static int k_copy_only(struct hp_backend *b, float *w, size_t n, int dir, const void *src, enum hp_dtype st,
+		       struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	hp_bf16 *wb = n ? region_wb(c, w, n) : NULL;
+	struct sparse *s = wb ? sparse_of(c, wb) : NULL;
+	int rc;
+
+	if (!s)
+		return 0;   /* no reserved copy: the fp32 weights serve */
+	if (dir == 0) {
+		if (st == HP_DTYPE_BF16)
+			k_copy(b, wb, src, n * sizeof(hp_bf16));
+		else
+			L(hp_cuda_f32_to_bf16)(wb, src, n);
+		return 1;
+	}
+	rc = sp_span(c, s, (size_t)(wb - (hp_bf16 *)s->base), (size_t)(wb - (hp_bf16 *)s->base) + n, dir, e);
+	return rc ? rc : 1;
 }
 
 /* ---- ops ---- */
@@ -380,7 +658,7 @@ static void k_linear_fwd(struct hp_backend *b, float *y, const float *x, const f
 		return;
 	if (!(xb = as_bf16(c, S_X, x, (size_t)N * K)) || !(wb = wb_of(c, W, (size_t)O * K)))
 		return;
-	keep(c, hp_cuda_linear_fwd(y, xb, wb, bias, N, K, O, &c->err));
+	keep(c, L(hp_cuda_linear_fwd)(y, xb, wb, bias, N, K, O, &c->err));
 }
 
 static void k_linear_bwd(struct hp_backend *b, float *dx, float *dW, float *db, const float *dy, const float *x,
@@ -394,19 +672,19 @@ static void k_linear_bwd(struct hp_backend *b, float *dx, float *dW, float *db, 
 	if (!(dyb = as_bf16(c, S_DY, dy, (size_t)N * O)) || !(xb = as_bf16(c, S_X, x, (size_t)N * K)) ||
 	    !(wb = wb_of(c, W, (size_t)O * K)))
 		return;
-	keep(c, hp_cuda_linear_bwd(dx, dW, db, dyb, xb, wb, N, K, O, accumulate, &c->err));
+	keep(c, L(hp_cuda_linear_bwd)(dx, dW, db, dyb, xb, wb, N, K, O, accumulate, &c->err));
 }
 
 static void k_rmsnorm_fwd(struct hp_backend *b, float *y, float *rstd, const float *x, const float *w, long N, int C,
 			  float eps)
 {
-	hp_cuda_rmsnorm_fwd(y, rstd, x, w, N, C, eps);
+	LB(hp_cuda_rmsnorm_fwd)(y, rstd, x, w, N, C, eps);
 }
 
 static void k_rmsnorm_bwd(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x, const float *w,
 			  const float *rstd, long N, int C, int accumulate)
 {
-	hp_cuda_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, accumulate);
+	LB(hp_cuda_rmsnorm_bwd)(dx, dw, dy, x, w, rstd, N, C, accumulate);
 }
 
 /* fused_rmsnorm: the residual add, then the norm (two kernels on the GPU) */
@@ -414,45 +692,45 @@ static void k_rmsnorm_res_fwd(struct hp_backend *b, float *h, float *y, float *r
 			      const float *w, long N, int C, float eps)
 {
 	if (bb)
-		hp_cuda_add(h, a, bb, (size_t)N * C);
+		LB(hp_cuda_add)(h, a, bb, (size_t)N * C);
 	else if (h != a)
-		hp_cuda_copy(h, a, (size_t)N * C * sizeof(float));
-	hp_cuda_rmsnorm_fwd(y, rstd, h, w, N, C, eps);
+		LB(hp_cuda_copy)(h, a, (size_t)N * C * sizeof(float));
+	LB(hp_cuda_rmsnorm_fwd)(y, rstd, h, w, N, C, eps);
 }
 
 static void k_rope_fwd(struct hp_backend *b, float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
 		       long N, int H, int D)
 {
-	hp_cuda_rope_fwd(x, pos, cos_t, sin_t, N, H, D);
+	LB(hp_cuda_rope_fwd)(x, pos, cos_t, sin_t, N, H, D);
 }
 
 static void k_rope_bwd(struct hp_backend *b, float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
 		       long N, int H, int D)
 {
-	hp_cuda_rope_bwd(dx, pos, cos_t, sin_t, N, H, D);
+	LB(hp_cuda_rope_bwd)(dx, pos, cos_t, sin_t, N, H, D);
 }
 
 static void k_swiglu_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long n)
 {
 	if (n > 0)
-		hp_cuda_swiglu_fwd(h, g, u, (size_t)n);
+		LB(hp_cuda_swiglu_fwd)(h, g, u, (size_t)n);
 }
 
 static void k_swiglu_bwd(struct hp_backend *b, float *dg, float *du, const float *dh, const float *g, const float *u,
 			 long n)
 {
 	if (n > 0)
-		hp_cuda_swiglu_bwd(dg, du, dh, g, u, (size_t)n);
+		LB(hp_cuda_swiglu_bwd)(dg, du, dh, g, u, (size_t)n);
 }
 
 static void k_swiglu_rows_fwd(struct hp_backend *b, float *h, const float *gu, long rows, int I)
 {
-	hp_cuda_swiglu_rows_fwd(h, gu, rows, I);
+	LB(hp_cuda_swiglu_rows_fwd)(h, gu, rows, I);
 }
 
 static void k_swiglu_rows_bwd(struct hp_backend *b, float *dgu, const float *dh, const float *gu, long rows, int I)
 {
-	hp_cuda_swiglu_rows_bwd(dgu, dh, gu, rows, I);
+	LB(hp_cuda_swiglu_rows_bwd)(dgu, dh, gu, rows, I);
 }
 
 static int k_flash_supports(struct hp_backend *b, int D)
@@ -472,8 +750,8 @@ static void k_flash_fwd(struct hp_backend *b, float *out, float *lse, const floa
 	if (!nq || !(qb = as_bf16(c, S_Q, q, nq)) || !(kb = as_bf16(c, S_K, k, nk)) ||
 	    !(vb = as_bf16(c, S_V, v, nk)) || !(ob = bscr(c, S_O, nq)))
 		return;
-	hp_cuda_flash_fwd(ob, lse, qb, kb, vb, seg, B, T, Hq, Hkv, D);
-	hp_cuda_bf16_to_f32(out, ob, nq);
+	L(hp_cuda_flash_fwd)(ob, lse, qb, kb, vb, seg, B, T, Hq, Hkv, D);
+	L(hp_cuda_bf16_to_f32)(out, ob, nq);
 }
 
 static void k_flash_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -490,10 +768,10 @@ static void k_flash_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, c
 	    !(dob = as_bf16(c, S_DO, dout, nq)) || !(dqb = bscr(c, S_DQ, nq)) || !(dkb = bscr(c, S_DK, nk)) ||
 	    !(dvb = bscr(c, S_DV, nk)))
 		return;
-	hp_cuda_flash_bwd(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, seg, scratch, B, T, Hq, Hkv, D);
-	hp_cuda_bf16_to_f32(dq, dqb, nq);
-	hp_cuda_bf16_to_f32(dk, dkb, nk);
-	hp_cuda_bf16_to_f32(dv, dvb, nk);
+	L(hp_cuda_flash_bwd)(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, seg, scratch, B, T, Hq, Hkv, D);
+	L(hp_cuda_bf16_to_f32)(dq, dqb, nq);
+	L(hp_cuda_bf16_to_f32)(dk, dkb, nk);
+	L(hp_cuda_bf16_to_f32)(dv, dvb, nk);
 }
 
 static size_t k_flash_scratch(struct hp_backend *b, int B, int T, int H, int D)
@@ -546,13 +824,13 @@ static int prefix_in(struct cu *c, struct prefix *x, const float *q, const float
 	if (!seg)
 		x->seg = NULL;
 	for (int b = 0; b < B; b++) {
-		hp_cuda_zero(x->q + (size_t)b * L * QD, (size_t)q0 * QD * es);
-		hp_cuda_f32_to_bf16(x->q + ((size_t)b * L + q0) * QD, q + (size_t)b * Tq * QD, (size_t)Tq * QD);
-		hp_cuda_f32_to_bf16(x->k + (size_t)b * L * KD, k + (size_t)b * S * KD, L * KD);
-		hp_cuda_f32_to_bf16(x->v + (size_t)b * L * KD, v + (size_t)b * S * KD, L * KD);
+		L(hp_cuda_zero)(x->q + (size_t)b * L * QD, (size_t)q0 * QD * es);
+		L(hp_cuda_f32_to_bf16)(x->q + ((size_t)b * L + q0) * QD, q + (size_t)b * Tq * QD, (size_t)Tq * QD);
+		L(hp_cuda_f32_to_bf16)(x->k + (size_t)b * L * KD, k + (size_t)b * S * KD, L * KD);
+		L(hp_cuda_f32_to_bf16)(x->v + (size_t)b * L * KD, v + (size_t)b * S * KD, L * KD);
 		if (seg) {
-			hp_cuda_zero(x->seg + (size_t)b * L, (size_t)q0 * sizeof(int32_t));
-			hp_cuda_copy(x->seg + (size_t)b * L + q0, seg + (size_t)b * Tq, (size_t)Tq * sizeof(int32_t));
+			L(hp_cuda_zero)(x->seg + (size_t)b * L, (size_t)q0 * sizeof(int32_t));
+			L(hp_cuda_copy)(x->seg + (size_t)b * L + q0, seg + (size_t)b * Tq, (size_t)Tq * sizeof(int32_t));
 		}
 	}
 	return 0;
@@ -574,11 +852,11 @@ static void k_cp_attention_fwd(struct hp_backend *b, float *out, float *P, float
 	if (prefix_in(c, &x, q, k, v, seg, B, Tq, S, q0, Hq, Hkv, D) || !(ob = bscr(c, S_O, (size_t)B * x.L * x.QD)) ||
 	    !(lseL = scr(c, S_LSE, (size_t)B * Hq * x.L * sizeof(float))))
 		return;
-	hp_cuda_flash_fwd(ob, lseL, x.q, x.k, x.v, x.seg, B, (int)x.L, Hq, Hkv, D);
+	L(hp_cuda_flash_fwd)(ob, lseL, x.q, x.k, x.v, x.seg, B, (int)x.L, Hq, Hkv, D);
 	for (int bb = 0; bb < B; bb++)
-		hp_cuda_bf16_to_f32(out + (size_t)bb * Tq * x.QD, ob + ((size_t)bb * x.L + q0) * x.QD, (size_t)Tq * x.QD);
+		L(hp_cuda_bf16_to_f32)(out + (size_t)bb * Tq * x.QD, ob + ((size_t)bb * x.L + q0) * x.QD, (size_t)Tq * x.QD);
 	/* lse [B, Hq, Tq]: the last Tq of each (b, h) row of [B, Hq, L] */
-	hp_cuda_copy2d(lse, (size_t)Tq * sizeof(float), lseL + q0, x.L * sizeof(float), (size_t)Tq * sizeof(float),
+	L(hp_cuda_copy2d)(lse, (size_t)Tq * sizeof(float), lseL + q0, x.L * sizeof(float), (size_t)Tq * sizeof(float),
 		       (size_t)B * Hq);
 }
 
@@ -602,23 +880,23 @@ static void k_cp_attention_bwd(struct hp_backend *b, float *dq, float *dk, float
 	for (int bb = 0; bb < B; bb++) {
 		size_t at = (size_t)bb * x.L * x.QD, pad = (size_t)q0 * x.QD;
 
-		hp_cuda_zero(ob + at, pad * es);
-		hp_cuda_zero(dob + at, pad * es);
-		hp_cuda_f32_to_bf16(ob + at + pad, out + (size_t)bb * Tq * x.QD, (size_t)Tq * x.QD);
-		hp_cuda_f32_to_bf16(dob + at + pad, dout + (size_t)bb * Tq * x.QD, (size_t)Tq * x.QD);
+		L(hp_cuda_zero)(ob + at, pad * es);
+		L(hp_cuda_zero)(dob + at, pad * es);
+		L(hp_cuda_f32_to_bf16)(ob + at + pad, out + (size_t)bb * Tq * x.QD, (size_t)Tq * x.QD);
+		L(hp_cuda_f32_to_bf16)(dob + at + pad, dout + (size_t)bb * Tq * x.QD, (size_t)Tq * x.QD);
 	}
 	/* the padded queries: lse +inf, probability 0 */
-	hp_cuda_fill_inf(lseL, (size_t)B * Hq * x.L);
-	hp_cuda_copy2d(lseL + q0, x.L * sizeof(float), lse, (size_t)Tq * sizeof(float), (size_t)Tq * sizeof(float),
+	L(hp_cuda_fill_inf)(lseL, (size_t)B * Hq * x.L);
+	L(hp_cuda_copy2d)(lseL + q0, x.L * sizeof(float), lse, (size_t)Tq * sizeof(float), (size_t)Tq * sizeof(float),
 		       (size_t)B * Hq);
-	hp_cuda_flash_bwd(dqb, dkb, dvb, dob, ob, lseL, x.q, x.k, x.v, x.seg, di, B, (int)x.L, Hq, Hkv, D);
+	L(hp_cuda_flash_bwd)(dqb, dkb, dvb, dob, ob, lseL, x.q, x.k, x.v, x.seg, di, B, (int)x.L, Hq, Hkv, D);
 	for (int bb = 0; bb < B; bb++) {
-		hp_cuda_bf16_to_f32(dq + (size_t)bb * Tq * x.QD, dqb + ((size_t)bb * x.L + q0) * x.QD,
+		L(hp_cuda_bf16_to_f32)(dq + (size_t)bb * Tq * x.QD, dqb + ((size_t)bb * x.L + q0) * x.QD,
 				    (size_t)Tq * x.QD);
-		hp_cuda_bf16_to_f32(dk + (size_t)bb * S * x.KD, dkb + (size_t)bb * x.L * x.KD, x.L * x.KD);
-		hp_cuda_bf16_to_f32(dv + (size_t)bb * S * x.KD, dvb + (size_t)bb * x.L * x.KD, x.L * x.KD);
-		hp_cuda_zero(dk + ((size_t)bb * S + x.L) * x.KD, (S - x.L) * x.KD * sizeof(float));
-		hp_cuda_zero(dv + ((size_t)bb * S + x.L) * x.KD, (S - x.L) * x.KD * sizeof(float));
+		L(hp_cuda_bf16_to_f32)(dk + (size_t)bb * S * x.KD, dkb + (size_t)bb * x.L * x.KD, x.L * x.KD);
+		L(hp_cuda_bf16_to_f32)(dv + (size_t)bb * S * x.KD, dvb + (size_t)bb * x.L * x.KD, x.L * x.KD);
+		L(hp_cuda_zero)(dk + ((size_t)bb * S + x.L) * x.KD, (S - x.L) * x.KD * sizeof(float));
+		L(hp_cuda_zero)(dv + ((size_t)bb * S + x.L) * x.KD, (S - x.L) * x.KD * sizeof(float));
 	}
 }
 
@@ -630,7 +908,7 @@ static size_t k_cp_attention_scratch(struct hp_backend *b, int S)
 static void k_router_topk(struct hp_backend *b, float *probs, int32_t *sel, float *wsel, long N, int E, int K,
 			  int norm)
 {
-	hp_cuda_router_topk(probs, sel, wsel, probs, N, E, K, norm);
+	LB(hp_cuda_router_topk)(probs, sel, wsel, probs, N, E, K, norm);
 }
 
 static void k_router_bwd(struct hp_backend *b, float *dprob, const float *probs, const int32_t *sel,
@@ -645,7 +923,7 @@ static void k_router_bwd(struct hp_backend *b, float *dprob, const float *probs,
 			return;
 		keep(c, up(c, ad, aux, (size_t)E * sizeof(double), &c->err));
 	}
-	hp_cuda_router_bwd(dprob, probs, sel, wsel, dwsel, ad, ad ? aux_grad : 0, N, E, K, norm);
+	L(hp_cuda_router_bwd)(dprob, probs, sel, wsel, dwsel, ad, ad ? aux_grad : 0, N, E, K, norm);
 }
 
 /* The count and range check on the host's targets, the sum on the device. */
@@ -667,25 +945,25 @@ static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const f
 	*count = cnt;
 	*loss_sum = 0;
 	c->b.host_syncs++;   /* the sum comes back to the host */
-	keep(c, hp_cuda_ce_loss(loss_sum, logits, targets->d, N, V, &c->err));
+	keep(c, L(hp_cuda_ce_loss)(loss_sum, logits, targets->d, N, V, &c->err));
 	return 0;
 }
 
 static void k_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const int32_t *targets, long N, int V,
 		     float scale)
 {
-	hp_cuda_ce_bwd(dlogits, logits, targets, N, V, scale);
+	LB(hp_cuda_ce_bwd)(dlogits, logits, targets, N, V, scale);
 }
 
 static void k_vp_ce_max(struct hp_backend *b, float *mx, const float *logits, long N, int Vl)
 {
-	hp_cuda_vp_ce_max(mx, logits, N, Vl);
+	LB(hp_cuda_vp_ce_max)(mx, logits, N, Vl);
 }
 
 static void k_vp_ce_sums(struct hp_backend *b, double *stats, const float *logits, const float *mx,
 			 const int32_t *targets, long N, int Vl, int v0)
 {
-	hp_cuda_vp_ce_sums(stats, logits, mx, targets, N, Vl, v0);
+	LB(hp_cuda_vp_ce_sums)(stats, logits, mx, targets, N, Vl, v0);
 }
 
 /* the loss from the statistics, on the host (hp_vp_ce_loss) */
@@ -709,13 +987,13 @@ static int k_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, con
 static void k_vp_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const double *stats,
 			const float *mx, const int32_t *targets, long N, int Vl, int v0, float scale)
 {
-	hp_cuda_vp_ce_bwd(dlogits, logits, stats, mx, targets, N, Vl, v0, scale);
+	LB(hp_cuda_vp_ce_bwd)(dlogits, logits, stats, mx, targets, N, Vl, v0, scale);
 }
 
 static void k_embed_fwd(struct hp_backend *b, float *out, const struct hp_i32 *ids, const float *table, long N,
 			int C, int v0, int V)
 {
-	hp_cuda_embedding_fwd(out, ids->d, table, N, C, v0, V);
+	LB(hp_cuda_embedding_fwd)(out, ids->d, table, N, C, v0, V);
 }
 
 /* (id, index) order: a total order, so any correct sort gives the same
@@ -786,64 +1064,64 @@ static int k_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, c
 	 * staged (CUDA's API synchronization behavior); pinned scratch would
 	 * need an event here */
 	if (nu)
-		hp_cuda_embedding_bwd(dtable, dout, ids->d, od, sd, nu, C, v0);
+		L(hp_cuda_embedding_bwd)(dtable, dout, ids->d, od, sd, nu, C, v0);
 	return 0;
 }
 
 static void k_add(struct hp_backend *b, float *x, const float *a, const float *bb, long n)
 {
 	if (n > 0)
-		hp_cuda_add(x, a, bb, (size_t)n);
+		LB(hp_cuda_add)(x, a, bb, (size_t)n);
 }
 
 static void k_add_bias(struct hp_backend *b, float *x, const float *bias, long N, int C)
 {
-	hp_cuda_add_bias(x, bias, N, C);
+	LB(hp_cuda_add_bias)(x, bias, N, C);
 }
 
 static void k_colsum(struct hp_backend *b, float *db, const float *x, long N, int C)
 {
-	hp_cuda_colsum(db, x, N, C);
+	LB(hp_cuda_colsum)(db, x, N, C);
 }
 
 static void k_max(struct hp_backend *b, float *x, const float *y, long n)
 {
 	if (n > 0)
-		hp_cuda_max(x, y, (size_t)n);
+		LB(hp_cuda_max)(x, y, (size_t)n);
 }
 
 static void k_add_f64(struct hp_backend *b, double *x, const double *y, long n)
 {
 	if (n > 0)
-		hp_cuda_add_f64(x, y, (size_t)n);
+		LB(hp_cuda_add_f64)(x, y, (size_t)n);
 }
 
 static void k_gather_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
 {
-	hp_cuda_gather_rows(dst, src, idx, R, C);
+	LB(hp_cuda_gather_rows)(dst, src, idx, R, C);
 }
 
 static void k_scatter_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
 {
-	hp_cuda_scatter_rows(dst, src, idx, R, C);
+	LB(hp_cuda_scatter_rows)(dst, src, idx, R, C);
 }
 
 static void k_moe_combine(struct hp_backend *b, float *out, const float *ye, const float *wsel,
 			  const struct hp_route *rt, long N, int K, int C)
 {
-	hp_cuda_combine(out, ye, wsel, rt->tok_rows, rt->row_slot, N, K, C);
+	LB(hp_cuda_combine)(out, ye, wsel, rt->tok_rows, rt->row_slot, N, K, C);
 }
 
 static void k_moe_combine_bwd(struct hp_backend *b, float *dye, float *dwsel, const float *dout, const float *ye,
 			      const float *wsel, const struct hp_route *rt, long N, int K, int C)
 {
-	hp_cuda_combine_bwd(dye, dwsel, dout, ye, wsel, rt->row_tok, rt->row_slot, N * K, K, C);
+	LB(hp_cuda_combine_bwd)(dye, dwsel, dout, ye, wsel, rt->row_tok, rt->row_slot, N * K, K, C);
 }
 
 static void k_moe_scatter_add(struct hp_backend *b, float *dx, const float *dxe, const struct hp_route *rt, long N,
 			      int K, int C)
 {
-	hp_cuda_scatter_add_rows(dx, dxe, rt->tok_rows, N, K, C);
+	LB(hp_cuda_scatter_add_rows)(dx, dxe, rt->tok_rows, N, K, C);
 }
 
 static int k_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t n, struct hp_err *e)
@@ -857,7 +1135,7 @@ static int k_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t
 	if (!n)
 		return 0;
 	c->b.host_syncs++;   /* the sum comes back to the host */
-	if ((rc = hp_cuda_sumsq(&s, x, n, e)))
+	if ((rc = L(hp_cuda_sumsq)(&s, x, n, e)))
 		return rc;
 	*acc += s;
 	return 0;
@@ -866,7 +1144,7 @@ static int k_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t
 static void k_scale(struct hp_backend *b, float *x, float s, size_t n)
 {
 	if (n)
-		hp_cuda_scale(x, s, n);
+		LB(hp_cuda_scale)(x, s, n);
 }
 
 /* the working copy follows where w is a registered region's */
@@ -876,7 +1154,7 @@ static void k_adamw(struct hp_backend *b, float *w, const float *g, float *m, fl
 	hp_bf16 *wb = region_wb(cu_of(b), w, n);
 
 	if (n)
-		hp_cuda_adamw(w, wb, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, decay);
+		LB(hp_cuda_adamw)(w, wb, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, decay);
 }
 
 /* ---- collectives ---- */
@@ -1218,7 +1496,9 @@ static void k_close(struct hp_backend *b)
 		hp_nccl_event_free(c->ev[i]);
 #endif
 	for (int i = 0; i < NREGION; i++)
-		dev_free(c, c->reg[i].wb);
+		k_free(b, c->reg[i].wb);
+	for (int i = 0; i < NSPARSE; i++)
+		sp_free(c, &c->sp[i]);
 	for (int i = 0; i < NSCR; i++)
 		dev_free(c, c->scr[i]);
 	/* the retired blocks, once nothing in flight can read them */
@@ -1245,7 +1525,10 @@ static const struct hp_backend table = {
 	.copy = k_copy,
 	.copy2d = k_copy2d,
 	.zero = k_zero,
-	.release = k_zero,
+	.release = k_release,
+	.reserve = k_reserve,
+	.commit = k_commit,
+	.prepare = k_prepare,
 	.discard = k_discard,
 	.sync = k_sync,
 	.put = k_put,
@@ -1255,6 +1538,7 @@ static const struct hp_backend table = {
 	.acc = k_acc,
 	.weights = k_weights,
 	.weights_changed = k_weights_changed,
+	.copy_only = k_copy_only,
 	.linear_fwd = k_linear_fwd,
 	.linear_bwd = k_linear_bwd,
 	.rmsnorm_fwd = k_rmsnorm_fwd,
@@ -1341,7 +1625,8 @@ int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct 
 	c->shared = shared;
 #endif
 	if ((rc = hp_cuda_init(dev, e)) || (rc = hp_cuda_device_name(dev, dn, sizeof(dn), e)) ||
-	    (rc = hp_cuda_reserve(8192, e))) {
+	    (rc = hp_cuda_reserve(8192, e)) || (rc = hp_cuda_mem_info(&c->b.dev_free, &c->b.dev_total, e))) {
+		hp_cuda_fini();
 		hp_free(c);
 		return rc;
 	}
@@ -1350,5 +1635,12 @@ int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct 
 	*bp = &c->b;
 	return 0;
 }
+
+#ifdef HP_CUDA_EMU
+const struct hp_backend *hp_backend_cuda_sizing(void)
+{
+	return &table;
+}
+#endif
 
 #endif /* HP_CUDA_EMU || HP_HAVE_CUDA */

@@ -25,6 +25,7 @@
 #define HP_CUDA_EMU 1   /* cuda/ops.h: the hp_emu_* names, hp_bf16 a float */
 
 #include <math.h>
+#include <sys/mman.h>
 
 #include "backend/backend.h"
 #include "base/alloc.h"
@@ -113,6 +114,47 @@ void hp_emu_free(void *p)
 	hp_free_aligned(p);
 }
 
+/* the GPU's granule, so that the emulation counts what a GPU maps */
+#define EMU_GRANULE HP_CUDA_GRANULE
+
+/* An address range with no access: a use of it faults, as a GPU's use of
+ * unmapped memory does. */
+void *hp_emu_vm_reserve(size_t bytes, size_t *granule, struct hp_err *e)
+{
+	size_t n = (bytes + EMU_GRANULE - 1) / EMU_GRANULE * EMU_GRANULE;
+	void *p = mmap(NULL, n ? n : EMU_GRANULE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	*granule = EMU_GRANULE;
+	if (p == MAP_FAILED) {
+		hp_err_set(e, HP_ENOMEM, "cuda (emulated): cannot reserve %zu MiB of addresses", bytes >> 20);
+		return NULL;
+	}
+	return p;
+}
+
+/* fresh pages: zero until written */
+int hp_emu_vm_map(void *p, size_t bytes, struct hp_err *e)
+{
+	if (mprotect(p, bytes, PROT_READ | PROT_WRITE))
+		return hp_err_set(e, HP_ENOMEM, "cuda (emulated): cannot map %zu MiB of device memory",
+				  bytes >> 20);
+	return 0;
+}
+
+void hp_emu_vm_unmap(void *p, size_t bytes)
+{
+	madvise(p, bytes, MADV_DONTNEED);
+	mprotect(p, bytes, PROT_NONE);
+}
+
+void hp_emu_vm_free(void *p, size_t bytes)
+{
+	size_t n = (bytes + EMU_GRANULE - 1) / EMU_GRANULE * EMU_GRANULE;
+
+	if (p)
+		munmap(p, n ? n : EMU_GRANULE);
+}
+
 int hp_emu_upload(void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
 	memcpy(dst, src, bytes);
@@ -146,9 +188,29 @@ int hp_emu_reserve(int max_cols, struct hp_err *e)
 	return 0;
 }
 
+/* HP_CUDA_EMULATE_MEMORY: the emulated GPU's memory (bytes, or with K, M,
+ * G or T: powers of 1024); unset, 1 TiB */
 int hp_emu_mem_info(size_t *free_b, size_t *total_b, struct hp_err *e)
 {
+	const char *s = getenv("HP_CUDA_EMULATE_MEMORY");
+	char *end;
+	double v;
+
 	*free_b = *total_b = (size_t)1 << 40;
+	if (!s || !*s)
+		return 0;
+	v = strtod(s, &end);
+	switch (*end) {
+	case 'T': v *= 1024; /* fall through */
+	case 'G': v *= 1024; /* fall through */
+	case 'M': v *= 1024; /* fall through */
+	case 'K': v *= 1024; end++; break;
+	default: break;
+	}
+	if (end == s || *end || !(v >= 1) || v > 1e18)
+		return hp_err_set(e, HP_ECONFIG, "HP_CUDA_EMULATE_MEMORY=%s: expected the emulated GPU's memory, "
+				  "as bytes or with K, M, G or T (80G)", s);
+	*free_b = *total_b = (size_t)v;
 	return 0;
 }
 

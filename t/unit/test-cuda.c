@@ -150,6 +150,43 @@ static void test_memory(size_t n)
 	free(z);
 }
 
+#ifndef HP_CUDA_EMULATED
+/* Virtual memory (vmem.cu, the driver's cuMem* API, which t/cuemu does not
+ * emulate; the backend's host emulation of it, lib/backend/cuda_emu.c,
+ * runs under every t0931 layout): a reserved range, granules mapped
+ * zeroed, written, one unmapped and mapped again (zero again, its
+ * neighbour kept). */
+static void test_vm(void)
+{
+	size_t G = 0, n;
+	char *base = hp_cuda_vm_reserve(5 << 20, &G, &err);
+	float *x, *got, *z;
+
+	ok(base && G >= 4096 && (G & (G - 1)) == 0, "vm_reserve 5 MiB: a range, granule %zu KiB", G >> 10);
+	if (!base)
+		return;
+	n = G / sizeof(float);
+	x = hfill(2 * n, 7, 3.0f, 0);
+	z = calloc(n, sizeof(float));
+	ok(hp_cuda_vm_map(base, 2 * G, &err) == 0, "vm_map two granules");
+	got = ct_host(base, 2 * n, 0);
+	ok(gpu_ok() && !memcmp(got, z, G) && !memcmp(got + n, z, G), "mapped memory is zero");
+	free(got);
+	hp_cuda_upload(base, x, 2 * G, &err);
+	hp_cuda_vm_unmap(base, G);
+	ok(hp_cuda_vm_map(base, G, &err) == 0, "the first unmapped, mapped again");
+	got = ct_host(base, 2 * n, 0);
+	ok(gpu_ok() && !memcmp(got, z, G) && !memcmp(got + n, x + n, G),
+	   "it is zero again, the second granule keeps its bytes");
+	free(got);
+	hp_cuda_vm_unmap(base, 2 * G);
+	hp_cuda_vm_free(base, 5 << 20);
+	ok(gpu_ok(), "unmapped and freed, no error");
+	free(x);
+	free(z);
+}
+#endif
+
 /* copy2d: rows of width bytes between pitched buffers, the rest untouched;
  * as the backend takes lse [B, Hq, Tq] out of [B, Hq, L] and puts it back */
 static void test_copy2d(size_t rows, size_t L, size_t Tq)
@@ -810,6 +847,9 @@ static void run_all(void)
 	test_memory(5);
 	test_memory(1001);
 	test_memory(65536);
+#ifndef HP_CUDA_EMULATED
+	test_vm();
+#endif
 	test_copy2d(1, 5, 5);
 	test_copy2d(6, 77, 37);
 	if (big)
