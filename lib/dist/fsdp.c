@@ -43,6 +43,8 @@ static float *arr(struct hp_fsdp *f, size_t n, float **host, struct hp_err *e)
 	return d;
 }
 
+static size_t tp_partials(struct hp_fsdp *f, int dir);
+
 int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
 		 struct hp_err *e)
 {
@@ -66,7 +68,8 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
 	f->mp = hp_calloc((size_t)p->nparams, sizeof(*f->mp));
 	f->pc = hp_calloc((size_t)p->nparams, sizeof(*f->pc));
-	if (!f->units || !f->order || !f->poff || !f->mp || !f->pc)
+	f->conly = hp_calloc((size_t)p->nparams + 1, 1);
+	if (!f->units || !f->order || !f->poff || !f->mp || !f->pc || !f->conly)
 		goto oom;
 	/* the model holds this rank's tp-local tensors and its own experts, in
 	 * the plan's order */
@@ -84,6 +87,10 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 					  "plan's piece %lld", q->name, m->w.params[j].numel,
 					  (long long)(f->pc[i].rows * f->pc[i].cols));
 		f->mp[i] = &m->w.params[j++];
+		/* on a device, a matrix a GEMM reads (not the embedding, which is
+		 * looked up) lives gathered in the working copy alone */
+		f->conly[i] = m->bk->device && m->par.sharded && q->ndim == 2 && f->mp[i]->offset >= m->w.wc0 &&
+			      strcmp(q->name, "model.embed_tokens.weight");
 	}
 	f->nunits = p->nunits;
 	for (int u = 0; u < p->nunits; u++) {
@@ -108,8 +115,8 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		if ((size_t)(k + 1) * un->padded > maxbuf)
 			maxbuf = (size_t)(k + 1) * un->padded;
 	}
-	if (f->total > maxbuf)
-		maxbuf = f->total;   /* the tp all-reduce of partial gradients packs there */
+	if (tp_partials(f, -1) > maxbuf)
+		maxbuf = tp_partials(f, -1);   /* the tp all-reduce of partial gradients packs there */
 	/* the prefetch ring: a layer's units (its own and its experts') for the
 	 * layer in hand and each one fetched ahead */
 	f->nslots = 2 * (1 + (int)(p->forward_prefetch > p->backward_prefetch ? p->forward_prefetch :
@@ -119,21 +126,18 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		goto oom;
 	for (int i = 0; i < f->nslots; i++)
 		f->slots[i].unit = -1;
+	f->root_slot.unit = -1;
 	f->slot_floats = 0;
-	size_t ep = f->bk->esize(f->bk, f->pdt), er = f->bk->esize(f->bk, f->rdt);
+	size_t er = f->bk->esize(f->bk, f->rdt);
 
 	for (int u = 0; u < p->nunits; u++) {
 		const struct hp_fsdp_unit *un = &f->units[u];
 		size_t k = (size_t)p->size[un->shard_dim];
 
-		if (k * un->padded > f->slot_floats)
-			f->slot_floats = k * un->padded;
 		if (un->root)
 			continue;
-		if (k * un->padded * ep > f->steady_gather)
-			f->steady_gather = k * un->padded * ep;
-		if (un->padded * ep > f->steady_send)
-			f->steady_send = un->padded * ep;
+		if (k * un->padded > f->slot_floats)
+			f->slot_floats = k * un->padded;
 		if ((k + 1) * un->padded * er > f->steady_rs)
 			f->steady_rs = (k + 1) * un->padded * er;
 	}
@@ -214,6 +218,7 @@ void hp_fsdp_free(struct hp_fsdp *f)
 	hp_free(f->poff);
 	hp_free(f->mp);
 	hp_free(f->pc);
+	hp_free(f->conly);
 	if (bk) {
 		float *const d[4] = { f->w, f->g, f->m1, f->m2 }, *const h[4] = { f->hw, f->hg, f->hm1, f->hm2 };
 
@@ -228,6 +233,7 @@ void hp_fsdp_free(struct hp_fsdp *f)
 			bk->free(bk, f->slots[i].send);
 			bk->req_free(bk, &f->slots[i].req);
 		}
+		bk->req_free(bk, &f->root_slot.req);   /* its buffers are buf */
 		bk->free(bk, f->stale);
 	}
 	hp_free(f->layer_unit);
@@ -244,43 +250,61 @@ static int64_t rows_of(const struct hp_piece *pc, int s)
 	return r < 0 ? 0 : r > pc->chunk ? pc->chunk : r;
 }
 
-/* The unit's span of the model's flat arrays (its params are contiguous). */
-static void span(const struct hp_fsdp *f, int u, size_t *off, size_t *n)
+/* The next span of unit u's params from its param *j on, in the model's
+ * flat arrays: its offset, and its length (returned); *j moves past it.
+ * For the weights (grads 0), a weight that only GEMMs read on a device is
+ * a span of its own, held in the working copy alone (*conly 1, f->conly);
+ * the others form runs of params that follow each other.  A layer's
+ * params are one run; the root's are not (the embedding leads the arrays,
+ * the final norm and the head end them), and what lies between is the
+ * layers'. */
+static size_t span_at(const struct hp_fsdp *f, int u, int grads, int *j, size_t *off, int *conly)
 {
 	const struct hp_fsdp_unit *un = &f->units[u];
-	size_t lo = (size_t)-1, hi = 0;
+	int i = f->order[un->first + *j];
+	const struct hp_param *mp = f->mp[i];
+	size_t end = mp->offset + mp->numel;
 
-	for (int j = 0; j < un->n; j++) {
-		const struct hp_param *mp = f->mp[f->order[un->first + j]];
-
-		if (mp->offset < lo)
-			lo = mp->offset;
-		if (mp->offset + mp->numel > hi)
-			hi = mp->offset + mp->numel;
+	*off = mp->offset;
+	*conly = !grads && f->conly[i];
+	for (++*j; !*conly && *j < un->n; ++*j) {
+		i = f->order[un->first + *j];
+		mp = f->mp[i];
+		if ((!grads && f->conly[i]) || mp->offset != end)
+			break;
+		end += mp->numel;
 	}
-	*off = un->n ? lo : 0;
-	*n = un->n ? hi - lo : 0;
+	return end - *off;
 }
 
 /* Unit un's gathered chunks (k blocks of padded elements of the param
- * dtype in buf) into the model's weights, whose working copy follows. */
+ * dtype in buf) into the model's weights, whose working copy follows (a
+ * weight only GEMMs read: into its working copy alone). */
 static void unpack_unit(struct hp_fsdp *f, int u, const void *buf)
 {
 	const struct hp_fsdp_unit *un = &f->units[u];
-	int k = f->cs->dim[un->shard_dim].size;
+	int k = f->cs->dim[un->shard_dim].size, conly;
 	size_t off, n;
+	struct hp_err e;
 
 	for (int s = 0; s < k; s++)
 		for (int j = 0; j < un->n; j++) {
 			int i = f->order[un->first + j];
 			const struct hp_piece *pc = &f->pc[i];
+			float *w = f->m->w.bw + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols;
+			const void *src = at(f, buf, f->pdt, (size_t)s * un->padded + (f->poff[i] - un->off));
+			size_t len = (size_t)(rows_of(pc, s) * pc->cols);
 
-			f->bk->convert(f->bk, f->m->w.bw + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols,
-				       HP_DTYPE_F32, at(f, buf, f->pdt, (size_t)s * un->padded + (f->poff[i] - un->off)),
-				       f->pdt, (size_t)(rows_of(pc, s) * pc->cols));
+			if (f->conly[i])
+				f->bk->copy_only(f->bk, w, len, 0, src, f->pdt, &e);
+			else
+				f->bk->convert(f->bk, w, HP_DTYPE_F32, src, f->pdt, len);
 		}
-	span(f, u, &off, &n);
-	f->bk->weights_changed(f->bk, f->m->w.bw + off, n);
+	for (int j = 0; j < un->n;) {
+		n = span_at(f, u, 0, &j, &off, &conly);
+		if (!conly)
+			f->bk->weights_changed(f->bk, f->m->w.bw + off, n);
+	}
 }
 
 /* A buffer's first used bytes were just used: what lies beyond the keep
@@ -350,8 +374,8 @@ int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
 	return 0;
 }
 
-/* Pack (dir 0) or unpack the shard sums of the tp-partial parameters, in
- * the reduce dtype. */
+/* Pack (dir 0) or unpack (1) the shard sums of the tp-partial parameters,
+ * in the reduce dtype, or only count them (-1); their elements. */
 static size_t tp_partials(struct hp_fsdp *f, int dir)
 {
 	size_t n = 0;
@@ -363,7 +387,7 @@ static size_t tp_partials(struct hp_fsdp *f, int dir)
 			continue;
 		if (dir == 0)
 			f->bk->convert(f->bk, at(f, f->buf, f->rdt, n), f->rdt, f->g + f->poff[i], HP_DTYPE_F32, len);
-		else
+		else if (dir == 1)
 			f->bk->convert(f->bk, f->g + f->poff[i], HP_DTYPE_F32, at(f, f->buf, f->rdt, n), f->rdt, len);
 		n += len;
 	}
@@ -491,14 +515,60 @@ void hp_fsdp_before_update(struct hp_fsdp *f)
 
 /* --- just in time: one unit at a time -------------------------------------- */
 
-void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
+/* Unit u's weights (grads 0) or gradients in the model, with memory behind
+ * them (backend.h, reserve) until hp_fsdp_release: before a gather
+ * writes the weights, before the backward accumulates the gradients. */
+static int hold(struct hp_fsdp *f, int u, int grads, struct hp_err *e)
 {
+	struct hp_fsdp_unit *un = &f->units[u];
+	float *base = grads ? f->m->w.bg : f->m->w.bw;
 	size_t off, n;
+	int rc, conly;
 
-	span(f, u, &off, &n);
-	f->bk->release(f->bk, (grads ? f->m->w.bg : f->m->w.bw) + off, n * sizeof(float));
+	if (un->held[grads])
+		return 0;
+	for (int j = 0, k = 0; j < un->n; k = j) {
+		n = span_at(f, u, grads, &j, &off, &conly);
+		rc = conly ? f->bk->copy_only(f->bk, base + off, n, 1, NULL, HP_DTYPE_F32, e) :
+		     f->bk->commit(f->bk, base + off, n * sizeof(float), e);
+		if (!rc && conly)
+			rc = hp_err_set(e, HP_EINVAL, "FSDP: %s keeps no working copy of unit %d's weights",
+					f->bk->name, u);
+		if (rc < 0 || (rc > 0 && !conly)) {
+			/* what this one committed goes back */
+			for (int i = 0; i < k;) {
+				n = span_at(f, u, grads, &i, &off, &conly);
+				if (conly)
+					f->bk->copy_only(f->bk, base + off, n, -1, NULL, HP_DTYPE_F32, e);
+				else
+					f->bk->release(f->bk, base + off, n * sizeof(float));
+			}
+			return rc;
+		}
+	}
+	un->held[grads] = 1;
+	return 0;
 }
 
+void hp_fsdp_release(struct hp_fsdp *f, int u, int grads)
+{
+	struct hp_fsdp_unit *un = &f->units[u];
+	float *base = grads ? f->m->w.bg : f->m->w.bw;
+	size_t off, n;
+	int conly;
+	struct hp_err e;
+
+	if (!un->held[grads])
+		return;
+	for (int j = 0; j < un->n;) {
+		n = span_at(f, u, grads, &j, &off, &conly);
+		if (conly)
+			f->bk->copy_only(f->bk, base + off, n, -1, NULL, HP_DTYPE_F32, &e);
+		else
+			f->bk->release(f->bk, base + off, n * sizeof(float));
+	}
+	un->held[grads] = 0;
+}
 
 /* The units of layer l: its own, then its experts' (or -1). */
 static void layer_units(const struct hp_fsdp *f, int l, int us[2])
@@ -509,6 +579,8 @@ static void layer_units(const struct hp_fsdp *f, int l, int us[2])
 
 static struct hp_fsdp_slot *slot_of(struct hp_fsdp *f, int u)
 {
+	if (f->root_slot.unit == u)
+		return &f->root_slot;
 	for (int i = 0; i < f->nslots; i++)
 		if (f->slots[i].unit == u)
 			return &f->slots[i];
@@ -527,6 +599,11 @@ static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 
 	if (slot_of(f, u))
 		return 0;
+	if (un->root) {   /* into buf: k blocks gathered, the shard to send after them */
+		sl = &f->root_slot;
+		sl->buf = f->buf;
+		sl->send = at(f, f->buf, f->pdt, (size_t)f->cs->dim[un->shard_dim].size * un->padded);
+	}
 	for (int i = 0; i < f->nslots && !sl; i++)
 		if (f->slots[i].unit < 0)
 			sl = &f->slots[i];
@@ -554,13 +631,12 @@ static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 	if ((rc = start_gather(f, u, e)))
 		return rc;
 	sl = slot_of(f, u);
-	if ((rc = f->bk->wait(f->bk, &sl->req, e)))
+	if ((rc = f->bk->wait(f->bk, &sl->req, e)) || (rc = hold(f, u, 0, e)))
 		return rc;
 	unpack_unit(f, u, sl->buf);
-	trim(f, sl->buf, (size_t)f->cs->dim[f->units[u].shard_dim].size * f->units[u].padded *
-	     f->bk->esize(f->bk, f->pdt), f->steady_gather);
-	if (sl->send)
-		trim(f, sl->send, f->units[u].padded * f->bk->esize(f->bk, f->pdt), f->steady_send);
+	if (sl == &f->root_slot)
+		trim(f, f->buf, (size_t)(f->cs->dim[f->units[u].shard_dim].size + 1) * f->units[u].padded *
+		     f->bk->esize(f->bk, f->pdt), f->steady_rs);
 	sl->unit = -1;
 	return 0;
 }
@@ -601,7 +677,11 @@ int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e)
 {
 	/* the root unit (embedding, final norm, LM head) stays gathered through
 	 * the backward; the layers come and go through the model's hook */
+	int rc;
+
 	f->first_micro = first;
+	if ((rc = hold(f, 0, 1, e)))
+		return rc;
 	return first || f->p->reshard_after_backward ? hp_fsdp_gather_unit(f, 0, e) : 0;
 }
 
@@ -625,6 +705,10 @@ int hp_fsdp_hook(void *ctx, int l, int phase, struct hp_err *e)
 		 * step's first forward on */
 		return f->first_micro || rab ? gather_layer(f, l, 1, f->p->forward_prefetch, e) : 0;
 	case HP_HOOK_PRE_BACKWARD:
+		layer_units(f, l, us);
+		for (int k = 0; k < 2; k++)
+			if (us[k] >= 0 && (rc = hold(f, us[k], 1, e)))
+				return rc;
 		return raf ? gather_layer(f, l, -1, f->p->backward_prefetch, e) : 0;
 	default:
 		break;

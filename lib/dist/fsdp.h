@@ -45,6 +45,7 @@ struct hp_fsdp_unit {
 	int root;                    /* the unit that stays gathered through the backward */
 	int first, n;                /* its params: plan indices first .. first+n-1 in unit order */
 	size_t off, padded;          /* its range in the shard arrays; padded elements */
+	int held[2];                 /* its weights [0], gradients [1] in the model: committed */
 };
 
 /* An all-gather in flight (FSDP prefetch): its unit (-1: free), buffer
@@ -68,18 +69,26 @@ struct hp_fsdp {
 	size_t *poff;                /* [nparams]: offset of each param's padded chunk */
 	struct hp_param **mp;        /* [nparams]: the model's tensor, NULL for another rank's expert */
 	struct hp_piece *pc;         /* [nparams]: this rank's piece (hp_plan_piece) */
+	/* [nparams]: 1 for a weight only GEMMs read, on a device: gathered
+	 * into the backend's working copy alone (hp_backend.copy_only), its
+	 * fp32 copy in the model never held */
+	unsigned char *conly;
 	size_t total;                /* elements of every shard array */
 	float *w, *g, *m1, *m2;      /* shards: weights, gradient sums, AdamW moments (backend) */
 	float *hw, *hg, *hm1, *hm2;  /* their host copies (the same arrays on the CPU) */
-	void *buf;                   /* pack/unpack: the largest unit's (shard_size + 1) * padded */
+	/* the reduce-scatter's packing, (shard_size + 1) * padded of the largest
+	 * unit, and the root's all-gather (the root is gathered when no
+	 * reduce-scatter is in flight: at a micro-batch's start) */
+	void *buf;
 	int *layer_unit, *expert_unit;   /* [n_layers]: each layer's units (-1: none) */
-	struct hp_fsdp_slot *slots;  /* the prefetch ring */
+	struct hp_fsdp_slot *slots;  /* the prefetch ring, for the layers' units */
 	int nslots;
-	size_t slot_floats;          /* each slot's buffer: the largest unit's gathered size */
-	/* what the layers' units use of a slot and of buf: the pages a larger
-	 * unit (the root: embedding and head) touches beyond them go back to
-	 * the system after it (bytes) */
-	size_t steady_gather, steady_send, steady_rs;
+	struct hp_fsdp_slot root_slot;   /* the root's gather, in buf */
+	size_t slot_floats;          /* each slot's buffer: the largest layer unit's gathered size */
+	/* what the layers' units use of buf: the pages the root (embedding and
+	 * head, often larger) touches beyond them go back to the system after
+	 * it (bytes) */
+	size_t steady_rs;
 	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
 	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
 	float *stale;                /* its shard of the step before (backend) */
@@ -106,7 +115,11 @@ void hp_fsdp_free(struct hp_fsdp *f);
 /* One unit (0 is the root: embedding, final norm, LM head): gather its
  * weights into the model; reduce-scatter its gradients into the shard sums
  * (and release them); release its gathered weights (grads 0) or gradients
- * (grads 1), giving their pages back until the next gather. */
+ * (grads 1), giving their memory back until the next gather.  A unit's
+ * weights and gradients in the model have memory behind them only from
+ * its gather (weights) or its backward (gradients; the root's: its
+ * micro-batch) to their release (backend.h, reserve; lib/model/model.h,
+ * hp_model_par.sharded); releasing what is not held does nothing. */
 int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e);
 int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e);
 void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);

@@ -487,8 +487,67 @@ static int set_layout(struct hp_model *m, const struct hp_model_par *par, int B,
 	return 0;
 }
 
-int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
-			   const struct hp_model_par *par, int B, int T)
+static int chunked(const struct hp_model *m);
+
+static size_t zmax(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+/* The largest operands the passes hand the backend (struct hp_op_sizes),
+ * from the layout alone, as the calls below make them: the linear layers
+ * on the micro-batch's N tokens (the LM head's in chunks when chunked),
+ * the experts' on at most every token of the ep group each, attention as
+ * flash over the rank's rows, a context-parallel chunk over its prefix. */
+static void op_sizes(const struct hp_model *m, struct hp_op_sizes *z)
+{
+	const struct hp_model_spec *s = &m->spec;
+	size_t N = (size_t)m->a.B * m->a.T, C = (size_t)s->hidden, D = (size_t)s->head_dim;
+	size_t QD = (size_t)s->n_heads * D, KD = (size_t)s->n_kv_heads * D, V = (size_t)s->vocab;
+	size_t Nh = chunked(m) && m->par.tp == 1 ? (size_t)m->k.ce_chunk : N;
+	size_t R = (size_t)m->par.ep * (size_t)m->lay.Ns, Im = (size_t)s->moe_intermediate;
+	int dense = 0, moe = 0, grouped = 0;
+
+	memset(z, 0, sizeof(*z));
+	for (int l = 0; l < s->n_layers; l++) {
+		moe |= m->w.lw[l].moe;
+		dense |= !m->w.lw[l].moe;
+		grouped |= m->w.lw[l].moe && m->k.grouped[l];
+	}
+	z->lin_x = zmax(N * C, N * QD);
+	z->lin_dy = zmax(zmax(N * QD, N * KD), zmax(N * C, Nh * V));
+	if (dense) {
+		z->lin_x = zmax(z->lin_x, N * (size_t)s->intermediate);
+		z->lin_dy = zmax(z->lin_dy, N * (size_t)s->intermediate);
+	}
+	if (moe) {
+		z->lin_x = zmax(z->lin_x, R * zmax(C, Im));
+		z->lin_dy = zmax(zmax(z->lin_dy, N * (size_t)s->n_experts), R * zmax(C, (grouped ? 2 : 1) * Im));
+		z->experts = (size_t)s->n_experts;
+	}
+	if (cp_ag(m)) {
+		z->cp_B = m->a.B;
+		z->cp_L = (m->par.cp_rank + 1) * m->a.T;
+		z->cp_Hq = s->n_heads;
+		z->att_q = (size_t)m->a.B * (size_t)z->cp_L * QD;
+		z->att_kv = (size_t)m->a.B * (size_t)z->cp_L * KD;
+	} else if (cp_ul(m)) {
+		z->att_q = (size_t)m->a.B * (size_t)m->lay.S * QD / (size_t)m->par.cp;
+		z->att_kv = (size_t)m->a.B * (size_t)m->lay.S * KD / (size_t)m->par.cp;
+	} else {
+		z->att_q = N * QD;
+		z->att_kv = N * KD;
+	}
+	z->tokens = N;
+}
+
+/* The model's layout for (spec, k, par, B, T) without its memory: the
+ * activation bytes take_acts measures (its arena's base NULL), and on a
+ * device backend (flash attention for every layer, as hp_model_init_par
+ * binds it there) the operand scratch the backend prepares.  -1 when the
+ * layout is one the model refuses, -2 when the bytes overflow 64 bits. */
+static int64_t measure(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+		       const struct hp_model_par *par, int B, int T, int device, int64_t *scratch)
 {
 	struct hp_model m;
 	struct hp_err e;
@@ -500,19 +559,43 @@ int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_mod
 	m.spec = m.gspec = *spec;
 	m.a.B = B;
 	m.a.T = m.lay.S = T;
-	m.bk = hp_backend_cpu();
+	/* a device's layout: its memory is not the host's (take_acts puts the
+	 * host's index arrays apart), its attention scratch its own; nothing
+	 * is called on it */
+	m.bk = (struct hp_backend *)(device ? hp_backend_cuda_sizing() : hp_backend_cpu());
 	hp_arena_init(&m.a.aarena);
 	hp_arena_init(&m.a.harena);
 	hp_err_clear(&e);
-	/* take_acts measures with the arena's base NULL: nothing is allocated */
 	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
+		for (int l = 0; device && l < spec->n_layers; l++)
+			m.k.flash[l] = 1;
 		take_acts(&m);
 		bytes = m.a.aarena.used > (size_t)INT64_MAX - 63 ? -2 :
 			(int64_t)((m.a.aarena.used + 63) & ~(size_t)63);   /* whole slices */
+		if (device && bytes >= 0) {
+			struct hp_op_sizes z;
+
+			bytes = (int64_t)m.a.aarena.used;   /* one allocation of what it uses */
+			op_sizes(&m, &z);
+			*scratch = (int64_t)hp_backend_cuda_scratch_bytes(&z);
+		}
 	}
 	hp_free(m.w.lw);
 	hp_free(m.a.act);
 	return bytes;
+}
+
+int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+			   const struct hp_model_par *par, int B, int T)
+{
+	return measure(spec, k, par, B, T, 0, NULL);
+}
+
+int64_t hp_model_device_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+				  const struct hp_model_par *par, int B, int T, int64_t *scratch)
+{
+	*scratch = 0;
+	return measure(spec, k, par, B, T, 1, scratch);
 }
 
 /* An arena of cap bytes in the backend's memory (zeroed). */
@@ -594,14 +677,22 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	m->w.bw = m->w.flat_w;
 	m->w.bg = m->w.flat_g;
 	if (on_device(m)) {
-		if (!(m->w.bw = m->bk->alloc(m->bk, m->w.numel * sizeof(float), e)) ||
-		    !(m->w.bg = m->bk->alloc(m->bk, m->w.numel * sizeof(float), e))) {
+		void *(*get)(struct hp_backend *, size_t, struct hp_err *) = par && par->sharded ? m->bk->reserve :
+									      m->bk->alloc;
+
+		if (!(m->w.bw = get(m->bk, m->w.numel * sizeof(float), e)) ||
+		    !(m->w.bg = get(m->bk, m->w.numel * sizeof(float), e))) {
 			rc = e->code;
 			goto fail;
 		}
 	}
-	if ((rc = m->bk->weights(m->bk, m->w.bw, m->w.numel, e)))
+	/* the working copy: every weight a GEMM reads; an untied embedding
+	 * (the first parameter) is only looked up, in fp32 */
+	size_t wc0 = !spec->tie_word_embeddings && m->w.nparams && !m->w.params[0].offset &&
+		     !strcmp(m->w.params[0].name, "model.embed_tokens.weight") ? m->w.params[0].numel : 0;
+	if ((rc = m->bk->weights(m->bk, m->w.bw + wc0, m->w.numel - wc0, e)))
 		goto fail;
+	m->w.wc0 = wc0;
 	for (int i = 0; i < m->w.nparams; i++) {
 		struct hp_param *p = &m->w.params[i];
 		p->w = m->w.flat_w + p->offset;
@@ -649,6 +740,10 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		hp_model_spec_rope_table(spec, m->a.cos_t, m->a.sin_t, m->lay.S);
 		return 0;
 	}
+	struct hp_op_sizes z;
+	op_sizes(m, &z);
+	if ((rc = m->bk->prepare(m->bk, &z, e)))
+		goto fail;
 	/* the RoPE tables are made on the host */
 	size_t half = (size_t)m->lay.S * spec->head_dim / 2;
 	float *ct = hp_malloc(2 * half * sizeof(float) + 1);
@@ -671,7 +766,7 @@ fail:
 void hp_model_release(struct hp_model *m)
 {
 	if (m->bk && m->w.bw)
-		m->bk->weights(m->bk, m->w.bw, 0, NULL);   /* the backend forgets the region */
+		m->bk->weights(m->bk, m->w.bw + m->w.wc0, 0, NULL);   /* the backend forgets the region */
 	if (on_device(m)) {
 		m->bk->free(m->bk, m->w.bw);
 		m->bk->free(m->bk, m->w.bg);

@@ -121,6 +121,10 @@ struct hp_comms;
 struct hp_model_par {
 	int tp, tp_rank, cp, cp_rank, ep, ep_rank;
 	int sp, loss_parallel, ulysses;
+	/* the weights and gradients come and go unit by unit (FSDP, which
+	 * commits and releases them): on a device they are reserved, with
+	 * memory only behind what is gathered (backend.h, reserve) */
+	int sharded;
 	struct hp_comms *cs;
 };
 
@@ -201,6 +205,7 @@ struct hp_model_weights {
 	size_t numel;                 /* total parameter elements */
 	float *flat_w, *flat_g;       /* all parameters / gradients, numel each (host) */
 	float *bw, *bg;               /* the same in the backend's memory (== flat_w, flat_g on the CPU) */
+	size_t wc0;                   /* bw + wc0 on: the region with a working copy (hp_backend.weights) */
 	struct hp_arena warena, garena;
 	float *embed, *final_norm, *lm_head;      /* lm_head == embed when tied */
 	float *d_embed, *d_final_norm, *d_lm_head;
@@ -316,6 +321,11 @@ int hp_model_download(struct hp_model *m, int grads, struct hp_err *e);
  */
 int64_t hp_model_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
 			   const struct hp_model_par *par, int B, int T);
+/* The same on a device backend (flash attention in every layer, its one
+ * arena of what it uses), and in *scratch the device bytes of the
+ * backend's operand scratch (hp_backend.prepare) for it. */
+int64_t hp_model_device_act_bytes(const struct hp_model_spec *spec, const struct hp_model_kernels *k,
+				  const struct hp_model_par *par, int B, int T, int64_t *scratch);
 
 /*
  * Load every parameter from an HF folder (single file or index; F32, BF16,
