@@ -140,8 +140,9 @@ static const char *rank_list(json_t *ranks, char *buf, size_t n)
 static void explain_estimates(json_t *est)
 {
 	json_t *step = json_object_get(est, "step"), *r, *c;
-	char h[6][32], rl[256];
+	char h[7][32], rl[256];
 	size_t i, j;
+	int dev = 0;
 
 	printf("\nestimates per rank: one step is %lld micro-batch(es) of %lld x %lld tokens; "
 	       "params %s, reduce %s, activation checkpoint %s, cp %s\n",
@@ -152,16 +153,24 @@ static void explain_estimates(json_t *est)
 	       json_string_value(json_object_get(step, "reduce_dtype")),
 	       json_string_value(json_object_get(step, "activation_checkpoint")),
 	       json_string_value(json_object_get(step, "cp_mode")));
-	printf("  %-16s %12s %12s %12s %12s %12s %12s\n", "ranks", "params", "grads", "optimizer",
-	       "activations", "fsdp gather", "host");
 	json_array_foreach(json_object_get(est, "per_rank"), i, r)
-		printf("  %-16s %12s %12s %12s %12s %12s %12s\n", rank_list(json_object_get(r, "ranks"), rl, sizeof(rl)),
+		dev |= json_object_get(r, "device_bytes") != NULL;
+	printf("  %-16s %12s %12s %12s %12s %12s %12s%s\n", "ranks", "params", "grads", "optimizer",
+	       "activations", "fsdp gather", "host", dev ? "       device" : "");
+	json_array_foreach(json_object_get(est, "per_rank"), i, r) {
+		char d[48] = "";
+
+		if (dev)
+			snprintf(d, sizeof(d), " %12s", human(json_integer_value(json_object_get(r, "device_bytes")), h[6],
+							     sizeof(h[6])));
+		printf("  %-16s %12s %12s %12s %12s %12s %12s%s\n", rank_list(json_object_get(r, "ranks"), rl, sizeof(rl)),
 		       human(json_integer_value(json_object_get(r, "param_bytes")), h[0], sizeof(h[0])),
 		       human(json_integer_value(json_object_get(r, "grad_bytes")), h[1], sizeof(h[1])),
 		       human(json_integer_value(json_object_get(r, "optimizer_bytes")), h[2], sizeof(h[2])),
 		       human(json_integer_value(json_object_get(r, "activation_bytes")), h[3], sizeof(h[3])),
 		       human(json_integer_value(json_object_get(r, "gathered_bytes")), h[4], sizeof(h[4])),
-		       human(json_integer_value(json_object_get(r, "host_bytes")), h[5], sizeof(h[5])));
+		       human(json_integer_value(json_object_get(r, "host_bytes")), h[5], sizeof(h[5])), d);
+	}
 	json_array_foreach(json_object_get(est, "per_rank"), i, r) {
 		printf("\ntraffic per step, ranks %s (bytes of each rank's send buffers)\n",
 		       rank_list(json_object_get(r, "ranks"), rl, sizeof(rl)));

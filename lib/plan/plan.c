@@ -531,6 +531,7 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 	int ulysses = 0, other = 0, rc;
 
 	p->micro = c->training.micro_batch_size;
+	p->device = c->training.device;
 	p->seq = hp_config_seq_length(c);
 	p->accum = c->training.global_batch_size / (p->micro * p->dp);
 	p->reshard_after_forward = c->fsdp.reshard_after_forward;
@@ -761,6 +762,8 @@ static json_t *rank_est_json(const struct hp_rank_est *r, json_t *ranks, int *ba
 	set(o, "gathered_bytes", json_integer(r->gathered_bytes), bad);
 	set(o, "host_overhead_bytes", json_integer(r->host_overhead_bytes), bad);
 	set(o, "host_bytes", json_integer(r->host_bytes), bad);
+	if (r->device_bytes)
+		set(o, "device_bytes", json_integer(r->device_bytes), bad);
 	set(o, "comm", comm, bad);
 	for (int d = 0; comm && d <= HP_NDIM; d++)
 		for (int c = 0; c < HP_NCOLL; c++) {

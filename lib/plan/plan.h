@@ -117,6 +117,7 @@ struct hp_plan {
 	/* what the estimates need from the config */
 	long micro, seq, accum;        /* micro-batch rows, tokens per row (0: unknown),
 					  micro-batches per step on each rank */
+	enum hp_device device;         /* training.device: cuda and auto have device estimates */
 	int reshard_after_forward, reshard_after_backward;
 	long forward_prefetch, backward_prefetch;
 	char param_dtype[16], reduce_dtype[16];   /* mix_precision; "" = float32 */
@@ -210,6 +211,8 @@ struct hp_rank_est {
 	int64_t gathered_bytes;     /* FSDP's unsharded buffers at their peak */
 	int64_t host_overhead_bytes;   /* HP_HOST_OVERHEAD_BYTES */
 	int64_t host_bytes;         /* the process's resident memory on the CPU: all of the above */
+	int64_t device_bytes;       /* training.device cuda (or auto): the high-water mark of what the
+				       CUDA backend allocates (hp-plan(5), ESTIMATES); 0 on the CPU */
 	struct hp_comm_est comm[HP_NDIM + 1][HP_NCOLL];
 };
 int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r);

@@ -285,6 +285,166 @@ out:
 	return root;
 }
 
+/* --- device memory ---------------------------------------------------------- */
+
+/*
+ * What the CUDA backend holds on rank's GPU at its peak, by the rules its
+ * allocations follow (lib/backend/backend_cuda.c counts the same bytes as
+ * dev_bytes, on a GPU and in the emulation alike): the activation arena
+ * and the operand scratch, sized from the layout
+ * (hp_model_device_act_bytes); in one process the model's fp32 weights
+ * and gradients, the bf16 working copy of every weight a GEMM reads (not
+ * an untied embedding), and AdamW's moments; over ranks FSDP's shards
+ * (weights, gradient sums, moments), its packing buffer, its prefetch
+ * slots, and the model's arrays reserved, with memory mapped in granules
+ * (HP_CUDA_GRANULE) behind what is held: the root unit, and at the peak
+ * the layers whose weights and gradients the schedule holds at once (a
+ * matrix only GEMMs read in its working copy alone, not in fp32).
+ */
+/* model offset, elements; layer, -1: root; held in the working copy alone */
+struct dparam { int64_t off, n; int layer, conly; };
+
+/* granules of [lo, hi) bytes not yet marked in seen; marks them */
+static int64_t touch(unsigned char *seen, int64_t lo, int64_t hi)
+{
+	int64_t n = 0, G = (int64_t)HP_CUDA_GRANULE;
+
+	for (int64_t g = lo / G; g < (hi + G - 1) / G; g++)
+		if (!seen[g]) {
+			seen[g] = 1;
+			n++;
+		}
+	return n;
+}
+
+/* Weights layer k holds in the backward of layer l (reshard_after_*). */
+static int holds_weights(const struct hp_plan *p, int k, int l)
+{
+	if (p->reshard_after_forward)
+		return p->reshard_after_backward ? k == l : k >= l;
+	return p->reshard_after_backward ? k <= l : 1;
+}
+
+static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
+{
+	struct hp_model_kernels k;
+	struct hp_model_par par = {
+		.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep, .sp = p->sequence_parallel,
+		.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
+		.tp_rank = hp_mesh_coord(p->size, HP_DIM_TP, rank), .cp_rank = hp_mesh_coord(p->size, HP_DIM_CP, rank),
+		.ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, rank),
+	};
+	int n = p->spec.n_layers, np = 0, rc = -1;
+	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, maxbuf = 0, partial = 0, slot = 0, best = 0;
+	int64_t *pad = hp_calloc((size_t)p->nunits + 1, sizeof(*pad)), *units = hp_calloc((size_t)n + 1, sizeof(*units));
+	struct dparam *dp = hp_calloc((size_t)p->nparams + 1, sizeof(*dp));
+	unsigned char *seen = NULL;
+	size_t ng;
+
+	*out = 0;
+	if (!pad || !units || !dp)
+		goto out;
+	hp_plan_model_kernels(p, &k);
+	if (p->seq <= 0 || (act = hp_model_device_act_bytes(&p->spec, &k, &par, (int)p->micro, (int)p->seq,
+							    &scratch)) < 0) {
+		rc = 0;   /* no activations known: no estimate */
+		goto out;
+	}
+	/* the model's flat arrays: its pieces in the plan's order, each at a
+	 * 16-float boundary (lib/model/model.c, add_param) */
+	for (int i = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+		struct hp_piece pc;
+		int l = -1;
+
+		if (!hp_plan_owns(p, q, rank))
+			continue;
+		hp_plan_piece(p, q, rank, &pc);
+		numel = (numel + 15) & ~(int64_t)15;
+		if (sscanf(p->units[q->unit].name, "model.layers.%d", &l) != 1 || l < 0 || l >= n)
+			l = -1;
+		if (!numel && !p->spec.tie_word_embeddings && !strcmp(q->name, "model.embed_tokens.weight"))
+			wc0 = pc.rows * pc.cols;   /* looked up, never a GEMM's: no working copy */
+		/* a matrix only GEMMs read, gathered into the working copy alone
+		 * (lib/dist/fsdp.c, conly) */
+		dp[np++] = (struct dparam){ numel, pc.rows * pc.cols, l,
+					    q->ndim == 2 && numel >= wc0 && strcmp(q->name, "model.embed_tokens.weight") };
+		numel += pc.rows * pc.cols;
+		pad[q->unit] += pc.chunk * pc.cols;
+		total += pc.chunk * pc.cols;
+		if (hp_plan_tp_partial(p, q))
+			partial += pc.chunk * pc.cols;
+	}
+	if (p->world <= 1) {
+		/* weights, gradients, moments; the working copy (its 64 bytes' end) */
+		*out = 16 * numel + 2 * (numel - wc0) + 64 + act + scratch;
+		rc = 0;
+		goto out;
+	}
+	for (int u = 0; u < p->nunits; u++) {
+		int64_t K = p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD];
+		int l;
+
+		if ((K + 1) * pad[u] > maxbuf)
+			maxbuf = (K + 1) * pad[u];
+		if (sscanf(p->units[u].name, "model.layers.%d", &l) == 1 && l >= 0 && l < n) {
+			units[l]++;
+			if (K * pad[u] > slot)
+				slot = K * pad[u];
+		}
+	}
+	if (partial > maxbuf)
+		maxbuf = partial;
+	/* the prefetch slots in use at once: the units of the layers fetched
+	 * ahead, forward and (when the backward gathers) backward */
+	int64_t nslot = 1;
+	for (int l = 0; l < n; l++) {
+		int64_t f = 0, b = 0;
+
+		for (int j = l + 1; j < n && j <= l + p->forward_prefetch; j++)
+			f += units[j];
+		for (int j = l - 1; p->reshard_after_forward && j >= 0 && j >= l - p->backward_prefetch; j--)
+			b += units[j];
+		nslot = f > nslot ? f : nslot;
+		nslot = b > nslot ? b : nslot;
+	}
+	*out = act + scratch + 4 * 4 * (total + 1) + 4 * (maxbuf + 1) +
+	       (slot ? nslot * 4 * (slot + 1) * (esize(p->param_dtype) != 4 ? 2 : 1) : 0);
+	/* the reserved arrays at the backward of each layer: the root's and
+	 * the held layers' weights (fp32, and bf16 from wc0 on) and the
+	 * gradients of the root and the layer */
+	ng = (size_t)((4 * numel + (int64_t)HP_CUDA_GRANULE - 1) / (int64_t)HP_CUDA_GRANULE) + 1;
+	if (!(seen = hp_calloc(3 * ng, 1)))
+		goto out;
+	for (int l = 0; l < (n ? n : 1); l++) {
+		int64_t g = 0;
+
+		memset(seen, 0, 3 * ng);
+		for (int i = 0; i < np; i++) {
+			const struct dparam *d = &dp[i];
+			int64_t lo = d->off > wc0 ? d->off : wc0;
+
+			if (d->layer < 0 || holds_weights(p, d->layer, l)) {
+				if (!d->conly)
+					g += touch(seen, 4 * d->off, 4 * (d->off + d->n));
+				if (lo < d->off + d->n)
+					g += touch(seen + ng, 2 * (lo - wc0), 2 * (d->off + d->n - wc0));
+			}
+			if (d->layer < 0 || d->layer == l)
+				g += touch(seen + 2 * ng, 4 * d->off, 4 * (d->off + d->n));
+		}
+		best = g > best ? g : best;
+	}
+	*out += best * (int64_t)HP_CUDA_GRANULE;
+	rc = 0;
+out:
+	hp_free(pad);
+	hp_free(units);
+	hp_free(dp);
+	hp_free(seen);
+	return rc;
+}
+
 int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 {
 	int64_t el = 0;
@@ -309,6 +469,8 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 	r->host_overhead_bytes = HP_HOST_OVERHEAD_BYTES;
 	r->host_bytes = r->param_bytes + r->grad_bytes + r->optim_bytes + r->act_bytes + r->gathered_bytes +
 			r->host_overhead_bytes;
+	if (p->device != HP_DEVICE_CPU && device_bytes(p, rank, &r->device_bytes))
+		return -1;
 	param_traffic(p, rank, r);
 	act_traffic(p, r);
 	/* the loss: the count of target tokens before the step (one double),
