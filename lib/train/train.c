@@ -88,6 +88,7 @@ struct run {
 	long first_step;                /* 1, or the step after the restored checkpoint */
 	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
 	char gpu_name[160];
+	int gpu_share;                /* ranks on this rank's GPU (1: its own) */
 };
 
 /*
@@ -682,6 +683,8 @@ static int pick_device(struct run *r, MPI_Comm comm, struct hp_err *e)
 	}
 	snprintf(r->gpu_name, sizeof(r->gpu_name), "%s%s", r->bk->name, nlocal > n && emu == HP_EMULATE_OFF ?
 		 " (shared by the node's ranks)" : "");
+	/* the ranks on this rank's GPU (the emulation: one device each) */
+	r->gpu_share = emu == HP_EMULATE_OFF ? (nlocal + n - 1 - local % n) / n : 1;
 	return 0;
 }
 
@@ -999,6 +1002,7 @@ struct step_report {
 	long long host_peak;   /* the largest peak resident set over ranks, bytes (-1: unknown) */
 	long long dev_peak;    /* the largest device high-water mark over ranks, bytes */
 	long syncs;            /* device runs: this step's host-device synchronisations on this rank */
+	long launches;         /* device runs: this step's calls that put work on the device */
 };
 
 /* The largest peak resident set and device high-water mark over ranks
@@ -1033,8 +1037,8 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 		else
 			fprintf(r->metrics, ", \"host_bytes_peak\": null");
 		if (r->bk->device)
-			fprintf(r->metrics, ", \"device_bytes_peak\": %lld, \"host_syncs\": %ld", s->dev_peak,
-				s->syncs);
+			fprintf(r->metrics, ", \"device_bytes_peak\": %lld, \"host_syncs\": %ld, \"kernel_launches\": %ld",
+				s->dev_peak, s->syncs, s->launches);
 		if (r->dist) {
 			metrics_comm(r->metrics, &r->comms);
 			fprintf(r->metrics, ", \"comm_wait_s\": %.6f", s->waited);
@@ -1102,7 +1106,7 @@ static int save_due(struct run *r, const struct hp_train_opts *o, FILE *out, int
  * other things than the plan describes: its peak is only reported. */
 static void host_verdict(struct run *r, const struct hp_rank_est *est, FILE *out, int talk)
 {
-	long long peak = hp_host_peak_bytes(), v[4] = { peak, -1, 0, (long long)r->bk->dev_bytes_peak };
+	long long peak = hp_host_peak_bytes(), v[6] = { peak, -1, 0, (long long)r->bk->dev_bytes_peak, -1, 0 };
 	double mib = 1.0 / (1 << 20);
 
 	/* rank 0 of hp-verify and validation mode also holds the one-process
@@ -1119,13 +1123,28 @@ static void host_verdict(struct run *r, const struct hp_rank_est *est, FILE *out
 		hp_warn("host memory: rank %d's peak resident set is %.1f MiB, beyond 1.25 x the plan's %.1f MiB "
 			"of buffers + %.1f MiB", r->rank, peak * mib, (double)(est->host_bytes -
 			est->host_overhead_bytes) * mib, (double)est->host_overhead_bytes * mib);
+	/* the device: the backend's count against the plan's device bytes,
+	 * within 2% (the plan follows the backend's own sizing rules; what
+	 * is left is the granule a GPU maps in, if not HP_CUDA_GRANULE) */
+	if (est && r->bk->device && !ref && est->device_bytes) {
+		double d = (double)r->bk->dev_bytes_peak / (double)est->device_bytes;
+
+		v[4] = est->device_bytes;
+		if ((v[5] = d < 0.98 || d > 1.02))
+			hp_warn("device memory: rank %d's peak is %.1f MiB, the plan's %.1f MiB (%.1f%% off)", r->rank,
+				(double)r->bk->dev_bytes_peak * mib, (double)est->device_bytes * mib, 100 * (d - 1));
+	}
 	if (ref)
-		v[0] = -1;   /* the largest peak of the ranks that are held to the plan */
+		v[0] = v[3] = -1;   /* the largest peaks of the ranks that are held to the plan */
 	if (r->dist)
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 4, MPI_LONG_LONG, MPI_MAX);
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 6, MPI_LONG_LONG, MPI_MAX);
 	if (!talk || v[0] < 0)
 		return;
-	if (r->bk->device)
+	if (r->bk->device && v[4] > 0 && !v[5])
+		fprintf(out, "host memory: peak resident %.1f MiB on the largest rank (the plan's host bytes "
+			"describe a CPU run); device memory: peak %.1f MiB on the largest rank, the plan's %.1f MiB: "
+			"every rank%s within 2%%\n", v[0] * mib, v[3] * mib, v[4] * mib, ref ? " but 0" : "");
+	else if (r->bk->device)
 		fprintf(out, "host memory: peak resident %.1f MiB on the largest rank (the plan's host bytes "
 			"describe a CPU run); device memory: %.1f MiB at most on the largest rank, as the backend "
 			"counts it\n", v[0] * mib, v[3] * mib);
@@ -1230,7 +1249,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	for (long step = r->first_step; step <= iters; step++) {
 		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0;
 		struct step_report rep = { .step = step, .iters = iters, .tokens = step_tokens };
-		long syncs0 = r->bk->host_syncs;
+		long syncs0 = r->bk->host_syncs, launches0 = r->bk->kernel_launches;
 
 		if ((rc = read_step(r, step, accum, e)))
 			return rc;
@@ -1261,6 +1280,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.aux = aux_sum / accum;
 		rep.waited = hp_comm_waited() - w0;
 		rep.syncs = r->bk->host_syncs - syncs0;
+		rep.launches = r->bk->kernel_launches - launches0;
 		/* for the metrics only: a collective and a read of /proc a step */
 		if (o->metrics)
 			mem_peaks(r, &rep);
@@ -1454,6 +1474,7 @@ static int join_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
 	r->par.sp = r->plan->sequence_parallel;
 	r->par.loss_parallel = r->plan->loss_parallel;
 	r->par.ulysses = r->plan->cp_mode == HP_CP_ULYSSES;
+	r->par.sharded = 1;
 	r->par.cs = &r->comms;
 	return 0;
 }
@@ -1572,6 +1593,30 @@ static void run_free(struct run *r)
 	hp_config_release(&r->cfg);
 }
 
+/* A layout whose device bytes (the plan's, this rank's) exceed what its
+ * GPU has free (a share of it where ranks share one) is refused before
+ * anything is allocated, on every rank alike. */
+static int check_device_memory(struct run *r, MPI_Comm comm, int shared, struct hp_err *e)
+{
+	struct hp_rank_est est;
+	double gib = 1.0 / (1 << 30), have = (double)r->bk->dev_free / (shared > 1 ? shared : 1);
+	int bad = 0;
+
+	if (r->bk->device && !hp_plan_estimate(r->plan, r->rank, &est) && (double)est.device_bytes > have) {
+		bad = 1;
+		hp_err_set(e, HP_ECONFIG, "'%s': rank %d needs %.2f GiB of device memory (hp-plan's device_bytes), "
+			   "%s has %.2f GiB free%s: shard further (fsdp_config.dp_shard_size, tp_size, ep_size) or "
+			   "checkpoint activations", r->cfg.path, r->rank, (double)est.device_bytes * gib, r->bk->name,
+			   have * gib, shared > 1 ? " for each of the ranks that share it" : "");
+	}
+	if (r->dist)
+		hp_comm_allreduce_raw(comm, &bad, 1, MPI_INT, MPI_MAX);
+	if (bad && !e->code)
+		return hp_err_set(e, HP_ECONFIG, "another rank's layout needs more device memory than its GPU has "
+				  "(see its message)");
+	return bad ? e->code : 0;
+}
+
 int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct hp_err *e)
 {
 	struct run r;
@@ -1589,7 +1634,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	    (rc = pick_device(&r, comm, e)) || (rc = hp_train_check_layout(&r.cfg, r.plan, r.bk, e)))
 		goto out;
 	/* device collectives: NCCL or host-staged, decided by every rank alike */
-	if (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e)))
+	if ((rc = check_device_memory(&r, comm, r.gpu_share, e)) || (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e))))
 		goto out;
 	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
 				    (int)r.cfg.training.micro_batch_size, (int)hp_config_seq_length(&r.cfg), e)) ||
