@@ -14,6 +14,8 @@
 # ranks at most 0.45 of one process.  Not a test: it prints, and only a
 # failed run exits non-zero (no mpiexec: skipped).
 #
+# Then the same for the device (see below).
+#
 # Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): a Llama of hidden 64
 # (2 layers, vocab 512), rows of 32 tokens: the same table in seconds, its
 # numbers dominated by the fixed overhead.
@@ -65,3 +67,31 @@ for n in 1 2 4; do
 		printf "%-6s %12.1f %12.1f %12.1f %8s %9.3fx\n", n, p / m, q / m, b / m, p <= b ? "yes" : "NO", p / o }'
 done
 echo "targets (#35): within on every row; 4 ranks at most 0.450x of one process"
+
+# The device: the CUDA backend's own count (device_bytes_peak: every
+# allocation and mapped granule, the same code on a GPU as in its host
+# emulation, which runs here) against the plan's device_bytes, one step.
+# Target (#35): FSDP over 4 ranks at most 0.40 of one process.
+echo
+echo "hp-train device memory, CUDA backend (emulated on the host, exact): the same model, 1 step"
+printf '%-6s %12s %12s %8s %10s\n' ranks "peak MiB" "plan MiB" "within" "vs 1"
+one=
+for n in 1 4; do
+	if [ $n = 1 ]; then
+		HP_CUDA_EMULATE=exact "$build/bin/hp-train" -q "$tmp/c.yaml" --training.device=cuda \
+			--training.train_iters=1 --metrics "$tmp/d$n.jsonl" || exit 1
+		"$build/bin/hp-plan" "$tmp/c.yaml" --world 1 --training.device=cuda -o "$tmp/q$n.json" || exit 1
+	else
+		HP_CUDA_EMULATE=exact mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" --training.device=cuda \
+			--training.train_iters=1 --fsdp_config.dp_shard_size=$n --metrics "$tmp/d$n.jsonl" || exit 1
+		"$build/bin/hp-plan" "$tmp/c.yaml" --world $n --training.device=cuda --fsdp_config.dp_shard_size=$n \
+			-o "$tmp/q$n.json" || exit 1
+	fi
+	peak=$(jq -s 'map(.device_bytes_peak) | max' "$tmp/d$n.jsonl")
+	plan=$(jq '[.estimates.per_rank[].device_bytes] | max' "$tmp/q$n.json")
+	case $peak in ''|null) echo "mem-bench: $n ranks: no device_bytes_peak in the metrics" >&2; exit 1;; esac
+	[ -n "$one" ] || one=$peak
+	awk -v n=$n -v p="$peak" -v q="$plan" -v o="$one" 'BEGIN { m = 1048576; d = p / q
+		printf "%-6s %12.1f %12.1f %8s %9.3fx\n", n, p / m, q / m, (d >= 0.98 && d <= 1.02) ? "2%" : "NO", p / o }'
+done
+echo "targets (#35): within 2% of the plan on every row; 4 ranks at most 0.400x of one process"

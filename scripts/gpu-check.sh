@@ -119,9 +119,21 @@ if $B/bin/hp-test-tool mkidx --vocab 512 --records-of 257 -o "$M/ts" \
 	  data_config: {seq_length: 256, is_dataset_from_mr: true}
 	YAML
 	$B/bin/hp-train -q "$M/c.yaml" --metrics "$M/m.jsonl" >"$M/out" 2>>"$M/err"; then
-	step "memory and syncs" ok "$(jq -s -r '"device peak \(last.device_bytes_peak / 1048576 | floor) MiB, host peak \(last.host_bytes_peak / 1048576 | floor) MiB, host syncs per step \(map(.host_syncs) | tostring)"' "$M/m.jsonl")"
+	step "memory and syncs" ok "$(jq -s -r '"device peak \(last.device_bytes_peak / 1048576 | floor) MiB, host peak \(last.host_bytes_peak / 1048576 | floor) MiB, host syncs per step \(map(.host_syncs) | tostring), launches \(map(.kernel_launches) | tostring)"' "$M/m.jsonl")"
 else
 	step "memory and syncs" FAIL "see mem/err"
+	fail=1
+fi
+# the device's memory sharded over 2 ranks on this GPU (reserved ranges,
+# granules mapped per gathered unit: CUDA's virtual memory API), held to
+# the plan's device_bytes
+if command -v mpiexec >/dev/null &&
+	mpiexec -n 2 $B/bin/hp-train "$M/c.yaml" --fsdp_config.dp_shard_size=2 --metrics "$M/m2.jsonl" \
+		>"$M/out2" 2>>"$M/err"; then
+	step "FSDP device memory" "$(grep -q 'device memory: peak .*within 2%' "$M/out2" && echo ok || echo FAIL)" \
+		"$(grep -m1 -o 'device memory: .*' "$M/out2" "$M/err" | cut -d: -f2- | cut -c1-110)"
+else
+	step "FSDP device memory" FAIL "see mem/err"
 	fail=1
 fi
 

@@ -139,6 +139,7 @@ if [ -n "${DEVICE_ARGS:-}" ]; then test_set_prereq DEVICE; else test_set_prereq 
 # of every step, step 1's gradients and the final weights equal the
 # one-process run's within 1e-5 (relative L2 for tensors; the weights
 # within $PTOL when set), and every rank moved exactly what the plan estimates
+# (and on a device held within 2% of the plan's device bytes)
 layout () {
 	name=$1 cfg=$2 n=$3; shift 3
 	echo "# $name on $n ranks: $*"
@@ -147,6 +148,8 @@ layout () {
 	mpiexec -n $n hp-train "$cfg" $dev "$@" --metrics p.jsonl --dump-grads pg.safetensors \
 		--dump-params pp.safetensors >out &&
 	grep -q "^comm: every rank's bytes per collective and mesh dim equal the plan's estimate" out &&
+	{ [ -z "$dev" ] || grep -q "device memory: peak .*: every rank.* within 2%" out ||
+		{ grep "memory" out; false; }; } &&
 	same_losses p.jsonl "s-$name.jsonl" &&
 	hp-test-tool cmpst --max-rel-l2 1e-5 "sg-$name.safetensors" pg.safetensors >cmp &&
 	! grep -q FAIL cmp &&

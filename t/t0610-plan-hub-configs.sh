@@ -30,6 +30,20 @@ while IFS='	' read name world ovr count; do
 	'
 done <"$HUB/plans.tsv"
 
+# #35: HyperParallel's demo model on 64 GPUs (TP2 with SP, CP2, EP8, full
+# activation checkpointing, 4096 tokens) fits an 80 GB GPU, as hp-plan
+# counts the CUDA backend's bytes; one process of it does not.
+test_expect_success 'Qwen3-30B-A3B on 64 GPUs: every rank under 80 GB of device memory; one GPU: refused by size' '
+	hub_yaml q30.yaml Qwen3-30B-A3B &&
+	hp-plan q30.yaml --world 64 --training.device=cuda --accelerator.tp_size=2 --accelerator.cp_size=2 \
+		--accelerator.ep_size=8 --accelerator.sequence_parallel=true --fsdp_config.dp_shard_size=16 \
+		--fsdp_config.edp_shard_size=4 --activation_checkpoint.mode=full -o q30.json &&
+	jq -r ".estimates.per_rank[] | \"# ranks \(.ranks | length): \(.device_bytes) device bytes\"" q30.json &&
+	jq -e "[.estimates.per_rank[].device_bytes] | (length > 0) and all(. > 20e9 and . < 80e9)" q30.json &&
+	hp-plan q30.yaml --world 1 --training.device=cuda -o q1.json &&
+	jq -e ".estimates.per_rank[0].device_bytes > 400e9" q1.json
+'
+
 test_expect_success 'the Llama-3 RoPE is llama3 with factor 32 (3.2) and 8 (3.1); Qwen3 theta 1e6; Mistral no window' '
 	hub_yaml l.yaml Llama-3.2-1B && hp-plan --explain l.yaml --world 1 | grep "^  rope  *llama3, theta 500000, factor 32$" &&
 	hub_yaml l8.yaml Llama-3.1-8B && hp-plan --explain l8.yaml --world 1 | grep "^  rope  *llama3, theta 500000, factor 8$" &&

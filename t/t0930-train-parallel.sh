@@ -206,19 +206,62 @@ test_expect_success DEVICE 'on the device, mix_precision bfloat16 over ranks: bf
 '
 
 # What the device holds, counted by the backend (the same code on a GPU and
-# in the emulation): never less than the rank's shards with their moments
-# and its activation arena, which live there together.
-test_expect_success DEVICE 'on the device, every metrics row has the backend device high-water mark' '
+# in the emulation): the plan's device bytes within 2% on every rank (every
+# layout above checks that too), the high-water mark in every metrics row,
+# never falling.  FSDP holds a unit's weights and gradients in device
+# memory only while it is gathered: 4 ranks of a model hold less than half
+# of one process.  A layout beyond the GPU's memory is refused before it
+# allocates anything, the plan's bytes and the GPU's in one line.
+test_expect_success DEVICE 'on the device, every metrics row has the backend device high-water mark, as the plan says' '
 	mpiexec -n 8 hp-train qwen3-moe-b.yaml $DEVICE_ARGS $SEED8 --metrics dv.jsonl >out &&
-	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 >dp.json &&
-	grep "^host memory: .*; device memory: [0-9.]* MiB at most on the largest rank, as the backend counts it$" out &&
-	act=$(sed -n "s/^activations: \([0-9]*\) bytes on the largest rank.s device.*/\1/p" out) &&
-	test -n "$act" &&
+	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 $DEVICE_ARGS >dp.json &&
+	grep "^host memory: .*; device memory: peak [0-9.]* MiB on the largest rank, the plan.s [0-9.]* MiB: every rank within 2%$" out &&
 	jq -s -e "length > 1 and all(.device_bytes_peak > 0) and
 		([.[].device_bytes_peak] == ([.[].device_bytes_peak] | sort))" dv.jsonl >/dev/null &&
 	peak=$(jq -s "map(.device_bytes_peak) | max" dv.jsonl) &&
-	jq -e --argjson p "$peak" --argjson a "$act" \
-		"([.estimates.per_rank[] | .param_bytes + .grad_bytes + .optimizer_bytes] | max) + \$a <= \$p" dp.json
+	jq -e --argjson p "$peak" "([.estimates.per_rank[].device_bytes] | max) as \$d |
+		\$p >= 0.98 * \$d and \$p <= 1.02 * \$d" dp.json
+'
+
+test_expect_success DEVICE 'on the device, FSDP over 4 ranks holds under 3/4 of one process, as the plan says' '
+	mkdir -p l4 &&
+	cat >l4/config.json <<-JSON &&
+	{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+	 "intermediate_size": 1376, "num_hidden_layers": 4, "num_attention_heads": 8,
+	 "num_key_value_heads": 8, "vocab_size": 512, "max_position_embeddings": 64,
+	 "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
+	JSON
+	cat >l4.yaml <<-YAML &&
+	model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: l4}
+	training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
+	checkpoint: {save_ckpt: false}
+	dataset:
+	  _target_: hyper_parallel.data.build_indexed_text_dataset
+	  data_path: ts
+	  data_config: {seq_length: 64, is_dataset_from_mr: true}
+	YAML
+	hp-train l4.yaml $DEVICE_ARGS --metrics d1.jsonl >out1 &&
+	mpiexec -n 4 hp-train l4.yaml $DEVICE_ARGS $F.dp_shard_size=4 --metrics d4.jsonl >out4 &&
+	grep "device memory: peak .*: every rank within 2%" out1 &&
+	grep "device memory: peak .*: every rank within 2%" out4 &&
+	one=$(jq -s "map(.device_bytes_peak) | max" d1.jsonl) &&
+	four=$(jq -s "map(.device_bytes_peak) | max" d4.jsonl) &&
+	echo "# device bytes: $one in one process, $four on each of 4 ranks" &&
+	test "$four" -lt "$((one * 3 / 4))"
+'
+
+test_expect_success DEVICE 'on the device, a layout beyond the GPU memory is refused before training, naming both' '
+	need=$(hp-plan hf.yaml --world 1 $DEVICE_ARGS | jq ".estimates.per_rank[0].device_bytes") &&
+	HP_CUDA_EMULATE_MEMORY=$((need - 1)) test_must_fail_with 3 hp-train -q hf.yaml $DEVICE_ARGS --metrics no.jsonl 2>err &&
+	test "$(wc -l <err)" = 1 &&
+	grep "rank 0 needs [0-9.]* GiB of device memory (hp-plan.s device_bytes), cuda (emulated on the host, exact) has [0-9.]* GiB free: shard further" err &&
+	! test -s no.jsonl &&
+	HP_CUDA_EMULATE_MEMORY=$need hp-train -q hf.yaml $DEVICE_ARGS --training.train_iters=1 &&
+	HP_CUDA_EMULATE_MEMORY=$((need / 3)) test_must_fail_with 3 mpiexec -n 2 hp-train -q hf.yaml $DEVICE_ARGS \
+		$F.dp_shard_size=2 2>err &&
+	grep "needs [0-9.]* GiB of device memory" err &&
+	HP_CUDA_EMULATE_MEMORY=80Q test_must_fail_with 3 hp-train -q hf.yaml $DEVICE_ARGS 2>err &&
+	grep "HP_CUDA_EMULATE_MEMORY=80Q: expected" err
 '
 
 # The host waits for the device (a stream synchronised, a download, a sum
@@ -243,6 +286,19 @@ test_expect_success DEVICE 'on the device, each step counts its host syncs; one 
 	jq -s -e "length == 3 and all(.host_syncs > 0)" y2.jsonl >/dev/null &&
 	jq -s -c "[.[1:][].host_syncs]" y2.jsonl >s2 && jq -s -c "[.[1:][].host_syncs]" y5.jsonl >s5 &&
 	cat s2 s5 && cmp s2 s5
+'
+
+# The calls that put work on the device (kernels, GEMMs, copies, memsets),
+# counted per step by the backend on a GPU and in the emulation alike: the
+# same every step of a dense model, more for more layers.
+test_expect_success DEVICE 'on the device, each step counts its kernel launches, the same every step' '
+	for n in 2 5; do
+		jq -s -e "all(.kernel_launches > 0) and (.[1].kernel_launches == .[2].kernel_launches)" \
+			y$n.jsonl >/dev/null || return 1
+	done &&
+	a=$(jq -s ".[2].kernel_launches" y2.jsonl) && b=$(jq -s ".[2].kernel_launches" y5.jsonl) &&
+	echo "# launches per step: $a for 2 layers, $b for 5" &&
+	test "$b" -gt "$a"
 '
 
 test_done
