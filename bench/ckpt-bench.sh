@@ -24,23 +24,15 @@ if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
 else
 	smoke=0 hidden=1024 inter=2816 layers=8 heads=16 vocab=32000 what="165M"
 fi
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-ckpt-bench.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
 . "$src/bench/lib.sh"
-command -v mpiexec >/dev/null || { echo "ckpt-bench: no mpiexec; skipped"; exit 0; }
+bench_begin ckpt-bench
 
 bench_llama "$tmp/model" || exit 1
 bench_ids "$tmp/ids" 8 65 || exit 1
-cat >"$tmp/c.yaml" <<YAML
-model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
-training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
-dataset:
-  _target_: hyper_parallel.data.build_indexed_text_dataset
-  data_path: $tmp/ids
-  data_config: {seq_length: 64, is_dataset_from_mr: true}
-checkpoint: {checkpoint_dir: $tmp/ck, save_steps: 1}
-YAML
+{
+	bench_yaml 2 4 1 64
+	echo "checkpoint: {checkpoint_dir: $tmp/ck, save_steps: 1}"
+} >"$tmp/c.yaml"
 
 now () { date +%s.%N; }
 

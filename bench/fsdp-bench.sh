@@ -23,23 +23,15 @@ if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
 else
 	smoke=0 hidden=512 inter=1536 layers=4 heads=8 vocab=8192 seq=256 gbs=16 mbs=2 steps=6
 fi
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-fsdp-bench.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
 . "$src/bench/lib.sh"
-command -v mpiexec >/dev/null || { echo "fsdp-bench: no mpiexec; skipped"; exit 0; }
+bench_begin fsdp-bench
 
 bench_llama "$tmp/model" || exit 1
 bench_ids "$tmp/ids" 64 $((seq + 1)) || exit 1
-cat >"$tmp/c.yaml" <<YAML
-model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
-training: {train_iters: $steps, global_batch_size: $gbs, micro_batch_size: $mbs, seed: 1}
-checkpoint: {save_ckpt: false}
-dataset:
-  _target_: hyper_parallel.data.build_indexed_text_dataset
-  data_path: $tmp/ids
-  data_config: {seq_length: $seq, is_dataset_from_mr: true}
-YAML
+{
+	bench_yaml $steps $gbs $mbs $seq
+	echo "checkpoint: {save_ckpt: false}"
+} >"$tmp/c.yaml"
 
 # median of steps 2..$steps of FIELD in FILE
 med () {

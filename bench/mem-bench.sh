@@ -27,43 +27,44 @@ if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
 else
 	smoke=0 hidden=768 inter=2048 layers=16 heads=12 vocab=8000 seq=256
 fi
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-mem-bench.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
 . "$src/bench/lib.sh"
-command -v mpiexec >/dev/null || { echo "mem-bench: no mpiexec; skipped"; exit 0; }
+bench_begin mem-bench
 
 bench_llama "$tmp/model" || exit 1
 bench_ids "$tmp/ids" 16 $((seq + 1)) || exit 1
-cat >"$tmp/c.yaml" <<YAML
-model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
-training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
-checkpoint: {save_ckpt: false}
-dataset:
-  _target_: hyper_parallel.data.build_indexed_text_dataset
-  data_path: $tmp/ids
-  data_config: {seq_length: $seq, is_dataset_from_mr: true}
-YAML
+{
+	bench_yaml 2 4 1 $seq
+	echo "checkpoint: {save_ckpt: false}"
+} >"$tmp/c.yaml"
+
+# run N TAG ARGS...: hp-train on N ranks (dp_shard_size N), its metrics in
+# $tmp/TAGN.jsonl, and its plan in $tmp/TAGN.json
+run () {
+	n=$1 tag=$2 launch=
+	shift 2
+	[ $n = 1 ] || { launch="mpiexec -n $n"; set -- --fsdp_config.dp_shard_size=$n "$@"; }
+	$launch "$build/bin/hp-train" -q "$tmp/c.yaml" "$@" --metrics "$tmp/$tag$n.jsonl" &&
+	"$build/bin/hp-plan" "$tmp/c.yaml" --world $n "$@" -o "$tmp/$tag$n.json"
+}
+
+# largest FIELD over ranks and steps in the metrics $tmp/TAGN.jsonl
+peak () {
+	v=$(jq -s "map(.$3) | max" "$tmp/$1$2.jsonl")
+	case $v in ''|null) echo "mem-bench: $2 ranks: no $3 in the metrics" >&2; exit 1 ;; esac
+	echo "$v"
+}
 
 echo "hp-train host memory: Llama (hidden $hidden, $layers layers, vocab $vocab), 4 x $seq tokens per step"
 [ "$smoke" = 0 ] || echo "smoke mode: tiny sizes, the numbers are not worth reading"
 printf '%-6s %12s %12s %12s %8s %10s\n' ranks "peak MiB" "plan MiB" "bound MiB" within "vs 1"
 one=
 for n in 1 2 4; do
-	if [ $n = 1 ]; then
-		"$build/bin/hp-train" -q "$tmp/c.yaml" --metrics "$tmp/m$n.jsonl" || exit 1
-		"$build/bin/hp-plan" "$tmp/c.yaml" --world 1 -o "$tmp/p$n.json" || exit 1
-	else
-		mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" --fsdp_config.dp_shard_size=$n \
-			--metrics "$tmp/m$n.jsonl" || exit 1
-		"$build/bin/hp-plan" "$tmp/c.yaml" --world $n --fsdp_config.dp_shard_size=$n -o "$tmp/p$n.json" || exit 1
-	fi
-	peak=$(jq -s 'map(.host_bytes_peak) | max' "$tmp/m$n.jsonl")
-	plan=$(jq '[.estimates.per_rank[].host_bytes] | max' "$tmp/p$n.json")
-	bound=$(jq '[.estimates.per_rank[] | 1.25 * (.host_bytes - .host_overhead_bytes) + .host_overhead_bytes] | max' "$tmp/p$n.json")
-	case $peak in ''|null) echo "mem-bench: $n ranks: no host_bytes_peak in the metrics" >&2; exit 1;; esac
-	[ -n "$one" ] || one=$peak
-	awk -v n=$n -v p="$peak" -v q="$plan" -v b="$bound" -v o="$one" 'BEGIN { m = 1048576
+	run $n m || exit 1
+	p=$(peak m $n host_bytes_peak) || exit 1
+	plan=$(jq '[.estimates.per_rank[].host_bytes] | max' "$tmp/m$n.json")
+	bound=$(jq '[.estimates.per_rank[] | 1.25 * (.host_bytes - .host_overhead_bytes) + .host_overhead_bytes] | max' "$tmp/m$n.json")
+	[ -n "$one" ] || one=$p
+	awk -v n=$n -v p="$p" -v q="$plan" -v b="$bound" -v o="$one" 'BEGIN { m = 1048576
 		printf "%-6s %12.1f %12.1f %12.1f %8s %9.3fx\n", n, p / m, q / m, b / m, p <= b ? "yes" : "NO", p / o }'
 done
 echo "targets (#35): within on every row; 4 ranks at most 0.450x of one process"
@@ -75,23 +76,14 @@ echo "targets (#35): within on every row; 4 ranks at most 0.450x of one process"
 echo
 echo "hp-train device memory, CUDA backend (emulated on the host, exact): the same model, 1 step"
 printf '%-6s %12s %12s %8s %10s\n' ranks "peak MiB" "plan MiB" "within" "vs 1"
+export HP_CUDA_EMULATE=exact
 one=
 for n in 1 4; do
-	if [ $n = 1 ]; then
-		HP_CUDA_EMULATE=exact "$build/bin/hp-train" -q "$tmp/c.yaml" --training.device=cuda \
-			--training.train_iters=1 --metrics "$tmp/d$n.jsonl" || exit 1
-		"$build/bin/hp-plan" "$tmp/c.yaml" --world 1 --training.device=cuda -o "$tmp/q$n.json" || exit 1
-	else
-		HP_CUDA_EMULATE=exact mpiexec -n $n "$build/bin/hp-train" -q "$tmp/c.yaml" --training.device=cuda \
-			--training.train_iters=1 --fsdp_config.dp_shard_size=$n --metrics "$tmp/d$n.jsonl" || exit 1
-		"$build/bin/hp-plan" "$tmp/c.yaml" --world $n --training.device=cuda --fsdp_config.dp_shard_size=$n \
-			-o "$tmp/q$n.json" || exit 1
-	fi
-	peak=$(jq -s 'map(.device_bytes_peak) | max' "$tmp/d$n.jsonl")
-	plan=$(jq '[.estimates.per_rank[].device_bytes] | max' "$tmp/q$n.json")
-	case $peak in ''|null) echo "mem-bench: $n ranks: no device_bytes_peak in the metrics" >&2; exit 1;; esac
-	[ -n "$one" ] || one=$peak
-	awk -v n=$n -v p="$peak" -v q="$plan" -v o="$one" 'BEGIN { m = 1048576; d = p / q
+	run $n d --training.device=cuda --training.train_iters=1 || exit 1
+	p=$(peak d $n device_bytes_peak) || exit 1
+	plan=$(jq '[.estimates.per_rank[].device_bytes] | max' "$tmp/d$n.json")
+	[ -n "$one" ] || one=$p
+	awk -v n=$n -v p="$p" -v q="$plan" -v o="$one" 'BEGIN { m = 1048576; d = p / q
 		printf "%-6s %12.1f %12.1f %8s %9.3fx\n", n, p / m, q / m, (d >= 0.98 && d <= 1.02) ? "2%" : "NO", p / o }'
 done
 echo "targets (#35): within 2% of the plan on every row; 4 ranks at most 0.400x of one process"

@@ -34,11 +34,8 @@ else
 	smoke=0 hidden=256 inter=512 layers=4 heads=8 kv=4 hd=32 vocab=8192 experts=16 topk=4 moe=128
 	seq=512 gbs=16 steps=6 vsteps=3
 fi
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/hp-parallel-bench.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
 . "$src/bench/lib.sh"
-command -v mpiexec >/dev/null || { echo "parallel-bench: no mpiexec; skipped"; exit 0; }
+bench_begin parallel-bench
 
 mkdir -p "$tmp/model"
 cat >"$tmp/model/config.json" <<JSON
@@ -52,15 +49,8 @@ JSON
 # 128 records of seq+1 random ids: 16 rows for each of 8 steps
 bench_ids "$tmp/ids" 128 $((seq + 1)) || exit 1
 {
-	cat <<-YAML
-	model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $tmp/model}
-	training: {train_iters: $steps, global_batch_size: $gbs, micro_batch_size: 1, seed: 1}
-	checkpoint: {save_ckpt: false}
-	dataset:
-	  _target_: hyper_parallel.data.build_indexed_text_dataset
-	  data_path: $tmp/ids
-	  data_config: {seq_length: $seq, is_dataset_from_mr: true}
-	YAML
+	bench_yaml $steps $gbs 1 $seq
+	echo "checkpoint: {save_ckpt: false}"
 	awk '/^plan_overrides:/ { on = 1; print; next } on && /^[^ ]/ { exit } on' "$src/t/config/seed-8rank.yaml"
 } >"$tmp/c.yaml"
 

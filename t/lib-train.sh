@@ -38,6 +38,29 @@ write_config () {
 	} >"$1"
 }
 
+# random_config FILE CONFIG_DIR DATA_PREFIX SEQ MICRO GLOBAL ITERS [model
+# keys on stdin]: write_config's arguments for a from_config run (random
+# weights, seed 1) of CONFIG_DIR/config.json, the keys on stdin ("key:
+# value" lines) overriding it, saving no checkpoint
+random_config () {
+	{
+		cat <<-YAML
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
+		  config_path: $2
+		YAML
+		if [ ! -t 0 ]; then sed 's/^/  /'; fi
+		cat <<-YAML
+		training: {train_iters: $7, global_batch_size: $6, micro_batch_size: $5, seed: 1}
+		checkpoint: {save_ckpt: false}
+		dataset:
+		  _target_: hyper_parallel.data.build_indexed_text_dataset
+		  data_path: $3
+		  data_config: {seq_length: $4, is_dataset_from_mr: true}
+		YAML
+	} >"$1"
+}
+
 # online_config FILE DATA SEQ ITERS [extra yaml on stdin]: stories260K on
 # online JSONL or text, global batch 4 of micro 2
 online_config () {

@@ -231,15 +231,7 @@ test_expect_success DEVICE 'on the device, FSDP over 4 ranks holds under 3/4 of 
 	 "num_key_value_heads": 8, "vocab_size": 512, "max_position_embeddings": 64,
 	 "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "torch_dtype": "float32"}
 	JSON
-	cat >l4.yaml <<-YAML &&
-	model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: l4}
-	training: {train_iters: 2, global_batch_size: 4, micro_batch_size: 1, seed: 1}
-	checkpoint: {save_ckpt: false}
-	dataset:
-	  _target_: hyper_parallel.data.build_indexed_text_dataset
-	  data_path: ts
-	  data_config: {seq_length: 64, is_dataset_from_mr: true}
-	YAML
+	random_config l4.yaml l4 ts 64 1 4 2 </dev/null &&
 	hp-train l4.yaml $DEVICE_ARGS --metrics d1.jsonl >out1 &&
 	mpiexec -n 4 hp-train l4.yaml $DEVICE_ARGS $F.dp_shard_size=4 --metrics d4.jsonl >out4 &&
 	grep "device memory: peak .*: every rank within 2%" out1 &&
@@ -260,6 +252,12 @@ test_expect_success DEVICE 'on the device, a layout beyond the GPU memory is ref
 	HP_CUDA_EMULATE_MEMORY=$((need / 3)) test_must_fail_with 3 mpiexec -n 2 hp-train -q hf.yaml $DEVICE_ARGS \
 		$F.dp_shard_size=2 2>err &&
 	grep "needs [0-9.]* GiB of device memory" err &&
+	hp-plan hf.yaml --world 2 $DEVICE_ARGS $A.cp_size=2 >cp.json &&
+	m0=$(jq ".estimates.per_rank[] | select(.ranks == [0]) | .device_bytes" cp.json) &&
+	HP_CUDA_EMULATE_MEMORY=$m0 test_must_fail_with 3 mpiexec -n 2 hp-train -q hf.yaml $DEVICE_ARGS \
+		$A.cp_size=2 2>err &&
+	grep "rank 1 needs [0-9.]* GiB of device memory" err &&
+	grep "another rank.s layout needs more device memory than its GPU has (see its message)" err &&
 	HP_CUDA_EMULATE_MEMORY=80Q test_must_fail_with 3 hp-train -q hf.yaml $DEVICE_ARGS 2>err &&
 	grep "HP_CUDA_EMULATE_MEMORY=80Q: expected" err
 '
@@ -269,18 +267,7 @@ test_expect_success DEVICE 'on the device, a layout beyond the GPU memory is ref
 # emulation.  In one process the count does not grow with the layers.
 test_expect_success DEVICE 'on the device, each step counts its host syncs; one process: as many for 2 layers as for 5' '
 	for n in 2 5; do
-		cat >y$n.yaml <<-YAML &&
-		model:
-		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
-		  config_path: $DATA/stories260K/hf
-		  num_hidden_layers: $n
-		training: {train_iters: 3, global_batch_size: 4, micro_batch_size: 2, seed: 1}
-		checkpoint: {save_ckpt: false}
-		dataset:
-		  _target_: hyper_parallel.data.build_indexed_text_dataset
-		  data_path: ts
-		  data_config: {seq_length: 64, is_dataset_from_mr: true}
-		YAML
+		echo "num_hidden_layers: $n" | random_config y$n.yaml "$DATA/stories260K/hf" ts 64 2 4 3 &&
 		hp-train -q y$n.yaml $DEVICE_ARGS --metrics y$n.jsonl || return 1
 	done &&
 	jq -s -e "length == 3 and all(.host_syncs > 0)" y2.jsonl >/dev/null &&

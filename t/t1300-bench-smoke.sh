@@ -162,10 +162,11 @@ test_expect_success MPI 'fsdp-bench.sh: 1, 2, 4 and 8 ranks' '
 	has fsdp.out "^ranks +step s +tok/s" "^1 +[0-9.]+ " "^2 +[0-9.]+ " "^4 +[0-9.]+ " "^8 +[0-9.]+ "
 '
 
-test_expect_success MPI 'mem-bench.sh: peak resident memory of 1, 2 and 4 ranks against the plan' '
+test_expect_success MPI 'mem-bench.sh: peak resident and device memory of 1 to 4 ranks against the plan' '
 	bench sh "$BENCH/mem-bench.sh" >mem.out 2>mem.err &&
 	has mem.out "^ranks +peak MiB +plan MiB +bound MiB +within +vs 1" "^1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +yes +1.000x" \
-		"^2 +[0-9.]+ .* yes " "^4 +[0-9.]+ .* yes "
+		"^2 +[0-9.]+ .* yes " "^4 +[0-9.]+ .* yes " \
+		"^1 +[0-9.]+ +[0-9.]+ +2% +1.000x" "^4 +[0-9.]+ +[0-9.]+ +2% +[0-9.]+x"
 '
 
 test_expect_success MPI 'ckpt-bench.sh: checkpoint write and read against dd' '

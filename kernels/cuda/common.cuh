@@ -17,6 +17,17 @@ extern cudaStream_t hp_cu_stream;
  * hp_cuda_fini rather than now, when collectives may be in flight */
 void hp_cu_retire(void *p);
 
+/* context.cu: a library opened at run time (dlopen: a CPU run never loads
+ * it), the first of names that loads, and each of syms resolved into its
+ * slot; 0, or HP_ECUDA naming the library or the missing function.  Once
+ * is enough; again costs a lookup. */
+struct hp_cu_sym {
+	const char *name;
+	void **slot;
+};
+int hp_cu_dlopen(const char *const *names, int nnames, const struct hp_cu_sym *syms, int nsyms,
+		 struct hp_err *e);
+
 /* gemm.cu: D = op(A) op(B) + beta C, column-major (ta, tb: A, B transposed),
  * A and B bf16, C = D fp32 with leading dimension ldc; nothing to do when m,
  * n or k is 0.  0 or HP_ECUDA with e set. */

@@ -11,6 +11,7 @@
 extern "C" {
 #include "base/alloc.h"
 }
+#include <dlfcn.h>
 
 cudaStream_t hp_cu_stream;
 static int inited = -1;
@@ -62,6 +63,21 @@ extern "C" int hp_cuda_init(int dev, struct hp_err *e)
 	if (hp_cu_gemm_init(e))
 		return HP_ECUDA;
 	inited = dev;
+	return 0;
+}
+
+int hp_cu_dlopen(const char *const *names, int nnames, const struct hp_cu_sym *syms, int nsyms,
+		 struct hp_err *e)
+{
+	void *h = NULL;
+
+	for (int i = 0; !h && i < nnames; i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return hp_err_set(e, HP_ECUDA, "cuda: cannot open %s: %s", names[0], dlerror());
+	for (int i = 0; i < nsyms; i++)
+		if (!*syms[i].slot && !(*syms[i].slot = dlsym(h, syms[i].name)))
+			return hp_err_set(e, HP_ECUDA, "cuda: %s has no function %s", names[0], syms[i].name);
 	return 0;
 }
 

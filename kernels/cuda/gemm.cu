@@ -24,7 +24,6 @@
  * including the pointers' alignment, which the heuristic depends on.  Not
  * thread-safe: the backend is driven by one host thread.
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,20 +73,15 @@ static struct {
 
 extern "C" int hp_cu_lt_open(struct hp_err *e)
 {
-	static void *h;
-	const char *const names[] = { "libcublasLt.so." STR(CUBLAS_VER_MAJOR),
-				      HP_CUDA_LIBDIR "/libcublasLt.so." STR(CUBLAS_VER_MAJOR) };
-
-	for (size_t i = 0; !h && i < sizeof(names) / sizeof(names[0]); i++)
-		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!h)
-		return hp_err_set(e, HP_ECUDA, "cuBLASLt: cannot open %s: %s", names[0], dlerror());
-#define X(f) \
-	if (!L.f && !(*(void **)&L.f = dlsym(h, #f))) \
-		return hp_err_set(e, HP_ECUDA, "cuBLASLt: %s has no function %s", names[0], #f);
-	LT_FUNCS(X)
+	static const char *const names[] = { "libcublasLt.so." STR(CUBLAS_VER_MAJOR),
+					     HP_CUDA_LIBDIR "/libcublasLt.so." STR(CUBLAS_VER_MAJOR) };
+	static const struct hp_cu_sym syms[] = {
+#define X(f) { #f, (void **)&L.f },
+		LT_FUNCS(X)
 #undef X
-	return 0;
+	};
+
+	return hp_cu_dlopen(names, 2, syms, (int)(sizeof(syms) / sizeof(syms[0])), e);
 }
 
 static cublasLtHandle_t lt;

@@ -11,7 +11,6 @@
  * synchronises the device.  The driver's functions come from libcuda by
  * dlopen, as cuBLASLt's do (gemm.cu): a CPU run never loads them.
  */
-#include <dlfcn.h>
 #include <cuda.h>
 
 #include "cuda/common.cuh"
@@ -48,18 +47,18 @@ static size_t nevs, capevs;
 
 static int drv_open(struct hp_err *e)
 {
-	static void *h;
+	static const char *const names[] = { "libcuda.so.1" };
+	static const struct hp_cu_sym syms[] = {
+#define X(f) { #f, (void **)&D.f },
+		VM_FUNCS(X)
+#undef X
+	};
 	CUdevice dev;
 
 	if (G)
 		return 0;
-	if (!h && !(h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)))
-		return hp_err_set(e, HP_ECUDA, "cuda: cannot open libcuda.so.1: %s", dlerror());
-#define X(f) \
-	if (!D.f && !(*(void **)&D.f = dlsym(h, #f))) \
-		return hp_err_set(e, HP_ECUDA, "cuda: libcuda.so.1 has no function %s", #f);
-	VM_FUNCS(X)
-#undef X
+	if (hp_cu_dlopen(names, 1, syms, (int)(sizeof(syms) / sizeof(syms[0])), e))
+		return HP_ECUDA;
 	if (D.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
 		return hp_err_set(e, HP_ECUDA, "cuda: no current device for virtual memory");
 	memset(&prop, 0, sizeof(prop));

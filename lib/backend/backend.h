@@ -119,9 +119,9 @@ struct hp_backend {
 	 * by the same code on a GPU and in the emulation (a kernel-layer call
 	 * that launches several kernels counts one).  0 on the CPU. */
 	long kernel_launches;
-	/* device backends: the device's memory, free when the backend opened
-	 * and in all (the emulation: HP_CUDA_EMULATE_MEMORY, else 1 TiB) */
-	size_t dev_free, dev_total;
+	/* device backends: the device's memory free when the backend opened
+	 * (the emulation: HP_CUDA_EMULATE_MEMORY, else 1 TiB) */
+	size_t dev_free;
 
 	/* ---- memory (bytes) ---- */
 	void *(*alloc)(struct hp_backend *b, size_t bytes, struct hp_err *e);   /* zeroed */

@@ -1606,6 +1606,7 @@ int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct 
 {
 	const char *want = getenv("HP_CUDA_COMM");
 	char dn[128] = "";
+	size_t total;
 	struct cu *c;
 	int rc;
 
@@ -1625,7 +1626,7 @@ int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct 
 	c->shared = shared;
 #endif
 	if ((rc = hp_cuda_init(dev, e)) || (rc = hp_cuda_device_name(dev, dn, sizeof(dn), e)) ||
-	    (rc = hp_cuda_reserve(8192, e)) || (rc = hp_cuda_mem_info(&c->b.dev_free, &c->b.dev_total, e))) {
+	    (rc = hp_cuda_reserve(8192, e)) || (rc = hp_cuda_mem_info(&c->b.dev_free, &total, e))) {
 		hp_cuda_fini();
 		hp_free(c);
 		return rc;

@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "dist/fsdp.h"
 #include "dist/shard.h"
+#include "model/params.h"
 
 /* "bfloat16" -> BF16, "float32" or "" -> F32; INVALID for the others */
 static enum hp_dtype mp_dtype(const char *s)
@@ -87,10 +88,9 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 					  "plan's piece %lld", q->name, m->w.params[j].numel,
 					  (long long)(f->pc[i].rows * f->pc[i].cols));
 		f->mp[i] = &m->w.params[j++];
-		/* on a device, a matrix a GEMM reads (not the embedding, which is
-		 * looked up) lives gathered in the working copy alone */
-		f->conly[i] = m->bk->device && m->par.sharded && q->ndim == 2 && f->mp[i]->offset >= m->w.wc0 &&
-			      strcmp(q->name, "model.embed_tokens.weight");
+		/* on a device, a matrix only GEMMs read lives gathered in the
+		 * working copy alone */
+		f->conly[i] = m->bk->device && m->par.sharded && hp_param_gemm_only(q->name, q->ndim);
 	}
 	f->nunits = p->nunits;
 	for (int u = 0; u < p->nunits; u++) {
@@ -155,14 +155,10 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	for (int l = 0; l < p->spec.n_layers; l++)
 		f->layer_unit[l] = f->expert_unit[l] = -1;
 	for (int u = 1; u < p->nunits; u++) {
-		int l, n = 0;
+		int l = hp_plan_unit_layer(p, u);
 
-		if (sscanf(p->units[u].name, "model.layers.%d%n", &l, &n) != 1 || l < 0 || l >= p->spec.n_layers)
-			continue;
-		if (p->units[u].name[n])
-			f->expert_unit[l] = u;
-		else
-			f->layer_unit[l] = u;
+		if (l >= 0)
+			*(p->units[u].mesh == HP_MESH_EXPERT ? &f->expert_unit[l] : &f->layer_unit[l]) = u;
 	}
 	return 0;
 oom:

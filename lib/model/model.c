@@ -35,8 +35,8 @@ static void add_param(struct hp_model *m, size_t *off, const char *name, int ndi
 	p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
 	p->wslot = wslot;
 	p->gslot = gslot;
-	/* keep every tensor 16-float aligned so SIMD paths may assume it */
-	*off = (*off + 15) & ~(size_t)15;
+	/* keep every tensor aligned so SIMD paths may assume it */
+	*off = (*off + HP_PARAM_ALIGN - 1) & ~(size_t)(HP_PARAM_ALIGN - 1);
 	p->offset = *off;
 	*off += p->numel;
 }
@@ -133,6 +133,19 @@ static int cp_ul(const struct hp_model *m)
 static int on_device(const struct hp_model *m)
 {
 	return m->bk && m->bk->device;
+}
+
+static int chunked(const struct hp_model *m)
+{
+	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->a.B * m->a.T;
+}
+
+/* The rows of one LM head call: a chunk of them in one process with the
+ * chunked cross-entropy (over tp the vocabulary-parallel loss takes them
+ * all), else the micro-batch's tokens. */
+static size_t head_rows(const struct hp_model *m)
+{
+	return chunked(m) && m->par.tp == 1 ? (size_t)m->k.ce_chunk : (size_t)m->a.B * m->a.T;
 }
 
 /* The attention backward's scratch: a row block for HF's algorithm, the
@@ -322,8 +335,7 @@ static int take_acts(struct hp_model *m)
 	TAKE(m->a.x_final, Ns * C * f);
 	TAKE(m->a.rstd_f, Ns * f);
 	TAKE(m->a.xf, N * C * f);
-	TAKE(m->a.logits, (m->k.ce_chunk > 0 && m->k.ce_chunk < N && pr->tp == 1 ? (size_t)m->k.ce_chunk
-										 : (size_t)N) * V * f);
+	TAKE(m->a.logits, head_rows(m) * V * f);
 	if (pr->tp > 1) {
 		if (!pr->loss_parallel)
 			TAKE(m->lay.glogits, N * (size_t)m->gspec.vocab * f);
@@ -487,8 +499,6 @@ static int set_layout(struct hp_model *m, const struct hp_model_par *par, int B,
 	return 0;
 }
 
-static int chunked(const struct hp_model *m);
-
 static size_t zmax(size_t a, size_t b)
 {
 	return a > b ? a : b;
@@ -504,7 +514,7 @@ static void op_sizes(const struct hp_model *m, struct hp_op_sizes *z)
 	const struct hp_model_spec *s = &m->spec;
 	size_t N = (size_t)m->a.B * m->a.T, C = (size_t)s->hidden, D = (size_t)s->head_dim;
 	size_t QD = (size_t)s->n_heads * D, KD = (size_t)s->n_kv_heads * D, V = (size_t)s->vocab;
-	size_t Nh = chunked(m) && m->par.tp == 1 ? (size_t)m->k.ce_chunk : N;
+	size_t Nh = head_rows(m);
 	size_t R = (size_t)m->par.ep * (size_t)m->lay.Ns, Im = (size_t)s->moe_intermediate;
 	int dense = 0, moe = 0, grouped = 0;
 
@@ -686,10 +696,10 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 			goto fail;
 		}
 	}
-	/* the working copy: every weight a GEMM reads; an untied embedding
-	 * (the first parameter) is only looked up, in fp32 */
-	size_t wc0 = !spec->tie_word_embeddings && m->w.nparams && !m->w.params[0].offset &&
-		     !strcmp(m->w.params[0].name, "model.embed_tokens.weight") ? m->w.params[0].numel : 0;
+	/* the working copy: every weight but an untied embedding (the first
+	 * parameter), which is only looked up, in fp32 */
+	size_t wc0 = m->w.nparams && hp_param_uncopied(m->w.params[0].name, spec->tie_word_embeddings) ?
+		     m->w.params[0].numel : 0;
 	if ((rc = m->bk->weights(m->bk, m->w.bw + wc0, m->w.numel - wc0, e)))
 		goto fail;
 	m->w.wc0 = wc0;
@@ -1522,10 +1532,6 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
 }
 
-static int chunked(const struct hp_model *m)
-{
-	return m->k.ce_chunk > 0 && m->k.ce_chunk < (long)m->a.B * m->a.T;
-}
 
 /*
  * A norm's input x is the residual a + b (b NULL: x already holds it; a

@@ -39,6 +39,11 @@
 #include "config/hfconfig.h"
 #include "cpu/ops.h"
 
+/* Every parameter starts at a multiple of this many floats of the flat
+ * arrays, so SIMD paths may assume its alignment (hp-plan lays the arrays
+ * out the same way). */
+#define HP_PARAM_ALIGN 16
+
 struct hp_param {
 	char name[96];          /* HF name */
 	int ndim;

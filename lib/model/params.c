@@ -19,6 +19,18 @@ static int emit(struct walk *w, enum hp_param_field f, enum hp_param_role r, int
 	return w->fn(w->ctx, &d);
 }
 
+#define EMBED_NAME "model.embed_tokens.weight"
+
+int hp_param_uncopied(const char *name, int tied)
+{
+	return !tied && !strcmp(name, EMBED_NAME);
+}
+
+int hp_param_gemm_only(const char *name, int ndim)
+{
+	return ndim == 2 && strcmp(name, EMBED_NAME);
+}
+
 int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ctx)
 {
 	struct walk w = { .fn = fn, .ctx = ctx };
@@ -33,7 +45,7 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 	snprintf(w.name, sizeof(w.name), "model.layers.%d.%s", l, suffix); \
 	if ((rc = emit(&w, f, role, l, -1, nd, a, b))) return rc; } while (0)
 
-	TOP(HP_PF_EMBED, HP_ROLE_COLUMN, "model.embed_tokens.weight", 2, s->vocab, C);
+	TOP(HP_PF_EMBED, HP_ROLE_COLUMN, EMBED_NAME, 2, s->vocab, C);
 	for (int l = 0; l < s->n_layers; l++) {
 		LAYER(HP_PF_IN_NORM, HP_ROLE_REPLICATE, "input_layernorm.weight", 1, C, 1);
 		LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, QD, C);

@@ -46,6 +46,15 @@ struct hp_param_desc {
 
 typedef int (*hp_param_fn)(void *ctx, const struct hp_param_desc *d);
 
+/* How the passes read a parameter, by its name (and shape), for where a
+ * device may keep it.  The embedding (the first parameter) is looked up
+ * row by row in fp32; untied, it is never a GEMM's operand, so it has no
+ * bf16 working copy.  Every other matrix is only ever a GEMM's operand:
+ * gathered over ranks, a device holds it in its working copy alone
+ * (lib/dist/fsdp.c), and hp-plan counts it so (lib/plan/planest.c). */
+int hp_param_uncopied(const char *name, int tied);
+int hp_param_gemm_only(const char *name, int ndim);
+
 /* Call fn for every parameter of s in the canonical order; stop at the
  * first non-zero return and return it (0 when all were visited). */
 int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ctx);

@@ -194,6 +194,10 @@ void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int r
  * once per step: a tp-replicated weight that sees only the rank's heads
  * (q_norm, k_norm) or, with sequence parallelism, only its tokens. */
 int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q);
+/* The decoder layer unit u belongs to (the layer's own unit, or its
+ * experts', mesh HP_MESH_EXPERT); -1 for the root (embedding, final norm,
+ * LM head). */
+int hp_plan_unit_layer(const struct hp_plan *p, int u);
 /* Whether rank holds any of q (an expert lives on one ep rank). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
 

@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "cpu/ops.h"
+#include "model/params.h"
 #include "plan/plan.h"
 
 /* --- parameters ------------------------------------------------------------- */
@@ -217,6 +218,35 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	}
 }
 
+int hp_plan_unit_layer(const struct hp_plan *p, int u)
+{
+	int l;
+
+	return sscanf(p->units[u].name, "model.layers.%d", &l) == 1 && l >= 0 && l < p->spec.n_layers ? l : -1;
+}
+
+/* The size of the group unit u is sharded over. */
+static int64_t unit_k(const struct hp_plan *p, int u)
+{
+	return p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD];
+}
+
+/* Each unit's elements on rank: unsharded in the model (full) and its
+ * shard padded to the chunks (pad), as lib/dist/fsdp.c lays them out. */
+static void unit_sizes(const struct hp_plan *p, int rank, int64_t *full, int64_t *pad)
+{
+	for (int i = 0; i < p->nparams; i++) {
+		const struct hp_plan_param *q = &p->params[i];
+		struct hp_piece pc;
+
+		if (!hp_plan_owns(p, q, rank))
+			continue;
+		hp_plan_piece(p, q, rank, &pc);
+		full[q->unit] += pc.rows * pc.cols;
+		pad[q->unit] += pc.chunk * pc.cols;
+	}
+}
+
 /*
  * What FSDP holds beyond the shards at its peak, as lib/dist/fsdp.c holds
  * it on the CPU: the root unit's weights and gradients, unsharded in the
@@ -245,23 +275,14 @@ static int64_t gathered(const struct hp_plan *p, int rank)
 		root = -1;
 		goto out;
 	}
-	for (int i = 0; i < p->nparams; i++) {
-		const struct hp_plan_param *q = &p->params[i];
-		struct hp_piece pc;
-
-		if (!hp_plan_owns(p, q, rank))
-			continue;
-		hp_plan_piece(p, q, rank, &pc);
-		full[q->unit] += pc.rows * pc.cols;
-		pad[q->unit] += pc.chunk * pc.cols;
-	}
+	unit_sizes(p, rank, full, pad);
 	for (int u = 0; u < p->nunits; u++) {
-		int64_t k = p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD];
-		int l;
+		int64_t k = unit_k(p, u);
+		int l = hp_plan_unit_layer(p, u);
 
 		if ((k + 1) * pad[u] * er > rs)
 			rs = (k + 1) * pad[u] * er;
-		if (sscanf(p->units[u].name, "model.layers.%d", &l) == 1 && l >= 0 && l < n) {
+		if (l >= 0) {
 			layer[l] += full[u];
 			ring[l] += k * pad[u] * ep + (ep != 4 ? pad[u] * ep : 0);
 		} else {
@@ -325,7 +346,7 @@ static int holds_weights(const struct hp_plan *p, int k, int l)
 	return p->reshard_after_backward ? k <= l : 1;
 }
 
-static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
+static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 {
 	struct hp_model_kernels k;
 	struct hp_model_par par = {
@@ -336,13 +357,14 @@ static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 	};
 	int n = p->spec.n_layers, np = 0, rc = -1;
 	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, maxbuf = 0, partial = 0, slot = 0, best = 0;
+	int64_t *full = hp_calloc((size_t)p->nunits + 1, sizeof(*full));
 	int64_t *pad = hp_calloc((size_t)p->nunits + 1, sizeof(*pad)), *units = hp_calloc((size_t)n + 1, sizeof(*units));
 	struct dparam *dp = hp_calloc((size_t)p->nparams + 1, sizeof(*dp));
 	unsigned char *seen = NULL;
 	size_t ng;
 
 	*out = 0;
-	if (!pad || !units || !dp)
+	if (!full || !pad || !units || !dp)
 		goto out;
 	hp_plan_model_kernels(p, &k);
 	if (p->seq <= 0 || (act = hp_model_device_act_bytes(&p->spec, &k, &par, (int)p->micro, (int)p->seq,
@@ -350,28 +372,21 @@ static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		rc = 0;   /* no activations known: no estimate */
 		goto out;
 	}
-	/* the model's flat arrays: its pieces in the plan's order, each at a
-	 * 16-float boundary (lib/model/model.c, add_param) */
+	/* the model's flat arrays: its pieces in the plan's order, each at
+	 * HP_PARAM_ALIGN (lib/model/model.c, add_param) */
 	for (int i = 0; i < p->nparams; i++) {
 		const struct hp_plan_param *q = &p->params[i];
 		struct hp_piece pc;
-		int l = -1;
 
 		if (!hp_plan_owns(p, q, rank))
 			continue;
 		hp_plan_piece(p, q, rank, &pc);
-		numel = (numel + 15) & ~(int64_t)15;
-		if (sscanf(p->units[q->unit].name, "model.layers.%d", &l) != 1 || l < 0 || l >= n)
-			l = -1;
-		if (!numel && !p->spec.tie_word_embeddings && !strcmp(q->name, "model.embed_tokens.weight"))
+		numel = (numel + HP_PARAM_ALIGN - 1) & ~(int64_t)(HP_PARAM_ALIGN - 1);
+		if (!numel && hp_param_uncopied(q->name, p->spec.tie_word_embeddings))
 			wc0 = pc.rows * pc.cols;   /* looked up, never a GEMM's: no working copy */
-		/* a matrix only GEMMs read, gathered into the working copy alone
-		 * (lib/dist/fsdp.c, conly) */
-		dp[np++] = (struct dparam){ numel, pc.rows * pc.cols, l,
-					    q->ndim == 2 && numel >= wc0 && strcmp(q->name, "model.embed_tokens.weight") };
+		dp[np++] = (struct dparam){ numel, pc.rows * pc.cols, hp_plan_unit_layer(p, q->unit),
+					    hp_param_gemm_only(q->name, q->ndim) };
 		numel += pc.rows * pc.cols;
-		pad[q->unit] += pc.chunk * pc.cols;
-		total += pc.chunk * pc.cols;
 		if (hp_plan_tp_partial(p, q))
 			partial += pc.chunk * pc.cols;
 	}
@@ -381,20 +396,21 @@ static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		rc = 0;
 		goto out;
 	}
+	unit_sizes(p, rank, full, pad);
+	maxbuf = partial;
 	for (int u = 0; u < p->nunits; u++) {
-		int64_t K = p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD];
-		int l;
+		int64_t K = unit_k(p, u);
+		int l = hp_plan_unit_layer(p, u);
 
+		total += pad[u];
 		if ((K + 1) * pad[u] > maxbuf)
 			maxbuf = (K + 1) * pad[u];
-		if (sscanf(p->units[u].name, "model.layers.%d", &l) == 1 && l >= 0 && l < n) {
+		if (l >= 0) {
 			units[l]++;
 			if (K * pad[u] > slot)
 				slot = K * pad[u];
 		}
 	}
-	if (partial > maxbuf)
-		maxbuf = partial;
 	/* the prefetch slots in use at once: the units of the layers fetched
 	 * ahead, forward and (when the backward gathers) backward */
 	int64_t nslot = 1;
@@ -411,8 +427,8 @@ static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 	*out = act + scratch + 4 * 4 * (total + 1) + 4 * (maxbuf + 1) +
 	       (slot ? nslot * 4 * (slot + 1) * (esize(p->param_dtype) != 4 ? 2 : 1) : 0);
 	/* the reserved arrays at the backward of each layer: the root's and
-	 * the held layers' weights (fp32, and bf16 from wc0 on) and the
-	 * gradients of the root and the layer */
+	 * the held layers' weights (fp32 unless only GEMMs read them, bf16 from
+	 * wc0 on) and the gradients of the root and the layer */
 	ng = (size_t)((4 * numel + (int64_t)HP_CUDA_GRANULE - 1) / (int64_t)HP_CUDA_GRANULE) + 1;
 	if (!(seen = hp_calloc(3 * ng, 1)))
 		goto out;
@@ -438,6 +454,7 @@ static int64_t device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 	*out += best * (int64_t)HP_CUDA_GRANULE;
 	rc = 0;
 out:
+	hp_free(full);
 	hp_free(pad);
 	hp_free(units);
 	hp_free(dp);

@@ -89,6 +89,9 @@ struct run {
 	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
 	char gpu_name[160];
 	int gpu_share;                /* ranks on this rank's GPU (1: its own) */
+	/* the plan's estimate for this rank, made once (NULL: none) */
+	struct hp_rank_est est_buf;
+	const struct hp_rank_est *est;
 };
 
 /*
@@ -400,22 +403,23 @@ static void metrics_comm(FILE *f, const struct hp_comms *cs)
  * the first difference goes to why. */
 static int comm_matches(const struct run *r, char *why, size_t n)
 {
-	struct hp_rank_est est;
+	const struct hp_rank_est *est = r->est;
 
-	if (hp_plan_estimate(r->plan, r->rank, &est))
+	if (!est)
 		return 0;
+
 	for (int d = 0; d <= HP_NDIM; d++)
 		for (int c = 0; c < HP_NCOLL; c++) {
 			const struct hp_comm *m = &r->comms.dim[d];
 
 			/* what the routing decides (EP's return exchanges) is not estimated */
-			int64_t got = m->bytes[c] - m->routed[c], want = est.comm[d][c].bytes - est.comm[d][c].routed;
+			int64_t got = m->bytes[c] - m->routed[c], want = est->comm[d][c].bytes - est->comm[d][c].routed;
 
-			if (m->calls[c] != est.comm[d][c].calls || got != want) {
+			if (m->calls[c] != est->comm[d][c].calls || got != want) {
 				snprintf(why, n, "rank %d, %s %s: %lld calls, %lld bytes not set by the routing; "
 					 "the plan says %lld, %lld", r->rank, hp_comm_dim_name(d),
 					 hp_coll_name((enum hp_coll)c), (long long)m->calls[c], (long long)got,
-					 (long long)est.comm[d][c].calls, (long long)want);
+					 (long long)est->comm[d][c].calls, (long long)want);
 				return 0;
 			}
 		}
@@ -1161,8 +1165,7 @@ static void host_verdict(struct run *r, const struct hp_rank_est *est, FILE *out
 static void report_end(struct run *r, FILE *out, int talk)
 {
 	struct hp_model *m = &r->model;
-	struct hp_rank_est est;
-	const struct hp_rank_est *pe = hp_plan_estimate(r->plan, r->rank, &est) ? NULL : &est;
+	const struct hp_rank_est *pe = r->est;
 
 	if (r->bk->device) {
 		/* the device's arena is its own layout (flash attention on every
@@ -1596,17 +1599,17 @@ static void run_free(struct run *r)
 /* A layout whose device bytes (the plan's, this rank's) exceed what its
  * GPU has free (a share of it where ranks share one) is refused before
  * anything is allocated, on every rank alike. */
-static int check_device_memory(struct run *r, MPI_Comm comm, int shared, struct hp_err *e)
+static int check_device_memory(struct run *r, MPI_Comm comm, struct hp_err *e)
 {
-	struct hp_rank_est est;
+	int shared = r->gpu_share;
 	double gib = 1.0 / (1 << 30), have = (double)r->bk->dev_free / (shared > 1 ? shared : 1);
 	int bad = 0;
 
-	if (r->bk->device && !hp_plan_estimate(r->plan, r->rank, &est) && (double)est.device_bytes > have) {
+	if (r->bk->device && r->est && (double)r->est->device_bytes > have) {
 		bad = 1;
 		hp_err_set(e, HP_ECONFIG, "'%s': rank %d needs %.2f GiB of device memory (hp-plan's device_bytes), "
 			   "%s has %.2f GiB free%s: shard further (fsdp_config.dp_shard_size, tp_size, ep_size) or "
-			   "checkpoint activations", r->cfg.path, r->rank, (double)est.device_bytes * gib, r->bk->name,
+			   "checkpoint activations", r->cfg.path, r->rank, (double)r->est->device_bytes * gib, r->bk->name,
 			   have * gib, shared > 1 ? " for each of the ranks that share it" : "");
 	}
 	if (r->dist)
@@ -1634,7 +1637,8 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 	    (rc = pick_device(&r, comm, e)) || (rc = hp_train_check_layout(&r.cfg, r.plan, r.bk, e)))
 		goto out;
 	/* device collectives: NCCL or host-staged, decided by every rank alike */
-	if ((rc = check_device_memory(&r, comm, r.gpu_share, e)) || (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e))))
+	r.est = hp_plan_estimate(r.plan, r.rank, &r.est_buf) ? NULL : &r.est_buf;
+	if ((rc = check_device_memory(&r, comm, e)) || (r.dist && (rc = r.bk->attach(r.bk, &r.comms, e))))
 		goto out;
 	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
 				    (int)r.cfg.training.micro_batch_size, (int)hp_config_seq_length(&r.cfg), e)) ||
