@@ -152,9 +152,15 @@ test_expect_success MPI 'a rank killed with SIGKILL ends the job non-zero within
 	gone_lines_true
 '
 
-test_expect_success MPI 'with mpiexec -disable-auto-cleanup the survivors always name a dead rank' '
+# Without the launcher's clean-up a survivor names the dead rank, unless
+# the launcher itself falls over: hydra's proxy dies when the killed rank
+# was in a PMI exchange (seen once in about ten runs under load: "unable
+# to forward PMI response to MPI process", exit 255), and what the
+# survivors write to stderr goes down with it.
+test_expect_success MPI 'with mpiexec -disable-auto-cleanup the survivors name a dead rank, unless the launcher fails' '
 	kill_rank2 -disable-auto-cleanup &&
-	gone_lines_true && test -s named
+	gone_lines_true &&
+	{ test -s named || grep "unable to forward PMI response" kerr; }
 '
 
 test_done
