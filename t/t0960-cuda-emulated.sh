@@ -4,13 +4,14 @@ test_description='kernels/cuda under the CPU emulation (t/cuemu): the CUDA kerne
 
 # build/t/test-cuda-emu, test-cuda-attn-emu and test-cuda-gemm-emu are
 # t/unit/test-cuda.c, test-cuda-attn.c and test-cuda-gemm.c linked with the
-# real kernel sources (context, elementwise, linear, moe, ce, adamw, attn,
-# attnsmall) compiled by g++ against t/cuemu: every block's threads run as
+# real kernel sources (context, elementwise, linear, moe, grouped, ce, adamw,
+# attn, attnsmall) compiled by g++ against t/cuemu: every block's threads run as
 # fibers; barrier deadlocks or divergence, shuffles with exited lanes, bad
 # launch shapes, over 48 KiB of shared memory and overlapping copies abort.
 # Small shapes only; head dims 64 and 128 (flashattn.cu, mma.sync) are
 # skipped, and a host GEMM stands in for gemm.cu's cuBLASLt, so the linear
-# tests check linear.cu's code around the GEMM, not cuBLASLt.
+# tests check linear.cu's code around the GEMM, not cuBLASLt; grouped.cu's
+# wmma runs over t/cuemu/include/mma.h (every lane the whole 16x16 tile).
 emu="$HP_BUILD_DIR/t/test-cuda-emu"
 attn="$HP_BUILD_DIR/t/test-cuda-attn-emu"
 gemm="$HP_BUILD_DIR/t/test-cuda-gemm-emu"

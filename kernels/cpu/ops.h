@@ -109,6 +109,20 @@ void hp_router_topk(float *probs, int32_t *sel, float *wsel, long N, int E, int 
  * load-balancing loss's aux_grad * aux[e] on every probability. */
 void hp_router_bwd(float *dprob, const float *probs, const int32_t *sel, const float *wsel,
 		   const float *dwsel, const double *aux, double aux_grad, long N, int E, int K, int norm);
+/* The routing table, expert-major rows: off [E+1] the first row of each
+ * expert (token order within one), row r is token row_tok[r]'s slot
+ * row_slot[r]; tok_rows [N, K] (when not NULL) token t's K rows in
+ * ascending order.  Choices outside [0, E) (a top-k of NaN logits) become
+ * expert 0, in sel too; their number is added to *bad. */
+void hp_moe_route(int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows, int32_t *bad,
+		  int32_t *sel, long N, int E, int K);
+/* HF's load_balancing_loss_func in two parts.  acc, per MoE layer: FP[x] +=
+ * off[x+1] - off[x] (the slots routed to x), FP[E+x] += the sum over t < N
+ * in order of probs[t, x].  fin, after the last: FP[x] /= n (n the router
+ * outputs of every layer), *aux = E * sum over x of FP[x] * (FP[E+x] / n),
+ * and *acc += *aux / div when acc is not NULL (the step's sum). */
+void hp_moe_aux_acc(double *FP, const float *probs, const int32_t *off, long N, int E);
+void hp_moe_aux_fin(double *FP, double *aux, double *acc, int E, double n, double div);
 
 /* ---- cross-entropy over logits[N, V] ---- */
 #define HP_IGNORE_INDEX (-100)

@@ -57,7 +57,7 @@ static __device__ __forceinline__ double row_expsum(const float *l, int V, float
 	return block_sum(s, sh);
 }
 
-/* ---- the loss: per-row losses on the device, their sum on the host ---- */
+/* ---- the loss: per-row losses, then their sum, on the device ---- */
 
 /* loss[r] = log(sum exp) + max - logit[t]; 0 for -100, NaN for a target
  * out of range (the caller checks targets: this only keeps it visible) */
@@ -83,38 +83,38 @@ static __global__ void k_ce_loss(double *loss, const float *logits, const int32_
 	}
 }
 
-/* device scratch for the per-row losses and its host copy, grown to the
- * most rows asked for; the call synchronises, so nothing reads either
- * when it grows */
-static double *ce_dev, *ce_host;
+/* one thread adds the rows' losses in row order onto *acc: the CPU's
+ * order (hp_cross_entropy_fwd), and no host round trip */
+static __global__ void k_ce_acc(double *acc, const double *loss, long n)
+{
+	double s = 0;
+
+	for (long r = 0; r < n; r++)
+		s += loss[r];
+	*acc += s;
+}
+
+/* device scratch for the per-row losses, grown to the most rows asked for
+ * (the old one retired once the stream is past it) */
+static double *ce_dev;
 static long ce_cap;
 
-extern "C" int hp_cuda_ce_loss(double *host_sum, const float *logits, const int32_t *targets, long n, int V,
+extern "C" int hp_cuda_ce_loss(double *acc, const float *logits, const int32_t *targets, long n, int V,
 			       struct hp_err *e)
 {
-	double sum = 0;
-
-	*host_sum = 0;
 	if (n <= 0)
 		return 0;
 	if (n > ce_cap) {
 		hp_cu_retire(ce_dev);
-		hp_free(ce_host);
 		ce_dev = NULL;
 		ce_cap = 0;
-		if (!(ce_host = (double *)hp_malloc((size_t)n * sizeof(double))))
-			return hp_err_set(e, HP_ENOMEM, "cuda: out of host memory for %ld cross-entropy rows", n);
 		CK(cudaMalloc(&ce_dev, (size_t)n * sizeof(double)));
 		ce_cap = n;
 	}
 	k_ce_loss<<<ce_blocks(n), ce_threads(V), 0, hp_cu_stream>>>(ce_dev, logits, targets, n, V);
+	/* an ignored row's 0 adds nothing */
+	k_ce_acc<<<1, 1, 0, hp_cu_stream>>>(acc, ce_dev, n);
 	CK(cudaGetLastError());
-	CK(cudaMemcpyAsync(ce_host, ce_dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, hp_cu_stream));
-	CK(cudaStreamSynchronize(hp_cu_stream));
-	/* row order, as hp_cross_entropy_fwd; an ignored row's 0 adds nothing */
-	for (long r = 0; r < n; r++)
-		sum += ce_host[r];
-	*host_sum = sum;
 	return 0;
 }
 

@@ -172,6 +172,61 @@ extern "C" void hp_cuda_free(void *p)
 		cudaFree(p);
 }
 
+extern "C" void *hp_cuda_host_alloc(size_t bytes, struct hp_err *e)
+{
+	void *p = NULL;
+	cudaError_t rc = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+
+	if (rc != cudaSuccess) {
+		hp_err_set(e, HP_ECUDA, "cuda: cannot pin %.1f MiB of host memory: %s", (double)bytes / (1 << 20),
+			   cudaGetErrorString(rc));
+		cudaGetLastError();
+		return NULL;
+	}
+	return p;
+}
+
+extern "C" void hp_cuda_host_free(void *p)
+{
+	if (p)
+		cudaFreeHost(p);
+}
+
+extern "C" void *hp_cuda_mark_new(struct hp_err *e)
+{
+	cudaEvent_t ev;
+	cudaError_t rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+
+	if (rc != cudaSuccess) {
+		hp_err_set(e, HP_ECUDA, "cudaEventCreateWithFlags: %s", cudaGetErrorString(rc));
+		return NULL;
+	}
+	return ev;
+}
+
+extern "C" void hp_cuda_mark_free(void *mk)
+{
+	if (mk)
+		cudaEventDestroy((cudaEvent_t)mk);
+}
+
+extern "C" int hp_cuda_mark_record(void *mk, struct hp_err *e)
+{
+	CK(cudaEventRecord((cudaEvent_t)mk, hp_cu_stream));
+	return 0;
+}
+
+extern "C" int hp_cuda_mark_passed(void *mk)
+{
+	return cudaEventQuery((cudaEvent_t)mk) != cudaErrorNotReady;
+}
+
+extern "C" int hp_cuda_mark_wait(void *mk, struct hp_err *e)
+{
+	CK(cudaEventSynchronize((cudaEvent_t)mk));
+	return 0;
+}
+
 extern "C" int hp_cuda_upload(void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
 	CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, hp_cu_stream));

@@ -175,7 +175,7 @@ extern "C" void hp_cuda_scale(float *x, float s, size_t n)
 /* ---- sum of squares: SS_BLOCKS partials in double, then one block ---- */
 
 #define SS_BLOCKS 1024
-static double *ss_buf;   /* SS_BLOCKS partial sums, then the total */
+static double *ss_buf;   /* SS_BLOCKS partial sums */
 
 static __global__ void k_sumsq_part(double *part, const float *x, size_t n)
 {
@@ -200,7 +200,7 @@ static __global__ void k_sumsq_final(double *out, const double *part, int nb)
 		s += part[i];
 	s = block_sum(s, sh);
 	if (threadIdx.x == 0)
-		*out = s;
+		*out += s;
 }
 
 static float *col_get(size_t need);
@@ -215,7 +215,7 @@ extern "C" int hp_cuda_reserve(int max_cols, struct hp_err *e)
 	return 0;
 }
 
-extern "C" int hp_cuda_sumsq(double *host_out, const float *x, size_t n, struct hp_err *e)
+extern "C" int hp_cuda_sumsq(double *acc, const float *x, size_t n, struct hp_err *e)
 {
 	/* the grid depends on n only: the same n sums in the same order */
 	unsigned nb = ew_blocks(n);
@@ -225,10 +225,8 @@ extern "C" int hp_cuda_sumsq(double *host_out, const float *x, size_t n, struct 
 	if (!ss_buf)
 		CK(cudaMalloc(&ss_buf, (SS_BLOCKS + 1) * sizeof(double)));
 	k_sumsq_part<<<nb, EW_THREADS, 0, hp_cu_stream>>>(ss_buf, x, n);
-	k_sumsq_final<<<1, 1024, 0, hp_cu_stream>>>(ss_buf + SS_BLOCKS, ss_buf, (int)nb);
+	k_sumsq_final<<<1, 1024, 0, hp_cu_stream>>>(acc, ss_buf, (int)nb);
 	CK(cudaGetLastError());
-	CK(cudaMemcpyAsync(host_out, ss_buf + SS_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, hp_cu_stream));
-	CK(cudaStreamSynchronize(hp_cu_stream));
 	return 0;
 }
 

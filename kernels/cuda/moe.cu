@@ -2,8 +2,10 @@
  * moe.cu - the CUDA backend's MoE routing: the router's softmax and top-k,
  * its backward, and the row movements around the experts' GEMMs (gather
  * and scatter of rows by an index, the weighted combine and its backward,
- * the scatter-add of the experts' input gradients), on fp32 rows.  The
- * experts' GEMMs themselves are gemm.cu's, one call per expert.
+ * the scatter-add of the experts' input gradients), on fp32 rows; the
+ * routing table (which rows each expert owns) and the load-balancing
+ * loss's sums.  The experts' GEMMs themselves are grouped.cu's (or
+ * gemm.cu's, one call per expert).
  *
  * The arithmetic is kernels/cpu/router.c's and rows.c's, one warp per
  * token for the router (softmax sums and dot products in double, top-k by
@@ -13,8 +15,10 @@
  * ascending order tok_rows gives, which is the order the CPU's row loop
  * adds them, so their sums are the CPU's bits) or per row (the combine's
  * backward, whose dot product is a double block sum in another order than
- * the CPU's).  Deterministic: every sum has a fixed order, no atomics;
- * every output element is written by one thread.
+ * the CPU's).  The routing table is one block of integer counts (the
+ * CPU's table exactly), the aux loss's sums one thread per expert in the
+ * CPU's order (its bits).  Deterministic: every sum has a fixed order, no
+ * atomics; every output element is written by one thread.
  */
 #include <limits.h>
 #include <math.h>
@@ -295,4 +299,215 @@ extern "C" void hp_cuda_scatter_add_rows(float *dx, const float *dxe, const int3
 {
 	if (N > 0 && C > 0)
 		k_scatter_add<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dxe, tok_rows, N, k, C);
+}
+
+/* ---- the routing table: hp_moe_route's, one block ----
+ *
+ * The choices sel[N*k] split into P contiguous chunks, one thread each;
+ * cnt[p][x] counts chunk p's choices of expert x.  A column's exclusive
+ * prefix over p is where chunk p's rows of x start among x's, and the
+ * prefix of the column sums over x is off: the placement pass, every chunk
+ * in order, then puts each expert's rows in token order (stable) as the
+ * CPU's loop does, with no atomics.  Integers only: the CPU's table
+ * exactly.  One launch whatever N and E; the chunks' sequential walks are
+ * the cost, N*k / P choices each.  P is as many chunks as 48 KiB of
+ * shared memory holds counts for beside the experts' first rows (E = 8:
+ * the block's 1024 threads; E = 128: 94; E = 512: 23); an E too wide for
+ * even one chunk takes k_route_wide, one thread per expert scanning every
+ * choice (slow, but no memory).
+ */
+#define ROUTE_THREADS 1024
+#define ROUTE_SMEM_INTS (48 * 1024 / 4)
+
+/* token t's k rows, sorted ascending (insertion sort: k is small) */
+static __device__ __forceinline__ void sort_tok_rows(int32_t *tok_rows, long N, int k)
+{
+	for (long t = threadIdx.x; t < N; t += blockDim.x) {
+		int32_t *tr = tok_rows + t * k;
+		for (int a = 1; a < k; a++)
+			for (int j = a; j > 0 && tr[j - 1] > tr[j]; j--) {
+				int32_t v = tr[j];
+				tr[j] = tr[j - 1];
+				tr[j - 1] = v;
+			}
+	}
+}
+
+static __global__ void __launch_bounds__(ROUTE_THREADS) k_route(int32_t *off, int32_t *row_tok, int32_t *row_slot,
+								 int32_t *tok_rows, int32_t *bad, int32_t *sel,
+								 long N, int E, int k, int P)
+{
+	extern __shared__ int32_t rsh[];
+	int32_t *cnt = rsh;                     /* [P][E]: counts, then each chunk's cursors */
+	int32_t *nbad = cnt + (size_t)P * E;    /* [P] */
+	int32_t *first = nbad + P;              /* [E]: the totals, then each expert's first row */
+	long NK = N * k, cs = (NK + P - 1) / P;
+	int p = threadIdx.x;
+	long i0 = p * cs, i1 = i0 + cs < NK ? i0 + cs : NK;
+
+	for (long i = threadIdx.x; i < (long)P * E; i += blockDim.x)
+		cnt[i] = 0;
+	__syncthreads();
+	if (p < P) {
+		int32_t *c = cnt + (size_t)p * E, nb = 0;
+		for (long i = i0; i < i1; i++) {
+			int32_t s = sel[i];
+			if (s < 0 || s >= E) {
+				sel[i] = s = 0;
+				nb++;
+			}
+			c[s]++;
+		}
+		nbad[p] = nb;
+	}
+	__syncthreads();
+	for (int x = threadIdx.x; x < E; x += blockDim.x) {
+		int32_t s = 0;
+		for (int q = 0; q < P; q++) {
+			int32_t c = cnt[(size_t)q * E + x];
+			cnt[(size_t)q * E + x] = s;
+			s += c;
+		}
+		first[x] = s;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t s = 0, nb = 0;
+		for (int x = 0; x < E; x++) {
+			int32_t c = first[x];
+			off[x] = first[x] = s;
+			s += c;
+		}
+		off[E] = s;
+		for (int q = 0; q < P; q++)
+			nb += nbad[q];
+		*bad += nb;
+	}
+	__syncthreads();
+	/* each chunk reads back only the sel entries it rewrote itself */
+	if (p < P) {
+		int32_t *c = cnt + (size_t)p * E;
+		for (long i = i0; i < i1; i++) {
+			int32_t s = sel[i], r = first[s] + c[s]++;
+			row_tok[r] = (int32_t)(i / k);
+			row_slot[r] = (int32_t)(i % k);
+			if (tok_rows)
+				tok_rows[i] = r;
+		}
+	}
+	if (!tok_rows)
+		return;
+	__syncthreads();   /* a token's slots may lie in two chunks */
+	sort_tok_rows(tok_rows, N, k);
+}
+
+/* thread x counts and places expert x's choices itself, scanning them all
+ * (a choice outside [0, E) counts as expert 0's until sel is rewritten,
+ * once every thread has counted) */
+static __global__ void __launch_bounds__(ROUTE_THREADS) k_route_wide(int32_t *off, int32_t *row_tok,
+								      int32_t *row_slot, int32_t *tok_rows,
+								      int32_t *bad, int32_t *sel, long N, int E, int k)
+{
+	long NK = N * k;
+
+	for (int x = threadIdx.x; x < E; x += blockDim.x) {
+		int32_t c = 0;
+		for (long i = 0; i < NK; i++) {
+			int32_t s = sel[i];
+			c += s == x || (x == 0 && (s < 0 || s >= E));
+		}
+		off[x + 1] = c;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t nb = 0;
+		off[0] = 0;
+		for (int x = 0; x < E; x++)
+			off[x + 1] += off[x];
+		for (long i = 0; i < NK; i++)
+			nb += sel[i] < 0 || sel[i] >= E;
+		*bad += nb;
+	}
+	__syncthreads();
+	for (long i = threadIdx.x; i < NK; i += blockDim.x)
+		if (sel[i] < 0 || sel[i] >= E)
+			sel[i] = 0;
+	__syncthreads();
+	for (int x = threadIdx.x; x < E; x += blockDim.x) {
+		int32_t r = off[x];
+		for (long i = 0; i < NK; i++)
+			if (sel[i] == x) {
+				row_tok[r] = (int32_t)(i / k);
+				row_slot[r] = (int32_t)(i % k);
+				if (tok_rows)
+					tok_rows[i] = r;
+				r++;
+			}
+	}
+	if (!tok_rows)
+		return;
+	__syncthreads();
+	sort_tok_rows(tok_rows, N, k);
+}
+
+extern "C" void hp_cuda_moe_route(int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows, int32_t *bad,
+				  int32_t *sel, long N, int E, int k)
+{
+	long NK = N > 0 && k > 0 ? N * k : 0;
+	/* P chunks: P * E counts, P bad counts and E first rows */
+	long P = (ROUTE_SMEM_INTS - (long)E) / ((long)E + 1);
+
+	if (E <= 0)
+		return;
+	if (P > ROUTE_THREADS)
+		P = ROUTE_THREADS;
+	if (P > NK)
+		P = NK > 0 ? NK : 1;   /* no empty chunks; one to write off when nothing is routed */
+	if (P >= 1)
+		k_route<<<1, ROUTE_THREADS, (size_t)(P * E + P + E) * sizeof(int32_t), hp_cu_stream>>>(
+			off, row_tok, row_slot, tok_rows, bad, sel, NK ? N : 0, E, k, (int)P);
+	else
+		k_route_wide<<<1, ROUTE_THREADS, 0, hp_cu_stream>>>(off, row_tok, row_slot, tok_rows, bad, sel,
+								     NK ? N : 0, E, k);
+}
+
+/* ---- the load-balancing loss: hp_moe_aux_acc's and hp_moe_aux_fin's bits ---- */
+
+/* one thread per expert, its sum over t in the CPU's order; the _rn
+ * intrinsics keep the compiler from contracting or reordering */
+static __global__ void k_aux_acc(double *FP, const float *probs, const int32_t *off, long N, int E)
+{
+	HP_CU_GRID_STRIDE(x, (size_t)E) {
+		double s = FP[E + x];
+		for (long t = 0; t < N; t++)
+			s = __dadd_rn(s, (double)probs[t * E + x]);
+		FP[x] = __dadd_rn(FP[x], (double)(off[x + 1] - off[x]));
+		FP[E + x] = s;
+	}
+}
+
+extern "C" void hp_cuda_moe_aux_acc(double *FP, const float *probs, const int32_t *off, long N, int E)
+{
+	if (E > 0)
+		k_aux_acc<<<hp_cu_blocks((size_t)E, 128), 128, 0, hp_cu_stream>>>(FP, probs, off, N > 0 ? N : 0, E);
+}
+
+/* one thread: the CPU's divisions, products and sums in its order (no FMA) */
+static __global__ void k_aux_fin(double *FP, double *aux, double *acc, int E, double n, double div)
+{
+	double s = 0, a;
+
+	for (int x = 0; x < E; x++) {
+		double f = FP[x] / n;
+		FP[x] = f;
+		s = __dadd_rn(s, __dmul_rn(f, FP[E + x] / n));
+	}
+	*aux = a = __dmul_rn(s, (double)E);
+	if (acc)
+		*acc = __dadd_rn(*acc, a / div);
+}
+
+extern "C" void hp_cuda_moe_aux_fin(double *FP, double *aux, double *acc, int E, double n, double div)
+{
+	k_aux_fin<<<1, 1, 0, hp_cu_stream>>>(FP, aux, acc, E > 0 ? E : 0, n, div);
 }

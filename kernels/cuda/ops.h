@@ -83,7 +83,20 @@ void *hp_cuda_vm_reserve(size_t bytes, size_t *granule, struct hp_err *e);
 int hp_cuda_vm_map(void *p, size_t bytes, struct hp_err *e);
 void hp_cuda_vm_unmap(void *p, size_t bytes);
 void hp_cuda_vm_free(void *p, size_t bytes);
-/* Copies on the stream; the host side must stay valid until the next sync.
+/* Pinned host memory (cudaHostAlloc): an upload from it is queued on the
+ * stream without the host waiting.  NULL with e set on failure. */
+void *hp_cuda_host_alloc(size_t bytes, struct hp_err *e);
+void hp_cuda_host_free(void *p);
+/* A mark on the stream (an event): recorded after the calls queued so far;
+ * passed when the stream has run them all (no wait); waited for by the
+ * host.  new: NULL with e set on failure. */
+void *hp_cuda_mark_new(struct hp_err *e);
+void hp_cuda_mark_free(void *mk);
+int hp_cuda_mark_record(void *mk, struct hp_err *e);
+int hp_cuda_mark_passed(void *mk);
+int hp_cuda_mark_wait(void *mk, struct hp_err *e);
+/* Copies on the stream; the host side must stay valid until the next sync
+ * (pinned memory: until a mark recorded after the copy has passed).
  * hp_cuda_download synchronises. */
 int hp_cuda_upload(void *dst, const void *host_src, size_t bytes, struct hp_err *e);
 int hp_cuda_download(void *host_dst, const void *src, size_t bytes, struct hp_err *e);
@@ -115,9 +128,9 @@ void hp_cuda_max(float *x, const float *y, size_t n);
 void hp_cuda_add_f64(double *x, const double *y, size_t n);
 /* x[i] *= s */
 void hp_cuda_scale(float *x, float s, size_t n);
-/* Sum of squares of x (fp32) in double, into *host_out; synchronises.
+/* *acc (a device double) += the sum of squares of x (fp32) in double.
  * Fixed reduction order. */
-int hp_cuda_sumsq(double *host_out, const float *x, size_t n, struct hp_err *e);
+int hp_cuda_sumsq(double *acc, const float *x, size_t n, struct hp_err *e);
 
 /* ---- embedding ---- */
 /* out[n] = table[ids[n] - v0] for ids in [v0, v0 + V), else a zero row */
@@ -182,6 +195,34 @@ void hp_cuda_combine_bwd(float *dye, float *dwsel, const float *dout, const floa
 			 const int32_t *row_tok, const int32_t *row_slot, long R, int k, int C);
 /* dx[t] += dxe[tok_rows[t*k+j]] for j < k in order */
 void hp_cuda_scatter_add_rows(float *dx, const float *dxe, const int32_t *tok_rows, long N, int k, int C);
+/* The routing table from the router's choices sel[N,k], hp_moe_route's
+ * (cpu/ops.h): off[E+1] the first expert-major row of each expert,
+ * row_tok/row_slot[N*k], tok_rows[N,k]; *bad += the choices outside [0, E)
+ * (made expert 0, in sel too).  Stable: token order within an expert. */
+void hp_cuda_moe_route(int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows, int32_t *bad,
+		       int32_t *sel, long N, int E, int k);
+/* The load-balancing loss's sums, hp_moe_aux_acc's and hp_moe_aux_fin's:
+ * FP[2E] device doubles; acc adds FP[x] += off[x+1] - off[x] and
+ * FP[E+x] += sum over t < N in order of probs[t, x]; fin divides FP[x] by
+ * n and writes *aux = E * sum over x in order of FP[x] * (FP[E+x] / n),
+ * then *acc += *aux / div when acc is not NULL. */
+void hp_cuda_moe_aux_acc(double *FP, const float *probs, const int32_t *off, long N, int E);
+void hp_cuda_moe_aux_fin(double *FP, double *aux, double *acc, int E, double n, double div);
+
+/* ---- grouped experts: one launch for every expert (grouped.cu) ----
+ * Expert x < nx owns rows [off[x], off[x+1]) (off in device memory, off[nx]
+ * <= R) and the [O,K] weight W + x*ws (bf16, row-major as HF's Linear);
+ * fp32 accumulation on tensor cores.
+ * fwd: y[r] = x[r] W_x^T for its rows (y [R,O] fp32, x [R,K] bf16; rows
+ *      from off[nx] to R untouched).
+ * bwd: dx[r] = (accumulate ? dx[r] : 0) + dy[r] W_x (dx may be NULL);
+ *      dW_x += dy_x^T x_x, dW_x = dW + x*gs fp32 [O,K] (an expert without
+ *      rows adds nothing). */
+int hp_cuda_grouped_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, size_t ws, const int32_t *off, int nx,
+			long R, int K, int O, struct hp_err *e);
+int hp_cuda_grouped_bwd(float *dx, float *dW, size_t gs, const hp_bf16 *dy, const hp_bf16 *x, const hp_bf16 *W,
+			size_t ws, const int32_t *off, int nx, long R, int K, int O, int accumulate,
+			struct hp_err *e);
 
 /* ---- flash attention, sm_80+ (attn.cu, flashattn.cu, attnsmall.cu) ----
  * Same semantics as hp_flash_attention_fwd/bwd in cpu/ops.h: causal GQA
@@ -207,9 +248,9 @@ size_t hp_cuda_flash_scratch(int B, int T, int Hq);
 void hp_cuda_fill_inf(float *x, size_t n);
 
 /* ---- cross-entropy on fp32 logits [n, V] (ce.cu) ---- */
-/* The sum over rows whose target is not -100 of -log softmax(logits)[t]
- * into *host_sum (targets checked by the caller); synchronises. */
-int hp_cuda_ce_loss(double *host_sum, const float *logits, const int32_t *targets, long n, int V,
+/* *acc (a device double) += the sum over rows whose target is not -100 of
+ * -log softmax(logits)[t], in row order (targets checked by the caller). */
+int hp_cuda_ce_loss(double *acc, const float *logits, const int32_t *targets, long n, int V,
 		    struct hp_err *e);
 /* dlogits = scale * (softmax - onehot), zero rows for -100; in place
  * allowed (dlogits == logits). */

@@ -155,6 +155,53 @@ void hp_emu_vm_free(void *p, size_t bytes)
 		munmap(p, n ? n : EMU_GRANULE);
 }
 
+/* pinned memory is host memory; every call is done when it returns, so
+ * every mark has passed */
+void *hp_emu_host_alloc(size_t bytes, struct hp_err *e)
+{
+	void *p = hp_malloc(bytes ? bytes : 1);
+
+	if (!p)
+		hp_err_set(e, HP_ENOMEM, "cuda (emulated): out of memory for %zu bytes of pinned memory", bytes);
+	return p;
+}
+
+void hp_emu_host_free(void *p)
+{
+	hp_free(p);
+}
+
+static int emu_mark;
+
+void *hp_emu_mark_new(struct hp_err *e)
+{
+	(void)e;
+	return &emu_mark;
+}
+
+void hp_emu_mark_free(void *mk)
+{
+	(void)mk;
+}
+
+int hp_emu_mark_record(void *mk, struct hp_err *e)
+{
+	(void)mk, (void)e;
+	return 0;
+}
+
+int hp_emu_mark_passed(void *mk)
+{
+	(void)mk;
+	return 1;
+}
+
+int hp_emu_mark_wait(void *mk, struct hp_err *e)
+{
+	(void)mk, (void)e;
+	return 0;
+}
+
 int hp_emu_upload(void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
 	memcpy(dst, src, bytes);
@@ -270,13 +317,13 @@ void hp_emu_scale(float *x, float s, size_t n)
 	hp_scale(x, s, (long)n);
 }
 
-int hp_emu_sumsq(double *host_out, const float *x, size_t n, struct hp_err *e)
+int hp_emu_sumsq(double *acc, const float *x, size_t n, struct hp_err *e)
 {
 	double ss = 0;
 
 	for (size_t i = 0; i < n; i++)
 		ss += (double)x[i] * x[i];
-	*host_out = ss;
+	*acc += ss;
 	return 0;
 }
 
@@ -368,7 +415,50 @@ int hp_emu_linear_bwd(float *dx, float *dW, float *db, const hp_bf16 *dy, const 
 	return 0;
 }
 
+/* ---- grouped experts: the linear layers, expert by expert ---- */
+
+int hp_emu_grouped_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, size_t ws, const int32_t *off, int nx,
+		       long R, int K, int O, struct hp_err *e)
+{
+	(void)R;
+	for (int i = 0; i < nx; i++) {
+		long r0 = off[i], n = off[i + 1] - off[i];
+		if (n > 0)
+			hp_emu_linear_fwd(y + r0 * O, x + r0 * K, W + i * ws, NULL, n, K, O, e);
+	}
+	return 0;
+}
+
+int hp_emu_grouped_bwd(float *dx, float *dW, size_t gs, const hp_bf16 *dy, const hp_bf16 *x, const hp_bf16 *W,
+		       size_t ws, const int32_t *off, int nx, long R, int K, int O, int accumulate, struct hp_err *e)
+{
+	(void)R;
+	for (int i = 0; i < nx; i++) {
+		long r0 = off[i], n = off[i + 1] - off[i];
+		if (n > 0 && hp_emu_linear_bwd(dx ? dx + r0 * K : NULL, dW + i * gs, NULL, dy + r0 * O, x + r0 * K,
+					       W + i * ws, n, K, O, accumulate, e))
+			return HP_ENOMEM;
+	}
+	return 0;
+}
+
 /* ---- MoE ---- */
+
+void hp_emu_moe_route(int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows, int32_t *bad,
+		      int32_t *sel, long N, int E, int k)
+{
+	hp_moe_route(off, row_tok, row_slot, tok_rows, bad, sel, N, E, k);
+}
+
+void hp_emu_moe_aux_acc(double *FP, const float *probs, const int32_t *off, long N, int E)
+{
+	hp_moe_aux_acc(FP, probs, off, N, E);
+}
+
+void hp_emu_moe_aux_fin(double *FP, double *aux, double *acc, int E, double n, double div)
+{
+	hp_moe_aux_fin(FP, aux, acc, E, n, div);
+}
 
 void hp_emu_router_topk(float *probs, int32_t *sel, float *wsel, const float *logits, long N, int E, int k, int norm)
 {
@@ -464,12 +554,14 @@ void hp_emu_fill_inf(float *x, size_t n)
 
 /* ---- cross-entropy ---- */
 
-int hp_emu_ce_loss(double *host_sum, const float *logits, const int32_t *targets, long n, int V, struct hp_err *e)
+int hp_emu_ce_loss(double *acc, const float *logits, const int32_t *targets, long n, int V, struct hp_err *e)
 {
+	double s;
 	long cnt;
 
-	if (ops()->cross_entropy_fwd(host_sum, &cnt, logits, targets, n, V))
+	if (ops()->cross_entropy_fwd(&s, &cnt, logits, targets, n, V))
 		return hp_err_set(e, HP_EINVAL, "cuda (emulated): a target out of range");
+	*acc += s;
 	return 0;
 }
 

@@ -95,6 +95,17 @@ static void die(const char *fmt, ...)
 	abort();
 }
 
+void cuemu_fail(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	die("thread %d: %s", cur, msg);
+}
+
 static char *stack_lo(int i)
 {
 	return stacks + (size_t)i * (STK + page) + page;
@@ -463,6 +474,13 @@ cudaError_t cudaMalloc(void **p, size_t n)
 	return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+/* pinned host memory is host memory */
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned)
+{
+	*p = malloc(n ? n : 1);
+	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) { if (n) memmove(d, s, n); return cudaSuccess; }
@@ -494,7 +512,10 @@ cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size
 }
 cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = *t = (size_t)16 << 30; return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = &the_event; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { *e = &the_event; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+/* the one stream is synchronous: everything recorded has run */
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }

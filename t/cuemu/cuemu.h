@@ -88,6 +88,10 @@ static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 template <typename T> static inline T __ldg(const T *p) { return *p; }
 
+/* abort with the running kernel, block and thread named (what the stand-in
+ * headers check, as cuemu.cpp's own aborts) */
+void cuemu_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
 /* the launch: f runs once per thread of every block of grid g */
 void cuemu_launch(const std::function<void()> &f, const char *name, dim3 g, dim3 b, size_t smem = 0,
 		  cudaStream_t st = 0);

@@ -1,11 +1,12 @@
 # t/cuemu/cuemu.mk - kernels/cuda's kernels under the CPU emulation
 # (t/cuemu/README): build/t/test-cuda-emu, test-cuda-attn-emu and
 # test-cuda-gemm-emu (linear.cu over a host GEMM in place of cuBLASLt's,
-# cross-entropy, AdamW), run by t/t0960-cuda-emulated.sh.  Needs g++ and perl, not nvcc; included by
+# grouped.cu's wmma GEMMs over include/mma.h, cross-entropy, AdamW), run by
+# t/t0960-cuda-emulated.sh.  Needs g++ and perl, not nvcc; included by
 # the Makefile after its `all` rule.
 CUEMU_CXX ?= g++
 HAVE_CUEMU := $(if $(and $(shell command -v $(CUEMU_CXX) 2>/dev/null),$(shell command -v perl 2>/dev/null)),1,0)
-CUEMU_CU := context elementwise linear moe ce adamw attn attnsmall
+CUEMU_CU := context elementwise linear moe grouped ce adamw attn attnsmall
 CUEMU_OBJ := $(CUEMU_CU:%=$(O)/t/cuemu/%.cu.o) $(O)/t/cuemu/cuemu.o $(O)/t/cuemu/stubs.o
 CUEMU_TESTS := test-cuda test-cuda-attn test-cuda-gemm
 CUEMU_BINS := $(if $(filter 1,$(HAVE_CUEMU)),$(CUEMU_TESTS:%=$(O)/t/%-emu))

@@ -3,19 +3,22 @@
  * gemm.cu's cuBLASLt GEMM), cross-entropy, its vocabulary-parallel form and
  * AdamW (ce.cu, adamw.cu) against the CPU kernels of kernels/cpu/ops.h, on
  * awkward shapes (N = 1, odd O, sizes off every tile) and realistic ones,
- * plus bit-for-bit determinism.  The GEMMs' inputs are rounded to bf16 on
- * the host first, so the reference sees what the tensor cores see.  Skips
+ * plus bit-for-bit determinism; and the MoE experts' grouped GEMMs
+ * (grouped.cu, wmma) against the same CPU reference expert by expert.  The
+ * GEMMs' inputs are rounded to bf16 on the host first, so the reference
+ * sees what the tensor cores see.  Skips
  * without a CUDA build or a GPU; under t/cuemu (HP_CUDA_EMULATED) a host
  * GEMM stands in for cuBLASLt, so there the linear tests check linear.cu's
  * own code (which GEMM, accumulate, the skipped dx, bias, db), not
- * cuBLASLt.
+ * cuBLASLt; the grouped GEMMs run their own kernels there, over
+ * t/cuemu/include/mma.h's wmma (k-order fp32 sums, not the tensor cores').
  */
 #include <math.h>
 
 #include "cpu/ops.h"
 #include "tap.h"
 
-#define WHAT "cuda linear layers, cross-entropy and AdamW against the CPU kernels"
+#define WHAT "cuda linear layers, grouped expert GEMMs, cross-entropy and AdamW against the CPU kernels"
 
 #ifdef HP_HAVE_CUDA
 #include "cudatest.h"
@@ -152,6 +155,143 @@ static void test_linear(long N, int K, int O, int fast)
 	free(y); free(yb); free(dx); free(dxa); free(dW); free(db); free(dWs);
 }
 
+/* bits of device fp32 d[0, n) against host want: the number that differ */
+static size_t dev_ndiff(const void *d, const float *want, size_t n)
+{
+	float *got = ct_host(d, n, 0);
+	size_t nd = ct_ndiff(got, want, n);
+
+	free(got);
+	return nd;
+}
+
+/*
+ * The grouped experts' GEMMs (grouped.cu) against hp_linear_*_ref (or the
+ * OpenBLAS path, fast) expert by expert: nx experts of cnt[x] rows (zeros
+ * among them), R rows of which those past off[nx] must stay untouched,
+ * weights ws apart and gradients gs apart (more than O*K: padding the
+ * kernels must skip; odd pads take the element loads).  y and dx start as
+ * NaN or dx0 where the kernels must not write, so a stray write shows;
+ * the experts without rows must keep dW0's bits.  Forward twice and the
+ * backward twice from the same start: the same bits.  TOL_GEMM as for the
+ * linear layers: bf16 products exact in fp32, the fp32 sums in the tensor
+ * cores' order (or the host's k order under t/cuemu) against the double
+ * reference.
+ */
+static void test_grouped(int nx, const int *cnt, long R, int K, int O, size_t wpad, int fast)
+{
+	fwd_fn fwd = fast ? hp_linear_fwd_blas : hp_linear_fwd_ref;
+	bwd_fn bwd = fast ? hp_linear_bwd_blas : hp_linear_bwd_ref;
+	size_t ws = (size_t)O * K + wpad, gs = (size_t)O * K + 2 * wpad;
+	size_t nxk = (size_t)R * K, ny = (size_t)R * O, nw = (size_t)nx * ws, ng = (size_t)nx * gs;
+	int32_t *off = malloc((size_t)(nx + 1) * 4);
+	long used;
+	int rc, empty = 0;
+
+	off[0] = 0;
+	for (int e = 0; e < nx; e++) {
+		off[e + 1] = off[e] + cnt[e];
+		empty += cnt[e] == 0;
+	}
+	used = off[nx];
+	float *x = vec(nxk, 11, 1.0f, 1), *W = vec(nw, 12, 1.0f, 1), *dy = vec(ny, 13, 1.0f, 1);
+	float *dx0 = vec(nxk, 14, 1.0f, 0), *dW0 = vec(ng, 15, 1.0f, 0);
+	float *y = malloc(ny * 4 + 4), *dx = dup(dx0, nxk), *dxa = dup(dx0, nxk), *dW = dup(dW0, ng), *dWa = dup(dW0, ng);
+
+	for (size_t i = (size_t)used * O; i < ny; i++)
+		y[i] = NAN;
+	for (int e = 0; e < nx; e++) {
+		long r0 = off[e], n = cnt[e];
+		if (!n)
+			continue;   /* nothing to compute, nothing to add */
+		fwd(y + r0 * O, x + r0 * K, W + e * ws, NULL, n, K, O);
+		bwd(dx + r0 * K, dW + e * gs, NULL, dy + r0 * O, x + r0 * K, W + e * ws, n, K, O, 0);
+		bwd(dxa + r0 * K, dWa + e * gs, NULL, dy + r0 * O, x + r0 * K, W + e * ws, n, K, O, 1);
+	}
+
+	hp_bf16 *xd = ct_dev(x, nxk, 1), *Wd = ct_dev(W, nw, 1), *dyd = ct_dev(dy, ny, 1);
+	int32_t *offd = ct_dev_i32(off, (size_t)nx + 1);
+	float *yd = ct_dnan(ny, 0), *yd2 = ct_dnan(ny, 0);
+
+	/* y = x W^T per expert; the rows past off[nx] stay NaN (the ndiff of the whole) */
+	rc = done(hp_cuda_grouped_fwd(yd, xd, Wd, ws, offd, nx, R, K, O, &err));
+	rc |= done(hp_cuda_grouped_fwd(yd2, xd, Wd, ws, offd, nx, R, K, O, &err));
+	float *gy = ct_host(yd, ny, 0);
+	double e = ct_nerr(gy, y, (size_t)used * O);
+	size_t tail = ct_ndiff(gy + used * O, y + used * O, ny - (size_t)used * O);
+	int det = ct_dev_same(yd, yd2, ny * 4);
+	ok(!rc && e <= TOL_GEMM && tail == 0 && det, "grouped fwd nx=%d (%d without rows) R=%ld (%ld used) K=%d O=%d: "
+	   "nerr %.2e, %zu values past the experts' rows written, deterministic: %s%s%s", nx, empty, R, used, K,
+	   O, e, tail, det ? "yes" : "no", rc ? " - " : "", rc ? err.msg : "");
+
+	/* dx = dy W, dW += dy^T x; twice from the same start */
+	float *dxd = ct_dev(dx0, nxk, 0), *dWd = ct_dev(dW0, ng, 0), *dxd2 = ct_dev(dx0, nxk, 0);
+	float *dWd2 = ct_dev(dW0, ng, 0);
+	rc = done(hp_cuda_grouped_bwd(dxd, dWd, gs, dyd, xd, Wd, ws, offd, nx, R, K, O, 0, &err));
+	rc |= done(hp_cuda_grouped_bwd(dxd2, dWd2, gs, dyd, xd, Wd, ws, offd, nx, R, K, O, 0, &err));
+	double ex = dev_nerr(dxd, dx, (size_t)used * K), ew = dev_nerr(dWd, dW, ng);
+	size_t xt = dev_ndiff(dxd, dx, nxk) - dev_ndiff(dxd, dx, (size_t)used * K), wz = 0;
+	float *gw = ct_host(dWd, ng, 0);
+	for (int xe = 0; xe < nx; xe++)
+		if (!cnt[xe])
+			wz += ct_ndiff(gw + xe * gs, dW0 + xe * gs, (size_t)O * K);
+	det = ct_dev_same(dxd, dxd2, nxk * 4) && ct_dev_same(dWd, dWd2, ng * 4);
+	ok(!rc && ex <= TOL_GEMM && ew <= TOL_GEMM && xt == 0 && wz == 0 && det,
+	   "grouped bwd nx=%d R=%ld K=%d O=%d: dx = nerr %.2e, dW += %.2e; untouched: %zu dx past the experts, %zu dW "
+	   "of experts without rows changed; deterministic: %s", nx, R, K, O, ex, ew, xt, wz, det ? "yes" : "no");
+
+	/* dx += dy W */
+	hp_cuda_upload(dWd2, dW0, ng * 4, &err);
+	hp_cuda_upload(dxd2, dx0, nxk * 4, &err);
+	rc = done(hp_cuda_grouped_bwd(dxd2, dWd2, gs, dyd, xd, Wd, ws, offd, nx, R, K, O, 1, &err));
+	ex = dev_nerr(dxd2, dxa, (size_t)used * K);
+	xt = dev_ndiff(dxd2, dxa, nxk) - dev_ndiff(dxd2, dxa, (size_t)used * K);
+	ok(!rc && ex <= TOL_GEMM && xt == 0 && ct_dev_same(dWd, dWd2, ng * 4),
+	   "grouped bwd nx=%d R=%ld K=%d O=%d accumulate: dx += nerr %.2e, dW the same bits", nx, R, K, O, ex);
+
+	/* no dx: dW alone, the same bits as with it */
+	hp_cuda_upload(dWd2, dW0, ng * 4, &err);
+	rc = done(hp_cuda_grouped_bwd(NULL, dWd2, gs, dyd, xd, Wd, ws, offd, nx, R, K, O, 0, &err));
+	ok(!rc && ct_dev_same(dWd, dWd2, ng * 4), "grouped bwd nx=%d R=%ld K=%d O=%d without dx: dW the same bits",
+	   nx, R, K, O);
+
+	hp_cuda_free(xd); hp_cuda_free(Wd); hp_cuda_free(dyd); hp_cuda_free(offd); hp_cuda_free(yd);
+	hp_cuda_free(yd2); hp_cuda_free(dxd); hp_cuda_free(dWd); hp_cuda_free(dxd2); hp_cuda_free(dWd2);
+	free(off); free(x); free(W); free(dy); free(dx0); free(dW0); free(y); free(dx); free(dxa); free(dW);
+	free(dWa); free(gy); free(gw);
+}
+
+/* the empty sums: K = 0 makes y = 0 on the experts' rows, O = 0 makes dx =
+ * 0 there (or leaves it, accumulating) and dW untouched, as the linear
+ * layers do; rows past off[nx] keep their bits */
+static void test_grouped_empty(void)
+{
+	static const int32_t off[] = { 0, 3, 3, 5 };
+	long R = 7;
+	int K = 5, O = 4, rc;
+	float *y0 = vec((size_t)R * O, 16, 1.0f, 0), *dx0 = vec((size_t)R * K, 17, 1.0f, 0), *w = dup(y0, (size_t)R * O);
+	float *wx = dup(dx0, (size_t)R * K), *wx1 = dup(dx0, (size_t)R * K);
+	int32_t *offd = ct_dev_i32(off, 4);
+	float *yd = ct_dev(y0, (size_t)R * O, 0), *dxd = ct_dev(dx0, (size_t)R * K, 0), *dWd = ct_dnan(3, 0);
+	hp_bf16 *bd = ct_dev(y0, (size_t)R * O, 1);
+
+	for (long i = 0; i < 5 * O; i++)
+		w[i] = 0;
+	for (long i = 0; i < 5 * K; i++)
+		wx[i] = 0;
+	rc = done(hp_cuda_grouped_fwd(yd, bd, bd, 0, offd, 3, R, 0, O, &err));
+	float *gy = ct_host(yd, (size_t)R * O, 0);
+	rc |= done(hp_cuda_grouped_bwd(dxd, dWd, 0, bd, bd, bd, 0, offd, 3, R, K, 0, 1, &err));
+	float *gx1 = ct_host(dxd, (size_t)R * K, 0);
+	rc |= done(hp_cuda_grouped_bwd(dxd, dWd, 0, bd, bd, bd, 0, offd, 3, R, K, 0, 0, &err));
+	float *gx = ct_host(dxd, (size_t)R * K, 0), *gw = ct_host(dWd, 3, 0);
+	ok(!rc && ct_ndiff(gy, w, (size_t)R * O) == 0 && ct_ndiff(gx1, wx1, (size_t)R * K) == 0 &&
+	   ct_ndiff(gx, wx, (size_t)R * K) == 0 && isnan(gw[0]) && isnan(gw[2]),
+	   "grouped K=0: y = 0 on the experts' rows; O=0: dx kept accumulating, else 0 there; dW untouched");
+	hp_cuda_free(offd); hp_cuda_free(yd); hp_cuda_free(dxd); hp_cuda_free(dWd); hp_cuda_free(bd);
+	free(y0); free(dx0); free(w); free(wx); free(wx1); free(gy); free(gx1); free(gx); free(gw);
+}
+
 /* logits [n, V] of amplitude 4: a softmax far from flat */
 static float *logits_of(long n, int V, unsigned seed)
 {
@@ -184,9 +324,16 @@ static void test_ce(long n, int V, const int32_t *tg)
 	float *ld = ct_dev(logits, nl, 0), *dd = ct_dnan(nl, 0);
 	int32_t *td = ct_dev_i32(tg, n);
 
-	int rc = hp_cuda_ce_loss(&lgot, ld, td, n, V, &err);
-	ok(!rc && rel(lgot, lref) <= TOL_LOSS, "cross-entropy loss n=%ld V=%d (%ld counted): %.9g, relative error %.2e",
-	   n, V, cnt, lgot, rel(lgot, lref));
+	/* onto a device accumulator from 0, then again onto the same: exactly double */
+	double d0 = 0, l2 = -1, *dacc = ct_dev_f64(&d0, 1);
+	int rc = hp_cuda_ce_loss(dacc, ld, td, n, V, &err) || hp_cuda_sync(&err);
+	hp_cuda_download(&lgot, dacc, sizeof(double), &err);
+	rc |= hp_cuda_ce_loss(dacc, ld, td, n, V, &err) || hp_cuda_sync(&err);
+	hp_cuda_download(&l2, dacc, sizeof(double), &err);
+	hp_cuda_free(dacc);
+	ok(!rc && rel(lgot, lref) <= TOL_LOSS && l2 == 2 * lgot, "cross-entropy loss n=%ld V=%d (%ld counted): %.9g, "
+	   "relative error %.2e, added onto the accumulator: %s", n, V, cnt, lgot, rel(lgot, lref),
+	   l2 == 2 * lgot ? "yes" : "no");
 
 	hp_cuda_ce_bwd(dd, ld, td, n, V, scale);
 	hp_cuda_ce_bwd(ld, ld, td, n, V, scale);    /* in place */
@@ -375,6 +522,21 @@ int main(void)
 	if (!ct_small()) {
 		test_linear(333, 1000, 515, 0);
 		test_linear(4096, 2048, 768, 1);
+	}
+	{
+		static const int c1[] = { 5, 0, 17, 1 }, c2[] = { 70, 0, 130 }, c3[] = { 64 };
+		static const int c4[] = { 0, 0, 1, 2, 33, 0, 64, 65, 3, 0 };
+		test_grouped(4, c1, 30, 40, 24, 0, 0);     /* 7 rows past the experts; 16-byte loads */
+		test_grouped(4, c1, 23, 37, 19, 3, 0);     /* odd dims and pads: element loads */
+		test_grouped(3, c2, 211, 100, 70, 8, 0);   /* several row tiles, partial ones */
+		test_grouped(1, c3, 64, 16, 16, 0, 0);     /* one whole tile */
+		test_grouped(10, c4, 200, 33, 65, 1, 0);   /* many small experts, every other empty */
+		test_grouped_empty();
+		if (!ct_small()) {
+			static const int c5[] = { 300, 0, 1, 511, 700, 64, 129, 343 };
+			test_grouped(8, c5, 2100, 1024, 768, 0, 1);
+			test_grouped(8, c5, 2048, 700, 333, 5, 1);
+		}
 	}
 	test_ce(8, 50, t1);
 	test_ce(4, 151936, t2);

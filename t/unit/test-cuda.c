@@ -12,15 +12,21 @@
  * columns, widths that are no multiple of 32 or 256 (1000, 1001, 4100),
  * rows wider than the column sums' first scratch (9000), realistic shapes
  * (N=4096 x C=2048, 32 heads of 128, E=128 k=8) and small routers (E=8
- * k=2, k=E) with tied logits.  Every output the GPU overwrites starts as
- * NaN, so an element left unwritten fails.  Every op that reduces runs
- * twice from the same state and must give the same bits.
+ * k=2, k=E) with tied logits; routing tables (moe.cu's, against
+ * hp_moe_route) with experts left without rows, choices outside [0, E),
+ * nothing routed, E = 512 and an E too wide for the one-block table's
+ * shared counts, and the load-balancing loss's sums over two layers.
+ * Every output the GPU overwrites starts as NaN (or -7 for integers), so
+ * an element left unwritten fails.  Every op that reduces runs twice from
+ * the same state and must give the same bits.
  *
  * Verdicts, by how the GPU's arithmetic relates to the CPU's:
  *  - the same fp32 operations in the same order (conversions, adds, bias,
  *    maxima, the embedding and its backward, RoPE, the MoE combine and
  *    scatter-add in the tok_rows order, the combine backward's dye, row
- *    gathers and scatters, the doubles' add): the same bits, required;
+ *    gathers and scatters, the doubles' add; the routing table, integers,
+ *    and the aux loss's double sums, in the CPU's order): the same bits,
+ *    required;
  *  - TOL_F32 1e-5 for fp32 outputs of fp32 arithmetic on identical inputs
  *    whose sums run in another order (fp32 sums over N rows, the CPU's
  *    row by row against the GPU's partials: both about sqrt(N) u from the
@@ -394,18 +400,29 @@ static void test_sumsq(size_t n)
 {
 	float *x = hfill(n + 1, 3, 3.0f, 0);
 	float *dx = ct_dev(x, n + 1, 0);
-	double want = 0, got = -1, again = -2;
+	double want = 0, zero = 0, got, again, twice;
+	/* device accumulators: two from 0, then the first added to again
+	 * (the same sum twice: exactly double the first) */
+	double *d1 = ct_dev_f64(&zero, 1), *d2 = ct_dev_f64(&zero, 1);
 
 	for (size_t i = 0; i < n; i++)
 		want += (double)x[i] * x[i];
-	int rc = hp_cuda_sumsq(&got, dx, n, &err);
-	int rc2 = hp_cuda_sumsq(&again, dx, n, &err);
+	int rc = hp_cuda_sumsq(d1, dx, n, &err);
+	int rc2 = hp_cuda_sumsq(d2, dx, n, &err);
+	rc |= hp_cuda_sync(&err);
+	hp_cuda_download(&got, d1, sizeof(double), &err);
+	hp_cuda_download(&again, d2, sizeof(double), &err);
+	rc2 |= hp_cuda_sumsq(d1, dx, n, &err) | hp_cuda_sync(&err);
+	hp_cuda_download(&twice, d1, sizeof(double), &err);
 	double rel = fabs(got - want) / (want > 0 ? want : 1);
+	int same = !memcmp(&got, &again, sizeof(double)) && twice == 2 * got;
 	/* double sums of non-negative terms in another order: n * 2^-53 at worst */
-	ok(rc == 0 && rc2 == 0 && rel <= 1e-10 && !memcmp(&got, &again, sizeof(double)),
-	   "sumsq n=%zu: relative error %.2e, same bits twice: %s", n, rel,
-	   yesno(!memcmp(&got, &again, sizeof(double))));
+	ok(rc == 0 && rc2 == 0 && rel <= 1e-10 && same,
+	   "sumsq n=%zu: relative error %.2e, same bits twice and added onto the accumulator: %s", n, rel,
+	   yesno(same));
 	hp_cuda_free(dx);
+	hp_cuda_free(d1);
+	hp_cuda_free(d2);
 	free(x);
 }
 
@@ -839,6 +856,174 @@ static void test_rows(long N, int C, int E, int K)
 		free(host[i]);
 }
 
+/* N*K choices in [0, E), expert 1 never chosen (an expert without rows)
+ * when E > 2, every 7th choice (with nbad) outside [0, E): -1, E, INT32_MIN,
+ * INT32_MAX in turn, as a top-k of NaN logits might leave */
+static int32_t *route_sel(long N, int E, int K, int nbad, unsigned seed)
+{
+	static const int32_t odd[] = { -1, 0, INT32_MIN, INT32_MAX };
+	size_t nk = (size_t)N * K;
+	int32_t *sel = hids(nk, seed, E);
+
+	for (size_t i = 0; i < nk; i++) {
+		if (E > 2 && sel[i] == 1)
+			sel[i] = 2;
+		if (nbad && i % 7 == 3)
+			sel[i] = i / 7 % 4 == 1 ? E : odd[i / 7 % 4];
+	}
+	return sel;
+}
+
+/* a device int32 buffer of n copies of v (an element left unwritten shows) */
+static int32_t *dfill_i32(size_t n, int32_t v)
+{
+	int32_t *h = malloc(n * 4 + 4), *d;
+
+	for (size_t i = 0; i < n; i++)
+		h[i] = v;
+	d = ct_dev_i32(h, n);
+	free(h);
+	return d;
+}
+
+/* device int32 [n] against host want: 1 when the same */
+static int same_i32(const int32_t *d, const int32_t *want, size_t n)
+{
+	int32_t *h = malloc(n * 4 + 4);
+	int same;
+
+	hp_cuda_download(h, d, n * 4, &err);
+	same = !memcmp(h, want, n * 4);
+	free(h);
+	return same;
+}
+
+/*
+ * The routing table against hp_moe_route: integers, so every output must
+ * be the CPU's exactly - off, row_tok, row_slot, tok_rows, sel rewritten,
+ * bad added to (it starts at 5); twice from the same choices (the same
+ * bits: no run-to-run order), and again without tok_rows.
+ */
+static void test_route(long N, int E, int K, int nbad)
+{
+	size_t nk = (size_t)N * K;
+	int32_t *sel = route_sel(N, E, K, nbad, 40 + (unsigned)E), *want_sel = malloc(nk * 4 + 4);
+	int32_t *off = malloc((size_t)(E + 1) * 4), *row_tok = malloc(nk * 4 + 4), *row_slot = malloc(nk * 4 + 4);
+	int32_t *tok_rows = malloc(nk * 4 + 4), bad = 5, empty = 0;
+
+	memcpy(want_sel, sel, nk * 4);
+	hp_moe_route(off, row_tok, row_slot, tok_rows, &bad, want_sel, N, E, K);
+	for (int x = 0; x < E; x++)
+		empty += off[x + 1] == off[x];
+
+	int good[2], same = 1;
+	int32_t *d[2][6];
+	for (int run = 0; run < 2; run++) {
+		int32_t five = 5;
+		d[run][0] = ct_dev_i32(sel, nk);
+		d[run][1] = dfill_i32((size_t)E + 1, -7);
+		d[run][2] = dfill_i32(nk, -7);
+		d[run][3] = dfill_i32(nk, -7);
+		d[run][4] = dfill_i32(nk, -7);
+		d[run][5] = ct_dev_i32(&five, 1);
+		hp_cuda_moe_route(d[run][1], d[run][2], d[run][3], d[run][4], d[run][5], d[run][0], N, E, K);
+		good[run] = gpu_ok();
+	}
+	int ok_sel = same_i32(d[0][0], want_sel, nk), ok_off = same_i32(d[0][1], off, (size_t)E + 1);
+	int ok_rows = same_i32(d[0][2], row_tok, nk) && same_i32(d[0][3], row_slot, nk);
+	int ok_tr = same_i32(d[0][4], tok_rows, nk), ok_bad = same_i32(d[0][5], &bad, 1);
+	for (int b = 0; b < 6; b++)
+		same &= ct_dev_same(d[0][b], d[1][b], b == 1 ? ((size_t)E + 1) * 4 : b == 5 ? 4 : nk * 4);
+	ok(good[0] && good[1] && ok_sel && ok_off && ok_rows && ok_tr && ok_bad && same,
+	   "moe_route N=%ld E=%d k=%d (%d experts without rows, bad %d): the CPU's off %s, rows %s, tok_rows %s, "
+	   "sel %s, bad %s; twice the same: %s", N, E, K, empty, bad - 5, yesno(ok_off), yesno(ok_rows), yesno(ok_tr),
+	   yesno(ok_sel), yesno(ok_bad), yesno(same));
+
+	/* without tok_rows: the rest the same */
+	hp_cuda_upload(d[1][0], sel, nk * 4, &err);
+	hp_cuda_upload(d[1][2], tok_rows, nk * 4, &err);   /* garbage for a row table: must be overwritten */
+	hp_cuda_moe_route(d[1][1], d[1][2], d[1][3], NULL, d[1][5], d[1][0], N, E, K);
+	int g = gpu_ok();
+	int32_t bad2 = bad + (bad - 5);
+	ok(g && same_i32(d[1][0], want_sel, nk) && same_i32(d[1][1], off, (size_t)E + 1) &&
+	   same_i32(d[1][2], row_tok, nk) && same_i32(d[1][3], row_slot, nk) && same_i32(d[1][5], &bad2, 1),
+	   "moe_route N=%ld E=%d k=%d without tok_rows: the same table, bad added again", N, E, K);
+
+	for (int run = 0; run < 2; run++)
+		for (int b = 0; b < 6; b++)
+			hp_cuda_free(d[run][b]);
+	free(sel); free(want_sel); free(off); free(row_tok); free(row_slot); free(tok_rows);
+}
+
+/*
+ * The load-balancing loss's sums against hp_moe_aux_acc and _fin: two
+ * layers accumulated onto non-zero sums, then the finish, its aux added
+ * (divided) onto a step's sum; the same double operations in the same
+ * order, so the same bits (probabilities of mixed magnitudes: another
+ * order of the sum would round differently).  The finish again without
+ * the step's sum: aux alone, the same.
+ */
+static void test_aux(long N, int E, int K)
+{
+	size_t ne = (size_t)N * E, nk = (size_t)N * K;
+	double *FP = malloc((size_t)E * 16 + 8), aux = -1, gaux = -2, acc = 0.25, div = 3.0;
+	int32_t *off[2];
+	float *probs[2];
+	double *dFP, *daux = ct_dev_f64(&gaux, 1), *dacc = ct_dev_f64(&acc, 1);
+	int32_t *doff[2];
+	float *dprobs[2];
+
+	for (int x = 0; x < 2 * E; x++)
+		FP[x] = 0.1 * (x + 1) + 1.0 / 3;
+	dFP = ct_dev_f64(FP, 2 * (size_t)E);
+	for (int l = 0; l < 2; l++) {
+		int32_t *sel = route_sel(N, E, K, 0, 50 + (unsigned)l), *rt = malloc(nk * 4 + 4), *rs = malloc(nk * 4 + 4);
+		int32_t bad = 0;
+		off[l] = malloc((size_t)(E + 1) * 4);
+		hp_moe_route(off[l], rt, rs, NULL, &bad, sel, N, E, K);
+		probs[l] = hfill(ne, 51 + (unsigned)l, 1.0f, 0);
+		for (size_t i = 0; i < ne; i++)
+			probs[l][i] = fabsf(probs[l][i]) * (i % 3 ? 1.0f : 1e-3f);
+		doff[l] = ct_dev_i32(off[l], (size_t)E + 1);
+		dprobs[l] = ct_dev(probs[l], ne, 0);
+		free(sel); free(rt); free(rs);
+	}
+	double n = 2.0 * (double)nk;
+	int good = 1, acc_same = 1;
+	for (int l = 0; l < 2; l++) {
+		hp_moe_aux_acc(FP, probs[l], off[l], N, E);
+		hp_cuda_moe_aux_acc(dFP, dprobs[l], doff[l], N, E);
+		good &= gpu_ok();
+		double *g = ct_host_f64(dFP, 2 * (size_t)E);
+		acc_same &= !memcmp(g, FP, (size_t)E * 16);
+		free(g);
+	}
+	double *FP2 = malloc((size_t)E * 16 + 8), *dFP2 = ct_dev_f64(FP, 2 * (size_t)E), aux2 = -3;
+	double *daux2 = ct_dev_f64(&aux2, 1);
+	memcpy(FP2, FP, (size_t)E * 16);
+	hp_moe_aux_fin(FP, &aux, &acc, E, n, div);
+	hp_cuda_moe_aux_fin(dFP, daux, dacc, E, n, div);
+	hp_moe_aux_fin(FP2, &aux2, NULL, E, n, div);
+	hp_cuda_moe_aux_fin(dFP2, daux2, NULL, E, n, div);
+	good &= gpu_ok();
+	double *g = ct_host_f64(dFP, 2 * (size_t)E), *ga = ct_host_f64(daux, 1), *gacc = ct_host_f64(dacc, 1);
+	double *g2 = ct_host_f64(dFP2, 2 * (size_t)E), *ga2 = ct_host_f64(daux2, 1);
+	int fin_same = !memcmp(g, FP, (size_t)E * 16) && !memcmp(ga, &aux, 8) && !memcmp(gacc, &acc, 8) &&
+		       !memcmp(g2, FP2, (size_t)E * 16) && !memcmp(ga2, &aux2, 8);
+	ok(good && acc_same && fin_same, "moe_aux N=%ld E=%d k=%d: two layers' sums the CPU's bits: %s; the finish, "
+	   "aux %.17g and the step's sum %.17g the CPU's bits (and without the sum): %s", N, E, K, yesno(acc_same),
+	   aux, acc, yesno(fin_same));
+
+	for (int l = 0; l < 2; l++) {
+		hp_cuda_free(doff[l]);
+		hp_cuda_free(dprobs[l]);
+		free(off[l]);
+		free(probs[l]);
+	}
+	hp_cuda_free(dFP); hp_cuda_free(daux); hp_cuda_free(dacc); hp_cuda_free(dFP2); hp_cuda_free(daux2);
+	free(FP); free(FP2); free(g); free(ga); free(gacc); free(g2); free(ga2);
+}
+
 static void run_all(void)
 {
 	int big = !ct_small();
@@ -925,6 +1110,23 @@ static void run_all(void)
 	test_rows(50, 1002, 8, 2);
 	if (big)
 		test_rows(2048, 2048, 128, 8);
+
+	test_route(1, 8, 2, 0);
+	test_route(0, 8, 2, 0);           /* nothing routed: off all 0 */
+	test_route(1000, 8, 2, 1);        /* 1024 chunks of 2 choices */
+	test_route(333, 60, 4, 1);
+	test_route(50, 200, 8, 0);
+	test_route(40, 512, 8, 1);        /* 23 chunks */
+	test_route(9, 7000, 3, 1);        /* too wide for the chunks' counts: one thread per expert */
+	if (big) {
+		test_route(4096, 128, 8, 1);
+		test_route(8192, 8, 8, 0);    /* 65536 choices */
+		test_route(8192, 512, 8, 1);
+	}
+	test_aux(1, 8, 2);
+	test_aux(333, 60, 4);
+	if (big)
+		test_aux(4096, 128, 8);
 }
 #endif
 
