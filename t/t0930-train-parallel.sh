@@ -288,4 +288,30 @@ test_expect_success DEVICE 'on the device, each step counts its kernel launches,
 	test "$b" -gt "$a"
 '
 
+# MoE layers on the device: the routing table, the experts' GEMMs (one
+# grouped call per projection for every expert) and the load-balancing
+# sums stay on the backend, so a step's launches do not grow with the
+# experts; the step's sums are read once, so one process waits for its
+# device twice a step (that read and the step's end), whatever its layers.
+test_expect_success DEVICE 'MoE on the device: launches per step the same for 16 and 64 experts, 2 syncs a step' '
+	for e in 16 64; do
+		for l in 3 5; do
+			mkdir -p e$e-$l &&
+			jq ".num_experts = $e | .num_hidden_layers = $l" "$DATA/ref/qwen3-moe-a/config.json" \
+				>e$e-$l/config.json &&
+			random_config e$e-$l.yaml "$PWD/e$e-$l" ts 64 2 8 3 </dev/null &&
+			hp-train -q e$e-$l.yaml $DEVICE_ARGS --metrics e$e-$l.jsonl || return 1
+		done
+	done &&
+	for f in e16-3 e64-3 e16-5 e64-5; do
+		jq -s -e "length == 3 and .[1].kernel_launches == .[2].kernel_launches" $f.jsonl >/dev/null || return 1
+	done &&
+	a=$(jq -s ".[2].kernel_launches" e16-3.jsonl) && b=$(jq -s ".[2].kernel_launches" e64-3.jsonl) &&
+	echo "# launches per step, 2 MoE layers: $a with 16 experts, $b with 64" &&
+	test $((b * 100)) -le $((a * 115)) &&
+	for f in e16-3 e64-3 e16-5 e64-5; do
+		jq -s -e "all(.[].host_syncs; . == 2)" $f.jsonl >/dev/null || { jq -s -c "[.[].host_syncs]" $f.jsonl; return 1; }
+	done
+'
+
 test_done

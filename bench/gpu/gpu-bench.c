@@ -219,22 +219,24 @@ static void run_step(struct run *r, double lr, double *loss, double *norm)
 {
 	struct hp_model *m = &r->m;
 	struct hp_err e;
-	double ls = 0;
+	double st[HP_ST_N];
 	long cnt = 0;
 
 	hp_model_zero_grad(m);
-	/* every target counts */
-	if (hp_model_forward(m, r->ids, r->tg, NULL, 1.0 / r->T, &ls, &cnt, &e))
+	hp_model_stats_zero(m);
+	/* every target counts; the sums stay on the device until the step's read, as hp-train's */
+	if (hp_model_forward(m, r->ids, r->tg, NULL, 1.0 / r->T, NULL, &cnt, &e))
 		die("forward", &e);
 	if (hp_model_backward(m, r->ids, r->tg, (double)r->T, 1.0, &e))
 		die("backward", &e);
-	if (hp_optim_grad_norm(&r->o, norm, &e))
+	if (hp_optim_grad_sumsq(&r->o, hp_model_stat(m, HP_ST_GRAD_SQ), &e) || hp_model_stats(m, st, &e) ||
+	    hp_optim_grad_norm(&r->o, st[HP_ST_GRAD_SQ], norm, &e))
 		die("gradient norm", &e);
 	hp_optim_clip(&r->o, *norm);
 	hp_optim_step(&r->o, lr);
 	if (r->bk->sync(r->bk, &e))
 		die("step", &e);
-	*loss = (cnt > 0 ? ls / cnt : 0) + (r->has_aux ? m->spec.router_aux_loss_coef * m->aux_loss : 0);
+	*loss = (cnt > 0 ? st[HP_ST_LOSS] / cnt : 0) + (r->has_aux ? m->spec.router_aux_loss_coef * st[HP_ST_AUX] : 0);
 }
 
 static void run_close(struct run *r)

@@ -26,8 +26,9 @@
  *    a run on any backend is checked against its plan alike.  A BF16 or
  *    F16 collective counts 2 bytes an element, whatever carries it.
  *  - Calls are ordered as issued; results are visible to the next call.
- *    Only get, download, the reductions that return host values (ce_fwd,
- *    vp_ce_loss, sumsq_acc) and sync wait for the device.
+ *    Only get, download, vp_ce_loss (its statistics come to the host) and
+ *    sync wait for the device; the sums (ce_fwd, sumsq_acc) stay in the
+ *    backend's memory until a download.
  *
  * HP_CUDA_EMULATE=exact|bf16 replaces the CUDA kernels (not the backend)
  * with a host emulation built from kernels/cpu: the CUDA backend's own
@@ -92,7 +93,6 @@ struct hp_op_sizes {
 				     chunk's zero-padded prefix included */
 	int cp_B, cp_L, cp_Hq;    /* context parallel: the prefix's rows, length and heads (its lse,
 				     segment ids and backward scratch); 0 without */
-	size_t experts;           /* the router's E (its load-balancing sums) */
 	size_t tokens;            /* the embedding's N (its backward's grouping) */
 };
 
@@ -235,17 +235,37 @@ struct hp_backend {
 	/* sel: the backend's copy (the caller gets it to read it) */
 	void (*router_topk)(struct hp_backend *b, float *probs, int32_t *sel, float *wsel, long N, int E, int K,
 			    int norm);
-	/* aux: host [E] doubles (NULL: no load-balancing term) */
+	/* aux: [E] doubles in the backend's memory (NULL: no load-balancing term) */
 	void (*router_bwd)(struct hp_backend *b, float *dprob, const float *probs, const int32_t *sel,
 			   const float *wsel, const float *dwsel, const double *aux, double aux_grad, long N, int E,
 			   int K, int norm);
-	/* cross-entropy: the sums to the host; -1 for a target out of range */
+	/* The routing table from sel [N,K] (hp_moe_route, cpu/ops.h), every
+	 * array the backend's: off [E+1], struct hp_route's rows (tok_rows may
+	 * be NULL), *bad += the choices out of range.  Nothing comes to the host. */
+	void (*moe_route)(struct hp_backend *b, int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows,
+			  int32_t *bad, int32_t *sel, long N, int E, int K);
+	/* the load-balancing loss's sums (hp_moe_aux_acc, hp_moe_aux_fin), FP
+	 * [2E], *aux and *acc the backend's doubles */
+	void (*moe_aux_acc)(struct hp_backend *b, double *FP, const float *probs, const int32_t *off, long N, int E);
+	void (*moe_aux_fin)(struct hp_backend *b, double *FP, double *aux, double *acc, int E, double n, double div);
+	/* Grouped experts: for x < nx, the rows [off[x], off[x+1]) (off the
+	 * backend's, off[nx] <= R) through linear_fwd / linear_bwd (no bias)
+	 * with the weight W + x*ws and its gradient dW + x*gs; the same
+	 * numbers as those calls expert by expert, in as many launches as one. */
+	void (*grouped_fwd)(struct hp_backend *b, float *y, const float *x, const float *W, size_t ws,
+			    const int32_t *off, int nx, long R, int K, int O);
+	void (*grouped_bwd)(struct hp_backend *b, float *dx, float *dW, size_t gs, const float *dy, const float *x,
+			    const float *W, size_t ws, const int32_t *off, int nx, long R, int K, int O,
+			    int accumulate);
+	/* cross-entropy: *loss_sum (the backend's double) += the sum, the
+	 * count to the host; -1 for a target out of range */
 	int (*ce_fwd)(struct hp_backend *b, double *loss_sum, long *count, const float *logits,
 		      const struct hp_i32 *targets, long N, int V);
 	void (*ce_bwd)(struct hp_backend *b, float *dlogits, const float *logits, const int32_t *targets, long N,
 		       int V, float scale);
 	/* vocabulary-parallel cross-entropy (hp_vp_ce_*); the loss from the
-	 * backend's stats and maxima, on the host */
+	 * backend's stats and maxima, on the host, added to *loss_sum (the
+	 * backend's double) */
 	void (*vp_ce_max)(struct hp_backend *b, float *mx, const float *logits, long N, int Vl);
 	void (*vp_ce_sums)(struct hp_backend *b, double *stats, const float *logits, const float *mx,
 			   const int32_t *targets, long N, int Vl, int v0);
@@ -281,7 +301,7 @@ struct hp_backend {
 	/* dx[t] += each of token t's rows of dxe, in row order */
 	void (*moe_scatter_add)(struct hp_backend *b, float *dx, const float *dxe, const struct hp_route *rt,
 				long N, int K, int C);
-	/* *acc += sum of x^2 in double, in index order */
+	/* *acc (the backend's double) += sum of x^2 in double, in index order */
 	int (*sumsq_acc)(struct hp_backend *b, double *acc, const float *x, size_t n, struct hp_err *e);
 	void (*scale)(struct hp_backend *b, float *x, float s, size_t n);
 	void (*adamw)(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,

@@ -321,7 +321,12 @@ static void c_router_bwd(struct hp_backend *b, float *dprob, const float *probs,
 static int c_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const float *logits,
 		    const struct hp_i32 *targets, long N, int V)
 {
-	return ops_of()->cross_entropy_fwd(loss_sum, count, logits, targets->h, N, V);
+	double ls;
+	int rc = ops_of()->cross_entropy_fwd(&ls, count, logits, targets->h, N, V);
+
+	if (!rc)
+		*loss_sum += ls;
+	return rc;
 }
 
 static void c_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const int32_t *targets, long N, int V,
@@ -344,7 +349,12 @@ static void c_vp_ce_sums(struct hp_backend *b, double *stats, const float *logit
 static int c_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, const double *stats, const float *mx,
 			const struct hp_i32 *targets, long N, int V)
 {
-	return hp_vp_ce_loss(loss_sum, count, stats, mx, targets->h, N, V);
+	double ls;
+	int rc = hp_vp_ce_loss(&ls, count, stats, mx, targets->h, N, V);
+
+	if (!rc)
+		*loss_sum += ls;
+	return rc;
 }
 
 static void c_vp_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const double *stats,
@@ -389,6 +399,45 @@ static void c_max(struct hp_backend *b, float *x, const float *y, long n)
 static void c_add_f64(struct hp_backend *b, double *x, const double *y, long n)
 {
 	hp_add_into_f64(x, y, n);
+}
+
+static void c_moe_route(struct hp_backend *b, int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows,
+			int32_t *bad, int32_t *sel, long N, int E, int K)
+{
+	hp_moe_route(off, row_tok, row_slot, tok_rows, bad, sel, N, E, K);
+}
+
+static void c_moe_aux_acc(struct hp_backend *b, double *FP, const float *probs, const int32_t *off, long N, int E)
+{
+	hp_moe_aux_acc(FP, probs, off, N, E);
+}
+
+static void c_moe_aux_fin(struct hp_backend *b, double *FP, double *aux, double *acc, int E, double n, double div)
+{
+	hp_moe_aux_fin(FP, aux, acc, E, n, div);
+}
+
+static void c_grouped_fwd(struct hp_backend *b, float *y, const float *x, const float *W, size_t ws,
+			  const int32_t *off, int nx, long R, int K, int O)
+{
+	(void)R;
+	for (int i = 0; i < nx; i++) {
+		long r0 = off[i], n = off[i + 1] - off[i];
+		if (n > 0)
+			c_linear_fwd(b, y + r0 * O, x + r0 * K, W + i * ws, NULL, n, K, O);
+	}
+}
+
+static void c_grouped_bwd(struct hp_backend *b, float *dx, float *dW, size_t gs, const float *dy, const float *x,
+			  const float *W, size_t ws, const int32_t *off, int nx, long R, int K, int O, int accumulate)
+{
+	(void)R;
+	for (int i = 0; i < nx; i++) {
+		long r0 = off[i], n = off[i + 1] - off[i];
+		if (n > 0)
+			c_linear_bwd(b, dx ? dx + r0 * K : NULL, dW + i * gs, NULL, dy + r0 * O, x + r0 * K, W + i * ws,
+				     n, K, O, accumulate);
+	}
 }
 
 static void c_gather_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
@@ -556,6 +605,11 @@ static struct hp_backend cpu = {
 	.cp_attention_scratch = c_cp_attention_scratch,
 	.router_topk = c_router_topk,
 	.router_bwd = c_router_bwd,
+	.moe_route = c_moe_route,
+	.moe_aux_acc = c_moe_aux_acc,
+	.moe_aux_fin = c_moe_aux_fin,
+	.grouped_fwd = c_grouped_fwd,
+	.grouped_bwd = c_grouped_bwd,
 	.ce_fwd = c_ce_fwd,
 	.ce_bwd = c_ce_bwd,
 	.vp_ce_max = c_vp_ce_max,

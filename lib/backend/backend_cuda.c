@@ -51,11 +51,14 @@ int hp_backend_cuda_gpu_new(struct hp_backend **bp, int dev, int shared, struct 
 #define USE_NCCL 0
 #endif
 
-enum { S_X, S_DY, S_Q, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV, S_LSE, S_SEG, S_DI, S_AUX, S_ORD, S_START,
+enum { S_X, S_DY, S_Q, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV, S_LSE, S_SEG, S_DI, S_ORD, S_START,
        S_W, NSCR };
 #define NREGION 4
 #define NEV 16
 #define NSPARSE (3 * NREGION)
+#define RING_BYTES ((size_t)8 << 20)
+#define RING_MAX (RING_BYTES / 8)   /* larger uploads are not the step's: pageable */
+#define RING_MARKS 256
 
 struct cu {
 	struct hp_backend b;
@@ -83,6 +86,12 @@ struct cu {
 	 * GPU's: the emulation holds a bf16 value in 4), in granules of G
 	 * counted bytes, granule g mapped while ref[g] > 0 */
 	struct sparse { char *base; size_t n, es, ec, G, ng; uint32_t *ref; } sp[NSPARSE];
+	/* the upload ring (up): pinned bytes, the next free one, and a mark
+	 * after each upload from [lo, hi) that the stream may not have run */
+	char *ring;
+	size_t rhead;
+	struct rmark { void *mk; size_t lo, hi; int live; } rm[RING_MARKS];
+	int rnext;
 };
 
 static struct cu *cu_of(struct hp_backend *b)
@@ -234,7 +243,6 @@ static void slot_need(const struct hp_op_sizes *z, size_t n[NSCR], int bf[NSCR])
 		n[S_DI] = hp_cuda_flash_scratch(z->cp_B, z->cp_L, z->cp_Hq) * sizeof(float) + 4;
 		n[S_SEG] = (size_t)z->cp_B * z->cp_L * sizeof(int32_t);
 	}
-	n[S_AUX] = z->experts * sizeof(double);
 	n[S_ORD] = n[S_START] = z->tokens ? z->tokens * sizeof(int32_t) + 4 : 0;
 }
 
@@ -488,12 +496,67 @@ static void k_free(struct hp_backend *b, void *p)
 /* A copy from the host's pageable memory: the driver may wait for the
  * stream before it stages the bytes (CUDA's API synchronization
  * behavior), so it counts as the host waiting for the device. */
-static int up(struct cu *c, void *dst, const void *src, size_t bytes, struct hp_err *e)
+static int up_pageable(struct cu *c, void *dst, const void *src, size_t bytes, struct hp_err *e)
 {
-	if (!bytes)
-		return 0;
 	c->b.host_syncs++;
 	return L(hp_cuda_upload)(dst, src, bytes, e);
+}
+
+/* The host waits for mark k if the stream has not passed it; it is dead after. */
+static int ring_retire(struct cu *c, struct rmark *k, struct hp_err *e)
+{
+	int rc = 0;
+
+	if (k->live && !hp_cuda_mark_passed(k->mk)) {
+		c->b.host_syncs++;
+		rc = hp_cuda_mark_wait(k->mk, e);
+	}
+	k->live = 0;
+	return rc;
+}
+
+/*
+ * The step's uploads (a micro-batch's ids, targets and positions, routing
+ * and embedding tables) go through a ring of pinned memory: copied there,
+ * queued on the stream, a mark recorded after.  The host waits only where
+ * it would overwrite bytes whose copy the stream has not run yet, which a
+ * ring several steps' worth of uploads long makes the exception (and
+ * counts when it happens).  Larger uploads (weights, checkpoints,
+ * host-staged collectives) come from pageable memory, and wait.
+ */
+static int up(struct cu *c, void *dst, const void *src, size_t bytes, struct hp_err *e)
+{
+	size_t at;
+	struct rmark *k;
+	int rc;
+
+	if (!bytes)
+		return 0;
+	if (bytes > RING_MAX)
+		return up_pageable(c, dst, src, bytes, e);
+	if (!c->ring) {
+		if (!(c->ring = hp_cuda_host_alloc(RING_BYTES, e)))
+			return HP_ECUDA;
+		for (int i = 0; i < RING_MARKS; i++)
+			if (!(c->rm[i].mk = hp_cuda_mark_new(e)))
+				return HP_ECUDA;
+	}
+	at = c->rhead + bytes > RING_BYTES ? 0 : c->rhead;
+	for (int i = 0; i < RING_MARKS; i++)
+		if (c->rm[i].live && c->rm[i].lo < at + bytes && at < c->rm[i].hi && (rc = ring_retire(c, &c->rm[i], e)))
+			return rc;
+	k = &c->rm[c->rnext];
+	if ((rc = ring_retire(c, k, e)))
+		return rc;
+	memcpy(c->ring + at, src, bytes);
+	if ((rc = L(hp_cuda_upload)(dst, c->ring + at, bytes, e)) || (rc = hp_cuda_mark_record(k->mk, e)))
+		return rc;
+	k->lo = at;
+	k->hi = at + bytes;
+	k->live = 1;
+	c->rnext = (c->rnext + 1) % RING_MARKS;
+	c->rhead = (at + bytes + 255) & ~(size_t)255;
+	return 0;
 }
 
 static int k_upload(struct hp_backend *b, void *dst, const void *src, size_t bytes, struct hp_err *e)
@@ -915,15 +978,53 @@ static void k_router_bwd(struct hp_backend *b, float *dprob, const float *probs,
 			 const float *wsel, const float *dwsel, const double *aux, double aux_grad, long N, int E,
 			 int K, int norm)
 {
-	struct cu *c = cu_of(b);
-	double *ad = NULL;
+	LB(hp_cuda_router_bwd)(dprob, probs, sel, wsel, dwsel, aux_grad != 0 ? aux : NULL, aux ? aux_grad : 0, N, E,
+			       K, norm);
+}
 
-	if (aux && aux_grad != 0) {
-		if (!(ad = scr(c, S_AUX, (size_t)E * sizeof(double))))
-			return;
-		keep(c, up(c, ad, aux, (size_t)E * sizeof(double), &c->err));
-	}
-	L(hp_cuda_router_bwd)(dprob, probs, sel, wsel, dwsel, ad, ad ? aux_grad : 0, N, E, K, norm);
+static void k_moe_route(struct hp_backend *b, int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows,
+			int32_t *bad, int32_t *sel, long N, int E, int K)
+{
+	LB(hp_cuda_moe_route)(off, row_tok, row_slot, tok_rows, bad, sel, N, E, K);
+}
+
+static void k_moe_aux_acc(struct hp_backend *b, double *FP, const float *probs, const int32_t *off, long N, int E)
+{
+	LB(hp_cuda_moe_aux_acc)(FP, probs, off, N, E);
+}
+
+static void k_moe_aux_fin(struct hp_backend *b, double *FP, double *aux, double *acc, int E, double n, double div)
+{
+	LB(hp_cuda_moe_aux_fin)(FP, aux, acc, E, n, div);
+}
+
+/* every expert's rows as bf16 operands at once, every expert's working
+ * copy from one region (the experts lie ws apart in it) */
+static void k_grouped_fwd(struct hp_backend *b, float *y, const float *x, const float *W, size_t ws,
+			  const int32_t *off, int nx, long R, int K, int O)
+{
+	struct cu *c = cu_of(b);
+	const hp_bf16 *xb, *wb;
+
+	if (R <= 0 || O <= 0 || nx <= 0)
+		return;
+	if (!(xb = as_bf16(c, S_X, x, (size_t)R * K)) || !(wb = wb_of(c, W, (size_t)(nx - 1) * ws + (size_t)O * K)))
+		return;
+	keep(c, L(hp_cuda_grouped_fwd)(y, xb, wb, ws, off, nx, R, K, O, &c->err));
+}
+
+static void k_grouped_bwd(struct hp_backend *b, float *dx, float *dW, size_t gs, const float *dy, const float *x,
+			  const float *W, size_t ws, const int32_t *off, int nx, long R, int K, int O, int accumulate)
+{
+	struct cu *c = cu_of(b);
+	const hp_bf16 *dyb, *xb, *wb;
+
+	if (R <= 0 || nx <= 0)
+		return;
+	if (!(dyb = as_bf16(c, S_DY, dy, (size_t)R * O)) || !(xb = as_bf16(c, S_X, x, (size_t)R * K)) ||
+	    !(wb = wb_of(c, W, (size_t)(nx - 1) * ws + (size_t)O * K)))
+		return;
+	keep(c, L(hp_cuda_grouped_bwd)(dx, dW, gs, dyb, xb, wb, ws, off, nx, R, K, O, accumulate, &c->err));
 }
 
 /* The count and range check on the host's targets, the sum on the device. */
@@ -943,8 +1044,6 @@ static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const f
 		cnt++;
 	}
 	*count = cnt;
-	*loss_sum = 0;
-	c->b.host_syncs++;   /* the sum comes back to the host */
 	keep(c, L(hp_cuda_ce_loss)(loss_sum, logits, targets->d, N, V, &c->err));
 	return 0;
 }
@@ -972,16 +1071,24 @@ static int k_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, con
 {
 	struct cu *c = cu_of(b);
 	size_t sb = 2 * (size_t)N * sizeof(double);
-	char *h = hscr(c, sb + (size_t)N * sizeof(float));
+	char *h = hscr(c, sb + (size_t)N * sizeof(float) + sizeof(double));
+	double ls, acc;
+	int rc;
 
+	/* the sum onto the device's accumulator: read, added, written back
+	 * (the stream is idle after the statistics' download) */
 	if (!h || k_download(b, h, stats, sb, &c->err) ||
-	    k_download(b, h + sb, mx, (size_t)N * sizeof(float), &c->err)) {
+	    k_download(b, h + sb, mx, (size_t)N * sizeof(float), &c->err) ||
+	    k_download(b, &acc, loss_sum, sizeof(acc), &c->err)) {
 		keep(c, c->err.code ? c->err.code : HP_ECUDA);
-		*loss_sum = NAN;
 		*count = 0;
 		return 0;
 	}
-	return hp_vp_ce_loss(loss_sum, count, (const double *)h, (const float *)(h + sb), targets->h, N, V);
+	if ((rc = hp_vp_ce_loss(&ls, count, (const double *)h, (const float *)(h + sb), targets->h, N, V)))
+		return rc;
+	acc += ls;
+	keep(c, up(c, loss_sum, &acc, sizeof(acc), &c->err));
+	return 0;
 }
 
 static void k_vp_ce_bwd(struct hp_backend *b, float *dlogits, const float *logits, const double *stats,
@@ -1057,12 +1164,9 @@ static int k_embed_bwd(struct hp_backend *b, float *dtable, const float *dout, c
 	if (!h || !(od = scr(c, S_ORD, bytes + 4)) || !(sd = scr(c, S_START, bytes + 4)))
 		return hp_err_set(e, c->rc ? c->rc : HP_ENOMEM, "%s", c->err.msg);
 	nu = embed_groups(h, h + N, ids->h, N, v0, V, pad);
+	/* up copies the host scratch (to its ring, or pageable): the next call may reuse it */
 	if ((rc = up(c, od, h, bytes, e)) || (rc = up(c, sd, h + N, (size_t)(nu + 1) * sizeof(int32_t), e)))
 		return rc;
-	/* the host scratch is the next call's, and may be: an upload from
-	 * pageable memory (c->host is hp_malloc'd) returns once its bytes are
-	 * staged (CUDA's API synchronization behavior); pinned scratch would
-	 * need an event here */
 	if (nu)
 		L(hp_cuda_embedding_bwd)(dtable, dout, ids->d, od, sd, nu, C, v0);
 	return 0;
@@ -1127,18 +1231,10 @@ static void k_moe_scatter_add(struct hp_backend *b, float *dx, const float *dxe,
 static int k_sumsq_acc(struct hp_backend *b, double *acc, const float *x, size_t n, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
-	double s = 0;
-	int rc;
 
 	if (c->rc)
 		return hp_err_set(e, c->rc, "%s", c->err.msg);
-	if (!n)
-		return 0;
-	c->b.host_syncs++;   /* the sum comes back to the host */
-	if ((rc = L(hp_cuda_sumsq)(&s, x, n, e)))
-		return rc;
-	*acc += s;
-	return 0;
+	return n ? L(hp_cuda_sumsq)(acc, x, n, e) : 0;
 }
 
 static void k_scale(struct hp_backend *b, float *x, float s, size_t n)
@@ -1510,6 +1606,12 @@ static void k_close(struct hp_backend *b)
 		}
 	hp_free(c->blk);
 	hp_free(c->host);
+	/* the ring, once the stream has read it */
+	for (int i = 0; i < RING_MARKS; i++) {
+		keep(c, ring_retire(c, &c->rm[i], &c->err));
+		hp_cuda_mark_free(c->rm[i].mk);
+	}
+	hp_cuda_host_free(c->ring);
 	k_req_free(b, &c->greq);
 	hp_cuda_fini();
 	hp_free(c);
@@ -1563,6 +1665,11 @@ static const struct hp_backend table = {
 	.cp_attention_scratch = k_cp_attention_scratch,
 	.router_topk = k_router_topk,
 	.router_bwd = k_router_bwd,
+	.moe_route = k_moe_route,
+	.moe_aux_acc = k_moe_aux_acc,
+	.moe_aux_fin = k_moe_aux_fin,
+	.grouped_fwd = k_grouped_fwd,
+	.grouped_bwd = k_grouped_bwd,
 	.ce_fwd = k_ce_fwd,
 	.ce_bwd = k_ce_bwd,
 	.vp_ce_max = k_vp_ce_max,

@@ -165,18 +165,24 @@ void hp_optim_zero_grad(struct hp_optim *o)
 	o->s.bk->zero(o->s.bk, o->s.g, o->s.total * sizeof(float));
 }
 
-int hp_optim_grad_norm(struct hp_optim *o, double *norm, struct hp_err *e)
+int hp_optim_grad_sumsq(struct hp_optim *o, double *acc, struct hp_err *e)
 {
 	const struct hp_store *s = &o->s;
-	double ss = 0;
-	int rc = 0, rc2;
+	int rc = 0;
 
 	for (int i = 0; i < s->nnorm && !rc; i++)
-		/* a backend failure still joins the all-reduce: no rank may wait alone */
-		if ((rc = s->bk->sumsq_acc(s->bk, &ss, s->g + s->norm[i].off, s->norm[i].n, e)))
-			ss = NAN;
-	if (s->world && (rc2 = hp_comm_allreduce(s->world, &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e)) && !rc)
-		rc = rc2;
+		rc = s->bk->sumsq_acc(s->bk, acc, s->g + s->norm[i].off, s->norm[i].n, e);
+	return rc;
+}
+
+int hp_optim_grad_norm(struct hp_optim *o, double ss, double *norm, struct hp_err *e)
+{
+	const struct hp_store *s = &o->s;
+	int rc = 0;
+
+	/* a backend failure (ss NaN) still joins the all-reduce: no rank may wait alone */
+	if (s->world)
+		rc = hp_comm_allreduce(s->world, &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e);
 	*norm = sqrt(ss);
 	return rc;
 }

@@ -81,11 +81,14 @@ double hp_lr_at(const struct hp_optim *o, long s);
 
 /* Zero the store's gradient sums (a step begins). */
 void hp_optim_zero_grad(struct hp_optim *o);
-/* The global L2 norm of the store's gradients into *norm (accumulated in
- * double, in the runs' order, summed over the world); the backend's or
- * the all-reduce's failure (a rank whose backend failed still joins the
- * all-reduce, with NaN). */
-int hp_optim_grad_norm(struct hp_optim *o, double *norm, struct hp_err *e);
+/* The squared L2 norm of this rank's part of the store's gradients,
+ * accumulated in double in the runs' order, added to *acc: a double in
+ * the backend's memory, where it stays (no wait for a device). */
+int hp_optim_grad_sumsq(struct hp_optim *o, double *acc, struct hp_err *e);
+/* The global L2 norm into *norm from this rank's squared sum ss (NaN when
+ * its backend failed: it still joins), summed over the world; the
+ * all-reduce's failure. */
+int hp_optim_grad_norm(struct hp_optim *o, double ss, double *norm, struct hp_err *e);
 /* Scale the gradients as clip_grad_norm_ does with max_grad_norm; returns
  * the factor applied (1 if none). */
 double hp_optim_clip(struct hp_optim *o, double norm);

@@ -394,13 +394,17 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 void hp_verify_update(struct hp_verify *v, double lr)
 {
 	struct hp_err e;
-	double norm;
+	struct hp_backend *bk = v->ref.bk;
+	double norm, ss = NAN, *acc = hp_model_stat(&v->ref, HP_ST_GRAD_SQ);
 
 	if (!v->have_ref)
 		return;
 	/* the reference's backend failing leaves a NaN norm, which the
 	 * comparison of the weights after the update reports */
-	hp_optim_grad_norm(&v->opt, &norm, &e);
+	bk->zero(bk, acc, sizeof(*acc));
+	if (!hp_optim_grad_sumsq(&v->opt, acc, &e))
+		bk->download(bk, &ss, acc, sizeof(ss), &e);
+	hp_optim_grad_norm(&v->opt, ss, &norm, &e);
 	hp_optim_clip(&v->opt, norm);
 	hp_optim_step(&v->opt, lr);
 }

@@ -112,6 +112,22 @@ static int build_params(struct hp_model *m, struct hp_err *e)
 	return 0;
 }
 
+/* The experts' stride in the flat arrays (hp_model_spec_params lists
+ * them one after another, each the same sizes), which the grouped kernels
+ * step by. */
+static int expert_stride(struct hp_layer_w *w, int El, struct hp_err *e)
+{
+	const struct hp_expert_w *x0 = &w->ex[0];
+
+	w->xs = El > 1 ? (size_t)(w->ex[1].wg - x0->wg) : 0;
+	for (int x = 1; x < El; x++)
+		if (w->ex[x].wg != x0->wg + x * w->xs || w->ex[x].wu != x0->wu + x * w->xs ||
+		    w->ex[x].wd != x0->wd + x * w->xs)
+			return hp_err_set(e, HP_EINVAL, "internal: expert %d's tensors are not %zu floats after "
+					  "expert %d's", x, w->xs, x - 1);
+	return 0;
+}
+
 static int any_grouped(const struct hp_model *m)
 {
 	for (int l = 0; l < m->spec.n_layers; l++)
@@ -199,6 +215,13 @@ static void take_pair(struct takes *t, struct hp_arena *a, struct hp_i32 *x, siz
 	x->h = on_device(t->m) ? take_in(t, &t->m->a.harena, n * sizeof(int32_t)) : x->d;
 }
 
+/* the backend's copy only: the host's is NULL on a device */
+static void take_dev(struct takes *t, struct hp_arena *a, struct hp_i32 *x, size_t n)
+{
+	x->d = take_in(t, a, n * sizeof(int32_t));
+	x->h = on_device(t->m) ? NULL : x->d;
+}
+
 /*
  * One layer's activation buffers: what its backward reads.  A layer under
  * activation checkpointing takes what it recomputes from work instead of
@@ -254,9 +277,13 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		TAKE(t->probs, Ns * E * f);
 		take_pair(&tk, a, &t->sel, NK);
 		TAKE(t->wsel, NK * f);
-		take_pair(&tk, a, &t->row_tok, NK);
-		take_pair(&tk, a, &t->row_slot, NK);
-		t->ex_off = take_host(&tk, a, E + 1);
+		take_dev(&tk, a, &t->row_tok, NK);
+		take_dev(&tk, a, &t->row_slot, NK);
+		/* the host reads the experts' rows only to send them (ep) */
+		if (pr->ep > 1)
+			take_pair(&tk, a, &t->ex_off, E + 1);
+		else
+			take_dev(&tk, a, &t->ex_off, E + 1);
 		/* grouped on one rank: gathered per expert into m->a.xg */
 		if (!m->k.grouped[l] || pr->ep > 1)
 			TAKE(t->xe, R * C * f);
@@ -279,11 +306,11 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 			t->ep_scount = take_host(&tk, a, (size_t)pr->ep);
 			t->ep_rcount = take_host(&tk, a, (size_t)pr->ep);
 			take_pair(&tk, a, &t->ep_perm, R);
-			t->ep_off = take_host(&tk, a, (size_t)m->lay.El + 1);
+			take_pair(&tk, a, &t->ep_off, (size_t)m->lay.El + 1);
 		}
 		/* the device's combine and scatter-add read each token's rows */
 		if (on_device(m))
-			take_pair(&tk, a, &t->tok_rows, NK);
+			take_dev(&tk, a, &t->tok_rows, NK);
 	} else {
 		TAKE(t->xn2, N * C * f);
 		TAKE(t->g, N * I * f);
@@ -386,6 +413,8 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->lay.cp_send, N * (QD + 2 * KD) * f);
 		TAKE(m->lay.cp_recv, N * (QD + 2 * KD) * f);
 	}
+	/* the step's sums, then the load-balancing loss's */
+	TAKE(m->a.st, (HP_ST_N + (m->n_moe ? 2 * E + 1 : 0)) * sizeof(double));
 	if (m->n_moe) {
 		TAKE(m->a.dye, R * C * f);
 		TAKE(m->a.dxe, R * C * f);
@@ -394,8 +423,8 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->a.dhe, R * Im * f);
 		TAKE(m->a.dprob, Ns * E * f);
 		TAKE(m->a.dwsel, NK * f);
-		m->a.moe_fill = take_host(&tk, a, 2 * E);
-		m->a.aux_frac = take_in(&tk, on_device(m) ? &m->a.harena : a, 2 * E * sizeof(double));
+		if (pr->ep > 1)
+			m->a.moe_fill = take_host(&tk, a, 2 * E);
 		if (any_grouped(m)) {
 			TAKE(m->a.hrec, R * Im * f);
 			if (pr->ep == 1)
@@ -405,8 +434,6 @@ static int take_acts(struct hp_model *m)
 			TAKE(m->lay.ep_send, R * C * f);
 			TAKE(m->lay.ep_recv, R * C * f);
 		}
-		if (on_device(m) && s->output_router_logits)
-			m->a.h_probs = take_in(&tk, &m->a.harena, Ns * E * f);
 	}
 #undef TAKE
 #undef TAKE_IN
@@ -515,7 +542,9 @@ static void op_sizes(const struct hp_model *m, struct hp_op_sizes *z)
 	size_t N = (size_t)m->a.B * m->a.T, C = (size_t)s->hidden, D = (size_t)s->head_dim;
 	size_t QD = (size_t)s->n_heads * D, KD = (size_t)s->n_kv_heads * D, V = (size_t)s->vocab;
 	size_t Nh = head_rows(m);
-	size_t R = (size_t)m->par.ep * (size_t)m->lay.Ns, Im = (size_t)s->moe_intermediate;
+	size_t Im = (size_t)s->moe_intermediate;
+	/* the grouped experts' operands: every routed row at once */
+	size_t R = m->par.ep > 1 ? (size_t)m->lay.ep_rcap : (size_t)m->lay.Ns * (size_t)s->top_k;
 	int dense = 0, moe = 0, grouped = 0;
 
 	memset(z, 0, sizeof(*z));
@@ -533,7 +562,6 @@ static void op_sizes(const struct hp_model *m, struct hp_op_sizes *z)
 	if (moe) {
 		z->lin_x = zmax(z->lin_x, R * zmax(C, Im));
 		z->lin_dy = zmax(zmax(z->lin_dy, N * (size_t)s->n_experts), R * zmax(C, (grouped ? 2 : 1) * Im));
-		z->experts = (size_t)s->n_experts;
 	}
 	if (cp_ag(m)) {
 		z->cp_B = m->a.B;
@@ -735,6 +763,10 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 			if (m->w.lw[l].ex[x].wu != m->w.lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
 			    m->w.lg[l].ex[x].wu != m->w.lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
 				m->k.grouped[l] = 0;
+	for (int l = 0; l < spec->n_layers; l++)
+		if (m->w.lw[l].moe && ((rc = expert_stride(&m->w.lw[l], m->lay.El, e)) ||
+				       (rc = expert_stride(&m->w.lg[l], m->lay.El, e))))
+			goto fail;
 	take_acts(m);                       /* measure */
 	if ((rc = arena_on(m, &m->a.aarena, m->a.aarena.used, e))) {
 		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens on %s)",
@@ -1159,95 +1191,67 @@ static int first_moe(const struct hp_model *m)
 }
 
 /*
- * Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) -> ye:
- * each expert's gate and up projections and SwiGLU, then its down
- * projection.  Grouped: one GEMM over the adjacent gate and up weights,
- * the SwiGLU of [gate | up] rows over every expert's rows at once (row by
- * row, so the same numbers as expert by expert).
+ * Experts x = 0..nx-1 (local) on their rows xe[off[x] .. off[x+1]) (off
+ * the backend's; R rows in all) -> ye: each expert's gate and up
+ * projections and SwiGLU, then its down projection, every expert in one
+ * grouped call per projection.  Grouped kernel: one GEMM over the adjacent
+ * gate and up weights, the SwiGLU of [gate | up] rows (row by row, so the
+ * same numbers as expert by expert).
  * ye NULL (grouped kernel): the gate|up rows only, all that the backward
  * keeps of them (a checkpointed layer's recomputation).
  */
-static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, float *ye)
+static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, long R, float *ye)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
+	const struct hp_expert_w *x0 = &w->ex[0];
 	int C = s->hidden, Im = s->moe_intermediate;
 
 	if (!m->k.grouped[l]) {
-		for (int x = 0; x < nx; x++) {
-			long r0 = off[x], n = off[x + 1] - off[x];
-			if (!n)
-				continue;
-			bk->linear_fwd(bk, a->ge + r0 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, Im);
-			bk->linear_fwd(bk, a->ue + r0 * Im, xe + r0 * C, w->ex[x].wu, NULL, n, C, Im);
-			bk->swiglu_fwd(bk, a->he + r0 * Im, a->ge + r0 * Im, a->ue + r0 * Im, n * Im);
-			bk->linear_fwd(bk, ye + r0 * C, a->he + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
-		}
+		bk->grouped_fwd(bk, a->ge, xe, x0->wg, w->xs, off, nx, R, C, Im);
+		bk->grouped_fwd(bk, a->ue, xe, x0->wu, w->xs, off, nx, R, C, Im);
+		bk->swiglu_fwd(bk, a->he, a->ge, a->ue, R * Im);
+		bk->grouped_fwd(bk, ye, a->he, x0->wd, w->xs, off, nx, R, Im, C);
 		return;
 	}
-	for (int x = 0; x < nx; x++) {
-		long r0 = off[x], n = off[x + 1] - off[x];
-		if (n)   /* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
-			bk->linear_fwd(bk, a->ge + r0 * 2 * Im, xe + r0 * C, w->ex[x].wg, NULL, n, C, 2 * Im);
-	}
+	/* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
+	bk->grouped_fwd(bk, a->ge, xe, x0->wg, w->xs, off, nx, R, C, 2 * Im);
 	if (!ye)
 		return;
-	bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, off[nx], Im);
-	for (int x = 0; x < nx; x++) {
-		long r0 = off[x], n = off[x + 1] - off[x];
-		if (n)
-			bk->linear_fwd(bk, ye + r0 * C, m->a.hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
-	}
+	bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, R, Im);
+	bk->grouped_fwd(bk, ye, m->a.hrec, x0->wd, w->xs, off, nx, R, Im, C);
 }
 
 /* Backward of experts_fwd: dye -> dxe, weight gradients added.  h_ready:
  * (grouped) hrec already holds the SwiGLU outputs, recomputed for the
  * experts' outputs. */
-static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx,
+static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_t *off, int nx, long R,
 			const float *dye, float *dxe, int h_ready)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
-	struct hp_layer_w *g = &m->w.lg[l];
+	const struct hp_expert_w *x0 = &w->ex[0], *g0 = &m->w.lg[l].ex[0];
+	size_t gs = m->w.lg[l].xs;
 	int C = s->hidden, Im = s->moe_intermediate;
 
 	if (!m->k.grouped[l]) {
-		for (int x = 0; x < nx; x++) {
-			long r0 = off[x], n = off[x + 1] - off[x];
-			if (!n)
-				continue;
-			bk->linear_bwd(bk, m->a.dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, a->he + r0 * Im,
-				       w->ex[x].wd, n, Im, C, 0);
-			bk->swiglu_bwd(bk, m->a.dge + r0 * Im, m->a.due + r0 * Im, m->a.dhe + r0 * Im, a->ge + r0 * Im,
-				       a->ue + r0 * Im, n * Im);
-			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->a.dge + r0 * Im, xe + r0 * C,
-				       w->ex[x].wg, n, C, Im, 0);
-			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wu, NULL, m->a.due + r0 * Im, xe + r0 * C,
-				       w->ex[x].wu, n, C, Im, 1);
-		}
+		bk->grouped_bwd(bk, m->a.dhe, g0->wd, gs, dye, a->he, x0->wd, w->xs, off, nx, R, Im, C, 0);
+		bk->swiglu_bwd(bk, m->a.dge, m->a.due, m->a.dhe, a->ge, a->ue, R * Im);
+		bk->grouped_bwd(bk, dxe, g0->wg, gs, m->a.dge, xe, x0->wg, w->xs, off, nx, R, C, Im, 0);
+		bk->grouped_bwd(bk, dxe, g0->wu, gs, m->a.due, xe, x0->wu, w->xs, off, nx, R, C, Im, 1);
 		return;
 	}
 	/* the SwiGLU output is recomputed rather than kept (unless the
 	 * recomputed expert outputs needed it first) */
 	if (!h_ready)
-		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, off[nx], Im);
-	for (int x = 0; x < nx; x++) {
-		long r0 = off[x], n = off[x + 1] - off[x];
-		if (n)
-			bk->linear_bwd(bk, m->a.dhe + r0 * Im, g->ex[x].wd, NULL, dye + r0 * C, m->a.hrec + r0 * Im,
-				       w->ex[x].wd, n, Im, C, 0);
-	}
-	bk->swiglu_rows_bwd(bk, m->a.dge, m->a.dhe, a->ge, off[nx], Im);
-	for (int x = 0; x < nx; x++) {
-		long r0 = off[x], n = off[x + 1] - off[x];
-		if (n)
-			bk->linear_bwd(bk, dxe + r0 * C, g->ex[x].wg, NULL, m->a.dge + r0 * 2 * Im, xe + r0 * C,
-				       w->ex[x].wg, n, C, 2 * Im, 0);
-	}
+		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, R, Im);
+	bk->grouped_bwd(bk, m->a.dhe, g0->wd, gs, dye, m->a.hrec, x0->wd, w->xs, off, nx, R, Im, C, 0);
+	bk->swiglu_rows_bwd(bk, m->a.dge, m->a.dhe, a->ge, R, Im);
+	bk->grouped_bwd(bk, dxe, g0->wg, gs, m->a.dge, xe, x0->wg, w->xs, off, nx, R, C, 2 * Im, 0);
 }
 
 /*
@@ -1267,10 +1271,10 @@ static void ep_dispatch_counts(struct hp_model *m, int l)
 	long at = 0;
 
 	for (int x = 0; x < E; x++)
-		cnt[x] = a->ex_off[x + 1] - a->ex_off[x];
+		cnt[x] = a->ex_off.h[x + 1] - a->ex_off.h[x];
 	par_rc(m, hp_comm_alltoall(dimc(m, HP_DIM_EP), cnt, rcnt, (size_t)El, HP_DTYPE_I32, &m->err));
 	for (int r = 0; r < ep; r++) {
-		a->ep_scount[r] = a->ex_off[(r + 1) * El] - a->ex_off[r * El];
+		a->ep_scount[r] = a->ex_off.h[(r + 1) * El] - a->ex_off.h[r * El];
 		a->ep_rcount[r] = 0;
 		for (int x = 0; x < El; x++)
 			a->ep_rcount[r] += rcnt[r * El + x];
@@ -1278,7 +1282,7 @@ static void ep_dispatch_counts(struct hp_model *m, int l)
 	/* expert-major order of the received rows: expert x's rows from peer 0,
 	 * then peer 1, ...; the rows of (peer s, expert x) sit in the receive
 	 * buffer at s's block, after s's rows for experts before x */
-	a->ep_off[0] = 0;
+	a->ep_off.h[0] = 0;
 	for (int x = 0; x < El; x++) {
 		long n = 0;
 		for (int r = 0; r < ep; r++) {
@@ -1291,10 +1295,11 @@ static void ep_dispatch_counts(struct hp_model *m, int l)
 				perm[at++] = (int32_t)(src + j);
 			n += rcnt[r * El + x];
 		}
-		a->ep_off[x + 1] = a->ep_off[x] + (int32_t)n;
+		a->ep_off.h[x + 1] = a->ep_off.h[x] + (int32_t)n;
 	}
 	a->ep_rows = at;
 	par_rc(m, m->bk->put(m->bk, &a->ep_perm, (size_t)at, &m->err));
+	par_rc(m, m->bk->put(m->bk, &a->ep_off, (size_t)El + 1, &m->err));
 }
 
 /* Rows out (dir 0: to the experts, send order -> recv order) or back. */
@@ -1318,12 +1323,13 @@ static void ep_exchange(struct hp_model *m, int l, const float *send, float *rec
 }
 
 /*
- * Routing on the host: the router's top-k choices (from the backend) are
- * grouped expert-major, token order within an expert, into row_tok,
- * row_slot (and, for a device's combine, each token's rows in ascending
- * order), which go back to the backend.  A failure is kept in m->par_rc
- * and the layer goes on with what it has (expert 0 for a choice out of
- * range), so that every rank still makes the same collectives.
+ * Routing, on the backend: the router's top-k choices grouped expert-major,
+ * token order within an expert (ex_off, row_tok, row_slot, and for a
+ * device's combine each token's rows in ascending order).  A choice out of
+ * range (a top-k of NaN logits) goes to expert 0 and is counted where the
+ * step's sums read back at its end (HP_ST_BAD), so that every rank still
+ * makes the same collectives.  Expert parallelism sends rows by the
+ * counts: the host's copy of ex_off comes back for them.
  */
 static void route(struct hp_model *m, int l)
 {
@@ -1331,51 +1337,17 @@ static void route(struct hp_model *m, int l)
 	struct hp_layer_act *a = &m->a.act[l];
 	long N = m->lay.Ns;
 	int E = m->spec.n_experts, K = m->spec.top_k;
-	int32_t *off = a->ex_off, *sel = a->sel.h;
-	size_t NK = (size_t)N * K;
 
-	par_rc(m, bk->get(bk, &a->sel, NK, &m->err));
 	/* the fault: the first token's first row goes to an expert of the next ep rank */
 	if (m->fault == HP_FAULT_EP_WRONG_ROUTE && m->par.ep > 1 && l == first_moe(m) && N > 0) {
-		sel[0] = (sel[0] + m->lay.El) % E;
+		par_rc(m, bk->get(bk, &a->sel, 1, &m->err));
+		a->sel.h[0] = (a->sel.h[0] + m->lay.El) % E;
 		par_rc(m, bk->put(bk, &a->sel, 1, &m->err));
 	}
-	/* expert-major rows */
-	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
-	for (size_t i = 0; i < NK; i++) {
-		if (sel[i] < 0 || sel[i] >= E) {   /* a top-k of NaN logits */
-			par_rc(m, hp_err_set(&m->err, HP_ENUM, "layer %d: the router chose expert %d of %d "
-					     "(NaN logits?)", l, sel[i], E));
-			sel[i] = 0;
-		}
-		off[sel[i] + 1]++;
-	}
-	for (int x = 0; x < E; x++)
-		off[x + 1] += off[x];
-	memcpy(m->a.moe_fill, off, sizeof(int32_t) * (size_t)E);
-	for (long t = 0; t < N; t++)
-		for (int k = 0; k < K; k++) {
-			int32_t r = m->a.moe_fill[sel[t * K + k]]++;
-			a->row_tok.h[r] = (int32_t)t;
-			a->row_slot.h[r] = k;
-		}
-	if (!bk->device)
-		return;
-	/* each token's rows in ascending order, the order of the host's loops
-	 * over rows: its slots' rows, sorted (K is small) */
-	int32_t *tr = a->tok_rows.h;
-	for (size_t r = 0; r < NK; r++)
-		tr[(size_t)a->row_tok.h[r] * K + (size_t)a->row_slot.h[r]] = (int32_t)r;
-	for (long t = 0; t < N; t++)
-		for (int k = 1; k < K; k++)
-			for (int j = k; j > 0 && tr[t * K + j - 1] > tr[t * K + j]; j--) {
-				int32_t x = tr[t * K + j];
-				tr[t * K + j] = tr[t * K + j - 1];
-				tr[t * K + j - 1] = x;
-			}
-	par_rc(m, bk->put(bk, &a->row_tok, NK, &m->err));
-	par_rc(m, bk->put(bk, &a->row_slot, NK, &m->err));
-	par_rc(m, bk->put(bk, &a->tok_rows, NK, &m->err));
+	bk->moe_route(bk, a->ex_off.d, a->row_tok.d, a->row_slot.d, a->tok_rows.d, (int32_t *)(m->a.st + HP_ST_BAD),
+		      a->sel.d, N, E, K);
+	if (m->par.ep > 1)
+		par_rc(m, bk->get(bk, &a->ex_off, (size_t)E + 1, &m->err));
 }
 
 static struct hp_route route_of(const struct hp_layer_act *a)
@@ -1416,7 +1388,7 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 		ep_dispatch_counts(m, l);
 		ep_exchange(m, l, m->lay.ep_send, m->lay.ep_recv, 0);
 		bk->gather_rows(bk, a->xe, m->lay.ep_recv, a->ep_perm.d, a->ep_rows, C);
-		experts_fwd(m, l, a->xe, a->ep_off, m->lay.El, m->lay.ep_recv);
+		experts_fwd(m, l, a->xe, a->ep_off.d, m->lay.El, a->ep_rows, m->lay.ep_recv);
 		bk->scatter_rows(bk, m->lay.ep_send, m->lay.ep_recv, a->ep_perm.d, a->ep_rows, C);
 		ep_exchange(m, l, m->lay.ep_send, a->ye, 1);
 		if (m->fault == HP_FAULT_EP_DROP_TOKEN && l == first_moe(m) && N > 0)
@@ -1426,7 +1398,7 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 		 * gathers rows into one shared buffer instead of keeping a copy */
 		float *xe = m->k.grouped[l] ? m->a.xg : a->xe;
 		bk->gather_rows(bk, xe, a->xn2, a->row_tok.d, N * K, C);
-		experts_fwd(m, l, xe, a->ex_off, E, a->ye ? a->ye : re ? NULL : m->a.dxe);
+		experts_fwd(m, l, xe, a->ex_off.d, E, N * K, a->ye ? a->ye : re ? NULL : m->a.dxe);
 	}
 	if (re)
 		return;
@@ -1438,45 +1410,32 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
  * with all router outputs concatenated (n tokens), F_e = (slots routed to
  * e) / n and P_e = mean probability of e; aux = E * sum_e F_e * P_e.
  * The micro-batch's tokens are spread over cp (and tp with sequence
- * parallelism): the per-expert sums are all-reduced there.  The sums are
- * the host's (a device's probabilities come to it).
+ * parallelism): the per-expert sums are all-reduced there.  The sums stay
+ * in the backend's memory (after the step's sums in m->a.st), where the
+ * backward reads F.
  */
 static void moe_aux_add(struct hp_model *m, int l)
 {
-	const struct hp_model_spec *s = &m->spec;
-	long N = m->lay.Ns;
-	int E = s->n_experts, K = s->top_k;
-	double *F = m->a.aux_frac, *P = m->a.aux_frac + E;
-	const float *probs = m->a.act[l].probs;
-
-	if (m->bk->device) {
-		par_rc(m, m->bk->download(m->bk, m->a.h_probs, probs, sizeof(float) * (size_t)N * E, &m->err));
-		probs = m->a.h_probs;
-	}
-	for (long i = 0; i < N * K; i++)
-		F[m->a.act[l].sel.h[i]] += 1;
-	for (long t = 0; t < N; t++)
-		for (int x = 0; x < E; x++)
-			P[x] += probs[t * E + x];
+	m->bk->moe_aux_acc(m->bk, m->a.st + HP_ST_N, m->a.act[l].probs, m->a.act[l].ex_off.d, m->lay.Ns,
+			   m->spec.n_experts);
 }
 
-/* after every MoE layer's moe_aux_add, in layer order (a checkpointed
- * layer's router outputs do not outlive its forward) */
+/*
+ * After every MoE layer's forward (a checkpointed layer's router outputs
+ * do not outlive it): the aux loss, added to the step's (over cp: every
+ * cp rank has the micro-batch's), on the backend.
+ */
 static void moe_aux(struct hp_model *m)
 {
-	const struct hp_model_spec *s = &m->spec;
-	int E = s->n_experts;
-	double n = (double)m->a.B * m->lay.S * m->n_moe, aux = 0, *F = m->a.aux_frac, *P = m->a.aux_frac + E;
+	struct hp_backend *bk = m->bk;
+	int E = m->spec.n_experts;
+	double n = (double)m->a.B * m->lay.S * m->n_moe, *FP = m->a.st + HP_ST_N;
 
 	if (m->par.cp > 1)
-		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_CP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
+		par_rc(m, bk->allreduce(bk, dimc(m, HP_DIM_CP), FP, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
 	if (m->par.sp)
-		par_rc(m, hp_comm_allreduce(dimc(m, HP_DIM_TP), F, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
-	for (int x = 0; x < E; x++) {
-		F[x] /= n;
-		aux += F[x] * (P[x] / n);
-	}
-	m->aux_loss = aux * E;
+		par_rc(m, bk->allreduce(bk, dimc(m, HP_DIM_TP), FP, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
+	bk->moe_aux_fin(bk, FP, FP + 2 * E, m->a.st + HP_ST_AUX, E, n, m->par.cp);
 }
 
 /* Backward of moe_forward: dout is d(loss)/d(out) [N,C]; writes dxn [N,C]. */
@@ -1499,12 +1458,8 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	if (!ye) {
 		int Im = s->moe_intermediate;
 
-		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, a->ex_off[E], Im);
-		for (int x = 0; x < E; x++) {
-			long r0 = a->ex_off[x], n = a->ex_off[x + 1] - a->ex_off[x];
-			if (n)
-				bk->linear_fwd(bk, m->a.dxe + r0 * C, m->a.hrec + r0 * Im, w->ex[x].wd, NULL, n, Im, C);
-		}
+		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, N * K, Im);
+		bk->grouped_fwd(bk, m->a.dxe, m->a.hrec, w->ex[0].wd, w->xs, a->ex_off.d, E, N * K, Im, C);
 		ye = m->a.dxe;
 	}
 	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
@@ -1513,7 +1468,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		/* dY to the experts' ranks, dX back, the forward's routes reversed */
 		ep_exchange(m, l, m->a.dye, m->lay.ep_recv, 0);
 		bk->gather_rows(bk, m->a.dye, m->lay.ep_recv, a->ep_perm.d, a->ep_rows, C);
-		experts_bwd(m, l, a->xe, a->ep_off, m->lay.El, m->a.dye, m->a.dxe, 0);
+		experts_bwd(m, l, a->xe, a->ep_off.d, m->lay.El, a->ep_rows, m->a.dye, m->a.dxe, 0);
 		bk->scatter_rows(bk, m->lay.ep_send, m->a.dxe, a->ep_perm.d, a->ep_rows, C);
 		ep_exchange(m, l, m->lay.ep_send, m->lay.ep_recv, 1);
 		dxe = m->lay.ep_recv;
@@ -1523,10 +1478,10 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 			bk->gather_rows(bk, m->a.xg, a->xn2, a->row_tok.d, N * K, C);
 			xe = m->a.xg;
 		}
-		experts_bwd(m, l, xe, a->ex_off, E, m->a.dye, m->a.dxe, !a->ye);
+		experts_bwd(m, l, xe, a->ex_off.d, E, N * K, m->a.dye, m->a.dxe, !a->ye);
 	}
 	/* routing weights -> probabilities of the chosen experts -> router logits */
-	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.aux_frac, aux_grad, N, E, K,
+	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.st + HP_ST_N, aux_grad, N, E, K,
 		       s->norm_topk_prob);
 	bk->linear_bwd(bk, dxn, g->router, NULL, m->a.dprob, a->xn2, w->router, N, C, E, 0);
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
@@ -1736,8 +1691,9 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 
 /* The forward: 0, -1 for a target outside the vocabulary, -2 for a
  * failure kept in m->par_rc and m->err. */
+/* The forward; its cross-entropy sum into the step's HP_ST_FWD. */
 static int forward(struct hp_model *m, const int32_t *ids, const int32_t *targets, const int32_t *seg,
-		   double grad_scale, double *loss_sum, long *count)
+		   double grad_scale, long *count)
 {
 	struct hp_backend *bk = m->bk;
 	const float *ra = NULL, *rb = NULL;
@@ -1762,8 +1718,9 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	}
 	if (probe(m, "model.embed_tokens", 0, m->a.act[0].x_in, Ns, C, pr->sp, 0))
 		return -2;
-	if (m->n_moe && s->output_router_logits)
-		memset(m->a.aux_frac, 0, 2 * sizeof(double) * (size_t)s->n_experts);
+	/* this forward's sums: its loss, the load-balancing loss's */
+	bk->zero(bk, m->a.st + HP_ST_FWD, (HP_ST_N - HP_ST_FWD + (m->n_moe ? 2 * (size_t)s->n_experts + 1 : 0)) *
+		 sizeof(double));
 	for (int l = 0; l < s->n_layers; l++) {
 		struct hp_layer_act *a = &m->a.act[l];
 		float *next = l + 1 < s->n_layers ? m->a.act[l + 1].x_in : m->a.x_final;
@@ -1788,7 +1745,6 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		if (hook(m, l, HP_HOOK_POST_FORWARD))
 			return -2;
 	}
-	m->aux_loss = 0;
 	if (m->n_moe && s->output_router_logits)
 		moe_aux(m);
 	nout = pr->sp ? m->a.dx : m->a.xf;
@@ -1801,7 +1757,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		if (probe(m, "lm_head", 0, m->a.logits, N, V, 0, 1))
 			return -2;
 		if (targets) {
-			int rc = vp_loss(m, loss_sum, count);
+			int rc = vp_loss(m, m->a.st + HP_ST_FWD, count);
 			if (rc)
 				return rc;
 		}
@@ -1810,17 +1766,14 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	if (chunked(m)) {
 		long ch = m->k.ce_chunk;
 
-		*loss_sum = 0;
 		*count = 0;
 		for (long c0 = 0; targets && c0 < N; c0 += ch) {
 			long n = N - c0 < ch ? N - c0 : ch, cnt;
 			struct hp_i32 tg = { m->a.tgt.h + c0, m->a.tgt.d + c0 };
-			double ls;
 
 			bk->linear_fwd(bk, m->a.logits, m->a.xf + c0 * C, m->w.lm_head, NULL, n, C, V);
-			if (bk->ce_fwd(bk, &ls, &cnt, m->a.logits, &tg, n, V))
+			if (bk->ce_fwd(bk, m->a.st + HP_ST_FWD, &cnt, m->a.logits, &tg, n, V))
 				return -1;
-			*loss_sum += ls;
 			*count += cnt;
 			if (grad_scale > 0) {
 				/* the scale is known: the head's gradients now, no second pass */
@@ -1835,7 +1788,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	bk->linear_fwd(bk, m->a.logits, m->a.xf, m->w.lm_head, NULL, N, C, V);
 	if (probe(m, "lm_head", 0, m->a.logits, N, V, 0, 0))
 		return -2;
-	if (targets && bk->ce_fwd(bk, loss_sum, count, m->a.logits, &m->a.tgt, N, V))
+	if (targets && bk->ce_fwd(bk, m->a.st + HP_ST_FWD, count, m->a.logits, &m->a.tgt, N, V))
 		return -1;
 	return m->par_rc ? -2 : 0;
 }
@@ -1966,14 +1919,51 @@ static int pass_failed(struct hp_model *m, struct hp_err *e)
 			  m->err.msg[0] ? m->err.msg : "a collective failed");
 }
 
+/* The router's choices out of range counted in the slot's int32. */
+static int stats_bad(const struct hp_model *m, double slot, struct hp_err *e)
+{
+	int32_t bad;
+
+	memcpy(&bad, &slot, sizeof(bad));
+	return bad ? hp_err_set(e, HP_ENUM, "the router chose %d experts outside [0, %d) (NaN logits?)", bad,
+				m->spec.n_experts) : 0;
+}
+
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double grad_scale, double *loss_sum, long *count, struct hp_err *e)
 {
-	int rc = forward(m, ids, targets, seg, grad_scale, loss_sum, count);
+	int rc = forward(m, ids, targets, seg, grad_scale, count);
+	double st[2];
 
 	if (rc == -1)
 		return hp_err_set(e, HP_EINVAL, "a target id is outside the vocabulary of %d", m->spec.vocab);
-	return rc ? pass_failed(m, e) : 0;
+	if (rc)
+		return pass_failed(m, e);
+	if (!loss_sum) {   /* the step's: no wait */
+		m->bk->add_f64(m->bk, m->a.st + HP_ST_LOSS, m->a.st + HP_ST_FWD, 1);
+		return 0;
+	}
+	if ((rc = m->bk->download(m->bk, st, m->a.st + HP_ST_BAD, sizeof(st), e)) || (rc = stats_bad(m, st[0], e)))
+		return rc;
+	*loss_sum = st[1];
+	return 0;
+}
+
+void hp_model_stats_zero(struct hp_model *m)
+{
+	m->bk->zero(m->bk, m->a.st, HP_ST_N * sizeof(double));
+}
+
+int hp_model_stats(struct hp_model *m, double *out, struct hp_err *e)
+{
+	int rc = m->bk->download(m->bk, out, m->a.st, HP_ST_N * sizeof(double), e);
+
+	return rc ? rc : stats_bad(m, out[HP_ST_BAD], e);
+}
+
+double *hp_model_stat(struct hp_model *m, enum hp_model_stat i)
+{
+	return m->a.st + i;
 }
 
 int hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,

@@ -67,6 +67,7 @@ struct hp_layer_w {
 	float *wg, *wu, *wd;          /* dense MLP, else NULL */
 	float *router;                /* MoE: mlp.gate.weight [E,C] */
 	struct hp_expert_w *ex;       /* MoE: [E] */
+	size_t xs;                    /* MoE: ex[x].f == ex[0].f + x * xs (the grouped kernels' stride) */
 	int moe;
 };
 
@@ -186,7 +187,7 @@ struct hp_layer_act {
 	float *wsel;       /* [N,k] their weights (renormalized if norm_topk_prob) */
 	struct hp_i32 row_tok, row_slot;   /* [N*k] token and slot of each row */
 	struct hp_i32 tok_rows;   /* [N*k] each token's rows, ascending (device backends) */
-	int32_t *ex_off;   /* [E+1] first row of each expert (host) */
+	struct hp_i32 ex_off;   /* [E+1] first row of each expert (the host's copy: ep > 1 only) */
 	float *xe, *ge, *ue, *he, *ye; /* [N*k,C], [N*k,Im] x3, [N*k,C]; grouped: ge is
 					  [N*k, 2*Im] (gate | up per row), xe, ue and he NULL,
 					  and on one rank ye NULL too (recomputed) */
@@ -198,7 +199,7 @@ struct hp_layer_act {
 	 * expert-major, and where each came from */
 	int32_t *ep_scount, *ep_rcount;   /* [ep] rows sent to / received from each rank (host) */
 	struct hp_i32 ep_perm;   /* [rcap] expert-major row -> received row */
-	int32_t *ep_off;   /* [El+1] first expert-major row of each local expert (host) */
+	struct hp_i32 ep_off;   /* [El+1] first expert-major row of each local expert */
 	long ep_rows;      /* rows received */
 };
 
@@ -232,16 +233,16 @@ struct hp_model_acts {
 	const int32_t *seg;                       /* the last forward's segments, as the kernels read them */
 	float *probe_buf;                         /* device backends: a probed output, on the host */
 	size_t probe_cap;
-	float *h_probs;                           /* device backends, aux loss: the router's probs on the host */
 	/* backward scratch */
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
 	float *xg;                                /* grouped experts: routed rows gathered */
-	int32_t *moe_fill;                        /* [2E] row cursor while grouping; ep counts */
-	double *aux_frac;                         /* [2E] fraction of routed slots per expert, then
-						     the summed probabilities */
+	int32_t *moe_fill;                        /* [2E] ep: the counts sent and received */
+	/* the backend's: the sums of enum hp_model_stat, then (MoE) the
+	 * load-balancing loss's [2E] (hp_moe_aux_acc) and its value */
+	double *st;
 };
 
 /* This rank's part of the layout: its local sizes and the buffers its
@@ -277,8 +278,6 @@ struct hp_model {
 	 * computes the LM head's gradients, chunk by chunk, and the backward
 	 * starts from them (head_done); else it recomputes each chunk's logits */
 	int head_done;
-	/* the load-balancing loss of the last forward (output_router_logits) */
-	double aux_loss;
 	int fault;                    /* enum hp_fault */
 
 	/* called before and after each layer's forward and backward (FSDP
@@ -341,13 +340,34 @@ int64_t hp_model_device_act_bytes(const struct hp_model_spec *spec, const struct
  */
 int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e);
 
+/*
+ * What the forwards of a step add up in the backend's memory, read once
+ * at its end (hp_model_stats) rather than a micro-batch at a time: a
+ * device's host waits once.
+ */
+enum hp_model_stat {
+	HP_ST_LOSS,      /* the cross-entropy sums of the forwards that returned none */
+	HP_ST_AUX,       /* their load-balancing losses (output_router_logits), each over cp */
+	HP_ST_GRAD_SQ,   /* the caller's: the gradients' squared norm (hp_optim_grad_sumsq) */
+	HP_ST_BAD,       /* the router's choices outside the experts (an int32 at the slot) */
+	HP_ST_FWD,       /* the last forward's cross-entropy sum */
+	HP_ST_N
+};
+
+/* Zero the step's sums; read them (HP_ST_N doubles, one download). */
+void hp_model_stats_zero(struct hp_model *m);
+int hp_model_stats(struct hp_model *m, double *out, struct hp_err *e);
+/* The double of the step's sums at i, in the backend's memory. */
+double *hp_model_stat(struct hp_model *m, enum hp_model_stat i);
+
 /* Look a parameter up by HF name; NULL when absent. */
 struct hp_param *hp_model_param(struct hp_model *m, const char *name);
 
 /*
  * Forward over ids[B*T] (token ids validated by the caller).  When targets
- * is non-NULL, the cross-entropy sum and valid-target count are returned
- * (loss_sum, count).  grad_scale is the backward's scale of the
+ * is non-NULL, the valid-target count is returned (count) and the
+ * cross-entropy sum: into loss_sum (which waits for a device), or with
+ * loss_sum NULL added to the step's HP_ST_LOSS (which does not).  grad_scale is the backward's scale of the
  * cross-entropy, 1 / the step's target count, when a backward follows (0
  * when none does): with chunked cross-entropy the forward computes the LM
  * head's gradients with it.  Returns 0, or an HP_E code with e set: a target out
@@ -359,9 +379,11 @@ struct hp_param *hp_model_param(struct hp_model *m, const char *name);
  * document's start, so a packed document computes what it computes alone.
  * seg is borrowed until the matching backward.
  * The logits stay in m->logits [B*T, V] until the next call (not with
- * chunked cross-entropy, which keeps none).  With MoE
- * layers and output_router_logits, m->aux_loss is HF's load-balancing loss
- * over all MoE layers of this forward (not scaled by its coefficient).
+ * chunked cross-entropy, which keeps none).  With MoE layers and
+ * output_router_logits, HF's load-balancing loss over all MoE layers of
+ * this forward (not scaled by its coefficient) is added to HP_ST_AUX,
+ * over cp (every cp rank has it); router choices out of range (NaN
+ * logits) count into HP_ST_BAD, and a forward with loss_sum fails on them.
  */
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double grad_scale, double *loss_sum, long *count, struct hp_err *e);

@@ -464,6 +464,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 						      G * r->plan->dp, *total, e)))
 		return rc;
 	hp_optim_zero_grad(&r->opt);
+	hp_model_stats_zero(m);
 	/* over ranks the model's accumulators are FSDP's: each unit's goes back
 	 * (zero, and no memory) when it is reduced; a failed step's leftovers
 	 * go back here without touching the rest */
@@ -472,7 +473,6 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 			hp_fsdp_release(&r->fsdp, u, 1);
 	for (long a = first; a < first + G; a++) {
 		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
-		double ls;
 		long cnt;
 
 		if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, a == first, e)))
@@ -480,10 +480,8 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		if (r->verifying)
 			hp_verify_micro(&r->verify, (int)(a - first));
 		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL,
-					   scale_count > 0 ? 1.0 / scale_count : 0, &ls, &cnt, e)))
+					   scale_count > 0 ? 1.0 / scale_count : 0, NULL, &cnt, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
-		sums[0] += ls;
-		sums[1] += m->aux_loss / cp;   /* every cp rank has the micro-batch's aux loss */
 		/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
 		if ((rc = hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp), e)))
 			return hp_err_prefix(e, "step %ld: ", step);
@@ -492,13 +490,24 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	}
 	if (r->dist && ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e))))
 		return rc;
+	/* the step's sums and the gradients' squared norm, read in one go (a
+	 * device's host waits here, and at the step's end); a failed backend
+	 * still joins the all-reduces, with NaN */
+	double st[HP_ST_N];
+	int brc = hp_optim_grad_sumsq(&r->opt, hp_model_stat(m, HP_ST_GRAD_SQ), e);
+	if (!brc)
+		brc = hp_model_stats(m, st, e);
+	if (brc)
+		st[HP_ST_LOSS] = st[HP_ST_AUX] = st[HP_ST_GRAD_SQ] = NAN;
+	sums[0] = st[HP_ST_LOSS];
+	sums[1] = st[HP_ST_AUX];
 	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)))
 		return rc;
 	*loss_sum = sums[0];
 	*aux_sum = sums[1];
-	if ((rc = hp_optim_grad_norm(&r->opt, norm, e)))
-		return rc;
+	if ((rc = hp_optim_grad_norm(&r->opt, st[HP_ST_GRAD_SQ], norm, e)) || (rc = brc))
+		return brc ? hp_err_prefix(e, "step %ld: ", step) : rc;
 	/* the step's traffic, before anything this run adds for its own checks */
 	if (r->dist && !comm_matches(r, r->comm_why, sizeof(r->comm_why)))
 		r->comm_bad = 1;

@@ -394,12 +394,14 @@ int cmd_refstep(int argc, char **argv)
 	for (int s = 1; s <= steps; s++) {
 		double ce_sum;
 		long cnt;
+		double st[HP_ST_N];
 		hp_model_zero_grad(&m);
-		if (hp_model_forward(&m, ids, tgt, NULL, 0, &ce_sum, &cnt, &e)) {
+		hp_model_stats_zero(&m);
+		if (hp_model_forward(&m, ids, tgt, NULL, 0, &ce_sum, &cnt, &e) || hp_model_stats(&m, st, &e)) {
 			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
 			goto done;
 		}
-		double ce = ce_sum / cnt, aux = m.aux_loss;
+		double ce = ce_sum / cnt, aux = st[HP_ST_AUX];
 		double loss = ce + (spec.output_router_logits && m.n_moe ? spec.router_aux_loss_coef * aux : 0);
 		if (hp_model_backward(&m, ids, tgt, (double)cnt, 1.0, &e)) {
 			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
@@ -409,8 +411,9 @@ int cmd_refstep(int argc, char **argv)
 			fprintf(stderr, "hp-test-tool: %s\n", e.msg);
 			goto done;
 		}
-		double norm;
-		hp_optim_grad_norm(&opt, &norm, &e);
+		double norm, ss = 0;   /* the CPU backend's memory is the host's */
+		hp_optim_grad_sumsq(&opt, &ss, &e);
+		hp_optim_grad_norm(&opt, ss, &norm, &e);
 		printf("{\"step\": %d, \"loss\": %.10g, \"ce\": %.10g, \"aux\": %.10g, \"grad_norm\": %.10g}\n",
 		       s, loss, ce, aux, norm);
 		opt.max_grad_norm = 1.0;
