@@ -93,6 +93,25 @@ static void adamw_range(void *p, long i0, long i1)
 	}
 }
 
+float hp_clip_factor(double norm, double max_norm)
+{
+	float coef;
+
+	if (max_norm <= 0)
+		return 1.0f;
+	coef = (float)(max_norm / (norm + 1e-6));
+	return coef >= 1.0f ? 1.0f : coef;   /* a NaN norm's NaN stays: it scales, as torch's would */
+}
+
+void hp_clip_gate(float *cg, const double *ss, const double *loss, const double *aux, const int32_t *bad,
+		  double max_norm, int check)
+{
+	double norm = sqrt(*ss);
+
+	cg[0] = hp_clip_factor(norm, max_norm);
+	cg[1] = *bad || (check && !(isfinite(*loss) && isfinite(*aux) && isfinite(norm))) ? 0.0f : 1.0f;
+}
+
 void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
 		   const struct hp_adamw_hparams *h, int decay)
 {

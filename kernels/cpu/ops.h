@@ -154,6 +154,15 @@ struct hp_adamw_hparams {
 };
 void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
 		   const struct hp_adamw_hparams *h, int decay);
+/* torch's clip_grad_norm_ factor for the total norm: (float)(max_norm /
+ * (norm + 1e-6)), 1 when that is at least 1 or max_norm <= 0 (no clip). */
+float hp_clip_factor(double norm, double max_norm);
+/* The step's gate from its sums: cg[0] the clip factor of the norm
+ * sqrt(*ss), cg[1] 1 to update or 0 to skip it (the router chose experts
+ * out of range, *bad; or check, and the loss sum, the aux sum or the norm
+ * not finite). */
+void hp_clip_gate(float *cg, const double *ss, const double *loss, const double *aux, const int32_t *bad,
+		  double max_norm, int check);
 
 /* ---- the op table: ops that have more than one implementation ---- */
 /* The forms of the ops that come in several variants (the op table's and

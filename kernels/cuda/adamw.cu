@@ -12,8 +12,10 @@
 
 static __global__ void adamw_kernel(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n,
 				    float keep, int decay, float b1, float b2, float ob1, float ob2,
-				    float bc2_sqrt, float eps, float neg_step)
+				    float bc2_sqrt, float eps, float neg_step, const float *cg)
 {
+	if (cg && cg[1] == 0.0f)   /* a non-finite step: the weights stay the last good step's */
+		return;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		float gi = g[i], wi = w[i];
 		if (decay)
@@ -32,7 +34,7 @@ static __global__ void adamw_kernel(float *w, hp_bf16 *wb, const float *g, float
 
 extern "C" void hp_cuda_adamw(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n,
 			      double lr, double beta1, double beta2, double eps, double weight_decay,
-			      long step, int decay)
+			      long step, int decay, const float *cg)
 {
 	/* the scalars exactly as hp_adamw_step computes them */
 	double bc1 = 1.0 - pow(beta1, (double)step);
@@ -44,5 +46,45 @@ extern "C" void hp_cuda_adamw(float *w, hp_bf16 *wb, const float *g, float *m, f
 	if (n == 0)
 		return;
 	adamw_kernel<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(w, wb, g, m, v, n, keep, decay,
-		(float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2), bc2_sqrt, (float)eps, neg_step);
+		(float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2), bc2_sqrt, (float)eps, neg_step,
+		cg);
+}
+
+/* hp_clip_factor and hp_clip_gate (kernels/cpu/adamw.c), one thread, every
+ * operation correctly rounded as the host's */
+static __global__ void clip_gate_kernel(float *cg, const double *ss, const double *loss, const double *aux,
+					const int32_t *bad, double max_norm, int check)
+{
+	double norm = __dsqrt_rn(*ss);
+	float coef = 1.0f;
+
+	if (max_norm > 0) {
+		coef = __double2float_rn(__ddiv_rn(max_norm, __dadd_rn(norm, 1e-6)));
+		if (coef >= 1.0f)
+			coef = 1.0f;
+	}
+	cg[0] = coef;
+	cg[1] = *bad || (check && !(isfinite(*loss) && isfinite(*aux) && isfinite(norm))) ? 0.0f : 1.0f;
+}
+
+extern "C" void hp_cuda_clip_gate(float *cg, const double *ss, const double *loss, const double *aux,
+				  const int32_t *bad, double max_norm, int check)
+{
+	clip_gate_kernel<<<1, 1, 0, hp_cu_stream>>>(cg, ss, loss, aux, bad, max_norm, check);
+}
+
+static __global__ void scale_by_kernel(float *x, const float *cg, size_t n)
+{
+	float s = cg[0];
+
+	if (s == 1.0f)
+		return;
+	HP_CU_GRID_STRIDE(i, n)
+		x[i] = __fmul_rn(x[i], s);
+}
+
+extern "C" void hp_cuda_scale_by(float *x, const float *cg, size_t n)
+{
+	if (n)
+		scale_by_kernel<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(x, cg, n);
 }

@@ -20,6 +20,7 @@
 #define hp_cuda_ce_bwd hp_emu_ce_bwd
 #define hp_cuda_ce_loss hp_emu_ce_loss
 #define hp_cuda_check hp_emu_check
+#define hp_cuda_clip_gate hp_emu_clip_gate
 #define hp_cuda_colsum hp_emu_colsum
 #define hp_cuda_combine hp_emu_combine
 #define hp_cuda_combine_bwd hp_emu_combine_bwd
@@ -64,6 +65,7 @@
 #define hp_cuda_router_bwd hp_emu_router_bwd
 #define hp_cuda_router_topk hp_emu_router_topk
 #define hp_cuda_scale hp_emu_scale
+#define hp_cuda_scale_by hp_emu_scale_by
 #define hp_cuda_scatter_add_rows hp_emu_scatter_add_rows
 #define hp_cuda_scatter_rows hp_emu_scatter_rows
 #define hp_cuda_stream hp_emu_stream

@@ -304,8 +304,14 @@ struct hp_backend {
 	/* *acc (the backend's double) += sum of x^2 in double, in index order */
 	int (*sumsq_acc)(struct hp_backend *b, double *acc, const float *x, size_t n, struct hp_err *e);
 	void (*scale)(struct hp_backend *b, float *x, float s, size_t n);
+	/* cg (the backend's, from clip_gate; NULL: none) skips the step where cg[1] is 0 */
 	void (*adamw)(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,
-		      const struct hp_adamw_hparams *h, int decay);
+		      const struct hp_adamw_hparams *h, int decay, const float *cg);
+	/* the step's clip factor and gate (hp_clip_gate) from its sums, and
+	 * x *= cg[0] unless it is 1: all in the backend's memory */
+	void (*clip_gate)(struct hp_backend *b, float *cg, const double *ss, const double *loss, const double *aux,
+			  const int32_t *bad, double max_norm, int check);
+	void (*scale_by)(struct hp_backend *b, float *x, const float *cg, size_t n);
 
 	/* ---- collectives on the backend's buffers (lib/comm/comm.h's semantics; op an enum hp_red) ---- */
 	int (*allreduce)(struct hp_backend *b, struct hp_comm *c, void *buf, size_t n, enum hp_dtype t,

@@ -484,9 +484,22 @@ static void c_scale(struct hp_backend *b, float *x, float s, size_t n)
 }
 
 static void c_adamw(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,
-		    const struct hp_adamw_hparams *h, int decay)
+		    const struct hp_adamw_hparams *h, int decay, const float *cg)
 {
-	hp_adamw_step(w, g, m, v, n, h, decay);
+	if (!cg || cg[1] != 0.0f)
+		hp_adamw_step(w, g, m, v, n, h, decay);
+}
+
+static void c_clip_gate(struct hp_backend *b, float *cg, const double *ss, const double *loss, const double *aux,
+			const int32_t *bad, double max_norm, int check)
+{
+	hp_clip_gate(cg, ss, loss, aux, bad, max_norm, check);
+}
+
+static void c_scale_by(struct hp_backend *b, float *x, const float *cg, size_t n)
+{
+	if (cg[0] != 1.0f)
+		hp_scale(x, cg[0], (long)n);
 }
 
 /* ---- collectives: lib/comm's, on host buffers ---- */
@@ -631,6 +644,8 @@ static struct hp_backend cpu = {
 	.sumsq_acc = c_sumsq_acc,
 	.scale = c_scale,
 	.adamw = c_adamw,
+	.clip_gate = c_clip_gate,
+	.scale_by = c_scale_by,
 	.allreduce = c_allreduce,
 	.allgather = c_allgather,
 	.iallgather = c_iallgather,

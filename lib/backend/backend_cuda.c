@@ -1245,12 +1245,25 @@ static void k_scale(struct hp_backend *b, float *x, float s, size_t n)
 
 /* the working copy follows where w is a registered region's */
 static void k_adamw(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,
-		    const struct hp_adamw_hparams *h, int decay)
+		    const struct hp_adamw_hparams *h, int decay, const float *cg)
 {
 	hp_bf16 *wb = region_wb(cu_of(b), w, n);
 
 	if (n)
-		LB(hp_cuda_adamw)(w, wb, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, decay);
+		LB(hp_cuda_adamw)(w, wb, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, decay,
+				  cg);
+}
+
+static void k_clip_gate(struct hp_backend *b, float *cg, const double *ss, const double *loss, const double *aux,
+			const int32_t *bad, double max_norm, int check)
+{
+	LB(hp_cuda_clip_gate)(cg, ss, loss, aux, bad, max_norm, check);
+}
+
+static void k_scale_by(struct hp_backend *b, float *x, const float *cg, size_t n)
+{
+	if (n)
+		LB(hp_cuda_scale_by)(x, cg, n);
 }
 
 /* ---- collectives ---- */
@@ -1691,6 +1704,8 @@ static const struct hp_backend table = {
 	.sumsq_acc = k_sumsq_acc,
 	.scale = k_scale,
 	.adamw = k_adamw,
+	.clip_gate = k_clip_gate,
+	.scale_by = k_scale_by,
 	.allreduce = k_allreduce,
 	.allgather = k_allgather,
 	.iallgather = k_iallgather,

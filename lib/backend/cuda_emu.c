@@ -317,6 +317,18 @@ void hp_emu_scale(float *x, float s, size_t n)
 	hp_scale(x, s, (long)n);
 }
 
+void hp_emu_clip_gate(float *cg, const double *ss, const double *loss, const double *aux, const int32_t *bad,
+		      double max_norm, int check)
+{
+	hp_clip_gate(cg, ss, loss, aux, bad, max_norm, check);
+}
+
+void hp_emu_scale_by(float *x, const float *cg, size_t n)
+{
+	if (cg[0] != 1.0f)
+		hp_scale(x, cg[0], (long)n);
+}
+
 int hp_emu_sumsq(double *acc, const float *x, size_t n, struct hp_err *e)
 {
 	double ss = 0;
@@ -590,9 +602,12 @@ void hp_emu_vp_ce_bwd(float *dlogits, const float *logits, const double *stats, 
 /* ---- AdamW ---- */
 
 void hp_emu_adamw(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n, double lr, double beta1,
-		  double beta2, double eps, double weight_decay, long step, int decay)
+		  double beta2, double eps, double weight_decay, long step, int decay, const float *cg)
 {
 	struct hp_adamw_hparams h = { lr, beta1, beta2, eps, weight_decay, step };
+
+	if (cg && cg[1] == 0.0f)
+		return;
 
 	hp_adamw_step(w, g, m, v, n, &h, decay);
 	if (wb)

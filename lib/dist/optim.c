@@ -168,39 +168,35 @@ void hp_optim_zero_grad(struct hp_optim *o)
 int hp_optim_grad_sumsq(struct hp_optim *o, double *acc, struct hp_err *e)
 {
 	const struct hp_store *s = &o->s;
-	int rc = 0;
+	int rc = 0, rc2;
 
 	for (int i = 0; i < s->nnorm && !rc; i++)
 		rc = s->bk->sumsq_acc(s->bk, acc, s->g + s->norm[i].off, s->norm[i].n, e);
-	return rc;
-}
-
-int hp_optim_grad_norm(struct hp_optim *o, double ss, double *norm, struct hp_err *e)
-{
-	const struct hp_store *s = &o->s;
-	int rc = 0;
-
-	/* a backend failure (ss NaN) still joins the all-reduce: no rank may wait alone */
-	if (s->world)
-		rc = hp_comm_allreduce(s->world, &ss, 1, HP_DTYPE_F64, HP_RED_SUM, e);
-	*norm = sqrt(ss);
+	/* a backend failure still joins the all-reduce: no rank may wait alone */
+	if (s->world && (rc2 = s->bk->allreduce(s->bk, s->world, acc, 1, HP_DTYPE_F64, HP_RED_SUM, e)) && !rc)
+		rc = rc2;
 	return rc;
 }
 
 double hp_optim_clip(struct hp_optim *o, double norm)
 {
-	float coef;
+	float coef = hp_clip_factor(norm, o->max_grad_norm);
 
-	if (o->max_grad_norm <= 0)
-		return 1.0;
-	coef = (float)(o->max_grad_norm / (norm + 1e-6));
-	if (coef >= 1.0f)
-		return 1.0;
-	o->s.bk->scale(o->s.bk, o->s.g, coef, o->s.total);
+	if (coef != 1.0f)
+		o->s.bk->scale(o->s.bk, o->s.g, coef, o->s.total);
 	return coef;
 }
 
-void hp_optim_step(struct hp_optim *o, double lr)
+void hp_optim_clip_gate(struct hp_optim *o, float *cg, const double *ss, const double *loss, const double *aux,
+			const int32_t *bad, int check)
+{
+	struct hp_backend *bk = o->s.bk;
+
+	bk->clip_gate(bk, cg, ss, loss, aux, bad, o->max_grad_norm, check);
+	bk->scale_by(bk, o->s.g, cg, o->s.total);
+}
+
+void hp_optim_step(struct hp_optim *o, double lr, const float *cg)
 {
 	const struct hp_store *s = &o->s;
 
@@ -211,6 +207,6 @@ void hp_optim_step(struct hp_optim *o, double lr)
 		const struct hp_store_run *r = &s->upd[i];
 
 		s->bk->adamw(s->bk, s->w + r->off, s->g + r->off, s->m1 + r->off, s->m2 + r->off, r->n, &o->hp,
-			     r->decay);
+			     r->decay, cg);
 	}
 }

@@ -81,19 +81,24 @@ double hp_lr_at(const struct hp_optim *o, long s);
 
 /* Zero the store's gradient sums (a step begins). */
 void hp_optim_zero_grad(struct hp_optim *o);
-/* The squared L2 norm of this rank's part of the store's gradients,
- * accumulated in double in the runs' order, added to *acc: a double in
- * the backend's memory, where it stays (no wait for a device). */
+/* The squared L2 norm of the store's gradients (accumulated in double in
+ * the runs' order, summed over the world) added to *acc: a double in the
+ * backend's memory, where it stays (no wait for a device); its root is
+ * clip_grad_norm_'s norm.  A rank whose backend failed still joins the
+ * all-reduce. */
 int hp_optim_grad_sumsq(struct hp_optim *o, double *acc, struct hp_err *e);
-/* The global L2 norm into *norm from this rank's squared sum ss (NaN when
- * its backend failed: it still joins), summed over the world; the
- * all-reduce's failure. */
-int hp_optim_grad_norm(struct hp_optim *o, double ss, double *norm, struct hp_err *e);
 /* Scale the gradients as clip_grad_norm_ does with max_grad_norm; returns
  * the factor applied (1 if none). */
 double hp_optim_clip(struct hp_optim *o, double norm);
+/* The same without the host: from the world's squared norm *ss, the
+ * step's loss and aux sums and the router's out-of-range count (the
+ * backend's), the factor and the gate into cg[2] (the backend's floats,
+ * hp_clip_gate), the gradients scaled. */
+void hp_optim_clip_gate(struct hp_optim *o, float *cg, const double *ss, const double *loss, const double *aux,
+			const int32_t *bad, int check);
 /* One AdamW step with learning rate lr over the store, on its backend (a
- * model's working copy of its weights follows); increments o->step. */
-void hp_optim_step(struct hp_optim *o, double lr);
+ * model's working copy of its weights follows), none where cg (from
+ * hp_optim_clip_gate; NULL: none) gates it off; increments o->step. */
+void hp_optim_step(struct hp_optim *o, double lr, const float *cg);
 
 #endif

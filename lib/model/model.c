@@ -1933,7 +1933,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		     const int32_t *seg, double grad_scale, double *loss_sum, long *count, struct hp_err *e)
 {
 	int rc = forward(m, ids, targets, seg, grad_scale, count);
-	double st[2];
+	double st[HP_ST_FWD - HP_ST_BAD + 1];   /* from the router's count to the loss */
 
 	if (rc == -1)
 		return hp_err_set(e, HP_EINVAL, "a target id is outside the vocabulary of %d", m->spec.vocab);
@@ -1945,7 +1945,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	}
 	if ((rc = m->bk->download(m->bk, st, m->a.st + HP_ST_BAD, sizeof(st), e)) || (rc = stats_bad(m, st[0], e)))
 		return rc;
-	*loss_sum = st[1];
+	*loss_sum = st[HP_ST_FWD - HP_ST_BAD];
 	return 0;
 }
 

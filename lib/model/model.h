@@ -350,7 +350,8 @@ enum hp_model_stat {
 	HP_ST_AUX,       /* their load-balancing losses (output_router_logits), each over cp */
 	HP_ST_GRAD_SQ,   /* the caller's: the gradients' squared norm (hp_optim_grad_sumsq) */
 	HP_ST_BAD,       /* the router's choices outside the experts (an int32 at the slot) */
-	HP_ST_FWD,       /* the last forward's cross-entropy sum */
+	HP_ST_CLIP,      /* the caller's: the update's clip factor and gate (2 floats at the slot) */
+	HP_ST_FWD,       /* the last forward's cross-entropy sum (last: the forward zeroes it on) */
 	HP_ST_N
 };
 

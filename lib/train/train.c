@@ -432,16 +432,17 @@ static int comm_matches(const struct run *r, char *why, size_t n)
  * over FSDP with the units gathered as hp-plan(5) says, each micro-batch's
  * gradients reduce-scattered and the replicas synced; step_update then
  * steps AdamW on the optimizer's store (the shards, or the model's flat
- * arrays).  *loss_sum, *aux_sum, *total and *norm come back global.
+ * arrays).  *total comes back global; the step's sums (the loss and aux
+ * sums over dp, the gradients' squared norm over the world) stay in the
+ * backend's memory (enum hp_model_stat), where the update reads them.
  */
-static int step_grads(struct run *r, long step, const struct hp_train_opts *o, double *loss_sum,
-		      double *aux_sum, double *total, double *norm, struct hp_err *e)
+static int step_grads(struct run *r, long step, const struct hp_train_opts *o, double *total, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
+	struct hp_backend *bk = r->bk;
 	struct hp_comms *cs = &r->comms;
 	long B = r->cfg.training.micro_batch_size, T = hp_config_seq_length(&r->cfg), G = r->plan->accum;
 	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
-	double sums[2] = { 0, 0 };
 	int rc;
 
 	/* this rank's targets: its dp share of the micro-batches, its cp chunk
@@ -490,24 +491,14 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	}
 	if (r->dist && ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e))))
 		return rc;
-	/* the step's sums and the gradients' squared norm, read in one go (a
-	 * device's host waits here, and at the step's end); a failed backend
-	 * still joins the all-reduces, with NaN */
-	double st[HP_ST_N];
+	/* the step's sums, on the backend: nothing waits for a device here
+	 * (a failed backend still joins the all-reduces) */
 	int brc = hp_optim_grad_sumsq(&r->opt, hp_model_stat(m, HP_ST_GRAD_SQ), e);
-	if (!brc)
-		brc = hp_model_stats(m, st, e);
-	if (brc)
-		st[HP_ST_LOSS] = st[HP_ST_AUX] = st[HP_ST_GRAD_SQ] = NAN;
-	sums[0] = st[HP_ST_LOSS];
-	sums[1] = st[HP_ST_AUX];
-	if ((rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
-	    (rc = hp_comm_allreduce(&cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)))
+	double *sums = hp_model_stat(m, HP_ST_LOSS);   /* and HP_ST_AUX */
+	if ((rc = bk->allreduce(bk, &cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = bk->allreduce(bk, &cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = brc))
 		return rc;
-	*loss_sum = sums[0];
-	*aux_sum = sums[1];
-	if ((rc = hp_optim_grad_norm(&r->opt, st[HP_ST_GRAD_SQ], norm, e)) || (rc = brc))
-		return brc ? hp_err_prefix(e, "step %ld: ", step) : rc;
 	/* the step's traffic, before anything this run adds for its own checks */
 	if (r->dist && !comm_matches(r, r->comm_why, sizeof(r->comm_why)))
 		r->comm_bad = 1;
@@ -521,13 +512,21 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	return 0;
 }
 
-/* The update of step_grads' gradients: clip, AdamW on the store. */
-static int step_update(struct run *r, double norm, double lr, struct hp_err *e)
+/* The update of step_grads' gradients: clip, AdamW on the store, both
+ * from the step's sums in the backend's memory; a step whose sums say it
+ * must not update (hp_clip_gate) leaves the weights as they are, and the
+ * caller, which reads the sums after, stops the run. */
+static int step_update(struct run *r, double lr, struct hp_err *e)
 {
-	hp_optim_clip(&r->opt, norm);
+	struct hp_model *m = &r->model;
+	float *cg = (float *)hp_model_stat(m, HP_ST_CLIP);
+
+	hp_optim_clip_gate(&r->opt, cg, hp_model_stat(m, HP_ST_GRAD_SQ), hp_model_stat(m, HP_ST_LOSS),
+			   hp_model_stat(m, HP_ST_AUX), (const int32_t *)hp_model_stat(m, HP_ST_BAD),
+			   r->cfg.debug.check_nan_inf);
 	if (r->dist)
 		hp_fsdp_before_update(&r->fsdp);
-	hp_optim_step(&r->opt, lr);
+	hp_optim_step(&r->opt, lr, cg);
 	if (r->verifying) {
 		hp_verify_update(&r->verify, lr);
 		return hp_verify_params(&r->verify, 0, e);
@@ -1259,7 +1258,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		     c->training.train_iters;
 
 	for (long step = r->first_step; step <= iters; step++) {
-		double t0 = now_s(), loss_sum = 0, aux_sum = 0, total = 0, norm = 0;
+		double t0 = now_s(), total = 0, norm, st[HP_ST_N];
 		struct step_report rep = { .step = step, .iters = iters, .tokens = step_tokens };
 		long syncs0 = r->bk->host_syncs, launches0 = r->bk->kernel_launches;
 
@@ -1268,12 +1267,17 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.lr = hp_lr_at(&r->opt, step);
 		double w0 = hp_comm_waited();
 		hp_comms_reset(&r->comms);
-		if ((rc = step_grads(r, step, o, &loss_sum, &aux_sum, &total, &norm, e)))
+		if ((rc = step_grads(r, step, o, &total, e)) || (rc = step_update(r, rep.lr, e)))
 			return rc;
-		rep.loss = total > 0 ? loss_sum / total : 0.0;
+		/* the step's sums come to the host: a device's step is done (and
+		 * its errors known) when they do, its one wait of the step */
+		if ((rc = hp_model_stats(m, st, e)))
+			return hp_err_prefix(e, "step %ld: ", step);
+		norm = sqrt(st[HP_ST_GRAD_SQ]);
+		rep.loss = total > 0 ? st[HP_ST_LOSS] / total : 0.0;
 		if (m->n_moe && m->spec.output_router_logits)
-			rep.loss += m->spec.router_aux_loss_coef * aux_sum / accum;
-		/* a non-finite step stops the run before its update: the weights,
+			rep.loss += m->spec.router_aux_loss_coef * st[HP_ST_AUX] / accum;
+		/* a non-finite step was not applied (hp_clip_gate): the weights,
 		 * and the checkpoints on disk, stay those of the last good step */
 		if (c->debug.check_nan_inf && (!isfinite(rep.loss) || !isfinite(norm))) {
 			char b0[32], b1[32];
@@ -1282,14 +1286,9 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 					  "before its update, the last checkpoint is the last good one "
 					  "(debug.check_nan_inf: false trains on)", step, num(b0, rep.loss), num(b1, norm));
 		}
-		if ((rc = step_update(r, norm, rep.lr, e)))
-			return rc;
-		/* a device's step is done (and its errors known) when its stream is */
-		if ((rc = r->bk->sync(r->bk, e)))
-			return rc;
 		rep.dt = now_s() - t0;
 		rep.norm = norm;
-		rep.aux = aux_sum / accum;
+		rep.aux = st[HP_ST_AUX] / accum;
 		rep.waited = hp_comm_waited() - w0;
 		rep.syncs = r->bk->host_syncs - syncs0;
 		rep.launches = r->bk->kernel_launches - launches0;

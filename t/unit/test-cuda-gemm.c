@@ -18,7 +18,7 @@
 #include "cpu/ops.h"
 #include "tap.h"
 
-#define WHAT "cuda linear layers, grouped expert GEMMs, cross-entropy and AdamW against the CPU kernels"
+#define WHAT "cuda linear layers, grouped expert GEMMs, cross-entropy, AdamW and the step gate against the CPU kernels"
 
 #ifdef HP_HAVE_CUDA
 #include "cudatest.h"
@@ -476,7 +476,8 @@ static void test_adamw(size_t n, int decay, int with_wb)
 		ct_fill(g, n, 60 + (unsigned)h.step, h.step == 3 ? 1.0f : 0.01f);
 		hp_adamw_step(w, g, m, v, n, &h, decay);
 		rc |= hp_cuda_upload(gd, g, n * 4, &err);
-		hp_cuda_adamw(wd, wbd, gd, md, vd, n, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step, decay);
+		hp_cuda_adamw(wd, wbd, gd, md, vd, n, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step, decay,
+			      NULL);
 		rc |= hp_cuda_sync(&err);   /* g is refilled next step */
 	}
 	float *wg = ct_host(wd, n, 0), *mg = ct_host(md, n, 0), *vg = ct_host(vd, n, 0);
@@ -494,6 +495,43 @@ static void test_adamw(size_t n, int decay, int with_wb)
 
 	hp_cuda_free(wd); hp_cuda_free(md); hp_cuda_free(vd); hp_cuda_free(gd); hp_cuda_free(wbd);
 	free(w); free(m); free(v); free(g); free(wg); free(mg); free(vg);
+}
+
+/*
+ * The step's gate on the device: hp_cuda_clip_gate's factor and gate from
+ * device sums against hp_clip_gate's (bit for bit: the same correctly
+ * rounded double arithmetic), then hp_cuda_scale_by and a gated
+ * hp_cuda_adamw: a gate of 0 leaves the weights and moments untouched.
+ */
+static void test_clip_gate(double ss, double loss, double aux, int32_t bad, double max_norm, int check)
+{
+	double sums[3] = { ss, loss, aux }, *sd = hp_cuda_alloc(sizeof(sums), &err);
+	int32_t *bd = hp_cuda_alloc(sizeof(bad), &err);
+	float want[2], got[2] = { -1, -1 }, *cgd = hp_cuda_alloc(sizeof(got), &err);
+	size_t n = 1000;
+	float *x = vec(n, 71, 1.0f, 0), *xd = ct_dev(x, n, 0), *m0 = vec(n, 72, 0.1f, 0), *md = ct_dev(m0, n, 0);
+	float *v0 = calloc(n, 4), *vd = ct_dev(v0, n, 0), *wd = ct_dev(x, n, 0);
+	int rc = hp_cuda_upload(sd, sums, sizeof(sums), &err) | hp_cuda_upload(bd, &bad, sizeof(bad), &err);
+
+	hp_clip_gate(want, &sums[0], &sums[1], &sums[2], &bad, max_norm, check);
+	hp_cuda_clip_gate(cgd, sd, sd + 1, sd + 2, bd, max_norm, check);
+	rc |= hp_cuda_download(got, cgd, sizeof(got), &err);
+	hp_cuda_scale_by(xd, cgd, n);
+	hp_cuda_adamw(wd, NULL, xd, md, vd, n, 1e-3, 0.9, 0.999, 1e-8, 0.1, 1, 1, cgd);
+	float *xs = ct_host(xd, n, 0), *ws = ct_host(wd, n, 0), *ms = ct_host(md, n, 0);
+	int scaled = 1, kept = 1;
+	for (size_t i = 0; i < n; i++) {
+		float e = want[0] == 1.0f ? x[i] : x[i] * want[0];
+		scaled &= memcmp(&xs[i], &e, 4) == 0;
+		kept &= ws[i] == x[i] && ms[i] == m0[i];
+	}
+	ok(!rc && !memcmp(got, want, sizeof(got)) && scaled && (want[1] == 0.0f) == kept,
+	   "clip_gate ss=%g loss=%g aux=%g bad=%d max_norm=%g check=%d: factor %.9g gate %g (want %.9g %g), "
+	   "gradients %s, update %s", ss, loss, aux, bad, max_norm, check, got[0], got[1], want[0], want[1],
+	   scaled ? "scaled as the host" : "differ", kept ? "skipped" : "applied");
+	hp_cuda_free(sd); hp_cuda_free(bd); hp_cuda_free(cgd); hp_cuda_free(xd); hp_cuda_free(md);
+	hp_cuda_free(vd); hp_cuda_free(wd);
+	free(x); free(m0); free(v0); free(xs); free(ws); free(ms);
 }
 #endif
 
@@ -545,6 +583,14 @@ int main(void)
 	test_adamw(100003, 0, 1);
 	test_adamw(100003, 1, 1);
 	test_adamw(4099, 1, 0);
+	test_clip_gate(25.0, 3.0, 0.5, 0, 1.0, 1);      /* norm 5: clipped by 1/(5 + 1e-6) */
+	test_clip_gate(0.25, 3.0, 0.5, 0, 1.0, 1);      /* norm 0.5: not clipped */
+	test_clip_gate(25.0, 3.0, 0.5, 0, 0.0, 1);      /* max_grad_norm 0: no clipping */
+	test_clip_gate(25.0, NAN, 0.5, 0, 1.0, 1);      /* a NaN loss: gated off */
+	test_clip_gate(25.0, NAN, 0.5, 0, 1.0, 0);      /* ... unless check_nan_inf is off */
+	test_clip_gate(INFINITY, 3.0, 0.5, 0, 1.0, 1);  /* an infinite norm: gated off */
+	test_clip_gate(NAN, 3.0, 0.5, 0, 1.0, 0);       /* a NaN norm, unchecked: NaN scales, as torch's */
+	test_clip_gate(25.0, 3.0, 0.5, 2, 1.0, 0);      /* the router out of range: gated off always */
 	hp_cuda_fini();
 #endif
 	return tap_done();
