@@ -14,7 +14,8 @@
 # ranks at most 0.45 of one process.  Not a test: it prints, and only a
 # failed run exits non-zero (no mpiexec: skipped).
 #
-# Then the same for the device (see below).
+# Then the same for the device (see below), and the MoE layers of
+# Qwen3-30B-A3B's shapes on the device: launches and host syncs a step.
 #
 # Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): a Llama of hidden 64
 # (2 layers, vocab 512), rows of 32 tokens: the same table in seconds, its
@@ -87,3 +88,52 @@ for n in 1 4; do
 		printf "%-6s %12.1f %12.1f %8s %9.3fx\n", n, p / m, q / m, (d >= 0.98 && d <= 1.02) ? "2%" : "NO", p / o }'
 done
 echo "targets (#35): within 2% of the plan on every row; 4 ranks at most 0.400x of one process"
+
+# MoE layers of Qwen3-30B-A3B's shapes (hidden 2048, 32 query and 4
+# key/value heads of 128, experts of 768 with top-8; a vocabulary of 8000
+# and 16 or 32 experts so that the emulation fits a small machine: the
+# launches do not depend on the experts), 1 x 256 tokens, on the emulated
+# device, 2 steps: launches and host syncs a step, and from one MoE layer
+# to two the launches a layer adds; device bytes against the plan.
+# Targets (#35): launches the same for 16 and 32 experts (at most 1.15x);
+# 1 host sync a step (one process); device within 2% of the plan.
+if [ "$smoke" = 1 ]; then
+	mh=64 mheads=4 mkv=2 mhd=16 mim=32 mk=2 mexp="4 8" mseq=32
+else
+	mh=2048 mheads=32 mkv=4 mhd=128 mim=768 mk=8 mexp="16 32" mseq=256
+fi
+echo
+echo "MoE layers on the device (CUDA backend emulated, exact): hidden $mh, $mheads/$mkv heads of $mhd, experts of $mim, top-$mk, 1 x $mseq tokens"
+printf '%-8s %-7s %14s %12s %12s %12s %8s\n' experts layers "launches/step" "syncs/step" "peak MiB" "plan MiB" within
+bench_ids "$tmp/mids" 8 $((mseq + 1)) || exit 1
+for e in $mexp; do
+	for l in 1 2; do
+		d=$tmp/moe$e-$l
+		mkdir -p "$d" && cat >"$d/config.json" <<JSON
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": $mh,
+ "intermediate_size": $((3 * mim)), "num_hidden_layers": $l, "num_attention_heads": $mheads,
+ "num_key_value_heads": $mkv, "head_dim": $mhd, "moe_intermediate_size": $mim, "num_experts": $e,
+ "num_experts_per_tok": $mk, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "output_router_logits": true, "router_aux_loss_coef": 0.001, "vocab_size": $vocab,
+ "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+ "tie_word_embeddings": false, "torch_dtype": "float32"}
+JSON
+		cat >"$d.yaml" <<YAML
+model: {_target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config, config_path: $d}
+training: {train_iters: 2, global_batch_size: 1, micro_batch_size: 1, seed: 1}
+checkpoint: {save_ckpt: false}
+dataset:
+  _target_: hyper_parallel.data.build_indexed_text_dataset
+  data_path: $tmp/mids
+  data_config: {seq_length: $mseq, is_dataset_from_mr: true}
+YAML
+		"$build/bin/hp-train" -q "$d.yaml" --training.device=cuda --metrics "$d.jsonl" &&
+			"$build/bin/hp-plan" "$d.yaml" --world 1 --training.device=cuda -o "$d.json" || exit 1
+		jq -s -r --slurpfile p "$d.json" --arg e $e --arg l $l '.[-1] as $s | ($p[0].estimates.per_rank[0].device_bytes) as $q |
+			"\($e)\t\($l)\t\($s.kernel_launches)\t\($s.host_syncs)\t\($s.device_bytes_peak / 1048576)\t\($q / 1048576)\t\(if ($s.device_bytes_peak / $q - 1) | fabs <= 0.02 then "2%" else "NO" end)"' \
+			"$d.jsonl" | awk -F'\t' '{ printf "%-8s %-7s %14d %12d %12.1f %12.1f %8s\n", $1, $2, $3, $4, $5, $6, $7 }'
+	done
+done | tee "$tmp/moe.tab"
+awk 'NR == 1 { a1 = $3 } NR == 2 { a2 = $3 } NR == 3 { b1 = $3 } NR == 4 { b2 = $3 }
+	END { printf "a MoE layer adds %d launches a step; more experts: %.3fx the launches (target at most 1.150x)\n",
+		a2 - a1, b2 / a2 }' "$tmp/moe.tab"

@@ -166,7 +166,9 @@ test_expect_success MPI 'mem-bench.sh: peak resident and device memory of 1 to 4
 	bench sh "$BENCH/mem-bench.sh" >mem.out 2>mem.err &&
 	has mem.out "^ranks +peak MiB +plan MiB +bound MiB +within +vs 1" "^1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +yes +1.000x" \
 		"^2 +[0-9.]+ .* yes " "^4 +[0-9.]+ .* yes " \
-		"^1 +[0-9.]+ +[0-9.]+ +2% +1.000x" "^4 +[0-9.]+ +[0-9.]+ +2% +[0-9.]+x"
+		"^1 +[0-9.]+ +[0-9.]+ +2% +1.000x" "^4 +[0-9.]+ +[0-9.]+ +2% +[0-9.]+x" \
+		"^experts +layers +launches/step +syncs/step +peak MiB +plan MiB +within" "^4 +1 +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +2%" \
+		"^8 +2 +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +2%" "more experts: 1.000x the launches"
 '
 
 test_expect_success MPI 'ckpt-bench.sh: checkpoint write and read against dd' '
