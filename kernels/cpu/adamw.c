@@ -112,6 +112,14 @@ void hp_clip_gate(float *cg, const double *ss, const double *loss, const double 
 	cg[1] = *bad || (check && !(isfinite(*loss) && isfinite(*aux) && isfinite(norm))) ? 0.0f : 1.0f;
 }
 
+void hp_clip_grads(float *g, size_t n, float *cg, const double *ss, const double *loss, const double *aux,
+		   const int32_t *bad, double max_norm, int check)
+{
+	hp_clip_gate(cg, ss, loss, aux, bad, max_norm, check);
+	if (cg[0] != 1.0f)
+		hp_scale(g, cg[0], (long)n);
+}
+
 void hp_adamw_step(float *w, const float *g, float *m, float *v, size_t n,
 		   const struct hp_adamw_hparams *h, int decay)
 {

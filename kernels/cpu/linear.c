@@ -72,3 +72,23 @@ void hp_linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const 
 				db[o] += dy[n * O + o];
 }
 
+
+void hp_grouped_linear_fwd(hp_linear_fwd_fn *f, float *y, const float *x, const float *W, size_t ws,
+			   const int32_t *off, int nx, int K, int O)
+{
+	for (int i = 0; i < nx; i++) {
+		long r0 = off[i], n = off[i + 1] - off[i];
+		if (n > 0)
+			f(y + r0 * O, x + r0 * K, W + i * ws, NULL, n, K, O);
+	}
+}
+
+void hp_grouped_linear_bwd(hp_linear_bwd_fn *f, float *dx, float *dW, size_t gs, const float *dy, const float *x,
+			   const float *W, size_t ws, const int32_t *off, int nx, int K, int O, int accumulate)
+{
+	for (int i = 0; i < nx; i++) {
+		long r0 = off[i], n = off[i + 1] - off[i];
+		if (n > 0)
+			f(dx + r0 * K, dW + i * gs, NULL, dy + r0 * O, x + r0 * K, W + i * ws, n, K, O, accumulate);
+	}
+}

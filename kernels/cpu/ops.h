@@ -163,6 +163,9 @@ float hp_clip_factor(double norm, double max_norm);
  * not finite). */
 void hp_clip_gate(float *cg, const double *ss, const double *loss, const double *aux, const int32_t *bad,
 		  double max_norm, int check);
+/* hp_clip_gate, then g[n] *= cg[0] unless it is 1 (hp_scale) */
+void hp_clip_grads(float *g, size_t n, float *cg, const double *ss, const double *loss, const double *aux,
+		   const int32_t *bad, double max_norm, int check);
 
 /* ---- the op table: ops that have more than one implementation ---- */
 /* The forms of the ops that come in several variants (the op table's and
@@ -172,6 +175,13 @@ typedef void hp_linear_fwd_fn(float *y, const float *x, const float *W, const fl
 /* dx = (accumulate ? dx : 0) + dy W; dW += dy^T x; db += colsum(dy) when db */
 typedef void hp_linear_bwd_fn(float *dx, float *dW, float *db, const float *dy, const float *x,
 			      const float *W, long N, int K, int O, int accumulate);
+/* The grouped experts (lib/backend's grouped_fwd/_bwd) on a host: expert
+ * i < nx's rows [off[i], off[i+1]) through f with the weight W + i*ws and
+ * its gradient dW + i*gs, expert by expert (dx not NULL). */
+void hp_grouped_linear_fwd(hp_linear_fwd_fn *f, float *y, const float *x, const float *W, size_t ws,
+			   const int32_t *off, int nx, int K, int O);
+void hp_grouped_linear_bwd(hp_linear_bwd_fn *f, float *dx, float *dW, size_t gs, const float *dy, const float *x,
+			   const float *W, size_t ws, const int32_t *off, int nx, int K, int O, int accumulate);
 /* Causal GQA attention over B rows of T tokens; saves P.  seg[B*T]
  * (or NULL: one document per row) gives, per token, the index in its
  * row where its document starts; documents are contiguous, so seg is

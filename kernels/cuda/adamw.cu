@@ -50,41 +50,43 @@ extern "C" void hp_cuda_adamw(float *w, hp_bf16 *wb, const float *g, float *m, f
 		cg);
 }
 
-/* hp_clip_factor and hp_clip_gate (kernels/cpu/adamw.c), one thread, every
- * operation correctly rounded as the host's */
-static __global__ void clip_gate_kernel(float *cg, const double *ss, const double *loss, const double *aux,
-					const int32_t *bad, double max_norm, int check)
+/* hp_clip_factor and hp_clip_gate (kernels/cpu/adamw.c), every operation
+ * correctly rounded as the host's */
+static __device__ float clip_factor(double ss, double max_norm)
 {
-	double norm = __dsqrt_rn(*ss);
 	float coef = 1.0f;
 
 	if (max_norm > 0) {
-		coef = __double2float_rn(__ddiv_rn(max_norm, __dadd_rn(norm, 1e-6)));
+		coef = __double2float_rn(__ddiv_rn(max_norm, __dadd_rn(__dsqrt_rn(ss), 1e-6)));
 		if (coef >= 1.0f)
 			coef = 1.0f;
 	}
-	cg[0] = coef;
-	cg[1] = *bad || (check && !(isfinite(*loss) && isfinite(*aux) && isfinite(norm))) ? 0.0f : 1.0f;
+	return coef;
 }
 
-extern "C" void hp_cuda_clip_gate(float *cg, const double *ss, const double *loss, const double *aux,
-				  const int32_t *bad, double max_norm, int check)
+/* Every block works the factor out for itself (a few operations on one
+ * double), scales its part of g, and block 0 writes cg for AdamW, which
+ * runs after it on the stream: one launch for both. */
+static __global__ void clip_gate_kernel(float *g, size_t n, float *cg, const double *ss, const double *loss,
+					const double *aux, const int32_t *bad, double max_norm, int check)
 {
-	clip_gate_kernel<<<1, 1, 0, hp_cu_stream>>>(cg, ss, loss, aux, bad, max_norm, check);
-}
+	float coef = clip_factor(*ss, max_norm);
 
-static __global__ void scale_by_kernel(float *x, const float *cg, size_t n)
-{
-	float s = cg[0];
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
+		double norm = __dsqrt_rn(*ss);
 
-	if (s == 1.0f)
+		cg[0] = coef;
+		cg[1] = *bad || (check && !(isfinite(*loss) && isfinite(*aux) && isfinite(norm))) ? 0.0f : 1.0f;
+	}
+	if (coef == 1.0f)
 		return;
 	HP_CU_GRID_STRIDE(i, n)
-		x[i] = __fmul_rn(x[i], s);
+		g[i] = __fmul_rn(g[i], coef);
 }
 
-extern "C" void hp_cuda_scale_by(float *x, const float *cg, size_t n)
+extern "C" void hp_cuda_clip_gate(float *g, size_t n, float *cg, const double *ss, const double *loss,
+				  const double *aux, const int32_t *bad, double max_norm, int check)
 {
-	if (n)
-		scale_by_kernel<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(x, cg, n);
+	clip_gate_kernel<<<n ? hp_cu_blocks(n, 256) : 1, 256, 0, hp_cu_stream>>>(g, n, cg, ss, loss, aux, bad, max_norm,
+										   check);
 }

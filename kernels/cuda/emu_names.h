@@ -65,7 +65,6 @@
 #define hp_cuda_router_bwd hp_emu_router_bwd
 #define hp_cuda_router_topk hp_emu_router_topk
 #define hp_cuda_scale hp_emu_scale
-#define hp_cuda_scale_by hp_emu_scale_by
 #define hp_cuda_scatter_add_rows hp_emu_scatter_add_rows
 #define hp_cuda_scatter_rows hp_emu_scatter_rows
 #define hp_cuda_stream hp_emu_stream

@@ -270,12 +270,11 @@ void hp_cuda_vp_ce_bwd(float *dlogits, const float *logits, const double *stats,
 void hp_cuda_adamw(float *w, hp_bf16 *wb, const float *g, float *m, float *v, size_t n,
 		   double lr, double beta1, double beta2, double eps, double weight_decay,
 		   long step, int decay, const float *cg);
-/* hp_clip_gate's cg[2] from the step's sums, all in device memory (one
- * thread, its arithmetic); hp_cuda_adamw with cg skips the step where
- * cg[1] is 0, hp_cuda_scale_by multiplies x by cg[0] unless it is 1. */
-void hp_cuda_clip_gate(float *cg, const double *ss, const double *loss, const double *aux, const int32_t *bad,
-		       double max_norm, int check);
-void hp_cuda_scale_by(float *x, const float *cg, size_t n);
+/* hp_clip_gate's cg[2] from the step's sums, all in device memory (its
+ * arithmetic), and g[n] *= cg[0] unless it is 1, in one launch;
+ * hp_cuda_adamw with cg skips the step where cg[1] is 0. */
+void hp_cuda_clip_gate(float *g, size_t n, float *cg, const double *ss, const double *loss, const double *aux,
+		       const int32_t *bad, double max_norm, int check);
 
 #ifdef HP_CUDA_EMU
 /* The emulation's rounding: 1, every bf16 store rounded to bf16 (as the

@@ -250,8 +250,9 @@ struct hp_backend {
 	void (*moe_aux_fin)(struct hp_backend *b, double *FP, double *aux, double *acc, int E, double n, double div);
 	/* Grouped experts: for x < nx, the rows [off[x], off[x+1]) (off the
 	 * backend's, off[nx] <= R) through linear_fwd / linear_bwd (no bias)
-	 * with the weight W + x*ws and its gradient dW + x*gs; the same
-	 * numbers as those calls expert by expert, in as many launches as one. */
+	 * with the weight W + x*ws and its gradient dW + x*gs (dx not NULL);
+	 * the same numbers as those calls expert by expert, in as many
+	 * launches as one. */
 	void (*grouped_fwd)(struct hp_backend *b, float *y, const float *x, const float *W, size_t ws,
 			    const int32_t *off, int nx, long R, int K, int O);
 	void (*grouped_bwd)(struct hp_backend *b, float *dx, float *dW, size_t gs, const float *dy, const float *x,
@@ -307,11 +308,10 @@ struct hp_backend {
 	/* cg (the backend's, from clip_gate; NULL: none) skips the step where cg[1] is 0 */
 	void (*adamw)(struct hp_backend *b, float *w, const float *g, float *m, float *v, size_t n,
 		      const struct hp_adamw_hparams *h, int decay, const float *cg);
-	/* the step's clip factor and gate (hp_clip_gate) from its sums, and
-	 * x *= cg[0] unless it is 1: all in the backend's memory */
-	void (*clip_gate)(struct hp_backend *b, float *cg, const double *ss, const double *loss, const double *aux,
-			  const int32_t *bad, double max_norm, int check);
-	void (*scale_by)(struct hp_backend *b, float *x, const float *cg, size_t n);
+	/* the step's clip factor and gate (hp_clip_gate) from its sums into
+	 * cg, and g[n] *= cg[0] unless it is 1: all in the backend's memory */
+	void (*clip_gate)(struct hp_backend *b, float *g, size_t n, float *cg, const double *ss, const double *loss,
+			  const double *aux, const int32_t *bad, double max_norm, int check);
 
 	/* ---- collectives on the backend's buffers (lib/comm/comm.h's semantics; op an enum hp_red) ---- */
 	int (*allreduce)(struct hp_backend *b, struct hp_comm *c, void *buf, size_t n, enum hp_dtype t,

@@ -420,24 +420,13 @@ static void c_moe_aux_fin(struct hp_backend *b, double *FP, double *aux, double 
 static void c_grouped_fwd(struct hp_backend *b, float *y, const float *x, const float *W, size_t ws,
 			  const int32_t *off, int nx, long R, int K, int O)
 {
-	(void)R;
-	for (int i = 0; i < nx; i++) {
-		long r0 = off[i], n = off[i + 1] - off[i];
-		if (n > 0)
-			c_linear_fwd(b, y + r0 * O, x + r0 * K, W + i * ws, NULL, n, K, O);
-	}
+	hp_grouped_linear_fwd(ops_of()->linear_fwd, y, x, W, ws, off, nx, K, O);
 }
 
 static void c_grouped_bwd(struct hp_backend *b, float *dx, float *dW, size_t gs, const float *dy, const float *x,
 			  const float *W, size_t ws, const int32_t *off, int nx, long R, int K, int O, int accumulate)
 {
-	(void)R;
-	for (int i = 0; i < nx; i++) {
-		long r0 = off[i], n = off[i + 1] - off[i];
-		if (n > 0)
-			c_linear_bwd(b, dx ? dx + r0 * K : NULL, dW + i * gs, NULL, dy + r0 * O, x + r0 * K, W + i * ws,
-				     n, K, O, accumulate);
-	}
+	hp_grouped_linear_bwd(ops_of()->linear_bwd, dx, dW, gs, dy, x, W, ws, off, nx, K, O, accumulate);
 }
 
 static void c_gather_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
@@ -490,16 +479,10 @@ static void c_adamw(struct hp_backend *b, float *w, const float *g, float *m, fl
 		hp_adamw_step(w, g, m, v, n, h, decay);
 }
 
-static void c_clip_gate(struct hp_backend *b, float *cg, const double *ss, const double *loss, const double *aux,
-			const int32_t *bad, double max_norm, int check)
+static void c_clip_gate(struct hp_backend *b, float *g, size_t n, float *cg, const double *ss, const double *loss,
+			const double *aux, const int32_t *bad, double max_norm, int check)
 {
-	hp_clip_gate(cg, ss, loss, aux, bad, max_norm, check);
-}
-
-static void c_scale_by(struct hp_backend *b, float *x, const float *cg, size_t n)
-{
-	if (cg[0] != 1.0f)
-		hp_scale(x, cg[0], (long)n);
+	hp_clip_grads(g, n, cg, ss, loss, aux, bad, max_norm, check);
 }
 
 /* ---- collectives: lib/comm's, on host buffers ---- */
@@ -645,7 +628,6 @@ static struct hp_backend cpu = {
 	.scale = c_scale,
 	.adamw = c_adamw,
 	.clip_gate = c_clip_gate,
-	.scale_by = c_scale_by,
 	.allreduce = c_allreduce,
 	.allgather = c_allgather,
 	.iallgather = c_iallgather,

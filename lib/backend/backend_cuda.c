@@ -1071,7 +1071,7 @@ static int k_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, con
 {
 	struct cu *c = cu_of(b);
 	size_t sb = 2 * (size_t)N * sizeof(double);
-	char *h = hscr(c, sb + (size_t)N * sizeof(float) + sizeof(double));
+	char *h = hscr(c, sb + (size_t)N * sizeof(float));
 	double ls, acc;
 	int rc;
 
@@ -1254,16 +1254,10 @@ static void k_adamw(struct hp_backend *b, float *w, const float *g, float *m, fl
 				  cg);
 }
 
-static void k_clip_gate(struct hp_backend *b, float *cg, const double *ss, const double *loss, const double *aux,
-			const int32_t *bad, double max_norm, int check)
+static void k_clip_gate(struct hp_backend *b, float *g, size_t n, float *cg, const double *ss, const double *loss,
+			const double *aux, const int32_t *bad, double max_norm, int check)
 {
-	LB(hp_cuda_clip_gate)(cg, ss, loss, aux, bad, max_norm, check);
-}
-
-static void k_scale_by(struct hp_backend *b, float *x, const float *cg, size_t n)
-{
-	if (n)
-		LB(hp_cuda_scale_by)(x, cg, n);
+	LB(hp_cuda_clip_gate)(g, n, cg, ss, loss, aux, bad, max_norm, check);
 }
 
 /* ---- collectives ---- */
@@ -1705,7 +1699,6 @@ static const struct hp_backend table = {
 	.scale = k_scale,
 	.adamw = k_adamw,
 	.clip_gate = k_clip_gate,
-	.scale_by = k_scale_by,
 	.allreduce = k_allreduce,
 	.allgather = k_allgather,
 	.iallgather = k_iallgather,

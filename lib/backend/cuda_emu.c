@@ -317,16 +317,10 @@ void hp_emu_scale(float *x, float s, size_t n)
 	hp_scale(x, s, (long)n);
 }
 
-void hp_emu_clip_gate(float *cg, const double *ss, const double *loss, const double *aux, const int32_t *bad,
-		      double max_norm, int check)
+void hp_emu_clip_gate(float *g, size_t n, float *cg, const double *ss, const double *loss, const double *aux,
+		      const int32_t *bad, double max_norm, int check)
 {
-	hp_clip_gate(cg, ss, loss, aux, bad, max_norm, check);
-}
-
-void hp_emu_scale_by(float *x, const float *cg, size_t n)
-{
-	if (cg[0] != 1.0f)
-		hp_scale(x, cg[0], (long)n);
+	hp_clip_grads(g, n, cg, ss, loss, aux, bad, max_norm, check);
 }
 
 int hp_emu_sumsq(double *acc, const float *x, size_t n, struct hp_err *e)
@@ -432,25 +426,21 @@ int hp_emu_linear_bwd(float *dx, float *dW, float *db, const hp_bf16 *dy, const 
 int hp_emu_grouped_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, size_t ws, const int32_t *off, int nx,
 		       long R, int K, int O, struct hp_err *e)
 {
-	(void)R;
-	for (int i = 0; i < nx; i++) {
-		long r0 = off[i], n = off[i + 1] - off[i];
-		if (n > 0)
-			hp_emu_linear_fwd(y + r0 * O, x + r0 * K, W + i * ws, NULL, n, K, O, e);
-	}
+	if (O > 0)
+		hp_grouped_linear_fwd(ops()->linear_fwd, y, x, W, ws, off, nx, K, O);
 	return 0;
 }
 
 int hp_emu_grouped_bwd(float *dx, float *dW, size_t gs, const hp_bf16 *dy, const hp_bf16 *x, const hp_bf16 *W,
 		       size_t ws, const int32_t *off, int nx, long R, int K, int O, int accumulate, struct hp_err *e)
 {
-	(void)R;
-	for (int i = 0; i < nx; i++) {
-		long r0 = off[i], n = off[i + 1] - off[i];
-		if (n > 0 && hp_emu_linear_bwd(dx ? dx + r0 * K : NULL, dW + i * gs, NULL, dy + r0 * O, x + r0 * K,
-					       W + i * ws, n, K, O, accumulate, e))
-			return HP_ENOMEM;
-	}
+	float *tmp = NULL;
+
+	/* no dx wanted (the GPU skips it): the CPU kernel makes one anyway */
+	if (!dx && !(dx = tmp = hp_malloc((size_t)R * K * sizeof(float) + 1)))
+		return hp_err_set(e, HP_ENOMEM, "cuda (emulated): out of memory");
+	hp_grouped_linear_bwd(ops()->linear_bwd, dx, dW, gs, dy, x, W, ws, off, nx, K, O, tmp ? 0 : accumulate);
+	hp_free(tmp);
 	return 0;
 }
 

@@ -192,8 +192,7 @@ void hp_optim_clip_gate(struct hp_optim *o, float *cg, const double *ss, const d
 {
 	struct hp_backend *bk = o->s.bk;
 
-	bk->clip_gate(bk, cg, ss, loss, aux, bad, o->max_grad_norm, check);
-	bk->scale_by(bk, o->s.g, cg, o->s.total);
+	bk->clip_gate(bk, o->s.g, o->s.total, cg, ss, loss, aux, bad, o->max_grad_norm, check);
 }
 
 void hp_optim_step(struct hp_optim *o, double lr, const float *cg)

@@ -1487,7 +1487,6 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
 }
 
-
 /*
  * A norm's input x is the residual a + b (b NULL: x already holds it; a
  * NULL: nothing owed), then y = rmsnorm(x): in one pass with the fused
@@ -1689,11 +1688,11 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	return 0;
 }
 
-/* The forward: 0, -1 for a target outside the vocabulary, -2 for a
- * failure kept in m->par_rc and m->err. */
-/* The forward; its cross-entropy sum into the step's HP_ST_FWD. */
+/* The forward, its cross-entropy sum added to *ls (one of the step's
+ * sums): 0, -1 for a target outside the vocabulary, -2 for a failure kept
+ * in m->par_rc and m->err. */
 static int forward(struct hp_model *m, const int32_t *ids, const int32_t *targets, const int32_t *seg,
-		   double grad_scale, long *count)
+		   double grad_scale, double *ls, long *count)
 {
 	struct hp_backend *bk = m->bk;
 	const float *ra = NULL, *rb = NULL;
@@ -1718,9 +1717,13 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	}
 	if (probe(m, "model.embed_tokens", 0, m->a.act[0].x_in, Ns, C, pr->sp, 0))
 		return -2;
-	/* this forward's sums: its loss, the load-balancing loss's */
-	bk->zero(bk, m->a.st + HP_ST_FWD, (HP_ST_N - HP_ST_FWD + (m->n_moe ? 2 * (size_t)s->n_experts + 1 : 0)) *
-		 sizeof(double));
+	/* the sums this forward starts (its loss where it has its own, the
+	 * load-balancing loss's), and the step's when it is the step's first */
+	size_t z0 = m->st_fresh ? 0 : ls == m->a.st + HP_ST_FWD ? HP_ST_FWD : HP_ST_N;
+	size_t z1 = HP_ST_N + (m->n_moe ? 2 * (size_t)s->n_experts + 1 : 0);
+	if (z1 > z0)
+		bk->zero(bk, m->a.st + z0, (z1 - z0) * sizeof(double));
+	m->st_fresh = 0;
 	for (int l = 0; l < s->n_layers; l++) {
 		struct hp_layer_act *a = &m->a.act[l];
 		float *next = l + 1 < s->n_layers ? m->a.act[l + 1].x_in : m->a.x_final;
@@ -1757,7 +1760,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		if (probe(m, "lm_head", 0, m->a.logits, N, V, 0, 1))
 			return -2;
 		if (targets) {
-			int rc = vp_loss(m, m->a.st + HP_ST_FWD, count);
+			int rc = vp_loss(m, ls, count);
 			if (rc)
 				return rc;
 		}
@@ -1772,7 +1775,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 			struct hp_i32 tg = { m->a.tgt.h + c0, m->a.tgt.d + c0 };
 
 			bk->linear_fwd(bk, m->a.logits, m->a.xf + c0 * C, m->w.lm_head, NULL, n, C, V);
-			if (bk->ce_fwd(bk, m->a.st + HP_ST_FWD, &cnt, m->a.logits, &tg, n, V))
+			if (bk->ce_fwd(bk, ls, &cnt, m->a.logits, &tg, n, V))
 				return -1;
 			*count += cnt;
 			if (grad_scale > 0) {
@@ -1788,7 +1791,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	bk->linear_fwd(bk, m->a.logits, m->a.xf, m->w.lm_head, NULL, N, C, V);
 	if (probe(m, "lm_head", 0, m->a.logits, N, V, 0, 0))
 		return -2;
-	if (targets && bk->ce_fwd(bk, m->a.st + HP_ST_FWD, count, m->a.logits, &m->a.tgt, N, V))
+	if (targets && bk->ce_fwd(bk, ls, count, m->a.logits, &m->a.tgt, N, V))
 		return -1;
 	return m->par_rc ? -2 : 0;
 }
@@ -1932,15 +1935,19 @@ static int stats_bad(const struct hp_model *m, double slot, struct hp_err *e)
 int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targets,
 		     const int32_t *seg, double grad_scale, double *loss_sum, long *count, struct hp_err *e)
 {
-	int rc = forward(m, ids, targets, seg, grad_scale, count);
 	double st[HP_ST_FWD - HP_ST_BAD + 1];   /* from the router's count to the loss */
+	/* the step's sum takes a loss made in one call (the same bits as
+	 * adding its total); chunks are summed apart first, as on the host */
+	int direct = !loss_sum && !(chunked(m) && m->par.tp == 1);
+	int rc = forward(m, ids, targets, seg, grad_scale, m->a.st + (direct ? HP_ST_LOSS : HP_ST_FWD), count);
 
 	if (rc == -1)
 		return hp_err_set(e, HP_EINVAL, "a target id is outside the vocabulary of %d", m->spec.vocab);
 	if (rc)
 		return pass_failed(m, e);
 	if (!loss_sum) {   /* the step's: no wait */
-		m->bk->add_f64(m->bk, m->a.st + HP_ST_LOSS, m->a.st + HP_ST_FWD, 1);
+		if (!direct)
+			m->bk->add_f64(m->bk, m->a.st + HP_ST_LOSS, m->a.st + HP_ST_FWD, 1);
 		return 0;
 	}
 	if ((rc = m->bk->download(m->bk, st, m->a.st + HP_ST_BAD, sizeof(st), e)) || (rc = stats_bad(m, st[0], e)))
@@ -1951,7 +1958,7 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 
 void hp_model_stats_zero(struct hp_model *m)
 {
-	m->bk->zero(m->bk, m->a.st, HP_ST_N * sizeof(double));
+	m->st_fresh = 1;
 }
 
 int hp_model_stats(struct hp_model *m, double *out, struct hp_err *e)

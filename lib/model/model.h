@@ -278,6 +278,7 @@ struct hp_model {
 	 * computes the LM head's gradients, chunk by chunk, and the backward
 	 * starts from them (head_done); else it recomputes each chunk's logits */
 	int head_done;
+	int st_fresh;                 /* hp_model_stats_zero: the next forward zeroes the step's sums */
 	int fault;                    /* enum hp_fault */
 
 	/* called before and after each layer's forward and backward (FSDP
@@ -355,7 +356,8 @@ enum hp_model_stat {
 	HP_ST_N
 };
 
-/* Zero the step's sums; read them (HP_ST_N doubles, one download). */
+/* Zero the step's sums (the next forward does, with its own: one launch);
+ * read them (HP_ST_N doubles, one download). */
 void hp_model_stats_zero(struct hp_model *m);
 int hp_model_stats(struct hp_model *m, double *out, struct hp_err *e);
 /* The double of the step's sums at i, in the backend's memory. */

@@ -500,7 +500,7 @@ static void test_adamw(size_t n, int decay, int with_wb)
 /*
  * The step's gate on the device: hp_cuda_clip_gate's factor and gate from
  * device sums against hp_clip_gate's (bit for bit: the same correctly
- * rounded double arithmetic), then hp_cuda_scale_by and a gated
+ * rounded double arithmetic), the gradients it scales, then a gated
  * hp_cuda_adamw: a gate of 0 leaves the weights and moments untouched.
  */
 static void test_clip_gate(double ss, double loss, double aux, int32_t bad, double max_norm, int check)
@@ -514,9 +514,8 @@ static void test_clip_gate(double ss, double loss, double aux, int32_t bad, doub
 	int rc = hp_cuda_upload(sd, sums, sizeof(sums), &err) | hp_cuda_upload(bd, &bad, sizeof(bad), &err);
 
 	hp_clip_gate(want, &sums[0], &sums[1], &sums[2], &bad, max_norm, check);
-	hp_cuda_clip_gate(cgd, sd, sd + 1, sd + 2, bd, max_norm, check);
+	hp_cuda_clip_gate(xd, n, cgd, sd, sd + 1, sd + 2, bd, max_norm, check);
 	rc |= hp_cuda_download(got, cgd, sizeof(got), &err);
-	hp_cuda_scale_by(xd, cgd, n);
 	hp_cuda_adamw(wd, NULL, xd, md, vd, n, 1e-3, 0.9, 0.999, 1e-8, 0.1, 1, 1, cgd);
 	float *xs = ct_host(xd, n, 0), *ws = ct_host(wd, n, 0), *ms = ct_host(md, n, 0);
 	int scaled = 1, kept = 1;
