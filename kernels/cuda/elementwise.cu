@@ -76,6 +76,18 @@ static __global__ void k_add_bf16(float *h, const hp_bf16 *o, size_t n)
 		h[i] = __fadd_rn(h[i], bf2f(o[i]));
 }
 
+/* one thread an element: its k values in rank order, one rounding */
+static __global__ void k_bf16_sum_ranks(hp_bf16 *out, const hp_bf16 *in, int k, size_t n, size_t s)
+{
+	HP_CU_GRID_STRIDE(i, n) {
+		float a = bf2f(in[i]);
+
+		for (int r = 1; r < k; r++)
+			a = __fadd_rn(a, bf2f(in[(size_t)r * s + i]));
+		out[i] = f2bf(a);
+	}
+}
+
 /* x may alias a or b: each element is read and written by one thread */
 static __global__ void k_add(float *x, const float *a, const float *b, size_t n)
 {
@@ -138,6 +150,12 @@ extern "C" void hp_cuda_add(float *x, const float *a, const float *b, size_t n)
 {
 	if (n)
 		k_add<<<ew_blocks(n), EW_THREADS, 0, hp_cu_stream>>>(x, a, b, n);
+}
+
+extern "C" void hp_cuda_bf16_sum_ranks(hp_bf16 *out, const hp_bf16 *in, int k, size_t n, size_t s)
+{
+	if (n)
+		k_bf16_sum_ranks<<<ew_blocks(n), EW_THREADS, 0, hp_cu_stream>>>(out, in, k, n, s);
 }
 
 extern "C" void hp_cuda_acc(float *x, const float *y, size_t n)

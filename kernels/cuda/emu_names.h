@@ -16,6 +16,7 @@
 #define hp_cuda_add_bias hp_emu_add_bias
 #define hp_cuda_add_f64 hp_emu_add_f64
 #define hp_cuda_alloc hp_emu_alloc
+#define hp_cuda_bf16_sum_ranks hp_emu_bf16_sum_ranks
 #define hp_cuda_bf16_to_f32 hp_emu_bf16_to_f32
 #define hp_cuda_ce_bwd hp_emu_ce_bwd
 #define hp_cuda_ce_loss hp_emu_ce_loss

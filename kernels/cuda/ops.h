@@ -116,6 +116,9 @@ void hp_cuda_f32_to_bf16(hp_bf16 *y, const float *x, size_t n);
 void hp_cuda_bf16_to_f32(float *y, const hp_bf16 *x, size_t n);
 /* h[i] += (float)o[i] */
 void hp_cuda_add_bf16(float *h, const hp_bf16 *o, size_t n);
+/* hp_bf16_sum_ranks (base/dtype.h): out[i] = bf16 of the fp32 sum of
+ * in[r * s + i] over r = 0 .. k-1 in that order; out may be in */
+void hp_cuda_bf16_sum_ranks(hp_bf16 *out, const hp_bf16 *in, int k, size_t n, size_t s);
 /* x = a + b (x may alias a or b); x += y */
 void hp_cuda_add(float *x, const float *a, const float *b, size_t n);
 void hp_cuda_acc(float *x, const float *y, size_t n);

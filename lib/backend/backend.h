@@ -72,14 +72,16 @@ struct hp_route {
 	const int32_t *row_tok, *row_slot, *tok_rows;
 };
 
-/* A started collective (hp_backend.iallgather), finished by wait; its
- * owner zeroes it first and gives it back with req_free. */
+/* A started collective (hp_backend.iallgather, ireduce_scatter), finished
+ * by wait; its owner zeroes it first and gives it back with req_free. */
 struct hp_breq {
 	MPI_Request req;          /* MPI, host buffers or staged */
 	void *recv, *stage;       /* staged: where the result goes, and the host buffer */
 	size_t off, bytes, cap;   /* staged: the result's place in stage, its size, stage's size */
 	void *nc;                 /* NCCL: the group whose stream carries it */
-	int active;
+	void *sum;                /* a bf16 sum: the k blocks of n to add up in wait (NULL: none) */
+	size_t n;
+	int k, active;
 };
 
 /* The largest operands a model hands the ops, in elements (hp_model
@@ -324,8 +326,16 @@ struct hp_backend {
 	int (*wait)(struct hp_backend *b, struct hp_breq *r, struct hp_err *e);
 	/* what a request kept between uses (a device's staging) */
 	void (*req_free)(struct hp_backend *b, struct hp_breq *r);
+	/* bf16 sums (op HP_RED_SUM) follow one rule on every path: each rank's
+	 * values summed in fp32 in group rank order, rounded to bf16 once
+	 * (hp_bf16_sum_ranks).  A bf16 reduce-scatter's recv holds size * n
+	 * elements (every rank's block for this rank lands there; the sum is
+	 * its first n), a bf16 all-reduce's buf 2 * size * ceil(n / size). */
 	int (*reduce_scatter)(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
 			      enum hp_dtype t, int op, struct hp_err *e);
+	/* started now, finished by wait (buffers stay the caller's until then) */
+	int (*ireduce_scatter)(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
+			       enum hp_dtype t, int op, struct hp_breq *r, struct hp_err *e);
 	int (*alltoall)(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
 			enum hp_dtype t, struct hp_err *e);
 	int (*alltoallv)(struct hp_backend *b, struct hp_comm *c, const void *send, const int *scounts,

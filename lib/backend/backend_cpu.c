@@ -525,6 +525,14 @@ static int c_reduce_scatter(struct hp_backend *b, struct hp_comm *c, const void 
 	return hp_comm_reduce_scatter(c, send, recv, n, t, op, e);
 }
 
+static int c_ireduce_scatter(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
+			     enum hp_dtype t, int op, struct hp_breq *r, struct hp_err *e)
+{
+	memset(r, 0, sizeof(*r));
+	r->active = 1;
+	return hp_comm_ireduce_scatter(c, send, recv, n, t, op, &r->req, e);
+}
+
 static int c_alltoall(struct hp_backend *b, struct hp_comm *c, const void *send, void *recv, size_t n,
 		      enum hp_dtype t, struct hp_err *e)
 {
@@ -634,6 +642,7 @@ static struct hp_backend cpu = {
 	.wait = c_wait,
 	.req_free = c_req_free,
 	.reduce_scatter = c_reduce_scatter,
+	.ireduce_scatter = c_ireduce_scatter,
 	.alltoall = c_alltoall,
 	.alltoallv = c_alltoallv,
 	.attach = c_attach,

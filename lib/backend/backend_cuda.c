@@ -15,9 +15,12 @@
  *
  * Host-staged collectives: the device buffer comes to a host staging
  * buffer, MPI carries it (lib/comm/comm.c, so every call is counted there as
- * on the CPU), and the result goes back.  Reductions of bf16 run in fp32
- * on the host and round once.  This path serves device buffers where NCCL
- * cannot: ranks that share a GPU, builds without NCCL, the emulation.
+ * on the CPU), and the result goes back.  This path serves device buffers
+ * where NCCL cannot: ranks that share a GPU, builds without NCCL, the
+ * emulation.  bf16 sums follow one rule on both paths (backend.h): the
+ * ranks' blocks travel as they are (an all-to-all), and one kernel adds
+ * them up in fp32 in rank order and rounds once (hp_cuda_bf16_sum_ranks),
+ * so NCCL, the staged path and the emulation give the same bits.
  *
  * Reserved ranges (reserve, commit, release; copy_only): FSDP's model
  * arrays, granules of device memory mapped while a unit is held
@@ -76,6 +79,7 @@ struct cu {
 	void *ev[NEV];
 	int evi;
 	struct hp_breq greq;         /* the blocking all-gather's */
+	struct hp_breq rreq;         /* the blocking reduce-scatter's */
 	int comm_want;               /* HP_CUDA_COMM: 0 unset, 1 nccl, 2 staged */
 	/* what dev_alloc handed out, for b.dev_bytes; retired: outgrown
 	 * scratch kept until k_close */
@@ -1273,32 +1277,17 @@ static enum hp_dtype wire_of(enum hp_dtype t)
 	return t == HP_DTYPE_BF16 && sizeof(hp_bf16) == sizeof(float) ? HP_DTYPE_F32 : t;
 }
 
-/* device elements (n of t) in host staging h -> fp32 in f (reductions of bf16) */
-static void bf16_in(float *f, const hp_bf16 *h, size_t n)
-{
-#ifdef HP_CUDA_EMU
-	memmove(f, h, n * sizeof(float));
-#else
-	for (size_t i = n; i-- > 0;)   /* backwards: f may start where h does */
-		f[i] = hp_bf16_to_f32(h[i]);
-#endif
-}
-
-static void bf16_out(hp_bf16 *h, const float *f, size_t n)
-{
-#ifdef HP_CUDA_EMU
-	for (size_t i = 0; i < n; i++)
-		h[i] = hp_emu_rounds() ? hp_bf16_to_f32(hp_f32_to_bf16(f[i])) : f[i];
-#else
-	for (size_t i = 0; i < n; i++)
-		h[i] = hp_f32_to_bf16(f[i]);
-#endif
-}
-
 /* A collective whose counting is done here (the wire type differs). */
 static void quiet(struct hp_comm *c, int on)
 {
 	c->quiet += on ? 1 : -1;
+}
+
+/* ... counted here, unless a caller counts it as the call it is part of */
+static void tally(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed)
+{
+	if (!c->quiet)
+		hp_comm_count(c, op, bytes, routed);
 }
 
 #if USE_NCCL
@@ -1338,35 +1327,131 @@ static int nc_out(struct cu *c, struct hp_nccl *nc, struct hp_err *e)
 #define NCCL_CALL(call) do { } while (0)
 #endif
 
-static int staged_reduce(struct cu *c, struct hp_comm *cm, const void *send, void *recv, size_t n, size_t nout,
-			 enum hp_dtype t, int op, int scatter, struct hp_err *e)
+/* A fp32 all-reduce host-staged: MPI sums it on the host. */
+static int staged_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t n, enum hp_dtype t, int op,
+			    struct hp_err *e)
 {
-	size_t es = k_esize(&c->b, t), in = scatter ? (size_t)cm->size * n : n;
-	char *h = hscr(c, in * (t == HP_DTYPE_BF16 ? sizeof(float) : es) + nout * sizeof(float));
+	size_t es = k_esize(&c->b, t);
+	char *h = hscr(c, n * es);
 	int rc;
 
 	if (!h)
 		return hp_err_set(e, c->rc, "%s", c->err.msg);
-	if ((rc = k_download(&c->b, h, send, in * es, e)))
+	if ((rc = k_download(&c->b, h, buf, n * es, e)) || (rc = hp_comm_allreduce(cm, h, n, t, (enum hp_red)op, e)))
 		return rc;
-	if (t == HP_DTYPE_BF16) {
-		float *f = (float *)h, *o = f + in;
+	return k_upload(&c->b, buf, h, n * es, e);
+}
 
-		bf16_in(f, (const hp_bf16 *)h, in);
-		quiet(cm, 1);
-		rc = scatter ? hp_comm_reduce_scatter(cm, f, o, n, HP_DTYPE_F32, (enum hp_red)op, e) :
-			       hp_comm_allreduce(cm, f, n, HP_DTYPE_F32, (enum hp_red)op, e);
-		quiet(cm, 0);
-		if (rc)
-			return rc;
-		hp_comm_count(cm, scatter ? HP_COLL_REDUCE_SCATTER : HP_COLL_ALL_REDUCE,
-			      (uint64_t)in * hp_dtype_size(t), 0);
-		bf16_out((hp_bf16 *)h, scatter ? o : f, nout);
-		return k_upload(&c->b, recv, h, nout * es, e);
+static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+			     enum hp_dtype t, int op, struct hp_breq *r, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	size_t es = k_esize(b, t), k = (size_t)cm->size;
+	int bf = t == HP_DTYPE_BF16, rc;
+
+	r->active = 0;
+	r->req = MPI_REQUEST_NULL;
+	r->nc = r->sum = NULL;
+	if (k <= 1) {
+		k_copy(b, recv, send, n * es);
+		return 0;
 	}
-	rc = scatter ? hp_comm_reduce_scatter(cm, h, h + in * es, n, t, (enum hp_red)op, e) :
-		       hp_comm_allreduce(cm, h, n, t, (enum hp_red)op, e);
-	return rc ? rc : k_upload(&c->b, recv, scatter ? h + in * es : h, nout * es, e);
+	if (bf && op != HP_RED_SUM)
+		return hp_err_set(e, HP_EUNSUP, "cuda: a bf16 reduce-scatter sums only");
+	r->active = 1;
+	r->sum = bf ? recv : NULL;
+	r->k = (int)k;
+	r->n = n;
+#if USE_NCCL
+	struct hp_nccl *nc = nccl_of(c, cm);
+	if (nc) {
+		r->nc = nc;
+		return (rc = nc_in(c, nc, e)) ? rc : hp_nccl_reduce_scatter(nc, send, recv, n, t, (enum hp_red)op, e);
+	}
+#else
+	(void)c;
+#endif
+	/* host-staged: the blocks (bf16: to sum on the device, as NCCL's) or
+	 * MPI's fp32 sum land in the stage after the sent blocks */
+	r->recv = recv;
+	r->off = k * n * es;
+	r->bytes = (bf ? k * n : n) * es;
+	if (!host_grow(&r->stage, &r->cap, r->off + r->bytes))
+		return hp_err_set(e, HP_ENOMEM, "cuda: out of host memory staging a reduce-scatter of %zu MiB",
+				  (k * n * es) >> 20);
+	if ((rc = k_download(b, r->stage, send, k * n * es, e)))
+		return rc;
+	if (!bf)
+		return hp_comm_ireduce_scatter(cm, r->stage, (char *)r->stage + r->off, n, t, (enum hp_red)op,
+					       &r->req, e);
+	quiet(cm, 1);
+	rc = hp_comm_ialltoall(cm, r->stage, (char *)r->stage + r->off, n, wire_of(t), &r->req, e);
+	quiet(cm, 0);
+	if (!rc)
+		tally(cm, HP_COLL_REDUCE_SCATTER, (uint64_t)k * n * hp_dtype_size(t), 0);
+	return rc;
+}
+
+static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	int rc = 0;
+
+	if (!r->active)
+		return 0;
+	r->active = 0;
+#if USE_NCCL
+	if (r->nc)
+		rc = nc_out(c, r->nc, e);
+	else
+#endif
+	{
+		if (r->req != MPI_REQUEST_NULL)
+			hp_comm_wait(&r->req);
+		rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
+		/* the upload must have read the stage before the request's next use fills it */
+		c->b.host_syncs++;
+		if (!rc)
+			rc = hp_cuda_sync(e);
+	}
+	if (!rc && r->sum)
+		L(hp_cuda_bf16_sum_ranks)(r->sum, r->sum, r->k, r->n, r->n);
+	return rc;
+}
+
+static int k_reduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+			    enum hp_dtype t, int op, struct hp_err *e)
+{
+	struct hp_breq *r = &cu_of(b)->rreq;
+	int rc = k_ireduce_scatter(b, cm, send, recv, n, t, op, r, e);
+
+	return rc ? rc : k_wait(b, r, e);
+}
+
+static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
+			enum hp_dtype t, struct hp_breq *r, struct hp_err *e);
+
+/* A bf16 sum over ranks by the rule (backend.h): a reduce-scatter of
+ * chunks of ceil(n / k) (buf padded with zeros to k chunks; the blocks land
+ * after them), then an all-gather of the sums back into buf; counted as
+ * the one all-reduce it is. */
+static int bf16_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t n, struct hp_err *e)
+{
+	struct hp_backend *b = &c->b;
+	size_t k = (size_t)cm->size, ch = (n + k - 1) / k, es = k_esize(b, HP_DTYPE_BF16);
+	char *blocks = (char *)buf + k * ch * es;
+	int rc;
+
+	if (k * ch > n)
+		k_zero(b, (char *)buf + n * es, (k * ch - n) * es);
+	quiet(cm, 1);
+	rc = k_reduce_scatter(b, cm, buf, blocks, ch, HP_DTYPE_BF16, HP_RED_SUM, e);
+	if (!rc && !(rc = k_iallgather(b, cm, blocks, buf, ch, HP_DTYPE_BF16, &c->greq, e)))
+		rc = k_wait(b, &c->greq, e);
+	quiet(cm, 0);
+	if (!rc)
+		tally(cm, HP_COLL_ALL_REDUCE, (uint64_t)n * hp_dtype_size(HP_DTYPE_BF16), 0);
+	return rc;
 }
 
 static int k_allreduce(struct hp_backend *b, struct hp_comm *cm, void *buf, size_t n, enum hp_dtype t, int op,
@@ -1376,21 +1461,13 @@ static int k_allreduce(struct hp_backend *b, struct hp_comm *cm, void *buf, size
 
 	if (cm->size <= 1 || !n)
 		return 0;
-	NCCL_CALL(hp_nccl_allreduce(NC, buf, n, t, (enum hp_red)op, e));
-	return staged_reduce(c, cm, buf, buf, n, n, t, op, 0, e);
-}
-
-static int k_reduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
-			    enum hp_dtype t, int op, struct hp_err *e)
-{
-	struct cu *c = cu_of(b);
-
-	if (cm->size <= 1) {
-		k_copy(b, recv, send, n * k_esize(b, t));
-		return 0;
+	if (t == HP_DTYPE_BF16) {
+		if (op != HP_RED_SUM)
+			return hp_err_set(e, HP_EUNSUP, "cuda: a bf16 all-reduce sums only");
+		return bf16_allreduce(c, cm, buf, n, e);
 	}
-	NCCL_CALL(hp_nccl_reduce_scatter(NC, send, recv, n, t, (enum hp_red)op, e));
-	return staged_reduce(c, cm, send, recv, n, n, t, op, 1, e);
+	NCCL_CALL(hp_nccl_allreduce(NC, buf, n, t, (enum hp_red)op, e));
+	return staged_allreduce(c, cm, buf, n, t, op, e);
 }
 
 /* Start an all-gather: staged, the shard comes to the host now and MPI
@@ -1406,7 +1483,7 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 
 	r->active = 0;
 	r->req = MPI_REQUEST_NULL;
-	r->nc = NULL;
+	r->nc = r->sum = NULL;
 	if (cm->size <= 1) {
 		k_copy(b, recv, send, n * es);
 		return 0;
@@ -1434,29 +1511,10 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 	if (w != t) {
 		quiet(cm, 0);
 		if (!rc)
-			hp_comm_count(cm, HP_COLL_ALL_GATHER, (uint64_t)n * hp_dtype_size(t), 0);
+			tally(cm, HP_COLL_ALL_GATHER, (uint64_t)n * hp_dtype_size(t), 0);
 	}
 	(void)c;
 	return rc;
-}
-
-static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
-{
-	int rc = 0;
-
-	if (!r->active)
-		return 0;
-	r->active = 0;
-#if USE_NCCL
-	if (r->nc)
-		return nc_out(cu_of(b), r->nc, e);
-#endif
-	if (r->req != MPI_REQUEST_NULL)
-		hp_comm_wait(&r->req);
-	rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
-	/* the upload must have read the stage before the next gather fills it */
-	cu_of(b)->b.host_syncs++;
-	return rc ? rc : hp_cuda_sync(e);
 }
 
 static void k_req_free(struct hp_backend *b, struct hp_breq *r)
@@ -1509,7 +1567,7 @@ static int staged_a2a(struct cu *c, struct hp_comm *cm, const void *send, const 
 			uint64_t tot = 0;
 			for (int p = 0; v && p < cm->size; p++)
 				tot += (uint64_t)sc[p];
-			hp_comm_count(cm, v ? HP_COLL_ALL_TO_ALLV : HP_COLL_ALL_TO_ALL,
+			tally(cm, v ? HP_COLL_ALL_TO_ALLV : HP_COLL_ALL_TO_ALL,
 				      (v ? tot : (uint64_t)cm->size * n) * hp_dtype_size(t), routed);
 		}
 	}
@@ -1620,6 +1678,7 @@ static void k_close(struct hp_backend *b)
 	}
 	hp_cuda_host_free(c->ring);
 	k_req_free(b, &c->greq);
+	k_req_free(b, &c->rreq);
 	hp_cuda_fini();
 	hp_free(c);
 }
@@ -1705,6 +1764,7 @@ static const struct hp_backend table = {
 	.wait = k_wait,
 	.req_free = k_req_free,
 	.reduce_scatter = k_reduce_scatter,
+	.ireduce_scatter = k_ireduce_scatter,
 	.alltoall = k_alltoall,
 	.alltoallv = k_alltoallv,
 	.attach = k_attach,

@@ -281,6 +281,18 @@ void hp_emu_add_bf16(float *h, const hp_bf16 *o, size_t n)
 		h[i] += o[i];
 }
 
+/* hp_bf16_sum_ranks on the fp32 shadows: rounded once in bf16 mode */
+void hp_emu_bf16_sum_ranks(hp_bf16 *out, const hp_bf16 *in, int k, size_t n, size_t s)
+{
+	for (size_t i = 0; i < n; i++) {
+		float a = in[i];
+
+		for (int r = 1; r < k; r++)
+			a += in[(size_t)r * s + i];
+		out[i] = rnd(a);
+	}
+}
+
 void hp_emu_add(float *x, const float *a, const float *b, size_t n)
 {
 	hp_residual_add(x, a, b, (long)n);

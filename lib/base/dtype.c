@@ -87,6 +87,17 @@ uint16_t hp_f32_to_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
+void hp_bf16_sum_ranks(uint16_t *out, const uint16_t *in, int k, size_t n, size_t s)
+{
+	for (size_t i = 0; i < n; i++) {
+		float a = hp_bf16_to_f32(in[i]);
+
+		for (int r = 1; r < k; r++)
+			a += hp_bf16_to_f32(in[(size_t)r * s + i]);
+		out[i] = hp_f32_to_bf16(a);
+	}
+}
+
 float hp_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

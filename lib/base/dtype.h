@@ -46,6 +46,11 @@ float hp_bf16_to_f32(uint16_t h);
 uint16_t hp_f32_to_bf16(float f);
 float hp_f16_to_f32(uint16_t h);
 uint16_t hp_f32_to_f16(float f);
+/* The rule of every bf16 sum over ranks (hp-train(1), "bf16 reductions";
+ * the CUDA twin hp_cuda_bf16_sum_ranks): out[i] = bf16(in[i] + in[s + i] +
+ * ... + in[(k - 1) s + i]), added in fp32 in that order and rounded once.
+ * out may be in (each element is read and written by one pass). */
+void hp_bf16_sum_ranks(uint16_t *out, const uint16_t *in, int k, size_t n, size_t s);
 
 /* Convert n elements of src (F32/BF16/F16/F64) to F32. Returns 0 or -1 for an
  * unsupported source type. */

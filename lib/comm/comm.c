@@ -898,6 +898,23 @@ int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, e
 	return 0;
 }
 
+/* A started request and what it is, for hp_comm_wait.  A handle MPI hands
+ * out again belongs to a request that ended without hp_comm_wait: its
+ * entry goes; a full book forgets the oldest (whose handle, should it
+ * still be waited for, is then "a collective"). */
+static void book(MPI_Request req, struct what w)
+{
+	for (int i = 0; i < npending; i++)
+		if (pending[i].req == req)
+			pending[i] = pending[--npending];
+	if (npending == NPENDING) {
+		npending--;
+		memmove(pending, pending + 1, (size_t)npending * sizeof(pending[0]));
+	}
+	pending[npending].req = req;
+	pending[npending++].w = w;
+}
+
 int hp_comm_iallgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
 		       MPI_Request *req, struct hp_err *e)
 {
@@ -915,19 +932,7 @@ int hp_comm_iallgather(struct hp_comm *c, const void *send, void *recv, size_t n
 	count(c, HP_COLL_ALL_GATHER, n * hp_dtype_size(t), 0);
 	w = enter(comm_group(c), c->dim, HP_COLL_ALL_GATHER);
 	MPI_Iallgather(send, (int)n, mt, recv, (int)n, mt, c->comm, req);
-	/* what it is, for hp_comm_wait.  A handle MPI hands out again belongs
-	 * to a request that ended without hp_comm_wait: its entry goes; a full
-	 * book forgets the oldest (whose handle, should it still be waited
-	 * for, is then "a collective") */
-	for (int i = 0; i < npending; i++)
-		if (pending[i].req == *req)
-			pending[i] = pending[--npending];
-	if (npending == NPENDING) {
-		npending--;
-		memmove(pending, pending + 1, (size_t)npending * sizeof(pending[0]));
-	}
-	pending[npending].req = *req;
-	pending[npending++].w = w;
+	book(*req, w);
 	return 0;
 }
 
@@ -942,12 +947,13 @@ int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n,
 	return rc;
 }
 
-int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
-			   enum hp_red op, struct hp_err *e)
+int hp_comm_ireduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+			    enum hp_red op, MPI_Request *req, struct hp_err *e)
 {
 	MPI_Datatype mt = mpi_type(t, 1);
-	MPI_Request req;
+	struct what w;
 
+	*req = MPI_REQUEST_NULL;
 	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
 		return bad_args(e, "reduce-scatter", t, n);
 	if (c->size <= 1) {
@@ -956,17 +962,30 @@ int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size
 		return 0;
 	}
 	count(c, HP_COLL_REDUCE_SCATTER, (uint64_t)c->size * n * hp_dtype_size(t), 0);
-	MPI_Ireduce_scatter_block(send, recv, (int)n, mt, mpi_op(op), c->comm, &req);
-	wait_what(&req, enter(comm_group(c), c->dim, HP_COLL_REDUCE_SCATTER));
+	w = enter(comm_group(c), c->dim, HP_COLL_REDUCE_SCATTER);
+	MPI_Ireduce_scatter_block(send, recv, (int)n, mt, mpi_op(op), c->comm, req);
+	book(*req, w);
 	return 0;
 }
 
-int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
-		     struct hp_err *e)
+int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+			   enum hp_red op, struct hp_err *e)
+{
+	MPI_Request req;
+	int rc = hp_comm_ireduce_scatter(c, send, recv, n, t, op, &req, e);
+
+	if (!rc && req != MPI_REQUEST_NULL)
+		hp_comm_wait(&req);
+	return rc;
+}
+
+int hp_comm_ialltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		      MPI_Request *req, struct hp_err *e)
 {
 	MPI_Datatype mt = mpi_type(t, 0);
-	MPI_Request req;
+	struct what w;
 
+	*req = MPI_REQUEST_NULL;
 	if (mt == MPI_DATATYPE_NULL || n > INT_MAX)
 		return bad_args(e, "all-to-all", t, n);
 	if (c->size <= 1) {
@@ -975,9 +994,21 @@ int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, 
 		return 0;
 	}
 	count(c, HP_COLL_ALL_TO_ALL, (uint64_t)c->size * n * hp_dtype_size(t), 0);
-	MPI_Ialltoall(send, (int)n, mt, recv, (int)n, mt, c->comm, &req);
-	wait_what(&req, enter(comm_group(c), c->dim, HP_COLL_ALL_TO_ALL));
+	w = enter(comm_group(c), c->dim, HP_COLL_ALL_TO_ALL);
+	MPI_Ialltoall(send, (int)n, mt, recv, (int)n, mt, c->comm, req);
+	book(*req, w);
 	return 0;
+}
+
+int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		     struct hp_err *e)
+{
+	MPI_Request req;
+	int rc = hp_comm_ialltoall(c, send, recv, n, t, &req, e);
+
+	if (!rc && req != MPI_REQUEST_NULL)
+		hp_comm_wait(&req);
+	return rc;
 }
 
 int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,

@@ -143,6 +143,11 @@ int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size
 /* send and recv: size * n elements, block r to / from group rank r. */
 int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
 		     struct hp_err *e);
+/* The two, started: done in hp_comm_wait(req), as hp_comm_iallgather. */
+int hp_comm_ireduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+			    enum hp_red op, MPI_Request *req, struct hp_err *e);
+int hp_comm_ialltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
+		      MPI_Request *req, struct hp_err *e);
 /* Counts and displacements in elements, one per group rank; routed says
  * whether the bytes count as routing-dependent (hp-plan's routed_bytes). */
 int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,

@@ -83,6 +83,10 @@ int hp_nccl_allreduce(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, 
 		      struct hp_err *e);
 int hp_nccl_allgather(struct hp_nccl *nc, const void *send, void *recv, size_t n, enum hp_dtype t,
 		      struct hp_err *e);
+/* bf16 (a sum only) is not NCCL's bf16 arithmetic but hp's rule
+ * (backend.h, reduce_scatter): the blocks travel as an all-to-all into
+ * recv (size * n elements, counted as the reduce-scatter) for the caller
+ * to add up in rank order (hp_cuda_bf16_sum_ranks). */
 int hp_nccl_reduce_scatter(struct hp_nccl *nc, const void *send, void *recv, size_t n, enum hp_dtype t,
 			   enum hp_red op, struct hp_err *e);
 /* send and recv must not overlap (one ncclSend/ncclRecv pair per peer). */

@@ -50,7 +50,7 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		 struct hp_err *e)
 {
 	size_t maxbuf = 0;
-	int at = 0;
+	int at = 0, bf;
 
 	memset(f, 0, sizeof(*f));
 	f->p = p;
@@ -64,6 +64,7 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	if (f->pdt == HP_DTYPE_INVALID || f->rdt == HP_DTYPE_INVALID)
 		return hp_err_set(e, HP_EUNSUP, "fsdp_config.mix_precision: %s is not implemented (float32 or "
 				  "bfloat16)", f->pdt == HP_DTYPE_INVALID ? p->param_dtype : p->reduce_dtype);
+	bf = f->rdt == HP_DTYPE_BF16;
 	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
 	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
 	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
@@ -112,11 +113,20 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		}
 		un->n = at - un->first;
 		un->padded = f->total - un->off;
-		if ((size_t)(k + 1) * un->padded > maxbuf)
-			maxbuf = (size_t)(k + 1) * un->padded;
+		if (hp_plan_rs_floats((size_t)k, un->padded, bf) > maxbuf)
+			maxbuf = hp_plan_rs_floats((size_t)k, un->padded, bf);
+		/* the replicas' all-reduce packs there */
+		if (hp_plan_ar_floats((size_t)p->size[un->rep_dim], un->padded, bf) > maxbuf)
+			maxbuf = hp_plan_ar_floats((size_t)p->size[un->rep_dim], un->padded, bf);
 	}
+	/* the tp all-reduce of partial gradients packs there */
 	if (tp_partials(f, -1) > maxbuf)
-		maxbuf = tp_partials(f, -1);   /* the tp all-reduce of partial gradients packs there */
+		maxbuf = tp_partials(f, -1);
+	if (hp_plan_ar_floats((size_t)p->tp, tp_partials(f, -1), bf) > maxbuf)
+		maxbuf = hp_plan_ar_floats((size_t)p->tp, tp_partials(f, -1), bf);
+	f->nrs = m->bk->device ? HP_FSDP_RS_RING : 1;
+	for (int i = 0; i < HP_FSDP_RS_RING; i++)
+		f->rs[i].unit = -1;
 	/* the prefetch ring: a layer's units (its own and its experts') for the
 	 * layer in hand and each one fetched ahead */
 	f->nslots = 2 * (1 + (int)(p->forward_prefetch > p->backward_prefetch ? p->forward_prefetch :
@@ -128,7 +138,7 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		f->slots[i].unit = -1;
 	f->root_slot.unit = -1;
 	f->slot_floats = 0;
-	size_t er = f->bk->esize(f->bk, f->rdt);
+	size_t er = f->bk->esize(f->bk, f->rdt), rs1 = 0;
 
 	for (int u = 0; u < p->nunits; u++) {
 		const struct hp_fsdp_unit *un = &f->units[u];
@@ -140,6 +150,13 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 			f->slot_floats = k * un->padded;
 		if ((k + 1) * un->padded * er > f->steady_rs)
 			f->steady_rs = (k + 1) * un->padded * er;
+		if (hp_plan_rs_floats(k, un->padded, bf) > rs1)
+			rs1 = hp_plan_rs_floats(k, un->padded, bf);
+	}
+	if (f->nrs > 1 && !(f->rs[1].buf = f->bk->alloc(f->bk, (rs1 + 1) * sizeof(float), e))) {
+		int rc = e->code;
+		hp_fsdp_free(f);
+		return rc;
 	}
 	if (!(f->w = arr(f, f->total, &f->hw, e)) || !(f->g = arr(f, f->total, &f->hg, e)) ||
 	    !(f->m1 = arr(f, f->total, &f->hm1, e)) || !(f->m2 = arr(f, f->total, &f->hm2, e)) ||
@@ -148,6 +165,7 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		hp_fsdp_free(f);
 		return rc;
 	}
+	f->rs[0].buf = f->buf;
 	f->layer_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
 	f->expert_unit = hp_calloc((size_t)p->spec.n_layers + 1, sizeof(int));
 	if (!f->layer_unit || !f->expert_unit)
@@ -230,6 +248,9 @@ void hp_fsdp_free(struct hp_fsdp *f)
 			bk->req_free(bk, &f->slots[i].req);
 		}
 		bk->req_free(bk, &f->root_slot.req);   /* its buffers are buf */
+		bk->free(bk, f->rs[1].buf);
+		for (int i = 0; i < HP_FSDP_RS_RING; i++)
+			bk->req_free(bk, &f->rs[i].req);
 		bk->free(bk, f->stale);
 	}
 	hp_free(f->layer_unit);
@@ -312,36 +333,80 @@ static void trim(struct hp_fsdp *f, void *buf, size_t used, size_t keep)
 		f->bk->discard(f->bk, (char *)buf + keep, used - keep);
 }
 
-/* Reduce-scatter unit u's gradients into the shard sums, in the reduce dtype. */
+/* Finish the reduce-scatter in flight in s: wait for it, add what it
+ * brought to its unit's shard sums. */
+static int rs_finish(struct hp_fsdp *f, struct hp_fsdp_rs *s, struct hp_err *e)
+{
+	const struct hp_fsdp_unit *un;
+	struct hp_backend *bk = f->bk;
+	int k, rc;
+
+	if (s->unit < 0)
+		return 0;
+	un = &f->units[s->unit];
+	k = f->cs->dim[un->shard_dim].size;
+	s->unit = -1;
+	if ((rc = bk->wait(bk, &s->req, e)))
+		return rc;
+	bk->acc(bk, f->g + un->off, at(f, s->buf, f->rdt, (size_t)k * un->padded), f->rdt, un->padded);
+	if (s->buf == f->buf)
+		trim(f, f->buf, hp_plan_rs_floats((size_t)k, un->padded, f->rdt == HP_DTYPE_BF16) * sizeof(float),
+		     f->steady_rs);
+	return 0;
+}
+
+/* Every reduce-scatter in flight finished, oldest first. */
+static int rs_drain(struct hp_fsdp *f, struct hp_err *e)
+{
+	int rc = 0;
+
+	for (int i = 0; i < f->nrs && !rc; i++)
+		rc = rs_finish(f, &f->rs[(f->rsi + i) % f->nrs], e);
+	return rc;
+}
+
+/* Reduce-scatter unit u's gradients into the shard sums, in the reduce
+ * dtype: a layer's is started in the ring's next buffer (finishing the
+ * one started there before), the root's (in buf) after the ring is done. */
 int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 {
 	const struct hp_fsdp_unit *un = &f->units[u];
 	struct hp_comm *c = &f->cs->dim[un->shard_dim];
 	struct hp_backend *bk = f->bk;
+	struct hp_fsdp_rs *s;
 	int k = c->size, rc;
-	void *out = at(f, f->buf, f->rdt, (size_t)k * un->padded);
 
+	if (un->root || f->nrs == 1) {
+		if ((rc = rs_drain(f, e)))
+			return rc;
+		s = &f->rs[0];
+	} else {
+		s = &f->rs[f->rsi];
+		f->rsi = (f->rsi + 1) % f->nrs;
+		if ((rc = rs_finish(f, s, e)))
+			return rc;
+	}
 	/* block s: every param's rows of rank s, padded to the chunk */
-	for (int s = 0; s < k; s++)
+	for (int r = 0; r < k; r++)
 		for (int j = 0; j < un->n; j++) {
 			int i = f->order[un->first + j];
 			const struct hp_piece *pc = &f->pc[i];
-			int64_t r = rows_of(pc, s);
-			size_t b = (size_t)s * un->padded + (f->poff[i] - un->off);
+			int64_t rows = rows_of(pc, r);
+			size_t b = (size_t)r * un->padded + (f->poff[i] - un->off);
 
-			bk->convert(bk, at(f, f->buf, f->rdt, b), f->rdt,
-				    f->m->w.bg + f->mp[i]->offset + (int64_t)s * pc->chunk * pc->cols, HP_DTYPE_F32,
-				    (size_t)(r * pc->cols));
-			bk->zero(bk, at(f, f->buf, f->rdt, b + (size_t)(r * pc->cols)),
-				 (size_t)((pc->chunk - r) * pc->cols) * bk->esize(bk, f->rdt));
+			bk->convert(bk, at(f, s->buf, f->rdt, b), f->rdt,
+				    f->m->w.bg + f->mp[i]->offset + (int64_t)r * pc->chunk * pc->cols, HP_DTYPE_F32,
+				    (size_t)(rows * pc->cols));
+			bk->zero(bk, at(f, s->buf, f->rdt, b + (size_t)(rows * pc->cols)),
+				 (size_t)((pc->chunk - rows) * pc->cols) * bk->esize(bk, f->rdt));
 		}
 	/* packed: the unit's unsharded gradients go back before the sum */
 	hp_fsdp_release(f, u, 1);
-	if ((rc = bk->reduce_scatter(bk, c, f->buf, out, un->padded, f->rdt, HP_RED_SUM, e)))
+	if ((rc = bk->ireduce_scatter(bk, c, s->buf, at(f, s->buf, f->rdt, (size_t)k * un->padded), un->padded,
+				      f->rdt, HP_RED_SUM, &s->req, e)))
 		return rc;
-	bk->acc(bk, f->g + un->off, out, f->rdt, un->padded);
-	trim(f, f->buf, (size_t)(k + 1) * un->padded * bk->esize(bk, f->rdt), f->steady_rs);
-	return 0;
+	s->unit = u;
+	return un->root || f->nrs == 1 ? rs_finish(f, s, e) : 0;
 }
 
 int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)

@@ -56,6 +56,15 @@ struct hp_fsdp_slot {
 	void *buf, *send;
 };
 
+/* A reduce-scatter in flight: its unit (-1: none), request and buffer
+ * (the k blocks it sends, then what it receives: hp_fsdp_rs_floats). */
+struct hp_fsdp_rs {
+	int unit;
+	struct hp_breq req;
+	void *buf;
+};
+#define HP_FSDP_RS_RING 2
+
 struct hp_fsdp {
 	const struct hp_plan *p;
 	struct hp_comms *cs;
@@ -89,6 +98,13 @@ struct hp_fsdp {
 	 * head, often larger) touches beyond them go back to the system after
 	 * it (bytes) */
 	size_t steady_rs;
+	/* the reduce-scatters: on a device a ring of two (rs[0] in buf, rs[1]
+	 * its own buffer for a layer's units), so that unit i's runs on the
+	 * communication stream while unit i-1's backward computes, finished
+	 * (waited for, added to the shard sums) when its buffer comes round
+	 * again or the micro-batch ends; on the CPU one, finished at once */
+	struct hp_fsdp_rs rs[HP_FSDP_RS_RING];
+	int nrs, rsi;
 	long gathers, prefetched;    /* layer units gathered, and how many of them were started ahead */
 	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
 	float *stale;                /* its shard of the step before (backend) */

@@ -198,6 +198,13 @@ int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q);
  * experts', mesh HP_MESH_EXPERT); -1 for the root (embedding, final norm,
  * LM head). */
 int hp_plan_unit_layer(const struct hp_plan *p, int u);
+/* Floats of FSDP's reduce-scatter buffer for a unit of k shards of padded
+ * elements, reduced in bf16 or fp32: the k blocks sent and, for an fp32
+ * sum, the one received; in bf16 the k received, summed where they land
+ * (lib/backend/backend.h, reduce_scatter).  And of a bf16 all-reduce's
+ * buffer for n elements over k ranks (0 in fp32: it runs in place). */
+size_t hp_plan_rs_floats(size_t k, size_t padded, int bf16);
+size_t hp_plan_ar_floats(size_t k, size_t n, int bf16);
 /* Whether rank holds any of q (an expert lives on one ep rank). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
 

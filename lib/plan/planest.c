@@ -231,6 +231,11 @@ static int64_t unit_k(const struct hp_plan *p, int u)
 	return p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD];
 }
 
+static int64_t unit_rep(const struct hp_plan *p, int u)
+{
+	return p->size[p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_REPLICATE : HP_DIM_DP_REPLICATE];
+}
+
 /* Each unit's elements on rank: unsharded in the model (full) and its
  * shard padded to the chunks (pad), as lib/dist/fsdp.c lays them out. */
 static void unit_sizes(const struct hp_plan *p, int rank, int64_t *full, int64_t *pad)
@@ -306,6 +311,16 @@ out:
 	return root;
 }
 
+size_t hp_plan_rs_floats(size_t k, size_t padded, int bf16)
+{
+	return (bf16 ? 2 * k : k + 1) * padded;
+}
+
+size_t hp_plan_ar_floats(size_t k, size_t n, int bf16)
+{
+	return bf16 && k > 1 ? 2 * k * ((n + k - 1) / k) : 0;
+}
+
 /* --- device memory ---------------------------------------------------------- */
 
 /*
@@ -356,7 +371,8 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		.ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, rank),
 	};
 	int n = p->spec.n_layers, np = 0, rc = -1;
-	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, maxbuf = 0, partial = 0, slot = 0, best = 0;
+	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, maxbuf = 0, partial = 0, slot = 0, best = 0, rs1 = 0;
+	int bf = esize(p->reduce_dtype) == 2;
 	int64_t *full = hp_calloc((size_t)p->nunits + 1, sizeof(*full));
 	int64_t *pad = hp_calloc((size_t)p->nunits + 1, sizeof(*pad)), *units = hp_calloc((size_t)n + 1, sizeof(*units));
 	struct dparam *dp = hp_calloc((size_t)p->nparams + 1, sizeof(*dp));
@@ -398,17 +414,21 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 	}
 	unit_sizes(p, rank, full, pad);
 	maxbuf = partial;
+	if ((int64_t)hp_plan_ar_floats((size_t)p->tp, (size_t)partial, bf) > maxbuf)
+		maxbuf = (int64_t)hp_plan_ar_floats((size_t)p->tp, (size_t)partial, bf);
 	for (int u = 0; u < p->nunits; u++) {
-		int64_t K = unit_k(p, u);
+		int64_t K = unit_k(p, u), rs = (int64_t)hp_plan_rs_floats((size_t)K, (size_t)pad[u], bf);
+		int64_t ar = (int64_t)hp_plan_ar_floats((size_t)unit_rep(p, u), (size_t)pad[u], bf);
 		int l = hp_plan_unit_layer(p, u);
 
 		total += pad[u];
-		if ((K + 1) * pad[u] > maxbuf)
-			maxbuf = (K + 1) * pad[u];
+		maxbuf = rs > maxbuf ? rs : maxbuf;
+		maxbuf = ar > maxbuf ? ar : maxbuf;
 		if (l >= 0) {
 			units[l]++;
 			if (K * pad[u] > slot)
 				slot = K * pad[u];
+			rs1 = rs > rs1 ? rs : rs1;
 		}
 	}
 	/* the prefetch slots in use at once: the units of the layers fetched
@@ -424,7 +444,8 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		nslot = f > nslot ? f : nslot;
 		nslot = b > nslot ? b : nslot;
 	}
-	*out = act + scratch + 4 * 4 * (total + 1) + 4 * (maxbuf + 1) +
+	/* the reduce-scatter buffers: buf and the ring's second (a layer's) */
+	*out = act + scratch + 4 * 4 * (total + 1) + 4 * (maxbuf + 1) + (rs1 ? 4 * (rs1 + 1) : 0) +
 	       (slot ? nslot * 4 * (slot + 1) * (esize(p->param_dtype) != 4 ? 2 : 1) : 0);
 	/* the reserved arrays at the backward of each layer: the root's and
 	 * the held layers' weights (fp32 unless only GEMMs read them, bf16 from

@@ -225,6 +225,48 @@ static void test_copy2d(size_t rows, size_t L, size_t Tq)
 
 /* ---- conversions and element-wise ---- */
 
+/* bf16 sums over ranks: the rule's bits (hp_bf16_sum_ranks), in place and
+ * out of place; blocks s apart with values whose fp32 sum depends on the
+ * order, so that another order or a second rounding shows */
+static void test_sum_ranks(size_t n, int k)
+{
+	size_t s = n + 3, tot = (size_t)k * s, bad = 0;
+	uint16_t *in = malloc(tot * 2 + 2), *want = malloc(n * 2 + 2), *got = malloc(tot * 2 + 2);
+	hp_bf16 *d = ct_alloc(tot * 2 + 2), *o = ct_alloc(n * 2 + 2);
+	uint64_t x = 88172645463325252ull + (uint64_t)k;
+
+	for (size_t i = 0; i < tot; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		/* magnitudes 2^-8 .. 2^24, either sign: partial sums lose bits */
+		in[i] = hp_f32_to_bf16(ldexpf((float)(x % 255) / 128.0f - 1.0f, (int)(x >> 40) % 33 - 8));
+	}
+	if (n >= 3 && k >= 3)   /* 2^25 + 1 - 2^25 is 0 in rank order, 1 in others */
+		in[0] = hp_f32_to_bf16(33554432.0f), in[s] = hp_f32_to_bf16(1.0f),
+		in[2 * s] = hp_f32_to_bf16(-33554432.0f);
+	for (int r = 3; n >= 3 && r < k; r++)
+		in[(size_t)r * s] = 0;
+	hp_bf16_sum_ranks(want, in, k, n, s);
+	if (n >= 3 && k >= 3)
+		ok(want[0] == 0, "sum_ranks reference: 2^25 + 1 - 2^25 is %g in rank order",
+		   (double)hp_bf16_to_f32(want[0]));
+	hp_cuda_upload(d, in, tot * 2, &err);
+	hp_cuda_bf16_sum_ranks(o, d, k, n, s);
+	hp_cuda_bf16_sum_ranks(d, d, k, n, s);
+	int g = gpu_ok();
+	hp_cuda_download(got, o, n * 2, &err);
+	for (size_t i = 0; i < n; i++)
+		bad += got[i] != want[i];
+	hp_cuda_download(got, d, n * 2, &err);
+	for (size_t i = 0; i < n; i++)
+		bad += got[i] != want[i];
+	ok(g && bad == 0, "bf16_sum_ranks n=%zu k=%d: %zu of %zu differ from hp_bf16_sum_ranks", n, k, bad, 2 * n);
+	hp_cuda_free(d);
+	hp_cuda_free(o);
+	free(in);
+	free(want);
+	free(got);
+}
+
 static void test_convert(size_t n)
 {
 	float *x = hfill(n, 1, 100.0f, 0), *h = hfill(n, 2, 10.0f, 0);
@@ -1042,6 +1084,9 @@ static void run_all(void)
 
 	test_convert(1);
 	test_convert(1000);
+	test_sum_ranks(1, 1);
+	test_sum_ranks(1000, 3);
+	test_sum_ranks(70001, 8);
 	if (big)
 		test_convert((size_t)4096 * 2048 + 5);
 	test_adds(1, 1);
