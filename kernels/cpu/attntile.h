@@ -356,6 +356,20 @@ AT_INLINE void at_scores(float *t, int kc, int rp, int c0, float scale, int full
 	}
 }
 
+/* n floats rounded to bf16 (nearest even; NaN stays NaN) and back: a
+ * GPU's tensor-core operand (hp_flash_attention_fwd_round) */
+AT_INLINE void at_round_bf16(float *x, long n)
+{
+	for (long i = 0; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, &x[i], 4);
+		if ((u & 0x7fffffffu) <= 0x7f800000u)
+			u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+		memcpy(&x[i], &u, 4);
+	}
+}
+
 /* ---- the forward of a query tile ---- */
 
 /* A query tile of the forward, for one (batch, query head). */
@@ -368,6 +382,7 @@ struct at_fwd {
 	float *P;               /* NULL, or rows of the scores, ldp apart, by key position */
 	long qs, ks, ldp;
 	int r0, rows, q0, D;    /* queries r0 .. r0+rows-1 of sg, at positions q0 + r0 .. */
+	int rnd;                /* P rounded to bf16 before P V (at_round_bf16) */
 };
 
 /*
@@ -435,6 +450,8 @@ AT_INLINE void at_fwd_tile(const struct at_fwd *a, float *m, double *l, int isa)
 				hp_v8_store(ts + r, hp_v8_load(ts + r) + p);
 			}
 		}
+		if (a->rnd)     /* after l's sums, as a GPU's: they add the fp32 P */
+			at_round_bf16(St, (long)kc * rp);
 		/* O = alpha O + P V, the tile's product summed apart */
 		at_mm(isa, rows, Dp, kc, St, 1, rp, Vp, Dp, tmp, Dp, 0);
 		for (int r = 0; r < rows; r++) {

@@ -100,6 +100,7 @@ struct fa_args {
 	const float *q, *k, *v;
 	const int32_t *seg;
 	int B, T, H, KV, D;
+	int rnd;     /* a GPU's roundings (hp_flash_attention_fwd_round) */
 };
 
 /* Forward of (batch b, head h, query tile qt), heaviest tile first (the
@@ -115,7 +116,7 @@ AT_INLINE void fa_fwd_body(const struct fa_args *a, long item, int isa)
 		.q = a->q + row, .k = a->k + (long)b * T * ks + kh * D, .v = a->v + (long)b * T * ks + kh * D,
 		.sg = a->seg ? a->seg + (long)b * T : NULL, .out = a->out + row,
 		.lse = a->lse_out + ((long)b * H + h) * T + qt * TB, .P = NULL, .qs = qs, .ks = ks, .ldp = 0,
-		.r0 = qt * TB, .rows = T - qt * TB < TB ? T - qt * TB : TB, .q0 = 0, .D = D,
+		.r0 = qt * TB, .rows = T - qt * TB < TB ? T - qt * TB : TB, .q0 = 0, .D = D, .rnd = a->rnd,
 	};
 	float m[AT_MAX_TB];
 	double l[AT_MAX_TB];
@@ -203,11 +204,6 @@ AT_INLINE void fa_bwd_body(const struct fa_args *a, long item, int isa)
 					hp_row_scale(p, kcp, scale);
 					hp_row_exp_sum(p, kcp, lse[i]);
 				}
-				/* dV += P^T dO, through a fresh tile so that long sums
-				 * round as sums of tile sums */
-				at_mm(isa, kc, Dp, rows, P, 1, kcp, dOp, Dp, tmp, Dp, 0);
-				for (int c = 0; c < kc; c++)
-					at_axpy_row(dVa + (long)c * Dp, 1.0f, tmp + (long)c * Dp, Dp);
 				/* dS = P * (dO V^T - Di) */
 				at_mm(isa, rows, kcp, D, dOp, Dp, 1, Vt, kcp, dS, kcp, 0);
 				for (int r = 0; r < rows; r++) {
@@ -217,6 +213,15 @@ AT_INLINE void fa_bwd_body(const struct fa_args *a, long item, int isa)
 					for (int j = 0; j < kcp; j += 8)
 						hp_v8_store(ds + j, hp_v8_load(p + j) * (hp_v8_load(ds + j) - dv8));
 				}
+				if (a->rnd) {   /* the tensor cores' operands from here */
+					at_round_bf16(P, (long)rows * kcp);
+					at_round_bf16(dS, (long)rows * kcp);
+				}
+				/* dV += P^T dO, through a fresh tile so that long sums
+				 * round as sums of tile sums */
+				at_mm(isa, kc, Dp, rows, P, 1, kcp, dOp, Dp, tmp, Dp, 0);
+				for (int c = 0; c < kc; c++)
+					at_axpy_row(dVa + (long)c * Dp, 1.0f, tmp + (long)c * Dp, Dp);
 				/* dQ += scale * dS K */
 				at_mm(isa, rows, Dp, kc, dS, kcp, 1, Kp, Dp, tmp, Dp, 0);
 				for (int r = 0; r < rows; r++) {
@@ -270,11 +275,11 @@ static void fa_fill_nan(float *p, size_t n)
 		p[i] = NAN;
 }
 
-void hp_flash_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
-			    const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim)
+static void fa_fwd(float *out, float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+		   int B, int T, int n_heads, int n_kv_heads, int head_dim, int rnd)
 {
 	struct fa_args a = { .out = out, .lse_out = lse, .q = q, .k = k, .v = v, .seg = seg,
-			     .B = B, .T = T, .H = n_heads, .KV = n_kv_heads, .D = head_dim };
+			     .B = B, .T = T, .H = n_heads, .KV = n_kv_heads, .D = head_dim, .rnd = rnd };
 
 	if (B <= 0 || T <= 0 || n_heads <= 0)
 		return;
@@ -287,16 +292,14 @@ void hp_flash_attention_fwd(float *out, float *lse, const float *q, const float 
 	fa_run(fa_fwd_items, &a, (long)B * n_heads * ((T + TB - 1) / TB), 2 * fa_macs(B, T, n_heads, head_dim));
 }
 
-void hp_flash_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
-			    const float *lse, const float *q, const float *k, const float *v,
-			    const int32_t *seg, float *scratch, int B, int T, int n_heads,
-			    int n_kv_heads, int head_dim)
+static void fa_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+		   const float *q, const float *k, const float *v, const int32_t *seg, int B, int T, int n_heads,
+		   int n_kv_heads, int head_dim, int rnd)
 {
 	struct fa_args a = { .dq = dq, .dk = dk, .dv = dv, .dout = dout, .o = out, .lse = lse,
 			     .q = q, .k = k, .v = v, .seg = seg,
-			     .B = B, .T = T, .H = n_heads, .KV = n_kv_heads, .D = head_dim };
+			     .B = B, .T = T, .H = n_heads, .KV = n_kv_heads, .D = head_dim, .rnd = rnd };
 
-	(void)scratch;
 	if (B <= 0 || T <= 0 || n_heads <= 0)
 		return;
 	if (!fa_valid(n_heads, n_kv_heads, head_dim)) {
@@ -307,4 +310,34 @@ void hp_flash_attention_bwd(float *dq, float *dk, float *dv, const float *dout, 
 		return;
 	}
 	fa_run(fa_bwd_items, &a, (long)B * n_kv_heads, 5 * fa_macs(B, T, n_heads, head_dim));
+}
+
+void hp_flash_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+			    const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim)
+{
+	fa_fwd(out, lse, q, k, v, seg, B, T, n_heads, n_kv_heads, head_dim, 0);
+}
+
+void hp_flash_attention_fwd_round(float *out, float *lse, const float *q, const float *k, const float *v,
+				  const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim)
+{
+	fa_fwd(out, lse, q, k, v, seg, B, T, n_heads, n_kv_heads, head_dim, 1);
+}
+
+void hp_flash_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+			    const float *lse, const float *q, const float *k, const float *v,
+			    const int32_t *seg, float *scratch, int B, int T, int n_heads,
+			    int n_kv_heads, int head_dim)
+{
+	(void)scratch;
+	fa_bwd(dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, n_heads, n_kv_heads, head_dim, 0);
+}
+
+void hp_flash_attention_bwd_round(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				  const float *lse, const float *q, const float *k, const float *v,
+				  const int32_t *seg, float *scratch, int B, int T, int n_heads,
+				  int n_kv_heads, int head_dim)
+{
+	(void)scratch;
+	fa_bwd(dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, n_heads, n_kv_heads, head_dim, 1);
 }

@@ -272,6 +272,17 @@ void hp_flash_attention_bwd(float *dq, float *dk, float *dv, const float *dout, 
 			    const float *lse, const float *q, const float *k, const float *v,
 			    const int32_t *seg, float *scratch, int B, int T, int n_heads,
 			    int n_kv_heads, int head_dim);
+/* The two with a GPU's roundings (kernels/cuda/flashattn.c's tensor
+ * cores read bf16): P rounded to bf16 (nearest even) before P V, the sum
+ * l of the unrounded P; in the backward dS from the unrounded P, then P
+ * rounded before dV = P^T dO and dS before dQ and dK.  For the CUDA
+ * emulation's bf16 mode (lib/backend/cuda_emu.c). */
+void hp_flash_attention_fwd_round(float *out, float *lse, const float *q, const float *k, const float *v,
+				  const int32_t *seg, int B, int T, int n_heads, int n_kv_heads, int head_dim);
+void hp_flash_attention_bwd_round(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				  const float *lse, const float *q, const float *k, const float *v,
+				  const int32_t *seg, float *scratch, int B, int T, int n_heads,
+				  int n_kv_heads, int head_dim);
 /* Floats of scratch the backward needs: 0 in this version (tiles live on
  * each thread's stack); callers size the buffer through it all the same. */
 size_t hp_flash_attention_scratch(int T, int n_heads, int head_dim);

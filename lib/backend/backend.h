@@ -82,6 +82,10 @@ struct hp_breq {
 	void *sum;                /* a bf16 sum: the k blocks of n to add up in wait (NULL: none) */
 	size_t n;
 	int k, active;
+	/* the emulation's check of the ordering: what was sent, and its crc */
+	const void *sent;
+	size_t sent_bytes;
+	uint32_t crc;
 };
 
 /* The largest operands a model hands the ops, in elements (hp_model

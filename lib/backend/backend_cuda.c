@@ -38,6 +38,7 @@
 
 #include "backend/backend.h"
 #include "base/alloc.h"
+#include "base/crc32c.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "cuda/ops.h"
@@ -1342,6 +1343,40 @@ static int staged_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t 
 	return k_upload(&c->b, buf, h, n * es, e);
 }
 
+/*
+ * The emulation's check of a started collective's ordering: on a GPU NCCL
+ * reads the send buffer and writes recv while the compute stream runs on,
+ * so the compute must not write the one or read the other before wait.
+ * The staged path has copied the sent bytes by then, so the emulation
+ * would not notice: it fills recv with NaN until wait (a read too early
+ * brings NaN into the numbers) and compares the send buffer's crc at wait
+ * with the one at the start (a write in between is an error).  Device
+ * memory is the host's there.  Nothing on a GPU.
+ */
+static void emu_started(struct hp_breq *r, const void *send, size_t sbytes, void *recv, size_t rbytes)
+{
+#ifdef HP_CUDA_EMU
+	r->sent = send;
+	r->sent_bytes = sbytes;
+	r->crc = hp_crc32c(0, send, sbytes);
+	memset(recv, 0xff, rbytes);
+#else
+	(void)r, (void)send, (void)sbytes, (void)recv, (void)rbytes;
+#endif
+}
+
+static int emu_landed(const struct hp_breq *r, struct hp_err *e)
+{
+#ifdef HP_CUDA_EMU
+	if (r->sent && hp_crc32c(0, r->sent, r->sent_bytes) != r->crc)
+		return hp_err_set(e, HP_EINVAL, "cuda emulation: a collective's send buffer (%zu bytes) was written "
+				  "while the collective was in flight, which races with NCCL on a GPU", r->sent_bytes);
+#else
+	(void)r, (void)e;
+#endif
+	return 0;
+}
+
 static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
 			     enum hp_dtype t, int op, struct hp_breq *r, struct hp_err *e)
 {
@@ -1352,6 +1387,7 @@ static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const voi
 	r->active = 0;
 	r->req = MPI_REQUEST_NULL;
 	r->nc = r->sum = NULL;
+	r->sent = NULL;
 	if (k <= 1) {
 		k_copy(b, recv, send, n * es);
 		return 0;
@@ -1381,6 +1417,7 @@ static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const voi
 				  (k * n * es) >> 20);
 	if ((rc = k_download(b, r->stage, send, k * n * es, e)))
 		return rc;
+	emu_started(r, send, k * n * es, recv, r->bytes);
 	if (!bf)
 		return hp_comm_ireduce_scatter(cm, r->stage, (char *)r->stage + r->off, n, t, (enum hp_red)op,
 					       &r->req, e);
@@ -1408,6 +1445,8 @@ static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
 	{
 		if (r->req != MPI_REQUEST_NULL)
 			hp_comm_wait(&r->req);
+		if ((rc = emu_landed(r, e)))
+			return rc;
 		rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
 		/* the upload must have read the stage before the request's next use fills it */
 		c->b.host_syncs++;
@@ -1484,6 +1523,7 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 	r->active = 0;
 	r->req = MPI_REQUEST_NULL;
 	r->nc = r->sum = NULL;
+	r->sent = NULL;
 	if (cm->size <= 1) {
 		k_copy(b, recv, send, n * es);
 		return 0;
@@ -1505,6 +1545,7 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 				  r->bytes >> 20);
 	if ((rc = k_download(b, r->stage, send, n * es, e)))
 		return rc;
+	emu_started(r, send, n * es, recv, r->bytes);
 	if (w != t)
 		quiet(cm, 1);
 	rc = hp_comm_iallgather(cm, r->stage, (char *)r->stage + r->off, n, w, &r->req, e);

@@ -18,9 +18,10 @@
  * CPU's bits wherever the backend computes what the CPU does (it does
  * not where it rounds, where the GPU has no kernel of the CPU's kind: the
  * eager attention, context parallelism's chunk attention, the fused norm).
- * What it does not emulate: streams and their overlap (every call is done
- * when it returns), the GPU's own reduction orders, and the rounding of P
- * inside flash attention.
+ * bf16 mode rounds inside flash attention where flashattn.cu's tensor
+ * cores do (P before P V; P and dS in the backward), besides the stored
+ * outputs.  What it does not emulate: streams and their overlap (every
+ * call is done when it returns) and the GPU's own reduction orders.
  */
 #define HP_CUDA_EMU 1   /* cuda/ops.h: the hp_emu_* names, hp_bf16 a float */
 
@@ -541,7 +542,7 @@ int hp_emu_flash_supports(int D)
 void hp_emu_flash_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v,
 		      const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
 {
-	hp_flash_attention_fwd(out, lse, q, k, v, seg, B, T, Hq, Hkv, D);
+	(round_on ? hp_flash_attention_fwd_round : hp_flash_attention_fwd)(out, lse, q, k, v, seg, B, T, Hq, Hkv, D);
 	round_out(out, (size_t)B * T * Hq * D);
 }
 
@@ -549,7 +550,8 @@ void hp_emu_flash_bwd(hp_bf16 *dq, hp_bf16 *dk, hp_bf16 *dv, const hp_bf16 *dout
 		      const float *lse, const hp_bf16 *q, const hp_bf16 *k, const hp_bf16 *v, const int32_t *seg,
 		      float *scratch, int B, int T, int Hq, int Hkv, int D)
 {
-	hp_flash_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, seg, scratch, B, T, Hq, Hkv, D);
+	(round_on ? hp_flash_attention_bwd_round : hp_flash_attention_bwd)(dq, dk, dv, dout, out, lse, q, k, v, seg,
+									   scratch, B, T, Hq, Hkv, D);
 	round_out(dq, (size_t)B * T * Hq * D);
 	round_out(dk, (size_t)B * T * Hkv * D);
 	round_out(dv, (size_t)B * T * Hkv * D);

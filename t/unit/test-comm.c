@@ -10,12 +10,15 @@
  * Each process checks; rank 0 prints one TAP line per check with the
  * verdict of all.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
+#include "base/dtype.h"
 #include "comm/comm.h"
 #include "config/config.h"
 #include "config/hfconfig.h"
@@ -188,6 +191,106 @@ static void trap_diag(struct hp_comms *cs)
 	free(b);
 }
 
+/* rank r's element i of a bf16 sum's input: bf16 values of magnitudes
+ * 2^-8 .. 2^24, either sign, so that fp32 partial sums lose bits and only
+ * the rule's order (rank 0, 1, ...) gives its bits; element 0 is 2^25, 1,
+ * -2^25 (then 0) over the ranks: 0 in rank order, 1 in others */
+static float sum_in(int r, size_t i)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1) ^ (uint64_t)(r + 1) * 0xbf58476d1ce4e5b9ull;
+
+	if (i == 0)
+		return r == 0 ? 33554432.0f : r == 1 ? 1.0f : r == 2 ? -33554432.0f : 0.0f;
+	x ^= x >> 31, x *= 0x94d049bb133111ebull, x ^= x >> 29;
+	return hp_bf16_to_f32(hp_f32_to_bf16(ldexpf((float)(x % 255) / 128.0f - 1.0f, (int)(x >> 40) % 33 - 8)));
+}
+
+/*
+ * The emulated CUDA backend's collectives over the world (bf16 mode: its
+ * bf16 values are bf16's): a bf16 reduce-scatter and all-reduce give
+ * hp_bf16_sum_ranks's bits (one rule on every path, backend.h); the bytes
+ * count as the one collective; a started reduce-scatter's result is not
+ * there before wait (NaN), and a write to its send buffer in flight is an
+ * error at wait (what would race with NCCL on a GPU).
+ */
+static void check_backend(struct hp_comms *cs)
+{
+	struct hp_comm *c = &cs->dim[HP_COMM_WORLD];
+	struct hp_backend *b = NULL;
+	struct hp_err e;
+	size_t n = 1001, k = (size_t)world, es;
+	int rc, good = 1;
+
+	hp_err_clear(&e);
+	if (hp_backend_cuda_open(&b, 0, 1, HP_EMULATE_BF16, &e)) {
+		all_ok(0, "%s: the emulated CUDA backend opens", "world");
+		return;
+	}
+	es = b->esize(b, HP_DTYPE_BF16);
+	float *h = malloc(2 * k * n * sizeof(float)), *want = malloc(n * sizeof(float));
+	uint16_t *in = malloc(k * n * 2), *sum = malloc(n * 2);
+	void *send = b->alloc(b, k * n * es, &e), *recv = b->alloc(b, 2 * k * n * es + 64, &e);
+	int64_t before = c->bytes[HP_COLL_REDUCE_SCATTER], arb = c->bytes[HP_COLL_ALL_REDUCE];
+
+	/* reduce-scatter: block j of rank r is r's elements j n .. */
+	for (size_t j = 0; j < k; j++)
+		for (size_t i = 0; i < n; i++)
+			h[j * n + i] = sum_in(rank, j * n + i);
+	for (size_t r = 0; r < k; r++)
+		for (size_t i = 0; i < n; i++)
+			in[r * n + i] = hp_f32_to_bf16(sum_in((int)r, (size_t)rank * n + i));
+	hp_bf16_sum_ranks(sum, in, (int)k, n, n);
+	for (size_t i = 0; i < n; i++)
+		want[i] = hp_bf16_to_f32(sum[i]);
+	b->upload(b, send, h, k * n * es, &e);
+	rc = b->reduce_scatter(b, c, send, recv, n, HP_DTYPE_BF16, HP_RED_SUM, &e);
+	b->download(b, h, recv, n * es, &e);
+	good = !rc && !memcmp(h, want, n * sizeof(float));
+	all_ok(good, "%s: a bf16 reduce-scatter on the emulated device gives hp_bf16_sum_ranks's bits", "world");
+	all_ok(c->bytes[HP_COLL_REDUCE_SCATTER] - before == (int64_t)(k * n * 2),
+	       "%s: and counts k n bf16 bytes as one reduce-scatter", "world");
+
+	/* all-reduce: every rank's n elements (buffer 2 k ceil(n / k)) */
+	for (size_t i = 0; i < n; i++)
+		h[i] = sum_in(rank, i);
+	for (size_t r = 0; r < k; r++)
+		for (size_t i = 0; i < n; i++)
+			in[r * n + i] = hp_f32_to_bf16(sum_in((int)r, i));
+	hp_bf16_sum_ranks(sum, in, (int)k, n, n);
+	for (size_t i = 0; i < n; i++)
+		want[i] = hp_bf16_to_f32(sum[i]);
+	b->upload(b, recv, h, n * es, &e);
+	rc = b->allreduce(b, c, recv, n, HP_DTYPE_BF16, HP_RED_SUM, &e);
+	b->download(b, h, recv, n * es, &e);
+	good = !rc && !memcmp(h, want, n * sizeof(float));
+	all_ok(good, "%s: a bf16 all-reduce on the emulated device gives hp_bf16_sum_ranks's bits", "world");
+	all_ok(c->bytes[HP_COLL_ALL_REDUCE] - arb == (int64_t)(n * 2) &&
+	       c->bytes[HP_COLL_REDUCE_SCATTER] - before == (int64_t)(k * n * 2),
+	       "%s: and counts n bf16 bytes as one all-reduce", "world");
+
+	/* started: nothing before wait; a write in flight is an error */
+	struct hp_breq r;
+	memset(&r, 0, sizeof(r));
+	rc = b->ireduce_scatter(b, c, send, recv, n, HP_DTYPE_F32, HP_RED_SUM, &r, &e);
+	b->download(b, h, recv, n * sizeof(float), &e);
+	good = !rc && isnan(h[0]) && isnan(h[n - 1]);
+	rc = b->wait(b, &r, &e);
+	b->download(b, h, recv, n * sizeof(float), &e);
+	all_ok(good && !rc && !isnan(h[0]), "%s: a started reduce-scatter's result is NaN until wait", "world");
+	rc = b->ireduce_scatter(b, c, send, recv, n, HP_DTYPE_F32, HP_RED_SUM, &r, &e);
+	float seven = 7.0f;   /* element 0 of no rank's block 0 */
+	b->upload(b, send, &seven, sizeof(seven), &e);
+	hp_err_clear(&e);
+	rc = rc ? rc : b->wait(b, &r, &e);
+	all_ok(rc && strstr(e.msg, "was written while the collective was in flight"),
+	       "%s: a write to a started reduce-scatter's send buffer is an error at wait", "world");
+	b->req_free(b, &r);
+	b->free(b, send);
+	b->free(b, recv);
+	free(h), free(want), free(in), free(sum);
+	b->close(b);
+}
+
 int main(int argc, char **argv)
 {
 	struct hp_comms cs;
@@ -212,6 +315,8 @@ int main(int argc, char **argv)
 		for (int d = 0; d <= HP_NDIM; d++)
 			check_dim(&cs, p, d);
 		trap_diag(&cs);
+		if (world > 1)
+			check_backend(&cs);
 		hp_comms_free(&cs);
 	}
 	hp_plan_free(p);

@@ -299,6 +299,94 @@ static void bench(void)
 	free(fscr); free(dq1); free(dk1); free(dv1); free(dq2); free(dk2); free(dv2);
 }
 
+/* x to float, then to bf16 (nearest even) and back */
+static float bf16r(double x)
+{
+	float f = (float)x;
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/*
+ * The GPU's roundings (hp_flash_attention_*_round, the CUDA emulation's
+ * bf16 mode): against an eager reference that rounds the same values - P
+ * before P V, P and dS before the backward's products - in one key tile
+ * (T <= 64, so the forward's running max is the row's max and P is
+ * rounded against it, as the tile kernel does).  The rounded kernel must
+ * sit far closer to the rounded reference than to the unrounded kernel:
+ * rounding P moves the outputs by about 2^-9 / sqrt(keys) relative, the
+ * two sides' other roundings (float sums, a 2-ulp exp that can flip a rare
+ * bf16 tie) by 1e-6; a ratio of 0.1 leaves room for both and fails if the
+ * rounding is missing or in the wrong place.
+ */
+static void test_round(void)
+{
+	int T = 48, H = 4, KV = 2, D = 16, G = H / KV;
+	size_t nq = (size_t)T * H * D, nk = (size_t)T * KV * D;
+	float *q = randn(nq), *k = randn(nk), *v = randn(nk), *dout = randn(nq), *lse = malloc(T * H * 4);
+	float *o[2], *dq[2], *dk[2], *dv[2], *ro = calloc(nq, 4), *rdq = calloc(nq, 4), *rdk = calloc(nk, 4),
+	      *rdv = calloc(nk, 4);
+	float scale = 1.0f / sqrtf((float)D);
+
+	for (int r = 0; r < 2; r++) {
+		o[r] = malloc(nq * 4), dq[r] = malloc(nq * 4), dk[r] = malloc(nk * 4), dv[r] = malloc(nk * 4);
+		(r ? hp_flash_attention_fwd_round : hp_flash_attention_fwd)(o[r], lse, q, k, v, NULL, 1, T, H, KV, D);
+		(r ? hp_flash_attention_bwd_round : hp_flash_attention_bwd)(dq[r], dk[r], dv[r], dout, o[r], lse, q, k,
+									  v, NULL, NULL, 1, T, H, KV, D);
+	}
+	for (int h = 0; h < H; h++) {
+		int kh = h / G;
+		for (int i = 0; i < T; i++) {
+			double S[64], P[64], m = -INFINITY, l = 0, Di = 0;
+			const float *qi = q + ((size_t)i * H + h) * D, *doi = dout + ((size_t)i * H + h) * D;
+			float *oi = ro + ((size_t)i * H + h) * D;
+			for (int j = 0; j <= i; j++) {
+				const float *kj = k + ((size_t)j * KV + kh) * D;
+				S[j] = 0;
+				for (int d = 0; d < D; d++)
+					S[j] += (double)qi[d] * kj[d];
+				S[j] = (float)(S[j] * scale);
+				m = fmax(m, S[j]);
+			}
+			for (int j = 0; j <= i; j++)
+				l += P[j] = exp(S[j] - m);
+			for (int j = 0; j <= i; j++)
+				for (int d = 0; d < D; d++)
+					oi[d] += (float)(bf16r(P[j]) * (double)v[((size_t)j * KV + kh) * D + d] / l);
+			for (int d = 0; d < D; d++)
+				Di += (double)doi[d] * oi[d];
+			for (int j = 0; j <= i; j++) {
+				const float *kj = k + ((size_t)j * KV + kh) * D, *vj = v + ((size_t)j * KV + kh) * D;
+				double p = P[j] / l, dp = 0;
+				for (int d = 0; d < D; d++)
+					dp += (double)doi[d] * vj[d];
+				float pr = bf16r(p), dsr = bf16r((float)p * (float)(dp - Di));
+				for (int d = 0; d < D; d++) {
+					rdv[((size_t)j * KV + kh) * D + d] += pr * doi[d];
+					rdq[((size_t)i * H + h) * D + d] += scale * dsr * kj[d];
+					rdk[((size_t)j * KV + kh) * D + d] += scale * dsr * qi[d];
+				}
+			}
+		}
+	}
+	const char *names[] = { "out", "dq", "dk", "dv" };
+	float *got[] = { o[1], dq[1], dk[1], dv[1] }, *unr[] = { o[0], dq[0], dk[0], dv[0] },
+	      *ref[] = { ro, rdq, rdk, rdv };
+	size_t ns[] = { nq, nq, nk, nk };
+	for (int t = 0; t < 4; t++) {
+		double near = tap_rel_l2(got[t], ref[t], ns[t], 0), far = tap_rel_l2(got[t], unr[t], ns[t], 0);
+		ok(far > 1e-4 && near < 0.1 * far, "rounded flash %s: %.2e from the rounded eager reference, %.2e "
+		   "from the unrounded kernel", names[t], near, far);
+	}
+	for (int r = 0; r < 2; r++)
+		free(o[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+	free(q); free(k); free(v); free(dout); free(lse); free(ro); free(rdq); free(rdk); free(rdv);
+}
+
 int main(void)
 {
 	static const int shapes[][5] = {        /* B, T, H, KV, D */
@@ -313,6 +401,7 @@ int main(void)
 	check_shape(1, 70, 2, 1, 5, 1);
 	check_shape(2, 100, 4, 2, 200, 1);
 	test_bits();
+	test_round();
 	test_supports();
 	bench();
 	return tap_done();
