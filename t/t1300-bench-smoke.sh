@@ -182,4 +182,21 @@ test_expect_success 'actckpt-bench.sh: off, selective and full, the same final l
 		"^selective +[0-9]+ " "^full +[0-9]+ "
 '
 
+# gpu-bench's model part on the emulated device (HP_CUDA_EMULATE runs it
+# alone; it is built where nvcc is): the counts of a step and the kernel
+# profile, whose families' shares sum to 100% and include the GEMMs, the
+# experts and attention of a MoE model.
+if test -x "$HP_BUILD_DIR/bench/gpu-bench"; then test_set_prereq GPUBENCH; fi
+test_expect_success GPUBENCH 'gpu-bench (emulated): syncs, launches, device peak and kernel-time shares' '
+	for c in ref/qwen3-moe-a stories260K/hf; do
+		HP_CUDA_EMULATE=exact bench "$HP_BUILD_DIR/bench/gpu-bench" --layers 2 --seq 64 --steps 1 \
+			"$HP_SRC_DIR/data/$c/config.json" >>gb.out 2>gb.err || return 1
+	done &&
+	has gb.out "^model .*qwen3-moe-a.* 1 host syncs and [0-9]+ launches a step; device peak [0-9.]+ MiB counted" \
+		"^model .*qwen3-moe-a.*: kernel time .*: gemm [0-9.]+% experts [0-9.]+% attention [0-9.]+% routing" \
+		"^model .*stories260K.*: kernel time .*: gemm [0-9.]+% attention [0-9.]+%" &&
+	grep "kernel time" gb.out | tr " " "\n" | grep "%$" | tr -d % |
+		awk "{ s += \$1 } END { exit (s < 199 || s > 201) }"
+'
+
 test_done

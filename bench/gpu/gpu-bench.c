@@ -1,14 +1,14 @@
 /*
  * gpu-bench.c - the CUDA backend's benchmark.
  *
- *   gpu-bench [--layers N] [--seq T] [--steps S] CONFIG.json
+ *   gpu-bench [--layers N] [--seq T] [--steps S] [--model-only] CONFIG.json
  *
  * 1. GEMMs: hp_cuda_linear_fwd (bf16 operands, fp32 output) against
  *    cublasGemmEx with the same shapes, types and stream, measured in the
  *    same run (target >= 0.90).
  * 2. Flash attention forward and backward TFLOP/s at B=1, T, 32 heads,
  *    4 KV heads, head_dim 128 (causal: forward 2*T*T*Hq*D flops,
- *    backward 2.5x that).
+ *    backward 2.5x that).  --model-only skips 1 and 2.
  * 3. The model of CONFIG (a Qwen3-30B-A3B-shaped config.json by default)
  *    on the CUDA backend (lib/backend/backend_cuda.c, lib/model/model.c's one
  *    orchestration), one sequence of T tokens: forward + backward + grad
@@ -26,6 +26,11 @@
  *    headroom are run, at most the config's, and at most what 80% of the
  *    host's memory holds (the model keeps host copies of the weights,
  *    gradients and moments: 16 bytes a parameter).
+ *    Then per step: host syncs and launches (the backend's counts), the
+ *    device's peak as the backend counts it beside what the device lost
+ *    of its free memory (cudaMemGetInfo), and one more step profiled
+ *    (hp_backend.profile): the share of the compute stream's time per
+ *    kernel family.
  * Weights are a cheap deterministic pattern, not trained values: the
  * router still spreads tokens over experts.  Prints one line per result;
  * exit 0, or 1 on a CUDA error, 77 without a GPU.
@@ -230,13 +235,17 @@ static void run_step(struct run *r, double lr, double *loss, double *norm)
 		die("forward", &e);
 	if (hp_model_backward(m, r->ids, r->tg, (double)r->T, 1.0, &e))
 		die("backward", &e);
-	if (hp_optim_grad_sumsq(&r->o, hp_model_stat(m, HP_ST_GRAD_SQ), &e) || hp_model_stats(m, st, &e))
+	/* the norm, clip factor and update decided on the device; the step's
+	 * sums read once at its end: hp-train's one host sync a step */
+	float *cg = (float *)hp_model_stat(m, HP_ST_CLIP);
+	if (hp_optim_grad_sumsq(&r->o, hp_model_stat(m, HP_ST_GRAD_SQ), &e))
 		die("gradient norm", &e);
-	*norm = sqrt(st[HP_ST_GRAD_SQ]);
-	hp_optim_clip(&r->o, *norm);
-	hp_optim_step(&r->o, lr, NULL);
-	if (r->bk->sync(r->bk, &e))
+	hp_optim_clip_gate(&r->o, cg, hp_model_stat(m, HP_ST_GRAD_SQ), hp_model_stat(m, HP_ST_LOSS),
+			   hp_model_stat(m, HP_ST_AUX), (const int32_t *)hp_model_stat(m, HP_ST_BAD), 0);
+	hp_optim_step(&r->o, lr, cg);
+	if (hp_model_stats(m, st, &e))
 		die("step", &e);
+	*norm = sqrt(st[HP_ST_GRAD_SQ]);
 	*loss = (cnt > 0 ? st[HP_ST_LOSS] / cnt : 0) + (r->has_aux ? m->spec.router_aux_loss_coef * st[HP_ST_AUX] : 0);
 }
 
@@ -308,12 +317,42 @@ static void bench_model(const char *config, int layers, int T, int steps, enum h
 	}
 	run_open(&r, &s, layers, T, emu);
 	double t0 = 0, loss = 0, norm = 0;
+	long syncs = 0, launches = 0;
 	for (int st = 0; st <= steps; st++) {
-		if (st == 1)
+		if (st == 1) {
 			t0 = now();   /* the first step warms up (and grows the backend's scratch) */
+			syncs = r.bk->host_syncs;
+			launches = r.bk->kernel_launches;
+		}
 		run_step(&r, 1e-4, &loss, &norm);
 	}
 	double dt = (now() - t0) / steps;
+	syncs = (r.bk->host_syncs - syncs) / steps;
+	launches = (r.bk->kernel_launches - launches) / steps;
+	/* what the step holds: the backend's count against what the device
+	 * lost of its free memory (a GPU's: cudaMemGetInfo) */
+	size_t fr = 0, tot = 0;
+	if (emu == HP_EMULATE_OFF && hp_cuda_mem_info(&fr, &tot, &e))
+		die("cudaMemGetInfo", &e);
+	/* one more step, profiled: the share of the compute stream's time per kernel family */
+	double ms[HP_KF_N], all = 0;
+	r.bk->profile = 1;
+	run_step(&r, 1e-4, &loss, &norm);
+	if (r.bk->kernel_times(r.bk, ms, &e))
+		die("kernel times", &e);
+	r.bk->profile = 0;
+	for (int f = 0; f < HP_KF_N; f++)
+		all += ms[f];
+	printf("model %s: %ld host syncs and %ld launches a step; device peak %.1f MiB counted by the backend",
+	       config, syncs, launches, r.bk->dev_bytes_peak / 1048576.0);
+	if (emu == HP_EMULATE_OFF)
+		printf(", %.1f MiB taken from the device's free memory (cudaMemGetInfo)",
+		       ((double)r.free0 - (double)fr) / 1048576.0);
+	printf("\nmodel %s: kernel time (one profiled step, %.1f ms):", config, all);
+	for (int f = 0; f < HP_KF_N; f++)
+		if (ms[f] > 0)
+			printf(" %s %.1f%%", hp_kfam_name(f), 100 * ms[f] / all);
+	printf("\n");
 	double C = s.hidden, D = s.head_dim, Hq = s.n_heads, Hkv = s.n_kv_heads, E = s.n_experts, K = s.top_k;
 	double Im = s.moe_intermediate;
 	double active = (double)layers * (C * D * (2 * Hq + 2 * Hkv) + (E ? C * E + K * 3 * C * Im :
@@ -327,8 +366,8 @@ static void bench_model(const char *config, int layers, int T, int steps, enum h
 
 int main(int argc, char **argv)
 {
-	static const char usage[] = "usage: gpu-bench [--layers N] [--seq T] [--steps S] CONFIG.json\n";
-	int layers = 0, T = 4096, steps = 3;
+	static const char usage[] = "usage: gpu-bench [--layers N] [--seq T] [--steps S] [--model-only] CONFIG.json\n";
+	int layers = 0, T = 4096, steps = 3, model_only = 0;
 	const char *config = NULL;
 	enum hp_emulate emu;
 	struct hp_err e;
@@ -341,6 +380,8 @@ int main(int argc, char **argv)
 			T = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--model-only"))
+			model_only = 1;
 		else if (argv[i][0] != '-' && !config)
 			config = argv[i];
 		else {
@@ -365,8 +406,10 @@ int main(int argc, char **argv)
 	if (hp_cuda_init(0, &e) || hp_cuda_device_name(0, name, sizeof(name), &e))
 		die("init", &e);
 	printf("device: %s\n", name);
-	bench_gemm();
-	bench_flash(T);
+	if (!model_only) {
+		bench_gemm();
+		bench_flash(T);
+	}
 	hp_cuda_fini();     /* the model's backend sets the device up again, as its own */
 	bench_model(config, layers, T, steps, HP_EMULATE_OFF);
 	return 0;

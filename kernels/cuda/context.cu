@@ -4,6 +4,7 @@
  * memset's launch error is left pending for hp_cuda_sync/hp_cuda_check,
  * as a kernel's is.
  */
+#include <stdlib.h>
 #include <stdio.h>
 
 #include "cuda/common.cuh"
@@ -225,6 +226,48 @@ extern "C" int hp_cuda_mark_wait(void *mk, struct hp_err *e)
 {
 	CK(cudaEventSynchronize((cudaEvent_t)mk));
 	return 0;
+}
+
+extern "C" void *hp_cuda_timer_new(int n, struct hp_err *e)
+{
+	cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)n, sizeof(*ev));
+	cudaError_t rc = cudaSuccess;
+	int i;
+
+	if (!ev) {
+		hp_err_set(e, HP_ENOMEM, "out of host memory for %d timing events", n);
+		return NULL;
+	}
+	for (i = 0; i < n && rc == cudaSuccess; i++)
+		rc = cudaEventCreate(&ev[i]);
+	if (rc != cudaSuccess) {
+		hp_err_set(e, HP_ECUDA, "cudaEventCreate: %s", cudaGetErrorString(rc));
+		hp_cuda_timer_free(ev, i - 1);
+		return NULL;
+	}
+	return ev;
+}
+
+extern "C" void hp_cuda_timer_free(void *t, int n)
+{
+	cudaEvent_t *ev = (cudaEvent_t *)t;
+
+	for (int i = 0; ev && i < n; i++)
+		cudaEventDestroy(ev[i]);
+	free(ev);
+}
+
+extern "C" void hp_cuda_timer_mark(void *t, int i)
+{
+	cudaEventRecord(((cudaEvent_t *)t)[i], hp_cu_stream);
+}
+
+extern "C" double hp_cuda_timer_ms(void *t, int i, int j)
+{
+	float ms = 0;
+
+	cudaEventElapsedTime(&ms, ((cudaEvent_t *)t)[i], ((cudaEvent_t *)t)[j]);
+	return ms;
 }
 
 extern "C" int hp_cuda_upload(void *dst, const void *src, size_t bytes, struct hp_err *e)

@@ -75,6 +75,10 @@
 #define hp_cuda_swiglu_rows_bwd hp_emu_swiglu_rows_bwd
 #define hp_cuda_swiglu_rows_fwd hp_emu_swiglu_rows_fwd
 #define hp_cuda_sync hp_emu_sync
+#define hp_cuda_timer_free hp_emu_timer_free
+#define hp_cuda_timer_mark hp_emu_timer_mark
+#define hp_cuda_timer_ms hp_emu_timer_ms
+#define hp_cuda_timer_new hp_emu_timer_new
 #define hp_cuda_upload hp_emu_upload
 #define hp_cuda_vm_free hp_emu_vm_free
 #define hp_cuda_vm_map hp_emu_vm_map

@@ -95,6 +95,15 @@ void hp_cuda_mark_free(void *mk);
 int hp_cuda_mark_record(void *mk, struct hp_err *e);
 int hp_cuda_mark_passed(void *mk);
 int hp_cuda_mark_wait(void *mk, struct hp_err *e);
+/* Timing marks for the kernel profile (backend.h, profile): n events
+ * that time; mark i recorded on the stream after the calls queued so far;
+ * after a sync, the milliseconds from mark i to mark j.  The emulation
+ * reads the host's clock (its calls are done when they return).  new:
+ * NULL with e set on failure. */
+void *hp_cuda_timer_new(int n, struct hp_err *e);
+void hp_cuda_timer_free(void *t, int n);
+void hp_cuda_timer_mark(void *t, int i);
+double hp_cuda_timer_ms(void *t, int i, int j);
 /* Copies on the stream; the host side must stay valid until the next sync
  * (pinned memory: until a mark recorded after the copy has passed).
  * hp_cuda_download synchronises. */

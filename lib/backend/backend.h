@@ -59,6 +59,18 @@
 enum hp_backend_kind { HP_BACKEND_CPU = 0, HP_BACKEND_CUDA, HP_BACKEND_CUDA_EMU };
 enum hp_emulate { HP_EMULATE_OFF = 0, HP_EMULATE_EXACT, HP_EMULATE_BF16 };
 
+/* The kernel families of a device's profile (hp_backend.kernel_times):
+ * GEMMs (cuBLASLt's and ours), the experts' grouped GEMMs, attention,
+ * MoE routing and permutation (top-k, routing table, gathers, combine),
+ * the loss, the optimizer (sums of squares, clipping, AdamW), bf16
+ * conversions of operands, copies and fills, the rest element-wise
+ * (norms, RoPE, SwiGLU, adds). */
+enum hp_kfam { HP_KF_GEMM, HP_KF_EXPERTS, HP_KF_ATTENTION, HP_KF_ROUTING, HP_KF_LOSS, HP_KF_OPTIMIZER,
+	       HP_KF_CAST, HP_KF_MEMORY, HP_KF_ELEMENTWISE, HP_KF_N };
+const char *hp_kfam_name(int f);
+/* The family of a kernel-layer function, by its name (hp_cuda_...). */
+int hp_kfam_of(const char *fn);
+
 /* An int32 array with a host copy (h) and the backend's (d; == h on the CPU). */
 struct hp_i32 {
 	int32_t *h, *d;
@@ -125,6 +137,13 @@ struct hp_backend {
 	 * by the same code on a GPU and in the emulation (a kernel-layer call
 	 * that launches several kernels counts one).  0 on the CPU. */
 	long kernel_launches;
+	/* device backends: with profile set, the compute stream's time per
+	 * kernel family (enum hp_kfam) is measured from each launch to the
+	 * next (a kernel's time and any idle gap after it; the
+	 * communication streams' aside), read and reset by kernel_times.
+	 * For a diagnostic (gpu-bench, HP_CUDA_PROFILE): the marks cost
+	 * time. */
+	int profile;
 	/* device backends: the device's memory free when the backend opened
 	 * (the emulation: HP_CUDA_EMULATE_MEMORY, else 1 TiB) */
 	size_t dev_free;
@@ -318,6 +337,11 @@ struct hp_backend {
 	 * cg, and g[n] *= cg[0] unless it is 1: all in the backend's memory */
 	void (*clip_gate)(struct hp_backend *b, float *g, size_t n, float *cg, const double *ss, const double *loss,
 			  const double *aux, const int32_t *bad, double max_norm, int check);
+
+	/* the milliseconds per kernel family since the last call (profile);
+	 * the host waits for the device (not counted in host_syncs: a
+	 * diagnostic's).  Nothing (zeros) on the CPU. */
+	int (*kernel_times)(struct hp_backend *b, double ms[], struct hp_err *e);
 
 	/* ---- collectives on the backend's buffers (lib/comm/comm.h's semantics; op an enum hp_red) ---- */
 	int (*allreduce)(struct hp_backend *b, struct hp_comm *c, void *buf, size_t n, enum hp_dtype t,

@@ -62,6 +62,7 @@ enum { S_X, S_DY, S_Q, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV, S_LSE, S_SEG, S_DI
 #define NSPARSE (3 * NREGION)
 #define RING_BYTES ((size_t)8 << 20)
 #define RING_MAX (RING_BYTES / 8)   /* larger uploads are not the step's: pageable */
+#define PROF_MAX 16384
 #define RING_MARKS 256
 
 struct cu {
@@ -97,6 +98,10 @@ struct cu {
 	size_t rhead;
 	struct rmark { void *mk; size_t lo, hi; int live; } rm[RING_MARKS];
 	int rnext;
+	/* the kernel profile (b.profile): marks, and each one's family */
+	void *timer;
+	unsigned char pfam[PROF_MAX];
+	int np;
 };
 
 static struct cu *cu_of(struct hp_backend *b)
@@ -107,8 +112,25 @@ static struct cu *cu_of(struct hp_backend *b)
 /* L(hp_cuda_f)(...): a call that puts work on the device (a kernel, a
  * library call, a copy or a memset), counted in b.kernel_launches; c is
  * the backend in scope */
-#define L(f) (c->b.kernel_launches++, f)
-#define LB(f) (cu_of(b)->b.kernel_launches++, f)   /* b the backend in scope */
+#define L(f) (c->b.kernel_launches++, prof(c, #f), f)
+#define LB(f) (cu_of(b)->b.kernel_launches++, prof(cu_of(b), #f), f)   /* b the backend in scope */
+
+/* With b.profile: a timing mark before each launch, and its family
+ * (backend.h, kernel_times); launches past PROF_MAX marks in one reading
+ * count with the last one's. */
+static void prof(struct cu *c, const char *fn)
+{
+	struct hp_err e;
+
+	if (!c->b.profile || c->np >= PROF_MAX)
+		return;
+	if (!c->timer && !(c->timer = hp_cuda_timer_new(PROF_MAX + 1, &e))) {
+		c->b.profile = 0;
+		return;
+	}
+	c->pfam[c->np] = (unsigned char)hp_kfam_of(fn);
+	hp_cuda_timer_mark(c->timer, c->np++);
+}
 
 static void keep(struct cu *c, int rc)
 {
@@ -1687,6 +1709,23 @@ static const char *k_comm_path(struct hp_backend *b)
 	return cu_of(b)->nccl ? "nccl" : "host-staged";
 }
 
+static int k_kernel_times(struct hp_backend *b, double ms[], struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	int rc = 0;
+
+	for (int f = 0; f < HP_KF_N; f++)
+		ms[f] = 0;
+	if (!c->np)
+		return 0;
+	hp_cuda_timer_mark(c->timer, c->np);
+	if (!(rc = dev_idle(c, e)) && !(rc = hp_cuda_sync(e)))
+		for (int i = 0; i < c->np; i++)
+			ms[c->pfam[i]] += hp_cuda_timer_ms(c->timer, i, i + 1);
+	c->np = 0;
+	return rc;
+}
+
 static void k_close(struct hp_backend *b)
 {
 	struct cu *c = cu_of(b);
@@ -1701,6 +1740,7 @@ static void k_close(struct hp_backend *b)
 		k_free(b, c->reg[i].wb);
 	for (int i = 0; i < NSPARSE; i++)
 		sp_free(c, &c->sp[i]);
+	hp_cuda_timer_free(c->timer, PROF_MAX + 1);
 	for (int i = 0; i < NSCR; i++)
 		dev_free(c, c->scr[i]);
 	/* the retired blocks, once nothing in flight can read them */
@@ -1806,6 +1846,7 @@ static const struct hp_backend table = {
 	.req_free = k_req_free,
 	.reduce_scatter = k_reduce_scatter,
 	.ireduce_scatter = k_ireduce_scatter,
+	.kernel_times = k_kernel_times,
 	.alltoall = k_alltoall,
 	.alltoallv = k_alltoallv,
 	.attach = k_attach,

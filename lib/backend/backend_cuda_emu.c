@@ -45,3 +45,31 @@ int hp_backend_cuda_open(struct hp_backend **bp, int dev, int shared, enum hp_em
 			  "emulation");
 #endif
 }
+
+const char *hp_kfam_name(int f)
+{
+	static const char *const names[HP_KF_N] = {
+		[HP_KF_GEMM] = "gemm", [HP_KF_EXPERTS] = "experts", [HP_KF_ATTENTION] = "attention",
+		[HP_KF_ROUTING] = "routing", [HP_KF_LOSS] = "loss", [HP_KF_OPTIMIZER] = "optimizer",
+		[HP_KF_CAST] = "bf16 casts", [HP_KF_MEMORY] = "copies", [HP_KF_ELEMENTWISE] = "element-wise",
+	};
+
+	return f >= 0 && f < HP_KF_N ? names[f] : "?";
+}
+
+int hp_kfam_of(const char *fn)
+{
+	static const struct { const char *part; int f; } by[] = {
+		{ "swiglu", HP_KF_ELEMENTWISE }, { "grouped", HP_KF_EXPERTS }, { "linear", HP_KF_GEMM }, { "flash", HP_KF_ATTENTION },
+		{ "fill_inf", HP_KF_ATTENTION }, { "moe_", HP_KF_ROUTING }, { "router", HP_KF_ROUTING },
+		{ "combine", HP_KF_ROUTING }, { "_rows", HP_KF_ROUTING }, { "ce_", HP_KF_LOSS },
+		{ "adamw", HP_KF_OPTIMIZER }, { "clip", HP_KF_OPTIMIZER }, { "sumsq", HP_KF_OPTIMIZER },
+		{ "f32_to_bf16", HP_KF_CAST }, { "bf16_to_f32", HP_KF_CAST }, { "copy", HP_KF_MEMORY },
+		{ "zero", HP_KF_MEMORY }, { "load", HP_KF_MEMORY },
+	};
+
+	for (size_t i = 0; i < sizeof(by) / sizeof(by[0]); i++)
+		if (strstr(fn, by[i].part))
+			return by[i].f;
+	return HP_KF_ELEMENTWISE;
+}

@@ -27,6 +27,7 @@
 
 #include <math.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "base/alloc.h"
@@ -170,6 +171,35 @@ void *hp_emu_host_alloc(size_t bytes, struct hp_err *e)
 void hp_emu_host_free(void *p)
 {
 	hp_free(p);
+}
+
+/* the host's clock at each mark, in milliseconds */
+void *hp_emu_timer_new(int n, struct hp_err *e)
+{
+	double *t = hp_calloc((size_t)n, sizeof(double));
+
+	if (!t)
+		hp_err_set(e, HP_ENOMEM, "out of host memory for %d timing marks", n);
+	return t;
+}
+
+void hp_emu_timer_free(void *t, int n)
+{
+	(void)n;
+	hp_free(t);
+}
+
+void hp_emu_timer_mark(void *t, int i)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	((double *)t)[i] = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+double hp_emu_timer_ms(void *t, int i, int j)
+{
+	return ((double *)t)[j] - ((double *)t)[i];
 }
 
 static int emu_mark;
