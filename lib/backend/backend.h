@@ -91,6 +91,7 @@ struct hp_breq {
 	void *recv, *stage;       /* staged: where the result goes, and the host buffer */
 	size_t off, bytes, cap;   /* staged: the result's place in stage, its size, stage's size */
 	void *nc;                 /* NCCL: the group whose stream carries it */
+	void *ev;                 /* NCCL: an event of its own, marking its end there */
 	void *sum;                /* a bf16 sum: the k blocks of n to add up in wait (NULL: none) */
 	size_t n;
 	int k, active;

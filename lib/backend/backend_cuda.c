@@ -1336,6 +1336,16 @@ static int nc_out(struct cu *c, struct hp_nccl *nc, struct hp_err *e)
 {
 	return hp_nccl_order(nc->stream, hp_cuda_stream(), next_ev(c), e);
 }
+
+/* A started collective's end on nc's stream, marked with r's own event
+ * (made on first use): wait makes the compute stream wait for it alone,
+ * not for what nc's stream took on after (a later reduce-scatter). */
+static int req_mark(struct hp_nccl *nc, struct hp_breq *r, struct hp_err *e)
+{
+	int rc = r->ev ? 0 : hp_nccl_event_new(&r->ev, e);
+
+	return rc ? rc : hp_nccl_mark(nc->stream, r->ev, e);
+}
 #define NCCL_CALL(call) do { \
 		struct hp_nccl *nc_ = nccl_of(c, cm); \
 		if (nc_) { \
@@ -1424,7 +1434,9 @@ static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const voi
 	struct hp_nccl *nc = nccl_of(c, cm);
 	if (nc) {
 		r->nc = nc;
-		return (rc = nc_in(c, nc, e)) ? rc : hp_nccl_reduce_scatter(nc, send, recv, n, t, (enum hp_red)op, e);
+		if ((rc = nc_in(c, nc, e)) || (rc = hp_nccl_reduce_scatter(nc, send, recv, n, t, (enum hp_red)op, e)))
+			return rc;
+		return req_mark(nc, r, e);
 	}
 #else
 	(void)c;
@@ -1461,7 +1473,7 @@ static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
 	r->active = 0;
 #if USE_NCCL
 	if (r->nc)
-		rc = nc_out(c, r->nc, e);
+		rc = hp_nccl_after(hp_cuda_stream(), r->ev, e);
 	else
 #endif
 	{
@@ -1555,7 +1567,9 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 	struct hp_nccl *nc = nccl_of(c, cm);
 	if (nc) {
 		r->nc = nc;
-		return (rc = nc_in(c, nc, e)) ? rc : hp_nccl_allgather(nc, send, recv, n, t, e);
+		if ((rc = nc_in(c, nc, e)) || (rc = hp_nccl_allgather(nc, send, recv, n, t, e)))
+			return rc;
+		return req_mark(nc, r, e);
 	}
 #endif
 	r->recv = recv;
@@ -1582,6 +1596,11 @@ static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *se
 
 static void k_req_free(struct hp_backend *b, struct hp_breq *r)
 {
+#if USE_NCCL
+	if (r->ev)
+		hp_nccl_event_free(r->ev);
+	r->ev = NULL;
+#endif
 	hp_free(r->stage);
 	r->stage = NULL;
 	r->cap = 0;

@@ -460,14 +460,27 @@ void hp_nccl_event_free(void *ev)
 		cudaEventDestroy((cudaEvent_t)ev);
 }
 
-int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e)
+int hp_nccl_mark(void *stream, void *ev, struct hp_err *e)
 {
-	cudaError_t rc = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)from);
+	cudaError_t rc = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream);
 
-	if (rc == cudaSuccess)
-		rc = cudaStreamWaitEvent((cudaStream_t)to, (cudaEvent_t)ev, 0);
+	return rc == cudaSuccess ? 0 : hp_err_set(e, HP_ECUDA, "nccl: recording an event: %s",
+						   cudaGetErrorString(rc));
+}
+
+int hp_nccl_after(void *stream, void *ev, struct hp_err *e)
+{
+	cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0);
+
 	return rc == cudaSuccess ? 0 : hp_err_set(e, HP_ECUDA, "nccl: ordering streams: %s",
 						   cudaGetErrorString(rc));
+}
+
+int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e)
+{
+	int rc = hp_nccl_mark(from, ev, e);
+
+	return rc ? rc : hp_nccl_after(to, ev, e);
 }
 
 #else /* no CUDA or no NCCL in this build: stubs that say so */
@@ -548,6 +561,16 @@ int hp_nccl_event_new(void **ev, struct hp_err *e)
 void hp_nccl_event_free(void *ev)
 {
 	(void)ev;
+}
+
+int hp_nccl_mark(void *stream, void *ev, struct hp_err *e)
+{
+	return unsup(e, "mark");
+}
+
+int hp_nccl_after(void *stream, void *ev, struct hp_err *e)
+{
+	return unsup(e, "after");
 }
 
 int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e)

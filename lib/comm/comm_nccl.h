@@ -105,5 +105,9 @@ int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int 
 int hp_nccl_event_new(void **ev, struct hp_err *e);
 void hp_nccl_event_free(void *ev);
 int hp_nccl_order(void *from, void *to, void *ev, struct hp_err *e);
+/* Its two halves: ev marks what is queued on stream so far; stream waits
+ * for ev's mark (a started collective's end, waited for later). */
+int hp_nccl_mark(void *stream, void *ev, struct hp_err *e);
+int hp_nccl_after(void *stream, void *ev, struct hp_err *e);
 
 #endif
