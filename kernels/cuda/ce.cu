@@ -99,11 +99,8 @@ static __global__ void k_ce_acc(double *acc, const double *loss, long n)
 static double *ce_dev;
 static long ce_cap;
 
-extern "C" int hp_cuda_ce_loss(double *acc, const float *logits, const int32_t *targets, long n, int V,
-			       struct hp_err *e)
+static int ce_grow(long n, struct hp_err *e)
 {
-	if (n <= 0)
-		return 0;
 	if (n > ce_cap) {
 		hp_cu_retire(ce_dev);
 		ce_dev = NULL;
@@ -111,6 +108,16 @@ extern "C" int hp_cuda_ce_loss(double *acc, const float *logits, const int32_t *
 		CK(cudaMalloc(&ce_dev, (size_t)n * sizeof(double)));
 		ce_cap = n;
 	}
+	return 0;
+}
+
+extern "C" int hp_cuda_ce_loss(double *acc, const float *logits, const int32_t *targets, long n, int V,
+			       struct hp_err *e)
+{
+	if (n <= 0)
+		return 0;
+	if (ce_grow(n, e))
+		return e->code;
 	k_ce_loss<<<ce_blocks(n), ce_threads(V), 0, hp_cu_stream>>>(ce_dev, logits, targets, n, V);
 	/* an ignored row's 0 adds nothing */
 	k_ce_acc<<<1, 1, 0, hp_cu_stream>>>(acc, ce_dev, n);
@@ -191,6 +198,14 @@ static __global__ void k_vp_sums(double *stats, const float *logits, const float
 	}
 }
 
+/* loss[r] = log(sum) + mx - the target's logit (hp_vp_ce_loss's terms, in
+ * its order); 0 for -100 */
+static __global__ void k_vp_loss(double *loss, const double *stats, const float *mx, const int32_t *targets, long N)
+{
+	HP_CU_GRID_STRIDE(r, (size_t)N)
+		loss[r] = targets[r] == -100 ? 0.0 : log(stats[2 * r]) + (double)mx[r] - stats[2 * r + 1];
+}
+
 /* d = (float)(exp(l - mx) / sum) * scale, minus scale at a local target */
 static __global__ void k_vp_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
 				const int32_t *targets, long N, int Vl, int v0, float scale)
@@ -212,6 +227,19 @@ static __global__ void k_vp_bwd(float *dlogits, const float *logits, const doubl
 			d[v] = v == t ? __fsub_rn(p, scale) : p;
 		}
 	}
+}
+
+extern "C" int hp_cuda_vp_ce_loss(double *acc, const double *stats, const float *mx, const int32_t *targets, long N,
+				  struct hp_err *e)
+{
+	if (N <= 0)
+		return 0;
+	if (ce_grow(N, e))
+		return e->code;
+	k_vp_loss<<<hp_cu_blocks((size_t)N, 256), 256, 0, hp_cu_stream>>>(ce_dev, stats, mx, targets, N);
+	k_ce_acc<<<1, 1, 0, hp_cu_stream>>>(acc, ce_dev, N);
+	CK(cudaGetLastError());
+	return 0;
 }
 
 extern "C" void hp_cuda_vp_ce_max(float *mx, const float *logits, long N, int Vl)

@@ -85,6 +85,7 @@
 #define hp_cuda_vm_reserve hp_emu_vm_reserve
 #define hp_cuda_vm_unmap hp_emu_vm_unmap
 #define hp_cuda_vp_ce_bwd hp_emu_vp_ce_bwd
+#define hp_cuda_vp_ce_loss hp_emu_vp_ce_loss
 #define hp_cuda_vp_ce_max hp_emu_vp_ce_max
 #define hp_cuda_vp_ce_sums hp_emu_vp_ce_sums
 #define hp_cuda_zero hp_emu_zero

@@ -273,6 +273,10 @@ void hp_cuda_vp_ce_sums(double *stats, const float *logits, const float *mx, con
 			int Vl, int v0);
 void hp_cuda_vp_ce_bwd(float *dlogits, const float *logits, const double *stats, const float *mx,
 		       const int32_t *targets, long N, int Vl, int v0, float scale);
+/* *acc (a device double) += hp_vp_ce_loss's sum of the rows' losses from
+ * the all-reduced statistics, in row order (targets checked by the caller) */
+int hp_cuda_vp_ce_loss(double *acc, const double *stats, const float *mx, const int32_t *targets, long N,
+		       struct hp_err *e);
 
 /* ---- AdamW on fp32 weights (adamw.cu) ----
  * Exactly kernels/cpu/adamw.c's arithmetic (torch.optim.AdamW, decoupled

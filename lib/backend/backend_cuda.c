@@ -1092,29 +1092,22 @@ static void k_vp_ce_sums(struct hp_backend *b, double *stats, const float *logit
 	LB(hp_cuda_vp_ce_sums)(stats, logits, mx, targets, N, Vl, v0);
 }
 
-/* the loss from the statistics, on the host (hp_vp_ce_loss) */
+/* the loss from the statistics onto the device's sum (hp_vp_ce_loss); the
+ * count and the targets' range from the host's copy of the targets */
 static int k_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, const double *stats, const float *mx,
 			const struct hp_i32 *targets, long N, int V)
 {
 	struct cu *c = cu_of(b);
-	size_t sb = 2 * (size_t)N * sizeof(double);
-	char *h = hscr(c, sb + (size_t)N * sizeof(float));
-	double ls, acc;
-	int rc;
 
-	/* the sum onto the device's accumulator: read, added, written back
-	 * (the stream is idle after the statistics' download) */
-	if (!h || k_download(b, h, stats, sb, &c->err) ||
-	    k_download(b, h + sb, mx, (size_t)N * sizeof(float), &c->err) ||
-	    k_download(b, &acc, loss_sum, sizeof(acc), &c->err)) {
-		keep(c, c->err.code ? c->err.code : HP_ECUDA);
-		*count = 0;
-		return 0;
+	*count = 0;
+	for (long r = 0; r < N; r++) {
+		if (targets->h[r] == HP_IGNORE_INDEX)
+			continue;
+		if (targets->h[r] < 0 || targets->h[r] >= V)
+			return -1;
+		++*count;
 	}
-	if ((rc = hp_vp_ce_loss(&ls, count, (const double *)h, (const float *)(h + sb), targets->h, N, V)))
-		return rc;
-	acc += ls;
-	keep(c, up(c, loss_sum, &acc, sizeof(acc), &c->err));
+	keep(c, L(hp_cuda_vp_ce_loss)(loss_sum, stats, mx, targets->d, N, &c->err));
 	return 0;
 }
 

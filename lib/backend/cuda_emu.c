@@ -25,6 +25,7 @@
  */
 #define HP_CUDA_EMU 1   /* cuda/ops.h: the hp_emu_* names, hp_bf16 a float */
 
+#include <limits.h>
 #include <math.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -614,6 +615,19 @@ int hp_emu_ce_loss(double *acc, const float *logits, const int32_t *targets, lon
 void hp_emu_ce_bwd(float *dlogits, const float *logits, const int32_t *targets, long n, int V, float scale)
 {
 	ops()->cross_entropy_bwd(dlogits, logits, targets, n, V, scale);
+}
+
+int hp_emu_vp_ce_loss(double *acc, const double *stats, const float *mx, const int32_t *targets, long N,
+		      struct hp_err *e)
+{
+	double s;
+	long cnt;
+
+	/* the caller checked the targets' range: no bound here */
+	if (hp_vp_ce_loss(&s, &cnt, stats, mx, targets, N, INT_MAX))
+		return hp_err_set(e, HP_EINVAL, "cuda (emulated): a target out of range");
+	*acc += s;
+	return 0;
 }
 
 void hp_emu_vp_ce_max(float *mx, const float *logits, long N, int Vl)

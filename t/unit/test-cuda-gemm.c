@@ -416,6 +416,14 @@ static void test_vp_ce(long n, int V, int V1, const int32_t *tg)
 	hp_vp_ce_loss(&lsum, &cnt2, gst, gmx, tg, n, V);
 	ok(cnt == cnt2 && rel(lsum, lwhole) <= TOL_LOSS, "vp_ce loss n=%ld V=%d: relative error %.2e against the "
 	   "gathered rows'", n, V, rel(lsum, lwhole));
+	/* the same on the device, added onto a device double holding 0.5 */
+	double *dacc = ct_alloc(16), half = 0.5, gacc = 0;
+	hp_cuda_upload(dacc, &half, 8, &err);
+	rc = hp_cuda_vp_ce_loss(dacc, dst, dmx, td, n, &err) || hp_cuda_sync(&err);
+	hp_cuda_download(&gacc, dacc, 8, &err);
+	ok(!rc && rel(gacc - 0.5, lsum) <= 1e-15, "vp_ce_loss on the device n=%ld V=%d: relative error %.2e against "
+	   "hp_vp_ce_loss on the same statistics", n, V, rel(gacc - 0.5, lsum));
+	hp_cuda_free(dacc);
 
 	/* the gradient, slice by slice, from the CPU's statistics */
 	double e = 0;
