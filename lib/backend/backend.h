@@ -151,6 +151,9 @@ struct hp_backend {
 
 	/* ---- memory (bytes) ---- */
 	void *(*alloc)(struct hp_backend *b, size_t bytes, struct hp_err *e);   /* zeroed */
+	/* the same, counted in dev_bytes as counted: what a GPU holds for a
+	 * buffer this backend holds wider (the emulation's bf16, 4 bytes) */
+	void *(*alloc_as)(struct hp_backend *b, size_t bytes, size_t counted, struct hp_err *e);
 	void (*free)(struct hp_backend *b, void *p);
 	int (*upload)(struct hp_backend *b, void *dst, const void *host_src, size_t bytes, struct hp_err *e);
 	int (*download)(struct hp_backend *b, void *host_dst, const void *src, size_t bytes, struct hp_err *e);

@@ -42,6 +42,11 @@ static void *c_alloc(struct hp_backend *b, size_t bytes, struct hp_err *e)
 	return p;
 }
 
+static void *c_alloc_as(struct hp_backend *b, size_t bytes, size_t counted, struct hp_err *e)
+{
+	return c_alloc(b, bytes, e);
+}
+
 static void c_free(struct hp_backend *b, void *p)
 {
 	hp_free_aligned(p);
@@ -572,6 +577,7 @@ static struct hp_backend cpu = {
 	.kind = HP_BACKEND_CPU,
 	.device = 0,
 	.alloc = c_alloc,
+	.alloc_as = c_alloc_as,
 	.free = c_free,
 	.upload = c_upload,
 	.download = c_upload,

@@ -358,6 +358,11 @@ static void *k_alloc(struct hp_backend *b, size_t bytes, struct hp_err *e)
 	return dev_alloc(cu_of(b), bytes ? bytes : 1, e);
 }
 
+static void *k_alloc_as(struct hp_backend *b, size_t bytes, size_t counted, struct hp_err *e)
+{
+	return dev_alloc_as(cu_of(b), bytes ? bytes : 1, counted ? counted : 1, e);
+}
+
 /* ---- reserved ranges ---- */
 
 /* The reserved range that holds p, or NULL. */
@@ -1780,6 +1785,7 @@ static const struct hp_backend table = {
 	.kind = HP_BACKEND_CUDA,
 	.device = 1,
 	.alloc = k_alloc,
+	.alloc_as = k_alloc_as,
 	.free = k_free,
 	.upload = k_upload,
 	.download = k_download,

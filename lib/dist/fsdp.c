@@ -49,8 +49,8 @@ static size_t tp_partials(struct hp_fsdp *f, int dir);
 int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs, struct hp_model *m,
 		 struct hp_err *e)
 {
-	size_t maxbuf = 0;
-	int at = 0, bf;
+	struct hp_fsdp_bytes have, gpu;
+	int at = 0;
 
 	memset(f, 0, sizeof(*f));
 	f->p = p;
@@ -64,7 +64,6 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	if (f->pdt == HP_DTYPE_INVALID || f->rdt == HP_DTYPE_INVALID)
 		return hp_err_set(e, HP_EUNSUP, "fsdp_config.mix_precision: %s is not implemented (float32 or "
 				  "bfloat16)", f->pdt == HP_DTYPE_INVALID ? p->param_dtype : p->reduce_dtype);
-	bf = f->rdt == HP_DTYPE_BF16;
 	f->units = hp_calloc((size_t)p->nunits, sizeof(*f->units));
 	f->order = hp_calloc((size_t)p->nparams, sizeof(int));
 	f->poff = hp_calloc((size_t)p->nparams, sizeof(size_t));
@@ -96,14 +95,12 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->nunits = p->nunits;
 	for (int u = 0; u < p->nunits; u++) {
 		struct hp_fsdp_unit *un = &f->units[u];
-		int k;
 
 		un->shard_dim = p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_SHARD : HP_DIM_DP_SHARD;
 		un->rep_dim = p->units[u].mesh == HP_MESH_EXPERT ? HP_DIM_EDP_REPLICATE : HP_DIM_DP_REPLICATE;
 		un->root = u == 0;
 		un->first = at;
 		un->off = f->total;
-		k = p->size[un->shard_dim];
 		for (int i = 0; i < p->nparams; i++) {
 			if (p->params[i].unit != u || !f->mp[i])
 				continue;
@@ -113,18 +110,14 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 		}
 		un->n = at - un->first;
 		un->padded = f->total - un->off;
-		if (hp_plan_rs_floats((size_t)k, un->padded, bf) > maxbuf)
-			maxbuf = hp_plan_rs_floats((size_t)k, un->padded, bf);
-		/* the replicas' all-reduce packs there */
-		if (hp_plan_ar_floats((size_t)p->size[un->rep_dim], un->padded, bf) > maxbuf)
-			maxbuf = hp_plan_ar_floats((size_t)p->size[un->rep_dim], un->padded, bf);
 	}
-	/* the tp all-reduce of partial gradients packs there */
-	if (tp_partials(f, -1) > maxbuf)
-		maxbuf = tp_partials(f, -1);
-	if (hp_plan_ar_floats((size_t)p->tp, tp_partials(f, -1), bf) > maxbuf)
-		maxbuf = hp_plan_ar_floats((size_t)p->tp, tp_partials(f, -1), bf);
 	f->nrs = m->bk->device ? HP_FSDP_RS_RING : 1;
+	/* the buffers' bytes as this backend holds them, and as a GPU does
+	 * (what the backend counts, and hp-plan) */
+	hp_plan_fsdp_bytes(p, f->rank, f->bk->esize(f->bk, f->pdt), f->bk->esize(f->bk, f->rdt), f->nrs > 1, &have);
+	hp_plan_fsdp_bytes(p, f->rank, hp_dtype_size(f->pdt), hp_dtype_size(f->rdt), f->nrs > 1, &gpu);
+	f->bytes = have;
+	f->gpu_bytes = gpu;
 	for (int i = 0; i < HP_FSDP_RS_RING; i++)
 		f->rs[i].unit = -1;
 	/* the prefetch ring: a layer's units (its own and its experts') for the
@@ -137,30 +130,19 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	for (int i = 0; i < f->nslots; i++)
 		f->slots[i].unit = -1;
 	f->root_slot.unit = -1;
-	f->slot_floats = 0;
-	size_t er = f->bk->esize(f->bk, f->rdt), rs1 = 0;
+	size_t er = f->bk->esize(f->bk, f->rdt);
 
 	for (int u = 0; u < p->nunits; u++) {
 		const struct hp_fsdp_unit *un = &f->units[u];
 		size_t k = (size_t)p->size[un->shard_dim];
 
-		if (un->root)
-			continue;
-		if (k * un->padded > f->slot_floats)
-			f->slot_floats = k * un->padded;
-		if ((k + 1) * un->padded * er > f->steady_rs)
+		if (!un->root && (k + 1) * un->padded * er > f->steady_rs)
 			f->steady_rs = (k + 1) * un->padded * er;
-		if (hp_plan_rs_floats(k, un->padded, bf) > rs1)
-			rs1 = hp_plan_rs_floats(k, un->padded, bf);
 	}
-	if (f->nrs > 1 && !(f->rs[1].buf = f->bk->alloc(f->bk, (rs1 + 1) * sizeof(float), e))) {
-		int rc = e->code;
-		hp_fsdp_free(f);
-		return rc;
-	}
-	if (!(f->w = arr(f, f->total, &f->hw, e)) || !(f->g = arr(f, f->total, &f->hg, e)) ||
+	if ((f->nrs > 1 && !(f->rs[1].buf = f->bk->alloc_as(f->bk, have.rs1 + 8, gpu.rs1 + 8, e))) ||
+	    !(f->w = arr(f, f->total, &f->hw, e)) || !(f->g = arr(f, f->total, &f->hg, e)) ||
 	    !(f->m1 = arr(f, f->total, &f->hm1, e)) || !(f->m2 = arr(f, f->total, &f->hm2, e)) ||
-	    !(f->buf = f->bk->alloc(f->bk, (maxbuf + 1) * sizeof(float), e))) {
+	    !(f->buf = f->bk->alloc_as(f->bk, have.buf + 8, gpu.buf + 8, e))) {
 		int rc = e->code;
 		hp_fsdp_free(f);
 		return rc;
@@ -350,8 +332,7 @@ static int rs_finish(struct hp_fsdp *f, struct hp_fsdp_rs *s, struct hp_err *e)
 		return rc;
 	bk->acc(bk, f->g + un->off, at(f, s->buf, f->rdt, (size_t)k * un->padded), f->rdt, un->padded);
 	if (s->buf == f->buf)
-		trim(f, f->buf, hp_plan_rs_floats((size_t)k, un->padded, f->rdt == HP_DTYPE_BF16) * sizeof(float),
-		     f->steady_rs);
+		trim(f, f->buf, (size_t)(k + 1) * un->padded * bk->esize(bk, f->rdt), f->steady_rs);
 	return 0;
 }
 
@@ -670,10 +651,10 @@ static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 			sl = &f->slots[i];
 	if (!sl)
 		return hp_err_set(e, HP_EINVAL, "FSDP: no free prefetch slot for unit %d", u);
-	if (!sl->buf && !(sl->buf = bk->alloc(bk, (f->slot_floats + 1) * sizeof(float), e)))
+	if (!sl->buf && !(sl->buf = bk->alloc_as(bk, f->bytes.slot + 8, f->gpu_bytes.slot + 8, e)))
 		return e->code;
 	if (f->pdt != HP_DTYPE_F32) {
-		if (!sl->send && !(sl->send = bk->alloc(bk, (f->slot_floats + 1) * sizeof(float), e)))
+		if (!sl->send && !(sl->send = bk->alloc_as(bk, f->bytes.send + 8, f->gpu_bytes.send + 8, e)))
 			return e->code;
 		bk->convert(bk, sl->send, f->pdt, shard, HP_DTYPE_F32, un->padded);
 		send = sl->send;

@@ -93,7 +93,9 @@ struct hp_fsdp {
 	struct hp_fsdp_slot *slots;  /* the prefetch ring, for the layers' units */
 	int nslots;
 	struct hp_fsdp_slot root_slot;   /* the root's gather, in buf */
-	size_t slot_floats;          /* each slot's buffer: the largest layer unit's gathered size */
+	/* the buffers' bytes (hp_plan_fsdp_bytes): as the backend holds them,
+	 * and as a GPU does (counted so) */
+	struct hp_fsdp_bytes bytes, gpu_bytes;
 	/* what the layers' units use of buf: the pages the root (embedding and
 	 * head, often larger) touches beyond them go back to the system after
 	 * it (bytes) */

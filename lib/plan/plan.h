@@ -198,13 +198,25 @@ int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q);
  * experts', mesh HP_MESH_EXPERT); -1 for the root (embedding, final norm,
  * LM head). */
 int hp_plan_unit_layer(const struct hp_plan *p, int u);
-/* Floats of FSDP's reduce-scatter buffer for a unit of k shards of padded
- * elements, reduced in bf16 or fp32: the k blocks sent and, for an fp32
- * sum, the one received; in bf16 the k received, summed where they land
- * (lib/backend/backend.h, reduce_scatter).  And of a bf16 all-reduce's
- * buffer for n elements over k ranks (0 in fp32: it runs in place). */
-size_t hp_plan_rs_floats(size_t k, size_t padded, int bf16);
-size_t hp_plan_ar_floats(size_t k, size_t n, int bf16);
+/*
+ * The bytes of FSDP's buffers on rank (lib/dist/fsdp.c allocates them,
+ * hp-plan's device estimate counts them), for elements of ep bytes in
+ * param_dtype and er in reduce_dtype (a GPU's sizes, or a backend's own
+ * where it holds bf16 wider: the emulation):
+ *   buf   the root unit's all-gather (k + 1 blocks of its shard, the last
+ *         the shard to send), and any unit's reduce-scatter: k blocks sent
+ *         and, for an fp32 sum, one received; for a bf16 sum the k blocks
+ *         received, summed where they land (backend.h, reduce_scatter);
+ *         the bf16 all-reduces over replicas and tp (2 k ceil(n / k)
+ *         elements) and the tp partial gradients' packing;
+ *   rs1   with ring, the reduce-scatter ring's second buffer, for the
+ *         largest layer unit;
+ *   slot  a prefetch slot: the k blocks of the largest layer unit;
+ *   send  its shard converted to param_dtype (0 when that is fp32).
+ */
+struct hp_fsdp_bytes { size_t buf, rs1, slot, send; };
+void hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
+			struct hp_fsdp_bytes *b);
 /* Whether rank holds any of q (an expert lives on one ep rank). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
 

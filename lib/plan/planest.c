@@ -311,14 +311,51 @@ out:
 	return root;
 }
 
-size_t hp_plan_rs_floats(size_t k, size_t padded, int bf16)
+void hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
+			struct hp_fsdp_bytes *b)
 {
-	return (bf16 ? 2 * k : k + 1) * padded;
-}
+	int64_t *full = hp_calloc((size_t)p->nunits + 1, sizeof(*full)), *pad = hp_calloc((size_t)p->nunits + 1,
+											   sizeof(*pad));
+	int bf = esize(p->reduce_dtype) == 2;
+	size_t partial = 0, t = (size_t)p->tp;
 
-size_t hp_plan_ar_floats(size_t k, size_t n, int bf16)
-{
-	return bf16 && k > 1 ? 2 * k * ((n + k - 1) / k) : 0;
+	memset(b, 0, sizeof(*b));
+	if (!full || !pad)
+		goto out;
+	unit_sizes(p, rank, full, pad);
+	for (int i = 0; i < p->nparams; i++) {
+		struct hp_piece pc;
+
+		if (!hp_plan_owns(p, &p->params[i], rank) || !hp_plan_tp_partial(p, &p->params[i]))
+			continue;
+		hp_plan_piece(p, &p->params[i], rank, &pc);
+		partial += (size_t)(pc.chunk * pc.cols);
+	}
+#define MAXTO(x, v) do { size_t v_ = (v); if (v_ > (x)) (x) = v_; } while (0)
+	MAXTO(b->buf, partial * er);
+	if (bf && t > 1)
+		MAXTO(b->buf, 2 * t * ((partial + t - 1) / t) * er);
+	for (int u = 0; u < p->nunits; u++) {
+		size_t k = (size_t)unit_k(p, u), r = (size_t)unit_rep(p, u), n = (size_t)pad[u];
+		size_t rs = (bf ? 2 * k : k + 1) * n * er;
+
+		MAXTO(b->buf, rs);
+		if (bf && r > 1)
+			MAXTO(b->buf, 2 * r * ((n + r - 1) / r) * er);
+		if (hp_plan_unit_layer(p, u) < 0) {
+			MAXTO(b->buf, (k + 1) * n * ep);
+			continue;
+		}
+		if (ring)
+			MAXTO(b->rs1, rs);
+		MAXTO(b->slot, k * n * ep);
+		if (esize(p->param_dtype) != 4)
+			MAXTO(b->send, n * ep);
+	}
+#undef MAXTO
+out:
+	hp_free(full);
+	hp_free(pad);
 }
 
 /* --- device memory ---------------------------------------------------------- */
@@ -371,8 +408,8 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		.ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, rank),
 	};
 	int n = p->spec.n_layers, np = 0, rc = -1;
-	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, maxbuf = 0, partial = 0, slot = 0, best = 0, rs1 = 0;
-	int bf = esize(p->reduce_dtype) == 2;
+	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, best = 0;
+	struct hp_fsdp_bytes fb;
 	int64_t *full = hp_calloc((size_t)p->nunits + 1, sizeof(*full));
 	int64_t *pad = hp_calloc((size_t)p->nunits + 1, sizeof(*pad)), *units = hp_calloc((size_t)n + 1, sizeof(*units));
 	struct dparam *dp = hp_calloc((size_t)p->nparams + 1, sizeof(*dp));
@@ -403,8 +440,6 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		dp[np++] = (struct dparam){ numel, pc.rows * pc.cols, hp_plan_unit_layer(p, q->unit),
 					    hp_param_gemm_only(q->name, q->ndim) };
 		numel += pc.rows * pc.cols;
-		if (hp_plan_tp_partial(p, q))
-			partial += pc.chunk * pc.cols;
 	}
 	if (p->world <= 1) {
 		/* weights, gradients, moments; the working copy (its 64 bytes' end) */
@@ -413,23 +448,13 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		goto out;
 	}
 	unit_sizes(p, rank, full, pad);
-	maxbuf = partial;
-	if ((int64_t)hp_plan_ar_floats((size_t)p->tp, (size_t)partial, bf) > maxbuf)
-		maxbuf = (int64_t)hp_plan_ar_floats((size_t)p->tp, (size_t)partial, bf);
+	hp_plan_fsdp_bytes(p, rank, (size_t)esize(p->param_dtype), (size_t)esize(p->reduce_dtype), 1, &fb);
 	for (int u = 0; u < p->nunits; u++) {
-		int64_t K = unit_k(p, u), rs = (int64_t)hp_plan_rs_floats((size_t)K, (size_t)pad[u], bf);
-		int64_t ar = (int64_t)hp_plan_ar_floats((size_t)unit_rep(p, u), (size_t)pad[u], bf);
 		int l = hp_plan_unit_layer(p, u);
 
 		total += pad[u];
-		maxbuf = rs > maxbuf ? rs : maxbuf;
-		maxbuf = ar > maxbuf ? ar : maxbuf;
-		if (l >= 0) {
+		if (l >= 0)
 			units[l]++;
-			if (K * pad[u] > slot)
-				slot = K * pad[u];
-			rs1 = rs > rs1 ? rs : rs1;
-		}
 	}
 	/* the prefetch slots in use at once: the units of the layers fetched
 	 * ahead, forward and (when the backward gathers) backward */
@@ -444,9 +469,10 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		nslot = f > nslot ? f : nslot;
 		nslot = b > nslot ? b : nslot;
 	}
-	/* the reduce-scatter buffers: buf and the ring's second (a layer's) */
-	*out = act + scratch + 4 * 4 * (total + 1) + 4 * (maxbuf + 1) + (rs1 ? 4 * (rs1 + 1) : 0) +
-	       (slot ? nslot * 4 * (slot + 1) * (esize(p->param_dtype) != 4 ? 2 : 1) : 0);
+	/* the shards, FSDP's buffers (each allocated 8 bytes over) and the
+	 * prefetch slots in use at once */
+	*out = act + scratch + 4 * 4 * (total + 1) + (int64_t)fb.buf + 8 + (fb.rs1 ? (int64_t)fb.rs1 + 8 : 0) +
+	       (fb.slot ? nslot * ((int64_t)fb.slot + 8 + (fb.send ? (int64_t)fb.send + 8 : 0)) : 0);
 	/* the reserved arrays at the backward of each layer: the root's and
 	 * the held layers' weights (fp32 unless only GEMMs read them, bf16 from
 	 * wc0 on) and the gradients of the root and the layer */
