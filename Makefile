@@ -220,6 +220,10 @@ bench: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/mem-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/actckpt-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/chat-bench.sh
+	@if [ -x $(O)/bench/gpu-bench ] && nvidia-smi -L >/dev/null 2>&1; then \
+		$(O)/bench/gpu-bench --seq 4096 --steps 3 bench/gpu/qwen3-30b-a3b.json && \
+		$(O)/bench/gpu-bench --seq 4096 --steps 3 --model-only bench/gpu/llama-8b.json; \
+	else echo "gpu-bench: no GPU here (or a build without nvcc): the device's times are not measured"; fi
 
 demo: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh examples/training_demo/run_parallel_offline.sh
