@@ -325,4 +325,19 @@ test_expect_success DEVICE 'on the device, a NaN step is not applied and stops t
 	grep -q "^hp-train: step 2: the loss is nan and the gradient norm nan: stopped before its update" err
 '
 
+# HP_CUDA_PROFILE=1: each launch timed on the compute stream, the shares
+# per kernel family at the run's end (100% in all, the same losses: the
+# marks time, they change no number); a bad value refused on any device.
+test_expect_success DEVICE 'on the device, HP_CUDA_PROFILE=1 ends the run with each kernel family'"'"'s share' '
+	HP_CUDA_PROFILE=1 hp-train e16-3.yaml $DEVICE_ARGS --metrics p.jsonl >out &&
+	grep "^kernel time: rank 0.s compute stream, 3 steps" out >line &&
+	for f in gemm experts attention routing loss optimizer; do
+		grep -q " $f [0-9.]*%" line || { cat line; return 1; }
+	done &&
+	tr " " "\n" <line | grep "%$" | tr -d % | awk "{ s += \$1 } END { exit (s < 99 || s > 101) }" &&
+	jq -c .loss p.jsonl >a && jq -c .loss e16-3.jsonl >b && cmp a b &&
+	test_must_fail_with 3 env HP_CUDA_PROFILE=yes hp-train -q hf.yaml 2>err &&
+	test_one_line err && grep -q "HP_CUDA_PROFILE=yes: expected 1 or 0" err
+'
+
 test_done

@@ -63,6 +63,8 @@ struct run {
 	struct hp_model_kernels kernels;
 	int reference;                  /* HP_KERNELS=reference */
 	int comm_bad;                   /* a step's traffic differed from the plan */
+	double kernel_ms[HP_KF_N];      /* HP_CUDA_PROFILE=1: time per kernel family, every step */
+	long profiled;
 	char comm_why[256];
 	struct hp_model model;
 	struct hp_optim opt;
@@ -658,6 +660,9 @@ static int pick_device(struct run *r, MPI_Comm comm, struct hp_err *e)
 	r->bk = hp_backend_cpu();
 	if ((rc = hp_emulate_from_env(&emu, e)))
 		return rc;
+	const char *prof = getenv("HP_CUDA_PROFILE");
+	if (prof && *prof && strcmp(prof, "0") && strcmp(prof, "1"))
+		return hp_err_set(e, HP_ECONFIG, "HP_CUDA_PROFILE=%s: expected 1 or 0 (or unset)", prof);
 	if (emu != HP_EMULATE_OFF)
 		n = 1;   /* the emulation is one device, whatever this machine has */
 #ifdef HP_HAVE_CUDA
@@ -695,6 +700,7 @@ static int pick_device(struct run *r, MPI_Comm comm, struct hp_err *e)
 	}
 	snprintf(r->gpu_name, sizeof(r->gpu_name), "%s%s", r->bk->name, nlocal > n && emu == HP_EMULATE_OFF ?
 		 " (shared by the node's ranks)" : "");
+	r->bk->profile = prof && !strcmp(prof, "1");
 	/* the ranks on this rank's GPU (the emulation: one device each) */
 	r->gpu_share = emu == HP_EMULATE_OFF ? (nlocal + n - 1 - local % n) / n : 1;
 	return 0;
@@ -1167,6 +1173,35 @@ static void host_verdict(struct run *r, const struct hp_rank_est *est, FILE *out
 			ref ? " (rank 0 also holds the one-process reference)" : "");
 }
 
+/* HP_CUDA_PROFILE=1: the step's time per kernel family, added up */
+static int kernel_times(struct run *r, struct hp_err *e)
+{
+	double ms[HP_KF_N];
+	int rc = r->bk->kernel_times(r->bk, ms, e);
+
+	for (int f = 0; !rc && f < HP_KF_N; f++)
+		r->kernel_ms[f] += ms[f];
+	r->profiled += !rc;
+	return rc;
+}
+
+/* ... and its line: rank 0's shares of its compute stream's time */
+static void report_kernels(struct run *r, FILE *out)
+{
+	double all = 0;
+
+	for (int f = 0; f < HP_KF_N; f++)
+		all += r->kernel_ms[f];
+	if (all <= 0)
+		return;
+	fprintf(out, "kernel time: rank 0's compute stream, %ld steps, %.1f ms a step (HP_CUDA_PROFILE):", r->profiled,
+		all / r->profiled);
+	for (int f = 0; f < HP_KF_N; f++)
+		if (r->kernel_ms[f] > 0)
+			fprintf(out, " %s %.1f%%", hp_kfam_name(f), 100 * r->kernel_ms[f] / all);
+	fputc('\n', out);
+}
+
 /* After the last step: the activations' bytes against the plan's
  * estimate, the process's memory, and over ranks each rank's traffic and
  * memory against it. */
@@ -1201,6 +1236,8 @@ static void report_end(struct run *r, FILE *out, int talk)
 				hp_act_ckpt_name(r->plan->act_ckpt), nck, r->spec.n_layers);
 	}
 	host_verdict(r, pe, out, talk);
+	if (talk && r->profiled)
+		report_kernels(r, out);
 	if (!r->dist)
 		return;
 	/* did every rank move exactly what the plan estimates? */
@@ -1272,6 +1309,8 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		/* the step's sums come to the host: a device's step is done (and
 		 * its errors known) when they do, its one wait of the step */
 		if ((rc = hp_model_stats(m, st, e)))
+			return hp_err_prefix(e, "step %ld: ", step);
+		if (r->bk->profile && (rc = kernel_times(r, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
 		norm = sqrt(st[HP_ST_GRAD_SQ]);
 		rep.loss = total > 0 ? st[HP_ST_LOSS] / total : 0.0;
