@@ -163,4 +163,22 @@ test_expect_success MPI 'with mpiexec -disable-auto-cleanup the survivors name a
 	{ test -s named || grep "unable to forward PMI response" kerr; }
 '
 
+# Indexed data over dp ranks: each rank reads its own micro-batches and
+# skips the others' rows (the losses above are the one process's, so every
+# rank still gets its rows).  A bad id in a row of rank 1's share is seen
+# by rank 1 alone, which names it; rank 0 stops with it instead of waiting.
+test_expect_success MPI 'over dp ranks each rank reads only its share of the indexed data' '
+	for i in 0 1 2 3 4 5 6 7; do
+		v=$((i == 5 ? 700 : 7))
+		printf "{\"ids\": [%s]}\n" "$(seq -s, 1 64),$v"
+	done >bad.jsonl &&
+	hp-test-tool mkidx --vocab 1000 --records-of 65 -o bad bad.jsonl &&
+	write_config b.yaml "$DATA/stories260K/hf" bad 64 1 8 1 </dev/null &&
+	test_must_fail_with 4 mpiexec -n 2 hp-train -q b.yaml --fsdp_config.dp_shard_size=2 2>err &&
+	cat err &&
+	grep -q "rank 1 .*token id 700 at step 1 is outside the model.s vocabulary" err &&
+	grep -q "another rank could not read its share of the data" err &&
+	test $(grep -c "token id 700" err) = 1
+'
+
 test_done

@@ -281,6 +281,14 @@ int hp_batcher_seek(struct hp_batcher *b, uint64_t pos, uint64_t epoch, struct h
 	return 0;
 }
 
+void hp_batcher_skip(struct hp_batcher *b, uint64_t n)
+{
+	if (!b->rows)
+		return;
+	b->epoch += (b->pos + n) / b->rows;
+	b->pos = (b->pos + n) % b->rows;
+}
+
 uint64_t hp_batcher_rows_per_epoch(const struct hp_batcher *b)
 {
 	return b->rows;

@@ -129,6 +129,10 @@ void hp_batcher_cursor(const struct hp_batcher *b, uint64_t *pos, uint64_t *epoc
  * rows_per_epoch (a cursor from another dataset or seq_length). */
 int hp_batcher_seek(struct hp_batcher *b, uint64_t pos, uint64_t epoch, struct hp_err *e);
 
+/* Move the cursor past n rows without reading them (epochs wrap, as
+ * hp_batcher_next's): the rows other ranks read. */
+void hp_batcher_skip(struct hp_batcher *b, uint64_t n);
+
 /* Rows in one pass over the data (records, or windows; see above). */
 uint64_t hp_batcher_rows_per_epoch(const struct hp_batcher *b);
 

@@ -898,12 +898,12 @@ static int open_data(struct run *r, struct hp_err *e)
 
 /* Every input id, and every target but the ignored, in [0, V); path is
  * the data they came from. */
-static int check_ids(const struct run *r, long n, const char *path, const char *what, long step,
+static int check_ids(const struct run *r, long i0, long n, const char *path, const char *what, long step,
 		     struct hp_err *e)
 {
 	int V = r->model.gspec.vocab;
 
-	for (long i = 0; i < n; i++) {
+	for (long i = i0; i < i0 + n; i++) {
 		int32_t t = r->labels[i], x = r->inputs[i];
 
 		if (x < 0 || x >= V || (t != HP_IGNORE_INDEX && (t < 0 || t >= V)))
@@ -942,7 +942,7 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 			rc = r->edata[p] ? hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e) :
 			     hp_online_next(r->eonline[p], (int)B, r->inputs + at, r->labels + at, r->seg + at, e);
 		}
-		if (rc || (rc = check_ids(r, accum * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
+		if (rc || (rc = check_ids(r, 0, accum * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
 					  c->dataset.valid_data_path[0] : c->dataset.data_path[0],
 					  p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e)))
 			break;
@@ -991,15 +991,40 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 {
 	const struct hp_config *c = &r->cfg;
 	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
-	int rc;
+	long first = 0, n = accum;
+	int rc = 0;
 
-	for (long a = 0; a < accum; a++) {
+	/* Indexed data over dp ranks: a rank reads its own micro-batches
+	 * (step_grads' share) and skips the others' rows, so that its cursor
+	 * ends where the global batch does, as every rank's.  hp-verify and
+	 * validation mode read them all (rank 0's one-process reference
+	 * computes them); online data packs documents into rows in stream
+	 * order, so every rank still tokenizes the whole global batch. */
+	if (!r->online && r->dist && !r->verifying && r->plan->dp > 1) {
+		n = r->plan->accum;
+		first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * n;
+		hp_batcher_skip(r->data, (uint64_t)(first * B));
+	}
+	for (long a = first; a < first + n && !rc; a++) {
 		long at = a * B * T;
 		rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
 			       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
-		if (rc)
-			return rc;
 	}
+	if (!rc)
+		rc = check_ids(r, first * B * T, n * B * T, c->dataset.data_path[0], "at", step, e);
+	if (n < accum) {
+		/* one rank's bad rows are every rank's failure: none may wait in
+		 * a collective for it */
+		int any = rc != 0;
+
+		hp_batcher_skip(r->data, (uint64_t)((accum - first - n) * B));
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
+		if (!rc && any)
+			rc = hp_err_set(e, HP_EFORMAT, "step %ld: another rank could not read its share of the data "
+					"(see its message)", step);
+	}
+	if (rc)
+		return rc;
 	if (r->online && !strcmp(c->dataloader.sampler_type, "single")) {
 		uint64_t ep, doc, off;
 
@@ -1009,7 +1034,7 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 					  "train split once, and step %ld ran past its end (use cyclic, which "
 					  "wraps)", c->path, step);
 	}
-	return check_ids(r, accum * B * T, c->dataset.data_path[0], "at", step, e);
+	return 0;
 }
 
 /* What a step reports: the console line (rank 0, every logging_steps) and
