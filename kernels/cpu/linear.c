@@ -72,7 +72,6 @@ void hp_linear_bwd_blas(float *dx, float *dW, float *db, const float *dy, const 
 				db[o] += dy[n * O + o];
 }
 
-
 void hp_grouped_linear_fwd(hp_linear_fwd_fn *f, float *y, const float *x, const float *W, size_t ws,
 			   const int32_t *off, int nx, int K, int O)
 {

@@ -18,9 +18,11 @@
  * on the CPU), and the result goes back.  This path serves device buffers
  * where NCCL cannot: ranks that share a GPU, builds without NCCL, the
  * emulation.  bf16 sums follow one rule on both paths (backend.h): the
- * ranks' blocks travel as they are (an all-to-all), and one kernel adds
- * them up in fp32 in rank order and rounds once (hp_cuda_bf16_sum_ranks),
- * so NCCL, the staged path and the emulation give the same bits.
+ * ranks' values travel as they are (an all-to-all or all-gather) and are
+ * added up in fp32 in rank order and rounded once, after NCCL by a kernel
+ * (hp_cuda_bf16_sum_ranks), host-staged on the host by its reference
+ * (hp_bf16_sum_ranks, the same bits; test-cuda holds them to each other),
+ * so NCCL, the staged path and the emulation agree.
  *
  * Reserved ranges (reserve, commit, release; copy_only): FSDP's model
  * arrays, granules of device memory mapped while a unit is held
@@ -1059,13 +1061,11 @@ static void k_grouped_bwd(struct hp_backend *b, float *dx, float *dW, size_t gs,
 	keep(c, L(hp_cuda_grouped_bwd)(dx, dW, gs, dyb, xb, wb, ws, off, nx, R, K, O, accumulate, &c->err));
 }
 
-/* The count and range check on the host's targets, the sum on the device. */
-static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const float *logits,
-		    const struct hp_i32 *targets, long N, int V)
+/* The targets counted (the ignored aside) on the host's copy: 0, or -1
+ * for one outside [0, V). */
+static int count_targets(const struct hp_i32 *targets, long N, int V, long *count)
 {
-	struct cu *c = cu_of(b);
-	long cnt = 0;
-
+	*count = 0;
 	for (long n = 0; n < N; n++) {
 		int t = targets->h[n];
 
@@ -1073,9 +1073,19 @@ static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const f
 			continue;
 		if (t < 0 || t >= V)
 			return -1;
-		cnt++;
+		++*count;
 	}
-	*count = cnt;
+	return 0;
+}
+
+/* The count and range check on the host's targets, the sum on the device. */
+static int k_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const float *logits,
+		    const struct hp_i32 *targets, long N, int V)
+{
+	struct cu *c = cu_of(b);
+
+	if (count_targets(targets, N, V, count))
+		return -1;
 	keep(c, L(hp_cuda_ce_loss)(loss_sum, logits, targets->d, N, V, &c->err));
 	return 0;
 }
@@ -1104,14 +1114,8 @@ static int k_vp_ce_loss(struct hp_backend *b, double *loss_sum, long *count, con
 {
 	struct cu *c = cu_of(b);
 
-	*count = 0;
-	for (long r = 0; r < N; r++) {
-		if (targets->h[r] == HP_IGNORE_INDEX)
-			continue;
-		if (targets->h[r] < 0 || targets->h[r] >= V)
-			return -1;
-		++*count;
-	}
+	if (count_targets(targets, N, V, count))
+		return -1;
 	keep(c, L(hp_cuda_vp_ce_loss)(loss_sum, stats, mx, targets->d, N, &c->err));
 	return 0;
 }
@@ -1407,6 +1411,19 @@ static int emu_landed(const struct hp_breq *r, struct hp_err *e)
 	return 0;
 }
 
+/* The bf16 rule on the host (staged collectives): k blocks of n, one after
+ * another, summed into out (which may be in).  hp_bf16_sum_ranks on a
+ * GPU's bf16; the emulation's twin of the kernel on its fp32 shadows,
+ * which is a host function there. */
+static void host_sum_ranks(hp_bf16 *out, const hp_bf16 *in, int k, size_t n)
+{
+#ifdef HP_CUDA_EMU
+	hp_cuda_bf16_sum_ranks(out, in, k, n, n);
+#else
+	hp_bf16_sum_ranks(out, in, k, n, n);
+#endif
+}
+
 static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
 			     enum hp_dtype t, int op, struct hp_breq *r, struct hp_err *e)
 {
@@ -1439,12 +1456,13 @@ static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const voi
 #else
 	(void)c;
 #endif
-	/* host-staged: the blocks (bf16: to sum on the device, as NCCL's) or
-	 * MPI's fp32 sum land in the stage after the sent blocks */
+	/* host-staged: the blocks (bf16: summed on the host by the rule in
+	 * wait) or MPI's fp32 sum land in the stage after the sent blocks; n
+	 * go up */
 	r->recv = recv;
 	r->off = k * n * es;
-	r->bytes = (bf ? k * n : n) * es;
-	if (!host_grow(&r->stage, &r->cap, r->off + r->bytes))
+	r->bytes = n * es;
+	if (!host_grow(&r->stage, &r->cap, r->off + (bf ? k * n * es : r->bytes)))
 		return hp_err_set(e, HP_ENOMEM, "cuda: out of host memory staging a reduce-scatter of %zu MiB",
 				  (k * n * es) >> 20);
 	if ((rc = k_download(b, r->stage, send, k * n * es, e)))
@@ -1463,31 +1481,35 @@ static int k_ireduce_scatter(struct hp_backend *b, struct hp_comm *cm, const voi
 
 static int k_wait(struct hp_backend *b, struct hp_breq *r, struct hp_err *e)
 {
-	struct cu *c = cu_of(b);
-	int rc = 0;
+	char *got = (char *)r->stage + r->off;
+	int rc;
 
 	if (!r->active)
 		return 0;
 	r->active = 0;
 #if USE_NCCL
-	if (r->nc)
-		rc = hp_nccl_after(hp_cuda_stream(), r->ev, e);
-	else
-#endif
-	{
-		if (r->req != MPI_REQUEST_NULL)
-			hp_comm_wait(&r->req);
-		if ((rc = emu_landed(r, e)))
-			return rc;
-		rc = k_upload(b, r->recv, (char *)r->stage + r->off, r->bytes, e);
-		/* the upload must have read the stage before the request's next use fills it */
-		c->b.host_syncs++;
-		if (!rc)
-			rc = hp_cuda_sync(e);
+	if (r->nc) {
+		/* the compute after the collective's end; a bf16 sum's blocks
+		 * added up where they landed */
+		if (!(rc = hp_nccl_after(hp_cuda_stream(), r->ev, e)) && r->sum) {
+			struct cu *c = cu_of(b);
+
+			L(hp_cuda_bf16_sum_ranks)(r->sum, r->sum, r->k, r->n, r->n);
+		}
+		return rc;
 	}
-	if (!rc && r->sum)
-		L(hp_cuda_bf16_sum_ranks)(r->sum, r->sum, r->k, r->n, r->n);
-	return rc;
+#endif
+	if (r->req != MPI_REQUEST_NULL)
+		hp_comm_wait(&r->req);
+	if ((rc = emu_landed(r, e)))
+		return rc;
+	if (r->sum)
+		host_sum_ranks((hp_bf16 *)got, (const hp_bf16 *)got, r->k, r->n);
+	/* the upload has read the stage when it returns (a copy into the
+	 * pinned ring, or CUDA's staging of pageable memory), and the
+	 * request's next use starts with a download, which waits for the
+	 * stream: no wait here */
+	return k_upload(b, r->recv, got, r->bytes, e);
 }
 
 static int k_reduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
@@ -1499,14 +1521,16 @@ static int k_reduce_scatter(struct hp_backend *b, struct hp_comm *cm, const void
 	return rc ? rc : k_wait(b, r, e);
 }
 
+#if USE_NCCL
 static int k_iallgather(struct hp_backend *b, struct hp_comm *cm, const void *send, void *recv, size_t n,
 			enum hp_dtype t, struct hp_breq *r, struct hp_err *e);
 
-/* A bf16 sum over ranks by the rule (backend.h): a reduce-scatter of
- * chunks of ceil(n / k) (buf padded with zeros to k chunks; the blocks land
- * after them), then an all-gather of the sums back into buf; counted as
- * the one all-reduce it is. */
-static int bf16_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t n, struct hp_err *e)
+/* A bf16 sum over ranks by the rule (backend.h) over NCCL: a
+ * reduce-scatter of chunks of ceil(n / k) (buf padded with zeros to k
+ * chunks; the blocks land after them, summed on the device), then an
+ * all-gather of the sums back into buf; counted as the one all-reduce it
+ * is. */
+static int nccl_bf16_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t n, struct hp_err *e)
 {
 	struct hp_backend *b = &c->b;
 	size_t k = (size_t)cm->size, ch = (n + k - 1) / k, es = k_esize(b, HP_DTYPE_BF16);
@@ -1524,6 +1548,29 @@ static int bf16_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t n,
 		tally(cm, HP_COLL_ALL_REDUCE, (uint64_t)n * hp_dtype_size(HP_DTYPE_BF16), 0);
 	return rc;
 }
+#endif
+
+/* The same host-staged: every rank's n values gathered on the host and
+ * summed there by the rule. */
+static int staged_bf16_allreduce(struct cu *c, struct hp_comm *cm, void *buf, size_t n, struct hp_err *e)
+{
+	size_t k = (size_t)cm->size, es = k_esize(&c->b, HP_DTYPE_BF16);
+	char *h = hscr(c, (k + 1) * n * es);
+	int rc;
+
+	if (!h)
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	if ((rc = k_download(&c->b, h, buf, n * es, e)))
+		return rc;
+	quiet(cm, 1);
+	rc = hp_comm_allgather(cm, h, h + n * es, n, wire_of(HP_DTYPE_BF16), e);
+	quiet(cm, 0);
+	if (rc)
+		return rc;
+	tally(cm, HP_COLL_ALL_REDUCE, (uint64_t)n * hp_dtype_size(HP_DTYPE_BF16), 0);
+	host_sum_ranks((hp_bf16 *)h, (const hp_bf16 *)(h + n * es), (int)k, n);
+	return k_upload(&c->b, buf, h, n * es, e);
+}
 
 static int k_allreduce(struct hp_backend *b, struct hp_comm *cm, void *buf, size_t n, enum hp_dtype t, int op,
 		       struct hp_err *e)
@@ -1535,7 +1582,11 @@ static int k_allreduce(struct hp_backend *b, struct hp_comm *cm, void *buf, size
 	if (t == HP_DTYPE_BF16) {
 		if (op != HP_RED_SUM)
 			return hp_err_set(e, HP_EUNSUP, "cuda: a bf16 all-reduce sums only");
-		return bf16_allreduce(c, cm, buf, n, e);
+#if USE_NCCL
+		if (nccl_of(c, cm))
+			return nccl_bf16_allreduce(c, cm, buf, n, e);
+#endif
+		return staged_bf16_allreduce(c, cm, buf, n, e);
 	}
 	NCCL_CALL(hp_nccl_allreduce(NC, buf, n, t, (enum hp_red)op, e));
 	return staged_allreduce(c, cm, buf, n, t, op, e);

@@ -915,6 +915,15 @@ static void book(MPI_Request req, struct what w)
 	pending[npending++].w = w;
 }
 
+/* A started collective's rc, after waiting for it when it started: the
+ * blocking calls */
+static int finished(int rc, MPI_Request *req)
+{
+	if (!rc && *req != MPI_REQUEST_NULL)
+		hp_comm_wait(req);
+	return rc;
+}
+
 int hp_comm_iallgather(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
 		       MPI_Request *req, struct hp_err *e)
 {
@@ -940,11 +949,8 @@ int hp_comm_allgather(struct hp_comm *c, const void *send, void *recv, size_t n,
 		      struct hp_err *e)
 {
 	MPI_Request req;
-	int rc = hp_comm_iallgather(c, send, recv, n, t, &req, e);
 
-	if (!rc && req != MPI_REQUEST_NULL)
-		hp_comm_wait(&req);
-	return rc;
+	return finished(hp_comm_iallgather(c, send, recv, n, t, &req, e), &req);
 }
 
 int hp_comm_ireduce_scatter(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
@@ -972,11 +978,8 @@ int hp_comm_reduce_scatter(struct hp_comm *c, const void *send, void *recv, size
 			   enum hp_red op, struct hp_err *e)
 {
 	MPI_Request req;
-	int rc = hp_comm_ireduce_scatter(c, send, recv, n, t, op, &req, e);
 
-	if (!rc && req != MPI_REQUEST_NULL)
-		hp_comm_wait(&req);
-	return rc;
+	return finished(hp_comm_ireduce_scatter(c, send, recv, n, t, op, &req, e), &req);
 }
 
 int hp_comm_ialltoall(struct hp_comm *c, const void *send, void *recv, size_t n, enum hp_dtype t,
@@ -1004,11 +1007,8 @@ int hp_comm_alltoall(struct hp_comm *c, const void *send, void *recv, size_t n, 
 		     struct hp_err *e)
 {
 	MPI_Request req;
-	int rc = hp_comm_ialltoall(c, send, recv, n, t, &req, e);
 
-	if (!rc && req != MPI_REQUEST_NULL)
-		hp_comm_wait(&req);
-	return rc;
+	return finished(hp_comm_ialltoall(c, send, recv, n, t, &req, e), &req);
 }
 
 int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,

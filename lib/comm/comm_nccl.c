@@ -308,19 +308,19 @@ int hp_nccl_reduce_scatter(struct hp_nccl *nc, const void *send, void *recv, siz
 		return bad_args(e, "reduce-scatter", t, n);
 	if (c->size <= 1)
 		return copy(nc, "reduce-scatter", recv, send, n * hp_dtype_size(t), e);
+	if (t == HP_DTYPE_BF16 && op != HP_RED_SUM)
+		return bad_args(e, "reduce-scatter", t, n);
+	count(c, HP_COLL_REDUCE_SCATTER, (uint64_t)c->size * n * hp_dtype_size(t), 0);
 	if (t == HP_DTYPE_BF16) {
-		/* the blocks only: the caller sums them (comm_nccl.h) */
-		int q = c->quiet, rc;
+		/* the blocks only, counted as this reduce-scatter: the caller
+		 * sums them (comm_nccl.h) */
+		int rc;
 
-		if (op != HP_RED_SUM)
-			return bad_args(e, "reduce-scatter", t, n);
-		count(c, HP_COLL_REDUCE_SCATTER, (uint64_t)c->size * n * hp_dtype_size(t), 0);
-		c->quiet = 1;
+		c->quiet++;
 		rc = hp_nccl_alltoall(nc, send, recv, n, t, e);
-		c->quiet = q;
+		c->quiet--;
 		return rc;
 	}
-	count(c, HP_COLL_REDUCE_SCATTER, (uint64_t)c->size * n * hp_dtype_size(t), 0);
 	if (!n)
 		return 0;
 	issued(nc, HP_COLL_REDUCE_SCATTER);

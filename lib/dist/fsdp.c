@@ -114,8 +114,10 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->nrs = m->bk->device ? HP_FSDP_RS_RING : 1;
 	/* the buffers' bytes as this backend holds them, and as a GPU does
 	 * (what the backend counts, and hp-plan) */
-	hp_plan_fsdp_bytes(p, f->rank, f->bk->esize(f->bk, f->pdt), f->bk->esize(f->bk, f->rdt), f->nrs > 1, &have);
-	hp_plan_fsdp_bytes(p, f->rank, hp_dtype_size(f->pdt), hp_dtype_size(f->rdt), f->nrs > 1, &gpu);
+	if (hp_plan_fsdp_bytes(p, f->rank, f->bk->esize(f->bk, f->pdt), f->bk->esize(f->bk, f->rdt), f->nrs > 1,
+			       &have) ||
+	    hp_plan_fsdp_bytes(p, f->rank, hp_dtype_size(f->pdt), hp_dtype_size(f->rdt), f->nrs > 1, &gpu))
+		goto oom;
 	f->bytes = have;
 	f->gpu_bytes = gpu;
 	for (int i = 0; i < HP_FSDP_RS_RING; i++)
@@ -367,7 +369,7 @@ int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 		if ((rc = rs_finish(f, s, e)))
 			return rc;
 	}
-	/* block s: every param's rows of rank s, padded to the chunk */
+	/* block r: every param's rows of rank r, padded to the chunk */
 	for (int r = 0; r < k; r++)
 		for (int j = 0; j < un->n; j++) {
 			int i = f->order[un->first + j];

@@ -57,7 +57,7 @@ struct hp_fsdp_slot {
 };
 
 /* A reduce-scatter in flight: its unit (-1: none), request and buffer
- * (the k blocks it sends, then what it receives: hp_fsdp_rs_floats). */
+ * (the k blocks it sends, then what it receives: hp_plan_fsdp_bytes). */
 struct hp_fsdp_rs {
 	int unit;
 	struct hp_breq req;

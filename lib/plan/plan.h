@@ -215,7 +215,8 @@ int hp_plan_unit_layer(const struct hp_plan *p, int u);
  *   send  its shard converted to param_dtype (0 when that is fp32).
  */
 struct hp_fsdp_bytes { size_t buf, rs1, slot, send; };
-void hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
+/* 0, or -1 out of memory */
+int hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
 			struct hp_fsdp_bytes *b);
 /* Whether rank holds any of q (an expert lives on one ep rank). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);

@@ -311,13 +311,14 @@ out:
 	return root;
 }
 
-void hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
-			struct hp_fsdp_bytes *b)
+int hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
+		       struct hp_fsdp_bytes *b)
 {
 	int64_t *full = hp_calloc((size_t)p->nunits + 1, sizeof(*full)), *pad = hp_calloc((size_t)p->nunits + 1,
 											   sizeof(*pad));
 	int bf = esize(p->reduce_dtype) == 2;
 	size_t partial = 0, t = (size_t)p->tp;
+	int rc = -1;
 
 	memset(b, 0, sizeof(*b));
 	if (!full || !pad)
@@ -353,9 +354,11 @@ void hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er,
 			MAXTO(b->send, n * ep);
 	}
 #undef MAXTO
+	rc = 0;
 out:
 	hp_free(full);
 	hp_free(pad);
+	return rc;
 }
 
 /* --- device memory ---------------------------------------------------------- */
@@ -448,7 +451,8 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		goto out;
 	}
 	unit_sizes(p, rank, full, pad);
-	hp_plan_fsdp_bytes(p, rank, (size_t)esize(p->param_dtype), (size_t)esize(p->reduce_dtype), 1, &fb);
+	if (hp_plan_fsdp_bytes(p, rank, (size_t)esize(p->param_dtype), (size_t)esize(p->reduce_dtype), 1, &fb))
+		goto out;
 	for (int u = 0; u < p->nunits; u++) {
 		int l = hp_plan_unit_layer(p, u);
 
