@@ -551,6 +551,12 @@ static int c_alltoall(struct hp_backend *b, struct hp_comm *c, const void *send,
 	return hp_comm_alltoall(c, send, recv, n, t, e);
 }
 
+static int c_sendrecv(struct hp_backend *b, struct hp_comm *c, const void *send, size_t sn, int to, void *recv,
+		      size_t rn, int from, enum hp_dtype t, struct hp_err *e)
+{
+	return hp_comm_sendrecv(c, send, sn, to, recv, rn, from, t, e);
+}
+
 static int c_alltoallv(struct hp_backend *b, struct hp_comm *c, const void *send, const int *scounts,
 		       const int *sdispls, void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t,
 		       int routed, struct hp_err *e)
@@ -659,6 +665,7 @@ static struct hp_backend cpu = {
 	.kernel_times = c_kernel_times,
 	.alltoall = c_alltoall,
 	.alltoallv = c_alltoallv,
+	.sendrecv = c_sendrecv,
 	.attach = c_attach,
 	.comm_path = c_comm_path,
 	.close = c_close,

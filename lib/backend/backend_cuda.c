@@ -1734,6 +1734,29 @@ static int k_alltoallv(struct hp_backend *b, struct hp_comm *cm, const void *sen
 	return staged_a2a(c, cm, send, scounts, sdispls, recv, rcounts, rdispls, 0, t, 1, routed, e);
 }
 
+/* Pipeline stages' activations: NCCL's send and receive, or through the
+ * host (fp32 only: activations travel in fp32 on every backend). */
+static int k_sendrecv(struct hp_backend *b, struct hp_comm *cm, const void *send, size_t sn, int to, void *recv,
+		      size_t rn, int from, enum hp_dtype t, struct hp_err *e)
+{
+	struct cu *c = cu_of(b);
+	size_t es = hp_dtype_size(t);
+	char *h;
+	int rc;
+
+	if (t != HP_DTYPE_F32 && t != HP_DTYPE_I32)
+		return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %s: fp32 or int32 only", b->name,
+				  hp_dtype_name(t));
+	NCCL_CALL(hp_nccl_sendrecv(NC, send, sn, to, recv, rn, from, t, e));
+	if (!(h = hscr(c, ((to >= 0 ? sn : 0) + (from >= 0 ? rn : 0)) * es + 8)))
+		return hp_err_set(e, c->rc, "%s", c->err.msg);
+	if (to >= 0 && (rc = k_download(b, h, send, sn * es, e)))
+		return rc;
+	if ((rc = hp_comm_sendrecv(cm, h, sn, to, h + (to >= 0 ? sn : 0) * es, rn, from, t, e)))
+		return rc;
+	return from >= 0 ? k_upload(b, recv, h + (to >= 0 ? sn : 0) * es, rn * es, e) : 0;
+}
+
 /*
  * NCCL for the dims of cs, when each rank has a GPU of its own (not
  * shared), this build has NCCL, and HP_CUDA_COMM is not "staged"; a
@@ -1918,6 +1941,7 @@ static const struct hp_backend table = {
 	.kernel_times = k_kernel_times,
 	.alltoall = k_alltoall,
 	.alltoallv = k_alltoallv,
+	.sendrecv = k_sendrecv,
 	.attach = k_attach,
 	.comm_path = k_comm_path,
 	.close = k_close,

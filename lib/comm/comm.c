@@ -223,7 +223,7 @@ static const char *op_name(int op)
 	static const char *const coll[HP_NCOLL] = {
 		[HP_COLL_ALL_GATHER] = "all-gather", [HP_COLL_REDUCE_SCATTER] = "reduce-scatter",
 		[HP_COLL_ALL_REDUCE] = "all-reduce", [HP_COLL_ALL_TO_ALL] = "all-to-all",
-		[HP_COLL_ALL_TO_ALLV] = "all-to-allv",
+		[HP_COLL_ALL_TO_ALLV] = "all-to-allv", [HP_COLL_P2P] = "point-to-point send/receive",
 	};
 
 	switch (op) {
@@ -1033,6 +1033,28 @@ int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, c
 	count(c, HP_COLL_ALL_TO_ALLV, n * hp_dtype_size(t), routed);
 	MPI_Ialltoallv(send, scounts, sdispls, mt, recv, rcounts, rdispls, mt, c->comm, &req);
 	wait_what(&req, enter(comm_group(c), c->dim, HP_COLL_ALL_TO_ALLV));
+	return 0;
+}
+
+int hp_comm_sendrecv(struct hp_comm *c, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
+		     enum hp_dtype t, struct hp_err *e)
+{
+	MPI_Datatype mt = mpi_type(t, 0);
+	MPI_Request req[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
+	/* who waits for whom differs from rank to rank: no group books */
+	struct what w = { HP_COLL_P2P, -1, c->dim, 0 };
+
+	if (mt == MPI_DATATYPE_NULL || sn > INT_MAX || rn > INT_MAX || to >= c->size || from >= c->size ||
+	    to == c->rank || (from >= 0 && from == c->rank))
+		return bad_args(e, "point-to-point send/receive", t, sn > rn ? sn : rn);
+	if (to >= 0) {
+		count(c, HP_COLL_P2P, sn * hp_dtype_size(t), 0);
+		MPI_Isend(send, (int)sn, mt, to, 0, c->comm, &req[0]);
+	}
+	if (from >= 0)
+		MPI_Irecv(recv, (int)rn, mt, from, 0, c->comm, &req[1]);
+	wait_what(&req[1], w);
+	wait_what(&req[0], w);
 	return 0;
 }
 

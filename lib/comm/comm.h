@@ -153,6 +153,12 @@ int hp_comm_ialltoall(struct hp_comm *c, const void *send, void *recv, size_t n,
 int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,
 		      void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t, int routed,
 		      struct hp_err *e);
+/* Point-to-point along c (pipeline stages): send sn elements to group
+ * rank `to` and receive rn from group rank `from`, either of them -1 for
+ * none; both are done on return.  Counted as HP_COLL_P2P: a call and the
+ * bytes of each send. */
+int hp_comm_sendrecv(struct hp_comm *c, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
+		     enum hp_dtype t, struct hp_err *e);
 int hp_comm_bcast(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
 int hp_comm_barrier(struct hp_comm *c);
 

@@ -427,6 +427,34 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 	return rc;
 }
 
+int hp_nccl_sendrecv(struct hp_nccl *nc, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
+		     enum hp_dtype t, struct hp_err *e)
+{
+	struct hp_comm *c = nc->c;
+	const char *call = "ncclGroupStart";
+	ncclDataType_t nt;
+	ncclResult_t r, r2;
+
+	if (nccl_type(t, &nt))
+		return bad_args(e, "point-to-point send/receive", t, sn);
+	if (to >= 0)
+		count(c, HP_COLL_P2P, sn * hp_dtype_size(t), 0);
+	/* who waits for whom differs from rank to rank: not in the group's books */
+	nc->last_op = HP_COLL_P2P;
+	nc->last_seq = 0;
+	nc->last_order = ++order;
+	if ((r = ncclGroupStart()) != ncclSuccess)
+		return nccl_fail(e, "point-to-point send/receive", c, nc->comm, call, r);
+	if (to >= 0 && (r = ncclSend(send, sn, nt, to, nc->comm, nc->stream)) != ncclSuccess)
+		call = "ncclSend";
+	if (r == ncclSuccess && from >= 0 && (r = ncclRecv(recv, rn, nt, from, nc->comm, nc->stream)) != ncclSuccess)
+		call = "ncclRecv";
+	r2 = ncclGroupEnd();
+	if (r != ncclSuccess)
+		return nccl_fail(e, "point-to-point send/receive", c, nc->comm, call, r);
+	return r2 == ncclSuccess ? 0 : nccl_fail(e, "point-to-point send/receive", c, nc->comm, "ncclGroupEnd", r2);
+}
+
 int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e)
 {
 	struct hp_comm *c = nc->c;
@@ -550,6 +578,12 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e)
 {
 	return unsup(e, "broadcast");
+}
+
+int hp_nccl_sendrecv(struct hp_nccl *nc, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
+		     enum hp_dtype t, struct hp_err *e)
+{
+	return unsup(e, "point-to-point send/receive");
 }
 
 int hp_nccl_event_new(void **ev, struct hp_err *e)

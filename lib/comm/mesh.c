@@ -13,12 +13,13 @@ static const struct { const char *name; enum hp_mesh mesh; int axis; } dims[HP_N
 	[HP_DIM_EDP_REPLICATE] = { "edp_replicate", HP_MESH_EXPERT, 0 },
 	[HP_DIM_EDP_SHARD] = { "edp_shard", HP_MESH_EXPERT, 1 },
 	[HP_DIM_EP] = { "ep", HP_MESH_EXPERT, 2 },
+	[HP_DIM_PP] = { "pp", HP_MESH_PIPELINE, 0 },
 };
 
-static const char *const mesh_names[HP_NMESH] = { "dense", "fsdp", "expert" };
+static const char *const mesh_names[HP_NMESH] = { "dense", "fsdp", "expert", "pipeline" };
 
 static const char *const coll_names[HP_NCOLL] = {
-	"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_allv",
+	"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_allv", "p2p",
 };
 
 const char *hp_dim_name(enum hp_dim d)
@@ -46,37 +47,56 @@ const char *hp_comm_dim_name(int d)
 	return d == HP_COMM_WORLD ? "world" : hp_dim_name((enum hp_dim)d);
 }
 
-int hp_mesh_world(const int size[HP_NDIM])
+/* A stage's ranks: dp * cp * tp. */
+static long stage_world(const int size[HP_NDIM])
 {
-	return size[HP_DIM_DP] * size[HP_DIM_CP] * size[HP_DIM_TP];
+	return (long)size[HP_DIM_DP] * size[HP_DIM_CP] * size[HP_DIM_TP];
 }
 
-/* The fsdp mesh's third axis is tp. */
+int hp_mesh_world(const int size[HP_NDIM])
+{
+	return (int)(stage_world(size) * (size[HP_DIM_PP] > 0 ? size[HP_DIM_PP] : 1));
+}
+
+/* The fsdp mesh's third axis is tp; the pipeline's one axis steps over
+ * whole stages. */
 static long dim_stride(const int size[HP_NDIM], enum hp_dim d)
 {
-	static const enum hp_dim axes[HP_NMESH][3] = {
+	static const enum hp_dim axes[HP_NMESH - 1][3] = {
 		[HP_MESH_DENSE] = { HP_DIM_DP, HP_DIM_CP, HP_DIM_TP },
 		[HP_MESH_FSDP] = { HP_DIM_DP_REPLICATE, HP_DIM_DP_SHARD, HP_DIM_TP },
 		[HP_MESH_EXPERT] = { HP_DIM_EDP_REPLICATE, HP_DIM_EDP_SHARD, HP_DIM_EP },
 	};
 	long s = 1;
 
+	if (dims[d].mesh == HP_MESH_PIPELINE)
+		return stage_world(size);
 	for (int a = dims[d].axis + 1; a < 3; a++)
 		s *= size[axes[dims[d].mesh][a]];
 	return s;
 }
 
+/* How many stages (a layout made before pipelines has pp 0). */
+static int stages(const int size[HP_NDIM])
+{
+	return size[HP_DIM_PP] > 0 ? size[HP_DIM_PP] : 1;
+}
+
 int hp_mesh_coord(const int size[HP_NDIM], enum hp_dim d, int rank)
 {
-	return (int)((rank / dim_stride(size, d)) % size[d]);
+	if (d == HP_DIM_PP)
+		return (int)(rank / stage_world(size));
+	/* within the rank's stage */
+	return (int)(((rank % stage_world(size)) / dim_stride(size, d)) % size[d]);
 }
 
 int hp_mesh_group(const int size[HP_NDIM], enum hp_dim d, int rank, int *ranks)
 {
 	long st = dim_stride(size, d);
 	long base = rank - (long)hp_mesh_coord(size, d, rank) * st;
+	int n = d == HP_DIM_PP ? stages(size) : size[d];
 
-	for (int i = 0; i < size[d]; i++)
+	for (int i = 0; i < n; i++)
 		ranks[i] = (int)(base + i * st);
-	return size[d];
+	return n;
 }

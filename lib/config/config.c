@@ -693,6 +693,9 @@ static const struct key training_keys[] = {
 	{ NULL },
 };
 
+/* enum hp_pp_schedule */
+static const char *const pp_schedules[] = { "1f1b", "gpipe", NULL };
+
 static const struct key accel_keys[] = {
 	{ .name = "tp_size", .type = T_INT, .pname = "accelerator.tp_size",
 	  CF(accelerator.tp_size), .idef = 1, MIN(1) },
@@ -702,6 +705,14 @@ static const struct key accel_keys[] = {
 	  CF(accelerator.ep_size), .idef = 1, MIN(1) },
 	{ .name = "pp_size", .type = T_INT, .pname = "accelerator.pp_size",
 	  CF(accelerator.pp_size), .idef = 1, MIN(1) },
+	{ .name = "pp_schedule", .type = T_ENUM, .pname = "accelerator.pp_schedule",
+	  CF(accelerator.pp_schedule), .vals = pp_schedules },
+	{ .name = "pp_vpp", .type = T_INT, .pname = "accelerator.pp_vpp",
+	  CF(accelerator.pp_vpp), .idef = 1, MIN(1) },
+	{ .name = "pp_layer_split", .type = T_INTLIST, .flags = F_NONEMPTY, .pname = "accelerator.pp_layer_split",
+	  CF(accelerator.pp_layer_split), CN(accelerator.npp_layer_split), MIN(1) },
+	{ .name = "pp_micro_batch_num", .type = T_INT, .pname = "accelerator.pp_micro_batch_num",
+	  CF(accelerator.pp_micro_batch_num), .idef = 0, MIN(1) },
 	{ .name = "sequence_parallel", .type = T_BOOL, .pname = "accelerator.sequence_parallel",
 	  CF(accelerator.sequence_parallel) },
 	{ .name = "loss_parallel", .type = T_BOOL, .pname = "accelerator.loss_parallel",
@@ -1787,11 +1798,11 @@ static int finish(struct walk *w, const struct node *root)
 				    "linear" : "cosine");
 		}
 	}
-	if (c->accelerator.pp_size != 1) {
-		path_push(w, "$.accelerator.pp_size");
-		return werr(w, node_get(node_map(root, "accelerator"), "pp_size"),
-			    "only 1 is supported (no pipeline parallelism), got %ld",
-			    c->accelerator.pp_size);
+	if (c->accelerator.pp_vpp != 1) {
+		path_push(w, "$.accelerator.pp_vpp");
+		return werr(w, node_get(node_map(root, "accelerator"), "pp_vpp"),
+			    "%ld virtual stages per rank: interleaved schedules are not supported yet (set 1)",
+			    c->accelerator.pp_vpp);
 	}
 	return 0;
 }

@@ -359,6 +359,11 @@ int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 	struct hp_fsdp_rs *s;
 	int k = c->size, rc;
 
+	/* a unit with nothing on this rank (a pipeline stage's root unit
+	 * without the embedding or the head) moves nothing; the root's end
+	 * of the micro-batch still drains the ring */
+	if (!un->padded)
+		return un->root ? rs_drain(f, e) : 0;
 	if (un->root || f->nrs == 1) {
 		if ((rc = rs_drain(f, e)))
 			return rc;
@@ -402,6 +407,8 @@ int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
 		float *g = f->g + un->off;
 		int rc;
 
+		if (!un->padded)
+			continue;
 		if (f->rdt == HP_DTYPE_F32) {
 			if ((rc = bk->allreduce(bk, c, g, un->padded, HP_DTYPE_F32, HP_RED_SUM, e)))
 				return rc;
@@ -641,7 +648,7 @@ static int start_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 	const float *shard = u == f->stale_unit && f->stale ? f->stale : f->w + un->off;
 	const void *send = shard;
 
-	if (slot_of(f, u))
+	if (slot_of(f, u) || !un->padded)
 		return 0;
 	if (un->root) {   /* into buf: k blocks gathered, the shard to send after them */
 		sl = &f->root_slot;
@@ -672,6 +679,8 @@ static int finish_gather(struct hp_fsdp *f, int u, struct hp_err *e)
 	struct hp_fsdp_slot *sl;
 	int rc;
 
+	if (!f->units[u].padded)
+		return 0;
 	if ((rc = start_gather(f, u, e)))
 		return rc;
 	sl = slot_of(f, u);
@@ -726,7 +735,10 @@ int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e)
 	f->first_micro = first;
 	if ((rc = hold(f, 0, 1, e)))
 		return rc;
-	return first || f->p->reshard_after_backward ? hp_fsdp_gather_unit(f, 0, e) : 0;
+	/* a pipeline stage begins a micro-batch's forward and, later, its
+	 * backward: the second finds the weights still there, unless an
+	 * earlier backward has resharded them */
+	return first || (f->p->reshard_after_backward && !f->units[0].held[0]) ? hp_fsdp_gather_unit(f, 0, e) : 0;
 }
 
 int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e)

@@ -57,6 +57,12 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	int64_t d0 = d->shape[0], d1 = d->shape[1];
 	int x = d->expert;
 
+	/* a pipeline stage holds its layers, the first the embedding, the last
+	 * the final norm and the LM head */
+	if (d->layer >= 0 ? d->layer < m->par.l0 || d->layer >= m->par.l1 :
+	    d->field == HP_PF_EMBED ? m->par.pp_rank != 0 : m->par.pp_rank != m->par.pp - 1)
+		return 0;
+
 	/* this rank's part: tp cuts columns' rows and rows' columns; an expert
 	 * lives on one ep rank */
 	if (d->role == HP_ROLE_EXPERT) {
@@ -134,6 +140,16 @@ static int any_grouped(const struct hp_model *m)
 		if (m->w.lw[l].moe && m->k.grouped[l])
 			return 1;
 	return 0;
+}
+
+static int first_stage(const struct hp_model *m)
+{
+	return m->par.pp_rank == 0;
+}
+
+static int last_stage(const struct hp_model *m)
+{
+	return m->par.pp_rank == m->par.pp - 1;
 }
 
 static int cp_ag(const struct hp_model *m)
@@ -340,7 +356,7 @@ static int take_acts(struct hp_model *m)
 	unsigned char *wbase;
 
 	/* the checkpointed layers' shared work region: the largest of theirs */
-	for (int l = 0; l < s->n_layers; l++) {
+	for (int l = pr->l0; l < pr->l1; l++) {
 		struct hp_arena kp, w, h = m->a.harena;
 
 		if (m->k.ckpt[l] == HP_ACT_CKPT_OFF)
@@ -353,24 +369,30 @@ static int take_acts(struct hp_model *m)
 			wmax = w.used;
 	}
 	wbase = wmax ? take_in(&tk, a, wmax) : NULL;
-	for (int l = 0; l < s->n_layers; l++) {
+	for (int l = pr->l0; l < pr->l1; l++) {
 		struct hp_arena w = { wbase, wbase ? wmax : 0, 0 };
 
 		tk.ok &= take_layer(m, l, a, m->k.ckpt[l] == HP_ACT_CKPT_OFF ? a : &w);
 	}
 #define TAKE(ptr, bytes) TAKE_IN(a, ptr, bytes)
+	/* the last layer's output (a stage's, sent on) */
 	TAKE(m->a.x_final, Ns * C * f);
-	TAKE(m->a.rstd_f, Ns * f);
-	TAKE(m->a.xf, N * C * f);
-	TAKE(m->a.logits, head_rows(m) * V * f);
-	if (pr->tp > 1) {
+	if (last_stage(m)) {
+		TAKE(m->a.rstd_f, Ns * f);
+		TAKE(m->a.xf, N * C * f);
+		TAKE(m->a.logits, head_rows(m) * V * f);
+	}
+	if (pr->tp > 1 && last_stage(m)) {
 		if (!pr->loss_parallel)
 			TAKE(m->lay.glogits, N * (size_t)m->gspec.vocab * f);
 		TAKE(m->lay.vp_mx, 2 * N * f);
 		TAKE(m->lay.vp_st, 4 * N * sizeof(double));
 	}
-	TAKE(m->a.cos_t, (size_t)m->lay.S * s->head_dim / 2 * f);
-	TAKE(m->a.sin_t, (size_t)m->lay.S * s->head_dim / 2 * f);
+	/* what every slot shares: the first takes it (take_slots) */
+	if (m->cur_slot == 0) {
+		TAKE(m->a.cos_t, (size_t)m->lay.S * s->head_dim / 2 * f);
+		TAKE(m->a.sin_t, (size_t)m->lay.S * s->head_dim / 2 * f);
+	}
 	take_pair(&tk, a, &m->a.pos, (size_t)N);
 	if (on_device(m)) {
 		/* the micro-batch on the device: the chunk (cp), or its whole rows
@@ -414,7 +436,8 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->lay.cp_recv, N * (QD + 2 * KD) * f);
 	}
 	/* the step's sums, then the load-balancing loss's */
-	TAKE(m->a.st, (HP_ST_N + (m->n_moe ? 2 * E + 1 : 0)) * sizeof(double));
+	if (m->cur_slot == 0)
+		TAKE(m->a.st, (HP_ST_N + (m->n_moe ? 2 * E + 1 : 0)) * sizeof(double));
 	if (m->n_moe) {
 		TAKE(m->a.dye, R * C * f);
 		TAKE(m->a.dxe, R * C * f);
@@ -438,6 +461,85 @@ static int take_acts(struct hp_model *m)
 #undef TAKE
 #undef TAKE_IN
 	return tk.ok;
+}
+
+/* Every slot's activations one after another in the arena, each with its
+ * own layer table when m->slot is there (else measuring: all into
+ * m->a.act); slot 0 current after. */
+static int take_slots(struct hp_model *m)
+{
+	struct hp_arena aa, ha;
+	int ok = 1;
+
+	for (int k = 0; k < m->par.slots; k++) {
+		m->cur_slot = k;
+		if (m->slot)
+			m->a.act = m->slot[k].a.act;
+		ok &= take_acts(m);
+		if (m->slot) {
+			m->slot[k].a = m->a;
+			m->slot[k].lay = m->lay;
+		}
+	}
+	m->cur_slot = 0;
+	if (m->slot) {
+		/* the RoPE tables and the step's sums are one */
+		for (int k = 1; k < m->par.slots; k++) {
+			m->slot[k].a.cos_t = m->slot[0].a.cos_t;
+			m->slot[k].a.sin_t = m->slot[0].a.sin_t;
+			m->slot[k].a.st = m->slot[0].a.st;
+		}
+		aa = m->a.aarena;
+		ha = m->a.harena;
+		m->a = m->slot[0].a;
+		m->lay = m->slot[0].lay;
+		m->a.aarena = aa;
+		m->a.harena = ha;
+		m->cur_slot = 0;
+	}
+	return ok;
+}
+
+void hp_model_use_slot(struct hp_model *m, int k)
+{
+	struct hp_arena aa = m->a.aarena, ha = m->a.harena;
+	float *pb = m->a.probe_buf;
+	size_t pc = m->a.probe_cap;
+	double *st;
+
+	if (!m->slot || k == m->cur_slot)
+		return;
+	st = m->slot[0].a.st;   /* the step's sums are one */
+	m->slot[m->cur_slot] = (struct hp_model_slot){ m->a, m->lay, m->head_done };
+	m->a = m->slot[k].a;
+	m->lay = m->slot[k].lay;
+	m->head_done = m->slot[k].head_done;
+	m->a.aarena = aa;
+	m->a.harena = ha;
+	m->a.st = st;
+	m->a.probe_buf = pb;
+	m->a.probe_cap = pc;
+	m->cur_slot = k;
+}
+
+float *hp_model_stage_in(struct hp_model *m)
+{
+	return m->a.act[m->par.l0].x_in;
+}
+
+float *hp_model_stage_out(struct hp_model *m)
+{
+	return m->a.x_final;
+}
+
+float *hp_model_grad_in(struct hp_model *m)
+{
+	return m->a.dx;
+}
+
+size_t hp_model_stage_numel(const struct hp_model *m)
+{
+	return (size_t)m->lay.Ns * (size_t)m->spec.hidden;
 }
 
 int hp_model_init(struct hp_model *m, const struct hp_model_spec *spec, int B, int T, struct hp_err *e)
@@ -466,6 +568,17 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 		p->cp = 1;
 	if (p->ep < 1)
 		p->ep = 1;
+	if (p->pp < 1)
+		p->pp = 1;
+	if (p->slots < 1)
+		p->slots = 1;
+	if (p->l1 <= 0) {
+		p->l0 = 0;
+		p->l1 = g->n_layers;
+	}
+	if (p->pp_rank < 0 || p->pp_rank >= p->pp || p->l0 < 0 || p->l0 >= p->l1 || p->l1 > g->n_layers)
+		return hp_err_set(e, HP_EINVAL, "pipeline stage %d of %d with layers [%d, %d) of %d", p->pp_rank,
+				  p->pp, p->l0, p->l1, g->n_layers);
 	if (g->n_heads % p->tp || g->n_kv_heads % p->tp || g->intermediate % p->tp || g->vocab % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "tp %d must divide the heads (%d, %d KV), intermediate_size "
 				  "%d and vocab_size %d", p->tp, g->n_heads, g->n_kv_heads, g->intermediate,
@@ -607,7 +720,7 @@ static int64_t measure(const struct hp_model_spec *spec, const struct hp_model_k
 	if (B > 0 && T > 0 && !set_layout(&m, par, B, T, &e)) {
 		for (int l = 0; device && l < spec->n_layers; l++)
 			m.k.flash[l] = 1;
-		take_acts(&m);
+		take_slots(&m);
 		bytes = m.a.aarena.used > (size_t)INT64_MAX - 63 ? -2 :
 			(int64_t)((m.a.aarena.used + 63) & ~(size_t)63);   /* whole slices */
 		if (device && bytes >= 0) {
@@ -758,16 +871,16 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 			goto fail;
 		}
 	/* grouped experts read gate and up as one [2*Im, C] matrix */
-	for (int l = 0; l < spec->n_layers; l++)
+	for (int l = m->par.l0; l < m->par.l1; l++)
 		for (int x = 0; m->k.grouped[l] && m->w.lw[l].moe && x < m->lay.El; x++)
 			if (m->w.lw[l].ex[x].wu != m->w.lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
 			    m->w.lg[l].ex[x].wu != m->w.lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
 				m->k.grouped[l] = 0;
-	for (int l = 0; l < spec->n_layers; l++)
+	for (int l = m->par.l0; l < m->par.l1; l++)
 		if (m->w.lw[l].moe && ((rc = expert_stride(&m->w.lw[l], m->lay.El, e)) ||
 				       (rc = expert_stride(&m->w.lg[l], m->lay.El, e))))
 			goto fail;
-	take_acts(m);                       /* measure */
+	take_slots(m);                      /* measure */
 	if ((rc = arena_on(m, &m->a.aarena, m->a.aarena.used, e))) {
 		hp_err_set(e, rc, "out of memory for activations (%zu MiB for %d x %d tokens on %s)",
 			   m->a.aarena.cap >> 20, B, T, m->bk->name);
@@ -777,7 +890,19 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the host's index arrays");
 		goto fail;
 	}
-	take_acts(m);
+	if (m->par.slots > 1) {
+		if (!(m->slot = hp_calloc((size_t)m->par.slots, sizeof(*m->slot)))) {
+			rc = hp_err_set(e, HP_ENOMEM, "out of memory for the layer tables");
+			goto fail;
+		}
+		m->slot[0].a.act = m->a.act;
+		for (int j = 1; j < m->par.slots; j++)
+			if (!(m->slot[j].a.act = hp_calloc((size_t)spec->n_layers, sizeof(*m->a.act)))) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory for the layer tables");
+				goto fail;
+			}
+	}
+	take_slots(m);
 	if (!on_device(m)) {
 		hp_model_spec_rope_table(spec, m->a.cos_t, m->a.sin_t, m->lay.S);
 		return 0;
@@ -826,6 +951,15 @@ void hp_model_release(struct hp_model *m)
 	}
 	hp_free(m->w.lw);
 	hp_free(m->w.lg);
+	if (m->slot) {
+		/* every slot's layer table, the current one's among them */
+		m->slot[m->cur_slot].a.act = m->a.act;
+		for (int k = 0; k < m->par.slots; k++)
+			hp_free(m->slot[k].a.act);
+		hp_free(m->slot);
+		m->slot = NULL;
+		m->a.act = NULL;
+	}
 	hp_free(m->a.act);
 	hp_free(m->a.probe_buf);
 	m->a.probe_buf = NULL;
@@ -1563,7 +1697,7 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	float eps = (float)s->rms_eps;
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
-	float *next = l + 1 < s->n_layers ? m->a.act[l + 1].x_in : m->a.x_final;
+	float *next = l + 1 < pr->l1 ? m->a.act[l + 1].x_in : m->a.x_final;
 	/* with sequence parallelism a norm's output is this rank's rows, then gathered */
 	float *sp_out = re ? m->a.dxn : m->a.dx, *nout, *o;
 
@@ -1709,13 +1843,14 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	if (stage_batch(m, ids, targets, seg))
 		return -2;
 	targets = m->a.tgt.h;
-	if (tp > 1) {
+	/* a later pipeline stage starts from what its caller received */
+	if (first_stage(m) && tp > 1) {
 		bk->embed_fwd(bk, pr->sp ? m->a.dxn : m->a.act[0].x_in, &m->a.ids, m->w.embed, N, C, m->lay.v0, V);
 		tp_reduce(m, pr->sp ? m->a.dxn : m->a.act[0].x_in, m->a.act[0].x_in);
-	} else {
+	} else if (first_stage(m)) {
 		bk->embed_fwd(bk, m->a.act[0].x_in, &m->a.ids, m->w.embed, N, C, 0, V);
 	}
-	if (probe(m, "model.embed_tokens", 0, m->a.act[0].x_in, Ns, C, pr->sp, 0))
+	if (first_stage(m) && probe(m, "model.embed_tokens", 0, m->a.act[0].x_in, Ns, C, pr->sp, 0))
 		return -2;
 	/* the sums this forward starts (its loss where it has its own, the
 	 * load-balancing loss's), and the step's when it is the step's first */
@@ -1724,9 +1859,9 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	if (z1 > z0)
 		bk->zero(bk, m->a.st + z0, (z1 - z0) * sizeof(double));
 	m->st_fresh = 0;
-	for (int l = 0; l < s->n_layers; l++) {
+	for (int l = pr->l0; l < pr->l1; l++) {
 		struct hp_layer_act *a = &m->a.act[l];
-		float *next = l + 1 < s->n_layers ? m->a.act[l + 1].x_in : m->a.x_final;
+		float *next = l + 1 < pr->l1 ? m->a.act[l + 1].x_in : m->a.x_final;
 		int rc;
 
 		if (hook(m, l, HP_HOOK_PRE_FORWARD))
@@ -1750,6 +1885,13 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	}
 	if (m->n_moe && s->output_router_logits)
 		moe_aux(m);
+	if (!last_stage(m)) {
+		/* the stage's output: the residual add owed to the next norm, paid
+		 * now (the float sum that norm would make) */
+		if (ra)
+			bk->add(bk, m->a.x_final, ra, rb, Ns * C);
+		return m->par_rc ? -2 : 0;
+	}
 	nout = pr->sp ? m->a.dx : m->a.xf;
 	norm_in(m, m->k.fused_final, m->a.x_final, nout, m->a.rstd_f, ra, rb, m->w.final_norm, Ns, C, eps);
 	tp_gather(m, m->a.xf, nout);
@@ -1839,7 +1981,9 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	/* the forward staged the batch (the caller passes the same one) */
 	(void)ids;
 	(void)targets;
-	if (tp > 1) {
+	if (!last_stage(m)) {
+		/* a pipeline stage's caller has put its output's gradient in dx */
+	} else if (tp > 1) {
 		bk->vp_ce_bwd(bk, dlogits, m->a.logits, m->lay.vp_st, m->lay.vp_mx, m->a.tgt.d, N, V, m->lay.v0, scale);
 		bk->linear_bwd(bk, m->a.dxn, m->w.d_lm_head, NULL, dlogits, m->a.xf, m->w.lm_head, N, C, V, 0);
 	} else if (chunked(m)) {
@@ -1857,9 +2001,12 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		bk->ce_bwd(bk, dlogits, m->a.logits, m->a.tgt.d, N, V, scale);
 		bk->linear_bwd(bk, m->a.dxn, m->w.d_lm_head, NULL, dlogits, m->a.xf, m->w.lm_head, N, C, V, 0);
 	}
-	dy = tp_reduce(m, m->a.dxn, m->lay.dred);
-	norm_bwd(m, m->k.fused_final, m->a.dx, m->w.d_final_norm, dy, m->a.x_final, m->w.final_norm, m->a.rstd_f, Ns, C, 0);
-	for (int l = s->n_layers - 1; l >= 0; l--) {
+	if (last_stage(m)) {
+		dy = tp_reduce(m, m->a.dxn, m->lay.dred);
+		norm_bwd(m, m->k.fused_final, m->a.dx, m->w.d_final_norm, dy, m->a.x_final, m->w.final_norm,
+			 m->a.rstd_f, Ns, C, 0);
+	}
+	for (int l = pr->l1 - 1; l >= pr->l0; l--) {
 		struct hp_layer_act *a = &m->a.act[l];
 		const struct hp_layer_w *w = &m->w.lw[l];
 		struct hp_layer_w *g = &m->w.lg[l];
@@ -1911,6 +2058,8 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		if (hook(m, l, HP_HOOK_POST_BACKWARD))
 			return;
 	}
+	if (!first_stage(m))
+		return;   /* dx: the gradient of the stage's input, for its caller to send */
 	par_rc(m, bk->embed_bwd(bk, m->w.d_embed, tp > 1 ? entry_grad(m) : m->a.dx, &m->a.ids, N, C, tp > 1 ? m->lay.v0 : 0,
 				V, m->spec.pad_token_id, &m->err));
 }

@@ -131,6 +131,12 @@ struct hp_model_par {
 	 * commits and releases them): on a device they are reserved, with
 	 * memory only behind what is gathered (backend.h, reserve) */
 	int sharded;
+	/* pipeline parallelism: pp stages, this rank's stage pp_rank, which
+	 * holds the decoder layers [l0, l1) (the embedding on the first stage,
+	 * the final norm and LM head on the last); slots micro-batches' kept
+	 * activations at once (hp_model_use_slot).  pp 0 or 1: one stage of
+	 * every layer, one slot. */
+	int pp, pp_rank, l0, l1, slots;
 	struct hp_comms *cs;
 };
 
@@ -271,6 +277,12 @@ struct hp_model {
 	struct hp_model_lay lay;
 	int n_moe;                    /* MoE layers */
 
+	/* pipeline parallelism: each slot's activations and layout buffers
+	 * (par.slots of them; slot 0's sums are the step's), and the slot in
+	 * m->a and m->lay now */
+	struct hp_model_slot { struct hp_model_acts a; struct hp_model_lay lay; int head_done; } *slot;
+	int cur_slot;
+
 	/* the pass in flight */
 	int par_rc;                   /* its first error: a collective's, the backend's, a hook's */
 	struct hp_err err;            /* its message (hp_model_forward and _backward hand it on) */
@@ -362,6 +374,26 @@ void hp_model_stats_zero(struct hp_model *m);
 int hp_model_stats(struct hp_model *m, double *out, struct hp_err *e);
 /* The double of the step's sums at i, in the backend's memory. */
 double *hp_model_stat(struct hp_model *m, enum hp_model_stat i);
+
+/*
+ * Pipeline stages (par.pp > 1).  A stage's forward starts, unless it is
+ * the first, from the residual stream its caller has put in
+ * hp_model_stage_in (this rank's Ns x hidden floats, in the backend's
+ * memory), and ends, unless it is the last, with the residual stream it
+ * hands on in hp_model_stage_out (no norm, no loss).  Its backward starts,
+ * unless it is the last, from the gradient of that output, put in
+ * hp_model_grad_in; and ends, unless it is the first, with the gradient
+ * of its input in the same buffer.  Each micro-batch in flight computes in
+ * a slot of its own (0 <= k < par.slots), made current by
+ * hp_model_use_slot before its forward and again before its backward;
+ * the buffers above are the current slot's.
+ */
+void hp_model_use_slot(struct hp_model *m, int k);
+float *hp_model_stage_in(struct hp_model *m);
+float *hp_model_stage_out(struct hp_model *m);
+float *hp_model_grad_in(struct hp_model *m);
+/* Elements of each of them: Ns x hidden. */
+size_t hp_model_stage_numel(const struct hp_model *m);
 
 /* Look a parameter up by HF name; NULL when absent. */
 struct hp_param *hp_model_param(struct hp_model *m, const char *name);

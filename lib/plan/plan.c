@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "model/params.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
 
 const char *hp_placement_str(struct hp_placement pl, char *buf, size_t n)
 {
@@ -77,12 +78,67 @@ void hp_plan_free(struct hp_plan *p)
 
 /* --- checks ---------------------------------------------------------------- */
 
+/*
+ * Pipeline stages: the layer split (given, or even with the first stages
+ * one layer longer), the micro-batches, and what is not supported with a
+ * pipeline yet, each refused by name.  Fills p->stage_l0.
+ */
+static int check_pipeline(struct hp_plan *p, const struct hp_config *c, int world, struct hp_err *e)
+{
+	const char *f = c->path ? c->path : "config";
+	const struct hp_model_spec *s = &p->spec;
+	const int *split = c->accelerator.pp_layer_split;
+	int n = c->accelerator.npp_layer_split, L = s->n_layers, pp = (int)p->pp;
+	long sum = 0;
+
+	p->pp_schedule = (enum hp_pp_schedule)c->accelerator.pp_schedule;
+	if (p->pp > L)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld stages for %d layers: every "
+				  "stage needs a layer", f, p->pp, L);
+	if (split && n != pp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_layer_split: %d entries for pp_size %d: "
+				  "give one per stage", f, n, pp);
+	for (int i = 0; split && i < n; i++)
+		sum += split[i];
+	if (split && sum != L)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_layer_split: the stages' layers add up "
+				  "to %ld, the model has %d (num_hidden_layers)", f, sum, L);
+	p->stage_l0[0] = 0;
+	for (int i = 0; i < pp; i++)
+		p->stage_l0[i + 1] = p->stage_l0[i] + (split ? split[i] : L / pp + (i < L % pp));
+	if (c->accelerator.pp_micro_batch_num > 0) {
+		long dp = world / (p->pp * p->tp * p->cp), mb = c->training.global_batch_size /
+						       (c->training.micro_batch_size * (dp > 0 ? dp : 1));
+
+		if (c->accelerator.pp_micro_batch_num != mb)
+			return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_micro_batch_num: %ld, but a step has "
+					  "%ld micro-batches per data-parallel rank (global_batch_size %ld / "
+					  "(micro_batch_size %ld * dp %ld)); give %ld or leave it out", f,
+					  c->accelerator.pp_micro_batch_num, mb, c->training.global_batch_size,
+					  c->training.micro_batch_size, dp, mb);
+	}
+	if (p->pp == 1)
+		return 0;
+	if (s->tie_word_embeddings)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld with tie_word_embeddings: the "
+				  "first and last stages sharing the embedding is not supported yet (pp_size 1, or "
+				  "an untied model)", f, p->pp);
+	if (s->n_experts > 0 && s->output_router_logits)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld with output_router_logits: "
+				  "the load-balancing loss over every stage's routers is not supported yet", f, p->pp);
+	if (!c->fsdp.reshard_after_backward && world > p->pp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.reshard_after_backward: false with "
+				  "pp_size %ld is not supported yet", f, p->pp);
+	return 0;
+}
+
 static int check(struct hp_plan *p, const struct hp_config *c, int world, struct hp_err *e)
 {
 	const char *f = c->path ? c->path : "config";
 	const struct hp_model_spec *s = &p->spec;
 	long seq = hp_config_seq_length(c);
 	long sq;
+	int rc;
 
 	if (world < 1)
 		return hp_err_set(e, HP_ECONFIG, "world size %d: must be at least 1", world);
@@ -92,22 +148,22 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 	if (p->dp_shard < 1 || p->edp_shard < 1)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config: dp_shard_size and edp_shard_size "
 				  "must be at least 1", f);
-	if (p->pp > 1)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld: pipeline parallelism "
-				  "is not supported (set 1)", f, p->pp);
-	if (world % (p->tp * p->cp))
+	if (world % (p->pp * p->tp * p->cp))
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator: world size %d is not divisible by "
-				  "tp_size*cp_size = %ld; pick a world size that is a multiple", f, world,
-				  p->tp * p->cp);
+				  "pp_size*tp_size*cp_size = %ld; pick a world size that is a multiple", f, world,
+				  p->pp * p->tp * p->cp);
+	if ((rc = check_pipeline(p, c, world, e)))
+		return rc;
 	if ((p->dp * p->cp) % p->dp_shard)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.dp_shard_size: %ld does not divide "
 				  "dp*cp = %ld; pick a divisor", f, p->dp_shard, p->dp * p->cp);
-	if (world % p->ep)
+	if ((world / p->pp) % p->ep)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.ep_size: %ld does not divide the "
-				  "world size %d", f, p->ep, world);
+				  "%ld ranks of a pipeline stage (world size %d / pp_size %ld)", f, p->ep, world / p->pp,
+				  world, p->pp);
 	if (p->edp % p->edp_shard)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.edp_shard_size: %ld does not divide "
-				  "edp = world/ep_size = %ld; pick a divisor", f, p->edp_shard, p->edp);
+				  "edp = world/(pp_size*ep_size) = %ld; pick a divisor", f, p->edp_shard, p->edp);
 	if (s->n_heads % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
 				  "num_attention_heads %d", f, p->tp, s->n_heads);
@@ -248,8 +304,18 @@ static int plan_one(void *ctx, const struct hp_param_desc *d)
 			unit = w->expert_unit;
 		}
 	}
-	return add_param(w->p, w->cap, d->name, d->ndim, (long)d->shape[0], (long)d->shape[1], d->role, unit,
-			 d->expert > 0 ? d->expert : 0) ? -1 : 0;
+	if (add_param(w->p, w->cap, d->name, d->ndim, (long)d->shape[0], (long)d->shape[1], d->role, unit,
+		      d->expert > 0 ? d->expert : 0))
+		return -1;
+	/* its pipeline stage: its layer's; the embedding the first's, the
+	 * final norm and LM head the last's */
+	struct hp_plan_param *q = &w->p->params[w->p->nparams - 1];
+	if (d->layer >= 0)
+		while (q->stage + 1 < w->p->pp && d->layer >= w->p->stage_l0[q->stage + 1])
+			q->stage++;
+	else if (d->field != HP_PF_EMBED)
+		q->stage = (int)w->p->pp - 1;
+	return 0;
 }
 
 static int count_plan(void *ctx, const struct hp_param_desc *d)
@@ -626,10 +692,10 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 	p->loss_parallel = c->accelerator.loss_parallel;
 	p->dp_shard = c->fsdp.dp_shard_size;
 	p->edp_shard = c->fsdp.edp_shard_size;
-	if (p->tp > 0 && p->cp > 0)
-		p->dp = world / (p->tp * p->cp);
-	if (p->ep > 0)
-		p->edp = world / p->ep;
+	if (p->tp > 0 && p->cp > 0 && p->pp > 0)
+		p->dp = world / (p->pp * p->tp * p->cp);
+	if (p->ep > 0 && p->pp > 0)
+		p->edp = world / (p->pp * p->ep);
 	if ((rc = check(p, c, world, e)))
 		goto fail;
 	/* hfconfig.h: a key in none of the lists is named once, by rank 0 */
@@ -646,6 +712,7 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 	p->size[HP_DIM_EDP_REPLICATE] = (int)p->edp_replicate;
 	p->size[HP_DIM_EDP_SHARD] = (int)p->edp_shard;
 	p->size[HP_DIM_EP] = (int)p->ep;
+	p->size[HP_DIM_PP] = (int)p->pp;
 	if (build_params(p) || build_modules(p)) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
 		goto fail;
@@ -748,6 +815,33 @@ static json_t *mesh_json(const struct hp_plan *p, enum hp_mesh mesh, int *bad)
 	}
 	hp_free(g);
 	return m;
+}
+
+/* The stages, their layers and ranks, and the schedule's timeline: the
+ * step's length in units (a forward 1, a backward 2) and its bubble. */
+static json_t *pipeline_json(const struct hp_plan *p, int *bad)
+{
+	json_t *o = json_object(), *st = json_array();
+	int G = (int)p->accum, len = hp_pp_timeline(p->pp_schedule, (int)p->pp, G, NULL);
+	long sw = p->world / p->pp;
+
+	set(o, "schedule", json_string(hp_pp_schedule_name(p->pp_schedule)), bad);
+	set(o, "micro_batches", json_integer(G), bad);
+	set(o, "step_units", json_integer(len), bad);
+	set(o, "bubble", json_real(len > 0 ? 1.0 - 3.0 * G / len : 0), bad);
+	set(o, "stages", st, bad);
+	for (int s = 0; st && s < p->pp; s++) {
+		json_t *one = json_object(), *ls = json_array();
+
+		push(st, one, bad);
+		set(one, "layers", ls, bad);
+		push(ls, json_integer(p->stage_l0[s]), bad);
+		push(ls, json_integer(p->stage_l0[s + 1]), bad);
+		set(one, "first_rank", json_integer(s * sw), bad);
+		set(one, "ranks", json_integer(sw), bad);
+		set(one, "in_flight", json_integer(hp_pp_in_flight(p->pp_schedule, (int)p->pp, s, G)), bad);
+	}
+	return o;
 }
 
 static json_t *rank_est_json(const struct hp_rank_est *r, json_t *ranks, int *bad)
@@ -867,7 +961,10 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 	}
 	set(root, "meshes", meshes = json_object(), bad);
 	for (int m = 0; meshes && m < HP_NMESH; m++)
-		set(meshes, hp_mesh_name((enum hp_mesh)m), mesh_json(p, (enum hp_mesh)m, bad), bad);
+		if (m != HP_MESH_PIPELINE || p->pp > 1)
+			set(meshes, hp_mesh_name((enum hp_mesh)m), mesh_json(p, (enum hp_mesh)m, bad), bad);
+	if (p->pp > 1)
+		set(root, "pipeline", pipeline_json(p, bad), bad);
 	set(root, "fsdp_units", units = json_array(), bad);
 	for (int u = 0; units && u < p->nunits; u++) {
 		json_t *o = json_object(), *names = json_array();
@@ -907,6 +1004,8 @@ static json_t *plan_json(const struct hp_plan *p, const char *hash, int *bad)
 		if (q->ep_owner >= 0)
 			set(o, "ep_owner", json_integer(q->ep_owner), bad);
 		set(o, "fsdp_unit", json_string(p->units[q->unit].name), bad);
+		if (p->pp > 1)
+			set(o, "stage", json_integer(q->stage), bad);
 	}
 	set(root, "modules", mods = json_array(), bad);
 	for (int i = 0; mods && i < p->nmodules; i++) {

@@ -75,6 +75,7 @@ struct hp_plan_param {
 	struct hp_placement pl[HP_NDIM];
 	int ep_owner;                  /* the ep rank that owns this expert; -1 */
 	int unit;                      /* index into units */
+	int stage;                     /* the pipeline stage that holds it (0 without one) */
 };
 
 struct hp_plan_unit {
@@ -113,6 +114,10 @@ struct hp_plan {
 	long tp, cp, ep, pp, dp, dp_shard, dp_replicate, edp, edp_shard, edp_replicate;
 	int sequence_parallel, loss_parallel;
 	int size[HP_NDIM];             /* each dim's size: the layout (comm/mesh.h) */
+	/* pipeline: the schedule, and stage s's decoder layers
+	 * [stage_l0[s], stage_l0[s + 1]) */
+	enum hp_pp_schedule pp_schedule;
+	int stage_l0[HP_MAX_LAYERS + 1];
 
 	/* what the estimates need from the config */
 	long micro, seq, accum;        /* micro-batch rows, tokens per row (0: unknown),
@@ -126,7 +131,8 @@ struct hp_plan {
 	enum hp_cp_mode cp_mode;       /* from the kernel bound to attention */
 	double max_grad_norm;
 	long ce_chunk;                 /* lm_head bound to chunked_ce: tokens per chunk */
-	int64_t act_bytes;             /* hp_plan_act_bytes, measured once by hp_plan_resolve */
+	int64_t act_bytes;             /* hp_plan_act_bytes, measured once by hp_plan_resolve
+					  (the largest over the pipeline's stages) */
 	struct json_t *config;         /* the resolved config (hp_config_json) */
 
 	struct hp_plan_param *params;
@@ -218,8 +224,14 @@ struct hp_fsdp_bytes { size_t buf, rs1, slot, send; };
 /* 0, or -1 out of memory */
 int hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, int ring,
 			struct hp_fsdp_bytes *b);
-/* Whether rank holds any of q (an expert lives on one ep rank). */
+/* Whether rank holds any of q (an expert lives on one ep rank, a layer on
+ * one pipeline stage). */
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank);
+/* Rank's pipeline stage, and the model's part of the layout there: tp,
+ * cp, ep, the stage and its layers, and the micro-batches whose
+ * activations the schedule keeps at once (no communicators). */
+int hp_plan_stage(const struct hp_plan *p, int rank);
+void hp_plan_model_par(const struct hp_plan *p, int rank, struct hp_model_par *par);
 
 struct hp_comm_est {
 	int64_t calls, bytes;       /* per step: calls, and bytes of the send buffers */
@@ -252,6 +264,8 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r);
  */
 #define HP_HOST_OVERHEAD_BYTES ((int64_t)256 << 20)
 int64_t hp_plan_act_bytes(const struct hp_plan *p);
+/* The same for rank's stage (every stage's are the same without a pipeline). */
+int64_t hp_plan_rank_act_bytes(const struct hp_plan *p, int rank);
 
 /* The kernels the plan binds, as the CPU model takes them (lib/model/model.h). */
 struct hp_model_kernels;

@@ -18,12 +18,40 @@
 #include "cpu/ops.h"
 #include "model/params.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
 
 /* --- parameters ------------------------------------------------------------- */
 
+int hp_plan_stage(const struct hp_plan *p, int rank)
+{
+	return p->pp > 1 ? hp_mesh_coord(p->size, HP_DIM_PP, rank) : 0;
+}
+
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank)
 {
-	return q->mesh != HP_MESH_EXPERT || hp_mesh_coord(p->size, HP_DIM_EP, rank) == q->ep_owner;
+	return (q->mesh != HP_MESH_EXPERT || hp_mesh_coord(p->size, HP_DIM_EP, rank) == q->ep_owner) &&
+	       q->stage == hp_plan_stage(p, rank);
+}
+
+void hp_plan_model_par(const struct hp_plan *p, int rank, struct hp_model_par *par)
+{
+	int s = hp_plan_stage(p, rank);
+
+	memset(par, 0, sizeof(*par));
+	par->tp = (int)p->tp;
+	par->cp = (int)p->cp;
+	par->ep = (int)p->ep;
+	par->sp = p->sequence_parallel;
+	par->loss_parallel = p->loss_parallel;
+	par->ulysses = p->cp_mode == HP_CP_ULYSSES;
+	par->tp_rank = hp_mesh_coord(p->size, HP_DIM_TP, rank);
+	par->cp_rank = hp_mesh_coord(p->size, HP_DIM_CP, rank);
+	par->ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, rank);
+	par->pp = (int)p->pp;
+	par->pp_rank = s;
+	par->l0 = p->stage_l0[s];
+	par->l1 = p->stage_l0[s + 1];
+	par->slots = p->pp > 1 ? hp_pp_in_flight(p->pp_schedule, (int)p->pp, s, (int)p->accum) : 1;
 }
 
 void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
@@ -78,20 +106,32 @@ int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
 /* The bytes lib/model/model.c takes for this layout's activations: its own
  * take_acts, measuring (hp_model_act_bytes), so the estimate cannot drift
  * from what each rank allocates. */
-int64_t hp_plan_act_bytes(const struct hp_plan *p)
+int64_t hp_plan_rank_act_bytes(const struct hp_plan *p, int rank)
 {
 	struct hp_model_kernels k;
-	struct hp_model_par par = {
-		.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep, .sp = p->sequence_parallel,
-		.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
-	};
+	struct hp_model_par par;
 	int64_t b;
 
 	if (p->seq <= 0)
 		return 0;
 	hp_plan_model_kernels(p, &k);
+	hp_plan_model_par(p, rank, &par);
 	b = hp_model_act_bytes(&p->spec, &k, &par, (int)p->micro, (int)p->seq);
 	return b > 0 || b == -2 ? b : 0;   /* -2: overflow, refused by hp_plan_resolve */
+}
+
+int64_t hp_plan_act_bytes(const struct hp_plan *p)
+{
+	int64_t best = 0, sw = p->world / (p->pp > 1 ? p->pp : 1);
+
+	for (int s = 0; s < (p->pp > 1 ? p->pp : 1); s++) {
+		int64_t b = hp_plan_rank_act_bytes(p, (int)(s * sw));
+
+		if (b == -2)
+			return b;
+		best = b > best ? b : best;
+	}
+	return best;
 }
 
 /* --- traffic ---------------------------------------------------------------- */
@@ -112,6 +152,33 @@ static void add(struct hp_rank_est *r, int dim, enum hp_coll c, int64_t calls, i
 static int esize(const char *dtype)
 {
 	return dtype && (!strcmp(dtype, "bfloat16") || !strcmp(dtype, "float16")) ? 2 : 4;
+}
+
+/* The root unit's gathers in a step (lib/dist/fsdp.c, hp_fsdp_micro_begin):
+ * at the step's first action, and with reshard_after_backward before any
+ * other that finds it released (each backward releases it).  Without a
+ * pipeline a micro-batch's forward and backward are one action. */
+static int64_t root_gathers(const struct hp_plan *p, int rank)
+{
+	int G = (int)p->accum, s = hp_plan_stage(p, rank), held = 0;
+	int64_t n = 0;
+	struct hp_pp_action *a;
+
+	if (p->pp <= 1)
+		return p->reshard_after_backward ? G : 1;
+	if (!(a = hp_calloc(2 * (size_t)G + 1, sizeof(*a))))
+		return 0;
+	hp_pp_actions(p->pp_schedule, (int)p->pp, s, G, a);
+	for (int i = 0; i < 2 * G; i++) {
+		if (!i || (p->reshard_after_backward && !held)) {
+			n++;
+			held = 1;
+		}
+		if (a[i].backward && p->reshard_after_backward)
+			held = 0;
+	}
+	hp_free(a);
+	return n;
 }
 
 /* FSDP and replica traffic of each unit, and the tp sums of partial grads. */
@@ -139,7 +206,8 @@ static void param_traffic(const struct hp_plan *p, int rank, struct hp_rank_est 
 		}
 		if (!padded)
 			continue;
-		add(r, sd, HP_COLL_ALL_GATHER, p->reshard_after_backward ? G : 1, padded * ep, 1);
+		add(r, sd, HP_COLL_ALL_GATHER, root ? root_gathers(p, rank) : p->reshard_after_backward ? G : 1,
+		    padded * ep, 1);
 		if (!root && p->reshard_after_forward)
 			add(r, sd, HP_COLL_ALL_GATHER, G, padded * ep, 1);
 		add(r, sd, HP_COLL_REDUCE_SCATTER, G, k * padded * er, 1);
@@ -152,11 +220,13 @@ static void param_traffic(const struct hp_plan *p, int rank, struct hp_rank_est 
  * Activations travel in fp32 on every backend: mix_precision sets the
  * dtype of FSDP's parameter gathers and gradient reductions (the CUDA
  * backend rounds to bf16 only the operands its tensor cores read). */
-static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
+static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 {
 	const struct hp_model_spec *s = &p->spec;
 	int64_t G = p->accum, ea = 4;
 	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0;
+	int st = hp_plan_stage(p, rank), l0 = p->stage_l0[st], l1 = p->stage_l0[st + 1], nl = l1 - l0;
+	int first = st == 0, last = st == (p->pp > 1 ? p->pp : 1) - 1;
 
 	if (p->seq <= 0)
 		return;
@@ -164,7 +234,10 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	A = N * s->hidden * ea;
 	As = A / p->tp;
 	Nm = p->sequence_parallel ? N / p->tp : N;
-	for (int l = 0; l < s->n_layers; l++) {
+	/* pipeline stages: the residual stream (this rank's rows of it) to
+	 * the next stage in each forward, its gradient back in each backward */
+	add(r, HP_DIM_PP, HP_COLL_P2P, G * (!last + !first), (p->sequence_parallel ? As : A), 1);
+	for (int l = l0; l < l1; l++) {
 		int moe = hp_model_spec_layer_is_moe(s, l), re = p->ckpt_layer[l] && p->act_ckpt == HP_ACT_CKPT_FULL;
 
 		nmoe += moe;
@@ -177,17 +250,18 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	}
 	/* tensor parallel: per attention and dense MLP block, the entry and exit */
 	if (p->sequence_parallel) {
-		int64_t blocks = s->n_layers + ndense;
+		int64_t blocks = nl + ndense;
 
 		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * (2 * blocks + nre + nre_dense), As, 1);
 		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * (2 * blocks + nre), A, 1);
 		/* embedding: RS forward, AG backward; LM head: AG forward, RS backward */
-		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * 2, A, 1);
-		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * 2, As, 1);
+		add(r, HP_DIM_TP, HP_COLL_REDUCE_SCATTER, G * (first + last), A, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_GATHER, G * (first + last), As, 1);
 	} else {
-		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G * (2 * (s->n_layers + ndense) + 2 + nre), A, 1);
+		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G * (2 * (nl + ndense) + first + last + nre), A, 1);
 	}
-	if (p->loss_parallel) {     /* max, then sum of exp and the target logit */
+	if (!last) {
+	} else if (p->loss_parallel) {     /* max, then sum of exp and the target logit */
 		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, N * 4, 1);
 		add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, 2 * N * 8, 1);
 	} else {
@@ -198,11 +272,11 @@ static void act_traffic(const struct hp_plan *p, struct hp_rank_est *r)
 	if (p->cp_mode == HP_CP_ULYSSES) {
 		int64_t q = N * (s->n_heads / p->tp) * s->head_dim * ea;
 
-		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * s->n_layers + nre), q + 2 * kv, 1);
-		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * s->n_layers + nre), q, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * nl + nre), q + 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * nl + nre), q, 1);
 	} else {
-		add(r, HP_DIM_CP, HP_COLL_ALL_GATHER, G * (s->n_layers + nre), 2 * kv, 1);
-		add(r, HP_DIM_CP, HP_COLL_REDUCE_SCATTER, G * s->n_layers, p->cp * 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_GATHER, G * (nl + nre), 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_REDUCE_SCATTER, G * nl, p->cp * 2 * kv, 1);
 	}
 	if (!nmoe)
 		return;
@@ -404,12 +478,7 @@ static int holds_weights(const struct hp_plan *p, int k, int l)
 static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 {
 	struct hp_model_kernels k;
-	struct hp_model_par par = {
-		.tp = (int)p->tp, .cp = (int)p->cp, .ep = (int)p->ep, .sp = p->sequence_parallel,
-		.loss_parallel = p->loss_parallel, .ulysses = p->cp_mode == HP_CP_ULYSSES,
-		.tp_rank = hp_mesh_coord(p->size, HP_DIM_TP, rank), .cp_rank = hp_mesh_coord(p->size, HP_DIM_CP, rank),
-		.ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, rank),
-	};
+	struct hp_model_par par;
 	int n = p->spec.n_layers, np = 0, rc = -1;
 	int64_t act, scratch = 0, numel = 0, wc0 = 0, total = 0, best = 0;
 	struct hp_fsdp_bytes fb;
@@ -420,6 +489,7 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 	size_t ng;
 
 	*out = 0;
+	hp_plan_model_par(p, rank, &par);
 	if (!full || !pad || !units || !dp)
 		goto out;
 	hp_plan_model_kernels(p, &k);
@@ -531,7 +601,7 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 	r->param_bytes = 4 * el;
 	r->grad_bytes = 4 * el;
 	r->optim_bytes = 8 * el;
-	r->act_bytes = p->act_bytes;
+	r->act_bytes = p->pp > 1 ? hp_plan_rank_act_bytes(p, rank) : p->act_bytes;
 	if ((r->gathered_bytes = gathered(p, rank)) < 0)
 		return -1;
 	r->host_overhead_bytes = HP_HOST_OVERHEAD_BYTES;
@@ -540,13 +610,15 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 	if (p->device != HP_DEVICE_CPU && device_bytes(p, rank, &r->device_bytes))
 		return -1;
 	param_traffic(p, rank, r);
-	act_traffic(p, r);
+	act_traffic(p, rank, r);
 	/* the loss: the count of target tokens before the step (one double),
 	 * the sums of the loss and the aux loss after it (two) */
 	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 1, 8, 1);
 	add(r, HP_DIM_DP_SHARD, HP_COLL_ALL_REDUCE, 1, 16, 1);
 	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 8, 1);
 	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 16, 1);
+	/* the loss is the last stage's: its sums go to every stage */
+	add(r, HP_DIM_PP, HP_COLL_ALL_REDUCE, 1, 16, 1);
 	if (p->world > 1) {   /* the squared gradient norm, logged even without clipping */
 		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].calls += 1;
 		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].bytes += 8;

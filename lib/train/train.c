@@ -35,6 +35,7 @@
 #include "model/init.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "train/settings.h"
@@ -87,6 +88,9 @@ struct run {
 	struct hp_model_par par;
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
+	/* pipeline: this rank's stage and its actions for a step (2 G) */
+	int stage;
+	struct hp_pp_action *pp_act;
 	long first_step;                /* 1, or the step after the restored checkpoint */
 	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
 	char gpu_name[160];
@@ -438,6 +442,74 @@ static int comm_matches(const struct run *r, char *why, size_t n)
  * sums over dp, the gradients' squared norm over the world) stay in the
  * backend's memory (enum hp_model_stat), where the update reads them.
  */
+/*
+ * A pipeline stage's part of a step: the actions of its schedule
+ * (lib/plan/schedule.h) over the micro-batches first.., each in its slot
+ * of activations.  An action's output goes to the neighbouring stage
+ * together with the next action's input coming in, as one send/receive
+ * (Megatron-LM's send_forward_recv_backward and its kin), so that two
+ * neighbours never both wait to send.  Forward-only lists (evaluation)
+ * add each forward's loss and targets to ls and cnt.  FSDP's root unit is
+ * gathered as a micro-batch's forward or backward begins and reduced as
+ * its backward ends.
+ */
+static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long first, double fwd_scale,
+		    double scale_count, double aux_w, double *ls, double *cnt, struct hp_err *e)
+{
+	struct hp_model *m = &r->model;
+	struct hp_backend *bk = r->bk;
+	struct hp_comm *c = &r->comms.dim[HP_DIM_PP];
+	long B = r->cfg.training.micro_batch_size, T = hp_config_seq_length(&r->cfg);
+	int s = r->stage, last = s == (int)r->plan->pp - 1, slots = m->par.slots;
+	size_t ne = hp_model_stage_numel(m);
+	int rc;
+
+	/* the stage each action's input comes from and its output goes to (-1: none) */
+#define FROM(a) ((a)->backward ? (last ? -1 : s + 1) : s - 1)
+#define TO(a) ((a)->backward ? s - 1 : (last ? -1 : s + 1))
+#define BUF(a) ((a)->backward ? hp_model_grad_in(m) : hp_model_stage_in(m))
+	hp_model_use_slot(m, act[0].mb % slots);
+	if (FROM(&act[0]) >= 0 &&
+	    (rc = bk->sendrecv(bk, c, NULL, 0, -1, BUF(&act[0]), ne, FROM(&act[0]), HP_DTYPE_F32, e)))
+		return rc;
+	for (int i = 0; i < n; i++) {
+		const struct hp_pp_action *a = &act[i], *nx = i + 1 < n ? &act[i + 1] : NULL;
+		long mb = first + a->mb;
+		const int32_t *in = r->inputs + mb * B * T, *lb = r->labels + mb * B * T;
+		const int32_t *seg = r->seg ? r->seg + mb * B * T : NULL;
+		long k;
+
+		if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, i == 0, e)))
+			return rc;
+		if (!a->backward) {
+			double one = 0;
+
+			if ((rc = hp_model_forward(m, in, lb, seg, fwd_scale, ls ? &one : NULL, &k, e)))
+				return rc;
+			if (ls) {
+				*ls += one;
+				*cnt += last ? (double)k : 0;
+			}
+		} else if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)) ||
+			   (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))) {
+			return rc;
+		}
+		/* hand the output on, take the next action's input */
+		float *out = TO(a) >= 0 ? a->backward ? hp_model_grad_in(m) : hp_model_stage_out(m) : NULL;
+		if (nx)
+			hp_model_use_slot(m, nx->mb % slots);
+		int from = nx ? FROM(nx) : -1;
+		if ((out || from >= 0) &&
+		    (rc = bk->sendrecv(bk, c, out, out ? ne : 0, TO(a), from >= 0 ? BUF(nx) : NULL, from >= 0 ? ne : 0,
+				       from, HP_DTYPE_F32, e)))
+			return rc;
+	}
+#undef FROM
+#undef TO
+#undef BUF
+	return 0;
+}
+
 static int step_grads(struct run *r, long step, const struct hp_train_opts *o, double *total, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
@@ -466,6 +538,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	if (r->verifying && (rc = hp_verify_reference(&r->verify, step, r->inputs, r->labels, r->seg,
 						      G * r->plan->dp, *total, e)))
 		return rc;
+	double fwd_scale = scale_count > 0 ? 1.0 / scale_count : 0, aux_w = 1.0 / (double)(G * r->plan->dp);
 	hp_optim_zero_grad(&r->opt);
 	hp_model_stats_zero(m);
 	/* over ranks the model's accumulators are FSDP's: each unit's goes back
@@ -474,7 +547,10 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	if (r->dist)
 		for (int u = 0; u < r->fsdp.nunits; u++)
 			hp_fsdp_release(&r->fsdp, u, 1);
-	for (long a = first; a < first + G; a++) {
+	if (r->plan->pp > 1 && (rc = pipeline(r, r->pp_act, 2 * (int)G, first, fwd_scale, scale_count, aux_w, NULL,
+					       NULL, e)))
+		return hp_err_prefix(e, "step %ld: ", step);
+	for (long a = first; r->plan->pp == 1 && a < first + G; a++) {
 		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 		long cnt;
 
@@ -482,11 +558,10 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 			return rc;
 		if (r->verifying)
 			hp_verify_micro(&r->verify, (int)(a - first));
-		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL,
-					   scale_count > 0 ? 1.0 / scale_count : 0, NULL, &cnt, e)))
+		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, fwd_scale, NULL, &cnt, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
 		/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
-		if ((rc = hp_model_backward(m, in, lb, scale_count, 1.0 / (double)(G * r->plan->dp), e)))
+		if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
 		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))
 			return rc;
@@ -499,6 +574,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	double *sums = hp_model_stat(m, HP_ST_LOSS);   /* and HP_ST_AUX */
 	if ((rc = bk->allreduce(bk, &cs->dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = bk->allreduce(bk, &cs->dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
+	    (rc = bk->allreduce(bk, &cs->dim[HP_DIM_PP], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e)) ||
 	    (rc = brc))
 		return rc;
 	/* the step's traffic, before anything this run adds for its own checks */
@@ -946,7 +1022,20 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 					  c->dataset.valid_data_path[0] : c->dataset.data_path[0],
 					  p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e)))
 			break;
-		for (long a = first; a < first + G; a++) {
+		if (r->plan->pp > 1) {
+			struct hp_pp_action *fw = hp_calloc((size_t)G + 1, sizeof(*fw));
+
+			for (long a = 0; fw && a < G; a++)
+				fw[a] = (struct hp_pp_action){ 0, (int)a };
+			rc = fw ? pipeline(r, fw, (int)G, first, 0, 0, 0, &sums[0], &sums[1], e) :
+			     hp_err_set(e, HP_ENOMEM, "out of memory");
+			hp_free(fw);
+			if (rc) {
+				hp_err_prefix(e, "evaluation after step %ld: ", step);
+				break;
+			}
+		}
+		for (long a = first; r->plan->pp == 1 && a < first + G; a++) {
 			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 			double ls;
 			long cnt;
@@ -975,7 +1064,8 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 		if (!rc && ((rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64,
 						    HP_RED_SUM, e)) ||
 			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64,
-						    HP_RED_SUM, e))))
+						    HP_RED_SUM, e)) ||
+			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_PP], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e))))
 			return rc;
 	}
 	if (rc)
@@ -1540,17 +1630,17 @@ static int join_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
 	if (r->world == 1)
 		return 0;
 	r->dist = 1;
-	r->par.tp = (int)r->plan->tp;
-	r->par.cp = (int)r->plan->cp;
-	r->par.ep = (int)r->plan->ep;
-	r->par.tp_rank = hp_mesh_coord(r->plan->size, HP_DIM_TP, r->rank);
-	r->par.cp_rank = hp_mesh_coord(r->plan->size, HP_DIM_CP, r->rank);
-	r->par.ep_rank = hp_mesh_coord(r->plan->size, HP_DIM_EP, r->rank);
-	r->par.sp = r->plan->sequence_parallel;
-	r->par.loss_parallel = r->plan->loss_parallel;
-	r->par.ulysses = r->plan->cp_mode == HP_CP_ULYSSES;
+	hp_plan_model_par(r->plan, r->rank, &r->par);
 	r->par.sharded = 1;
 	r->par.cs = &r->comms;
+	r->stage = r->par.pp_rank;
+	if (r->plan->pp > 1) {
+		int G = (int)r->plan->accum;
+
+		if (!(r->pp_act = hp_calloc(2 * (size_t)G + 1, sizeof(*r->pp_act))))
+			return hp_err_set(e, HP_ENOMEM, "out of memory");
+		hp_pp_actions(r->plan->pp_schedule, (int)r->plan->pp, r->stage, G, r->pp_act);
+	}
 	return 0;
 }
 
@@ -1622,6 +1712,9 @@ static int start_fsdp(struct run *r, const struct hp_train_opts *o, MPI_Comm com
 	r->model.hook_ctx = &r->fsdp;
 	if (r->model.fault == HP_FAULT_FSDP_STALE_SHARD)
 		r->fsdp.stale_unit = r->fsdp.layer_unit[0];
+	if (o->verify && r->plan->pp > 1)
+		return hp_err_set(e, HP_EUNSUP, "hp-verify with pp_size %ld is not supported yet (the one-process "
+				  "reference is not built across stages)", r->plan->pp);
 	if (o->verify || r->cfg.model.validate_placement) {
 		/* rank 0 takes the whole model alongside, its weights
 		 * assembled from the shards */
@@ -1646,6 +1739,7 @@ static int start_fsdp(struct run *r, const struct hp_train_opts *o, MPI_Comm com
 
 static void run_free(struct run *r)
 {
+	hp_free(r->pp_act);
 	close_metrics(r, 0, NULL);
 	hp_ckpt_unlock(&r->lock);
 	hp_free(r->inputs);
