@@ -100,13 +100,13 @@ bad_plan () {
 }
 
 test_expect_success 'checks: tp*cp must divide the world' '
-	bad_plan 3 "world size 6 is not divisible by tp_size*cp_size = 4" s8.yaml --world 6
+	bad_plan 3 "world size 6 is not divisible by pp_size*tp_size*cp_size = 4" s8.yaml --world 6
 '
 test_expect_success 'checks: dp_shard_size must divide dp*cp' '
 	bad_plan 3 "\$.fsdp_config.dp_shard_size: 3 does not divide dp*cp = 4" s8.yaml --world 8 --fsdp_config.dp_shard_size=3
 '
 test_expect_success 'checks: ep_size must divide the world' '
-	bad_plan 3 "\$.accelerator.ep_size: 3 does not divide the world size 8" s8.yaml --world 8 --accelerator.ep_size=3
+	bad_plan 3 "\$.accelerator.ep_size: 3 does not divide the 8 ranks of a pipeline stage" s8.yaml --world 8 --accelerator.ep_size=3
 '
 test_expect_success 'checks: edp_shard_size must divide edp' '
 	bad_plan 3 "\$.fsdp_config.edp_shard_size: 3 does not divide edp" s8.yaml --world 8 --fsdp_config.edp_shard_size=3
@@ -125,9 +125,35 @@ test_expect_success 'checks: seq_length must be divisible by cp (times tp with s
 '
 # The config loader refuses pp_size > 1 already; hp_plan_resolve checks again
 # for callers that fill struct hp_config themselves.
-test_expect_success 'checks: pipeline parallelism is refused' '
-	bad_plan 3 "pp_size" s8.yaml --world 8 --accelerator.pp_size=2 &&
-	grep -q "pipeline parallelism" err
+# qwen3-moe-b: 2 layers, untied, no load-balancing loss; 16 rows of 1 per step
+P2="$PLANS/fsdp-2.yaml"
+test_expect_success 'checks: pipeline stages, each refused by key with the numbers' '
+	bad_plan 3 "world size 8 is not divisible by pp_size*tp_size*cp_size = 12" s8.yaml --world 8 --accelerator.pp_size=3 &&
+	bad_plan 3 "\$.accelerator.pp_size: 4 stages for 2 layers" "$P2" --world 4 --accelerator.pp_size=4 &&
+	bad_plan 3 "\$.accelerator.pp_layer_split: the stages'"'"' layers add up to 3, the model has 2" "$P2" --world 2 --accelerator.pp_size=2 "--accelerator.pp_layer_split=[1,2]" &&
+	bad_plan 3 "\$.accelerator.pp_layer_split: 1 entries for pp_size 2" "$P2" --world 2 --accelerator.pp_size=2 "--accelerator.pp_layer_split=[2]" &&
+	bad_plan 3 "\$.accelerator.pp_micro_batch_num: 3, but a step has" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_micro_batch_num=3 &&
+	bad_plan 3 "interleaved schedules are not supported yet" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_vpp=2 &&
+	bad_plan 3 "with tie_word_embeddings" "$PLANS/fsdp-1.yaml" --world 2 --accelerator.pp_size=2 &&
+	bad_plan 3 "with output_router_logits" s8.yaml --world 16 --accelerator.pp_size=2 &&
+	bad_plan 3 "reshard_after_backward: false with pp_size 2" "$P2" --world 4 --accelerator.pp_size=2 --fsdp_config.reshard_after_backward=false
+'
+
+test_expect_success 'a pipelined plan: stages, layers, the schedule'"'"'s grid and bubble, the p2p bytes' '
+	hp-plan "$P2" --world 4 --accelerator.pp_size=2 >pp.json &&
+	G=$(jq ".pipeline.micro_batches" pp.json) &&
+	test "$(jq -c "[.pipeline.schedule, [.pipeline.stages[].layers]]" pp.json)" = "[\"1f1b\",[[0,1],[1,2]]]" &&
+	test "$(jq -c "[.meshes.pipeline.groups.pp[]]" pp.json)" = "[[0,2],[1,3]]" &&
+	test "$(jq -c "[.params[] | select(.name | test(\"embed|layers.0.input\")) | .stage]" pp.json)" = "[0,0]" &&
+	test "$(jq -c "[.params[] | select(.name | test(\"lm_head|layers.1.input\")) | .stage]" pp.json)" = "[1,1]" &&
+	# a forward 1 unit, a backward 2: with equal stages 1F1B and GPipe both idle (pp-1)/(G+pp-1)
+	jq -e --argjson g "$G" ".pipeline.bubble * ($G + 1) | . - 1 | fabs < 1e-12" pp.json &&
+	test "$(jq ".pipeline.step_units" pp.json)" = $((3 * (G + 1))) &&
+	# each stage sends its micro-batches'"'"' residual stream (rows x hidden x 4 bytes) one way
+	rows=$(jq "(.config.training.micro_batch_size * .config.dataset.data_config.seq_length)" pp.json) &&
+	jq -e --argjson b "$((G * rows * 64 * 4))" "[.estimates.per_rank[] | .comm[] | select(.dim == \"pp\" and .op == \"p2p\") | .bytes == \$b] | length == 2 and all" pp.json &&
+	hp-plan "$P2" --world 4 --accelerator.pp_size=2 --explain >explain &&
+	grep -q "^stage 0 " explain && grep -q "^stage 1 " explain
 '
 
 test_expect_success 'checks: tp_size must divide the vocabulary and intermediate_size' '

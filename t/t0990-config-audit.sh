@@ -64,7 +64,14 @@ training.collective_timeout_s | same | hf2 | --fsdp_config.dp_shard_size=2 | --t
 accelerator.tp_size | computes | hf2 | | --accelerator.tp_size=2
 accelerator.cp_size | computes | hf2 | | --accelerator.cp_size=2
 accelerator.ep_size | writes | moe2 | | --accelerator.ep_size=2
-accelerator.pp_size | refused 3 | hf | | --accelerator.pp_size=2
+accelerator.pp_size | writes | moe2 | | --accelerator.pp_size=2
+accelerator.pp_size | refused 3 | hf2 | | --accelerator.pp_size=2
+accelerator.pp_schedule | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_schedule=gpipe
+accelerator.pp_vpp | refused 3 | moe2 | --accelerator.pp_size=2 | --accelerator.pp_vpp=2
+accelerator.pp_layer_split | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_layer_split=[1,1]
+accelerator.pp_layer_split | refused 3 | moe2 | --accelerator.pp_size=2 | --accelerator.pp_layer_split=[2,1]
+accelerator.pp_micro_batch_num | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_micro_batch_num=2
+accelerator.pp_micro_batch_num | refused 3 | moe2 | --accelerator.pp_size=2 | --accelerator.pp_micro_batch_num=3
 accelerator.sequence_parallel | writes | hf2 | --accelerator.tp_size=2 | --accelerator.sequence_parallel=true
 accelerator.loss_parallel | writes | hf2 | --accelerator.tp_size=2 | --accelerator.loss_parallel=true
 fsdp_config.dp_shard_size | writes | hf2 | | --fsdp_config.dp_shard_size=2

@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "config/hfconfig.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
 
 const char hp_tool_name[] = "hp-plan";
 
@@ -191,6 +192,43 @@ static void explain_estimates(json_t *est)
 	}
 }
 
+/* The stages and the schedule as a grid: one row per stage, one column
+ * per time unit (a forward takes 1, a backward 2), Fk / Bk the forward and
+ * backward of micro-batch k, . idle. */
+static void explain_pipeline(const struct hp_plan *p)
+{
+	int pp = (int)p->pp, G = (int)p->accum, n = 2 * G;
+	int *start = hp_calloc((size_t)pp * n + 1, sizeof(int)), len;
+	struct hp_pp_action *act = hp_calloc((size_t)n + 1, sizeof(*act));
+	long sw = p->world / pp;
+
+	if (!start || !act || (len = hp_pp_timeline(p->pp_schedule, pp, G, start)) <= 0) {
+		hp_free(start);
+		hp_free(act);
+		return;
+	}
+	printf("\npipeline (%s, %d micro-batches per step, %d units with a forward 1 and a backward 2: "
+	       "bubble %.4f)\n", hp_pp_schedule_name(p->pp_schedule), G, len, 1.0 - 3.0 * G / len);
+	for (int s = 0; s < pp; s++)
+		printf("  stage %d  layers [%d, %d)  ranks %ld..%ld  %d micro-batches in flight\n", s, p->stage_l0[s],
+		       p->stage_l0[s + 1], s * sw, (s + 1) * sw - 1, hp_pp_in_flight(p->pp_schedule, pp, s, G));
+	for (int s = 0; s < pp; s++) {
+		int t = 0;
+
+		hp_pp_actions(p->pp_schedule, pp, s, G, act);
+		printf("stage %d |", s);
+		for (int i = 0; i < n; i++) {
+			for (; t < start[s * n + i]; t++)
+				printf("    ");
+			for (int u = 0; u < (act[i].backward ? 2 : 1); u++, t++)
+				printf(" %c%-2d", act[i].backward ? 'B' : 'F', act[i].mb);
+		}
+		printf("\n");
+	}
+	hp_free(start);
+	hp_free(act);
+}
+
 static void explain(json_t *plan, struct hp_plan *p)
 {
 	json_t *v, *x, *mesh;
@@ -229,6 +267,8 @@ static void explain(json_t *plan, struct hp_plan *p)
 		printf(")\n");
 		print_groups(json_object_get(mesh, "groups"));
 	}
+	if (p && p->pp > 1)
+		explain_pipeline(p);
 	printf("\nparams\n  %-48s %-12s %-7s %-s\n", "name", "shape", "mesh", "placements  [fsdp unit]");
 	json_array_foreach(json_object_get(plan, "params"), i, v) {
 		char shape[48], pls[256];

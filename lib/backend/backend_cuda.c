@@ -93,7 +93,7 @@ struct cu {
 	 * weights): n elements of es bytes here, each counted as ec bytes (the
 	 * GPU's: the emulation holds a bf16 value in 4), in granules of G
 	 * counted bytes, granule g mapped while ref[g] > 0 */
-	struct sparse { char *base; size_t n, es, ec, G, ng; uint32_t *ref; } sp[NSPARSE];
+	struct sparse { char *base; size_t n, es, ec, G, ng, bytes; uint32_t *ref; } sp[NSPARSE];
 	/* the upload ring (up): pinned bytes, the next free one, and a mark
 	 * after each upload from [lo, hi) that the stream may not have run */
 	char *ring;
@@ -392,15 +392,20 @@ static void *sp_new(struct cu *c, size_t n, size_t es, size_t ec, struct hp_err 
 	}
 	if (!n)
 		n = 1;
-	if (!(s->base = hp_cuda_vm_reserve(n * es, &G, e)))
+	/* whole granules as they are counted (ec bytes an element) and as they
+	 * are held (es: the emulation holds bf16 in 4), so that unmapping the
+	 * last granule stays inside the range */
+	size_t G0 = (size_t)HP_CUDA_GRANULE, bytes = (n * ec + G0 - 1) / G0 * (G0 / ec * es);
+	if (!(s->base = hp_cuda_vm_reserve(bytes, &G, e)))
 		return NULL;
+	s->bytes = bytes;
 	s->n = n;
 	s->es = es;
 	s->ec = ec;
 	s->G = G;
 	s->ng = (n * ec + G - 1) / G;
 	if (!(s->ref = hp_calloc(s->ng, sizeof(*s->ref)))) {
-		hp_cuda_vm_free(s->base, n * es);
+		hp_cuda_vm_free(s->base, bytes);
 		memset(s, 0, sizeof(*s));
 		hp_err_set(e, HP_ENOMEM, "cuda: out of host memory for a reserved range");
 		return NULL;
@@ -415,7 +420,7 @@ static void sp_free(struct cu *c, struct sparse *s)
 	for (size_t g = 0; g < s->ng; g++)
 		if (s->ref[g])
 			count(c, -(ptrdiff_t)s->G);
-	hp_cuda_vm_free(s->base, s->n * s->es);
+	hp_cuda_vm_free(s->base, s->bytes);
 	hp_free(s->ref);
 	memset(s, 0, sizeof(*s));
 }

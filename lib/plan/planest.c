@@ -527,7 +527,7 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 		int l = hp_plan_unit_layer(p, u);
 
 		total += pad[u];
-		if (l >= 0)
+		if (l >= 0 && pad[u])   /* a unit of another pipeline stage's layer is not here */
 			units[l]++;
 	}
 	/* the prefetch slots in use at once: the units of the layers fetched
