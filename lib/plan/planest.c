@@ -536,6 +536,9 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 	for (int l = 0; l < n; l++) {
 		int64_t f = 0, b = 0;
 
+		if (!units[l])   /* another pipeline stage's layer: never in hand here */
+			continue;
+
 		for (int j = l + 1; j < n && j <= l + p->forward_prefetch; j++)
 			f += units[j];
 		for (int j = l - 1; p->reshard_after_forward && j >= 0 && j >= l - p->backward_prefetch; j--)
