@@ -65,7 +65,7 @@ accelerator.tp_size | computes | hf2 | | --accelerator.tp_size=2
 accelerator.cp_size | computes | hf2 | | --accelerator.cp_size=2
 accelerator.ep_size | writes | moe2 | | --accelerator.ep_size=2
 accelerator.pp_size | writes | moe2 | | --accelerator.pp_size=2
-accelerator.pp_size | refused 3 | hf2 | | --accelerator.pp_size=2
+accelerator.pp_size | writes | hf2 | | --accelerator.pp_size=2
 accelerator.pp_schedule | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_schedule=gpipe
 accelerator.pp_vpp | refused 3 | moe2 | --accelerator.pp_size=2 | --accelerator.pp_vpp=2
 accelerator.pp_layer_split | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_layer_split=[1,1]

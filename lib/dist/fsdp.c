@@ -425,6 +425,21 @@ int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e)
 	return 0;
 }
 
+int hp_fsdp_sync_tied(struct hp_fsdp *f, struct hp_err *e)
+{
+	const struct hp_plan_param *q = &f->p->params[0];   /* the embedding: the first parameter */
+	struct hp_comm *c = &f->cs->dim[HP_DIM_PP];
+	size_t n = (size_t)(f->pc[0].chunk * f->pc[0].cols);
+	float *g = f->mp[0] ? f->g + f->poff[0] : (float *)f->buf;
+
+	if (q->stage2 < 0 || c->size <= 1)
+		return 0;
+	/* a stage between the two adds nothing (its buf is large enough: hp_plan_fsdp_bytes) */
+	if (!f->mp[0])
+		f->bk->zero(f->bk, g, n * sizeof(float));
+	return f->bk->allreduce(f->bk, c, g, n, HP_DTYPE_F32, HP_RED_SUM, e);
+}
+
 /* Pack (dir 0) or unpack (1) the shard sums of the tp-partial parameters,
  * in the reduce dtype, or only count them (-1); their elements. */
 static size_t tp_partials(struct hp_fsdp *f, int dir)
@@ -466,6 +481,8 @@ static int canonical(const struct hp_fsdp *f, int i)
 	const struct hp_plan *p = f->p;
 	const struct hp_plan_param *q = &p->params[i];
 
+	if (q->stage != hp_plan_stage(p, f->rank))   /* the last stage's copy of a tied embedding */
+		return 0;
 	if (q->mesh == HP_MESH_EXPERT)
 		return hp_mesh_coord(p->size, HP_DIM_EDP_REPLICATE, f->rank) == 0;
 	if (hp_mesh_coord(p->size, HP_DIM_DP_REPLICATE, f->rank))

@@ -151,6 +151,12 @@ int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e);
  * forward and backward and releases them after, as hp-plan(5) says. */
 int hp_fsdp_hook(void *ctx, int layer, int phase, struct hp_err *e);
 
+/* A tied embedding over pipeline stages (the first stage's embedding,
+ * the last's LM head): its shard's gradient sums all-reduced over pp, as
+ * Megatron-LM sums the two copies' gradients, so that both take the same
+ * update (once per step, after the replicas' and tp's sums).  The norm
+ * counts the first stage's copy alone.  Nothing without one. */
+int hp_fsdp_sync_tied(struct hp_fsdp *f, struct hp_err *e);
 /* All-reduce the shard sums across replicas (HSDP; once per step). */
 int hp_fsdp_sync_replicas(struct hp_fsdp *f, struct hp_err *e);
 /* All-reduce over tp the gradients that are partial sums there

@@ -234,7 +234,7 @@ static int read_hf(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, 
  * a tp-replicated tensor) hold the same bytes, so take coordinate 0. */
 static int canonical(const struct hp_plan *p, const struct hp_plan_param *q, int r)
 {
-	if (!hp_plan_owns(p, q, r))
+	if (!hp_plan_owns(p, q, r) || q->stage != hp_plan_stage(p, r))   /* a tied embedding: the first stage's */
 		return 0;
 	if (q->mesh == HP_MESH_EXPERT)
 		return hp_mesh_coord(p->size, HP_DIM_EDP_REPLICATE, r) == 0;

@@ -59,8 +59,10 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 
 	/* a pipeline stage holds its layers, the first the embedding, the last
 	 * the final norm and the LM head */
+	int last = m->par.pp_rank == m->par.pp - 1;
+
 	if (d->layer >= 0 ? d->layer < m->par.l0 || d->layer >= m->par.l1 :
-	    d->field == HP_PF_EMBED ? m->par.pp_rank != 0 : m->par.pp_rank != m->par.pp - 1)
+	    d->field == HP_PF_EMBED ? m->par.pp_rank != 0 && !(last && m->gspec.tie_word_embeddings) : !last)
 		return 0;
 
 	/* this rank's part: tp cuts columns' rows and rows' columns; an expert

@@ -122,10 +122,6 @@ static int check_pipeline(struct hp_plan *p, const struct hp_config *c, int worl
 	if (s->n_experts > 0 && s->output_router_logits)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld with output_router_logits: "
 				  "the load-balancing loss over every stage's routers is not supported yet", f, p->pp);
-	if (s->tie_word_embeddings)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld with tie_word_embeddings: the "
-				  "first and last stages sharing the embedding is not supported yet (pp_size 1, or "
-				  "an untied model)", f, p->pp);
 	if (!c->fsdp.reshard_after_backward && world > p->pp)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.reshard_after_backward: false with "
 				  "pp_size %ld is not supported yet", f, p->pp);
@@ -310,6 +306,7 @@ static int plan_one(void *ctx, const struct hp_param_desc *d)
 	/* its pipeline stage: its layer's; the embedding the first's, the
 	 * final norm and LM head the last's */
 	struct hp_plan_param *q = &w->p->params[w->p->nparams - 1];
+	q->stage2 = d->field == HP_PF_EMBED && w->p->spec.tie_word_embeddings && w->p->pp > 1 ? (int)w->p->pp - 1 : -1;
 	if (d->layer >= 0)
 		while (q->stage + 1 < w->p->pp && d->layer >= w->p->stage_l0[q->stage + 1])
 			q->stage++;

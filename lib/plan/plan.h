@@ -76,6 +76,8 @@ struct hp_plan_param {
 	int ep_owner;                  /* the ep rank that owns this expert; -1 */
 	int unit;                      /* index into units */
 	int stage;                     /* the pipeline stage that holds it (0 without one) */
+	int stage2;                    /* a second stage that holds a copy: the last, for a tied
+					  embedding (its LM head); -1 none */
 };
 
 struct hp_plan_unit {

@@ -29,8 +29,10 @@ int hp_plan_stage(const struct hp_plan *p, int rank)
 
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank)
 {
+	int s = hp_plan_stage(p, rank);
+
 	return (q->mesh != HP_MESH_EXPERT || hp_mesh_coord(p->size, HP_DIM_EP, rank) == q->ep_owner) &&
-	       q->stage == hp_plan_stage(p, rank);
+	       (q->stage == s || q->stage2 == s);
 }
 
 void hp_plan_model_par(const struct hp_plan *p, int rank, struct hp_model_par *par)
@@ -408,6 +410,13 @@ int hp_plan_fsdp_bytes(const struct hp_plan *p, int rank, size_t ep, size_t er, 
 	}
 #define MAXTO(x, v) do { size_t v_ = (v); if (v_ > (x)) (x) = v_; } while (0)
 	MAXTO(b->buf, partial * er);
+	/* a stage between a tied embedding's two adds zeros to their sum (hp_fsdp_sync_tied) */
+	if (p->params[0].stage2 >= 0 && !hp_plan_owns(p, &p->params[0], rank)) {
+		struct hp_piece pc;
+
+		hp_plan_piece(p, &p->params[0], rank, &pc);
+		MAXTO(b->buf, (size_t)(pc.chunk * pc.cols) * 4);
+	}
 	if (bf && t > 1)
 		MAXTO(b->buf, 2 * t * ((partial + t - 1) / t) * er);
 	for (int u = 0; u < p->nunits; u++) {
@@ -622,6 +631,13 @@ int hp_plan_estimate(const struct hp_plan *p, int rank, struct hp_rank_est *r)
 	add(r, HP_DIM_DP_REPLICATE, HP_COLL_ALL_REDUCE, 1, 16, 1);
 	/* the loss is the last stage's: its sums go to every stage */
 	add(r, HP_DIM_PP, HP_COLL_ALL_REDUCE, 1, 16, 1);
+	/* a tied embedding's gradient shard, summed over the stages (fp32) */
+	if (p->params[0].stage2 >= 0) {
+		struct hp_piece pc;
+
+		hp_plan_piece(p, &p->params[0], rank, &pc);
+		add(r, HP_DIM_PP, HP_COLL_ALL_REDUCE, 1, pc.chunk * pc.cols * 4, 1);
+	}
 	if (p->world > 1) {   /* the squared gradient norm, logged even without clipping */
 		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].calls += 1;
 		r->comm[HP_COMM_WORLD][HP_COLL_ALL_REDUCE].bytes += 8;

@@ -566,7 +566,8 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))
 			return rc;
 	}
-	if (r->dist && ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e))))
+	if (r->dist && ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e)) ||
+			(rc = hp_fsdp_sync_tied(&r->fsdp, e))))
 		return rc;
 	/* the step's sums, on the backend: nothing waits for a device here
 	 * (a failed backend still joins the all-reduces) */
