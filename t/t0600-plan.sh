@@ -134,7 +134,6 @@ test_expect_success 'checks: pipeline stages, each refused by key with the numbe
 	bad_plan 3 "\$.accelerator.pp_layer_split: 1 entries for pp_size 2" "$P2" --world 2 --accelerator.pp_size=2 "--accelerator.pp_layer_split=[2]" &&
 	bad_plan 3 "\$.accelerator.pp_micro_batch_num: 3, but a step has" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_micro_batch_num=3 &&
 	bad_plan 3 "interleaved schedules are not supported yet" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_vpp=2 &&
-	bad_plan 3 "with output_router_logits" s8.yaml --world 16 --accelerator.pp_size=2 &&
 	bad_plan 3 "reshard_after_backward: false with pp_size 2" "$P2" --world 4 --accelerator.pp_size=2 --fsdp_config.reshard_after_backward=false
 '
 

@@ -4,6 +4,8 @@ test_description='pipeline parallelism: GPipe and 1F1B stages with FSDP, HSDP, T
 . "$TEST_DIR/lib-train.sh"
 
 # qwen3-dense (2 layers), qwen3-moe-b (2 layers, no load-balancing loss),
+# qwen3-moe-a (3 layers, the first dense, tied, with the load-balancing
+# loss, whose router statistics travel with the activations),
 # a 5-layer Qwen3 made from qwen3-dense's config.json by random init, the
 # same weights in every layout (from_config), and stories260K (5 layers,
 # tied embeddings: the first stage's embedding is the last stage's LM head).
@@ -18,7 +20,8 @@ test_expect_success MPI 'setup: the one-process runs' '
 	write_config m5.yaml "$PWD/m5" ts 64 2 16 3 </dev/null &&
 	sed -i "s/from_pretrained/from_config/" m5.yaml &&
 	write_config st.yaml "$DATA/stories260K/hf" ts 64 2 16 3 </dev/null &&
-	single qd qd.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml
+	write_config ma.yaml "$DATA/ref/qwen3-moe-a" ts 64 2 16 3 </dev/null &&
+	single qd qd.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml && single ma ma.yaml
 '
 
 test_expect_success MPI 'dense, 2 stages: 1F1B and GPipe, alone and with FSDP, HSDP, TP+SP, loss_parallel, CP' '
@@ -60,7 +63,16 @@ test_expect_success MPI 'MoE, 2 stages: alone, with EP and expert FSDP, with TP+
 	layout mb mb.yaml 2 $A.pp_size=2 &&
 	layout mb mb.yaml 4 $A.pp_size=2 $A.ep_size=2 &&
 	layout mb mb.yaml 8 $A.pp_size=2 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=2 &&
-	layout mb mb.yaml 4 $A.pp_size=2 $A.tp_size=2 $A.sequence_parallel=true $A.pp_schedule=gpipe
+	layout mb mb.yaml 4 $A.pp_size=2 $A.tp_size=2 $A.sequence_parallel=true $A.pp_schedule=gpipe &&
+	layout mb mb.yaml 2 $A.pp_size=2 $A.pp_schedule=gpipe
+'
+
+test_expect_success MPI 'MoE with the load-balancing loss over the stages'"'"' routers: 2 and 3 stages, with EP, CP, TP+SP' '
+	layout ma ma.yaml 2 $A.pp_size=2 &&
+	layout ma ma.yaml 3 $A.pp_size=3 $A.pp_schedule=gpipe &&
+	layout ma ma.yaml 4 $A.pp_size=2 $A.cp_size=2 &&
+	layout ma ma.yaml 4 $A.pp_size=2 $A.tp_size=2 $A.sequence_parallel=true &&
+	layout ma ma.yaml 8 $A.pp_size=2 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=2
 '
 
 test_expect_success MPI '4 stages of 5 layers: both schedules, a given split, with FSDP, with activation checkpointing' '
@@ -108,9 +120,8 @@ test_expect_success MPI 'what pipelines do not support yet is refused by name be
 	grep -q "hp-verify with pp_size 2 is not supported yet" err &&
 	test_must_fail_with 4 mpiexec -n 2 hp-train qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 --model.validate_placement=true >out 2>err &&
 	grep -q "validate_placement: with pp_size 2 is not supported yet" err &&
-	write_config aux.yaml "$DATA/ref/qwen3-moe-a" ts 64 2 16 2 </dev/null &&
-	test_must_fail_with 3 mpiexec -n 2 hp-train aux.yaml $A.pp_size=2 >out 2>err &&
-	grep -q "pp_size: 2 with output_router_logits" err &&
+	test_must_fail_with 3 mpiexec -n 2 hp-train qd.yaml $A.pp_size=2 --fsdp_config.reshard_after_backward=false >out 2>err &&
+	grep -q "reshard_after_backward: false with pp_size 2 is not supported yet" err &&
 	test_must_fail_with 3 mpiexec -n 3 hp-train qd.yaml $A.pp_size=2 >out 2>err &&
 	grep -q "world size 3 is not divisible by pp_size\*tp_size\*cp_size = 2" err &&
 	test_must_fail_with 3 mpiexec -n 2 hp-train qd.yaml $A.pp_size=2 $A.pp_vpp=2 >out 2>err &&

@@ -117,6 +117,7 @@ struct hp_op_sizes {
 
 struct hp_comm;
 struct hp_comms;
+struct hp_p2p;
 
 struct hp_backend {
 	const char *name;         /* "cpu", "cuda", "cuda (emulated, exact)", ... */
@@ -373,11 +374,10 @@ struct hp_backend {
 	int (*alltoallv)(struct hp_backend *b, struct hp_comm *c, const void *send, const int *scounts,
 			 const int *sdispls, void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t,
 			 int routed, struct hp_err *e);
-	/* hp_comm_sendrecv with the backend's buffers (pipeline stages): send
-	 * sn elements to group rank to, receive rn from group rank from (-1:
-	 * none); done for the compute that follows when it returns */
-	int (*sendrecv)(struct hp_backend *b, struct hp_comm *c, const void *send, size_t sn, int to, void *recv,
-			size_t rn, int from, enum hp_dtype t, struct hp_err *e);
+	/* hp_comm_sendrecv with the backend's buffers (pipeline stages):
+	 * every transfer started at once, done for the compute that follows
+	 * when it returns */
+	int (*sendrecv)(struct hp_backend *b, struct hp_comm *c, const struct hp_p2p *ops, int n, struct hp_err *e);
 	/* Set up device collectives over the dims of cs (NCCL where each rank
 	 * has a GPU of its own, else host-staged); collective over the world.
 	 * Nothing on the CPU. */

@@ -551,10 +551,9 @@ static int c_alltoall(struct hp_backend *b, struct hp_comm *c, const void *send,
 	return hp_comm_alltoall(c, send, recv, n, t, e);
 }
 
-static int c_sendrecv(struct hp_backend *b, struct hp_comm *c, const void *send, size_t sn, int to, void *recv,
-		      size_t rn, int from, enum hp_dtype t, struct hp_err *e)
+static int c_sendrecv(struct hp_backend *b, struct hp_comm *c, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
-	return hp_comm_sendrecv(c, send, sn, to, recv, rn, from, t, e);
+	return hp_comm_sendrecv(c, ops, n, e);
 }
 
 static int c_alltoallv(struct hp_backend *b, struct hp_comm *c, const void *send, const int *scounts,

@@ -1740,26 +1740,46 @@ static int k_alltoallv(struct hp_backend *b, struct hp_comm *cm, const void *sen
 }
 
 /* Pipeline stages' activations: NCCL's send and receive, or through the
- * host (fp32 only: activations travel in fp32 on every backend). */
-static int k_sendrecv(struct hp_backend *b, struct hp_comm *cm, const void *send, size_t sn, int to, void *recv,
-		      size_t rn, int from, enum hp_dtype t, struct hp_err *e)
+ * host (what travels: fp32 activations, fp64 router statistics). */
+static int k_sendrecv(struct hp_backend *b, struct hp_comm *cm, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
-	size_t es = hp_dtype_size(t);
-	char *h;
+	struct hp_p2p h[8];
+	size_t at = 0;
+	char *base;
 	int rc;
 
-	if (t != HP_DTYPE_F32 && t != HP_DTYPE_I32)
-		return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %s: fp32 or int32 only", b->name,
-				  hp_dtype_name(t));
-	NCCL_CALL(hp_nccl_sendrecv(NC, send, sn, to, recv, rn, from, t, e));
-	if (!(h = hscr(c, ((to >= 0 ? sn : 0) + (from >= 0 ? rn : 0)) * es + 8)))
+	if (n > 8)
+		return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %d transfers at once, 8 at most", b->name, n);
+	for (int i = 0; i < n; i++) {
+		if (ops[i].t != HP_DTYPE_F32 && ops[i].t != HP_DTYPE_F64 && ops[i].t != HP_DTYPE_I32)
+			return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %s: fp32, fp64 or int32 only", b->name,
+					  hp_dtype_name(ops[i].t));
+		at += (ops[i].n * hp_dtype_size(ops[i].t) + 7) & ~(size_t)7;
+	}
+	NCCL_CALL(hp_nccl_sendrecv(NC, ops, n, e));
+	if (!(base = hscr(c, at + 8)))
 		return hp_err_set(e, c->rc, "%s", c->err.msg);
-	if (to >= 0 && (rc = k_download(b, h, send, sn * es, e)))
+	at = 0;
+	for (int i = 0; i < n; i++) {
+		size_t bytes = ops[i].n * hp_dtype_size(ops[i].t);
+
+		h[i] = ops[i];
+		if (ops[i].send) {
+			h[i].send = base + at;
+			if ((rc = k_download(b, base + at, ops[i].send, bytes, e)))
+				return rc;
+		} else {
+			h[i].recv = base + at;
+		}
+		at += (bytes + 7) & ~(size_t)7;
+	}
+	if ((rc = hp_comm_sendrecv(cm, h, n, e)))
 		return rc;
-	if ((rc = hp_comm_sendrecv(cm, h, sn, to, h + (to >= 0 ? sn : 0) * es, rn, from, t, e)))
-		return rc;
-	return from >= 0 ? k_upload(b, recv, h + (to >= 0 ? sn : 0) * es, rn * es, e) : 0;
+	for (int i = 0; i < n; i++)
+		if (!ops[i].send && (rc = k_upload(b, ops[i].recv, h[i].recv, ops[i].n * hp_dtype_size(ops[i].t), e)))
+			return rc;
+	return 0;
 }
 
 /*

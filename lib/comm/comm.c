@@ -1036,25 +1036,34 @@ int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, c
 	return 0;
 }
 
-int hp_comm_sendrecv(struct hp_comm *c, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
-		     enum hp_dtype t, struct hp_err *e)
+int hp_comm_sendrecv(struct hp_comm *c, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
-	MPI_Datatype mt = mpi_type(t, 0);
-	MPI_Request req[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
+	MPI_Request req[8];
 	/* who waits for whom differs from rank to rank: no group books */
 	struct what w = { HP_COLL_P2P, -1, c->dim, 0 };
 
-	if (mt == MPI_DATATYPE_NULL || sn > INT_MAX || rn > INT_MAX || to >= c->size || from >= c->size ||
-	    to == c->rank || (from >= 0 && from == c->rank))
-		return bad_args(e, "point-to-point send/receive", t, sn > rn ? sn : rn);
-	if (to >= 0) {
-		count(c, HP_COLL_P2P, sn * hp_dtype_size(t), 0);
-		MPI_Isend(send, (int)sn, mt, to, 0, c->comm, &req[0]);
+	if (n > 8)
+		return hp_err_set(e, HP_EINVAL, "point-to-point: %d transfers at once, 8 at most", n);
+	for (int i = 0; i < n; i++) {
+		const struct hp_p2p *o = &ops[i];
+		MPI_Datatype mt = mpi_type(o->t, 0);
+
+		if (mt == MPI_DATATYPE_NULL || o->n > INT_MAX || o->peer < 0 || o->peer >= c->size || o->peer == c->rank)
+			return bad_args(e, "point-to-point send/receive", o->t, o->n);
 	}
-	if (from >= 0)
-		MPI_Irecv(recv, (int)rn, mt, from, 0, c->comm, &req[1]);
-	wait_what(&req[1], w);
-	wait_what(&req[0], w);
+	for (int i = 0; i < n; i++) {
+		const struct hp_p2p *o = &ops[i];
+		MPI_Datatype mt = mpi_type(o->t, 0);
+
+		if (o->send) {
+			count(c, HP_COLL_P2P, o->n * hp_dtype_size(o->t), 0);
+			MPI_Isend(o->send, (int)o->n, mt, o->peer, 0, c->comm, &req[i]);
+		} else {
+			MPI_Irecv(o->recv, (int)o->n, mt, o->peer, 0, c->comm, &req[i]);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		wait_what(&req[i], w);
 	return 0;
 }
 

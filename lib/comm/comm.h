@@ -153,12 +153,21 @@ int hp_comm_ialltoall(struct hp_comm *c, const void *send, void *recv, size_t n,
 int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, const int *sdispls,
 		      void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t, int routed,
 		      struct hp_err *e);
-/* Point-to-point along c (pipeline stages): send sn elements to group
- * rank `to` and receive rn from group rank `from`, either of them -1 for
- * none; both are done on return.  Counted as HP_COLL_P2P: a call and the
- * bytes of each send. */
-int hp_comm_sendrecv(struct hp_comm *c, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
-		     enum hp_dtype t, struct hp_err *e);
+/* One transfer of a point-to-point exchange: n elements of t sent to
+ * group rank peer (send), or received from it (recv). */
+struct hp_p2p {
+	const void *send;
+	void *recv;
+	size_t n;
+	int peer;
+	enum hp_dtype t;
+};
+/* Point-to-point along c (pipeline stages): every transfer of ops[0..n)
+ * started at once, all done on return, so that two ranks that each send
+ * to and receive from the other never wait on each other.  Transfers
+ * between two ranks match in the order they are listed.  Counted as
+ * HP_COLL_P2P: a call and its bytes per send. */
+int hp_comm_sendrecv(struct hp_comm *c, const struct hp_p2p *ops, int n, struct hp_err *e);
 int hp_comm_bcast(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
 int hp_comm_barrier(struct hp_comm *c);
 

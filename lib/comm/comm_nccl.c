@@ -427,28 +427,35 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 	return rc;
 }
 
-int hp_nccl_sendrecv(struct hp_nccl *nc, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
-		     enum hp_dtype t, struct hp_err *e)
+int hp_nccl_sendrecv(struct hp_nccl *nc, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
 	struct hp_comm *c = nc->c;
 	const char *call = "ncclGroupStart";
 	ncclDataType_t nt;
 	ncclResult_t r, r2;
 
-	if (nccl_type(t, &nt))
-		return bad_args(e, "point-to-point send/receive", t, sn);
-	if (to >= 0)
-		count(c, HP_COLL_P2P, sn * hp_dtype_size(t), 0);
+	for (int i = 0; i < n; i++)
+		if (nccl_type(ops[i].t, &nt))
+			return bad_args(e, "point-to-point send/receive", ops[i].t, ops[i].n);
 	/* who waits for whom differs from rank to rank: not in the group's books */
 	nc->last_op = HP_COLL_P2P;
 	nc->last_seq = 0;
 	nc->last_order = ++order;
 	if ((r = ncclGroupStart()) != ncclSuccess)
 		return nccl_fail(e, "point-to-point send/receive", c, nc->comm, call, r);
-	if (to >= 0 && (r = ncclSend(send, sn, nt, to, nc->comm, nc->stream)) != ncclSuccess)
-		call = "ncclSend";
-	if (r == ncclSuccess && from >= 0 && (r = ncclRecv(recv, rn, nt, from, nc->comm, nc->stream)) != ncclSuccess)
-		call = "ncclRecv";
+	for (int i = 0; i < n && r == ncclSuccess; i++) {
+		const struct hp_p2p *o = &ops[i];
+
+		nccl_type(o->t, &nt);
+		if (o->send) {
+			count(c, HP_COLL_P2P, o->n * hp_dtype_size(o->t), 0);
+			call = "ncclSend";
+			r = ncclSend(o->send, o->n, nt, o->peer, nc->comm, nc->stream);
+		} else {
+			call = "ncclRecv";
+			r = ncclRecv(o->recv, o->n, nt, o->peer, nc->comm, nc->stream);
+		}
+	}
 	r2 = ncclGroupEnd();
 	if (r != ncclSuccess)
 		return nccl_fail(e, "point-to-point send/receive", c, nc->comm, call, r);
@@ -580,8 +587,7 @@ int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int 
 	return unsup(e, "broadcast");
 }
 
-int hp_nccl_sendrecv(struct hp_nccl *nc, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
-		     enum hp_dtype t, struct hp_err *e)
+int hp_nccl_sendrecv(struct hp_nccl *nc, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
 	return unsup(e, "point-to-point send/receive");
 }

@@ -97,10 +97,8 @@ int hp_nccl_alltoallv(struct hp_nccl *nc, const void *send, const int *scounts, 
 		      void *recv, const int *rcounts, const int *rdispls, enum hp_dtype t, int routed,
 		      struct hp_err *e);
 int hp_nccl_bcast(struct hp_nccl *nc, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
-/* hp_comm_sendrecv's, queued on the stream as one group (send and recv
- * must not overlap). */
-int hp_nccl_sendrecv(struct hp_nccl *nc, const void *send, size_t sn, int to, void *recv, size_t rn, int from,
-		     enum hp_dtype t, struct hp_err *e);
+/* hp_comm_sendrecv's, queued on the stream as one group. */
+int hp_nccl_sendrecv(struct hp_nccl *nc, const struct hp_p2p *ops, int n, struct hp_err *e);
 
 /* Ordering between streams (cudaStream_t as void *): an event (disable
  * timing), and "to waits for what is queued on from so far" through it.

@@ -438,8 +438,12 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->lay.cp_recv, N * (QD + 2 * KD) * f);
 	}
 	/* the step's sums, then the load-balancing loss's */
-	if (m->cur_slot == 0)
+	if (m->cur_slot == 0) {
 		TAKE(m->a.st, (HP_ST_N + (m->n_moe ? 2 * E + 1 : 0)) * sizeof(double));
+		m->a.fp = m->a.st ? m->a.st + HP_ST_N : NULL;
+	} else if (m->n_moe) {
+		TAKE(m->a.fp, (2 * E + 1) * sizeof(double));
+	}
 	if (m->n_moe) {
 		TAKE(m->a.dye, R * C * f);
 		TAKE(m->a.dxe, R * C * f);
@@ -537,6 +541,14 @@ float *hp_model_stage_out(struct hp_model *m)
 float *hp_model_grad_in(struct hp_model *m)
 {
 	return m->a.dx;
+}
+
+double *hp_model_stage_aux(struct hp_model *m, size_t *n)
+{
+	int on = m->n_moe && m->spec.output_router_logits;
+
+	*n = on ? 2 * (size_t)m->spec.n_experts + 1 : 0;
+	return on ? m->a.fp : NULL;
 }
 
 size_t hp_model_stage_numel(const struct hp_model *m)
@@ -1552,7 +1564,7 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
  */
 static void moe_aux_add(struct hp_model *m, int l)
 {
-	m->bk->moe_aux_acc(m->bk, m->a.st + HP_ST_N, m->a.act[l].probs, m->a.act[l].ex_off.d, m->lay.Ns,
+	m->bk->moe_aux_acc(m->bk, m->a.fp, m->a.act[l].probs, m->a.act[l].ex_off.d, m->lay.Ns,
 			   m->spec.n_experts);
 }
 
@@ -1565,7 +1577,7 @@ static void moe_aux(struct hp_model *m)
 {
 	struct hp_backend *bk = m->bk;
 	int E = m->spec.n_experts;
-	double n = (double)m->a.B * m->lay.S * m->n_moe, *FP = m->a.st + HP_ST_N;
+	double n = (double)m->a.B * m->lay.S * m->n_moe, *FP = m->a.fp;
 
 	if (m->par.cp > 1)
 		par_rc(m, bk->allreduce(bk, dimc(m, HP_DIM_CP), FP, 2 * (size_t)E, HP_DTYPE_F64, HP_RED_SUM, &m->err));
@@ -1617,7 +1629,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		experts_bwd(m, l, xe, a->ex_off.d, E, N * K, m->a.dye, m->a.dxe, !a->ye);
 	}
 	/* routing weights -> probabilities of the chosen experts -> router logits */
-	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.st + HP_ST_N, aux_grad, N, E, K,
+	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.fp, aux_grad, N, E, K,
 		       s->norm_topk_prob);
 	bk->linear_bwd(bk, dxn, g->router, NULL, m->a.dprob, a->xn2, w->router, N, C, E, 0);
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
@@ -1857,9 +1869,17 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 	/* the sums this forward starts (its loss where it has its own, the
 	 * load-balancing loss's), and the step's when it is the step's first */
 	size_t z0 = m->st_fresh ? 0 : ls == m->a.st + HP_ST_FWD ? HP_ST_FWD : HP_ST_N;
-	size_t z1 = HP_ST_N + (m->n_moe ? 2 * (size_t)s->n_experts + 1 : 0);
-	if (z1 > z0)
-		bk->zero(bk, m->a.st + z0, (z1 - z0) * sizeof(double));
+	size_t nfp = m->n_moe ? 2 * (size_t)s->n_experts + 1 : 0;
+	/* a later pipeline stage's router statistics start from its caller's */
+	if (m->a.fp == m->a.st + HP_ST_N && first_stage(m)) {
+		if (HP_ST_N + nfp > z0)
+			bk->zero(bk, m->a.st + z0, (HP_ST_N + nfp - z0) * sizeof(double));
+	} else {
+		if (HP_ST_N > z0)
+			bk->zero(bk, m->a.st + z0, (HP_ST_N - z0) * sizeof(double));
+		if (nfp && first_stage(m))
+			bk->zero(bk, m->a.fp, nfp * sizeof(double));
+	}
 	m->st_fresh = 0;
 	for (int l = pr->l0; l < pr->l1; l++) {
 		struct hp_layer_act *a = &m->a.act[l];
@@ -1885,7 +1905,7 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		if (hook(m, l, HP_HOOK_POST_FORWARD))
 			return -2;
 	}
-	if (m->n_moe && s->output_router_logits)
+	if (m->n_moe && s->output_router_logits && last_stage(m))
 		moe_aux(m);
 	if (!last_stage(m)) {
 		/* the stage's output: the residual add owed to the next norm, paid

@@ -247,8 +247,9 @@ struct hp_model_acts {
 	float *xg;                                /* grouped experts: routed rows gathered */
 	int32_t *moe_fill;                        /* [2E] ep: the counts sent and received */
 	/* the backend's: the sums of enum hp_model_stat, then (MoE) the
-	 * load-balancing loss's [2E] (hp_moe_aux_acc) and its value */
-	double *st;
+	 * load-balancing loss's [2E] (hp_moe_aux_acc) and its value, fp (in
+	 * st's tail, or a slot's own) */
+	double *st, *fp;
 };
 
 /* This rank's part of the layout: its local sizes and the buffers its
@@ -394,6 +395,13 @@ float *hp_model_stage_out(struct hp_model *m);
 float *hp_model_grad_in(struct hp_model *m);
 /* Elements of each of them: Ns x hidden. */
 size_t hp_model_stage_numel(const struct hp_model *m);
+/* With the MoE load-balancing loss (output_router_logits), its router
+ * statistics (2 E + 1 doubles, in the backend's memory; the current
+ * slot's) travel with the residual stream: forward, the sums of the stages
+ * so far, which the next stage adds its layers' to (the last makes the
+ * loss of them); backward, the last stage's whole sums, which every
+ * stage's routers need.  NULL, 0 without. */
+double *hp_model_stage_aux(struct hp_model *m, size_t *n);
 
 /* Look a parameter up by HF name; NULL when absent. */
 struct hp_param *hp_model_param(struct hp_model *m, const char *name);

@@ -119,10 +119,7 @@ static int check_pipeline(struct hp_plan *p, const struct hp_config *c, int worl
 	}
 	if (p->pp == 1)
 		return 0;
-	if (s->n_experts > 0 && s->output_router_logits)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld with output_router_logits: "
-				  "the load-balancing loss over every stage's routers is not supported yet", f, p->pp);
-	if (!c->fsdp.reshard_after_backward && world > p->pp)
+	if (!c->fsdp.reshard_after_backward)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.reshard_after_backward: false with "
 				  "pp_size %ld is not supported yet", f, p->pp);
 	return 0;

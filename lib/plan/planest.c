@@ -239,6 +239,9 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 	/* pipeline stages: the residual stream (this rank's rows of it) to
 	 * the next stage in each forward, its gradient back in each backward */
 	add(r, HP_DIM_PP, HP_COLL_P2P, G * (!last + !first), (p->sequence_parallel ? As : A), 1);
+	/* and the MoE load-balancing loss's router statistics with it (fp64) */
+	if (s->n_experts > 0 && s->output_router_logits)
+		add(r, HP_DIM_PP, HP_COLL_P2P, G * (!last + !first), (2 * s->n_experts + 1) * 8, 1);
 	for (int l = l0; l < l1; l++) {
 		int moe = hp_model_spec_layer_is_moe(s, l), re = p->ckpt_layer[l] && p->act_ckpt == HP_ACT_CKPT_FULL;
 
@@ -286,8 +289,9 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALL, G * (nmoe + nre_moe), s->n_experts * 4, 1);
 	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * (nmoe * 2 + nre_moe), Nm * s->top_k * s->hidden * ea, 1);
 	add(r, HP_DIM_EP, HP_COLL_ALL_TO_ALLV, G * (nmoe * 2 + nre_moe), Nm * s->top_k * s->hidden * ea, 0);
-	/* the load-balancing loss counts every token of the micro-batch */
-	if (s->output_router_logits) {
+	/* the load-balancing loss counts every token of the micro-batch (the
+	 * last stage's, with every stage's router statistics) */
+	if (s->output_router_logits && last) {
 		add(r, HP_DIM_CP, HP_COLL_ALL_REDUCE, G, 2 * s->n_experts * 8, 1);
 		if (p->sequence_parallel)
 			add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, G, 2 * s->n_experts * 8, 1);

@@ -445,32 +445,72 @@ static int comm_matches(const struct run *r, char *why, size_t n)
 /*
  * A pipeline stage's part of a step: the actions of its schedule
  * (lib/plan/schedule.h) over the micro-batches first.., each in its slot
- * of activations.  An action's output goes to the neighbouring stage
- * together with the next action's input coming in, as one send/receive
- * (Megatron-LM's send_forward_recv_backward and its kin), so that two
- * neighbours never both wait to send.  Forward-only lists (evaluation)
+ * of activations, each action's output handed on as the next one's input
+ * comes in (exchange).  Forward-only lists (evaluation)
  * add each forward's loss and targets to ls and cnt.  FSDP's root unit is
  * gathered as a micro-batch's forward or backward begins and reduced as
  * its backward ends.
  */
+/* The stage an action's input comes from and its output goes to (-1: none). */
+static int pp_from(const struct run *r, const struct hp_pp_action *a)
+{
+	int s = r->stage, last = s == (int)r->plan->pp - 1;
+
+	return a->backward ? (last ? -1 : s + 1) : s - 1;
+}
+
+static int pp_to(const struct run *r, const struct hp_pp_action *a)
+{
+	int s = r->stage, last = s == (int)r->plan->pp - 1;
+
+	return a->backward ? s - 1 : (last ? -1 : s + 1);
+}
+
+/*
+ * Action a's output to its neighbour and action nx's input from its own
+ * (either NULL), in one exchange (Megatron-LM's send_forward_recv_backward
+ * and its kin), so that two neighbours never both wait to send; with the
+ * MoE load-balancing loss, the router statistics travel in it too.  The
+ * model's current slot is a's on entry, nx's on return (nothing may travel
+ * at all: the slot changes all the same).
+ */
+static int exchange(struct run *r, const struct hp_pp_action *a, const struct hp_pp_action *nx, struct hp_err *e)
+{
+	struct hp_model *m = &r->model;
+	struct hp_p2p op[4];
+	size_t ne = hp_model_stage_numel(m), na;
+	int n = 0;
+
+	if (a && pp_to(r, a) >= 0) {
+		double *ax = hp_model_stage_aux(m, &na);
+
+		op[n++] = (struct hp_p2p){ a->backward ? hp_model_grad_in(m) : hp_model_stage_out(m), NULL, ne,
+					   pp_to(r, a), HP_DTYPE_F32 };
+		if (na)
+			op[n++] = (struct hp_p2p){ ax, NULL, na, pp_to(r, a), HP_DTYPE_F64 };
+	}
+	if (nx)
+		hp_model_use_slot(m, nx->mb % m->par.slots);
+	if (nx && pp_from(r, nx) >= 0) {
+		double *ax = hp_model_stage_aux(m, &na);
+
+		op[n++] = (struct hp_p2p){ NULL, nx->backward ? hp_model_grad_in(m) : hp_model_stage_in(m), ne,
+					   pp_from(r, nx), HP_DTYPE_F32 };
+		if (na)
+			op[n++] = (struct hp_p2p){ NULL, ax, na, pp_from(r, nx), HP_DTYPE_F64 };
+	}
+	return n ? r->bk->sendrecv(r->bk, &r->comms.dim[HP_DIM_PP], op, n, e) : 0;
+}
+
 static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long first, double fwd_scale,
 		    double scale_count, double aux_w, double *ls, double *cnt, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
-	struct hp_backend *bk = r->bk;
-	struct hp_comm *c = &r->comms.dim[HP_DIM_PP];
 	long B = r->cfg.training.micro_batch_size, T = hp_config_seq_length(&r->cfg);
-	int s = r->stage, last = s == (int)r->plan->pp - 1, slots = m->par.slots;
-	size_t ne = hp_model_stage_numel(m);
+	int last = r->stage == (int)r->plan->pp - 1;
 	int rc;
 
-	/* the stage each action's input comes from and its output goes to (-1: none) */
-#define FROM(a) ((a)->backward ? (last ? -1 : s + 1) : s - 1)
-#define TO(a) ((a)->backward ? s - 1 : (last ? -1 : s + 1))
-#define BUF(a) ((a)->backward ? hp_model_grad_in(m) : hp_model_stage_in(m))
-	hp_model_use_slot(m, act[0].mb % slots);
-	if (FROM(&act[0]) >= 0 &&
-	    (rc = bk->sendrecv(bk, c, NULL, 0, -1, BUF(&act[0]), ne, FROM(&act[0]), HP_DTYPE_F32, e)))
+	if ((rc = exchange(r, NULL, &act[0], e)))
 		return rc;
 	for (int i = 0; i < n; i++) {
 		const struct hp_pp_action *a = &act[i], *nx = i + 1 < n ? &act[i + 1] : NULL;
@@ -494,19 +534,9 @@ static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long f
 			   (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))) {
 			return rc;
 		}
-		/* hand the output on, take the next action's input */
-		float *out = TO(a) >= 0 ? a->backward ? hp_model_grad_in(m) : hp_model_stage_out(m) : NULL;
-		if (nx)
-			hp_model_use_slot(m, nx->mb % slots);
-		int from = nx ? FROM(nx) : -1;
-		if ((out || from >= 0) &&
-		    (rc = bk->sendrecv(bk, c, out, out ? ne : 0, TO(a), from >= 0 ? BUF(nx) : NULL, from >= 0 ? ne : 0,
-				       from, HP_DTYPE_F32, e)))
+		if ((rc = exchange(r, a, nx, e)))
 			return rc;
 	}
-#undef FROM
-#undef TO
-#undef BUF
 	return 0;
 }
 

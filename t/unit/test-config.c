@@ -408,10 +408,10 @@ static void test_errors(void)
 		   "--accelerator.tp_size=2: $.accelerator: expected mapping, got int",
 		   "no override below a scalar of the file");
 	ov[0] = "--training.seed=1";
-	ov[1] = "--accelerator.pp_size=2";
+	ov[1] = "--accelerator.pp_vpp=2";
 	expect_err(BASE, 2, ov, HP_ECONFIG,
-		   "--accelerator.pp_size=2: $.accelerator.pp_size: only 1 is supported "
-		   "(no pipeline parallelism), got 2", "the second override is named");
+		   "--accelerator.pp_vpp=2: $.accelerator.pp_vpp: 2 virtual stages per rank: interleaved "
+		   "schedules are not supported yet (set 1)", "the second override is named");
 }
 
 static void test_overrides(void)
