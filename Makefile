@@ -215,6 +215,7 @@ bench: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/kernels-bench.sh
 	@$(O)/bench/gemm-bench $(if $(filter 1,$(HP_BENCH_SMOKE)),--smoke)
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/parallel-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/pp-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/ckpt-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/fsdp-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/mem-bench.sh

@@ -40,7 +40,12 @@ void hp_comm_set_timeout(double seconds)
 }
 
 /* Seconds spent in hp_comm_wait since the start (hp_comm_waited). */
-static double waited;
+static double waited, waited_op[HP_NCOLL];
+
+double hp_comm_waited_in(int op)
+{
+	return op >= 0 && op < HP_NCOLL ? waited_op[op] : 0;
+}
 
 double hp_comm_waited(void)
 {
@@ -708,7 +713,10 @@ static int wait_for(struct what *w, int (*test)(void *), void *arg,
 		}
 		last = MPI_Wtime();
 	}
-	waited += MPI_Wtime() - start;
+	now = MPI_Wtime() - start;
+	waited += now;
+	if (w->op >= 0 && w->op < HP_NCOLL)
+		waited_op[w->op] += now;
 	cur = prev;
 	cur_t0 = prev_t0;
 	return rc;

@@ -122,8 +122,11 @@ void hp_comm_on_timeout(void (*fn)(void));
  * collective another way (a device's host-staged path, whose wire type
  * may differ from the type it counts). */
 void hp_comm_count(struct hp_comm *c, enum hp_coll op, uint64_t bytes, int routed);
-/* Seconds this process has spent waiting in collectives so far. */
+/* Seconds this process has spent waiting in collectives so far; in those
+ * of one kind (enum hp_coll: HP_COLL_P2P, a pipeline stage's waits for
+ * its neighbours). */
 double hp_comm_waited(void);
+double hp_comm_waited_in(int op);
 
 /* In place: buf holds n elements of t, reduced with op over the group. */
 int hp_comm_allreduce(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, enum hp_red op,

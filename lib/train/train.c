@@ -91,6 +91,7 @@ struct run {
 	/* pipeline: this rank's stage and its actions for a step (2 G) */
 	int stage;
 	struct hp_pp_action *pp_act;
+	double *pp_wait;                /* [world]: each rank's p2p waits of a step, gathered (metrics) */
 	long first_step;                /* 1, or the step after the restored checkpoint */
 	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
 	char gpu_name[160];
@@ -1163,6 +1164,7 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 struct step_report {
 	long step, iters, tokens;
 	double loss, norm, lr, aux, dt, waited;
+	double *pp_wait;       /* pipelines, in a run with metrics: each rank's p2p waits this step (rank 0's) */
 	long long host_peak;   /* the largest peak resident set over ranks, bytes (-1: unknown) */
 	long long dev_peak;    /* the largest device high-water mark over ranks, bytes */
 	long syncs;            /* device runs: this step's host-device synchronisations on this rank */
@@ -1207,6 +1209,9 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 			metrics_comm(r->metrics, &r->comms);
 			fprintf(r->metrics, ", \"comm_wait_s\": %.6f", s->waited);
 		}
+		for (int i = 0; s->pp_wait && i < r->world; i++)
+			fprintf(r->metrics, "%s%.6f%s", i ? ", " : ", \"pp_wait_s\": [", s->pp_wait[i],
+				i == r->world - 1 ? "]" : "");
 	}
 }
 
@@ -1448,7 +1453,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		if ((rc = read_step(r, step, accum, e)))
 			return rc;
 		rep.lr = hp_lr_at(&r->opt, step);
-		double w0 = hp_comm_waited();
+		double w0 = hp_comm_waited(), p0 = hp_comm_waited_in(HP_COLL_P2P);
 		hp_comms_reset(&r->comms);
 		if ((rc = step_grads(r, step, o, &total, e)) || (rc = step_update(r, rep.lr, e)))
 			return rc;
@@ -1475,6 +1480,16 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		rep.norm = norm;
 		rep.aux = st[HP_ST_AUX] / accum;
 		rep.waited = hp_comm_waited() - w0;
+		/* a pipeline's waits for the neighbouring stages, every rank's (a
+		 * gather: with metrics only) */
+		if (o->metrics && r->plan->pp > 1) {
+			double mine = hp_comm_waited_in(HP_COLL_P2P) - p0;
+			MPI_Request req;
+
+			MPI_Igather(&mine, 1, MPI_DOUBLE, r->pp_wait, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req);
+			hp_comm_wait_op(&req, MPI_COMM_WORLD, HP_COMM_OP_GATHER);
+			rep.pp_wait = r->pp_wait;
+		}
 		rep.syncs = r->bk->host_syncs - syncs0;
 		rep.launches = r->bk->kernel_launches - launches0;
 		/* for the metrics only: a collective and a read of /proc a step */
@@ -1668,7 +1683,8 @@ static int join_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
 	if (r->plan->pp > 1) {
 		int G = (int)r->plan->accum;
 
-		if (!(r->pp_act = hp_calloc(2 * (size_t)G + 1, sizeof(*r->pp_act))))
+		if (!(r->pp_act = hp_calloc(2 * (size_t)G + 1, sizeof(*r->pp_act))) ||
+		    !(r->pp_wait = hp_calloc((size_t)r->world, sizeof(double))))
 			return hp_err_set(e, HP_ENOMEM, "out of memory");
 		hp_pp_actions(r->plan->pp_schedule, (int)r->plan->pp, r->stage, G, r->pp_act);
 	}
@@ -1771,6 +1787,7 @@ static int start_fsdp(struct run *r, const struct hp_train_opts *o, MPI_Comm com
 static void run_free(struct run *r)
 {
 	hp_free(r->pp_act);
+	hp_free(r->pp_wait);
 	close_metrics(r, 0, NULL);
 	hp_ckpt_unlock(&r->lock);
 	hp_free(r->inputs);
