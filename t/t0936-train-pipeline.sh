@@ -115,6 +115,25 @@ test_expect_success MPI 'a checkpoint saved by 2 stages resumes in one process a
 	jq -c "[.step, .loss]" r4.jsonl >got4 && same_losses r4.jsonl r1.jsonl
 '
 
+test_expect_success MPI 'hp-convert: shards for a pipelined plan train as the model'"'"'s folder does, export back bit for bit, reshard to FSDP 2 without stages' '
+	hp-plan st.yaml --world 4 $A.pp_size=2 $F.dp_shard_size=2 -o pplan.json &&
+	hp-convert --plan pplan.json -o ppshards "$DATA/stories260K/hf" &&
+	test $(ls ppshards/rank-*.safetensors | wc -l) = 4 &&
+	mpiexec -n 4 hp-train -q pplan.json --shards ppshards --max-steps 2 --metrics ps.jsonl &&
+	mpiexec -n 4 hp-train -q st.yaml $A.pp_size=2 $F.dp_shard_size=2 --max-steps 2 --checkpoint.save_ckpt=false \
+		--metrics pf.jsonl &&
+	jq -c "[.step, .loss, .grad_norm]" ps.jsonl >want-s && jq -c "[.step, .loss, .grad_norm]" pf.jsonl >got-s &&
+	cmp want-s got-s &&
+	hp-convert --export -o pphf ppshards &&
+	hp-test-tool cmpst --max-rel-l2 0 "$DATA/stories260K/hf/model.safetensors" pphf/model.safetensors >cmp &&
+	! grep -q FAIL cmp &&
+	hp-plan st.yaml --world 2 $F.dp_shard_size=2 -o p2.json && hp-convert --plan p2.json -o p2shards ppshards &&
+	mpiexec -n 2 hp-train -q p2.json --shards p2shards --max-steps 2 --metrics p2.jsonl &&
+	mpiexec -n 2 hp-train -q st.yaml $F.dp_shard_size=2 --max-steps 2 --checkpoint.save_ckpt=false --metrics f2.jsonl &&
+	jq -c "[.step, .loss, .grad_norm]" p2.jsonl >got2 && jq -c "[.step, .loss, .grad_norm]" f2.jsonl >want2 &&
+	cmp want2 got2
+'
+
 test_expect_success MPI 'what pipelines do not support yet is refused by name before any work' '
 	test_must_fail_with 4 mpiexec -n 2 hp-verify qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 >out 2>err &&
 	grep -q "hp-verify with pp_size 2 is not supported yet" err &&
