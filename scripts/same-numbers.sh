@@ -90,7 +90,7 @@ run () {
 			{ echo "$name: $b failed"; cat "$b-$name.out"; bad=1; return 0; }
 	done
 	for b in old new; do
-		jq -c 'del(.tokens_per_s, .step_time_s, .checkpoint_s, .comm_wait_s, .host_bytes_peak,
+		jq -c 'del(.tokens_per_s, .step_time_s, .checkpoint_s, .comm_wait_s, .pp_wait_s, .data_tokens_read, .host_bytes_peak,
 			.device_bytes_peak, .host_syncs, .kernel_launches)' "$b-$name.jsonl" >"$b-$name.m"
 	done
 	if cmp -s old-$name.m new-$name.m && cmp -s old-$name-g.st new-$name-g.st &&

@@ -96,6 +96,12 @@ test_expect_success MPI 'a stage keeps the activations its schedule holds: 1F1B 
 	{ test -n "${DEVICE_ARGS:-}" || grep -q "^activations: .* as the plan.s estimate on every rank" out; }
 '
 
+test_expect_success MPI 'a rank reads only its data-parallel share of the step (data_tokens_read)' '
+	mpiexec -n 8 hp-train -q m5.yaml ${DEVICE_ARGS:-} $A.pp_size=4 $F.dp_shard_size=2 --checkpoint.save_ckpt=false \
+		--metrics d.jsonl &&
+	test "$(jq -c "[.data_tokens_read, .tokens]" d.jsonl | sort -u)" = "[512,1024]"
+'
+
 test_expect_success MPI 'evaluation runs through the stages and gives the one-process loss' '
 	E="--training.eval_iters=1 --training.eval_steps=2 --training.train_iters=2 --checkpoint.save_ckpt=false" &&
 	hp-train -q qd.yaml $E --metrics e1.jsonl &&

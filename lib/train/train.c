@@ -90,6 +90,7 @@ struct run {
 	int verifying;
 	/* pipeline: this rank's stage and its actions for a step (2 G) */
 	int stage;
+	long read_tokens;               /* the data's tokens this rank read in the step so far */
 	struct hp_pp_action *pp_act;
 	double *pp_wait;                /* [world]: each rank's p2p waits of a step, gathered (metrics) */
 	long first_step;                /* 1, or the step after the restored checkpoint */
@@ -1127,14 +1128,25 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 		first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * n;
 		hp_batcher_skip(r->data, (uint64_t)(first * B));
 	}
+	/* a pipeline stage between the first (ids) and the last (targets)
+	 * computes on neither; it reads nothing unless its attention needs
+	 * the rows' documents (segments, from the ids) */
+	int none = !r->online && r->plan->pp > 1 && r->stage > 0 && r->stage < r->plan->pp - 1 && !r->seg;
+	if (none) {
+		hp_batcher_skip(r->data, (uint64_t)(n * B));
+		first += n;
+		n = 0;
+	}
+	r->read_tokens += n * B * T;
 	for (long a = first; a < first + n && !rc; a++) {
 		long at = a * B * T;
 		rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
 			       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
 	}
-	if (!rc)
+	if (!rc && n)
 		rc = check_ids(r, first * B * T, n * B * T, c->dataset.data_path[0], "at", step, e);
-	if (n < accum) {
+	/* some ranks read part of the step (every rank knows it alike) */
+	if (!r->online && r->dist && !r->verifying && (r->plan->dp > 1 || (r->plan->pp > 2 && !r->seg))) {
 		/* one rank's bad rows are every rank's failure: none may wait in
 		 * a collective for it */
 		int any = rc != 0;
@@ -1166,6 +1178,7 @@ struct step_report {
 	double loss, norm, lr, aux, dt, waited;
 	double *pp_wait;       /* pipelines, in a run with metrics: each rank's p2p waits this step (rank 0's) */
 	long long host_peak;   /* the largest peak resident set over ranks, bytes (-1: unknown) */
+	long long read;        /* the largest over ranks of the data's tokens read in the step */
 	long long dev_peak;    /* the largest device high-water mark over ranks, bytes */
 	long syncs;            /* device runs: this step's host-device synchronisations on this rank */
 	long launches;         /* device runs: this step's calls that put work on the device */
@@ -1175,12 +1188,13 @@ struct step_report {
  * (every rank calls it, in a run that writes metrics). */
 static void mem_peaks(const struct run *r, struct step_report *s)
 {
-	long long v[2] = { hp_host_peak_bytes(), (long long)r->bk->dev_bytes_peak };
+	long long v[3] = { hp_host_peak_bytes(), (long long)r->bk->dev_bytes_peak, r->read_tokens };
 
 	if (r->dist)
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 2, MPI_LONG_LONG, MPI_MAX);
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, v, 3, MPI_LONG_LONG, MPI_MAX);
 	s->host_peak = v[0];
 	s->dev_peak = v[1];
+	s->read = v[2];
 }
 
 static void report_step(struct run *r, FILE *out, int talk, long log_every, const struct step_report *s)
@@ -1198,6 +1212,7 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 			s->step, jnum(b0, s->loss), jnum(b1, s->norm), s->lr, s->tokens, s->tokens / s->dt, s->dt);
 		if (r->model.n_moe && r->model.spec.output_router_logits)
 			fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, s->aux));
+		fprintf(r->metrics, ", \"data_tokens_read\": %lld", s->read);
 		if (s->host_peak >= 0)
 			fprintf(r->metrics, ", \"host_bytes_peak\": %lld", s->host_peak);
 		else
@@ -1440,6 +1455,11 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 	r->seg = want_seg ? hp_malloc(ids) : NULL;
 	if (!r->inputs || !r->labels || (want_seg && !r->seg))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for %ld tokens per step", step_tokens);
+	/* what a stage that reads nothing holds: no token, no target */
+	for (long i = 0; i < step_tokens; i++) {
+		r->inputs[i] = 0;
+		r->labels[i] = HP_IGNORE_INDEX;
+	}
 	if (talk)
 		print_table(out, r, accum);
 	long iters = o->max_steps > 0 && o->max_steps < c->training.train_iters ? o->max_steps :
@@ -1450,6 +1470,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		struct step_report rep = { .step = step, .iters = iters, .tokens = step_tokens };
 		long syncs0 = r->bk->host_syncs, launches0 = r->bk->kernel_launches;
 
+		r->read_tokens = 0;
 		if ((rc = read_step(r, step, accum, e)))
 			return rc;
 		rep.lr = hp_lr_at(&r->opt, step);
