@@ -41,6 +41,20 @@ test_expect_success MPI 'the metrics carry each step'\''s bytes, equal to hp-pla
 	test "$(jq -S -c . want)" = "$(jq -S -c . got)"
 '
 
+test_expect_success MPI 'requires_grad_sync false: one reduce-scatter per unit a step, not one per micro-batch; equal to one process' '
+	layout 4 --fsdp_config.dp_shard_size=4 --fsdp_config.requires_grad_sync=false &&
+	layout 4 --fsdp_config.dp_shard_size=2 --fsdp_config.requires_grad_sync=false &&
+	rs_off=$(jq -s ".[0].comm.dp_shard.reduce_scatter" p.jsonl) &&
+	layout 4 --fsdp_config.dp_shard_size=2 &&
+	rs_on=$(jq -s ".[0].comm.dp_shard.reduce_scatter" p.jsonl) &&
+	G=$(jq -s ".[0] | .tokens / (2 * 64 * 4)" p.jsonl) &&
+	test "$rs_on" = $((rs_off * G)) &&
+	hp-plan c.yaml --world 4 --fsdp_config.dp_shard_size=2 --fsdp_config.requires_grad_sync=false >off.json &&
+	hp-plan c.yaml --world 4 --fsdp_config.dp_shard_size=2 >on.json &&
+	jq -e -n --slurpfile a off.json --slurpfile b on.json \
+		"\$a[0].estimates.per_rank[0].gathered_bytes > \$b[0].estimates.per_rank[0].gathered_bytes"
+'
+
 test_expect_success MPI 'prefetch: the next layer'\''s all-gather starts while a layer computes, and changes nothing' '
 	mpiexec -n 4 hp-train c.yaml --fsdp_config.dp_shard_size=4 --metrics p0.jsonl \
 		--fsdp_config.forward_prefetch_depth=0 --fsdp_config.backward_prefetch_depth=0 >out &&

@@ -40,6 +40,7 @@ test_expect_success MPI 'tied embeddings: the two copies'"'"' gradients summed o
 	layout st st.yaml 4 $A.pp_size=4 &&
 	layout st st.yaml 5 $A.pp_size=5 $A.pp_schedule=gpipe &&
 	layout st st.yaml 4 $A.pp_size=2 $F.dp_shard_size=2 &&
+	layout st st.yaml 4 $A.pp_size=2 $F.dp_shard_size=2 $F.requires_grad_sync=false &&
 	layout st st.yaml 4 $A.pp_size=2 $A.tp_size=2 $A.sequence_parallel=true &&
 	mpiexec -n 2 hp-train -q st.yaml ${DEVICE_ARGS:-} $A.pp_size=2 --max-steps 2 --checkpoint.checkpoint_dir=ckt \
 		--checkpoint.save_steps=2 &&

@@ -78,6 +78,7 @@ fsdp_config.dp_shard_size | writes | hf2 | | --fsdp_config.dp_shard_size=2
 fsdp_config.edp_shard_size | writes | moe2 | | --fsdp_config.edp_shard_size=2
 fsdp_config.reshard_after_forward | writes | hf2 | --fsdp_config.dp_shard_size=2 --training.global_batch_size=8 | --fsdp_config.reshard_after_forward=false
 fsdp_config.reshard_after_backward | writes | hf2 | --fsdp_config.dp_shard_size=2 --training.global_batch_size=8 | --fsdp_config.reshard_after_backward=false
+fsdp_config.requires_grad_sync | writes | hf2 | --fsdp_config.dp_shard_size=2 --training.global_batch_size=8 | --fsdp_config.requires_grad_sync=false
 fsdp_config.forward_prefetch_depth | writes | hf2 | --fsdp_config.dp_shard_size=2 | --fsdp_config.forward_prefetch_depth=0
 fsdp_config.backward_prefetch_depth | writes | hf2 | --fsdp_config.dp_shard_size=2 | --fsdp_config.backward_prefetch_depth=0
 fsdp_config.mix_precision.param_dtype | refused 4 | hf | | --fsdp_config.mix_precision.param_dtype=bfloat16

@@ -739,6 +739,8 @@ static const struct key fsdp_keys[] = {
 	  CF(fsdp.reshard_after_forward), .idef = 1 },
 	{ .name = "reshard_after_backward", .type = T_BOOL, .pname = "fsdp.reshard_after_backward",
 	  CF(fsdp.reshard_after_backward), .idef = 1 },
+	{ .name = "requires_grad_sync", .type = T_BOOL, .pname = "fsdp.requires_grad_sync",
+	  CF(fsdp.requires_grad_sync), .idef = 1 },
 	{ .name = "forward_prefetch_depth", .type = T_INT, .pname = "fsdp.forward_prefetch_depth",
 	  CF(fsdp.forward_prefetch_depth), .idef = 1, MIN(0) },
 	{ .name = "backward_prefetch_depth", .type = T_INT, .pname = "fsdp.backward_prefetch_depth",

@@ -120,6 +120,7 @@ struct hp_config {
 	struct {
 		long dp_shard_size, edp_shard_size;        /* 1 */
 		int reshard_after_forward, reshard_after_backward;   /* 1 */
+		int requires_grad_sync;      /* 1; 0: reduce only after the step's last micro-batch */
 		long forward_prefetch_depth, backward_prefetch_depth; /* 1 */
 		char *param_dtype, *reduce_dtype, *output_dtype;    /* mix_precision; NULL */
 		char **replicate_params; int nreplicate_params;

@@ -59,6 +59,7 @@ int hp_fsdp_init(struct hp_fsdp *f, const struct hp_plan *p, struct hp_comms *cs
 	f->bk = m->bk;
 	f->rank = cs->world_rank;
 	f->stale_unit = -1;
+	f->sync = 1;
 	f->pdt = mp_dtype(p->param_dtype);
 	f->rdt = mp_dtype(p->reduce_dtype);
 	if (f->pdt == HP_DTYPE_INVALID || f->rdt == HP_DTYPE_INVALID)
@@ -758,9 +759,14 @@ int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e)
 	return first || (f->p->reshard_after_backward && !f->units[0].held[0]) ? hp_fsdp_gather_unit(f, 0, e) : 0;
 }
 
+void hp_fsdp_set_sync(struct hp_fsdp *f, int last_micro)
+{
+	f->sync = f->p->grad_sync || last_micro;
+}
+
 int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e)
 {
-	int rc = hp_fsdp_reduce_scatter_unit(f, 0, e);
+	int rc = f->sync ? hp_fsdp_reduce_scatter_unit(f, 0, e) : 0;
 
 	if (!rc && f->p->reshard_after_backward)
 		hp_fsdp_release(f, 0, 0);
@@ -797,7 +803,8 @@ int hp_fsdp_hook(void *ctx, int l, int phase, struct hp_err *e)
 				hp_fsdp_release(f, u, 0);
 			continue;
 		}
-		if ((rc = hp_fsdp_reduce_scatter_unit(f, u, e)))
+		/* deferred: the gradients stay, the next backward adds to them */
+		if (f->sync && (rc = hp_fsdp_reduce_scatter_unit(f, u, e)))
 			return rc;
 		if (rab)
 			hp_fsdp_release(f, u, 0);

@@ -111,6 +111,7 @@ struct hp_fsdp {
 	int stale_unit;              /* the fault fsdp_stale_shard: this unit is gathered from */
 	float *stale;                /* its shard of the step before (backend) */
 	int first_micro;             /* the micro-batch in flight is the step's first (micro_begin) */
+	int sync;                    /* its backward reduces (hp_fsdp_set_sync) */
 };
 
 /* The shards of rank's pieces for the model m (this rank's tp-local
@@ -147,6 +148,12 @@ void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);
  * its weights released. */
 int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e);
 int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e);
+/* Whether the backward that follows reduce-scatters its gradients: with
+ * fsdp_config.requires_grad_sync false only the step's last micro-batch's
+ * does, the earlier ones adding into the unsharded gradients the model
+ * holds (as HyperParallel's set_requires_gradient_sync(False)).  1 until
+ * set. */
+void hp_fsdp_set_sync(struct hp_fsdp *f, int last_micro);
 /* The model's layer hook (lib/model/model.h): gathers a layer's units before its
  * forward and backward and releases them after, as hp-plan(5) says. */
 int hp_fsdp_hook(void *ctx, int layer, int phase, struct hp_err *e);

@@ -596,6 +596,7 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 	p->accum = c->training.global_batch_size / (p->micro * p->dp);
 	p->reshard_after_forward = c->fsdp.reshard_after_forward;
 	p->reshard_after_backward = c->fsdp.reshard_after_backward;
+	p->grad_sync = c->fsdp.requires_grad_sync;
 	p->forward_prefetch = c->fsdp.forward_prefetch_depth;
 	p->backward_prefetch = c->fsdp.backward_prefetch_depth;
 	snprintf(p->param_dtype, sizeof(p->param_dtype), "%s",

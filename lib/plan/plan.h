@@ -126,6 +126,8 @@ struct hp_plan {
 					  micro-batches per step on each rank */
 	enum hp_device device;         /* training.device: cuda and auto have device estimates */
 	int reshard_after_forward, reshard_after_backward;
+	int grad_sync;                 /* fsdp_config.requires_grad_sync: reduce every micro-batch (1)
+					  or after the step's last (0) */
 	long forward_prefetch, backward_prefetch;
 	char param_dtype[16], reduce_dtype[16];   /* mix_precision; "" = float32 */
 	enum hp_act_ckpt act_ckpt;

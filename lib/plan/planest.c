@@ -212,7 +212,8 @@ static void param_traffic(const struct hp_plan *p, int rank, struct hp_rank_est 
 		    padded * ep, 1);
 		if (!root && p->reshard_after_forward)
 			add(r, sd, HP_COLL_ALL_GATHER, G, padded * ep, 1);
-		add(r, sd, HP_COLL_REDUCE_SCATTER, G, k * padded * er, 1);
+		/* requires_grad_sync false: once, after the step's last micro-batch */
+		add(r, sd, HP_COLL_REDUCE_SCATTER, p->grad_sync ? G : 1, k * padded * er, 1);
 		add(r, rd, HP_COLL_ALL_REDUCE, 1, padded * er, 1);
 	}
 	add(r, HP_DIM_TP, HP_COLL_ALL_REDUCE, partial ? 1 : 0, partial * er, 1);
@@ -374,15 +375,20 @@ static int64_t gathered(const struct hp_plan *p, int rank)
 			root += full[u];
 		}
 	}
+	/* with requires_grad_sync false every layer's gradients stay, unsharded,
+	 * from the first backward of the step to its end */
+	int64_t held = 0;
+	for (int l = 0; !p->grad_sync && l < n; l++)
+		held += 4 * layer[l];
 	for (int l = 0; l < n; l++) {
-		int64_t w = 8 * layer[l];
+		int64_t w = (p->grad_sync ? 8 : 4) * layer[l];
 
 		for (int j = l + 1; j < n && j <= l + depth; j++)
 			w += ring[j];
 		if (w > best)
 			best = w;
 	}
-	root = 8 * root + best + rs;
+	root = 8 * root + held + best + rs;
 out:
 	hp_free(full);
 	hp_free(pad);
@@ -583,7 +589,9 @@ static int device_bytes(const struct hp_plan *p, int rank, int64_t *out)
 				if (lo < d->off + d->n)
 					g += touch(seen + ng, 2 * (lo - wc0), 2 * (d->off + d->n - wc0));
 			}
-			if (d->layer < 0 || d->layer == l)
+			/* the gradients of the root and the layer; with requires_grad_sync
+			 * false of every layer, held through the step */
+			if (d->layer < 0 || d->layer == l || !p->grad_sync)
 				g += touch(seen + 2 * ng, 4 * d->off, 4 * (d->off + d->n));
 		}
 		best = g > best ? g : best;

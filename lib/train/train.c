@@ -532,9 +532,12 @@ static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long f
 				*ls += one;
 				*cnt += last ? (double)k : 0;
 			}
-		} else if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)) ||
-			   (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))) {
-			return rc;
+		} else {
+			if (r->dist)
+				hp_fsdp_set_sync(&r->fsdp, a->mb == (int)r->plan->accum - 1);
+			if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)) ||
+			    (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e))))
+				return rc;
 		}
 		if ((rc = exchange(r, a, nx, e)))
 			return rc;
@@ -593,6 +596,8 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, fwd_scale, NULL, &cnt, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
 		/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
+		if (r->dist)
+			hp_fsdp_set_sync(&r->fsdp, a == first + G - 1);
 		if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
 		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))
