@@ -21,10 +21,14 @@ test_expect_success MPI 'setup: the one-process runs' '
 	sed -i "s/from_pretrained/from_config/" m5.yaml &&
 	write_config st.yaml "$DATA/stories260K/hf" ts 64 2 16 3 </dev/null &&
 	write_config ma.yaml "$DATA/ref/qwen3-moe-a" ts 64 2 16 3 </dev/null &&
-	single qd qd.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml && single ma ma.yaml
+	write_config ul.yaml "$DATA/ref/qwen3-dense" ts 64 2 16 4 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	YAML
+	single qd qd.yaml && single ul ul.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml && single ma ma.yaml
 '
 
-test_expect_success MPI 'dense, 2 stages: 1F1B and GPipe, alone and with FSDP, HSDP, TP+SP, loss_parallel, CP' '
+test_expect_success MPI 'dense, 2 stages: 1F1B and GPipe, alone and with FSDP, HSDP, TP+SP, loss_parallel, CP (both modes)' '
 	layout qd qd.yaml 2 $A.pp_size=2 &&
 	layout qd qd.yaml 2 $A.pp_size=2 $A.pp_schedule=gpipe &&
 	layout qd qd.yaml 4 $A.pp_size=2 $F.dp_shard_size=2 &&
@@ -32,6 +36,7 @@ test_expect_success MPI 'dense, 2 stages: 1F1B and GPipe, alone and with FSDP, H
 	layout qd qd.yaml 4 $A.pp_size=2 $A.tp_size=2 $A.sequence_parallel=true &&
 	layout qd qd.yaml 4 $A.pp_size=2 $A.tp_size=2 $A.loss_parallel=true &&
 	layout qd qd.yaml 4 $A.pp_size=2 $A.cp_size=2 &&
+	layout ul ul.yaml 4 $A.pp_size=2 $A.cp_size=2 &&
 	layout qd qd.yaml 8 $A.pp_size=2 $A.tp_size=2 $A.cp_size=2 $A.sequence_parallel=true
 '
 
@@ -110,6 +115,21 @@ test_expect_success MPI 'evaluation runs through the stages and gives the one-pr
 	jq -c "[.eval_loss, .test_loss]" e1.jsonl | tail -n 1 >want &&
 	jq -c "[.eval_loss, .test_loss]" e2.jsonl | tail -n 1 >got &&
 	cmp want got
+'
+
+test_expect_success MPI 'a checkpoint of 2 stages resumes on 4 stages, and one of 4 on 2 stages x FSDP 2' '
+	I=--training.train_iters=4 &&
+	mpiexec -n 2 hp-train -q m5.yaml ${DEVICE_ARGS:-} $I $A.pp_size=2 --max-steps 2 --checkpoint.checkpoint_dir=c52 \
+		--checkpoint.save_steps=2 &&
+	mpiexec -n 4 hp-train -q m5.yaml ${DEVICE_ARGS:-} $I $A.pp_size=4 --checkpoint.save_ckpt=false \
+		--checkpoint.restore_from=c52 --metrics r543.jsonl &&
+	mpiexec -n 4 hp-train -q m5.yaml ${DEVICE_ARGS:-} $I $A.pp_size=4 --checkpoint.checkpoint_dir=c54 \
+		--checkpoint.restore_from=c52 --checkpoint.save_steps=1 --max-steps 3 --metrics r54.jsonl &&
+	jq -c "[.step, .loss, .grad_norm]" r54.jsonl >got54 &&
+	jq -c "select(.step == 3) | [.step, .loss, .grad_norm]" r543.jsonl >want54 && cmp want54 got54 &&
+	mpiexec -n 4 hp-train -q m5.yaml ${DEVICE_ARGS:-} $I $A.pp_size=2 $F.dp_shard_size=2 --checkpoint.save_ckpt=false \
+		--checkpoint.restore_from=c54 --metrics r42.jsonl &&
+	grep "\"step\": 4," r543.jsonl >r5434.jsonl && same_losses r42.jsonl r5434.jsonl
 '
 
 test_expect_success MPI 'a checkpoint saved by 2 stages resumes in one process and in 2 stages x FSDP 2' '

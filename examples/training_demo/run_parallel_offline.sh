@@ -93,8 +93,13 @@ fi
 ls shards | sed 's/^/   /' | head -n 3
 
 echo "== 4. mpiexec -n $ranks hp-verify: the layout against the one-process model, 2 steps"
-mpiexec -n "$ranks" hp-verify plan.json --shards shards --steps 2 >verify.txt
-tail -n 1 verify.txt | sed 's/^/   /'
+if [ "$(jq .parallel.pp plan.json)" -gt 1 ]; then
+	echo "   hp-verify does not take pipeline stages yet: skipped (t/t0936 holds them to one process)" |
+		tee verify.txt
+else
+	mpiexec -n "$ranks" hp-verify plan.json --shards shards --steps 2 >verify.txt
+	tail -n 1 verify.txt | sed 's/^/   /'
+fi
 
 echo "== 5. mpiexec -n $ranks hp-train (metrics -> metrics.jsonl)"
 mpiexec -n "$ranks" hp-train plan.json --shards shards --metrics metrics.jsonl |
@@ -117,7 +122,7 @@ if command -v gnuplot >/dev/null; then
 	plot="'loss.tsv' using 1:2 with lines title 'training loss'"
 	[ -s eval.tsv ] && plot="$plot, 'eval.tsv' using 1:2 with linespoints pt 7 title 'validation loss'"
 	gnuplot -e "set terminal png size 800,480 noenhanced; set output 'loss.png'; set xlabel 'step'; set ylabel 'loss';
-		set title 'hp training_demo ($mode): $ranks ranks, TP2 x CP2 x EP2 + FSDP'; set grid;
+		set title 'hp training_demo ($mode): $ranks ranks, $(jq -r '.parallel | "pp \(.pp), tp \(.tp), cp \(.cp), ep \(.ep)"' plan.json) + FSDP'; set grid;
 		plot $plot"
 	echo "   loss.png"
 fi
