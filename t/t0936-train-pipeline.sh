@@ -161,11 +161,36 @@ test_expect_success MPI 'hp-convert: shards for a pipelined plan train as the mo
 	cmp want2 got2
 '
 
+test_expect_success MPI 'hp-verify across stages: every module of every stage, gradient and weight equal the one-process model' '
+	mpiexec -n 2 hp-verify qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 --steps 2 >v.out &&
+	grep -q "^verdict: all [0-9]* checks of 2 steps match" v.out &&
+	grep -q "^output model.layers.1.mlp .* ok$" v.out && grep -q "^output lm_head .* ok$" v.out &&
+	mpiexec -n 8 hp-verify m5.yaml ${DEVICE_ARGS:-} $A.pp_size=4 $F.dp_shard_size=2 $A.pp_schedule=gpipe --steps 2 >v.out &&
+	grep -q "^verdict: all [0-9]* checks of 2 steps match" v.out &&
+	mpiexec -n 4 hp-verify ma.yaml ${DEVICE_ARGS:-} $A.pp_size=2 $A.tp_size=2 $A.sequence_parallel=true --steps 2 >v.out &&
+	grep -q "^verdict: all [0-9]* checks of 2 steps match" v.out
+'
+
+# pfault NAME WHAT: hp-verify and validation mode both stop at WHAT, found
+# on its stage and reported by rank 0
+pfault () {
+	test_must_fail_with 1 mpiexec -n 2 hp-verify qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 --debug.inject_fault=$1 \
+		--steps 2 >v.out 2>v.err &&
+	grep -F -q "first divergence: $2" v.out &&
+	test_must_fail_with 1 mpiexec -n 2 hp-train -q qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 --debug.inject_fault=$1 \
+		--model.validate_placement=true --checkpoint.save_ckpt=false >v.out 2>v.err &&
+	grep -F -q "validation: $2" v.err
+}
+
+test_expect_success MPI 'the pipeline faults are named at their module and stage, by hp-verify and by validation mode' '
+	pfault pp_stale_activation "step 1, the output of model.layers.1.input_layernorm (pp stage 1)" &&
+	pfault pp_out_of_order "step 1, the output of model.embed_tokens (pp stage 0)" &&
+	test_must_fail_with 3 mpiexec -n 2 hp-train qd.yaml $F.dp_shard_size=2 --debug.inject_fault=pp_stale_activation \
+		>out 2>err &&
+	grep -q "pp_stale_activation breaks a collective this layout does not have" err
+'
+
 test_expect_success MPI 'what pipelines do not support yet is refused by name before any work' '
-	test_must_fail_with 4 mpiexec -n 2 hp-verify qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 >out 2>err &&
-	grep -q "hp-verify with pp_size 2 is not supported yet" err &&
-	test_must_fail_with 4 mpiexec -n 2 hp-train qd.yaml ${DEVICE_ARGS:-} $A.pp_size=2 --model.validate_placement=true >out 2>err &&
-	grep -q "validate_placement: with pp_size 2 is not supported yet" err &&
 	test_must_fail_with 3 mpiexec -n 2 hp-train qd.yaml $A.pp_size=2 --fsdp_config.reshard_after_backward=false >out 2>err &&
 	grep -q "reshard_after_backward: false with pp_size 2 is not supported yet" err &&
 	test_must_fail_with 3 mpiexec -n 3 hp-train qd.yaml $A.pp_size=2 >out 2>err &&

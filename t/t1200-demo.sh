@@ -32,7 +32,7 @@ test_expect_success MPI 'run_parallel_offline.sh: hp-data, hp-plan, hp-convert, 
 test_expect_success MPI 'train_pipeline.yaml: the demo model as 4 pipeline stages x FSDP 2 on 8 ranks, end to end' '
 	HP_DEMO_DIR=$PWD/pipe sh $DEMO/run_parallel_offline.sh "$DEMO/train_pipeline.yaml" --training.train_iters=10 \
 		>out 2>err || { cat out err; false; } &&
-	grep -q "^   hp-verify does not take pipeline stages yet: skipped" out &&
+	grep -q "^   verdict: all [0-9]* checks of 2 steps match" out &&
 	grep -q "^   comm: every rank" out && grep -q "^   step 10/10 " out &&
 	test "$(jq -c ".pipeline.schedule, [.pipeline.stages[].layers]" pipe/plan.json | paste -sd " " -)" = \
 		"\"1f1b\" [[0,1],[1,2],[2,3],[3,4]]" &&

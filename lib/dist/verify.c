@@ -113,6 +113,14 @@ int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp 
 	v->prtol = 1e-3;
 	MPI_Comm_rank(world, &v->rank);
 	MPI_Comm_dup(world, &v->world);
+	v->stage = MPI_COMM_NULL;
+	v->leader = v->rank == 0;
+	if (p->pp > 1) {
+		int s = hp_plan_stage(p, v->rank);
+
+		MPI_Comm_split(world, s, v->rank, &v->stage);
+		v->leader = v->rank == s * (p->world / (int)p->pp);
+	}
 	v->tp = MPI_COMM_NULL;
 	if (cs->dim[HP_DIM_TP].comm != MPI_COMM_NULL)
 		MPI_Comm_dup(cs->dim[HP_DIM_TP].comm, &v->tp);
@@ -160,6 +168,8 @@ void hp_verify_free(struct hp_verify *v)
 		MPI_Comm_free(&v->world);
 	if (v->tp != MPI_COMM_NULL && v->tp)
 		MPI_Comm_free(&v->tp);
+	if (v->stage != MPI_COMM_NULL && v->stage)
+		MPI_Comm_free(&v->stage);
 	memset(v, 0, sizeof(*v));
 }
 
@@ -219,6 +229,73 @@ int hp_verify_reference(struct hp_verify *v, long step, const int32_t *ids, cons
 	return 0;
 }
 
+/* A point-to-point transfer on the uncounted world, waited for without
+ * spinning inside MPI (comm.h). */
+static void xfer(struct hp_verify *v, void *buf, int n, MPI_Datatype t, int peer, int send)
+{
+	MPI_Request req;
+
+	if (send)
+		MPI_Isend(buf, n, t, peer, 1, v->world, &req);
+	else
+		MPI_Irecv(buf, n, t, peer, 1, v->world, &req);
+	hp_comm_wait_op(&req, v->world, HP_COMM_OP_GATHER);
+}
+
+/* Pipeline stages: every stage's leader takes rank 0's records of the
+ * step (every rank calls it). */
+int hp_verify_share(struct hp_verify *v, struct hp_err *e)
+{
+	const struct hp_plan *p = v->p;
+	int sw = p->world / (int)p->pp, rc = 0;
+
+	if (p->pp <= 1 || (v->rank != 0 && !v->leader))
+		return 0;
+	for (int s = 1; s < p->pp; s++) {
+		int to = s * sw, n = v->nrec;
+
+		if (v->rank != 0 && v->rank != to)
+			continue;
+		if (v->rank == 0) {
+			xfer(v, &n, 1, MPI_INT, to, 1);
+			for (int i = 0; i < n; i++) {
+				xfer(v, &v->rec[i], (int)sizeof(v->rec[i]), MPI_BYTE, to, 1);
+				xfer(v, v->rec[i].x, (int)v->rec[i].n, MPI_FLOAT, to, 1);
+			}
+			continue;
+		}
+		for (int i = 0; i < v->nrec; i++)
+			hp_free(v->rec[i].x);
+		v->nrec = 0;
+		xfer(v, &n, 1, MPI_INT, 0, 0);
+		if (n > v->caprec) {
+			struct hp_vrec *r = hp_realloc(v->rec, (size_t)n * sizeof(*r));
+			if (!r)
+				return hp_err_set(e, HP_ENOMEM, "out of memory for the reference's records");
+			v->rec = r;
+			v->caprec = n;
+		}
+		for (int i = 0; i < n; i++) {
+			struct hp_vrec h;
+			float *x;
+
+			xfer(v, &h, (int)sizeof(h), MPI_BYTE, 0, 0);
+			x = hp_malloc((size_t)h.n * sizeof(float) + 1);
+			/* out of memory: still received (into the scratch), then failed */
+			if (!x && !rc && (rc = grow(v, (size_t)h.n, e)))
+				return rc;
+			xfer(v, x ? x : v->buf, (int)h.n, MPI_FLOAT, 0, 0);
+			if (!x) {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory for the reference's records");
+				continue;
+			}
+			h.x = x;
+			v->rec[v->nrec++] = h;
+		}
+	}
+	return rc;
+}
+
 void hp_verify_micro(struct hp_verify *v, int micro)
 {
 	v->micro = micro;
@@ -246,8 +323,10 @@ static void out_placement(const struct hp_verify *v, const struct hp_probe *pr, 
 	size_t at = 0;
 
 	buf[0] = '\0';
-	if (p->dp > 1)
-		at += (size_t)snprintf(buf + at, n - at, "dp shard(batch)");
+	if (p->pp > 1)
+		at += (size_t)snprintf(buf + at, n - at, "pp stage %d", hp_plan_stage(p, v->rank));
+	if (p->dp > 1 && at < n)
+		at += (size_t)snprintf(buf + at, n - at, "%sdp shard(batch)", at ? ", " : "");
 	if (p->cp > 1 && at < n)
 		at += (size_t)snprintf(buf + at, n - at, "%scp shard(seq)", at ? ", " : "");
 	if (p->tp > 1 && at < n)
@@ -311,8 +390,9 @@ int hp_verify_probe(void *ctx, const struct hp_probe *pr, struct hp_err *e)
 			       (size_t)pr->cols * sizeof(float));
 		}
 	}
-	hp_comm_allreduce_raw(v->world, v->buf, (int)((size_t)p->dp * blk), MPI_FLOAT, MPI_SUM);
-	if (v->rank == 0)
+	hp_comm_allreduce_raw(v->stage != MPI_COMM_NULL ? v->stage : v->world, v->buf, (int)((size_t)p->dp * blk),
+			      MPI_FLOAT, MPI_SUM);
+	if (v->leader)
 		for (long dd = 0; dd < p->dp; dd++) {
 			char key[112];
 			const struct hp_vrec *r = NULL;
@@ -324,8 +404,9 @@ int hp_verify_probe(void *ctx, const struct hp_probe *pr, struct hp_err *e)
 			if (r && (size_t)r->n == blk)
 				judge(v, "output", pr->module, pl, v->buf + (size_t)dd * blk, r->x, blk);
 		}
-	/* every rank learns whether to stop */
-	return stop_here(v, e);
+	/* every rank learns whether to stop (with stages, at the step's end:
+	 * their probes come at different times) */
+	return v->p->pp > 1 ? 0 : stop_here(v, e);
 }
 
 static void param_placement(const struct hp_plan *p, const struct hp_plan_param *q, char *buf, size_t n)
@@ -345,10 +426,67 @@ static void param_placement(const struct hp_plan *p, const struct hp_plan_param 
 		snprintf(buf, n, "whole on every rank");
 }
 
+/* Pipeline stages: the leaders' rows of the module outputs (and their
+ * first difference and checks) merged into rank 0's, the worst of each,
+ * stage by stage in forward order; a leader then starts afresh. */
+static int merge_stages(struct hp_verify *v, struct hp_err *e)
+{
+	const struct hp_plan *p = v->p;
+	int sw = p->world / (int)p->pp;
+
+	for (int s = 1; s < p->pp; s++) {
+		int from = s * sw, n = v->rank == from ? v->nrows : 0;
+		long checks = v->rank == from ? v->checks : 0;
+		char first[sizeof(v->first)];
+		struct hp_vrow *rows;
+
+		if (v->rank != 0 && v->rank != from)
+			continue;
+		if (v->rank == from) {
+			xfer(v, &n, 1, MPI_INT, 0, 1);
+			xfer(v, &checks, 1, MPI_LONG, 0, 1);
+			xfer(v, v->first, (int)sizeof(v->first), MPI_CHAR, 0, 1);
+			if (n)
+				xfer(v, v->rows, n * (int)sizeof(*v->rows), MPI_BYTE, 0, 1);
+			v->nrows = 0;
+			v->checks = 0;
+			v->first[0] = '\0';
+			continue;
+		}
+		xfer(v, &n, 1, MPI_INT, from, 0);
+		xfer(v, &checks, 1, MPI_LONG, from, 0);
+		xfer(v, first, (int)sizeof(first), MPI_CHAR, from, 0);
+		if (!(rows = hp_malloc((size_t)n * sizeof(*rows) + 1)))
+			return hp_err_set(e, HP_ENOMEM, "out of memory merging the stages' checks");
+		if (n)
+			xfer(v, rows, n * (int)sizeof(*rows), MPI_BYTE, from, 0);
+		v->checks += checks;
+		if (!v->first[0] && first[0])
+			memcpy(v->first, first, sizeof(first));
+		for (int i = 0; i < n; i++) {
+			struct hp_vrow *r = row(v, rows[i].kind, rows[i].name, rows[i].placement);
+
+			if (!r)
+				continue;
+			r->max_abs = rows[i].max_abs > r->max_abs ? rows[i].max_abs : r->max_abs;
+			r->rel = rows[i].rel > r->rel ? rows[i].rel : r->rel;
+			if (rows[i].bad && !r->bad) {
+				r->bad = 1;
+				r->first_bad_step = rows[i].first_bad_step;
+			}
+		}
+		hp_free(rows);
+	}
+	return 0;
+}
+
 int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 {
 	const struct hp_plan *p = v->p;
 	int rc;
+
+	if (grads && p->pp > 1 && (rc = merge_stages(v, e)))
+		return rc;
 
 	/* a device's shards and the reference's tensors come to the host */
 	if ((rc = hp_fsdp_download(v->f, grads, !grads, e)) ||

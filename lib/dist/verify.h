@@ -53,6 +53,12 @@ struct hp_verify {
 	struct hp_optim opt;         /* rank 0: its optimizer */
 	int rank, have_ref;
 	MPI_Comm world, tp;          /* duplicates: uncounted */
+	/* pipeline stages: a stage's module outputs are assembled over its
+	 * own ranks and judged by its first (its leader), which holds the
+	 * reference's records too; the leaders' rows come to rank 0 each
+	 * step.  Without stages stage is world and rank 0 the one leader. */
+	MPI_Comm stage;
+	int leader;
 	/* a tensor passes when its relative L2 error is at most rtol (prtol for
 	 * the weights after the update) or its largest absolute error at most
 	 * atol.  AdamW divides each gradient by the root of its square, so an
@@ -76,6 +82,10 @@ struct hp_verify {
 	char first[640];             /* the first difference, or "" */
 };
 
+/* Pipeline stages: after hp_verify_reference, every stage's leader takes
+ * rank 0's records of the step (every rank calls it; nothing without
+ * stages). */
+int hp_verify_share(struct hp_verify *v, struct hp_err *e);
 /* Set up after the parallel model's weights are in the shards: rank 0
  * builds the reference model with kernels k and takes the same weights. */
 int hp_verify_init(struct hp_verify *v, const struct hp_plan *p, struct hp_fsdp *f, struct hp_model *m,

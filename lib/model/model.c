@@ -1015,7 +1015,8 @@ void hp_model_zero_grad(struct hp_model *m)
 
 static const char *const fault_names[HP_NFAULT] = {
 	"none", "tp_skip_reduce", "sp_skip_gather", "cp_wrong_offset", "cp_skip_kv_grad_reduce",
-	"ep_wrong_route", "ep_drop_token", "fsdp_stale_shard", "grad_scale",
+	"ep_wrong_route", "ep_drop_token", "fsdp_stale_shard", "grad_scale", "pp_stale_activation",
+	"pp_out_of_order",
 };
 
 const char *hp_fault_name(int f)

@@ -156,6 +156,8 @@ enum hp_fault {
 	HP_FAULT_EP_DROP_TOKEN,           /* first MoE layer: a token's expert output dropped */
 	HP_FAULT_FSDP_STALE_SHARD,        /* layer 0 gathered from the previous step's shards */
 	HP_FAULT_GRAD_SCALE,              /* gradients scaled by the rank's token count, not the global one */
+	HP_FAULT_PP_STALE_ACTIVATION,     /* the second stage computes micro-batch 1 from micro-batch 0's input */
+	HP_FAULT_PP_OUT_OF_ORDER,         /* the first stage sends micro-batches 0 and 1 swapped */
 	HP_NFAULT
 };
 /* The fault's name as debug.inject_fault spells it, and back (-1: unknown). */

@@ -109,10 +109,6 @@ int hp_train_check_layout(const struct hp_config *c, const struct hp_plan *p, co
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.model.torch_dtype: %s is not implemented on the CPU, "
 				  "which trains in float32 (use float32 or auto; training.device: cuda computes in "
 				  "bf16)", c->path, c->model.torch_dtype);
-	if (p->pp > 1 && c->model.validate_placement)
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.model.validate_placement: with pp_size %ld is not "
-				  "supported yet (the one-process reference is not built across stages)", c->path,
-				  p->pp);
 	if (c->training.loss_aggregation == HP_LOSS_RANK_AVERAGE && p->dp * p->cp > 1)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.loss_aggregation: rank_average over %ld data "
 				  "and context parallel ranks is not implemented yet (token_weighted is)", c->path,

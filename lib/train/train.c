@@ -93,6 +93,7 @@ struct run {
 	long read_tokens;               /* the data's tokens this rank read in the step so far */
 	struct hp_pp_action *pp_act;
 	double *pp_wait;                /* [world]: each rank's p2p waits of a step, gathered (metrics) */
+	float *stale;                   /* the fault pp_stale_activation's copy, in the backend's memory */
 	long first_step;                /* 1, or the step after the restored checkpoint */
 	struct hp_backend *bk;          /* where the model computes: the CPU, or a GPU (training.device) */
 	char gpu_name[160];
@@ -504,6 +505,24 @@ static int exchange(struct run *r, const struct hp_pp_action *a, const struct hp
 	return n ? r->bk->sendrecv(r->bk, &r->comms.dim[HP_DIM_PP], op, n, e) : 0;
 }
 
+/* The fault pp_stale_activation: on the second stage, micro-batch 1's
+ * forward gets micro-batch 0's input (kept when it came) for its own. */
+static int stale_fault(struct run *r, const struct hp_pp_action *nx, struct hp_err *e)
+{
+	struct hp_model *m = &r->model;
+	size_t bytes = hp_model_stage_numel(m) * sizeof(float);
+
+	if (m->fault != HP_FAULT_PP_STALE_ACTIVATION || r->stage != 1 || !nx || nx->backward || nx->mb > 1)
+		return 0;
+	if (!r->stale && !(r->stale = r->bk->alloc(r->bk, bytes, e)))
+		return e->code;
+	if (nx->mb == 0)
+		r->bk->copy(r->bk, r->stale, hp_model_stage_in(m), bytes);
+	else
+		r->bk->copy(r->bk, hp_model_stage_in(m), r->stale, bytes);
+	return 0;
+}
+
 static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long first, double fwd_scale,
 		    double scale_count, double aux_w, double *ls, double *cnt, struct hp_err *e)
 {
@@ -512,12 +531,15 @@ static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long f
 	int last = r->stage == (int)r->plan->pp - 1;
 	int rc;
 
-	if ((rc = exchange(r, NULL, &act[0], e)))
+	if ((rc = exchange(r, NULL, &act[0], e)) || (rc = stale_fault(r, &act[0], e)))
 		return rc;
 	for (int i = 0; i < n; i++) {
 		const struct hp_pp_action *a = &act[i], *nx = i + 1 < n ? &act[i + 1] : NULL;
-		long mb = first + a->mb;
-		const int32_t *in = r->inputs + mb * B * T, *lb = r->labels + mb * B * T;
+		/* the fault pp_out_of_order: the first stage computes micro-batches 0
+		 * and 1 each from the other's ids */
+		long mb = first + (m->fault == HP_FAULT_PP_OUT_OF_ORDER && r->stage == 0 && a->mb < 2 && !a->backward ?
+				   1 - a->mb : a->mb);
+		const int32_t *in = r->inputs + mb * B * T, *lb = r->labels + (first + a->mb) * B * T;
 		const int32_t *seg = r->seg ? r->seg + mb * B * T : NULL;
 		long k;
 
@@ -526,6 +548,8 @@ static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long f
 		if (!a->backward) {
 			double one = 0;
 
+			if (r->verifying)
+				hp_verify_micro(&r->verify, a->mb);
 			if ((rc = hp_model_forward(m, in, lb, seg, fwd_scale, ls ? &one : NULL, &k, e)))
 				return rc;
 			if (ls) {
@@ -539,7 +563,7 @@ static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long f
 			    (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e))))
 				return rc;
 		}
-		if ((rc = exchange(r, a, nx, e)))
+		if ((rc = exchange(r, a, nx, e)) || (rc = stale_fault(r, nx, e)))
 			return rc;
 	}
 	return 0;
@@ -570,8 +594,9 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		return rc;
 	/* the fault grad_scale: each rank scales by its own count */
 	double scale_count = m->fault == HP_FAULT_GRAD_SCALE ? mine : *total;
-	if (r->verifying && (rc = hp_verify_reference(&r->verify, step, r->inputs, r->labels, r->seg,
-						      G * r->plan->dp, *total, e)))
+	if (r->verifying && ((rc = hp_verify_reference(&r->verify, step, r->inputs, r->labels, r->seg,
+						       G * r->plan->dp, *total, e)) ||
+			     (rc = hp_verify_share(&r->verify, e))))
 		return rc;
 	double fwd_scale = scale_count > 0 ? 1.0 / scale_count : 0, aux_w = 1.0 / (double)(G * r->plan->dp);
 	hp_optim_zero_grad(&r->opt);
@@ -1623,6 +1648,8 @@ static int set_fault(struct run *r, struct hp_err *e)
 	case HP_FAULT_EP_DROP_TOKEN: ok = p->ep > 1; break;
 	case HP_FAULT_FSDP_STALE_SHARD: ok = p->dp_shard > 1; break;
 	case HP_FAULT_GRAD_SCALE: ok = p->dp * p->cp > 1; break;
+	case HP_FAULT_PP_STALE_ACTIVATION:
+	case HP_FAULT_PP_OUT_OF_ORDER: ok = p->pp > 1 && p->accum > 1; break;
 	}
 	if (!ok || r->world == 1)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.debug.inject_fault: %s breaks a collective this "
@@ -1785,9 +1812,6 @@ static int start_fsdp(struct run *r, const struct hp_train_opts *o, MPI_Comm com
 	r->model.hook_ctx = &r->fsdp;
 	if (r->model.fault == HP_FAULT_FSDP_STALE_SHARD)
 		r->fsdp.stale_unit = r->fsdp.layer_unit[0];
-	if (o->verify && r->plan->pp > 1)
-		return hp_err_set(e, HP_EUNSUP, "hp-verify with pp_size %ld is not supported yet (the one-process "
-				  "reference is not built across stages)", r->plan->pp);
 	if (o->verify || r->cfg.model.validate_placement) {
 		/* rank 0 takes the whole model alongside, its weights
 		 * assembled from the shards */
@@ -1814,6 +1838,8 @@ static void run_free(struct run *r)
 {
 	hp_free(r->pp_act);
 	hp_free(r->pp_wait);
+	if (r->stale)
+		r->bk->free(r->bk, r->stale);
 	close_metrics(r, 0, NULL);
 	hp_ckpt_unlock(&r->lock);
 	hp_free(r->inputs);
