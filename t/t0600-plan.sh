@@ -133,7 +133,8 @@ test_expect_success 'checks: pipeline stages, each refused by key with the numbe
 	bad_plan 3 "\$.accelerator.pp_layer_split: the stages'"'"' layers add up to 3, the model has 2" "$P2" --world 2 --accelerator.pp_size=2 "--accelerator.pp_layer_split=[1,2]" &&
 	bad_plan 3 "\$.accelerator.pp_layer_split: 1 entries for pp_size 2" "$P2" --world 2 --accelerator.pp_size=2 "--accelerator.pp_layer_split=[2]" &&
 	bad_plan 3 "\$.accelerator.pp_micro_batch_num: 3, but a step has" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_micro_batch_num=3 &&
-	bad_plan 3 "interleaved schedules are not supported yet" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_vpp=2 &&
+	bad_plan 3 "\$.accelerator.pp_vpp: pp_size 2 x pp_vpp 2 = 4 virtual stages for 2 layers" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_vpp=2 &&
+	bad_plan 3 "\$.accelerator.pp_vpp: 9 virtual stages per rank: this build takes at most 8" "$P2" --world 2 --accelerator.pp_size=2 --accelerator.pp_vpp=9 &&
 	bad_plan 3 "reshard_after_backward: false with pp_size 2" "$P2" --world 4 --accelerator.pp_size=2 --fsdp_config.reshard_after_backward=false
 '
 

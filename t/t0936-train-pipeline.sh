@@ -1,5 +1,5 @@
 #!/bin/sh
-test_description='pipeline parallelism: GPipe and 1F1B stages with FSDP, HSDP, TP+SP, CP and EP equal one process'
+test_description='pipeline parallelism: GPipe, 1F1B and interleaved 1F1B stages with FSDP, HSDP, TP+SP, CP and EP equal one process'
 . "$(dirname "$0")/test-lib.sh"
 . "$TEST_DIR/lib-train.sh"
 
@@ -7,8 +7,10 @@ test_description='pipeline parallelism: GPipe and 1F1B stages with FSDP, HSDP, T
 # qwen3-moe-a (3 layers, the first dense, tied, with the load-balancing
 # loss, whose router statistics travel with the activations),
 # a 5-layer Qwen3 made from qwen3-dense's config.json by random init, the
-# same weights in every layout (from_config), and stories260K (5 layers,
-# tied embeddings: the first stage's embedding is the last stage's LM head).
+# same weights in every layout (from_config), a 4-layer qwen3-moe-a made
+# the same way (for interleaving: 2 stages of 2 chunks need 4 layers), and
+# stories260K (5 layers, tied embeddings: the first stage's embedding is
+# the last stage's LM head).
 A=--accelerator
 F=--fsdp_config
 
@@ -21,11 +23,15 @@ test_expect_success MPI 'setup: the one-process runs' '
 	sed -i "s/from_pretrained/from_config/" m5.yaml &&
 	write_config st.yaml "$DATA/stories260K/hf" ts 64 2 16 3 </dev/null &&
 	write_config ma.yaml "$DATA/ref/qwen3-moe-a" ts 64 2 16 3 </dev/null &&
+	mkdir -p a4 && jq ".num_hidden_layers = 4" "$DATA/ref/qwen3-moe-a/config.json" >a4/config.json &&
+	write_config a4.yaml "$PWD/a4" ts 64 2 16 3 </dev/null &&
+	sed -i "s/from_pretrained/from_config/" a4.yaml &&
 	write_config ul.yaml "$DATA/ref/qwen3-dense" ts 64 2 16 4 <<-YAML &&
 	plan_overrides:
 	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
 	YAML
-	single qd qd.yaml && single ul ul.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml && single ma ma.yaml
+	single qd qd.yaml && single ul ul.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml && single ma ma.yaml &&
+	single a4 a4.yaml
 '
 
 test_expect_success MPI 'dense, 2 stages: 1F1B and GPipe, alone and with FSDP, HSDP, TP+SP, loss_parallel, CP (both modes)' '
@@ -87,6 +93,66 @@ test_expect_success MPI '4 stages of 5 layers: both schedules, a given split, wi
 	layout m5 m5.yaml 4 $A.pp_size=4 "$A.pp_layer_split=[1,1,1,2]" &&
 	layout m5 m5.yaml 8 $A.pp_size=4 $F.dp_shard_size=2 &&
 	layout m5 m5.yaml 4 $A.pp_size=4 --activation_checkpoint.mode=full
+'
+
+# Interleaved 1F1B: 2 stages of 2 chunks each (virtual stages 0..3, stage
+# 0 holding 0 and 2), G = 8 micro-batches.
+I="$A.pp_size=2 $A.pp_vpp=2"
+test_expect_success MPI 'interleaved 1F1B: dense, tied and MoE with the load-balancing loss; with FSDP, TP+SP, CP, EP' '
+	layout m5 m5.yaml 2 $I &&
+	layout m5 m5.yaml 4 $I $F.dp_shard_size=2 &&
+	layout m5 m5.yaml 4 $I $A.tp_size=2 $A.sequence_parallel=true &&
+	layout m5 m5.yaml 4 $I $A.cp_size=2 &&
+	layout m5 m5.yaml 2 $I "$A.pp_layer_split=[1,2,1,1]" --activation_checkpoint.mode=full &&
+	layout st st.yaml 4 $I $F.dp_shard_size=2 $F.requires_grad_sync=false &&
+	layout a4 a4.yaml 2 $I &&
+	layout a4 a4.yaml 4 $I $A.ep_size=2 &&
+	layout a4 a4.yaml 4 $I $A.tp_size=2 $A.sequence_parallel=true
+'
+
+test_expect_success MPI 'interleaved 1F1B: the plan'"'"'s chunks, slots per chunk and a smaller bubble than 1F1B'"'"'s' '
+	hp-plan m5.yaml --world 2 $I >plan-i.json &&
+	hp-plan m5.yaml --world 2 $A.pp_size=2 >plan-1.json &&
+	test "$(jq -c "[.pipeline.schedule, .pipeline.virtual_stages_per_rank]" plan-i.json)" = "[\"interleaved_1f1b\",2]" &&
+	test "$(jq -c "[.pipeline.stages[].layers]" plan-i.json)" = "[[[0,2],[3,4]],[[2,3],[4,5]]]" &&
+	test "$(jq -c "[.pipeline.stages[].in_flight_per_chunk]" plan-i.json)" = "[[4,2],[3,1]]" &&
+	jq -e "(.pipeline.bubble < 0.06) and (.pipeline.bubble > 0.05)" plan-i.json &&
+	jq -e "(.pipeline.bubble > 0.11) and (.pipeline.bubble < 0.12)" plan-1.json &&
+	hp-plan m5.yaml --world 2 $I --explain >ex &&
+	grep -q "^  stage 0  layers \[0, 2) \[3, 4)  ranks 0..0  6 micro-batch chunks in flight (4 + 2)" ex &&
+	grep -q "^stage 1 |       F0.0  F1.0  F0.1  B0.1  B0.1" ex
+'
+
+test_expect_success MPI 'interleaved 1F1B: evaluation, hp-verify and the pipeline faults, checkpoints into other layouts, hp-convert' '
+	E="--training.eval_iters=1 --training.eval_steps=2 --training.train_iters=2 --checkpoint.save_ckpt=false" &&
+	mpiexec -n 2 hp-train -q m5.yaml ${DEVICE_ARGS:-} $A.pp_size=2 $E --metrics e1.jsonl &&
+	mpiexec -n 2 hp-train -q m5.yaml ${DEVICE_ARGS:-} $I $E --metrics e2.jsonl &&
+	jq -c "[.eval_loss, .test_loss]" e1.jsonl | tail -n 1 >want &&
+	jq -c "[.eval_loss, .test_loss]" e2.jsonl | tail -n 1 >got &&
+	cmp want got &&
+	mpiexec -n 4 hp-verify a4.yaml ${DEVICE_ARGS:-} $I $A.ep_size=2 --steps 2 >v.out &&
+	grep -q "^verdict: all [0-9]* checks of 2 steps match" v.out &&
+	test_must_fail_with 1 mpiexec -n 2 hp-verify m5.yaml ${DEVICE_ARGS:-} $I --debug.inject_fault=pp_stale_activation \
+		--steps 2 >v.out 2>v.err &&
+	grep -F -q "first divergence: step 1, the output of model.layers.2.input_layernorm (pp stage 1)" v.out &&
+	mpiexec -n 2 hp-train -q st.yaml ${DEVICE_ARGS:-} $I --max-steps 2 --checkpoint.checkpoint_dir=cki \
+		--checkpoint.save_steps=2 &&
+	mpiexec -n 2 hp-train -q st.yaml ${DEVICE_ARGS:-} $I --checkpoint.save_ckpt=false --metrics ci3.jsonl &&
+	mpiexec -n 2 hp-train -q st.yaml ${DEVICE_ARGS:-} $I --checkpoint.checkpoint_dir=cki2 --checkpoint.restore_from=cki \
+		--metrics ri2.jsonl &&
+	jq -c "select(.step > 2) | [.step, .loss, .grad_norm]" ci3.jsonl >want-i &&
+	jq -c "[.step, .loss, .grad_norm]" ri2.jsonl >got-i && cmp want-i got-i &&
+	hp-train -q st.yaml --checkpoint.checkpoint_dir=cki1 --checkpoint.restore_from=cki --metrics ri1.jsonl &&
+	same_losses ri2.jsonl ri1.jsonl &&
+	hp-plan st.yaml --world 4 $I $F.dp_shard_size=2 -o iplan.json &&
+	hp-convert --plan iplan.json -o ishards "$DATA/stories260K/hf" &&
+	mpiexec -n 4 hp-train -q iplan.json --shards ishards --max-steps 2 --metrics is.jsonl &&
+	mpiexec -n 4 hp-train -q st.yaml $I $F.dp_shard_size=2 --max-steps 2 --checkpoint.save_ckpt=false --metrics if.jsonl &&
+	jq -c "[.step, .loss, .grad_norm]" is.jsonl >want-s && jq -c "[.step, .loss, .grad_norm]" if.jsonl >got-s &&
+	cmp want-s got-s &&
+	hp-convert --export -o ihf ishards &&
+	hp-test-tool cmpst --max-rel-l2 0 "$DATA/stories260K/hf/model.safetensors" ihf/model.safetensors >cmp &&
+	! grep -q FAIL cmp
 '
 
 test_expect_success MPI 'a stage keeps the activations its schedule holds: 1F1B min(pp - s, G) micro-batches, GPipe G' '
@@ -196,6 +262,14 @@ test_expect_success MPI 'what pipelines do not support yet is refused by name be
 	test_must_fail_with 3 mpiexec -n 3 hp-train qd.yaml $A.pp_size=2 >out 2>err &&
 	grep -q "world size 3 is not divisible by pp_size\*tp_size\*cp_size = 2" err &&
 	test_must_fail_with 3 mpiexec -n 2 hp-train qd.yaml $A.pp_size=2 $A.pp_vpp=2 >out 2>err &&
-	grep -q "pp_vpp: 2 virtual stages per rank: interleaved schedules are not supported yet" err
+	grep -q "pp_vpp: pp_size 2 x pp_vpp 2 = 4 virtual stages for 2 layers: every virtual stage needs a layer" err &&
+	test_must_fail_with 3 mpiexec -n 2 hp-train m5.yaml $I $A.pp_schedule=gpipe >out 2>err &&
+	grep -q "pp_vpp: 2 virtual stages per rank: interleaving is 1F1B.s (pp_schedule 1f1b); gpipe takes 1" err &&
+	test_must_fail_with 3 hp-train m5.yaml $A.pp_vpp=2 >out 2>err &&
+	grep -q "pp_vpp: 2 virtual stages per rank: interleaving needs pp_size 2 or more" err &&
+	test_must_fail_with 3 mpiexec -n 2 hp-train m5.yaml $I --training.global_batch_size=6 >out 2>err &&
+	grep -q "pp_vpp: interleaved 1F1B needs the step.s micro-batches per data-parallel rank (3: global_batch_size 6 / (micro_batch_size 2 \* dp 1)) a multiple of pp_size 2" err &&
+	test_must_fail_with 3 mpiexec -n 2 hp-train m5.yaml $I "$A.pp_layer_split=[2,3]" >out 2>err &&
+	grep -q "pp_layer_split: 2 entries for 4 virtual stages (pp_size x pp_vpp): give one per virtual stage" err
 '
 test_done

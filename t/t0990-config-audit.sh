@@ -68,6 +68,7 @@ accelerator.pp_size | writes | moe2 | | --accelerator.pp_size=2
 accelerator.pp_size | writes | hf2 | | --accelerator.pp_size=2
 accelerator.pp_schedule | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_schedule=gpipe
 accelerator.pp_vpp | refused 3 | moe2 | --accelerator.pp_size=2 | --accelerator.pp_vpp=2
+accelerator.pp_vpp | writes | fc2 | --accelerator.pp_size=2 | --accelerator.pp_vpp=2
 accelerator.pp_layer_split | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_layer_split=[1,1]
 accelerator.pp_layer_split | refused 3 | moe2 | --accelerator.pp_size=2 | --accelerator.pp_layer_split=[2,1]
 accelerator.pp_micro_batch_num | writes | moe2 | --accelerator.pp_size=2 | --accelerator.pp_micro_batch_num=2

@@ -194,34 +194,49 @@ static void explain_estimates(json_t *est)
 
 /* The stages and the schedule as a grid: one row per stage, one column
  * per time unit (a forward takes 1, a backward 2), Fk / Bk the forward and
- * backward of micro-batch k, . idle. */
+ * backward of micro-batch k (with chunks Fk.c, of chunk c), . idle. */
 static void explain_pipeline(const struct hp_plan *p)
 {
-	int pp = (int)p->pp, G = (int)p->accum, n = 2 * G;
-	int *start = hp_calloc((size_t)pp * n + 1, sizeof(int)), len;
+	int pp = (int)p->pp, G = (int)p->accum, vpp = p->vpp, n = 2 * G * vpp, w = vpp > 1 ? 6 : 4;
+	int *start = hp_calloc((size_t)pp * n + 1, sizeof(int)), len, per[HP_MAX_VPP];
 	struct hp_pp_action *act = hp_calloc((size_t)n + 1, sizeof(*act));
 	long sw = p->world / pp;
 
-	if (!start || !act || (len = hp_pp_timeline(p->pp_schedule, pp, G, start)) <= 0) {
+	if (!start || !act || (len = hp_pp_timeline(p->pp_schedule, pp, vpp, G, start)) <= 0) {
 		hp_free(start);
 		hp_free(act);
 		return;
 	}
-	printf("\npipeline (%s, %d micro-batches per step, %d units with a forward 1 and a backward 2: "
-	       "bubble %.4f)\n", hp_pp_schedule_name(p->pp_schedule), G, len, 1.0 - 3.0 * G / len);
-	for (int s = 0; s < pp; s++)
-		printf("  stage %d  layers [%d, %d)  ranks %ld..%ld  %d micro-batches in flight\n", s, p->stage_l0[s],
-		       p->stage_l0[s + 1], s * sw, (s + 1) * sw - 1, hp_pp_in_flight(p->pp_schedule, pp, s, G));
+	printf("\npipeline (%s, %d micro-batches per step", hp_pp_schedule_name(p->pp_schedule, vpp), G);
+	if (vpp > 1)
+		printf(", %d chunks per stage", vpp);
+	printf(", %d units with a forward 1 and a backward 2: bubble %.4f)\n", len, 1.0 - 3.0 * G * vpp / len);
+	for (int s = 0; s < pp; s++) {
+		printf("  stage %d  layers", s);
+		for (int c = 0; c < vpp; c++)
+			printf(" [%d, %d)", p->stage_l0[c * pp + s], p->stage_l0[c * pp + s + 1]);
+		printf("  ranks %ld..%ld  %d micro-batch%s in flight", s * sw, (s + 1) * sw - 1,
+		       hp_pp_in_flight(p->pp_schedule, pp, vpp, s, G, per), vpp > 1 ? " chunks" : "es");
+		for (int c = 0; vpp > 1 && c < vpp; c++)
+			printf("%s%d", c ? " + " : " (", per[c]);
+		printf("%s\n", vpp > 1 ? ")" : "");
+	}
 	for (int s = 0; s < pp; s++) {
 		int t = 0;
 
-		hp_pp_actions(p->pp_schedule, pp, s, G, act);
+		hp_pp_actions(p->pp_schedule, pp, vpp, s, G, act);
 		printf("stage %d |", s);
 		for (int i = 0; i < n; i++) {
+			char cell[32];
+
 			for (; t < start[s * n + i]; t++)
-				printf("    ");
+				printf("%*s", w, "");
+			if (vpp > 1)
+				snprintf(cell, sizeof(cell), "%c%d.%d", act[i].backward ? 'B' : 'F', act[i].mb, act[i].chunk);
+			else
+				snprintf(cell, sizeof(cell), "%c%d", act[i].backward ? 'B' : 'F', act[i].mb);
 			for (int u = 0; u < (act[i].backward ? 2 : 1); u++, t++)
-				printf(" %c%-2d", act[i].backward ? 'B' : 'F', act[i].mb);
+				printf(" %-*s", w - 1, cell);
 		}
 		printf("\n");
 	}

@@ -1744,13 +1744,14 @@ static int k_alltoallv(struct hp_backend *b, struct hp_comm *cm, const void *sen
 static int k_sendrecv(struct hp_backend *b, struct hp_comm *cm, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
 	struct cu *c = cu_of(b);
-	struct hp_p2p h[8];
+	struct hp_p2p h[HP_P2P_MAX];
 	size_t at = 0;
 	char *base;
 	int rc;
 
-	if (n > 8)
-		return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %d transfers at once, 8 at most", b->name, n);
+	if (n > HP_P2P_MAX)
+		return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %d transfers at once, %d at most", b->name, n,
+				  HP_P2P_MAX);
 	for (int i = 0; i < n; i++) {
 		if (ops[i].t != HP_DTYPE_F32 && ops[i].t != HP_DTYPE_F64 && ops[i].t != HP_DTYPE_I32)
 			return hp_err_set(e, HP_EINVAL, "%s: point-to-point of %s: fp32, fp64 or int32 only", b->name,

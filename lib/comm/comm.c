@@ -1046,12 +1046,12 @@ int hp_comm_alltoallv(struct hp_comm *c, const void *send, const int *scounts, c
 
 int hp_comm_sendrecv(struct hp_comm *c, const struct hp_p2p *ops, int n, struct hp_err *e)
 {
-	MPI_Request req[8];
+	MPI_Request req[HP_P2P_MAX];
 	/* who waits for whom differs from rank to rank: no group books */
 	struct what w = { HP_COLL_P2P, -1, c->dim, 0 };
 
-	if (n > 8)
-		return hp_err_set(e, HP_EINVAL, "point-to-point: %d transfers at once, 8 at most", n);
+	if (n > HP_P2P_MAX)
+		return hp_err_set(e, HP_EINVAL, "point-to-point: %d transfers at once, %d at most", n, HP_P2P_MAX);
 	for (int i = 0; i < n; i++) {
 		const struct hp_p2p *o = &ops[i];
 		MPI_Datatype mt = mpi_type(o->t, 0);

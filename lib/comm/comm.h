@@ -169,7 +169,10 @@ struct hp_p2p {
  * started at once, all done on return, so that two ranks that each send
  * to and receive from the other never wait on each other.  Transfers
  * between two ranks match in the order they are listed.  Counted as
- * HP_COLL_P2P: a call and its bytes per send. */
+ * HP_COLL_P2P: a call and its bytes per send.  At most HP_P2P_MAX
+ * transfers (an interleaved pipeline's exchange: two outputs and two
+ * inputs, each with its router statistics). */
+#define HP_P2P_MAX 8
 int hp_comm_sendrecv(struct hp_comm *c, const struct hp_p2p *ops, int n, struct hp_err *e);
 int hp_comm_bcast(struct hp_comm *c, void *buf, size_t n, enum hp_dtype t, int root, struct hp_err *e);
 int hp_comm_barrier(struct hp_comm *c);

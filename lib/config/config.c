@@ -1800,11 +1800,20 @@ static int finish(struct walk *w, const struct node *root)
 				    "linear" : "cosine");
 		}
 	}
-	if (c->accelerator.pp_vpp != 1) {
-		path_push(w, "$.accelerator.pp_vpp");
-		return werr(w, node_get(node_map(root, "accelerator"), "pp_vpp"),
-			    "%ld virtual stages per rank: interleaved schedules are not supported yet (set 1)",
-			    c->accelerator.pp_vpp);
+	/* interleaved 1F1B: chunks of layers per stage (lib/plan/schedule.h);
+	 * HP_MAX_VPP is 8 */
+	_Static_assert(HP_MAX_VPP == 8, "the message below says 8");
+	if (c->accelerator.pp_vpp > 1) {
+		const char *why = c->accelerator.pp_vpp > HP_MAX_VPP ? "this build takes at most 8" :
+				  c->accelerator.pp_size < 2 ? "interleaving needs pp_size 2 or more" :
+				  c->accelerator.pp_schedule == HP_PP_GPIPE ? "interleaving is 1F1B's (pp_schedule "
+									     "1f1b); gpipe takes 1" : NULL;
+
+		if (why) {
+			path_push(w, "$.accelerator.pp_vpp");
+			return werr(w, node_get(node_map(root, "accelerator"), "pp_vpp"),
+				    "%ld virtual stages per rank: %s", c->accelerator.pp_vpp, why);
+		}
 	}
 	return 0;
 }

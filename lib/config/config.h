@@ -73,6 +73,9 @@ struct hp_plan_override {
 	int region_dispatch;     /* -1 unset, else 0/1 */
 };
 
+/* accelerator.pp_vpp: chunks of layers per pipeline stage, at most */
+#define HP_MAX_VPP 8
+
 /* accelerator.pp_schedule */
 enum hp_pp_schedule { HP_PP_1F1B = 0, HP_PP_GPIPE };
 
@@ -112,7 +115,7 @@ struct hp_config {
 		long tp_size, cp_size, ep_size, pp_size;   /* 1 */
 		int sequence_parallel, loss_parallel;      /* 0 */
 		int pp_schedule;                           /* enum hp_pp_schedule (1f1b) */
-		long pp_vpp;                               /* virtual stages per rank (1) */
+		long pp_vpp;                               /* virtual stages per rank (1, at most HP_MAX_VPP) */
 		int *pp_layer_split, npp_layer_split;      /* layers per stage (none: even) */
 		long pp_micro_batch_num;                   /* 0: not given */
 	} accelerator;

@@ -718,7 +718,8 @@ int hp_fsdp_gather_unit(struct hp_fsdp *f, int u, struct hp_err *e)
 }
 
 /* Gather layer l's units, then start those of the next depth layers in
- * the direction dir (+1 forward, -1 backward). */
+ * the direction dir (+1 forward, -1 backward) that the pass runs (a
+ * pipeline chunk's: the model's current layers). */
 static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth, struct hp_err *e)
 {
 	int us[2], rc;
@@ -734,7 +735,7 @@ static int gather_layer(struct hp_fsdp *f, int l, int dir, long depth, struct hp
 	for (long d = 1; d <= depth; d++) {
 		long m = l + dir * d;
 
-		if (m < 0 || m >= f->p->spec.n_layers)
+		if (m < f->m->par.l0 || m >= f->m->par.l1)
 			break;
 		layer_units(f, (int)m, us);
 		for (int k = 0; k < 2; k++)
@@ -764,9 +765,13 @@ void hp_fsdp_set_sync(struct hp_fsdp *f, int last_micro)
 	f->sync = f->p->grad_sync || last_micro;
 }
 
-int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e)
+int hp_fsdp_micro_end(struct hp_fsdp *f, int root, struct hp_err *e)
 {
-	int rc = f->sync ? hp_fsdp_reduce_scatter_unit(f, 0, e) : 0;
+	int rc;
+
+	if (!root)
+		return rs_drain(f, e);
+	rc = f->sync ? hp_fsdp_reduce_scatter_unit(f, 0, e) : 0;
 
 	if (!rc && f->p->reshard_after_backward)
 		hp_fsdp_release(f, 0, 0);

@@ -144,10 +144,13 @@ int hp_fsdp_reduce_scatter_unit(struct hp_fsdp *f, int u, struct hp_err *e);
 void hp_fsdp_release(struct hp_fsdp *f, int u, int grads);
 /* A micro-batch's forward and backward begin: the root unit gathered
  * (for the step's first, and every one with reshard_after_backward), and
- * end: its gradients reduce-scattered and, with reshard_after_backward,
- * its weights released. */
+ * end: the layers' reduce-scatters in flight finished, and with root the
+ * root unit's gradients reduce-scattered and, with
+ * reshard_after_backward, its weights released (root 0: the backward of
+ * a pipeline chunk without the embedding or the head, which neither
+ * begins with the root unit nor adds to its gradients). */
 int hp_fsdp_micro_begin(struct hp_fsdp *f, int first, struct hp_err *e);
-int hp_fsdp_micro_end(struct hp_fsdp *f, struct hp_err *e);
+int hp_fsdp_micro_end(struct hp_fsdp *f, int root, struct hp_err *e);
 /* Whether the backward that follows reduce-scatters its gradients: with
  * fsdp_config.requires_grad_sync false only the step's last micro-batch's
  * does, the earlier ones adding into the unsharded gradients the model

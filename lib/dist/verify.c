@@ -2,6 +2,7 @@
  * verify.c - the parallel run against the gathered one-process reference,
  * module by module (see verify.h).
  */
+#include <limits.h>
 #include <math.h>
 
 #include "base/alloc.h"
@@ -43,6 +44,33 @@ static struct hp_vrow *row(struct hp_verify *v, const char *kind, const char *na
 }
 
 /* Record one comparison of a (n floats) with the reference b. */
+/* Where a module's output comes in the step's forward: the step, then
+ * the embedding, the layers in order, the head (LONG_MAX: not an output).
+ * With stages (and more so with interleaved chunks) the outputs are
+ * judged in another order than the model's; the first divergence is the
+ * earliest here, which is where it began. */
+static long forward_at(const struct hp_verify *v, const char *module)
+{
+	int l, L = v->p->spec.n_layers;
+
+	if (!module)
+		return LONG_MAX;
+	if (sscanf(module, "model.layers.%d", &l) != 1 || l < 0 || l >= L)
+		l = strcmp(module, "model.embed_tokens") ? L : -1;
+	return (long)v->step * (L + 2) + l + 1;
+}
+
+/* The first divergence so far: the one earliest in the step's forward. */
+static int earlier(struct hp_verify *v, const char *module)
+{
+	long at = forward_at(v, module);
+
+	if (v->first[0] && at >= v->first_at)
+		return 0;
+	v->first_at = at;
+	return 1;
+}
+
 static void judge(struct hp_verify *v, const char *kind, const char *name, const char *placement,
 		  const float *a, const float *b, size_t n)
 {
@@ -72,7 +100,7 @@ static void judge(struct hp_verify *v, const char *kind, const char *name, const
 		if (!r->bad)
 			r->first_bad_step = v->step;
 		r->bad = 1;
-		if (!v->first[0])
+		if (earlier(v, strcmp(kind, "output") ? NULL : name))
 			snprintf(v->first, sizeof(v->first), "step %d, %s of %s (%s): max abs error %.3e, "
 				 "relative %.3e; tolerances rtol %g, atol %g", v->step,
 				 !strcmp(kind, "output") ? "the output" : !strcmp(kind, "grad") ? "the gradient" :
@@ -371,7 +399,7 @@ int hp_verify_probe(void *ctx, const struct hp_probe *pr, struct hp_err *e)
 				r->bad = 1;
 				r->first_bad_step = v->step;
 			}
-			if (!v->first[0])
+			if (earlier(v, pr->module))
 				snprintf(v->first, sizeof(v->first), "step %d, the output of %s: declared tp "
 					 "replicate, but the ranks of the tp group hold different values (%s)",
 					 v->step, pr->module, pl);
@@ -428,7 +456,8 @@ static void param_placement(const struct hp_plan *p, const struct hp_plan_param 
 
 /* Pipeline stages: the leaders' rows of the module outputs (and their
  * first difference and checks) merged into rank 0's, the worst of each,
- * stage by stage in forward order; a leader then starts afresh. */
+ * stage by stage, the first difference the earliest in the forward; a
+ * leader then starts afresh. */
 static int merge_stages(struct hp_verify *v, struct hp_err *e)
 {
 	const struct hp_plan *p = v->p;
@@ -436,7 +465,7 @@ static int merge_stages(struct hp_verify *v, struct hp_err *e)
 
 	for (int s = 1; s < p->pp; s++) {
 		int from = s * sw, n = v->rank == from ? v->nrows : 0;
-		long checks = v->rank == from ? v->checks : 0;
+		long checks = v->rank == from ? v->checks : 0, at = v->first_at;
 		char first[sizeof(v->first)];
 		struct hp_vrow *rows;
 
@@ -446,6 +475,7 @@ static int merge_stages(struct hp_verify *v, struct hp_err *e)
 			xfer(v, &n, 1, MPI_INT, 0, 1);
 			xfer(v, &checks, 1, MPI_LONG, 0, 1);
 			xfer(v, v->first, (int)sizeof(v->first), MPI_CHAR, 0, 1);
+			xfer(v, &at, 1, MPI_LONG, 0, 1);
 			if (n)
 				xfer(v, v->rows, n * (int)sizeof(*v->rows), MPI_BYTE, 0, 1);
 			v->nrows = 0;
@@ -456,13 +486,16 @@ static int merge_stages(struct hp_verify *v, struct hp_err *e)
 		xfer(v, &n, 1, MPI_INT, from, 0);
 		xfer(v, &checks, 1, MPI_LONG, from, 0);
 		xfer(v, first, (int)sizeof(first), MPI_CHAR, from, 0);
+		xfer(v, &at, 1, MPI_LONG, from, 0);
 		if (!(rows = hp_malloc((size_t)n * sizeof(*rows) + 1)))
 			return hp_err_set(e, HP_ENOMEM, "out of memory merging the stages' checks");
 		if (n)
 			xfer(v, rows, n * (int)sizeof(*rows), MPI_BYTE, from, 0);
 		v->checks += checks;
-		if (!v->first[0] && first[0])
+		if (first[0] && (!v->first[0] || at < v->first_at)) {
 			memcpy(v->first, first, sizeof(first));
+			v->first_at = at;
+		}
 		for (int i = 0; i < n; i++) {
 			struct hp_vrow *r = row(v, rows[i].kind, rows[i].name, rows[i].placement);
 

@@ -80,6 +80,7 @@ struct hp_verify {
 	int nrows, caprows;
 	long checks;
 	char first[640];             /* the first difference, or "" */
+	long first_at;               /* where it is in the step's forward (forward_at) */
 };
 
 /* Pipeline stages: after hp_verify_reference, every stage's leader takes

@@ -48,6 +48,35 @@ static int count_one(void *ctx, const struct hp_param_desc *d)
 	return 0;
 }
 
+/* Whether a chunk of the rank's stage holds layer l. */
+static int holds_layer(const struct hp_model_par *p, int l)
+{
+	for (int c = 0; c < p->vpp; c++)
+		if (l >= p->chunk_l0[c] && l < p->chunk_l1[c])
+			return 1;
+	return 0;
+}
+
+/* The chunk slot k belongs to (par.chunk_slots of them each, in order). */
+static int slot_chunk(const struct hp_model_par *p, int k)
+{
+	int c = 0;
+
+	while (c + 1 < p->vpp && k >= p->chunk_slots[c]) {
+		k -= p->chunk_slots[c];
+		c++;
+	}
+	return c;
+}
+
+/* Make chunk c's layers the ones a pass runs. */
+static void use_chunk(struct hp_model *m, int c)
+{
+	m->cur_chunk = c;
+	m->par.l0 = m->par.chunk_l0[c];
+	m->par.l1 = m->par.chunk_l1[c];
+}
+
 /* Where the model keeps the pointers of the parameter d describes. */
 static int add_one(void *ctx, const struct hp_param_desc *d)
 {
@@ -61,7 +90,7 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	 * the final norm and the LM head */
 	int last = m->par.pp_rank == m->par.pp - 1;
 
-	if (d->layer >= 0 ? d->layer < m->par.l0 || d->layer >= m->par.l1 :
+	if (d->layer >= 0 ? !holds_layer(&m->par, d->layer) :
 	    d->field == HP_PF_EMBED ? m->par.pp_rank != 0 && !(last && m->gspec.tie_word_embeddings) : !last)
 		return 0;
 
@@ -144,14 +173,16 @@ static int any_grouped(const struct hp_model *m)
 	return 0;
 }
 
+/* The current chunk is the model's first virtual stage (the embedding's),
+ * or its last (the final norm's and LM head's). */
 static int first_stage(const struct hp_model *m)
 {
-	return m->par.pp_rank == 0;
+	return m->par.pp_rank == 0 && m->cur_chunk == 0;
 }
 
 static int last_stage(const struct hp_model *m)
 {
-	return m->par.pp_rank == m->par.pp - 1;
+	return m->par.pp_rank == m->par.pp - 1 && m->cur_chunk == m->par.vpp - 1;
 }
 
 static int cp_ag(const struct hp_model *m)
@@ -479,6 +510,7 @@ static int take_slots(struct hp_model *m)
 
 	for (int k = 0; k < m->par.slots; k++) {
 		m->cur_slot = k;
+		use_chunk(m, slot_chunk(&m->par, k));
 		if (m->slot)
 			m->a.act = m->slot[k].a.act;
 		ok &= take_acts(m);
@@ -488,6 +520,7 @@ static int take_slots(struct hp_model *m)
 		}
 	}
 	m->cur_slot = 0;
+	use_chunk(m, 0);
 	if (m->slot) {
 		/* the RoPE tables and the step's sums are one */
 		for (int k = 1; k < m->par.slots; k++) {
@@ -526,6 +559,19 @@ void hp_model_use_slot(struct hp_model *m, int k)
 	m->a.probe_buf = pb;
 	m->a.probe_cap = pc;
 	m->cur_slot = k;
+	use_chunk(m, slot_chunk(&m->par, k));
+}
+
+void hp_model_slot_io(struct hp_model *m, int k, struct hp_stage_io *io)
+{
+	const struct hp_model_acts *a = !m->slot || k == m->cur_slot ? &m->a : &m->slot[k].a;
+	int on = m->n_moe && m->spec.output_router_logits;
+
+	io->in = a->act[m->par.chunk_l0[slot_chunk(&m->par, k)]].x_in;
+	io->out = a->x_final;
+	io->grad = a->dx;
+	io->aux = on ? a->fp : NULL;
+	io->naux = on ? 2 * (size_t)m->spec.n_experts + 1 : 0;
 }
 
 float *hp_model_stage_in(struct hp_model *m)
@@ -590,9 +636,24 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 		p->l0 = 0;
 		p->l1 = g->n_layers;
 	}
-	if (p->pp_rank < 0 || p->pp_rank >= p->pp || p->l0 < 0 || p->l0 >= p->l1 || p->l1 > g->n_layers)
-		return hp_err_set(e, HP_EINVAL, "pipeline stage %d of %d with layers [%d, %d) of %d", p->pp_rank,
-				  p->pp, p->l0, p->l1, g->n_layers);
+	if (p->vpp <= 1) {   /* one chunk: [l0, l1) */
+		p->vpp = 1;
+		p->chunk_l0[0] = p->l0;
+		p->chunk_l1[0] = p->l1;
+		p->chunk_slots[0] = p->slots;
+	}
+	int nslots = 0;
+	for (int c = 0; c < p->vpp && p->vpp <= HP_MAX_VPP; c++) {
+		nslots += p->chunk_slots[c];
+		if (p->chunk_l0[c] < 0 || p->chunk_l0[c] >= p->chunk_l1[c] || p->chunk_l1[c] > g->n_layers ||
+		    p->chunk_slots[c] < 1)
+			nslots = -1 - p->slots;
+	}
+	if (p->pp_rank < 0 || p->pp_rank >= p->pp || p->vpp > HP_MAX_VPP || nslots != p->slots)
+		return hp_err_set(e, HP_EINVAL, "pipeline stage %d of %d with layers [%d, %d) of %d in %d chunks "
+				  "(%d slots)", p->pp_rank, p->pp, p->l0, p->l1, g->n_layers, p->vpp, p->slots);
+	p->l0 = p->chunk_l0[0];
+	p->l1 = p->chunk_l1[0];
 	if (g->n_heads % p->tp || g->n_kv_heads % p->tp || g->intermediate % p->tp || g->vocab % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "tp %d must divide the heads (%d, %d KV), intermediate_size "
 				  "%d and vocab_size %d", p->tp, g->n_heads, g->n_kv_heads, g->intermediate,
@@ -885,13 +946,13 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 			goto fail;
 		}
 	/* grouped experts read gate and up as one [2*Im, C] matrix */
-	for (int l = m->par.l0; l < m->par.l1; l++)
-		for (int x = 0; m->k.grouped[l] && m->w.lw[l].moe && x < m->lay.El; x++)
+	for (int l = 0; l < spec->n_layers; l++)
+		for (int x = 0; holds_layer(&m->par, l) && m->k.grouped[l] && m->w.lw[l].moe && x < m->lay.El; x++)
 			if (m->w.lw[l].ex[x].wu != m->w.lw[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden ||
 			    m->w.lg[l].ex[x].wu != m->w.lg[l].ex[x].wg + (size_t)spec->moe_intermediate * spec->hidden)
 				m->k.grouped[l] = 0;
-	for (int l = m->par.l0; l < m->par.l1; l++)
-		if (m->w.lw[l].moe && ((rc = expert_stride(&m->w.lw[l], m->lay.El, e)) ||
+	for (int l = 0; l < spec->n_layers; l++)
+		if (holds_layer(&m->par, l) && m->w.lw[l].moe && ((rc = expert_stride(&m->w.lw[l], m->lay.El, e)) ||
 				       (rc = expert_stride(&m->w.lg[l], m->lay.El, e))))
 			goto fail;
 	take_slots(m);                      /* measure */

@@ -36,6 +36,7 @@
 #include "backend/backend.h"
 #include "base/arena.h"
 #include "base/err.h"
+#include "config/config.h"
 #include "config/hfconfig.h"
 #include "cpu/ops.h"
 
@@ -135,8 +136,12 @@ struct hp_model_par {
 	 * holds the decoder layers [l0, l1) (the embedding on the first stage,
 	 * the final norm and LM head on the last); slots micro-batches' kept
 	 * activations at once (hp_model_use_slot).  pp 0 or 1: one stage of
-	 * every layer, one slot. */
+	 * every layer, one slot.  Interleaved (vpp > 1 chunks): chunk c holds
+	 * the layers [chunk_l0[c], chunk_l1[c]) and has chunk_slots[c] of the
+	 * slots; l0, l1 are the current slot's chunk's, the embedding is chunk
+	 * 0's of the first stage, the head the last chunk's of the last. */
 	int pp, pp_rank, l0, l1, slots;
+	int vpp, chunk_l0[HP_MAX_VPP], chunk_l1[HP_MAX_VPP], chunk_slots[HP_MAX_VPP];
 	struct hp_comms *cs;
 };
 
@@ -284,7 +289,7 @@ struct hp_model {
 	 * (par.slots of them; slot 0's sums are the step's), and the slot in
 	 * m->a and m->lay now */
 	struct hp_model_slot { struct hp_model_acts a; struct hp_model_lay lay; int head_done; } *slot;
-	int cur_slot;
+	int cur_slot, cur_chunk;   /* the slot in use, and its chunk (par.vpp) */
 
 	/* the pass in flight */
 	int par_rc;                   /* its first error: a collective's, the backend's, a hook's */
@@ -393,6 +398,11 @@ double *hp_model_stat(struct hp_model *m, enum hp_model_stat i);
  */
 void hp_model_use_slot(struct hp_model *m, int k);
 float *hp_model_stage_in(struct hp_model *m);
+/* Slot k's stage buffers, current or not: its input (in), output (out),
+ * the gradient it receives and sends (grad), its router statistics (aux,
+ * naux doubles; NULL, 0 without). */
+struct hp_stage_io { float *in, *out, *grad; double *aux; size_t naux; };
+void hp_model_slot_io(struct hp_model *m, int k, struct hp_stage_io *io);
 float *hp_model_stage_out(struct hp_model *m);
 float *hp_model_grad_in(struct hp_model *m);
 /* Elements of each of them: Ns x hidden. */

@@ -89,27 +89,37 @@ static int check_pipeline(struct hp_plan *p, const struct hp_config *c, int worl
 	const struct hp_model_spec *s = &p->spec;
 	const int *split = c->accelerator.pp_layer_split;
 	int n = c->accelerator.npp_layer_split, L = s->n_layers, pp = (int)p->pp;
-	long sum = 0;
+	int vpp = p->pp > 1 ? (int)c->accelerator.pp_vpp : 1, V = pp * vpp;
+	long sum = 0, dp = world / (p->pp * p->tp * p->cp), mb = c->training.global_batch_size /
+				     (c->training.micro_batch_size * (dp > 0 ? dp : 1));
 
 	p->pp_schedule = (enum hp_pp_schedule)c->accelerator.pp_schedule;
+	p->vpp = vpp;
+	if (vpp > 1 && V > L)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_vpp: pp_size %ld x pp_vpp %d = %d virtual "
+				  "stages for %d layers: every virtual stage needs a layer", f, p->pp, vpp, V, L);
 	if (p->pp > L)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_size: %ld stages for %d layers: every "
 				  "stage needs a layer", f, p->pp, L);
-	if (split && n != pp)
-		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_layer_split: %d entries for pp_size %d: "
-				  "give one per stage", f, n, pp);
+	if (split && n != V)
+		return hp_err_set(e, HP_ECONFIG, vpp > 1 ? "'%s': $.accelerator.pp_layer_split: %d entries for "
+				  "%d virtual stages (pp_size x pp_vpp): give one per virtual stage" :
+				  "'%s': $.accelerator.pp_layer_split: %d entries for pp_size %d: give one per stage",
+				  f, n, V);
 	for (int i = 0; split && i < n; i++)
 		sum += split[i];
 	if (split && sum != L)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_layer_split: the stages' layers add up "
 				  "to %ld, the model has %d (num_hidden_layers)", f, sum, L);
 	p->stage_l0[0] = 0;
-	for (int i = 0; i < pp; i++)
-		p->stage_l0[i + 1] = p->stage_l0[i] + (split ? split[i] : L / pp + (i < L % pp));
+	for (int i = 0; i < V; i++)
+		p->stage_l0[i + 1] = p->stage_l0[i] + (split ? split[i] : L / V + (i < L % V));
+	if (vpp > 1 && mb % p->pp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_vpp: interleaved 1F1B needs the step's "
+				  "micro-batches per data-parallel rank (%ld: global_batch_size %ld / (micro_batch_size "
+				  "%ld * dp %ld)) a multiple of pp_size %ld", f, mb, c->training.global_batch_size,
+				  c->training.micro_batch_size, dp, p->pp);
 	if (c->accelerator.pp_micro_batch_num > 0) {
-		long dp = world / (p->pp * p->tp * p->cp), mb = c->training.global_batch_size /
-						       (c->training.micro_batch_size * (dp > 0 ? dp : 1));
-
 		if (c->accelerator.pp_micro_batch_num != mb)
 			return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.pp_micro_batch_num: %ld, but a step has "
 					  "%ld micro-batches per data-parallel rank (global_batch_size %ld / "
@@ -304,11 +314,15 @@ static int plan_one(void *ctx, const struct hp_param_desc *d)
 	 * final norm and LM head the last's */
 	struct hp_plan_param *q = &w->p->params[w->p->nparams - 1];
 	q->stage2 = d->field == HP_PF_EMBED && w->p->spec.tie_word_embeddings && w->p->pp > 1 ? (int)w->p->pp - 1 : -1;
-	if (d->layer >= 0)
-		while (q->stage + 1 < w->p->pp && d->layer >= w->p->stage_l0[q->stage + 1])
-			q->stage++;
-	else if (d->field != HP_PF_EMBED)
+	if (d->layer >= 0) {
+		int v = 0;
+
+		while (v + 1 < w->p->pp * w->p->vpp && d->layer >= w->p->stage_l0[v + 1])
+			v++;
+		q->stage = v % (int)w->p->pp;   /* virtual stage v's */
+	} else if (d->field != HP_PF_EMBED) {
 		q->stage = (int)w->p->pp - 1;
+	}
 	return 0;
 }
 
@@ -683,6 +697,7 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 	p->cp = c->accelerator.cp_size;
 	p->ep = c->accelerator.ep_size;
 	p->pp = c->accelerator.pp_size;
+	p->vpp = 1;   /* check_pipeline: pp_vpp */
 	p->sequence_parallel = c->accelerator.sequence_parallel;
 	p->loss_parallel = c->accelerator.loss_parallel;
 	p->dp_shard = c->fsdp.dp_shard_size;
@@ -817,24 +832,41 @@ static json_t *mesh_json(const struct hp_plan *p, enum hp_mesh mesh, int *bad)
 static json_t *pipeline_json(const struct hp_plan *p, int *bad)
 {
 	json_t *o = json_object(), *st = json_array();
-	int G = (int)p->accum, len = hp_pp_timeline(p->pp_schedule, (int)p->pp, G, NULL);
+	int G = (int)p->accum, pp = (int)p->pp, len = hp_pp_timeline(p->pp_schedule, pp, p->vpp, G, NULL);
 	long sw = p->world / p->pp;
 
-	set(o, "schedule", json_string(hp_pp_schedule_name(p->pp_schedule)), bad);
+	set(o, "schedule", json_string(hp_pp_schedule_name(p->pp_schedule, p->vpp)), bad);
 	set(o, "micro_batches", json_integer(G), bad);
+	if (p->vpp > 1)
+		set(o, "virtual_stages_per_rank", json_integer(p->vpp), bad);
 	set(o, "step_units", json_integer(len), bad);
-	set(o, "bubble", json_real(len > 0 ? 1.0 - 3.0 * G / len : 0), bad);
+	set(o, "bubble", json_real(len > 0 ? 1.0 - 3.0 * G * p->vpp / len : 0), bad);
 	set(o, "stages", st, bad);
-	for (int s = 0; st && s < p->pp; s++) {
+	for (int s = 0; st && s < pp; s++) {
 		json_t *one = json_object(), *ls = json_array();
+		int per[HP_MAX_VPP];
 
 		push(st, one, bad);
 		set(one, "layers", ls, bad);
-		push(ls, json_integer(p->stage_l0[s]), bad);
-		push(ls, json_integer(p->stage_l0[s + 1]), bad);
+		/* [l0, l1), or with chunks one such pair per chunk */
+		for (int c = 0; c < p->vpp; c++) {
+			json_t *to = p->vpp > 1 ? json_array() : ls;
+
+			push(to, json_integer(p->stage_l0[c * pp + s]), bad);
+			push(to, json_integer(p->stage_l0[c * pp + s + 1]), bad);
+			if (to != ls)
+				push(ls, to, bad);
+		}
 		set(one, "first_rank", json_integer(s * sw), bad);
 		set(one, "ranks", json_integer(sw), bad);
-		set(one, "in_flight", json_integer(hp_pp_in_flight(p->pp_schedule, (int)p->pp, s, G)), bad);
+		set(one, "in_flight", json_integer(hp_pp_in_flight(p->pp_schedule, pp, p->vpp, s, G, per)), bad);
+		if (p->vpp > 1) {
+			json_t *pc = json_array();
+
+			set(one, "in_flight_per_chunk", pc, bad);
+			for (int c = 0; c < p->vpp; c++)
+				push(pc, json_integer(per[c]), bad);
+		}
 	}
 	return o;
 }

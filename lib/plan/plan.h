@@ -116,9 +116,11 @@ struct hp_plan {
 	long tp, cp, ep, pp, dp, dp_shard, dp_replicate, edp, edp_shard, edp_replicate;
 	int sequence_parallel, loss_parallel;
 	int size[HP_NDIM];             /* each dim's size: the layout (comm/mesh.h) */
-	/* pipeline: the schedule, and stage s's decoder layers
-	 * [stage_l0[s], stage_l0[s + 1]) */
+	/* pipeline: the schedule, its chunks per stage (vpp; virtual stage
+	 * v = c pp + s is stage s's chunk c), and virtual stage v's decoder
+	 * layers [stage_l0[v], stage_l0[v + 1]) */
 	enum hp_pp_schedule pp_schedule;
+	int vpp;
 	int stage_l0[HP_MAX_LAYERS + 1];
 
 	/* what the estimates need from the config */

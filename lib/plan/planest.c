@@ -51,9 +51,18 @@ void hp_plan_model_par(const struct hp_plan *p, int rank, struct hp_model_par *p
 	par->ep_rank = hp_mesh_coord(p->size, HP_DIM_EP, rank);
 	par->pp = (int)p->pp;
 	par->pp_rank = s;
-	par->l0 = p->stage_l0[s];
-	par->l1 = p->stage_l0[s + 1];
-	par->slots = p->pp > 1 ? hp_pp_in_flight(p->pp_schedule, (int)p->pp, s, (int)p->accum) : 1;
+	par->vpp = p->pp > 1 ? p->vpp : 1;
+	par->slots = 1;
+	par->chunk_slots[0] = 1;
+	if (p->pp > 1)
+		par->slots = hp_pp_in_flight(p->pp_schedule, (int)p->pp, par->vpp, s, (int)p->accum,
+					     par->chunk_slots);
+	for (int c = 0; c < par->vpp; c++) {
+		par->chunk_l0[c] = p->stage_l0[c * p->pp + s];
+		par->chunk_l1[c] = p->stage_l0[c * p->pp + s + 1];
+	}
+	par->l0 = par->chunk_l0[0];
+	par->l1 = par->chunk_l1[0];
 }
 
 void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int rank,
@@ -158,21 +167,26 @@ static int esize(const char *dtype)
 
 /* The root unit's gathers in a step (lib/dist/fsdp.c, hp_fsdp_micro_begin):
  * at the step's first action, and with reshard_after_backward before any
- * other that finds it released (each backward releases it).  Without a
- * pipeline a micro-batch's forward and backward are one action. */
+ * other that finds it released (each backward releases it); with chunks,
+ * of the actions of the chunk that holds the root's layers alone.  Without
+ * a pipeline a micro-batch's forward and backward are one action. */
 static int64_t root_gathers(const struct hp_plan *p, int rank)
 {
-	int G = (int)p->accum, s = hp_plan_stage(p, rank), held = 0;
+	int G = (int)p->accum, s = hp_plan_stage(p, rank), held = 0, pp = (int)p->pp, n2;
 	int64_t n = 0;
 	struct hp_pp_action *a;
 
 	if (p->pp <= 1)
 		return p->reshard_after_backward ? G : 1;
-	if (!(a = hp_calloc(2 * (size_t)G + 1, sizeof(*a))))
+	if (!(a = hp_calloc(2 * (size_t)G * p->vpp + 1, sizeof(*a))))
 		return 0;
-	hp_pp_actions(p->pp_schedule, (int)p->pp, s, G, a);
-	for (int i = 0; i < 2 * G; i++) {
-		if (!i || (p->reshard_after_backward && !held)) {
+	n2 = hp_pp_actions(p->pp_schedule, pp, p->vpp, s, G, a);
+	/* only the actions of the chunk that holds the root's layers */
+	for (int i = 0, first = 1; i < n2; i++) {
+		if (!hp_pp_root_chunk(pp, p->vpp, s, a[i].chunk))
+			continue;
+		if (first || (p->reshard_after_backward && !held)) {
+			first = 0;
 			n++;
 			held = 1;
 		}
@@ -228,8 +242,8 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 	const struct hp_model_spec *s = &p->spec;
 	int64_t G = p->accum, ea = 4;
 	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0;
-	int st = hp_plan_stage(p, rank), l0 = p->stage_l0[st], l1 = p->stage_l0[st + 1], nl = l1 - l0;
-	int first = st == 0, last = st == (p->pp > 1 ? p->pp : 1) - 1;
+	int st = hp_plan_stage(p, rank), pp = p->pp > 1 ? (int)p->pp : 1, vpp = p->pp > 1 ? p->vpp : 1, nl = 0;
+	int first = st == 0, last = st == pp - 1, sends = 0;
 
 	if (p->seq <= 0)
 		return;
@@ -238,13 +252,23 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 	As = A / p->tp;
 	Nm = p->sequence_parallel ? N / p->tp : N;
 	/* pipeline stages: the residual stream (this rank's rows of it) to
-	 * the next stage in each forward, its gradient back in each backward */
-	add(r, HP_DIM_PP, HP_COLL_P2P, G * (!last + !first), (p->sequence_parallel ? As : A), 1);
+	 * the next (virtual) stage in each forward, its gradient back in each
+	 * backward, but from the model's first and last */
+	for (int c = 0; c < vpp; c++)
+		sends += (c * pp + st != pp * vpp - 1) + (c * pp + st != 0);
+	add(r, HP_DIM_PP, HP_COLL_P2P, G * sends, (p->sequence_parallel ? As : A), 1);
 	/* and the MoE load-balancing loss's router statistics with it (fp64) */
 	if (s->n_experts > 0 && s->output_router_logits)
-		add(r, HP_DIM_PP, HP_COLL_P2P, G * (!last + !first), (2 * s->n_experts + 1) * 8, 1);
-	for (int l = l0; l < l1; l++) {
+		add(r, HP_DIM_PP, HP_COLL_P2P, G * sends, (2 * s->n_experts + 1) * 8, 1);
+	for (int l = 0; l < s->n_layers; l++) {
 		int moe = hp_model_spec_layer_is_moe(s, l), re = p->ckpt_layer[l] && p->act_ckpt == HP_ACT_CKPT_FULL;
+		int v = 0;
+
+		while (v + 1 < pp * vpp && l >= p->stage_l0[v + 1])
+			v++;
+		if (v % pp != st)
+			continue;   /* another stage's */
+		nl++;
 
 		nmoe += moe;
 		ndense += !moe;

@@ -4,9 +4,9 @@
 #include "base/alloc.h"
 #include "plan/schedule.h"
 
-const char *hp_pp_schedule_name(enum hp_pp_schedule sch)
+const char *hp_pp_schedule_name(enum hp_pp_schedule sch, int vpp)
 {
-	return sch == HP_PP_GPIPE ? "gpipe" : "1f1b";
+	return sch == HP_PP_GPIPE ? "gpipe" : vpp > 1 ? "interleaved_1f1b" : "1f1b";
 }
 
 static int warmup(enum hp_pp_schedule sch, int pp, int s, int G)
@@ -16,70 +16,194 @@ static int warmup(enum hp_pp_schedule sch, int pp, int s, int G)
 	return w < G ? w : G;
 }
 
-int hp_pp_in_flight(enum hp_pp_schedule sch, int pp, int s, int G)
+/* Interleaved 1F1B's k-th chunk-forward (or backward) of a stage: groups
+ * of pp micro-batches, chunk by chunk (backwards from the last chunk). */
+static struct hp_pp_action interleaved(int pp, int vpp, int k, int backward)
 {
-	int w = warmup(sch, pp, s, G);
+	int c = k % (pp * vpp) / pp;
 
-	return w < G ? w + 1 : G;
+	return (struct hp_pp_action){ backward, k / (pp * vpp) * pp + k % pp, backward ? vpp - 1 - c : c, 1 };
 }
 
-int hp_pp_actions(enum hp_pp_schedule sch, int pp, int s, int G, struct hp_pp_action *out)
+int hp_pp_actions(enum hp_pp_schedule sch, int pp, int vpp, int s, int G, struct hp_pp_action *out)
 {
-	int w = warmup(sch, pp, s, G), n = 0;
+	int n = 0, total = G * vpp, w;
 
-	for (int i = 0; i < w; i++)
-		out[n++] = (struct hp_pp_action){ 0, i };
-	for (int i = 0; i < G - w; i++) {
-		out[n++] = (struct hp_pp_action){ 0, w + i };
-		out[n++] = (struct hp_pp_action){ 1, i };
+	if (vpp <= 1) {
+		w = warmup(sch, pp, s, G);
+		for (int i = 0; i < w; i++)
+			out[n++] = (struct hp_pp_action){ 0, i, 0, 1 };
+		for (int i = 0; i < G - w; i++) {
+			out[n++] = (struct hp_pp_action){ 0, w + i, 0, 1 };
+			out[n++] = (struct hp_pp_action){ 1, i, 0, 1 };
+		}
+		for (int i = G - w; i < G; i++)
+			out[n++] = (struct hp_pp_action){ 1, i, 0, 1 };
+		return n;
 	}
-	for (int i = G - w; i < G; i++)
-		out[n++] = (struct hp_pp_action){ 1, i };
+	w = (pp - s - 1) * 2 + (vpp - 1) * pp;
+	if (w > total)
+		w = total;
+	for (int k = 0; k < w; k++)
+		out[n++] = interleaved(pp, vpp, k, 0);
+	for (int k = 0; k < total - w; k++) {
+		out[n] = interleaved(pp, vpp, k + w, 0);
+		out[n++].xchg = 0;   /* its output leaves with the backward's */
+		out[n++] = interleaved(pp, vpp, k, 1);
+	}
+	for (int k = total - w; k < total; k++)
+		out[n++] = interleaved(pp, vpp, k, 1);
 	return n;
 }
 
-int hp_pp_timeline(enum hp_pp_schedule sch, int pp, int G, int *start)
+int hp_pp_forwards(int pp, int vpp, int s, int G, struct hp_pp_action *out)
 {
-	int n = 2 * G, len = 0, moved = 1;
-	struct hp_pp_action *act = hp_calloc((size_t)pp * n + 1, sizeof(*act));
-	/* per stage: the next action, when the stage is free; per (stage, mb):
-	 * when its forward and backward end (-1: not yet) */
-	int *next = hp_calloc((size_t)pp + 1, sizeof(int)), *free_at = hp_calloc((size_t)pp + 1, sizeof(int));
-	int *fend = hp_calloc((size_t)pp * G + 1, sizeof(int)), *bend = hp_calloc((size_t)pp * G + 1, sizeof(int));
+	(void)s;
+	for (int k = 0; k < G * vpp; k++)
+		out[k] = interleaved(pp, vpp > 1 ? vpp : 1, k, 0);
+	return G * vpp;
+}
 
-	if (!act || !next || !free_at || !fend || !bend) {
+int hp_pp_peer(int pp, int vpp, int s, const struct hp_pp_action *a, int in)
+{
+	int v = a->chunk * pp + s, V = pp * vpp;
+
+	/* forwards go up the virtual stages, backwards down */
+	if (a->backward == !in)
+		return v == 0 ? -1 : (s + pp - 1) % pp;
+	return v == V - 1 ? -1 : (s + 1) % pp;
+}
+
+int hp_pp_root_chunk(int pp, int vpp, int s, int c)
+{
+	return (s == 0 && c == 0) || (s == pp - 1 && c == vpp - 1);
+}
+
+int hp_pp_slot(const int *per_chunk, int mb, int c)
+{
+	int base = 0;
+
+	for (int i = 0; i < c; i++)
+		base += per_chunk[i];
+	return base + mb % per_chunk[c];
+}
+
+int hp_pp_slots(const struct hp_pp_action *act, int n, int pp, int vpp, int s, int *per_chunk)
+{
+	int G = 0, g = 0, total = 0;
+	long *t0, *t1;
+
+	for (int i = 0; i < n; i++)
+		if (act[i].mb >= G)
+			G = act[i].mb + 1;
+	t0 = hp_calloc((size_t)vpp * G + 1, sizeof(long));
+	t1 = hp_calloc((size_t)vpp * G + 1, sizeof(long));
+	if (!t0 || !t1) {
+		hp_free(t0);
+		hp_free(t1);
+		return -1;
+	}
+	/* times in quarters of an exchange: exchange g at 4g, the actions
+	 * after it at 4g + 2 (when they need no exchange to begin or end);
+	 * alive over [t0, t1) */
+	for (int i = 0; i < n; i++) {
+		const struct hp_pp_action *a = &act[i];
+		long k = (long)a->chunk * G + a->mb, t = hp_pp_peer(pp, vpp, s, a, 0) >= 0 ? 4L * (g + 1) : 4L * g + 3;
+
+		if (!a->backward) {
+			t0[k] = hp_pp_peer(pp, vpp, s, a, 1) >= 0 ? 4L * g : 4L * g + 2;
+			t1[k] = t;   /* forward-only lists: until its output leaves */
+		} else {
+			t1[k] = t;
+		}
+		g += a->xchg;
+	}
+	for (int c = 0; c < vpp; c++) {
+		int most = 1;
+
+		for (int i = 0; i < G; i++) {
+			int alive = 0;
+
+			for (int j = 0; j < G; j++)
+				alive += t0[c * G + j] <= t0[c * G + i] && t0[c * G + i] < t1[c * G + j];
+			if (alive > most)
+				most = alive;
+		}
+		if (per_chunk)
+			per_chunk[c] = most;
+		total += most;
+	}
+	hp_free(t0);
+	hp_free(t1);
+	return total;
+}
+
+int hp_pp_in_flight(enum hp_pp_schedule sch, int pp, int vpp, int s, int G, int *per_chunk)
+{
+	struct hp_pp_action *a = hp_calloc(2 * (size_t)G * vpp + 1, sizeof(*a));
+	int n;
+
+	if (!a)
+		return -1;
+	n = hp_pp_slots(a, hp_pp_actions(sch, pp, vpp, s, G, a), pp, vpp, s, per_chunk);
+	hp_free(a);
+	return n;
+}
+
+int hp_pp_timeline(enum hp_pp_schedule sch, int pp, int vpp, int G, int *start)
+{
+	int n = 2 * G * vpp, V = pp * vpp, len = 0, moved = 1;
+	struct hp_pp_action *act = hp_calloc((size_t)pp * n + 1, sizeof(*act));
+	/* per stage: its next action, when it is free; per (virtual stage,
+	 * micro-batch): when its forward's and backward's outputs are sent
+	 * (-1: not yet) */
+	int *next = hp_calloc((size_t)pp + 1, sizeof(int)), *free_at = hp_calloc((size_t)pp + 1, sizeof(int));
+	int *fsent = hp_calloc((size_t)V * G + 1, sizeof(int)), *bsent = hp_calloc((size_t)V * G + 1, sizeof(int));
+
+	if (!act || !next || !free_at || !fsent || !bsent) {
 		len = -1;
 		goto out;
 	}
 	for (int s = 0; s < pp; s++)
-		hp_pp_actions(sch, pp, s, G, act + (size_t)s * n);
-	for (int i = 0; i < pp * G; i++)
-		fend[i] = bend[i] = -1;
-	/* every stage runs its next action once its input is there, until
-	 * none moves (a valid schedule runs them all) */
+		hp_pp_actions(sch, pp, vpp, s, G, act + (size_t)s * n);
+	for (int i = 0; i < V * G; i++)
+		fsent[i] = bsent[i] = -1;
+	/* every stage runs its next actions up to an exchange once what they
+	 * receive has been sent, until none moves (a valid schedule runs them
+	 * all) */
 	while (moved) {
 		moved = 0;
 		for (int s = 0; s < pp; s++) {
-			const struct hp_pp_action *a;
-			int ready;
+			const struct hp_pp_action *a = act + (size_t)s * n;
+			int i = next[s], end = i, t, ok = 1;
 
-			if (next[s] >= n)
+			if (i >= n)
 				continue;
-			a = &act[(size_t)s * n + next[s]];
-			if (!a->backward)
-				ready = s == 0 ? 0 : fend[(s - 1) * G + a->mb];
-			else
-				ready = s == pp - 1 ? fend[s * G + a->mb] : bend[(s + 1) * G + a->mb];
-			if (ready < 0)
+			while (end < n && !a[end].xchg)
+				end++;
+			end += end < n;   /* the actions [i, end) */
+			t = free_at[s];
+			for (int j = i; j < end && ok; j++) {
+				int v = a[j].chunk * pp + s, ready = 0;
+
+				if (hp_pp_peer(pp, vpp, s, &a[j], 1) >= 0)
+					ready = a[j].backward ? bsent[(v + 1) * G + a[j].mb] : fsent[(v - 1) * G + a[j].mb];
+				ok = ready >= 0;
+				t = ready > t ? ready : t;
+			}
+			if (!ok)
 				continue;
-			int t0 = ready > free_at[s] ? ready : free_at[s];
-			if (start)
-				start[(size_t)s * n + next[s]] = t0;
-			free_at[s] = t0 + (a->backward ? 2 : 1);
-			(a->backward ? bend : fend)[s * G + a->mb] = free_at[s];
-			if (free_at[s] > len)
-				len = free_at[s];
-			next[s]++;
+			for (int j = i; j < end; j++) {
+				if (start)
+					start[(size_t)s * n + j] = t;
+				t += a[j].backward ? 2 : 1;
+			}
+			for (int j = i; j < end; j++)
+				(a[j].backward ? bsent : fsent)[(a[j].chunk * pp + s) * G + a[j].mb] = t;
+			free_at[s] = t;
+			if (t > len)
+				len = t;
+			next[s] = end;
 			moved = 1;
 		}
 	}
@@ -90,7 +214,7 @@ out:
 	hp_free(act);
 	hp_free(next);
 	hp_free(free_at);
-	hp_free(fend);
-	hp_free(bend);
+	hp_free(fsent);
+	hp_free(bsent);
 	return len;
 }

@@ -88,10 +88,11 @@ struct run {
 	struct hp_model_par par;
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
-	/* pipeline: this rank's stage and its actions for a step (2 G) */
+	/* pipeline: this rank's stage and its actions for a step (2 G vpp) */
 	int stage;
 	long read_tokens;               /* the data's tokens this rank read in the step so far */
 	struct hp_pp_action *pp_act;
+	int pp_nact;
 	double *pp_wait;                /* [world]: each rank's p2p waits of a step, gathered (metrics) */
 	float *stale;                   /* the fault pp_stale_activation's copy, in the backend's memory */
 	long first_step;                /* 1, or the step after the restored checkpoint */
@@ -454,73 +455,72 @@ static int comm_matches(const struct run *r, char *why, size_t n)
  * gathered as a micro-batch's forward or backward begins and reduced as
  * its backward ends.
  */
-/* The stage an action's input comes from and its output goes to (-1: none). */
-static int pp_from(const struct run *r, const struct hp_pp_action *a)
+/* The slot of action a's micro-batch in its chunk. */
+static int pp_slot(const struct run *r, const struct hp_pp_action *a)
 {
-	int s = r->stage, last = s == (int)r->plan->pp - 1;
-
-	return a->backward ? (last ? -1 : s + 1) : s - 1;
-}
-
-static int pp_to(const struct run *r, const struct hp_pp_action *a)
-{
-	int s = r->stage, last = s == (int)r->plan->pp - 1;
-
-	return a->backward ? s - 1 : (last ? -1 : s + 1);
+	return hp_pp_slot(r->par.chunk_slots, a->mb, a->chunk);
 }
 
 /*
- * Action a's output to its neighbour and action nx's input from its own
- * (either NULL), in one exchange (Megatron-LM's send_forward_recv_backward
- * and its kin), so that two neighbours never both wait to send; with the
- * MoE load-balancing loss, the router statistics travel in it too.  The
- * model's current slot is a's on entry, nx's on return (nothing may travel
- * at all: the slot changes all the same).
+ * One exchange with the neighbouring stages: the outputs of the actions
+ * act[i0..i1) (run since the last exchange) out, the inputs of act[i1..i2)
+ * (up to the next) in, all in one sendrecv (Megatron-LM's
+ * send_forward_recv_backward and its kin), so that two neighbours never
+ * both wait to send; with the MoE load-balancing loss, the router
+ * statistics travel beside each.  Each action's buffers are its slot's.
  */
-static int exchange(struct run *r, const struct hp_pp_action *a, const struct hp_pp_action *nx, struct hp_err *e)
+static int exchange(struct run *r, const struct hp_pp_action *act, int i0, int i1, int i2, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
-	struct hp_p2p op[4];
-	size_t ne = hp_model_stage_numel(m), na;
+	struct hp_p2p op[HP_P2P_MAX];
+	size_t ne = hp_model_stage_numel(m);
 	int n = 0;
 
-	if (a && pp_to(r, a) >= 0) {
-		double *ax = hp_model_stage_aux(m, &na);
+	for (int i = i0; i < i2; i++) {
+		const struct hp_pp_action *a = &act[i];
+		int in = i >= i1, peer = hp_pp_peer((int)r->plan->pp, r->plan->vpp, r->stage, a, in);
+		struct hp_stage_io io;
+		float *x;
 
-		op[n++] = (struct hp_p2p){ a->backward ? hp_model_grad_in(m) : hp_model_stage_out(m), NULL, ne,
-					   pp_to(r, a), HP_DTYPE_F32 };
-		if (na)
-			op[n++] = (struct hp_p2p){ ax, NULL, na, pp_to(r, a), HP_DTYPE_F64 };
-	}
-	if (nx)
-		hp_model_use_slot(m, nx->mb % m->par.slots);
-	if (nx && pp_from(r, nx) >= 0) {
-		double *ax = hp_model_stage_aux(m, &na);
-
-		op[n++] = (struct hp_p2p){ NULL, nx->backward ? hp_model_grad_in(m) : hp_model_stage_in(m), ne,
-					   pp_from(r, nx), HP_DTYPE_F32 };
-		if (na)
-			op[n++] = (struct hp_p2p){ NULL, ax, na, pp_from(r, nx), HP_DTYPE_F64 };
+		if (peer < 0)
+			continue;
+		if (n + 2 > HP_P2P_MAX)
+			return hp_err_set(e, HP_EINVAL, "internal: a pipeline exchange of more than %d transfers",
+					  HP_P2P_MAX);
+		hp_model_slot_io(m, pp_slot(r, a), &io);
+		x = a->backward ? io.grad : in ? io.in : io.out;
+		op[n++] = (struct hp_p2p){ in ? NULL : x, in ? x : NULL, ne, peer, HP_DTYPE_F32 };
+		if (io.naux)
+			op[n++] = (struct hp_p2p){ in ? NULL : io.aux, in ? io.aux : NULL, io.naux, peer, HP_DTYPE_F64 };
 	}
 	return n ? r->bk->sendrecv(r->bk, &r->comms.dim[HP_DIM_PP], op, n, e) : 0;
 }
 
 /* The fault pp_stale_activation: on the second stage, micro-batch 1's
- * forward gets micro-batch 0's input (kept when it came) for its own. */
-static int stale_fault(struct run *r, const struct hp_pp_action *nx, struct hp_err *e)
+ * forward (of the first chunk) gets micro-batch 0's input (kept when it
+ * came) for its own. */
+static int stale_fault(struct run *r, const struct hp_pp_action *a, struct hp_err *e)
 {
 	struct hp_model *m = &r->model;
 	size_t bytes = hp_model_stage_numel(m) * sizeof(float);
 
-	if (m->fault != HP_FAULT_PP_STALE_ACTIVATION || r->stage != 1 || !nx || nx->backward || nx->mb > 1)
+	if (m->fault != HP_FAULT_PP_STALE_ACTIVATION || r->stage != 1 || a->backward || a->chunk || a->mb > 1)
 		return 0;
 	if (!r->stale && !(r->stale = r->bk->alloc(r->bk, bytes, e)))
 		return e->code;
-	if (nx->mb == 0)
+	if (a->mb == 0)
 		r->bk->copy(r->bk, r->stale, hp_model_stage_in(m), bytes);
 	else
 		r->bk->copy(r->bk, hp_model_stage_in(m), r->stale, bytes);
 	return 0;
+}
+
+/* The end of the actions from i on that run before the next exchange. */
+static int group_end(const struct hp_pp_action *act, int n, int i)
+{
+	while (i < n && !act[i].xchg)
+		i++;
+	return i < n ? i + 1 : n;
 }
 
 static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long first, double fwd_scale,
@@ -528,43 +528,52 @@ static int pipeline(struct run *r, const struct hp_pp_action *act, int n, long f
 {
 	struct hp_model *m = &r->model;
 	long B = r->cfg.training.micro_batch_size, T = hp_config_seq_length(&r->cfg);
-	int last = r->stage == (int)r->plan->pp - 1;
-	int rc;
+	int pp = (int)r->plan->pp, vpp = r->plan->vpp, rc, root_seen = 0, g0 = 0;   /* g0: the group's first */
 
-	if ((rc = exchange(r, NULL, &act[0], e)) || (rc = stale_fault(r, &act[0], e)))
+	if ((rc = exchange(r, act, 0, 0, group_end(act, n, 0), e)))
 		return rc;
 	for (int i = 0; i < n; i++) {
-		const struct hp_pp_action *a = &act[i], *nx = i + 1 < n ? &act[i + 1] : NULL;
+		const struct hp_pp_action *a = &act[i];
 		/* the fault pp_out_of_order: the first stage computes micro-batches 0
 		 * and 1 each from the other's ids */
 		long mb = first + (m->fault == HP_FAULT_PP_OUT_OF_ORDER && r->stage == 0 && a->mb < 2 && !a->backward ?
 				   1 - a->mb : a->mb);
 		const int32_t *in = r->inputs + mb * B * T, *lb = r->labels + (first + a->mb) * B * T;
 		const int32_t *seg = r->seg ? r->seg + mb * B * T : NULL;
+		/* FSDP's root unit (embedding, final norm, LM head) is the business
+		 * of the chunk that holds those layers alone */
+		int root = hp_pp_root_chunk(pp, vpp, r->stage, a->chunk);
+		int last = r->stage == pp - 1 && a->chunk == vpp - 1;
 		long k;
 
-		if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, i == 0, e)))
+		hp_model_use_slot(m, pp_slot(r, a));
+		if (r->dist && root && (rc = hp_fsdp_micro_begin(&r->fsdp, !root_seen++, e)))
 			return rc;
 		if (!a->backward) {
 			double one = 0;
 
+			if ((rc = stale_fault(r, a, e)))
+				return rc;
 			if (r->verifying)
 				hp_verify_micro(&r->verify, a->mb);
 			if ((rc = hp_model_forward(m, in, lb, seg, fwd_scale, ls ? &one : NULL, &k, e)))
 				return rc;
-			if (ls) {
+			if (ls && last) {
 				*ls += one;
-				*cnt += last ? (double)k : 0;
+				*cnt += (double)k;
 			}
 		} else {
 			if (r->dist)
 				hp_fsdp_set_sync(&r->fsdp, a->mb == (int)r->plan->accum - 1);
 			if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)) ||
-			    (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e))))
+			    (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, root, e))))
 				return rc;
 		}
-		if ((rc = exchange(r, a, nx, e)) || (rc = stale_fault(r, nx, e)))
+		/* after the last action before an exchange: the group's outputs
+		 * out, the next group's inputs in */
+		if (a->xchg && (rc = exchange(r, act, g0, i + 1, group_end(act, n, i + 1), e)))
 			return rc;
+		g0 = a->xchg ? i + 1 : g0;
 	}
 	return 0;
 }
@@ -607,7 +616,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 	if (r->dist)
 		for (int u = 0; u < r->fsdp.nunits; u++)
 			hp_fsdp_release(&r->fsdp, u, 1);
-	if (r->plan->pp > 1 && (rc = pipeline(r, r->pp_act, 2 * (int)G, first, fwd_scale, scale_count, aux_w, NULL,
+	if (r->plan->pp > 1 && (rc = pipeline(r, r->pp_act, r->pp_nact, first, fwd_scale, scale_count, aux_w, NULL,
 					       NULL, e)))
 		return hp_err_prefix(e, "step %ld: ", step);
 	for (long a = first; r->plan->pp == 1 && a < first + G; a++) {
@@ -625,7 +634,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 			hp_fsdp_set_sync(&r->fsdp, a == first + G - 1);
 		if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)))
 			return hp_err_prefix(e, "step %ld: ", step);
-		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, e)))
+		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, 1, e)))
 			return rc;
 	}
 	if (r->dist && ((rc = hp_fsdp_sync_replicas(&r->fsdp, e)) || (rc = hp_fsdp_sync_tp(&r->fsdp, e)) ||
@@ -1086,11 +1095,11 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 					  p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e)))
 			break;
 		if (r->plan->pp > 1) {
-			struct hp_pp_action *fw = hp_calloc((size_t)G + 1, sizeof(*fw));
+			int vpp = r->plan->vpp;
+			struct hp_pp_action *fw = hp_calloc((size_t)G * vpp + 1, sizeof(*fw));
 
-			for (long a = 0; fw && a < G; a++)
-				fw[a] = (struct hp_pp_action){ 0, (int)a };
-			rc = fw ? pipeline(r, fw, (int)G, first, 0, 0, 0, &sums[0], &sums[1], e) :
+			rc = fw ? pipeline(r, fw, hp_pp_forwards((int)r->plan->pp, vpp, r->stage, (int)G, fw), first, 0,
+					   0, 0, &sums[0], &sums[1], e) :
 			     hp_err_set(e, HP_ENOMEM, "out of memory");
 			hp_free(fw);
 			if (rc) {
@@ -1736,10 +1745,11 @@ static int join_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
 	if (r->plan->pp > 1) {
 		int G = (int)r->plan->accum;
 
-		if (!(r->pp_act = hp_calloc(2 * (size_t)G + 1, sizeof(*r->pp_act))) ||
+		if (!(r->pp_act = hp_calloc(2 * (size_t)G * r->plan->vpp + 1, sizeof(*r->pp_act))) ||
 		    !(r->pp_wait = hp_calloc((size_t)r->world, sizeof(double))))
 			return hp_err_set(e, HP_ENOMEM, "out of memory");
-		hp_pp_actions(r->plan->pp_schedule, (int)r->plan->pp, r->stage, G, r->pp_act);
+		r->pp_nact = hp_pp_actions(r->plan->pp_schedule, (int)r->plan->pp, r->plan->vpp, r->stage, G,
+					   r->pp_act);
 	}
 	return 0;
 }

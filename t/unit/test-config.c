@@ -410,8 +410,8 @@ static void test_errors(void)
 	ov[0] = "--training.seed=1";
 	ov[1] = "--accelerator.pp_vpp=2";
 	expect_err(BASE, 2, ov, HP_ECONFIG,
-		   "--accelerator.pp_vpp=2: $.accelerator.pp_vpp: 2 virtual stages per rank: interleaved "
-		   "schedules are not supported yet (set 1)", "the second override is named");
+		   "--accelerator.pp_vpp=2: $.accelerator.pp_vpp: 2 virtual stages per rank: interleaving "
+		   "needs pp_size 2 or more", "the second override is named");
 }
 
 static void test_overrides(void)
