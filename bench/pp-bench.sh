@@ -4,26 +4,29 @@
 # A random untied Llama of 16 layers (hidden 128, 4 heads, vocab 4096),
 # micro-batches of 1 x 256 tokens, 8 of them per step, 6 steps: hp-train as
 # one process, then 4 pipeline stages of 4 layers each under GPipe and
-# 1F1B.  For each: the median step time of steps 2..6 and its ratio to one
+# 1F1B, and of 2 chunks of 2 layers each under interleaved 1F1B
+# (pp_vpp 2).  For each: the median step time of steps 2..6 and its ratio to one
 # process; for the stages, each rank's median share of the step spent
 # waiting on its neighbours (the metrics' pp_wait_s), beside the plan's
 # bubble (hp-plan's pipeline.bubble: with a forward 1 unit and a backward 2,
-# (pp - 1) / (G + pp - 1) for both schedules) and each stage's activation
-# bytes as the plan holds them (1F1B: pp - s micro-batches; GPipe: all G).
+# (pp - 1) / (G + pp - 1) for both plain schedules, about half that
+# interleaved) and each stage's activation bytes as the plan holds them
+# (1F1B: pp - s micro-batches; GPipe: all G; interleaved: its slots per
+# chunk, each of half the layers).
 # On a machine with fewer cores than ranks the stages share cores: a rank
 # that waits gives its core to the one it waits for, so the waits it shows
 # are upper bounds of what dedicated devices would see.
 # Not a test: it prints, and only a failed run exits non-zero (no mpiexec:
 # skipped).
 #
-# Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): 4 layers of hidden 64,
+# Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): 8 layers of hidden 64,
 # 4 micro-batches of 32 tokens, 2 steps: the same table, its numbers not
 # worth reading.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${HP_BUILD_DIR:-$src/build}
 if [ "${HP_BENCH_SMOKE:-0}" = 1 ]; then
-	smoke=1 hidden=64 inter=128 layers=4 heads=4 vocab=512 seq=32 gbs=4 steps=2
+	smoke=1 hidden=64 inter=128 layers=8 heads=4 vocab=512 seq=32 gbs=4 steps=2
 else
 	smoke=0 hidden=128 inter=512 layers=16 heads=4 vocab=4096 seq=256 gbs=8 steps=6
 fi
@@ -50,8 +53,9 @@ printf '%-12s %5s %9s %8s %8s  %-31s  %s\n' schedule ranks "step s" "vs 1" bubbl
 "$build/bin/hp-train" -q "$tmp/c.yaml" --metrics "$tmp/m1.jsonl" || exit 1
 base=$(med "$tmp/m1.jsonl" .step_time_s)
 printf '%-12s %5s %9.4f %8s %8s  %-31s  %s\n' "one process" 1 "$base" 1.00x - - -
-for sch in gpipe 1f1b; do
+for sch in gpipe 1f1b interleaved; do
 	A="--accelerator.pp_size=4 --accelerator.pp_schedule=$sch"
+	[ "$sch" != interleaved ] || A="--accelerator.pp_size=4 --accelerator.pp_schedule=1f1b --accelerator.pp_vpp=2"
 	mpiexec -n 4 "$build/bin/hp-train" -q "$tmp/c.yaml" $A --metrics "$tmp/m.jsonl" || exit 1
 	"$build/bin/hp-plan" "$tmp/c.yaml" --world 4 $A >"$tmp/plan.json" || exit 1
 	t=$(med "$tmp/m.jsonl" .step_time_s)

@@ -126,10 +126,17 @@ if [ -z "${HP_SAME_TIMING_ONLY:-}" ]; then
 	run moek 1 moek.yaml
 	run seed8 8 moeb.yaml $SEED8
 	run seed8-kernels 8 moek.yaml $SEED8
+	# pipeline stages (each build's own schedules: GPipe, 1F1B)
+	run llama-pp2 2 llama.yaml $A.pp_size=2
+	run llama-pp4-fsdp2-nosync 8 llama.yaml $A.pp_size=4 $F.dp_shard_size=2 $F.requires_grad_sync=false
+	run dense-pp2-gpipe-tp2 4 dense.yaml $A.pp_size=2 $A.pp_schedule=gpipe $A.tp_size=2 $A.sequence_parallel=true
+	run moea-pp3 3 moea.yaml $A.pp_size=3
+	run moea-pp2-ep2 4 moea.yaml $A.pp_size=2 $A.ep_size=2
 	export HP_CUDA_EMULATE=exact
 	run cuda-emu 1 llama.yaml --training.device=cuda
 	run cuda-emu-tp2 2 llama.yaml --training.device=cuda $A.tp_size=2
 	run cuda-emu-seed8 8 moek.yaml --training.device=cuda $SEED8
+	run cuda-emu-pp2-fsdp2 4 llama.yaml --training.device=cuda $A.pp_size=2 $F.dp_shard_size=2
 fi
 
 # each run's median step time (steps after the first), then the median

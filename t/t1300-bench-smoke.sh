@@ -157,11 +157,12 @@ test_expect_success MPI 'parallel-bench.sh: every layout against one process, hp
 		"^hp-verify, 2 steps: "
 '
 
-test_expect_success MPI 'pp-bench.sh: GPipe and 1F1B on 4 stages against one process, beside the plan'"'"'s bubble' '
+test_expect_success MPI 'pp-bench.sh: GPipe, 1F1B and interleaved 1F1B on 4 stages against one process, beside the plan'"'"'s bubble' '
 	bench sh "$BENCH/pp-bench.sh" >pp.out 2>pp.err &&
 	has pp.out "^schedule +ranks +step s +vs 1 +bubble +p2p wait" "^one process +1 +[0-9.]+ " \
 		"^gpipe +4 +[0-9.]+ +[0-9.]+x +42\.9% +([0-9.]+% +){4}([0-9]+ ){3}[0-9]+$" \
-		"^1f1b +4 +[0-9.]+ +[0-9.]+x +42\.9% +([0-9.]+% +){4}([0-9]+ ){3}[0-9]+$"
+		"^1f1b +4 +[0-9.]+ +[0-9.]+x +42\.9% +([0-9.]+% +){4}([0-9]+ ){3}[0-9]+$" \
+		"^interleaved +4 +[0-9.]+ +[0-9.]+x +27\.3% +([0-9.]+% +){4}([0-9]+ ){3}[0-9]+$"
 '
 
 test_expect_success MPI 'fsdp-bench.sh: 1, 2, 4 and 8 ranks' '
