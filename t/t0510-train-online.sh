@@ -44,6 +44,28 @@ test_expect_success 'shuffle: a seed fixes the order; another seed changes it' '
 	cmp la lb && ! cmp -s la lc
 '
 
+# Over ranks every rank packs the one process's rows, but each tokenizes
+# only its share of the documents ahead (the others' tokens come
+# all-gathered): 20 documents, shuffled, rows of 64 over 8 steps (epochs
+# wrap), 2 ranks of FSDP and 4 of 2 stages x FSDP 2.
+test_expect_success MPI 'over ranks each tokenizes a share of the documents; the rows are the one process'"'"'s' '
+	head -n 20 stories.jsonl >twenty.jsonl &&
+	online_config tw.yaml twenty.jsonl 64 8 <<-YAML &&
+	checkpoint: {save_ckpt: false}
+	YAML
+	S=--dataset.data_config.shuffle=true &&
+	hp-train -q tw.yaml $S --metrics t1.jsonl &&
+	mpiexec -n 2 hp-train -q tw.yaml $S --fsdp_config.dp_shard_size=2 --metrics t2.jsonl &&
+	same_losses t2.jsonl t1.jsonl &&
+	mpiexec -n 4 hp-train -q tw.yaml $S --accelerator.pp_size=2 --fsdp_config.dp_shard_size=2 --metrics t4.jsonl &&
+	same_losses t4.jsonl t1.jsonl &&
+	one=$(jq -s "map(.data_tokens_read) | add" t1.jsonl) &&
+	two=$(jq -s "map(.data_tokens_read) | add" t2.jsonl) &&
+	four=$(jq -s "map(.data_tokens_read) | add" t4.jsonl) &&
+	echo "# tokens tokenized: one process $one, the busiest of 2 ranks $two, of 4 ranks $four" &&
+	test $((two * 4)) -lt $((one * 3)) && test $((four * 2)) -lt $one
+'
+
 test_expect_success 'text files: one document per line, blank lines skipped' '
 	printf "Once upon a time, there was a cat.\n\nThe cat liked milk.\n   \nThe end.\n" >t.txt &&
 	online_config txt.yaml t.txt 32 2 &&

@@ -84,6 +84,16 @@ test_expect_success 'offline (hp-data build --chat-template) trains the bits of 
 	test $(wc -l <a) = 6 && cmp a b
 '
 
+test_expect_success MPI 'conversations over 2 ranks: each renders a share; the one process'"'"'s losses' '
+	mpiexec -n 2 hp-train -q on.yaml --fsdp_config.dp_shard_size=2 --metrics on2.jsonl &&
+	same_losses on2.jsonl on.jsonl &&
+	one=$(jq -s "map(.data_tokens_read) | add" on.jsonl) && two=$(jq -s "map(.data_tokens_read) | add" on2.jsonl) &&
+	echo "# tokens rendered: one process $one, the busier of 2 ranks $two" &&
+	test $((two * 4)) -lt $((one * 3)) &&
+	mpiexec -n 2 hp-train -q off.yaml --fsdp_config.dp_shard_size=2 --metrics off2.jsonl &&
+	same_losses off2.jsonl on.jsonl
+'
+
 test_expect_success 'a plain build removes the mask of an earlier conversation build' '
 	cp cv.bin cvp.bin && cp cv.idx cvp.idx && cp cv.mask.bin cvp.mask.bin && cp cv.mask.idx cvp.mask.idx &&
 	hp-data build --tokenizer tokc -o cvp "$HP_SRC_DIR/examples/data/stories.jsonl" 2>/dev/null &&

@@ -67,6 +67,18 @@ struct hp_online {
 	int have_doc;
 	char *text;          /* scratch for JSONL text */
 	size_t captext;
+	/* documents tokenized elsewhere (hp_online_give): positions [ck0,
+	 * ck0 + cn) of epoch ce's order, their tokens (and marks) at coff */
+	uint64_t ce, ck0;
+	size_t cn, *coff;
+	int32_t *ctoks;
+	uint8_t *cmarks;
+	size_t capc, capcoff;
+	/* hp_online_encode's buffers, and the tokens tokenized here */
+	int32_t *atoks;
+	uint8_t *amarks;
+	size_t capa;
+	uint64_t encoded;
 };
 
 /* ---- files ---- */
@@ -407,19 +419,52 @@ static int load_indexed(struct hp_online *o, const struct doc *d, struct hp_err 
 	return 0;
 }
 
-/* Tokenize the document at o->k of the current order into o->toks. */
-static int load_doc(struct hp_online *o, struct hp_err *e)
+/* Document d's tokens into o->toks (its marks into o->marks), as the
+ * tokenizer gives them: a text's with the EOD appended. */
+static int raw_doc(struct hp_online *o, const struct doc *d, struct hp_err *e)
 {
-	const struct doc *d = &o->docs[o->order[o->k]];
 	const char *text;
 	size_t len;
 	int rc;
 
+	if (o->chat || o->indexed)
+		rc = o->chat ? load_conv(o, d, e) : load_indexed(o, d, e);
+	else if ((rc = doc_text(o, d, &text, &len, e)))
+		return rc;
+	else {
+		o->ntoks = 0;
+		if ((rc = hp_tok_encode(o->tok, text, len, &o->toks, &o->ntoks, &o->captoks, e)))
+			return hp_err_prefix(e, "'%s' line %u", o->files[d->file].path, d->line);
+		if (o->ntoks == o->captoks && grow_toks(o, o->captoks + 16))
+			return hp_err_set(e, HP_ENOMEM, "out of memory tokenizing");
+		o->toks[o->ntoks++] = o->eod;
+	}
+	if (!rc)
+		o->encoded += o->ntoks;
+	return rc;
+}
+
+/* The document at o->k of the current order into o->toks: handed over
+ * (hp_online_give), or tokenized here. */
+static int load_doc(struct hp_online *o, struct hp_err *e)
+{
+	int rc;
+
+	if (o->cn && o->epoch == o->ce && o->k >= o->ck0 && o->k < o->ck0 + o->cn) {
+		size_t i = o->k - o->ck0, n = o->coff[i + 1] - o->coff[i];
+
+		if (grow_toks(o, n + 1))
+			return hp_err_set(e, HP_ENOMEM, "out of memory for the tokens");
+		memcpy(o->toks, o->ctoks + o->coff[i], n * sizeof(int32_t));
+		if (o->cmarks)
+			memcpy(o->marks, o->cmarks + o->coff[i], n);
+		o->ntoks = n;
+	} else if ((rc = raw_doc(o, &o->docs[o->order[o->k]], e))) {
+		return rc;
+	}
 	if (o->chat || o->indexed) {
 		size_t any = 0;
 
-		if ((rc = o->chat ? load_conv(o, d, e) : load_indexed(o, d, e)))
-			return rc;
 		/* a conversation is never split: cut to one row */
 		if (o->ntoks > (size_t)o->T + 1) {
 			o->ntoks = (size_t)o->T + 1;
@@ -434,17 +479,7 @@ static int load_doc(struct hp_online *o, struct hp_err *e)
 				o->no_target++;
 			o->ntoks = o->ntoks ? 1 : 0;
 		}
-		o->have_doc = 1;
-		return 0;
 	}
-	if ((rc = doc_text(o, d, &text, &len, e)))
-		return rc;
-	o->ntoks = 0;
-	if ((rc = hp_tok_encode(o->tok, text, len, &o->toks, &o->ntoks, &o->captoks, e)))
-		return hp_err_prefix(e, "'%s' line %u", o->files[d->file].path, d->line);
-	if (o->ntoks == o->captoks && grow_toks(o, o->captoks + 16))
-		return hp_err_set(e, HP_ENOMEM, "out of memory tokenizing");
-	o->toks[o->ntoks++] = o->eod;
 	o->have_doc = 1;
 	return 0;
 }
@@ -529,6 +564,11 @@ void hp_online_free(struct hp_online *o)
 	hp_free(o->order);
 	hp_free(o->toks);
 	hp_free(o->text);
+	hp_free(o->coff);
+	hp_free(o->ctoks);
+	hp_free(o->cmarks);
+	hp_free(o->atoks);
+	hp_free(o->amarks);
 	hp_free(o);
 }
 
@@ -696,6 +736,118 @@ void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s)
 	s->eod_id = o->eod;
 	s->no_target = o->no_target;
 	s->truncated = o->truncated;
+}
+
+/* The position the next document loaded comes from. */
+static uint64_t next_k(const struct hp_online *o)
+{
+	return o->k + (o->have_doc ? 1 : 0);
+}
+
+size_t hp_online_ahead(const struct hp_online *o, size_t n)
+{
+	uint64_t k0 = next_k(o);
+
+	return k0 >= o->ndocs ? 0 : n < o->ndocs - k0 ? n : (size_t)(o->ndocs - k0);
+}
+
+int hp_online_encode(struct hp_online *o, size_t j, const int32_t **toks, const uint8_t **marks, size_t *n,
+		     struct hp_err *e)
+{
+	int32_t *t = o->toks;
+	uint8_t *m = o->marks;
+	size_t nt = o->ntoks, ct = o->captoks;
+	int rc;
+
+	if (j >= hp_online_ahead(o, j + 1))
+		return hp_err_set(e, HP_EINVAL, "online data: no document %zu ahead in this epoch", j);
+	/* the loaders fill o->toks: lend them the encoder's buffers */
+	o->toks = o->atoks;
+	o->marks = o->amarks;
+	o->captoks = o->capa;
+	rc = raw_doc(o, &o->docs[o->order[next_k(o) + j]], e);
+	o->atoks = o->toks;
+	o->amarks = o->marks;
+	o->capa = o->captoks;
+	*toks = o->atoks;
+	*marks = o->amarks;
+	*n = rc ? 0 : o->ntoks;
+	o->toks = t;
+	o->marks = m;
+	o->ntoks = nt;
+	o->captoks = ct;
+	return rc;
+}
+
+size_t hp_online_cached(const struct hp_online *o)
+{
+	uint64_t k0 = next_k(o);
+
+	return o->cn && o->ce == o->epoch && k0 >= o->ck0 && k0 <= o->ck0 + o->cn ? (size_t)(o->ck0 + o->cn - k0) : 0;
+}
+
+int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *const *toks,
+		   const uint8_t *const *marks, const size_t *lens, struct hp_err *e)
+{
+	size_t keep = hp_online_cached(o), skip, total = 0;
+	int mk = o->chat || o->indexed;
+
+	if (j0 != keep || j0 + n > hp_online_ahead(o, j0 + n))
+		return hp_err_set(e, HP_EINVAL, "online data: documents %zu..%zu handed over, %zu held and %zu "
+				  "left in the epoch", j0, j0 + n, keep, hp_online_ahead(o, j0 + n));
+	/* what is still ahead stays, to the front; the new ones after it */
+	skip = (size_t)(next_k(o) - (keep ? o->ck0 : next_k(o)));
+	if (keep) {
+		size_t t0 = o->coff[skip], tn = o->coff[skip + keep] - t0;
+
+		memmove(o->ctoks, o->ctoks + t0, tn * sizeof(int32_t));
+		if (mk)
+			memmove(o->cmarks, o->cmarks + t0, tn);
+		for (size_t i = 0; i <= keep; i++)
+			o->coff[i] = o->coff[skip + i] - t0;
+	}
+	total = keep ? o->coff[keep] : 0;
+	for (size_t i = 0; i < n; i++)
+		total += lens[i];
+	if (keep + n + 1 > o->capcoff) {
+		size_t *c = hp_realloc(o->coff, (keep + n + 1) * sizeof(size_t));
+		if (!c)
+			return hp_err_set(e, HP_ENOMEM, "out of memory for the handed-over tokens");
+		o->coff = c;
+		o->capcoff = keep + n + 1;
+	}
+	if (total + 1 > o->capc) {
+		int32_t *t = hp_realloc(o->ctoks, (total + 1) * sizeof(int32_t));
+		uint8_t *m = t && mk ? hp_realloc(o->cmarks, total + 1) : o->cmarks;
+		if (t)
+			o->ctoks = t;
+		if (m)
+			o->cmarks = m;
+		if (!t || (mk && !m))
+			return hp_err_set(e, HP_ENOMEM, "out of memory for the handed-over tokens");
+		o->capc = total + 1;
+	}
+	o->coff[0] = keep ? o->coff[0] : 0;
+	for (size_t i = keep; i < keep + n; i++) {
+		memcpy(o->ctoks + o->coff[i], toks[i - keep], lens[i - keep] * sizeof(int32_t));
+		if (mk)
+			memcpy(o->cmarks + o->coff[i], marks[i - keep], lens[i - keep]);
+		o->coff[i + 1] = o->coff[i] + lens[i - keep];
+	}
+	o->ce = o->epoch;
+	o->ck0 = next_k(o);
+	o->cn = keep + n;
+	return 0;
+}
+
+uint64_t hp_online_encoded(const struct hp_online *o)
+{
+	return o->encoded;
+}
+
+uint64_t hp_online_position(const struct hp_online *o)
+{
+	return o->epoch * o->ndocs + o->k;
 }
 
 void hp_online_cursor(const struct hp_online *o, uint64_t *epoch, uint64_t *doc, uint64_t *off)

@@ -105,6 +105,35 @@ int hp_online_next(struct hp_online *o, int B, int32_t *inputs, int32_t *labels,
 
 void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s);
 
+/*
+ * Tokenizing once over many readers.  Every rank of a data-parallel run
+ * packs the same stream (the one process's rows); left alone each would
+ * tokenize every document of the global batch.  Instead the ranks split
+ * the documents ahead between them, each tokenizing its share with
+ * hp_online_encode, trade the tokens, and hand every rank all of them
+ * with hp_online_give; hp_online_next then serves those as if it had
+ * tokenized them (the same tokens: the same rows), and tokenizes itself
+ * only what it was not given.
+ *
+ * ahead: how many of the next n documents to be loaded lie in the current
+ * epoch (the window never crosses it).  cached: how many of them, from
+ * the first, the source holds (given earlier, not yet served).  encode:
+ * the tokens (and a conversation's marks) of the j-th of them, before
+ * truncation, in the source's buffers until the next call.  give: the
+ * tokens of documents j0..j0+n-1 of them (j0 = cached), doc j0+i's lens[i]
+ * at toks[i] (marks[i]), kept with those held.  encoded: the tokens this
+ * source has tokenized so far.  position: documents passed so far over
+ * every epoch (epoch * documents + index).
+ */
+size_t hp_online_ahead(const struct hp_online *o, size_t n);
+size_t hp_online_cached(const struct hp_online *o);
+int hp_online_encode(struct hp_online *o, size_t j, const int32_t **toks, const uint8_t **marks, size_t *n,
+		     struct hp_err *e);
+int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *const *toks,
+		   const uint8_t *const *marks, const size_t *lens, struct hp_err *e);
+uint64_t hp_online_encoded(const struct hp_online *o);
+uint64_t hp_online_position(const struct hp_online *o);
+
 /* The position: epoch, index in the epoch's order, pairs already taken
  * from that document.  seek restores one taken earlier. */
 void hp_online_cursor(const struct hp_online *o, uint64_t *epoch, uint64_t *doc, uint64_t *off);

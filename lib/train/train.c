@@ -13,6 +13,7 @@
  * start each time, forward only; after the last step the test split once.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -90,7 +91,8 @@ struct run {
 	int verifying;
 	/* pipeline: this rank's stage and its actions for a step (2 G vpp) */
 	int stage;
-	long read_tokens;               /* the data's tokens this rank read in the step so far */
+	long read_tokens;               /* the data's tokens this rank read (online: tokenized) in the step so far */
+	long ahead[3];                  /* online data: documents to tokenize ahead, per split (share_docs) */
 	struct hp_pp_action *pp_act;
 	int pp_nact;
 	double *pp_wait;                /* [world]: each rank's p2p waits of a step, gathered (metrics) */
@@ -1069,6 +1071,9 @@ static int check_ids(const struct run *r, long i0, long n, const char *path, con
  * rank runs its dp share of the micro-batches, as a training step; no
  * weight, moment, gradient or training-data cursor changes.
  */
+static int online_rows(struct run *r, struct hp_online *o, long rows, int32_t *in, int32_t *lb, int32_t *seg,
+		       long *ahead, struct hp_err *e);
+
 static int evaluate(struct run *r, int p, long step, double *loss, double *tokens, struct hp_err *e)
 {
 	const struct hp_config *c = &r->cfg;
@@ -1084,11 +1089,16 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 	/* validation mode compares the training step's modules, not these */
 	m->probe = NULL;
 	for (long it = 0; !rc && it < c->training.eval_iters; it++) {
-		for (long a = 0; a < accum && !rc; a++) {
+		for (long a = 0; a < accum && !rc && r->edata[p]; a++) {
 			long at = a * B * T;
 
-			rc = r->edata[p] ? hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e) :
-			     hp_online_next(r->eonline[p], (int)B, r->inputs + at, r->labels + at, r->seg + at, e);
+			rc = hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
+		}
+		if (!r->edata[p]) {
+			long rt = r->read_tokens;   /* the metrics' count is the training step's */
+
+			rc = online_rows(r, r->eonline[p], accum * B, r->inputs, r->labels, r->seg, &r->ahead[p], e);
+			r->read_tokens = rt;
 		}
 		if (rc || (rc = check_ids(r, 0, accum * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
 					  c->dataset.valid_data_path[0] : c->dataset.data_path[0],
@@ -1147,6 +1157,180 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 	return 0;
 }
 
+/* Documents per rank of n handed round: rank q tokenizes the j0 + j-th
+ * ahead for j = q, q + W, ... */
+static int share_of(size_t n, int W, int q)
+{
+	return n > (size_t)q ? (int)((n - (size_t)q + (size_t)W - 1) / (size_t)W) : 0;
+}
+
+/* Every rank's rc alike: its own, or an error saying another rank could
+ * not do what (each failed rank has said why). */
+static int agree(int rc, const char *what, struct hp_err *e)
+{
+	int any = rc != 0;
+
+	hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
+	return rc ? rc : any ? hp_err_set(e, HP_EFORMAT, "another rank could not %s (see its message)", what) : 0;
+}
+
+/*
+ * One trade of the documents j0..j0+n-1 ahead of source o (those before
+ * j0 it holds): each rank tokenizes its share, every rank gets every
+ * document's tokens (MPI_Allgatherv over the world, outside the plan's
+ * books: data, not the model's traffic) and hands them to o; *sum: their
+ * tokens.  One rank's failure is every rank's: they all take part in
+ * every collective.
+ */
+static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_t *sum, struct hp_err *e)
+{
+	int rc = 0, nmine = share_of(n, W, me), marks = 0;
+	size_t have = 0, at = 0;
+	int32_t *mt = NULL, *all = NULL;
+	uint8_t *mm = NULL, *allm = NULL;
+	int64_t *sts = hp_calloc(2 * (size_t)W, sizeof(int64_t));
+	int64_t *lens = hp_calloc((size_t)nmine + 1, sizeof(int64_t)), *alll = hp_calloc(n + 1, sizeof(int64_t));
+	int *cnt = hp_calloc((size_t)W, sizeof(int)), *dsp = hp_calloc((size_t)W, sizeof(int));
+	const int32_t **tp = hp_calloc(n + 1, sizeof(*tp));
+	const uint8_t **mp = hp_calloc(n + 1, sizeof(*mp));
+	size_t *ln = hp_calloc(n + 1, sizeof(size_t));
+
+	if (!sts || !lens || !alll || !cnt || !dsp || !tp || !mp || !ln)
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory sharing the tokenizing");
+	for (int i = 0; !rc && i < nmine; i++) {
+		const int32_t *t;
+		const uint8_t *mk;
+		size_t k;
+
+		if ((rc = hp_online_encode(o, j0 + (size_t)me + (size_t)i * (size_t)W, &t, &mk, &k, e)))
+			break;
+		int32_t *t2 = hp_realloc(mt, (have + k + 1) * sizeof(int32_t));
+		uint8_t *m2 = mk ? hp_realloc(mm, have + k + 1) : mm;
+		mt = t2 ? t2 : mt;
+		mm = m2 ? m2 : mm;
+		if (!t2 || (mk && !m2)) {
+			rc = hp_err_set(e, HP_ENOMEM, "out of memory sharing the tokenizing");
+			break;
+		}
+		memcpy(mt + have, t, k * sizeof(int32_t));
+		if (mk)
+			memcpy(mm + have, mk, k);
+		marks = mk != NULL;
+		lens[i] = (int64_t)k;
+		have += k;
+	}
+	/* every rank's tokens and whether marks come, once every rank has
+	 * them (a failure anywhere stops all, in the same collectives) */
+	int64_t mine[2] = { (int64_t)have, marks };
+	*sum = 0;
+	if ((rc = agree(rc, "tokenize its share of the documents ahead", e)))
+		goto out;
+	MPI_Allgather(mine, 2, MPI_INT64_T, sts, 2, MPI_INT64_T, MPI_COMM_WORLD);
+	for (int q = 0; q < W; q++) {
+		*sum += sts[2 * q];
+		marks |= (int)sts[2 * q + 1];
+	}
+	if (*sum > INT_MAX)
+		rc = hp_err_set(e, HP_EINVAL, "online data: %lld tokens ahead, more than one trade takes",
+				(long long)*sum);
+	else if (!(all = hp_malloc((size_t)*sum * sizeof(int32_t) + 4)) || (marks && !(allm = hp_malloc((size_t)*sum + 1))))
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the shared tokens");
+	if ((rc = agree(rc, "hold the documents' tokens", e)))
+		goto out;
+	/* the lengths, then the tokens (and marks), rank by rank */
+	for (int q = 0; q < W; q++) {
+		cnt[q] = share_of(n, W, q);
+		dsp[q] = (int)at;
+		at += (size_t)cnt[q];
+	}
+	MPI_Allgatherv(lens, nmine, MPI_INT64_T, alll, cnt, dsp, MPI_INT64_T, MPI_COMM_WORLD);
+	at = 0;
+	for (int q = 0; q < W; q++) {
+		cnt[q] = (int)sts[2 * q];
+		dsp[q] = (int)at;
+		at += (size_t)cnt[q];
+	}
+	MPI_Allgatherv(mt ? mt : all, (int)have, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, MPI_COMM_WORLD);
+	if (marks)
+		MPI_Allgatherv(mm ? mm : allm, (int)have, MPI_UINT8_T, allm, cnt, dsp, MPI_UINT8_T, MPI_COMM_WORLD);
+	/* document j: rank (j mod W)'s (j div W)-th */
+	for (int q = 0, li = 0; q < W; q++) {
+		size_t off = (size_t)dsp[q];
+
+		for (size_t j = (size_t)q; j < n; j += (size_t)W, li++) {
+			tp[j] = all + off;
+			mp[j] = allm ? allm + off : NULL;
+			ln[j] = (size_t)alll[li];
+			off += ln[j];
+		}
+	}
+	rc = hp_online_give(o, j0, n, tp, mp, ln, e);
+out:
+	hp_free(sts);
+	hp_free(lens);
+	hp_free(alll);
+	hp_free(cnt);
+	hp_free(dsp);
+	hp_free(tp);
+	hp_free(mp);
+	hp_free(ln);
+	hp_free(mt);
+	hp_free(mm);
+	hp_free(all);
+	hp_free(allm);
+	return rc;
+}
+
+/*
+ * Online data over ranks: the documents the next rows will pack,
+ * tokenized once, each rank a share, so that every rank packs the one
+ * process's rows without tokenizing them all (trade).  How many: *ahead,
+ * the last read's count and a quarter more; the first time, one document
+ * per rank, whose tokens say how many fill the rows (tokens) and a
+ * quarter more.  What is left over waits for the next read; what the
+ * guess misses (and what lies in the next epoch) every rank tokenizes
+ * itself, as before: nothing differs but who tokenizes.
+ */
+static int share_docs(struct run *r, struct hp_online *o, long tokens, long *ahead, struct hp_err *e)
+{
+	size_t have = hp_online_cached(o), n;
+	int64_t sum;
+	int rc;
+
+	if (*ahead <= 0) {
+		n = hp_online_ahead(o, have + (size_t)r->world);
+		if ((rc = trade(o, have, n - have, r->rank, r->world, &sum, e)))
+			return rc;
+		*ahead = n > have && sum > 0 ? (long)((double)tokens / ((double)sum / (double)(n - have)) * 1.25) + 1 : 0;
+		have = n;
+	}
+	n = hp_online_ahead(o, (size_t)*ahead > have ? (size_t)*ahead : have);
+	return n > have ? trade(o, have, n - have, r->rank, r->world, &sum, e) : 0;
+}
+
+/* Read rows from an online source, the tokenizing shared over ranks
+ * (share_docs); *ahead learns from how many documents they took. */
+static int online_rows(struct run *r, struct hp_online *o, long rows, int32_t *in, int32_t *lb, int32_t *seg,
+		       long *ahead, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
+	uint64_t p0 = hp_online_position(o), t0 = hp_online_encoded(o);
+	int rc = 0;
+
+	if (r->dist && r->world > 1)
+		rc = share_docs(r, o, rows * T, ahead, e);
+	for (long a = 0; !rc && a < rows / B; a++)
+		rc = hp_online_next(o, (int)B, in + a * B * T, lb + a * B * T, seg + a * B * T, e);
+	if (!rc && r->dist && r->world > 1) {
+		long used = (long)(hp_online_position(o) - p0) + 1;
+
+		*ahead = used + used / 4 + 1;
+	}
+	r->read_tokens += (long)(hp_online_encoded(o) - t0);
+	return rc;
+}
+
 /* The step's micro-batches, every rank reading the whole step so that the
  * data cursor is the same on all. */
 static int read_step(struct run *r, long step, long accum, struct hp_err *e)
@@ -1176,11 +1360,16 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 		first += n;
 		n = 0;
 	}
-	r->read_tokens += n * B * T;
-	for (long a = first; a < first + n && !rc; a++) {
-		long at = a * B * T;
-		rc = r->online ? hp_online_next(r->online, (int)B, r->inputs + at, r->labels + at, r->seg + at, e)
-			       : hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
+	if (r->online) {
+		/* online: the tokens this rank tokenized */
+		rc = online_rows(r, r->online, n * B, r->inputs + first * B * T, r->labels + first * B * T,
+				 r->seg + first * B * T, &r->ahead[HP_SPLIT_TRAIN], e);
+	} else {
+		r->read_tokens += n * B * T;
+		for (long a = first; a < first + n && !rc; a++) {
+			long at = a * B * T;
+			rc = hp_batcher_next(r->data, (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
+		}
 	}
 	if (!rc && n)
 		rc = check_ids(r, first * B * T, n * B * T, c->dataset.data_path[0], "at", step, e);

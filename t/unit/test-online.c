@@ -219,6 +219,70 @@ static void test_packing(void)
 	free(in); free(lb); free(sg); free(in2); free(lb2); free(sg2); free(ia); free(ib); free(ic); free(lx); free(sx);
 }
 
+/*
+ * Handed-over tokens (what hp-train's ranks trade): a source given, before
+ * each read, the tokens of some documents ahead (tokenized by a second
+ * source of the same file in the same place, as another rank would)
+ * serves the rows of the second, which tokenizes everything, shuffled, over epoch ends, in reads of 1 to 3
+ * rows; it tokenizes only what it was not given; a give that does not
+ * start where the held ones end is refused.
+ */
+static void test_give(void)
+{
+	struct hp_online *ref, *o;
+	struct hp_err e;
+	long T = 24;
+	int same = 1, reads = 0;
+	int32_t *ia = malloc(3 * T * 4), *la = malloc(3 * T * 4), *sa = malloc(3 * T * 4);
+	int32_t *ib = malloc(3 * T * 4), *lb = malloc(3 * T * 4), *sb = malloc(3 * T * 4);
+
+	if (open_src(&ref, "docs.jsonl", T, 1, 3, 0, &e) || open_src(&o, "docs.jsonl", T, 1, 3, 0, &e)) {
+		ok(0, "open: %s", e.msg);
+		return;
+	}
+	for (int r = 0; r < 30 && same; r++) {
+		int rows = 1 + r % 3;
+		size_t have = hp_online_cached(o), n = hp_online_ahead(o, have + (size_t)(r % 4));
+		const int32_t *tp[8];
+		const uint8_t *mp[8] = { NULL };
+		size_t ln[8];
+		int32_t *keep[8] = { NULL };
+
+		/* ref, where o is, tokenizes documents have..n-1 ahead */
+		for (size_t j = have; j < n && j - have < 8; j++) {
+			const int32_t *t;
+			const uint8_t *mk;
+
+			if (hp_online_encode(ref, j, &t, &mk, &ln[j - have], &e))
+				break;
+			keep[j - have] = malloc(ln[j - have] * 4 + 4);
+			memcpy(keep[j - have], t, ln[j - have] * 4);
+			tp[j - have] = keep[j - have];
+		}
+		if (n > have && hp_online_give(o, have, n - have, tp, mp, ln, &e)) {
+			same = 0;
+			tap_diag("give: %s", e.msg);
+		}
+		for (size_t j = 0; j < 8; j++)
+			free(keep[j]);
+		hp_online_next(ref, rows, ia, la, sa, &e);
+		hp_online_next(o, rows, ib, lb, sb, &e);
+		same &= !memcmp(ia, ib, rows * T * 4) && !memcmp(la, lb, rows * T * 4) && !memcmp(sa, sb, rows * T * 4);
+		reads++;
+	}
+	ok(same, "%d reads of given tokens give the rows of tokenizing them (shuffled, over epoch ends)", reads);
+	ok(hp_online_encoded(o) * 2 < hp_online_encoded(ref),
+	   "the given source tokenized %llu tokens itself, the other (and the given ones) %llu", (unsigned long long)hp_online_encoded(o),
+	   (unsigned long long)hp_online_encoded(ref));
+	const int32_t *t0[1] = { ia };
+	size_t l0[1] = { 1 };
+	ok(hp_online_give(o, hp_online_cached(o) + 1, 1, t0, NULL, l0, &e) == HP_EINVAL &&
+	   strstr(e.msg, "handed over"), "a give past the held documents is refused: %s", e.msg);
+	hp_online_free(ref);
+	hp_online_free(o);
+	free(ia); free(la); free(sa); free(ib); free(lb); free(sb);
+}
+
 static void test_bad_lines(void)
 {
 	struct hp_online *o;
@@ -283,6 +347,7 @@ int main(void)
 	if (!mkdtemp(dir))
 		return 1;
 	test_packing();
+	test_give();
 	test_bad_lines();
 	for (int i = 0; i < NTEXTS; i++)
 		hp_free(streams[i]);
