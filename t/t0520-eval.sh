@@ -102,6 +102,18 @@ test_expect_success MPI 'the seed'\''s 8 ranks evaluate as one process does' '
 	evals
 '
 
+# over ranks each reads its dp share of the evaluation batch: a bad id in
+# rank 1's share stops every rank (none waits in a collective for it)
+test_expect_success MPI 'a bad id in one rank'"'"'s share of the evaluation stops every rank, by name' '
+	hp-test-tool dumpidx ts | sed -n "6,21p" | awk "{ gsub(/ /, \",\"); print \"{\\\"ids\\\":[\" \$0 \"]}\" }" >v.jsonl &&
+	sed -i "6 s/\[\([0-9]*\),/[600,/" v.jsonl &&
+	hp-test-tool mkidx --vocab 1024 -o vbad v.jsonl &&
+	E="--training.eval_iters=1 --training.eval_steps=1 --dataset.valid_data_path=$PWD/vbad --checkpoint.save_ckpt=false" &&
+	test_must_fail_with 4 timeout 120 mpiexec -n 2 hp-train -q hf.yaml $E --fsdp_config.dp_shard_size=2 2>err &&
+	grep -q "rank 1 on .*vbad.: token id 600 in the validation after step 1 is outside the model.s vocabulary" err &&
+	grep -q "evaluation after step 1: another rank could not read its share of the data" err
+'
+
 test_expect_success 'online data: split shares of the documents, and valid_data_path' '
 	jq -c "{text: .text}" "$DATA/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" |
 		sed -n "47,346p" >stories.jsonl &&

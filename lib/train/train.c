@@ -1088,21 +1088,37 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 	rc = r->edata[p] ? hp_batcher_seek(r->edata[p], 0, 0, e) : hp_online_seek(r->eonline[p], 0, 0, 0, e);
 	/* validation mode compares the training step's modules, not these */
 	m->probe = NULL;
+	/* indexed data over ranks: a rank reads its dp share of the batch (the
+	 * rows it computes on) and skips the rest */
+	long e0 = r->dist && r->edata[p] ? first : 0, en = r->dist && r->edata[p] ? G : accum;
 	for (long it = 0; !rc && it < c->training.eval_iters; it++) {
-		for (long a = 0; a < accum && !rc && r->edata[p]; a++) {
+		if (r->edata[p])
+			hp_batcher_skip(r->edata[p], (uint64_t)(e0 * B));
+		for (long a = e0; a < e0 + en && !rc && r->edata[p]; a++) {
 			long at = a * B * T;
 
 			rc = hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
 		}
-		if (!r->edata[p]) {
+		if (r->edata[p]) {
+			hp_batcher_skip(r->edata[p], (uint64_t)((accum - e0 - en) * B));
+		} else {
 			long rt = r->read_tokens;   /* the metrics' count is the training step's */
 
 			rc = online_rows(r, r->eonline[p], accum * B, r->inputs, r->labels, r->seg, &r->ahead[p], e);
 			r->read_tokens = rt;
 		}
-		if (rc || (rc = check_ids(r, 0, accum * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
-					  c->dataset.valid_data_path[0] : c->dataset.data_path[0],
-					  p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e)))
+		if (!rc)
+			rc = check_ids(r, e0 * B * T, en * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
+				       c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+				       p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e);
+		/* one rank's bad rows are every rank's failure, before any collective */
+		int bad = rc != 0;
+		if (r->dist)
+			hp_comm_allreduce_raw(MPI_COMM_WORLD, &bad, 1, MPI_INT, MPI_MAX);
+		if (!rc && bad)
+			rc = hp_err_set(e, HP_EFORMAT, "evaluation after step %ld: another rank could not read its "
+					"share of the data (see its message)", step);
+		if (rc)
 			break;
 		if (r->plan->pp > 1) {
 			int vpp = r->plan->vpp;
