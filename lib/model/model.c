@@ -579,24 +579,6 @@ float *hp_model_stage_in(struct hp_model *m)
 	return m->a.act[m->par.l0].x_in;
 }
 
-float *hp_model_stage_out(struct hp_model *m)
-{
-	return m->a.x_final;
-}
-
-float *hp_model_grad_in(struct hp_model *m)
-{
-	return m->a.dx;
-}
-
-double *hp_model_stage_aux(struct hp_model *m, size_t *n)
-{
-	int on = m->n_moe && m->spec.output_router_logits;
-
-	*n = on ? 2 * (size_t)m->spec.n_experts + 1 : 0;
-	return on ? m->a.fp : NULL;
-}
-
 size_t hp_model_stage_numel(const struct hp_model *m)
 {
 	return (size_t)m->lay.Ns * (size_t)m->spec.hidden;

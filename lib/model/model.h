@@ -385,35 +385,31 @@ double *hp_model_stat(struct hp_model *m, enum hp_model_stat i);
 
 /*
  * Pipeline stages (par.pp > 1).  A stage's forward starts, unless it is
- * the first, from the residual stream its caller has put in
- * hp_model_stage_in (this rank's Ns x hidden floats, in the backend's
- * memory), and ends, unless it is the last, with the residual stream it
- * hands on in hp_model_stage_out (no norm, no loss).  Its backward starts,
- * unless it is the last, from the gradient of that output, put in
- * hp_model_grad_in; and ends, unless it is the first, with the gradient
- * of its input in the same buffer.  Each micro-batch in flight computes in
- * a slot of its own (0 <= k < par.slots), made current by
- * hp_model_use_slot before its forward and again before its backward;
- * the buffers above are the current slot's.
+ * the first, from the residual stream its caller has put in the slot's
+ * input (this rank's Ns x hidden floats, in the backend's memory), and
+ * ends, unless it is the last, with the residual stream it hands on in
+ * the slot's output (no norm, no loss).  Its backward starts, unless it is
+ * the last, from the gradient of that output, put in the slot's grad; and
+ * ends, unless it is the first, with the gradient of its input in the same
+ * buffer.  Each micro-batch in flight (of each chunk) computes in a slot
+ * of its own (0 <= k < par.slots), made current by hp_model_use_slot
+ * before its forward and again before its backward.
+ * With the MoE load-balancing loss (output_router_logits) the slot's
+ * router statistics (aux: 2 E + 1 doubles, in the backend's memory) travel
+ * with the residual stream: forward, the sums of the stages so far, which
+ * the next stage adds its layers' to (the last makes the loss of them);
+ * backward, the last stage's whole sums, which every stage's routers need.
  */
 void hp_model_use_slot(struct hp_model *m, int k);
-float *hp_model_stage_in(struct hp_model *m);
 /* Slot k's stage buffers, current or not: its input (in), output (out),
  * the gradient it receives and sends (grad), its router statistics (aux,
  * naux doubles; NULL, 0 without). */
 struct hp_stage_io { float *in, *out, *grad; double *aux; size_t naux; };
 void hp_model_slot_io(struct hp_model *m, int k, struct hp_stage_io *io);
-float *hp_model_stage_out(struct hp_model *m);
-float *hp_model_grad_in(struct hp_model *m);
-/* Elements of each of them: Ns x hidden. */
+/* The current slot's input. */
+float *hp_model_stage_in(struct hp_model *m);
+/* Elements of each of in, out and grad: Ns x hidden. */
 size_t hp_model_stage_numel(const struct hp_model *m);
-/* With the MoE load-balancing loss (output_router_logits), its router
- * statistics (2 E + 1 doubles, in the backend's memory; the current
- * slot's) travel with the residual stream: forward, the sums of the stages
- * so far, which the next stage adds its layers' to (the last makes the
- * loss of them); backward, the last stage's whole sums, which every
- * stage's routers need.  NULL, 0 without. */
-double *hp_model_stage_aux(struct hp_model *m, size_t *n);
 
 /* Look a parameter up by HF name; NULL when absent. */
 struct hp_param *hp_model_param(struct hp_model *m, const char *name);
