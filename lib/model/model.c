@@ -386,6 +386,7 @@ static int take_acts(struct hp_model *m)
 	struct hp_arena *a = &m->a.aarena;
 	struct takes tk = { m, 1 };
 	size_t wmax = 0;
+	int own = m->cur_slot == 0;   /* the first slot takes the one pass's scratch */
 	unsigned char *wbase;
 
 	/* the checkpointed layers' shared work region: the largest of theirs */
@@ -443,28 +444,34 @@ static int take_acts(struct hp_model *m)
 		take_pair(&tk, a, &m->a.tgt, (size_t)N);
 		take_pair(&tk, a, &m->a.segs, (size_t)N);
 	}
+	/* a slot's gradient in flight (dx), and dxn, which holds the LM
+	 * head's gradient from a chunked forward to its backward; what follows
+	 * is scratch of one pass, which the first slot takes for every slot
+	 * (share_scratch) */
 	TAKE(m->a.dx, N * C * f);
 	TAKE(m->a.dxn, N * C * f);
-	TAKE(m->a.dq, N * QD * f);
-	TAKE(m->a.dk, N * KD * f);
-	TAKE(m->a.dv, N * KD * f);
-	TAKE(m->a.datt, N * QD * f);
-	TAKE(m->a.dg, N * I * f);
-	TAKE(m->a.du, N * I * f);
-	TAKE(m->a.dh, N * I * f);
-	TAKE(m->a.dscratch, scratch_floats(m) * f);
-	if (s->qk_norm) {
+	if (own) {
+		TAKE(m->a.dq, N * QD * f);
+		TAKE(m->a.dk, N * KD * f);
+		TAKE(m->a.dv, N * KD * f);
+		TAKE(m->a.datt, N * QD * f);
+		TAKE(m->a.dg, N * I * f);
+		TAKE(m->a.du, N * I * f);
+		TAKE(m->a.dh, N * I * f);
+		TAKE(m->a.dscratch, scratch_floats(m) * f);
+	}
+	if (own && s->qk_norm) {
 		TAKE(m->a.dq2, N * QD * f);
 		TAKE(m->a.dk2, N * KD * f);
 	}
-	if (pr->tp > 1) {
+	if (own && pr->tp > 1) {
 		TAKE(m->lay.dfull, N * C * f);
 		TAKE(m->lay.dred, Ns * C * f);
 	}
-	if (cp_ag(m)) {
+	if (own && cp_ag(m)) {
 		TAKE(m->lay.cp_send, 2 * BS * KD * f);
 		TAKE(m->lay.cp_recv, 2 * BS * KD * f);
-	} else if (cp_ul(m)) {
+	} else if (own && cp_ul(m)) {
 		TAKE(m->lay.cp_send, N * (QD + 2 * KD) * f);
 		TAKE(m->lay.cp_recv, N * (QD + 2 * KD) * f);
 	}
@@ -475,7 +482,7 @@ static int take_acts(struct hp_model *m)
 	} else if (m->n_moe) {
 		TAKE(m->a.fp, (2 * E + 1) * sizeof(double));
 	}
-	if (m->n_moe) {
+	if (own && m->n_moe) {
 		TAKE(m->a.dye, R * C * f);
 		TAKE(m->a.dxe, R * C * f);
 		TAKE(m->a.dge, R * (any_grouped(m) ? 2 : 1) * Im * f);
@@ -500,6 +507,38 @@ static int take_acts(struct hp_model *m)
 	return tk.ok;
 }
 
+/* A pass's scratch, which one slot takes for all (take_acts). */
+static void share_scratch(struct hp_model_acts *a, struct hp_model_lay *y, const struct hp_model_acts *a0,
+			  const struct hp_model_lay *y0)
+{
+	a->dq = a0->dq;
+	a->dk = a0->dk;
+	a->dv = a0->dv;
+	a->datt = a0->datt;
+	a->dg = a0->dg;
+	a->du = a0->du;
+	a->dh = a0->dh;
+	a->dscratch = a0->dscratch;
+	a->dq2 = a0->dq2;
+	a->dk2 = a0->dk2;
+	a->dye = a0->dye;
+	a->dxe = a0->dxe;
+	a->dge = a0->dge;
+	a->due = a0->due;
+	a->dhe = a0->dhe;
+	a->dprob = a0->dprob;
+	a->dwsel = a0->dwsel;
+	a->moe_fill = a0->moe_fill;
+	a->hrec = a0->hrec;
+	a->xg = a0->xg;
+	y->dfull = y0->dfull;
+	y->dred = y0->dred;
+	y->cp_send = y0->cp_send;
+	y->cp_recv = y0->cp_recv;
+	y->ep_send = y0->ep_send;
+	y->ep_recv = y0->ep_recv;
+}
+
 /* Every slot's activations one after another in the arena, each with its
  * own layer table when m->slot is there (else measuring: all into
  * m->a.act); slot 0 current after. */
@@ -522,11 +561,12 @@ static int take_slots(struct hp_model *m)
 	m->cur_slot = 0;
 	use_chunk(m, 0);
 	if (m->slot) {
-		/* the RoPE tables and the step's sums are one */
+		/* the RoPE tables, the step's sums and a pass's scratch are one */
 		for (int k = 1; k < m->par.slots; k++) {
 			m->slot[k].a.cos_t = m->slot[0].a.cos_t;
 			m->slot[k].a.sin_t = m->slot[0].a.sin_t;
 			m->slot[k].a.st = m->slot[0].a.st;
+			share_scratch(&m->slot[k].a, &m->slot[k].lay, &m->slot[0].a, &m->slot[0].lay);
 		}
 		aa = m->a.aarena;
 		ha = m->a.harena;

@@ -246,7 +246,8 @@ struct hp_model_acts {
 	const int32_t *seg;                       /* the last forward's segments, as the kernels read them */
 	float *probe_buf;                         /* device backends: a probed output, on the host */
 	size_t probe_cap;
-	/* backward scratch */
+	/* backward scratch: dx (a slot's gradient in flight) and dxn are each
+	 * slot's own; the rest is one pass's, the same buffers in every slot */
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
