@@ -7,8 +7,9 @@ test_description='pipeline parallelism: GPipe, 1F1B and interleaved 1F1B stages 
 # qwen3-moe-a (3 layers, the first dense, tied, with the load-balancing
 # loss, whose router statistics travel with the activations),
 # a 5-layer Qwen3 made from qwen3-dense's config.json by random init, the
-# same weights in every layout (from_config), a 4-layer qwen3-moe-a made
-# the same way (for interleaving: 2 stages of 2 chunks need 4 layers), and
+# same weights in every layout (from_config), a 4-layer qwen3-moe-a and an
+# 8-layer Qwen3 made the same way (for interleaving: 2 stages of 2 chunks
+# need 4 layers), and
 # stories260K (5 layers, tied embeddings: the first stage's embedding is
 # the last stage's LM head).
 A=--accelerator
@@ -24,6 +25,9 @@ test_expect_success MPI 'setup: the one-process runs' '
 	write_config st.yaml "$DATA/stories260K/hf" ts 64 2 16 3 </dev/null &&
 	write_config ma.yaml "$DATA/ref/qwen3-moe-a" ts 64 2 16 3 </dev/null &&
 	mkdir -p a4 && jq ".num_hidden_layers = 4" "$DATA/ref/qwen3-moe-a/config.json" >a4/config.json &&
+	mkdir -p m8 && jq ".num_hidden_layers = 8" "$DATA/ref/qwen3-dense/config.json" >m8/config.json &&
+	write_config m8.yaml "$PWD/m8" ts 64 2 24 3 </dev/null &&
+	sed -i "s/from_pretrained/from_config/" m8.yaml &&
 	write_config a4.yaml "$PWD/a4" ts 64 2 16 3 </dev/null &&
 	sed -i "s/from_pretrained/from_config/" a4.yaml &&
 	write_config ul.yaml "$DATA/ref/qwen3-dense" ts 64 2 16 4 <<-YAML &&
@@ -31,7 +35,7 @@ test_expect_success MPI 'setup: the one-process runs' '
 	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
 	YAML
 	single qd qd.yaml && single ul ul.yaml && single mb mb.yaml && single m5 m5.yaml && single st st.yaml && single ma ma.yaml &&
-	single a4 a4.yaml
+	single a4 a4.yaml && single m8 m8.yaml
 '
 
 test_expect_success MPI 'dense, 2 stages: 1F1B and GPipe, alone and with FSDP, HSDP, TP+SP, loss_parallel, CP (both modes)' '
@@ -108,6 +112,14 @@ test_expect_success MPI 'interleaved 1F1B: dense, tied and MoE with the load-bal
 	layout a4 a4.yaml 2 $I &&
 	layout a4 a4.yaml 4 $I $A.ep_size=2 &&
 	layout a4 a4.yaml 4 $I $A.tp_size=2 $A.sequence_parallel=true
+'
+
+test_expect_success MPI 'interleaved 1F1B: 3 and 4 stages, 3 and 4 chunks, an uneven split, 12 micro-batches' '
+	layout m8 m8.yaml 3 $A.pp_size=3 $A.pp_vpp=2 &&
+	layout m8 m8.yaml 6 $A.pp_size=3 $A.pp_vpp=2 $F.dp_shard_size=2 &&
+	layout m8 m8.yaml 4 $A.pp_size=4 $A.pp_vpp=2 &&
+	layout m8 m8.yaml 2 $A.pp_size=2 $A.pp_vpp=4 &&
+	layout m8 m8.yaml 2 $A.pp_size=2 $A.pp_vpp=3 "$A.pp_layer_split=[1,1,2,1,2,1]"
 '
 
 test_expect_success MPI 'interleaved 1F1B: the plan'"'"'s chunks, slots per chunk and a smaller bubble than 1F1B'"'"'s' '
