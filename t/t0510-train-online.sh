@@ -47,7 +47,8 @@ test_expect_success 'shuffle: a seed fixes the order; another seed changes it' '
 # Over ranks every rank packs the one process's rows, but each tokenizes
 # only its share of the documents ahead (the others' tokens come
 # all-gathered): 20 documents, shuffled, rows of 64 over 8 steps (epochs
-# wrap), 2 ranks of FSDP and 4 of 2 stages x FSDP 2.
+# wrap), 2 ranks of FSDP and 4 of 2 stages x FSDP 2; then 300 documents
+# over 1, 2 and 4 ranks, where a step holds enough for the shares to show.
 test_expect_success MPI 'over ranks each tokenizes a share of the documents; the rows are the one process'"'"'s' '
 	head -n 20 stories.jsonl >twenty.jsonl &&
 	online_config tw.yaml twenty.jsonl 64 8 <<-YAML &&
@@ -62,8 +63,20 @@ test_expect_success MPI 'over ranks each tokenizes a share of the documents; the
 	one=$(jq -s "map(.data_tokens_read) | add" t1.jsonl) &&
 	two=$(jq -s "map(.data_tokens_read) | add" t2.jsonl) &&
 	four=$(jq -s "map(.data_tokens_read) | add" t4.jsonl) &&
-	echo "# tokens tokenized: one process $one, the busiest of 2 ranks $two, of 4 ranks $four" &&
-	test $((two * 4)) -lt $((one * 3)) && test $((four * 2)) -lt $one
+	echo "# 20 documents, 2-3 a step: tokens tokenized by one process $one, the busiest of 2 ranks $two, of 4 $four" &&
+	test $((two * 4)) -lt $((one * 3)) && test $((four * 2)) -lt $one &&
+	# 300 documents, about 10 a step: the shares near 1/2 and 1/4
+	sed "s/twenty.jsonl/stories.jsonl/" tw.yaml >st.yaml &&
+	G=--training.global_batch_size=16 &&
+	hp-train -q st.yaml $S $G --metrics u1.jsonl &&
+	mpiexec -n 2 hp-train -q st.yaml $S $G --fsdp_config.dp_shard_size=2 --metrics u2.jsonl &&
+	mpiexec -n 4 hp-train -q st.yaml $S $G --fsdp_config.dp_shard_size=4 --metrics u4.jsonl &&
+	same_losses u4.jsonl u1.jsonl &&
+	one=$(jq -s "map(.data_tokens_read) | add" u1.jsonl) &&
+	two=$(jq -s "map(.data_tokens_read) | add" u2.jsonl) &&
+	four=$(jq -s "map(.data_tokens_read) | add" u4.jsonl) &&
+	echo "# 300 documents: one process $one, the busiest of 2 ranks $two, of 4 $four" &&
+	test $((two * 100)) -lt $((one * 60)) && test $((four * 100)) -lt $((one * 36))
 '
 
 test_expect_success 'text files: one document per line, blank lines skipped' '

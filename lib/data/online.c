@@ -840,6 +840,17 @@ int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *cons
 	return 0;
 }
 
+uint64_t hp_online_doc_bytes(const struct hp_online *o, size_t j)
+{
+	const struct doc *d;
+
+	if (j >= hp_online_ahead(o, j + 1))
+		return 0;
+	d = &o->docs[o->order[next_k(o) + j]];
+	/* an indexed sequence: its tokens, at 4 bytes each */
+	return o->indexed ? 4 * (uint64_t)hp_indexed_seq_len(&o->idx, d->off) : d->len;
+}
+
 uint64_t hp_online_encoded(const struct hp_online *o)
 {
 	return o->encoded;

@@ -119,7 +119,8 @@ void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s);
  * epoch (the window never crosses it).  cached: how many of them, from
  * the first, the source holds (given earlier, not yet served).  encode:
  * the tokens (and a conversation's marks) of the j-th of them, before
- * truncation, in the source's buffers until the next call.  give: the
+ * truncation, in the source's buffers until the next call; doc_bytes:
+ * the size of its text (what tokenizing it costs, about).  give: the
  * tokens of documents j0..j0+n-1 of them (j0 = cached), doc j0+i's lens[i]
  * at toks[i] (marks[i]), kept with those held.  encoded: the tokens this
  * source has tokenized so far.  position: documents passed so far over
@@ -131,6 +132,7 @@ int hp_online_encode(struct hp_online *o, size_t j, const int32_t **toks, const 
 		     struct hp_err *e);
 int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *const *toks,
 		   const uint8_t *const *marks, const size_t *lens, struct hp_err *e);
+uint64_t hp_online_doc_bytes(const struct hp_online *o, size_t j);
 uint64_t hp_online_encoded(const struct hp_online *o);
 uint64_t hp_online_position(const struct hp_online *o);
 

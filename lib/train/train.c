@@ -1173,11 +1173,23 @@ static int evaluate(struct run *r, int p, long step, double *loss, double *token
 	return 0;
 }
 
-/* Documents per rank of n handed round: rank q tokenizes the j0 + j-th
- * ahead for j = q, q + W, ... */
-static int share_of(size_t n, int W, int q)
+/* The shares of documents j0..j0+n-1 ahead: rank q tokenizes
+ * [cut[q], cut[q + 1]), consecutive runs of about equal text (every rank
+ * computes the same cuts from the same documents). */
+static void share_cuts(const struct hp_online *o, size_t j0, size_t n, int W, size_t *cut)
 {
-	return n > (size_t)q ? (int)((n - (size_t)q + (size_t)W - 1) / (size_t)W) : 0;
+	uint64_t total = 0, at = 0;
+	size_t j = 0;
+
+	for (size_t i = 0; i < n; i++)
+		total += hp_online_doc_bytes(o, j0 + i) + 1;
+	cut[0] = 0;
+	for (int q = 1; q <= W; q++) {
+		/* the first document that starts at or past q/W of the text */
+		while (j < n && (at + hp_online_doc_bytes(o, j0 + j) / 2) * (uint64_t)W < total * (uint64_t)q)
+			at += hp_online_doc_bytes(o, j0 + j++) + 1;
+		cut[q] = q == W ? n : j;
+	}
 }
 
 /* Every rank's rc alike: its own, or an error saying another rank could
@@ -1192,7 +1204,7 @@ static int agree(int rc, const char *what, struct hp_err *e)
 
 /*
  * One trade of the documents j0..j0+n-1 ahead of source o (those before
- * j0 it holds): each rank tokenizes its share, every rank gets every
+ * j0 it holds): each rank tokenizes its share (share_cuts), every rank gets every
  * document's tokens (MPI_Allgatherv over the world, outside the plan's
  * books: data, not the model's traffic) and hands them to o; *sum: their
  * tokens.  One rank's failure is every rank's: they all take part in
@@ -1200,25 +1212,29 @@ static int agree(int rc, const char *what, struct hp_err *e)
  */
 static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_t *sum, struct hp_err *e)
 {
-	int rc = 0, nmine = share_of(n, W, me), marks = 0;
+	size_t *cut = hp_calloc((size_t)W + 1, sizeof(size_t));
+	int rc = 0, nmine, marks = 0;
 	size_t have = 0, at = 0;
 	int32_t *mt = NULL, *all = NULL;
 	uint8_t *mm = NULL, *allm = NULL;
 	int64_t *sts = hp_calloc(2 * (size_t)W, sizeof(int64_t));
-	int64_t *lens = hp_calloc((size_t)nmine + 1, sizeof(int64_t)), *alll = hp_calloc(n + 1, sizeof(int64_t));
+	int64_t *lens = hp_calloc(n + 1, sizeof(int64_t)), *alll = hp_calloc(n + 1, sizeof(int64_t));
 	int *cnt = hp_calloc((size_t)W, sizeof(int)), *dsp = hp_calloc((size_t)W, sizeof(int));
 	const int32_t **tp = hp_calloc(n + 1, sizeof(*tp));
 	const uint8_t **mp = hp_calloc(n + 1, sizeof(*mp));
 	size_t *ln = hp_calloc(n + 1, sizeof(size_t));
 
-	if (!sts || !lens || !alll || !cnt || !dsp || !tp || !mp || !ln)
+	if (!sts || !lens || !alll || !cnt || !dsp || !tp || !mp || !ln || !cut)
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory sharing the tokenizing");
+	if (cut)
+		share_cuts(o, j0, n, W, cut);
+	nmine = cut ? (int)(cut[me + 1] - cut[me]) : 0;
 	for (int i = 0; !rc && i < nmine; i++) {
 		const int32_t *t;
 		const uint8_t *mk;
 		size_t k;
 
-		if ((rc = hp_online_encode(o, j0 + (size_t)me + (size_t)i * (size_t)W, &t, &mk, &k, e)))
+		if ((rc = hp_online_encode(o, j0 + cut[me] + (size_t)i, &t, &mk, &k, e)))
 			break;
 		int32_t *t2 = hp_realloc(mt, (have + k + 1) * sizeof(int32_t));
 		uint8_t *m2 = mk ? hp_realloc(mm, have + k + 1) : mm;
@@ -1255,7 +1271,7 @@ static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_
 		goto out;
 	/* the lengths, then the tokens (and marks), rank by rank */
 	for (int q = 0; q < W; q++) {
-		cnt[q] = share_of(n, W, q);
+		cnt[q] = (int)(cut[q + 1] - cut[q]);
 		dsp[q] = (int)at;
 		at += (size_t)cnt[q];
 	}
@@ -1269,19 +1285,16 @@ static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_
 	MPI_Allgatherv(mt ? mt : all, (int)have, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, MPI_COMM_WORLD);
 	if (marks)
 		MPI_Allgatherv(mm ? mm : allm, (int)have, MPI_UINT8_T, allm, cnt, dsp, MPI_UINT8_T, MPI_COMM_WORLD);
-	/* document j: rank (j mod W)'s (j div W)-th */
-	for (int q = 0, li = 0; q < W; q++) {
-		size_t off = (size_t)dsp[q];
-
-		for (size_t j = (size_t)q; j < n; j += (size_t)W, li++) {
-			tp[j] = all + off;
-			mp[j] = allm ? allm + off : NULL;
-			ln[j] = (size_t)alll[li];
-			off += ln[j];
-		}
+	/* the documents in order, rank by rank, their tokens one after another */
+	for (size_t j = 0, off = 0; j < n; j++) {
+		tp[j] = all + off;
+		mp[j] = allm ? allm + off : NULL;
+		ln[j] = (size_t)alll[j];
+		off += ln[j];
 	}
 	rc = hp_online_give(o, j0, n, tp, mp, ln, e);
 out:
+	hp_free(cut);
 	hp_free(sts);
 	hp_free(lens);
 	hp_free(alll);
