@@ -790,7 +790,7 @@ int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *cons
 		   const uint8_t *const *marks, const size_t *lens, struct hp_err *e)
 {
 	size_t keep = hp_online_cached(o), skip, total = 0;
-	int mk = o->chat || o->indexed;
+	int mk = hp_online_marked(o);
 
 	if (j0 != keep || j0 + n > hp_online_ahead(o, j0 + n))
 		return hp_err_set(e, HP_EINVAL, "online data: documents %zu..%zu handed over, %zu held and %zu "
@@ -827,7 +827,7 @@ int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *cons
 			return hp_err_set(e, HP_ENOMEM, "out of memory for the handed-over tokens");
 		o->capc = total + 1;
 	}
-	o->coff[0] = keep ? o->coff[0] : 0;
+	o->coff[0] = 0;
 	for (size_t i = keep; i < keep + n; i++) {
 		memcpy(o->ctoks + o->coff[i], toks[i - keep], lens[i - keep] * sizeof(int32_t));
 		if (mk)
@@ -849,6 +849,11 @@ uint64_t hp_online_doc_bytes(const struct hp_online *o, size_t j)
 	d = &o->docs[o->order[next_k(o) + j]];
 	/* an indexed sequence: its tokens, at 4 bytes each */
 	return o->indexed ? 4 * (uint64_t)hp_indexed_seq_len(&o->idx, d->off) : d->len;
+}
+
+int hp_online_marked(const struct hp_online *o)
+{
+	return o->chat || o->indexed;
 }
 
 uint64_t hp_online_encoded(const struct hp_online *o)

@@ -124,7 +124,8 @@ void hp_online_stats(const struct hp_online *o, struct hp_online_stats *s);
  * tokens of documents j0..j0+n-1 of them (j0 = cached), doc j0+i's lens[i]
  * at toks[i] (marks[i]), kept with those held.  encoded: the tokens this
  * source has tokenized so far.  position: documents passed so far over
- * every epoch (epoch * documents + index).
+ * every epoch (epoch * documents + index).  marked: whether documents
+ * come with marks (conversations), which give then takes.
  */
 size_t hp_online_ahead(const struct hp_online *o, size_t n);
 size_t hp_online_cached(const struct hp_online *o);
@@ -133,6 +134,7 @@ int hp_online_encode(struct hp_online *o, size_t j, const int32_t **toks, const 
 int hp_online_give(struct hp_online *o, size_t j0, size_t n, const int32_t *const *toks,
 		   const uint8_t *const *marks, const size_t *lens, struct hp_err *e);
 uint64_t hp_online_doc_bytes(const struct hp_online *o, size_t j);
+int hp_online_marked(const struct hp_online *o);
 uint64_t hp_online_encoded(const struct hp_online *o);
 uint64_t hp_online_position(const struct hp_online *o);
 

@@ -43,7 +43,6 @@ static struct hp_vrow *row(struct hp_verify *v, const char *kind, const char *na
 	return r;
 }
 
-/* Record one comparison of a (n floats) with the reference b. */
 /* Where a module's output comes in the step's forward: the step, then
  * the embedding, the layers in order, the head (LONG_MAX: not an output).
  * With stages (and more so with interleaved chunks) the outputs are
@@ -71,6 +70,7 @@ static int earlier(struct hp_verify *v, const char *module)
 	return 1;
 }
 
+/* Record one comparison of a (n floats) with the reference b. */
 static void judge(struct hp_verify *v, const char *kind, const char *name, const char *placement,
 		  const float *a, const float *b, size_t n)
 {
@@ -250,9 +250,9 @@ int hp_verify_reference(struct hp_verify *v, long step, const int32_t *ids, cons
 		v->rec_micro = (int)a;
 		if ((rc = hp_model_forward(r, ids + a * BS, labels + a * BS, seg ? seg + a * BS : NULL,
 					   total > 0 ? 1.0 / total : 0, &ls, &cnt, e)))
-			return hp_err_prefix(e, "the reference's forward failed: ");
+			return hp_err_prefix(e, "the reference's forward failed");
 		if ((rc = hp_model_backward(r, ids + a * BS, labels + a * BS, total, 1.0 / accum, e)))
-			return hp_err_prefix(e, "the reference's backward failed: ");
+			return hp_err_prefix(e, "the reference's backward failed");
 	}
 	return 0;
 }
@@ -271,7 +271,9 @@ static void xfer(struct hp_verify *v, void *buf, int n, MPI_Datatype t, int peer
 }
 
 /* Pipeline stages: every stage's leader takes rank 0's records of the
- * step (every rank calls it). */
+ * step (every rank calls it).  Each record's floats follow its header only
+ * once the leader has room for them (it says so), so that a leader out of
+ * memory fails without leaving rank 0 waiting. */
 int hp_verify_share(struct hp_verify *v, struct hp_err *e)
 {
 	const struct hp_plan *p = v->p;
@@ -280,7 +282,7 @@ int hp_verify_share(struct hp_verify *v, struct hp_err *e)
 	if (p->pp <= 1 || (v->rank != 0 && !v->leader))
 		return 0;
 	for (int s = 1; s < p->pp; s++) {
-		int to = s * sw, n = v->nrec;
+		int to = s * sw, n = v->nrec, ok;
 
 		if (v->rank != 0 && v->rank != to)
 			continue;
@@ -288,7 +290,9 @@ int hp_verify_share(struct hp_verify *v, struct hp_err *e)
 			xfer(v, &n, 1, MPI_INT, to, 1);
 			for (int i = 0; i < n; i++) {
 				xfer(v, &v->rec[i], (int)sizeof(v->rec[i]), MPI_BYTE, to, 1);
-				xfer(v, v->rec[i].x, (int)v->rec[i].n, MPI_FLOAT, to, 1);
+				xfer(v, &ok, 1, MPI_INT, to, 0);
+				if (ok)
+					xfer(v, v->rec[i].x, (int)v->rec[i].n, MPI_FLOAT, to, 1);
 			}
 			continue;
 		}
@@ -298,26 +302,27 @@ int hp_verify_share(struct hp_verify *v, struct hp_err *e)
 		xfer(v, &n, 1, MPI_INT, 0, 0);
 		if (n > v->caprec) {
 			struct hp_vrec *r = hp_realloc(v->rec, (size_t)n * sizeof(*r));
-			if (!r)
-				return hp_err_set(e, HP_ENOMEM, "out of memory for the reference's records");
-			v->rec = r;
-			v->caprec = n;
+
+			if (r) {
+				v->rec = r;
+				v->caprec = n;
+			} else {
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory for the reference's records");
+			}
 		}
 		for (int i = 0; i < n; i++) {
 			struct hp_vrec h;
-			float *x;
 
 			xfer(v, &h, (int)sizeof(h), MPI_BYTE, 0, 0);
-			x = hp_malloc((size_t)h.n * sizeof(float) + 1);
-			/* out of memory: still received (into the scratch), then failed */
-			if (!x && !rc && (rc = grow(v, (size_t)h.n, e)))
-				return rc;
-			xfer(v, x ? x : v->buf, (int)h.n, MPI_FLOAT, 0, 0);
-			if (!x) {
-				rc = hp_err_set(e, HP_ENOMEM, "out of memory for the reference's records");
+			h.x = rc ? NULL : hp_malloc((size_t)h.n * sizeof(float) + 1);
+			ok = h.x != NULL;
+			xfer(v, &ok, 1, MPI_INT, 0, 1);
+			if (!ok) {
+				if (!rc)
+					rc = hp_err_set(e, HP_ENOMEM, "out of memory for the reference's records");
 				continue;
 			}
-			h.x = x;
+			xfer(v, h.x, (int)h.n, MPI_FLOAT, 0, 0);
 			v->rec[v->nrec++] = h;
 		}
 	}
@@ -457,8 +462,9 @@ static void param_placement(const struct hp_plan *p, const struct hp_plan_param 
 /* Pipeline stages: the leaders' rows of the module outputs (and their
  * first difference and checks) merged into rank 0's, the worst of each,
  * stage by stage, the first difference the earliest in the forward; a
- * leader then starts afresh. */
-static int merge_stages(struct hp_verify *v, struct hp_err *e)
+ * leader then starts afresh.  The rows come one at a time into one on the
+ * stack, so that nothing here can fail and leave a sender waiting. */
+static void merge_stages(struct hp_verify *v)
 {
 	const struct hp_plan *p = v->p;
 	int sw = p->world / (int)p->pp;
@@ -467,7 +473,6 @@ static int merge_stages(struct hp_verify *v, struct hp_err *e)
 		int from = s * sw, n = v->rank == from ? v->nrows : 0;
 		long checks = v->rank == from ? v->checks : 0, at = v->first_at;
 		char first[sizeof(v->first)];
-		struct hp_vrow *rows;
 
 		if (v->rank != 0 && v->rank != from)
 			continue;
@@ -476,8 +481,8 @@ static int merge_stages(struct hp_verify *v, struct hp_err *e)
 			xfer(v, &checks, 1, MPI_LONG, 0, 1);
 			xfer(v, v->first, (int)sizeof(v->first), MPI_CHAR, 0, 1);
 			xfer(v, &at, 1, MPI_LONG, 0, 1);
-			if (n)
-				xfer(v, v->rows, n * (int)sizeof(*v->rows), MPI_BYTE, 0, 1);
+			for (int i = 0; i < n; i++)
+				xfer(v, &v->rows[i], (int)sizeof(v->rows[i]), MPI_BYTE, 0, 1);
 			v->nrows = 0;
 			v->checks = 0;
 			v->first[0] = '\0';
@@ -487,30 +492,25 @@ static int merge_stages(struct hp_verify *v, struct hp_err *e)
 		xfer(v, &checks, 1, MPI_LONG, from, 0);
 		xfer(v, first, (int)sizeof(first), MPI_CHAR, from, 0);
 		xfer(v, &at, 1, MPI_LONG, from, 0);
-		if (!(rows = hp_malloc((size_t)n * sizeof(*rows) + 1)))
-			return hp_err_set(e, HP_ENOMEM, "out of memory merging the stages' checks");
-		if (n)
-			xfer(v, rows, n * (int)sizeof(*rows), MPI_BYTE, from, 0);
 		v->checks += checks;
 		if (first[0] && (!v->first[0] || at < v->first_at)) {
 			memcpy(v->first, first, sizeof(first));
 			v->first_at = at;
 		}
 		for (int i = 0; i < n; i++) {
-			struct hp_vrow *r = row(v, rows[i].kind, rows[i].name, rows[i].placement);
+			struct hp_vrow got, *r;
 
-			if (!r)
+			xfer(v, &got, (int)sizeof(got), MPI_BYTE, from, 0);
+			if (!(r = row(v, got.kind, got.name, got.placement)))
 				continue;
-			r->max_abs = rows[i].max_abs > r->max_abs ? rows[i].max_abs : r->max_abs;
-			r->rel = rows[i].rel > r->rel ? rows[i].rel : r->rel;
-			if (rows[i].bad && !r->bad) {
+			r->max_abs = got.max_abs > r->max_abs ? got.max_abs : r->max_abs;
+			r->rel = got.rel > r->rel ? got.rel : r->rel;
+			if (got.bad && !r->bad) {
 				r->bad = 1;
-				r->first_bad_step = rows[i].first_bad_step;
+				r->first_bad_step = got.first_bad_step;
 			}
 		}
-		hp_free(rows);
 	}
-	return 0;
 }
 
 int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
@@ -518,8 +518,8 @@ int hp_verify_params(struct hp_verify *v, int grads, struct hp_err *e)
 	const struct hp_plan *p = v->p;
 	int rc;
 
-	if (grads && p->pp > 1 && (rc = merge_stages(v, e)))
-		return rc;
+	if (grads && p->pp > 1)
+		merge_stages(v);
 
 	/* a device's shards and the reference's tensors come to the host */
 	if ((rc = hp_fsdp_download(v->f, grads, !grads, e)) ||

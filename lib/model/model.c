@@ -614,11 +614,6 @@ void hp_model_slot_io(struct hp_model *m, int k, struct hp_stage_io *io)
 	io->naux = on ? 2 * (size_t)m->spec.n_experts + 1 : 0;
 }
 
-float *hp_model_stage_in(struct hp_model *m)
-{
-	return m->a.act[m->par.l0].x_in;
-}
-
 size_t hp_model_stage_numel(const struct hp_model *m)
 {
 	return (size_t)m->lay.Ns * (size_t)m->spec.hidden;
@@ -664,14 +659,14 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 		p->chunk_l1[0] = p->l1;
 		p->chunk_slots[0] = p->slots;
 	}
-	int nslots = 0;
-	for (int c = 0; c < p->vpp && p->vpp <= HP_MAX_VPP; c++) {
+	/* each chunk a run of layers with a slot or more; the slots all of them */
+	int nslots = 0, bad = p->vpp > HP_MAX_VPP;
+	for (int c = 0; c < p->vpp && !bad; c++) {
 		nslots += p->chunk_slots[c];
-		if (p->chunk_l0[c] < 0 || p->chunk_l0[c] >= p->chunk_l1[c] || p->chunk_l1[c] > g->n_layers ||
-		    p->chunk_slots[c] < 1)
-			nslots = -1 - p->slots;
+		bad = p->chunk_l0[c] < 0 || p->chunk_l0[c] >= p->chunk_l1[c] || p->chunk_l1[c] > g->n_layers ||
+		      p->chunk_slots[c] < 1;
 	}
-	if (p->pp_rank < 0 || p->pp_rank >= p->pp || p->vpp > HP_MAX_VPP || nslots != p->slots)
+	if (bad || p->pp_rank < 0 || p->pp_rank >= p->pp || nslots != p->slots)
 		return hp_err_set(e, HP_EINVAL, "pipeline stage %d of %d with layers [%d, %d) of %d in %d chunks "
 				  "(%d slots)", p->pp_rank, p->pp, p->l0, p->l1, g->n_layers, p->vpp, p->slots);
 	p->l0 = p->chunk_l0[0];

@@ -407,8 +407,6 @@ void hp_model_use_slot(struct hp_model *m, int k);
  * naux doubles; NULL, 0 without). */
 struct hp_stage_io { float *in, *out, *grad; double *aux; size_t naux; };
 void hp_model_slot_io(struct hp_model *m, int k, struct hp_stage_io *io);
-/* The current slot's input. */
-float *hp_model_stage_in(struct hp_model *m);
 /* Elements of each of in, out and grad: Ns x hidden. */
 size_t hp_model_stage_numel(const struct hp_model *m);
 

@@ -314,15 +314,10 @@ static int plan_one(void *ctx, const struct hp_param_desc *d)
 	 * final norm and LM head the last's */
 	struct hp_plan_param *q = &w->p->params[w->p->nparams - 1];
 	q->stage2 = d->field == HP_PF_EMBED && w->p->spec.tie_word_embeddings && w->p->pp > 1 ? (int)w->p->pp - 1 : -1;
-	if (d->layer >= 0) {
-		int v = 0;
-
-		while (v + 1 < w->p->pp * w->p->vpp && d->layer >= w->p->stage_l0[v + 1])
-			v++;
-		q->stage = v % (int)w->p->pp;   /* virtual stage v's */
-	} else if (d->field != HP_PF_EMBED) {
+	if (d->layer >= 0)
+		q->stage = hp_plan_layer_stage(w->p, d->layer);
+	else if (d->field != HP_PF_EMBED)
 		q->stage = (int)w->p->pp - 1;
-	}
 	return 0;
 }
 

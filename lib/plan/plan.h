@@ -237,6 +237,8 @@ int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int ran
  * cp, ep, the stage and its layers, and the micro-batches whose
  * activations the schedule keeps at once (no communicators). */
 int hp_plan_stage(const struct hp_plan *p, int rank);
+/* The stage that holds decoder layer l (its virtual stage's, mod pp). */
+int hp_plan_layer_stage(const struct hp_plan *p, int l);
 void hp_plan_model_par(const struct hp_plan *p, int rank, struct hp_model_par *par);
 
 struct hp_comm_est {

@@ -27,6 +27,15 @@ int hp_plan_stage(const struct hp_plan *p, int rank)
 	return p->pp > 1 ? hp_mesh_coord(p->size, HP_DIM_PP, rank) : 0;
 }
 
+int hp_plan_layer_stage(const struct hp_plan *p, int l)
+{
+	int V = p->pp > 1 ? (int)p->pp * p->vpp : 1, v = 0;
+
+	while (v + 1 < V && l >= p->stage_l0[v + 1])
+		v++;
+	return v % (p->pp > 1 ? (int)p->pp : 1);
+}
+
 int hp_plan_owns(const struct hp_plan *p, const struct hp_plan_param *q, int rank)
 {
 	int s = hp_plan_stage(p, rank);
@@ -255,18 +264,16 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 	 * the next (virtual) stage in each forward, its gradient back in each
 	 * backward, but from the model's first and last */
 	for (int c = 0; c < vpp; c++)
-		sends += (c * pp + st != pp * vpp - 1) + (c * pp + st != 0);
+		for (int b = 0; b < 2; b++)
+			sends += hp_pp_peer(pp, vpp, st, &(struct hp_pp_action){ b, 0, c, 1 }, 0) >= 0;
 	add(r, HP_DIM_PP, HP_COLL_P2P, G * sends, (p->sequence_parallel ? As : A), 1);
 	/* and the MoE load-balancing loss's router statistics with it (fp64) */
 	if (s->n_experts > 0 && s->output_router_logits)
 		add(r, HP_DIM_PP, HP_COLL_P2P, G * sends, (2 * s->n_experts + 1) * 8, 1);
 	for (int l = 0; l < s->n_layers; l++) {
 		int moe = hp_model_spec_layer_is_moe(s, l), re = p->ckpt_layer[l] && p->act_ckpt == HP_ACT_CKPT_FULL;
-		int v = 0;
 
-		while (v + 1 < pp * vpp && l >= p->stage_l0[v + 1])
-			v++;
-		if (v % pp != st)
+		if (hp_plan_layer_stage(p, l) != st)
 			continue;   /* another stage's */
 		nl++;
 

@@ -1,6 +1,8 @@
 /*
  * schedule.c - pipeline schedules (see schedule.h).
  */
+#include <stdlib.h>
+
 #include "base/alloc.h"
 #include "plan/schedule.h"
 
@@ -56,9 +58,8 @@ int hp_pp_actions(enum hp_pp_schedule sch, int pp, int vpp, int s, int G, struct
 	return n;
 }
 
-int hp_pp_forwards(int pp, int vpp, int s, int G, struct hp_pp_action *out)
+int hp_pp_forwards(int pp, int vpp, int G, struct hp_pp_action *out)
 {
-	(void)s;
 	for (int k = 0; k < G * vpp; k++)
 		out[k] = interleaved(pp, vpp > 1 ? vpp : 1, k, 0);
 	return G * vpp;
@@ -86,6 +87,13 @@ int hp_pp_slot(const int *per_chunk, int mb, int c)
 	for (int i = 0; i < c; i++)
 		base += per_chunk[i];
 	return base + mb % per_chunk[c];
+}
+
+static int cmp_long(const void *x, const void *y)
+{
+	long a = *(const long *)x, b = *(const long *)y;
+
+	return (a > b) - (a < b);
 }
 
 int hp_pp_slots(const struct hp_pp_action *act, int n, int pp, int vpp, int s, int *per_chunk)
@@ -118,16 +126,22 @@ int hp_pp_slots(const struct hp_pp_action *act, int n, int pp, int vpp, int s, i
 		}
 		g += a->xchg;
 	}
+	/* at each arrival, those arrived by then less those gone by then
+	 * (every one leaves after it arrives): the starts and the ends sorted,
+	 * one sweep */
 	for (int c = 0; c < vpp; c++) {
-		int most = 1;
+		long *a = t0 + (size_t)c * G, *d = t1 + (size_t)c * G;
+		int most = 1, gone = 0;
 
-		for (int i = 0; i < G; i++) {
-			int alive = 0;
-
-			for (int j = 0; j < G; j++)
-				alive += t0[c * G + j] <= t0[c * G + i] && t0[c * G + i] < t1[c * G + j];
-			if (alive > most)
-				most = alive;
+		qsort(a, (size_t)G, sizeof(long), cmp_long);
+		qsort(d, (size_t)G, sizeof(long), cmp_long);
+		for (int i = 0, j; i < G; i = j) {
+			for (j = i + 1; j < G && a[j] == a[i]; j++)
+				;
+			while (gone < G && d[gone] <= a[i])
+				gone++;
+			if (j - gone > most)
+				most = j - gone;
 		}
 		if (per_chunk)
 			per_chunk[c] = most;

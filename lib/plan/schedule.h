@@ -47,8 +47,9 @@ struct hp_pp_action {
 
 /* Stage s's 2 G vpp actions in order into out[2 G vpp]; returns their number. */
 int hp_pp_actions(enum hp_pp_schedule sch, int pp, int vpp, int s, int G, struct hp_pp_action *out);
-/* Stage s's G vpp forwards alone, in the schedule's order (evaluation). */
-int hp_pp_forwards(int pp, int vpp, int s, int G, struct hp_pp_action *out);
+/* A stage's G vpp forwards alone, in the schedule's order (evaluation; the
+ * same on every stage). */
+int hp_pp_forwards(int pp, int vpp, int G, struct hp_pp_action *out);
 /* The stage action a of stage s takes its input from (in 1) or hands its
  * output to (in 0); -1: none (the model's start or its loss). */
 int hp_pp_peer(int pp, int vpp, int s, const struct hp_pp_action *a, int in);

@@ -93,8 +93,8 @@ struct run {
 	int stage;
 	long read_tokens;               /* the data's tokens this rank read (online: tokenized) in the step so far */
 	long ahead[3];                  /* online data: documents to tokenize ahead, per split (share_docs) */
-	struct hp_pp_action *pp_act;
-	int pp_nact;
+	struct hp_pp_action *pp_act;    /* pp_nact of a step, then pp_nfwd of evaluation's forwards */
+	int pp_nact, pp_nfwd;
 	double *pp_wait;                /* [world]: each rank's p2p waits of a step, gathered (metrics) */
 	float *stale;                   /* the fault pp_stale_activation's copy, in the backend's memory */
 	long first_step;                /* 1, or the step after the restored checkpoint */
@@ -510,10 +510,13 @@ static int stale_fault(struct run *r, const struct hp_pp_action *a, struct hp_er
 		return 0;
 	if (!r->stale && !(r->stale = r->bk->alloc(r->bk, bytes, e)))
 		return e->code;
+	struct hp_stage_io io;
+
+	hp_model_slot_io(m, m->cur_slot, &io);
 	if (a->mb == 0)
-		r->bk->copy(r->bk, r->stale, hp_model_stage_in(m), bytes);
+		r->bk->copy(r->bk, r->stale, io.in, bytes);
 	else
-		r->bk->copy(r->bk, hp_model_stage_in(m), r->stale, bytes);
+		r->bk->copy(r->bk, io.in, r->stale, bytes);
 	return 0;
 }
 
@@ -620,7 +623,7 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 			hp_fsdp_release(&r->fsdp, u, 1);
 	if (r->plan->pp > 1 && (rc = pipeline(r, r->pp_act, r->pp_nact, first, fwd_scale, scale_count, aux_w, NULL,
 					       NULL, e)))
-		return hp_err_prefix(e, "step %ld: ", step);
+		return hp_err_prefix(e, "step %ld", step);
 	for (long a = first; r->plan->pp == 1 && a < first + G; a++) {
 		const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
 		long cnt;
@@ -630,12 +633,12 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		if (r->verifying)
 			hp_verify_micro(&r->verify, (int)(a - first));
 		if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, fwd_scale, NULL, &cnt, e)))
-			return hp_err_prefix(e, "step %ld: ", step);
+			return hp_err_prefix(e, "step %ld", step);
 		/* the aux loss enters as HF's per-forward term, averaged over micro-batches */
 		if (r->dist)
 			hp_fsdp_set_sync(&r->fsdp, a == first + G - 1);
 		if ((rc = hp_model_backward(m, in, lb, scale_count, aux_w, e)))
-			return hp_err_prefix(e, "step %ld: ", step);
+			return hp_err_prefix(e, "step %ld", step);
 		if (r->dist && (rc = hp_fsdp_micro_end(&r->fsdp, 1, e)))
 			return rc;
 	}
@@ -1064,115 +1067,6 @@ static int check_ids(const struct run *r, long i0, long n, const char *path, con
 	return 0;
 }
 
-/*
- * Evaluate on part p after step: eval_iters global batches from the
- * part's start, forward only, the token-weighted cross-entropy (without
- * the router's aux loss) over every rank: *loss and its *tokens.  Each
- * rank runs its dp share of the micro-batches, as a training step; no
- * weight, moment, gradient or training-data cursor changes.
- */
-static int online_rows(struct run *r, struct hp_online *o, long rows, int32_t *in, int32_t *lb, int32_t *seg,
-		       long *ahead, struct hp_err *e);
-
-static int evaluate(struct run *r, int p, long step, double *loss, double *tokens, struct hp_err *e)
-{
-	const struct hp_config *c = &r->cfg;
-	struct hp_model *m = &r->model;
-	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
-	long accum = c->training.global_batch_size / B, G = r->plan->accum;
-	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
-	double sums[2] = { 0, 0 };
-	int (*probe)(void *, const struct hp_probe *, struct hp_err *) = m->probe;
-	int rc = 0;
-
-	rc = r->edata[p] ? hp_batcher_seek(r->edata[p], 0, 0, e) : hp_online_seek(r->eonline[p], 0, 0, 0, e);
-	/* validation mode compares the training step's modules, not these */
-	m->probe = NULL;
-	/* indexed data over ranks: a rank reads its dp share of the batch (the
-	 * rows it computes on) and skips the rest */
-	long e0 = r->dist && r->edata[p] ? first : 0, en = r->dist && r->edata[p] ? G : accum;
-	for (long it = 0; !rc && it < c->training.eval_iters; it++) {
-		if (r->edata[p])
-			hp_batcher_skip(r->edata[p], (uint64_t)(e0 * B));
-		for (long a = e0; a < e0 + en && !rc && r->edata[p]; a++) {
-			long at = a * B * T;
-
-			rc = hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
-		}
-		if (r->edata[p]) {
-			hp_batcher_skip(r->edata[p], (uint64_t)((accum - e0 - en) * B));
-		} else {
-			long rt = r->read_tokens;   /* the metrics' count is the training step's */
-
-			rc = online_rows(r, r->eonline[p], accum * B, r->inputs, r->labels, r->seg, &r->ahead[p], e);
-			r->read_tokens = rt;
-		}
-		if (!rc)
-			rc = check_ids(r, e0 * B * T, en * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
-				       c->dataset.valid_data_path[0] : c->dataset.data_path[0],
-				       p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e);
-		/* one rank's bad rows are every rank's failure, before any collective */
-		int bad = rc != 0;
-		if (r->dist)
-			hp_comm_allreduce_raw(MPI_COMM_WORLD, &bad, 1, MPI_INT, MPI_MAX);
-		if (!rc && bad)
-			rc = hp_err_set(e, HP_EFORMAT, "evaluation after step %ld: another rank could not read its "
-					"share of the data (see its message)", step);
-		if (rc)
-			break;
-		if (r->plan->pp > 1) {
-			int vpp = r->plan->vpp;
-			struct hp_pp_action *fw = hp_calloc((size_t)G * vpp + 1, sizeof(*fw));
-
-			rc = fw ? pipeline(r, fw, hp_pp_forwards((int)r->plan->pp, vpp, r->stage, (int)G, fw), first, 0,
-					   0, 0, &sums[0], &sums[1], e) :
-			     hp_err_set(e, HP_ENOMEM, "out of memory");
-			hp_free(fw);
-			if (rc) {
-				hp_err_prefix(e, "evaluation after step %ld: ", step);
-				break;
-			}
-		}
-		for (long a = first; r->plan->pp == 1 && a < first + G; a++) {
-			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
-			double ls;
-			long cnt;
-
-			if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, 1, e)))
-				break;
-			/* no backward follows: the chunked head computes no gradient */
-			if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, 0, &ls, &cnt, e))) {
-				hp_err_prefix(e, "evaluation after step %ld: ", step);
-				break;
-			}
-			sums[0] += ls;
-			sums[1] += (double)cnt;
-		}
-	}
-	m->probe = probe;
-	if (r->dist) {
-		/* what the forwards gathered goes back; the next step gathers afresh */
-		for (int u = 0; u < r->fsdp.nunits; u++)
-			hp_fsdp_release(&r->fsdp, u, 0);
-		/* one rank's failure is every rank's: none may wait in a collective */
-		int any = rc != 0;
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
-		if (!rc && any)
-			rc = hp_err_set(e, HP_EINVAL, "evaluation after step %ld failed on another rank", step);
-		if (!rc && ((rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64,
-						    HP_RED_SUM, e)) ||
-			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64,
-						    HP_RED_SUM, e)) ||
-			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_PP], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e))))
-			return rc;
-	}
-	if (rc)
-		return rc;
-	*loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
-	*tokens = sums[1];
-	return 0;
-}
-
 /* The shares of documents j0..j0+n-1 ahead: rank q tokenizes
  * [cut[q], cut[q + 1]), consecutive runs of about equal text (every rank
  * computes the same cuts from the same documents). */
@@ -1213,11 +1107,11 @@ static int agree(int rc, const char *what, struct hp_err *e)
 static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_t *sum, struct hp_err *e)
 {
 	size_t *cut = hp_calloc((size_t)W + 1, sizeof(size_t));
-	int rc = 0, nmine, marks = 0;
+	int rc = 0, nmine, marks = hp_online_marked(o);
 	size_t have = 0, at = 0;
 	int32_t *mt = NULL, *all = NULL;
 	uint8_t *mm = NULL, *allm = NULL;
-	int64_t *sts = hp_calloc(2 * (size_t)W, sizeof(int64_t));
+	int64_t *sts = hp_calloc((size_t)W, sizeof(int64_t)), mine;
 	int64_t *lens = hp_calloc(n + 1, sizeof(int64_t)), *alll = hp_calloc(n + 1, sizeof(int64_t));
 	int *cnt = hp_calloc((size_t)W, sizeof(int)), *dsp = hp_calloc((size_t)W, sizeof(int));
 	const int32_t **tp = hp_calloc(n + 1, sizeof(*tp));
@@ -1237,31 +1131,28 @@ static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_
 		if ((rc = hp_online_encode(o, j0 + cut[me] + (size_t)i, &t, &mk, &k, e)))
 			break;
 		int32_t *t2 = hp_realloc(mt, (have + k + 1) * sizeof(int32_t));
-		uint8_t *m2 = mk ? hp_realloc(mm, have + k + 1) : mm;
+		uint8_t *m2 = marks ? hp_realloc(mm, have + k + 1) : mm;
 		mt = t2 ? t2 : mt;
 		mm = m2 ? m2 : mm;
-		if (!t2 || (mk && !m2)) {
+		if (!t2 || (marks && !m2)) {
 			rc = hp_err_set(e, HP_ENOMEM, "out of memory sharing the tokenizing");
 			break;
 		}
 		memcpy(mt + have, t, k * sizeof(int32_t));
-		if (mk)
+		if (marks && k)
 			memcpy(mm + have, mk, k);
-		marks = mk != NULL;
 		lens[i] = (int64_t)k;
 		have += k;
 	}
-	/* every rank's tokens and whether marks come, once every rank has
-	 * them (a failure anywhere stops all, in the same collectives) */
-	int64_t mine[2] = { (int64_t)have, marks };
+	/* every rank's tokens, once every rank has them (a failure anywhere
+	 * stops all, in the same collectives) */
+	mine = (int64_t)have;
 	*sum = 0;
 	if ((rc = agree(rc, "tokenize its share of the documents ahead", e)))
 		goto out;
-	MPI_Allgather(mine, 2, MPI_INT64_T, sts, 2, MPI_INT64_T, MPI_COMM_WORLD);
-	for (int q = 0; q < W; q++) {
-		*sum += sts[2 * q];
-		marks |= (int)sts[2 * q + 1];
-	}
+	MPI_Allgather(&mine, 1, MPI_INT64_T, sts, 1, MPI_INT64_T, MPI_COMM_WORLD);
+	for (int q = 0; q < W; q++)
+		*sum += sts[q];
 	if (*sum > INT_MAX)
 		rc = hp_err_set(e, HP_EINVAL, "online data: %lld tokens ahead, more than one trade takes",
 				(long long)*sum);
@@ -1278,7 +1169,7 @@ static int trade(struct hp_online *o, size_t j0, size_t n, int me, int W, int64_
 	MPI_Allgatherv(lens, nmine, MPI_INT64_T, alll, cnt, dsp, MPI_INT64_T, MPI_COMM_WORLD);
 	at = 0;
 	for (int q = 0; q < W; q++) {
-		cnt[q] = (int)sts[2 * q];
+		cnt[q] = (int)sts[q];
 		dsp[q] = (int)at;
 		at += (size_t)cnt[q];
 	}
@@ -1347,17 +1238,114 @@ static int online_rows(struct run *r, struct hp_online *o, long rows, int32_t *i
 	uint64_t p0 = hp_online_position(o), t0 = hp_online_encoded(o);
 	int rc = 0;
 
-	if (r->dist && r->world > 1)
+	if (r->dist)
 		rc = share_docs(r, o, rows * T, ahead, e);
 	for (long a = 0; !rc && a < rows / B; a++)
 		rc = hp_online_next(o, (int)B, in + a * B * T, lb + a * B * T, seg + a * B * T, e);
-	if (!rc && r->dist && r->world > 1) {
+	if (!rc && r->dist) {
 		long used = (long)(hp_online_position(o) - p0) + 1;
 
 		*ahead = used + used / 4 + 1;
 	}
 	r->read_tokens += (long)(hp_online_encoded(o) - t0);
 	return rc;
+}
+
+/*
+ * Evaluate on part p after step: eval_iters global batches from the
+ * part's start, forward only, the token-weighted cross-entropy (without
+ * the router's aux loss) over every rank: *loss and its *tokens.  Each
+ * rank runs its dp share of the micro-batches, as a training step; no
+ * weight, moment, gradient or training-data cursor changes.
+ */
+static int evaluate(struct run *r, int p, long step, double *loss, double *tokens, struct hp_err *e)
+{
+	const struct hp_config *c = &r->cfg;
+	struct hp_model *m = &r->model;
+	long B = c->training.micro_batch_size, T = hp_config_seq_length(c);
+	long accum = c->training.global_batch_size / B, G = r->plan->accum;
+	long first = hp_mesh_coord(r->plan->size, HP_DIM_DP, r->rank) * G;
+	double sums[2] = { 0, 0 };
+	int (*probe)(void *, const struct hp_probe *, struct hp_err *) = m->probe;
+	int rc = 0;
+
+	rc = r->edata[p] ? hp_batcher_seek(r->edata[p], 0, 0, e) : hp_online_seek(r->eonline[p], 0, 0, 0, e);
+	/* validation mode compares the training step's modules, not these */
+	m->probe = NULL;
+	/* indexed data over ranks: a rank reads its dp share of the batch (the
+	 * rows it computes on) and skips the rest */
+	long e0 = r->dist && r->edata[p] ? first : 0, en = r->dist && r->edata[p] ? G : accum;
+	for (long it = 0; !rc && it < c->training.eval_iters; it++) {
+		if (r->edata[p])
+			hp_batcher_skip(r->edata[p], (uint64_t)(e0 * B));
+		for (long a = e0; a < e0 + en && !rc && r->edata[p]; a++) {
+			long at = a * B * T;
+
+			rc = hp_batcher_next(r->edata[p], (int)B, r->inputs + at, r->labels + at, r->seg ? r->seg + at : NULL, e);
+		}
+		if (r->edata[p]) {
+			hp_batcher_skip(r->edata[p], (uint64_t)((accum - e0 - en) * B));
+		} else {
+			long rt = r->read_tokens;   /* the metrics' count is the training step's */
+
+			rc = online_rows(r, r->eonline[p], accum * B, r->inputs, r->labels, r->seg, &r->ahead[p], e);
+			r->read_tokens = rt;
+		}
+		if (!rc)
+			rc = check_ids(r, e0 * B * T, en * B * T, p == HP_SPLIT_VALID && c->dataset.nvalid_data_path ?
+				       c->dataset.valid_data_path[0] : c->dataset.data_path[0],
+				       p == HP_SPLIT_VALID ? "in the validation after" : "in the test after", step, e);
+		/* one rank's bad rows are every rank's failure, before any collective */
+		int own = rc;
+		if (r->dist && (rc = agree(rc, "read its share of the data", e)) && !own)
+			hp_err_prefix(e, "evaluation after step %ld", step);
+		if (rc)
+			break;
+		if (r->plan->pp > 1) {
+			rc = pipeline(r, r->pp_act + r->pp_nact, r->pp_nfwd, first, 0, 0, 0, &sums[0], &sums[1], e);
+			if (rc) {
+				hp_err_prefix(e, "evaluation after step %ld", step);
+				break;
+			}
+		}
+		for (long a = first; r->plan->pp == 1 && a < first + G; a++) {
+			const int32_t *in = r->inputs + a * B * T, *lb = r->labels + a * B * T;
+			double ls;
+			long cnt;
+
+			if (r->dist && (rc = hp_fsdp_micro_begin(&r->fsdp, 1, e)))
+				break;
+			/* no backward follows: the chunked head computes no gradient */
+			if ((rc = hp_model_forward(m, in, lb, r->seg ? r->seg + a * B * T : NULL, 0, &ls, &cnt, e))) {
+				hp_err_prefix(e, "evaluation after step %ld", step);
+				break;
+			}
+			sums[0] += ls;
+			sums[1] += (double)cnt;
+		}
+	}
+	m->probe = probe;
+	if (r->dist) {
+		/* what the forwards gathered goes back; the next step gathers afresh */
+		for (int u = 0; u < r->fsdp.nunits; u++)
+			hp_fsdp_release(&r->fsdp, u, 0);
+		/* one rank's failure is every rank's: none may wait in a collective */
+		int any = rc != 0;
+		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
+		if (!rc && any)
+			rc = hp_err_set(e, HP_EINVAL, "evaluation after step %ld failed on another rank", step);
+		if (!rc && ((rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_SHARD], sums, 2, HP_DTYPE_F64,
+						    HP_RED_SUM, e)) ||
+			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_DP_REPLICATE], sums, 2, HP_DTYPE_F64,
+						    HP_RED_SUM, e)) ||
+			    (rc = hp_comm_allreduce(&r->comms.dim[HP_DIM_PP], sums, 2, HP_DTYPE_F64, HP_RED_SUM, e))))
+			return rc;
+	}
+	if (rc)
+		return rc;
+	*loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+	*tokens = sums[1];
+	return 0;
 }
 
 /* The step's micro-batches, every rank reading the whole step so that the
@@ -1406,13 +1394,11 @@ static int read_step(struct run *r, long step, long accum, struct hp_err *e)
 	if (!r->online && r->dist && !r->verifying && (r->plan->dp > 1 || (r->plan->pp > 2 && !r->seg))) {
 		/* one rank's bad rows are every rank's failure: none may wait in
 		 * a collective for it */
-		int any = rc != 0;
+		int own = rc;
 
 		hp_batcher_skip(r->data, (uint64_t)((accum - first - n) * B));
-		hp_comm_allreduce_raw(MPI_COMM_WORLD, &any, 1, MPI_INT, MPI_MAX);
-		if (!rc && any)
-			rc = hp_err_set(e, HP_EFORMAT, "step %ld: another rank could not read its share of the data "
-					"(see its message)", step);
+		if ((rc = agree(rc, "read its share of the data", e)) && !own)
+			hp_err_prefix(e, "step %ld", step);
 	}
 	if (rc)
 		return rc;
@@ -1738,9 +1724,9 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 		/* the step's sums come to the host: a device's step is done (and
 		 * its errors known) when they do, its one wait of the step */
 		if ((rc = hp_model_stats(m, st, e)))
-			return hp_err_prefix(e, "step %ld: ", step);
+			return hp_err_prefix(e, "step %ld", step);
 		if (r->bk->profile && (rc = kernel_times(r, e)))
-			return hp_err_prefix(e, "step %ld: ", step);
+			return hp_err_prefix(e, "step %ld", step);
 		norm = sqrt(st[HP_ST_GRAD_SQ]);
 		rep.loss = total > 0 ? st[HP_ST_LOSS] / total : 0.0;
 		if (m->n_moe && m->spec.output_router_logits)
@@ -1963,11 +1949,13 @@ static int join_layout(struct run *r, MPI_Comm comm, struct hp_err *e)
 	if (r->plan->pp > 1) {
 		int G = (int)r->plan->accum;
 
-		if (!(r->pp_act = hp_calloc(2 * (size_t)G * r->plan->vpp + 1, sizeof(*r->pp_act))) ||
+		/* a step's actions, then evaluation's forwards */
+		if (!(r->pp_act = hp_calloc(3 * (size_t)G * r->plan->vpp + 1, sizeof(*r->pp_act))) ||
 		    !(r->pp_wait = hp_calloc((size_t)r->world, sizeof(double))))
 			return hp_err_set(e, HP_ENOMEM, "out of memory");
 		r->pp_nact = hp_pp_actions(r->plan->pp_schedule, (int)r->plan->pp, r->plan->vpp, r->stage, G,
 					   r->pp_act);
+		r->pp_nfwd = hp_pp_forwards((int)r->plan->pp, r->plan->vpp, G, r->pp_act + r->pp_nact);
 	}
 	return 0;
 }

@@ -186,7 +186,7 @@ static int check_comm(int pp, char *why, size_t wn)
 static int check_stage(const struct stage *x, int pp, int vpp, int s, int G, int train, char *why, size_t wn)
 {
 	static int fw[MAXN], bw[MAXN], owner[MAXN];
-	int per[HP_MAX_VPP], nslots = hp_pp_slots(x->act, x->n, pp, vpp, s, per), g = 0;
+	int per[HP_MAX_VPP], nslots = hp_pp_slots(x->act, x->n, pp, vpp, s, per);
 
 	memset(fw, 0, sizeof(fw));
 	memset(bw, 0, sizeof(bw));
@@ -217,9 +217,7 @@ static int check_stage(const struct stage *x, int pp, int vpp, int s, int G, int
 			}
 			owner[sl] = k;
 		}
-		g += a->xchg;
 	}
-	(void)g;
 	for (int k = 0; train && k < G * vpp; k++)
 		if (!fw[k] || !bw[k]) {
 			snprintf(why, wn, "stage %d: (%d, %d) never ran", s, k % G, k / G);
@@ -242,7 +240,7 @@ int main(void)
 
 						for (int s = 0; s < pp && ok1; s++) {
 							st[s].n = train ? hp_pp_actions(sch, pp, vpp, s, G, st[s].act) :
-								  hp_pp_forwards(pp, vpp, s, G, st[s].act);
+								  hp_pp_forwards(pp, vpp, G, st[s].act);
 							build(&st[s], pp, vpp, s);
 							ok1 = check_stage(&st[s], pp, vpp, s, G, train, why, sizeof(why));
 						}
