@@ -5,10 +5,13 @@
 
 Run directly only inside one of those environments:
 
-    python make-hf-goldens.py OUTDIR LINE      (LINE is "4" or "5")
+    python make-hf-goldens.py OUTDIR LINE [FAMILY...]      (LINE is "4" or "5")
+
+(FAMILY...: only those families' folders, for a quick look; none: all.)
 
 For each family (llama, mistral, qwen2, qwen3, qwen3_moe) and each RoPE type
-(default, linear, dynamic, yarn, llama3) it builds the model with
+(default, linear, dynamic, yarn, llama3), and for gpt_oss (default, yarn
+as gpt-oss ships it), it builds the model with
 transformers' own config class and AutoModelForCausalLM.from_config, draws
 weights from a fixed seed, writes the folder with save_pretrained (so
 config.json is what that release line writes), and records with the same
@@ -20,9 +23,12 @@ table, RMSNorm and the softmaxes, stay as transformers has them):
                       model's rotary embedding, the loss of the same weights
                       under default RoPE (so a test knows the RoPE type
                       matters), five torch.optim.AdamW steps in float32
-                      (hp-train's optimizer settings), router margins
+                      (hp-train's optimizer settings), router margins;
+                      gpt_oss also the SwiGLU clamp counts and the loss with
+                      the sinks, the clamp or the biases taken out
   logits.safetensors  logits of batch row 0, float64 stored F32
   grads.safetensors   d loss / d parameter under HF names, float64 stored F32
+                      (gpt_oss's stacked experts under hp's per-expert names)
 
 and reloads the folder with from_pretrained to check it gives the same
 loss.  Folders go to OUTDIR/tf<LINE>/<family>-<rope>/.  Two runs write the
@@ -37,6 +43,7 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
+from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
 torch.set_num_threads(1)
@@ -81,6 +88,17 @@ FAMILIES = {
                       moe_intermediate_size=16, norm_topk_prob=True, output_router_logits=True,
                       router_aux_loss_coef=0.01, decoder_sparse_step=1, mlp_only_layers=[],
                       tie_word_embeddings=False),
+    # attention sinks, biases everywhere, a router with a bias, experts stacked
+    # with interleaved gate/up columns and biases, the clamped SwiGLU (a limit
+    # low enough that both clamps act), layer 0 with a window of the rows'
+    # length (full attention); no aux loss (output_router_logits false, as
+    # gpt-oss ships); swiglu_alpha left at its default 1.702
+    "gpt_oss": dict(model_type="gpt_oss", hidden_size=32, intermediate_size=24,
+                    num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
+                    sliding_window=SEQ, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    rope_theta=10000.0, num_local_experts=4, num_experts_per_tok=2,
+                    attention_bias=True, tie_word_embeddings=False, output_router_logits=False,
+                    rms_norm_eps=1e-5, swiglu_limit=0.5),
 }
 # the scaled types with a short original context, so that every band and ramp
 # of llama3 and yarn falls inside the 32 positions of the batch
@@ -92,6 +110,15 @@ ROPES = {
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16},
 }
+# gpt_oss: default, and yarn as gpt-oss ships it (beta 32/1, truncate false,
+# theta 150000), with the short original context of the others
+FAMILY_ROPES = {
+    "gpt_oss": {
+        "default": None,
+        "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0},
+    },
+}
 MAX_POS = 64
 # the plain loops: 5.x's grouped_mm experts take no float64
 IMPL = {"attn_implementation": "eager"}
@@ -99,14 +126,31 @@ if LINE == "5":
     IMPL["experts_implementation"] = "eager"
 
 
-def make_config(family, rope, pad=None):
+def ropes_of(family):
+    return FAMILY_ROPES.get(family, ROPES)
+
+
+def theta_of(family, rope):
+    r = ropes_of(family)[rope]
+    return r["rope_theta"] if r and "rope_theta" in r else FAMILIES[family]["rope_theta"]
+
+
+def make_config(family, rope, pad=None, theta=None):
     kw = dict(FAMILIES[family])
     if pad is not None:   # nn.Embedding(padding_idx=pad_token_id): that row gets no gradient
         kw["pad_token_id"] = pad
     mt = kw.pop("model_type")
-    kw.update(vocab_size=VOCAB, max_position_embeddings=MAX_POS, rms_norm_eps=1e-6)
-    theta = kw.pop("rope_theta")
-    r = ROPES[rope]
+    kw.update(vocab_size=VOCAB, max_position_embeddings=MAX_POS, rms_norm_eps=kw.get("rms_norm_eps", 1e-6))
+    kw.pop("rope_theta")
+    theta = theta_of(family, rope) if theta is None else theta
+    r = ropes_of(family)[rope]
+    r = {k: v for k, v in r.items() if k != "rope_theta"} if r else None
+    if mt == "gpt_oss" and LINE == "4":
+        # 4.57.6's experts compute with limit 7.0 whatever the config says;
+        # and a null rope_scaling is default RoPE to 4.57.6 but
+        # GptOssConfig's yarn to 5.x (hp refuses it): say "default"
+        kw["swiglu_limit"] = 7.0
+        r = r or {"rope_type": "default"}
     if LINE == "4":
         kw["rope_theta"] = theta
         kw["rope_scaling"] = dict(r) if r else None
@@ -121,7 +165,9 @@ def fill_weights(model, seed):
     """transformers' init, then a fixed draw that makes every parameter matter:
     matrices normal(0, 0.1), q/k 0.25 (attention far from uniform, so RoPE
     shows in the loss), routers 0.3 (decisive routing), norms 1 + normal(0,
-    0.2), biases normal(0, 0.1).  Drawn in named_parameters order."""
+    0.2), biases normal(0, 0.1) (gpt_oss's expert and router biases too),
+    attention sinks normal(0, 1) (a real share of each softmax).  Drawn in
+    named_parameters order."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -131,7 +177,8 @@ def fill_weights(model, seed):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
             else:
                 std = 0.25 if (".q_proj." in name or ".k_proj." in name) else \
-                    0.3 if name.endswith("mlp.gate.weight") else 0.1
+                    0.3 if name.endswith(("mlp.gate.weight", "mlp.router.weight")) else \
+                    1.0 if name.endswith("self_attn.sinks") else 0.1
                 p.copy_(std * torch.randn(p.shape, generator=g, dtype=torch.float64))
 
 
@@ -148,13 +195,38 @@ def forward(model, ids, tgt):
     return model(input_ids=ids, labels=tgt, shift_labels=tgt)
 
 
-def hub_names(grads):
+def hub_names(grads, family):
     """5.x holds a layer's experts stacked (experts.gate_up_proj [E, 2I, H],
     experts.down_proj [E, H, I]); save_pretrained writes them one by one, and
-    so do the gradients here."""
+    so do the gradients here.
+
+    gpt_oss holds them stacked in both lines, and save_pretrained writes them
+    so (model.safetensors keeps transformers' names); the gradients go under
+    hp's per-expert names: gate_up_proj [E, H, 2I] has gate and up
+    interleaved by column (gate 0::2, up 1::2), each transposed to
+    nn.Linear's [I, H]; down_proj [E, I, H] transposed to [H, I]; the biases
+    gate_up_proj_bias [E, 2I] (split alike) and down_proj_bias [E, H]."""
     out = {}
     for n, g in grads.items():
-        if n.endswith("mlp.experts.gate_up_proj"):
+        if family == "gpt_oss" and n.endswith("mlp.experts.gate_up_proj"):
+            pre = n[:-len("gate_up_proj")]
+            for e in range(g.shape[0]):
+                out["%s%d.gate_proj.weight" % (pre, e)] = g[e][:, 0::2].t().contiguous()
+                out["%s%d.up_proj.weight" % (pre, e)] = g[e][:, 1::2].t().contiguous()
+        elif family == "gpt_oss" and n.endswith("mlp.experts.gate_up_proj_bias"):
+            pre = n[:-len("gate_up_proj_bias")]
+            for e in range(g.shape[0]):
+                out["%s%d.gate_proj.bias" % (pre, e)] = g[e][0::2].contiguous()
+                out["%s%d.up_proj.bias" % (pre, e)] = g[e][1::2].contiguous()
+        elif family == "gpt_oss" and n.endswith("mlp.experts.down_proj"):
+            pre = n[:-len("down_proj")]
+            for e in range(g.shape[0]):
+                out["%s%d.down_proj.weight" % (pre, e)] = g[e].t().contiguous()
+        elif family == "gpt_oss" and n.endswith("mlp.experts.down_proj_bias"):
+            pre = n[:-len("down_proj_bias")]
+            for e in range(g.shape[0]):
+                out["%s%d.down_proj.bias" % (pre, e)] = g[e].contiguous()
+        elif n.endswith("mlp.experts.gate_up_proj"):
             pre, half = n[:-len("gate_up_proj")], g.shape[1] // 2
             for e in range(g.shape[0]):
                 out["%s%d.gate_proj.weight" % (pre, e)] = g[e, :half].contiguous()
@@ -178,11 +250,59 @@ def router_gap(out, k):
     return min(gaps) if gaps else math.inf
 
 
+def swiglu_fix(model):
+    """4.57.6's GptOssExperts hard-code limit 7.0 and alpha 1.702 and never
+    read config.json (5.x reads swiglu_limit and swiglu_alpha).  The tf4
+    folders therefore say swiglu_limit 7.0, the value 4.57.6 computes with
+    (hp refuses any other in a 4.x folder); here every gpt_oss model built
+    is checked to compute with its config's limit."""
+    if model.config.model_type == "gpt_oss":
+        lim = model.config.swiglu_limit
+        for mod in model.modules():
+            if type(mod).__name__ == "GptOssExperts":
+                assert mod.limit == lim and mod.alpha == 1.702
+    return model
+
+
+class OssTap:
+    """Hooks on gpt_oss's MLPs.  Its outputs give no router logits: None
+    with output_router_logits false, and 4.57.6's router_logits are the
+    router scores (the softmaxed top-k scattered into zeros).  So each
+    forward's logits are recomputed from the MLP's input with the router's
+    own F.linear (bias included) for the margins, and the SwiGLU's clamps
+    are counted on the routed (token, expert) pairs as the experts compute
+    them: gate above the limit, up above it, up below minus it."""
+
+    def __init__(self, model):
+        self.k = model.config.num_experts_per_tok
+        self.gap, self.clamped = math.inf, []
+        for m in model.modules():
+            if type(m).__name__ == "GptOssMLP":
+                m.register_forward_hook(self.hook)
+
+    def hook(self, mlp, args, output):
+        with torch.no_grad():
+            x = args[0].reshape(-1, args[0].shape[-1])
+            logits = F.linear(x, mlp.router.weight, mlp.router.bias)
+            s = torch.sort(logits.double(), dim=-1, descending=True).values
+            self.gap = min(self.gap, float((s[:, self.k - 1] - s[:, self.k]).min()))
+            idx = torch.topk(logits, self.k, dim=-1).indices
+            ex, n = mlp.experts, [0, 0, 0]
+            for e in range(ex.gate_up_proj.shape[0]):
+                tok = torch.where(idx == e)[0]
+                gu = x[tok] @ ex.gate_up_proj[e] + ex.gate_up_proj_bias[e]
+                gate, up = gu[..., 0::2], gu[..., 1::2]
+                n[0] += int((gate > ex.limit).sum())
+                n[1] += int((up > ex.limit).sum())
+                n[2] += int((up < -ex.limit).sum())
+            self.clamped.append(n)
+
+
 def no_decay(name):
     return "norm" in name or "bias" in name
 
 
-def adamw(model, ids, tgt):
+def adamw(model, ids, tgt, tap=None):
     decay = [p for n, p in model.named_parameters() if not no_decay(n)]
     nod = [p for n, p in model.named_parameters() if no_decay(n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": ADAMW["weight_decay"]},
@@ -199,6 +319,8 @@ def adamw(model, ids, tgt):
         losses.append(out.loss.item())
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
         opt.step()
+    if tap:
+        gap = min(gap, tap.gap)
     return losses, norms, gap
 
 
@@ -212,18 +334,22 @@ def one(family, rope, seed, pad=None):
     os.makedirs(folder, exist_ok=True)
     ids, tgt = make_batch()
     cfg = make_config(family, rope, pad)
+    oss = family == "gpt_oss"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, **IMPL).float()
+    model = swiglu_fix(AutoModelForCausalLM.from_config(cfg, **IMPL).float())
     fill_weights(model, seed)
     model.save_pretrained(folder, safe_serialization=True)
     inv_freq, scaling = rotary(model)
 
-    m64 = AutoModelForCausalLM.from_pretrained(folder, **IMPL).double()
+    m64 = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double())
     m64.train()
+    tap = OssTap(m64) if oss else None
     out = forward(m64, ids, tgt)
     out.loss.backward()
     k = getattr(cfg, "num_experts_per_tok", 0)
     gap = router_gap(out, k) if k else math.inf
+    if tap:
+        gap = min(gap, tap.gap)
     grads, l2 = {}, {}
     # a tied embedding's gradient includes the LM head's share; no lm_head entry
     for n, p in m64.named_parameters():
@@ -231,23 +357,58 @@ def one(family, rope, seed, pad=None):
         l2[n] = float(p.grad.norm())
     save_file({"logits": out.logits[0].detach().float().contiguous()},
               os.path.join(folder, "logits.safetensors"), metadata={"format": "pt"})
-    grads = hub_names(grads)
+    grads = hub_names(grads, family)
     l2 = {n: float(g.double().norm()) for n, g in grads.items()}
     save_file(dict(sorted(grads.items())), os.path.join(folder, "grads.safetensors"),
               metadata={"format": "pt"})
 
     # the same weights under default RoPE: the test's evidence that the type matters
     loss_default = None
-    if rope != "default":
-        cd = make_config(family, "default", pad)
-        md = AutoModelForCausalLM.from_config(cd, **IMPL).double()
+    if rope != "default":   # (gpt_oss's yarn: under its own rope_theta)
+        cd = make_config(family, "default", pad, theta=theta_of(family, rope))
+        md = swiglu_fix(AutoModelForCausalLM.from_config(cd, **IMPL).double())
         md.load_state_dict(m64.state_dict())
         with torch.no_grad():
             loss_default = float(forward(md, ids, tgt).loss)
 
-    m32 = AutoModelForCausalLM.from_pretrained(folder, **IMPL).float()
+    # gpt_oss: the loss of the same weights with one feature taken out each,
+    # the evidence that the sinks, the clamps and the biases all count
+    ablations = {}
+    if oss:
+        def ablated(change):
+            mv = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double())
+            mv.train()
+            with torch.no_grad():
+                change(mv)
+                return float(forward(mv, ids, tgt).loss)
+
+        def fill(value, *suffixes):
+            def change(mv):
+                for n, p in mv.named_parameters():
+                    if n.endswith(suffixes):
+                        p.fill_(value)
+            return change
+
+        def no_clamp(mv):
+            for mod in mv.modules():
+                if type(mod).__name__ == "GptOssExperts":
+                    mod.limit = math.inf
+
+        for name, change in (("sinks_zero", fill(0.0, "self_attn.sinks")),
+                             ("sinks_off", fill(-math.inf, "self_attn.sinks")),
+                             ("no_clamp", no_clamp),
+                             ("expert_biases_zero", fill(0.0, "experts.gate_up_proj_bias",
+                                                         "experts.down_proj_bias")),
+                             ("router_bias_zero", fill(0.0, "mlp.router.bias"))):
+            ablations["loss_f64_" + name] = loss = ablated(change)
+            # tf4's limit 7 binds nowhere: no clamp changes nothing there
+            if name != "no_clamp" or LINE == "5":
+                assert abs(loss - out.loss.item()) > 1e-4 * out.loss.item(), name
+
+    m32 = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).float())
     m32.train()
-    losses, norms, gap32 = adamw(m32, ids, tgt)
+    tap32 = OssTap(m32) if oss else None
+    losses, norms, gap32 = adamw(m32, ids, tgt, tap32)
 
     ref = {
         "about": "transformers %s, torch %s: %s with %s RoPE, saved by save_pretrained; "
@@ -266,6 +427,30 @@ def one(family, rope, seed, pad=None):
                       no_decay=["norm", "bias"], dtype="float32", losses_f32=losses,
                       grad_norms_f32=norms),
     }
+    if oss:
+        lim = cfg.swiglu_limit
+        ref["loss"]["note"] = ("model.double() (transformers keeps its float32 islands: RoPE table, "
+                               "RMSNorm); gpt_oss: output_router_logits false, no aux loss")
+        ref["swiglu"] = {"limit": lim, "alpha": 1.702, "note":
+                         "4.57.6 hard-codes limit 7.0 and alpha 1.702 in GptOssExperts and reads neither "
+                         "from config.json: this folder says 7.0, which binds nowhere here"
+                         if LINE == "4" else "read from config.json (swiglu_limit, swiglu_alpha)"}
+        ref["swiglu_clamped"] = {
+            "gate_above_limit": [c[0] for c in tap.clamped], "up_above_limit": [c[1] for c in tap.clamped],
+            "up_below_minus_limit": [c[2] for c in tap.clamped],
+            "of_per_layer_and_side": BATCH * SEQ * k * cfg.intermediate_size,
+            "note": "elements clamped per layer in the float64 forward, over the routed (token, expert) "
+                    "pairs: gate = gate_up[..., 0::2] > limit, up = gate_up[..., 1::2] beyond +-limit"}
+        ref["ablations"] = dict(ablations, note=(
+            "float64 loss of the same weights with one thing changed: sinks 0, sinks -inf (no sink), "
+            "no clamp (limit inf), expert biases 0, router bias 0; each differs from loss_f64"))
+        ref["grads"]["names"] = ("hp's per-expert names: experts.X.{gate,up}_proj.weight [I, H] = "
+                                 "gate_up_proj[X][:, 0::2 / 1::2].T, experts.X.down_proj.weight [H, I] = "
+                                 "down_proj[X].T, experts.X.{gate,up}_proj.bias = gate_up_proj_bias[X][0::2 / "
+                                 "1::2], experts.X.down_proj.bias = down_proj_bias[X]; the rest under "
+                                 "transformers' names")
+        assert len(tap.clamped) == cfg.num_hidden_layers
+        assert all(min(c) > 0 for c in tap.clamped) if LINE == "5" else all(max(c) == 0 for c in tap.clamped)
     if k:
         ref["router"] = {"min_topk_logit_gap_f64": gap, "min_topk_logit_gap_f32_adamw": gap32}
         if min(gap, gap32) < GAP_MIN:
@@ -278,8 +463,14 @@ def one(family, rope, seed, pad=None):
 
 def main():
     bad = 0
+    only = sys.argv[3:]   # optional: only these families (all when none)
+    for f in only:
+        if f not in FAMILIES:
+            sys.exit("make-hf-goldens: unknown family '%s' (%s)" % (f, ", ".join(FAMILIES)))
     for fi, family in enumerate(FAMILIES):
-        for ri, rope in enumerate(ROPES):
+        if only and family not in only:
+            continue
+        for ri, rope in enumerate(ropes_of(family)):
             seed = 1000 * (fi + 1) + ri
             for tries in range(50):
                 ref = one(family, rope, seed)
@@ -296,9 +487,20 @@ def main():
             print("tf%s %-10s %-8s seed %5d loss %.10f (default RoPE %s) %s" % (
                 LINE, family, rope, seed, ref["loss"]["loss_f64"],
                 "%.10f" % d if d is not None else "-", "ok" if moved else "RoPE NOT VISIBLE"))
+            if "ablations" in ref:
+                print("tf%s %-10s %-8s margins %.3g / %.3g, clamped gate>%g %s up>%g %s up<-%g %s, %s" % (
+                    LINE, family, rope, ref["router"]["min_topk_logit_gap_f64"],
+                    ref["router"]["min_topk_logit_gap_f32_adamw"], ref["swiglu"]["limit"],
+                    ref["swiglu_clamped"]["gate_above_limit"], ref["swiglu"]["limit"],
+                    ref["swiglu_clamped"]["up_above_limit"], ref["swiglu"]["limit"],
+                    ref["swiglu_clamped"]["up_below_minus_limit"],
+                    " ".join("%s %.6f" % (n[9:], v) for n, v in sorted(ref["ablations"].items())
+                             if n != "note")))
             bad += not moved
     # a pad token that occurs in the batch (id 28, four times): its
     # embedding row gets no gradient, though the tied LM head's share does
+    if only and "llama" not in only:
+        sys.exit(1 if bad else 0)
     ids, _ = make_batch()
     assert int((ids == 28).sum()) == 4
     ref = one("llama", "default", 1999, pad=28)
