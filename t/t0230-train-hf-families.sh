@@ -53,6 +53,34 @@ for line in tf4 tf5; do
 	done
 done
 
+# GPT-OSS (sinks, biases, the clamped SwiGLU, stacked experts; default and
+# gpt-oss's yarn): the tf5 folders with a swiglu_limit of 0.5 that clamps a
+# fifth of the gate and up values, the tf4 ones with 4.57's fixed 7
+for line in tf4 tf5; do
+	for rope in default yarn; do
+		d=$HF/$line/gpt_oss-$rope
+		test_expect_success "$line gpt_oss $rope: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
+			hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
+			rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
+			hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
+			! grep -q FAIL cmp && grep -q "self_attn.sinks" cmp && grep -q "experts.3.up_proj.bias" cmp &&
+			jq -r .loss s.jsonl >ours &&
+			jq -r ".adamw.losses_f32[]" "$d/reference.json" >theirs &&
+			test $(wc -l <ours) = 5 &&
+			paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
+		'
+	done
+done
+
+test_expect_success 'gpt_oss: swiglu_limit is read: without the clamp, transformers'\''s loss without it' '
+	d=$HF/tf5/gpt_oss-default &&
+	rm -rf nc && mkdir nc && cp "$d/model.safetensors" nc/ &&
+	jq ".swiglu_limit = 1e30" "$d/config.json" >nc/config.json &&
+	hp-test-tool refstep --steps 1 nc "$d/reference.json" >a.jsonl &&
+	rel_close "$(jq -r .loss a.jsonl)" "$(jq -r .ablations.loss_f64_no_clamp "$d/reference.json")" 1e-6 &&
+	! rel_close "$(jq -r .loss a.jsonl)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-4
+'
+
 test_expect_success 'pad_token_id: its embedding row gets no gradient (nn.Embedding padding_idx), as transformers, both lines' '
 	for line in tf4 tf5; do
 		d=$HF/$line/llama-default-pad &&
@@ -118,7 +146,7 @@ same_run () {
 
 PAR="llama-default llama-linear llama-dynamic llama-yarn llama-llama3
 qwen3_moe-default qwen3_moe-linear qwen3_moe-dynamic qwen3_moe-yarn qwen3_moe-llama3
-mistral-yarn qwen2-yarn qwen3-llama3"
+mistral-yarn qwen2-yarn qwen3-llama3 gpt_oss-default gpt_oss-yarn"
 
 test_expect_success MPI 'the seed'\''s 8-rank layout (TP2 x CP2 x EP2, SP, FSDP) and CP 4 equal one process, RoPE positions across chunks' '
 	for n in $PAR; do
@@ -176,6 +204,31 @@ test_expect_success 'refused by name, with exit 4: values hp does not compute' '
 	bad mtype ".model_type = \"gemma\"" 4 "model_type .gemma. is not supported"
 '
 
+test_expect_success 'gpt_oss: refused by name what transformers'\''s two lines compute differently or hp does not compute' '
+	bad_in gpt_oss-default o-aux ".output_router_logits = true" 4 "output_router_logits true is not supported for gpt_oss" &&
+	bad_in gpt_oss-default o-null ".rope_parameters = null" 4 "rope_parameters is null: transformers 4.x reads that as default" &&
+	bad_in gpt_oss-default o-4x ".transformers_version = \"4.57.6\"" 4 \
+		"swiglu_limit 0.5, swiglu_alpha 1.702 in a folder of transformers 4.57.6" &&
+	bad_in gpt_oss-default o-win ".sliding_window = 16" 4 "layer 0 has sliding_window 16, shorter than the sequence of 32" &&
+	bad_in gpt_oss-default o-lt ".layer_types = [\"full_attention\"]" 3 "layer_types.: expected a list of 2" &&
+	bad_in gpt_oss-default o-lim ".swiglu_limit = 0" 3 "swiglu_limit must be positive" &&
+	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss." &&
+	bad_in gpt_oss-default o-q ".quantization_config = {quant_method: \"mxfp4\"}" 4 "quantization_config is not supported"
+'
+
+test_expect_success 'gpt_oss: a stacked expert tensor of the wrong shape, or one missing, is named' '
+	d=$HF/tf5/gpt_oss-default &&
+	rm -rf sx && mkdir sx && jq ".intermediate_size = 20" "$d/config.json" >sx/config.json &&
+	cp "$d/model.safetensors" sx/ && hf_records rs "$d" &&
+	write_config sx.yaml "$PWD/sx" rs 32 1 2 1 </dev/null &&
+	test_must_fail_with 4 hp-train -q sx.yaml 2>err && test_one_line err &&
+	grep -q "model.layers.0.mlp.experts.gate_up_proj. has the wrong shape for 4 experts of 20 x 32" err &&
+	hp-test-tool stdrop "$d/model.safetensors" sx/model.safetensors model.layers.1.mlp.experts.down_proj_bias &&
+	cp "$d/config.json" sx/ &&
+	test_must_fail_with 4 hp-train -q sx.yaml 2>err && test_one_line err &&
+	grep -q "tensor .model.layers.1.mlp.experts.0.down_proj.bias. is missing" err
+'
+
 test_expect_success 'bad config.json values are named, with exit 3 (a wrong value) or 4 (what the two lines read apart)' '
 	bad_in qwen3_moe-default experts ".num_experts = 8" 3 "num_experts and num_local_experts differ" &&
 	bad dtypes ".torch_dtype = \"bfloat16\"" 3 "dtype and torch_dtype differ" &&
@@ -200,7 +253,7 @@ test_expect_success 'bad config.json values are named, with exit 3 (a wrong valu
 '
 
 test_expect_success 'export: the source config.json key for key; without the source, the plan spec in the source line spelling' '
-	for n in tf5/qwen3_moe-yarn tf4/llama-llama3; do
+	for n in tf5/qwen3_moe-yarn tf4/llama-llama3 tf5/gpt_oss-yarn tf4/gpt_oss-default; do
 		d=$HF/$n && rm -rf src sh ex fb && cp -r "$d" src &&
 		hf_records re "$d" &&
 		write_config ex.yaml "$PWD/src" re 32 1 2 1 </dev/null &&

@@ -72,6 +72,32 @@ test_expect_success MPI 'the seed'\''s 8 ranks with its kernels (fused norms, fl
 	cat log && same_losses p.jsonl s-qwen3-moe-b.jsonl
 '
 
+# GPT-OSS, as transformers 5.24 saved it (data/hf/tf5/gpt_oss-yarn): sinks
+# (sharded by head over tp; Ulysses gives each cp rank its heads' sinks),
+# biases on q/k/v/o, the router and every expert, the clamped SwiGLU,
+# experts stacked and interleaved in the checkpoint
+test_expect_success MPI 'GPT-OSS: FSDP, TP+SP, EP with expert FSDP, CP both modes, the seed layout with its kernels' '
+	d=$DATA/hf/tf5/gpt_oss-yarn &&
+	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
+		"$d/reference.json" >oss.jsonl &&
+	hp-test-tool mkidx --vocab 64 -o oss oss.jsonl &&
+	write_config oss.yaml "$d" oss 32 1 4 6 </dev/null &&
+	single oss oss.yaml &&
+	layout oss oss.yaml 2 $F.dp_shard_size=2 &&
+	layout oss oss.yaml 2 $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true &&
+	layout oss oss.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	layout oss oss.yaml 2 $A.cp_size=2 &&
+	write_config oss-k.yaml "$d" oss 32 1 4 6 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	  - {match: "*.mlp.experts", replace_module: {_target_: grouped_experts}}
+	  - {match: ["*norm"], replace_module: {_target_: fused_rmsnorm}}
+	YAML
+	layout oss oss-k.yaml 2 $A.cp_size=2 &&
+	sed "s/ulysses_attention/flash_attention/" oss-k.yaml >oss-f.yaml &&
+	layout oss oss-f.yaml 8 $SEED8
+'
+
 test_expect_success MPI 'the 8-rank metrics carry each step'\''s bytes: hp-plan'\''s estimate for rank 0' '
 	mpiexec -n 8 hp-train -q qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --metrics p.jsonl &&
 	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 >plan.json &&

@@ -98,6 +98,25 @@ void hp_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const 
 void hp_swiglu_rows_fwd(float *h, const float *gu, long rows, int I);
 void hp_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long rows, int I);
 
+/* ---- GPT-OSS (oss.c) ---- */
+/* Attention sinks on a flash kernel's out [B,T,H,D] and lse [B,H,T], in
+ * place: the sink logit sinks[h] joins each row's softmax.  The backward
+ * adds d loss / d sinks[h] into dsinks (out and lse the fixed ones). */
+void hp_attn_sinks_fwd(float *out, float *lse, const float *sinks, int B, int T, int H, int D);
+void hp_attn_sinks_bwd(float *dsinks, const float *dout, const float *out, const float *lse,
+		       const float *sinks, int B, int T, int H, int D);
+/* The clamped SwiGLU, h [rows, I] = (clamp(u, -limit, limit) + 1) *
+ * g' * sigmoid(alpha * g'), g' = min(g, limit); row r's gate and up at
+ * g + r * ld, u + r * ld; dg and du written with the same stride. */
+void hp_glu_clamp_fwd(float *h, const float *g, const float *u, long ld, long rows, int I, float alpha,
+		      float limit);
+void hp_glu_clamp_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, long ld, long rows,
+		      int I, float alpha, float limit);
+/* Per-expert biases on rows grouped by expert (off [nx + 1]): x[r, j] +=
+ * bias[e * bs + j] for j < n; the backward adds the column sums to db. */
+void hp_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, const int32_t *off, int nx, int n);
+void hp_bias_grouped_bwd(float *db, size_t bs, const float *dx, long ld, const int32_t *off, int nx, int n);
+
 /* ---- the MoE router (Qwen3-MoE) ---- */
 /* In place on probs [N, E]: the router logits in, their softmax out (fp32
  * exps, the sum in double); sel [N, K] the top-K experts by falling

@@ -18,6 +18,8 @@
 #define hp_cuda_alloc hp_emu_alloc
 #define hp_cuda_bf16_sum_ranks hp_emu_bf16_sum_ranks
 #define hp_cuda_bf16_to_f32 hp_emu_bf16_to_f32
+#define hp_cuda_bias_grouped_bwd hp_emu_bias_grouped_bwd
+#define hp_cuda_bias_grouped_fwd hp_emu_bias_grouped_fwd
 #define hp_cuda_ce_bwd hp_emu_ce_bwd
 #define hp_cuda_ce_loss hp_emu_ce_loss
 #define hp_cuda_check hp_emu_check
@@ -41,6 +43,8 @@
 #define hp_cuda_flash_supports hp_emu_flash_supports
 #define hp_cuda_free hp_emu_free
 #define hp_cuda_gather_rows hp_emu_gather_rows
+#define hp_cuda_glu_clamp_bwd hp_emu_glu_clamp_bwd
+#define hp_cuda_glu_clamp_fwd hp_emu_glu_clamp_fwd
 #define hp_cuda_grouped_bwd hp_emu_grouped_bwd
 #define hp_cuda_grouped_fwd hp_emu_grouped_fwd
 #define hp_cuda_host_alloc hp_emu_host_alloc
@@ -68,6 +72,8 @@
 #define hp_cuda_scale hp_emu_scale
 #define hp_cuda_scatter_add_rows hp_emu_scatter_add_rows
 #define hp_cuda_scatter_rows hp_emu_scatter_rows
+#define hp_cuda_sinks_bwd hp_emu_sinks_bwd
+#define hp_cuda_sinks_fwd hp_emu_sinks_fwd
 #define hp_cuda_stream hp_emu_stream
 #define hp_cuda_sumsq hp_emu_sumsq
 #define hp_cuda_swiglu_bwd hp_emu_swiglu_bwd

@@ -172,6 +172,20 @@ void hp_cuda_swiglu_rows_fwd(float *h, const float *gu, long rows, int I);
 /* dgu overwritten, same layout as gu */
 void hp_cuda_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long rows, int I);
 
+/* ---- GPT-OSS (oss.cu): kernels/cpu/ops.h's hp_attn_sinks_*, hp_glu_clamp_*,
+ * hp_bias_grouped_* on the device; off the device's, max_rows a bound on
+ * off[nx] - off[0] (the grid's size) ---- */
+void hp_cuda_sinks_fwd(float *out, float *lse, const float *sinks, int B, int T, int H, int D);
+void hp_cuda_sinks_bwd(float *dsinks, const float *dout, const float *out, const float *lse, const float *sinks,
+		       int B, int T, int H, int D);
+void hp_cuda_glu_clamp_fwd(float *h, const float *g, const float *u, long ld, long rows, int I, float alpha,
+			   float limit);
+void hp_cuda_glu_clamp_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, long ld,
+			   long rows, int I, float alpha, float limit);
+void hp_cuda_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, const int32_t *off, int nx, int n,
+			      long max_rows);
+void hp_cuda_bias_grouped_bwd(float *db, size_t bs, const float *dx, long ld, const int32_t *off, int nx, int n);
+
 /* ---- GEMMs through cuBLASLt, bf16 operands, fp32 accumulation and output (gemm.cu) ---- */
 /* y[N,O] = x[N,K] W[O,K]^T (+ b[O] when b) */
 int hp_cuda_linear_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, const float *b, long N, int K, int O,

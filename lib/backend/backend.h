@@ -235,6 +235,20 @@ struct hp_backend {
 			   const float *u, long n);
 	void (*swiglu_rows_fwd)(struct hp_backend *b, float *h, const float *gu, long rows, int I);
 	void (*swiglu_rows_bwd)(struct hp_backend *b, float *dgu, const float *dh, const float *gu, long rows, int I);
+	/* GPT-OSS (kernels/cpu/ops.h: hp_attn_sinks_*, hp_glu_clamp_*,
+	 * hp_bias_grouped_*); off is the backend's */
+	void (*sinks_fwd)(struct hp_backend *b, float *out, float *lse, const float *sinks, int B, int T, int H,
+			  int D);
+	void (*sinks_bwd)(struct hp_backend *b, float *dsinks, const float *dout, const float *out,
+			  const float *lse, const float *sinks, int B, int T, int H, int D);
+	void (*glu_clamp_fwd)(struct hp_backend *b, float *h, const float *g, const float *u, long ld, long rows,
+			      int I, float alpha, float limit);
+	void (*glu_clamp_bwd)(struct hp_backend *b, float *dg, float *du, const float *dh, const float *g,
+			      const float *u, long ld, long rows, int I, float alpha, float limit);
+	void (*bias_grouped_fwd)(struct hp_backend *b, float *x, long ld, const float *bias, size_t bs,
+				 const int32_t *off, int nx, int n, long R);   /* R: the rows off spans at most */
+	void (*bias_grouped_bwd)(struct hp_backend *b, float *db, size_t bs, const float *dx, long ld,
+				 const int32_t *off, int nx, int n);
 	/* attention as the op table's (P [B,H,T,T]) and as flash (lse [B,H,T]);
 	 * has_eager: the backend has the first (the CUDA backend runs flash for
 	 * both, and the model keeps lse then) */

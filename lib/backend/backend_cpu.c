@@ -254,6 +254,42 @@ static void c_swiglu_rows_bwd(struct hp_backend *b, float *dgu, const float *dh,
 	hp_swiglu_rows_bwd(dgu, dh, gu, rows, I);
 }
 
+static void c_sinks_fwd(struct hp_backend *b, float *out, float *lse, const float *sinks, int B, int T, int H,
+			int D)
+{
+	hp_attn_sinks_fwd(out, lse, sinks, B, T, H, D);
+}
+
+static void c_sinks_bwd(struct hp_backend *b, float *dsinks, const float *dout, const float *out, const float *lse,
+			const float *sinks, int B, int T, int H, int D)
+{
+	hp_attn_sinks_bwd(dsinks, dout, out, lse, sinks, B, T, H, D);
+}
+
+static void c_glu_clamp_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long ld, long rows,
+			    int I, float alpha, float limit)
+{
+	hp_glu_clamp_fwd(h, g, u, ld, rows, I, alpha, limit);
+}
+
+static void c_glu_clamp_bwd(struct hp_backend *b, float *dg, float *du, const float *dh, const float *g,
+			    const float *u, long ld, long rows, int I, float alpha, float limit)
+{
+	hp_glu_clamp_bwd(dg, du, dh, g, u, ld, rows, I, alpha, limit);
+}
+
+static void c_bias_grouped_fwd(struct hp_backend *b, float *x, long ld, const float *bias, size_t bs,
+			       const int32_t *off, int nx, int n, long R)
+{
+	hp_bias_grouped_fwd(x, ld, bias, bs, off, nx, n);
+}
+
+static void c_bias_grouped_bwd(struct hp_backend *b, float *db, size_t bs, const float *dx, long ld,
+			       const int32_t *off, int nx, int n)
+{
+	hp_bias_grouped_bwd(db, bs, dx, ld, off, nx, n);
+}
+
 static void c_attention_fwd(struct hp_backend *b, float *out, float *P, const float *q, const float *k,
 			    const float *v, const int32_t *seg, int B, int T, int Hq, int Hkv, int D)
 {
@@ -615,6 +651,12 @@ static struct hp_backend cpu = {
 	.swiglu_bwd = c_swiglu_bwd,
 	.swiglu_rows_fwd = c_swiglu_rows_fwd,
 	.swiglu_rows_bwd = c_swiglu_rows_bwd,
+	.sinks_fwd = c_sinks_fwd,
+	.sinks_bwd = c_sinks_bwd,
+	.glu_clamp_fwd = c_glu_clamp_fwd,
+	.glu_clamp_bwd = c_glu_clamp_bwd,
+	.bias_grouped_fwd = c_bias_grouped_fwd,
+	.bias_grouped_bwd = c_bias_grouped_bwd,
 	.has_eager = 1,
 	.attention_fwd = c_attention_fwd,
 	.attention_bwd = c_attention_bwd,

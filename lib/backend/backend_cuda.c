@@ -835,6 +835,42 @@ static void k_swiglu_rows_bwd(struct hp_backend *b, float *dgu, const float *dh,
 	LB(hp_cuda_swiglu_rows_bwd)(dgu, dh, gu, rows, I);
 }
 
+static void k_sinks_fwd(struct hp_backend *b, float *out, float *lse, const float *sinks, int B, int T, int H,
+			int D)
+{
+	LB(hp_cuda_sinks_fwd)(out, lse, sinks, B, T, H, D);
+}
+
+static void k_sinks_bwd(struct hp_backend *b, float *dsinks, const float *dout, const float *out, const float *lse,
+			const float *sinks, int B, int T, int H, int D)
+{
+	LB(hp_cuda_sinks_bwd)(dsinks, dout, out, lse, sinks, B, T, H, D);
+}
+
+static void k_glu_clamp_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long ld, long rows,
+			    int I, float alpha, float limit)
+{
+	LB(hp_cuda_glu_clamp_fwd)(h, g, u, ld, rows, I, alpha, limit);
+}
+
+static void k_glu_clamp_bwd(struct hp_backend *b, float *dg, float *du, const float *dh, const float *g,
+			    const float *u, long ld, long rows, int I, float alpha, float limit)
+{
+	LB(hp_cuda_glu_clamp_bwd)(dg, du, dh, g, u, ld, rows, I, alpha, limit);
+}
+
+static void k_bias_grouped_fwd(struct hp_backend *b, float *x, long ld, const float *bias, size_t bs,
+			       const int32_t *off, int nx, int n, long R)
+{
+	LB(hp_cuda_bias_grouped_fwd)(x, ld, bias, bs, off, nx, n, R);
+}
+
+static void k_bias_grouped_bwd(struct hp_backend *b, float *db, size_t bs, const float *dx, long ld,
+			       const int32_t *off, int nx, int n)
+{
+	LB(hp_cuda_bias_grouped_bwd)(db, bs, dx, ld, off, nx, n);
+}
+
 static int k_flash_supports(struct hp_backend *b, int D)
 {
 	return hp_cuda_flash_supports(D);
@@ -1918,6 +1954,12 @@ static const struct hp_backend table = {
 	.swiglu_bwd = k_swiglu_bwd,
 	.swiglu_rows_fwd = k_swiglu_rows_fwd,
 	.swiglu_rows_bwd = k_swiglu_rows_bwd,
+	.sinks_fwd = k_sinks_fwd,
+	.sinks_bwd = k_sinks_bwd,
+	.glu_clamp_fwd = k_glu_clamp_fwd,
+	.glu_clamp_bwd = k_glu_clamp_bwd,
+	.bias_grouped_fwd = k_bias_grouped_fwd,
+	.bias_grouped_bwd = k_bias_grouped_bwd,
 	.has_eager = 0,
 	.attention_fwd = k_attention_fwd,
 	.attention_bwd = k_attention_bwd,

@@ -440,6 +440,43 @@ void hp_emu_swiglu_rows_bwd(float *dgu, const float *dh, const float *gu, long r
 	hp_swiglu_rows_bwd(dgu, dh, gu, rows, I);
 }
 
+/* ---- GPT-OSS ---- */
+
+void hp_emu_sinks_fwd(float *out, float *lse, const float *sinks, int B, int T, int H, int D)
+{
+	hp_attn_sinks_fwd(out, lse, sinks, B, T, H, D);
+}
+
+void hp_emu_sinks_bwd(float *dsinks, const float *dout, const float *out, const float *lse, const float *sinks,
+		      int B, int T, int H, int D)
+{
+	hp_attn_sinks_bwd(dsinks, dout, out, lse, sinks, B, T, H, D);
+}
+
+void hp_emu_glu_clamp_fwd(float *h, const float *g, const float *u, long ld, long rows, int I, float alpha,
+			  float limit)
+{
+	hp_glu_clamp_fwd(h, g, u, ld, rows, I, alpha, limit);
+}
+
+void hp_emu_glu_clamp_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, long ld,
+			  long rows, int I, float alpha, float limit)
+{
+	hp_glu_clamp_bwd(dg, du, dh, g, u, ld, rows, I, alpha, limit);
+}
+
+void hp_emu_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, const int32_t *off, int nx, int n,
+			     long max_rows)
+{
+	(void)max_rows;
+	hp_bias_grouped_fwd(x, ld, bias, bs, off, nx, n);
+}
+
+void hp_emu_bias_grouped_bwd(float *db, size_t bs, const float *dx, long ld, const int32_t *off, int nx, int n)
+{
+	hp_bias_grouped_bwd(db, bs, dx, ld, off, nx, n);
+}
+
 /* ---- GEMMs: the CPU op table's, on the bf16 operands ---- */
 
 int hp_emu_linear_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, const float *b, long N, int K, int O,

@@ -97,7 +97,7 @@ static int get_bool(struct ctx *c, const char *key, int dflt, int *out)
 /* ---- the families ------------------------------------------------------- */
 
 enum bias_rule { BIAS_KEY, BIAS_QKV, BIAS_NONE };
-enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS };
+enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS, SW_TYPES };
 
 /*
  * What each model type's configuration and modeling code in transformers
@@ -115,21 +115,35 @@ enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS };
  *             reads getattr(config, "head_dim", ...)), the window, when
  *             use_sliding_window, is on every layer; num_experts is
  *             num_local_experts in 5.x (attribute_map)
+ *   gpt_oss   attention_bias (q/k/v/o, default true); a learned sink logit
+ *             per head; head_dim default 64, rms_norm_eps 1e-5, rope_theta
+ *             150000 and, without a rope key, yarn (factor 32, beta 32/1,
+ *             truncate false, original context 4096); layer_types (default
+ *             sliding on even layers) with sliding_window (default 128);
+ *             every layer an MoE of num_local_experts experts of
+ *             intermediate_size with biases, a router with a bias and a
+ *             softmax over its top-k logits (the renormalised top-k of the
+ *             full softmax: the same numbers), the clamped SwiGLU
+ *             (swiglu_limit 7, swiglu_alpha 1.702; 4.57 has no
+ *             swiglu_alpha key and uses 1.702)
  */
 struct family {
 	const char *model_type, *arch;
 	enum bias_rule bias;
-	int qk_norm, moe, head_dim_128;
+	int qk_norm, moe, head_dim;  /* head_dim: the class default (0: hidden / heads) */
 	enum sw_rule sw;
 	int max_pos, kv_heads;      /* the class defaults (kv_heads 0: = heads) */
+	int bias_default, oss;      /* attention_bias's default; gpt_oss */
+	double eps, theta;          /* rms_norm_eps and rope_theta defaults */
 };
 
 static const struct family families[] = {
-	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0 },
-	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8 },
-	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0 },
-	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 1, SW_LAYERS, 32768, 0 },
-	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4 },
+	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0, 0, 0, 1e-6, 1e4 },
+	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8, 0, 0, 1e-6, 1e4 },
+	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4 },
+	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 128, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4 },
+	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4, 0, 0, 1e-6, 1e4 },
+	{ "gpt_oss", "GptOssForCausalLM", BIAS_KEY, 0, 1, 64, SW_TYPES, 131072, 8, 1, 1, 1e-5, 150000 },
 };
 
 static const struct family *family_of(const char *model_type)
@@ -191,8 +205,15 @@ static int family_key(const struct family *f, const char *k)
 		"mlp_only_layers",
 	};
 
+	static const char *const oss[] = {
+		"num_experts", "num_local_experts", "num_experts_per_tok", "output_router_logits",
+		"router_aux_loss_coef", "swiglu_limit", "swiglu_alpha", "sliding_window", "layer_types",
+	};
+
 	if (f->bias == BIAS_KEY && !strcmp(k, "attention_bias"))
 		return 1;
+	if (f->oss)
+		return in_list(oss, sizeof(oss) / sizeof(oss[0]), k);
 	if (!strcmp(f->model_type, "llama") && (!strcmp(k, "mlp_bias") || !strcmp(k, "pretraining_tp")))
 		return 1;
 	if (f->sw != SW_NONE && !strcmp(k, "sliding_window"))
@@ -255,20 +276,13 @@ static int rope_num(struct ctx *c, const char *key, double *out)
 	return get_num(c, key, 0, out);
 }
 
-static int parse_rope(struct ctx *c, struct hp_model_spec *s)
+static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_spec *s, json_t *d, int five);
+
+static int parse_rope(struct ctx *c, const struct family *f, struct hp_model_spec *s)
 {
-	static const char *const known[] = {
-		"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
-		"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-		"mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor",
-	};
 	json_t *rp = json_object_get(c->root, "rope_parameters");
 	json_t *rs = json_object_get(c->root, "rope_scaling");
-	json_t *d = NULL, *v, *tv;
-	struct hp_rope_spec *r = &s->rope;
-	struct ctx sub = *c;
-	double top_theta, x;
-	const char *k, *type = "default";
+	json_t *d = NULL;
 	int rc;
 
 	if (rp && json_is_null(rp))
@@ -282,14 +296,48 @@ static int parse_rope(struct ctx *c, struct hp_model_spec *s)
 	if (d && !json_is_object(d))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an object", c->path,
 				  rp ? "rope_parameters" : "rope_scaling");
-	if ((rc = get_num(c, "rope_theta", 10000.0, &top_theta)))
+	/* GptOssConfig without a rope key: its yarn (both lines); a null one
+	 * is default RoPE to 4.57 but the yarn to 5.x */
+	json_t *oss_yarn = NULL;
+	if (f->oss && !d && (json_object_get(c->root, "rope_parameters") || json_object_get(c->root, "rope_scaling")))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': %s is null: transformers 4.x reads that as default RoPE, "
+				  "5.x as GptOssConfig's yarn (factor 32); give the rope type", c->path,
+				  json_object_get(c->root, "rope_parameters") ? "rope_parameters" : "rope_scaling");
+	if (f->oss && !d) {
+		oss_yarn = json_pack("{s:s, s:f, s:f, s:f, s:b, s:i}", "rope_type", "yarn", "factor", 32.0,
+				     "beta_fast", 32.0, "beta_slow", 1.0, "truncate", 0,
+				     "original_max_position_embeddings", 4096);
+		if (!oss_yarn)
+			return hp_err_set(c->e, HP_ENOMEM, "out of memory");
+		d = oss_yarn;
+	}
+	rc = parse_rope_in(c, f, s, d, rp != NULL);
+	json_decref(oss_yarn);
+	return rc;
+}
+
+static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_spec *s, json_t *d, int five)
+{
+	json_t *v, *tv;
+	struct hp_rope_spec *r = &s->rope;
+	struct ctx sub = *c;
+	double top_theta, x;
+	const char *k, *type = "default";
+	int rc;
+	static const char *const known[] = {
+		"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+		"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+		"mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor",
+	};
+
+	if ((rc = get_num(c, "rope_theta", f->theta, &top_theta)))
 		return rc;
 	memset(r, 0, sizeof(*r));
 	r->theta = top_theta;
 	r->attention_factor = 1.0;
 	if (d) {
 		sub.root = d;
-		sub.pre = rp ? "rope_parameters." : "rope_scaling.";
+		sub.pre = five ? "rope_parameters." : "rope_scaling.";
 		json_object_foreach(d, k, v) {
 			if (json_is_object(v))
 				return hp_err_set(c->e, HP_EUNSUP, "'%s': %s%s: per-layer-type RoPE parameters "
@@ -487,14 +535,14 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 	s->sliding_window = 0;
 	if (f->sw == SW_NONE)
 		return 0;
-	if (f->sw != SW_ALL && (rc = get_bool(c, "use_sliding_window", 0, &use)))
+	if (f->sw != SW_ALL && f->sw != SW_TYPES && (rc = get_bool(c, "use_sliding_window", 0, &use)))
 		return rc;
 	v = json_object_get(c->root, "sliding_window");
 	if (use && json_is_integer(v) && json_integer_value(v) <= 0)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': sliding_window must be positive or null (it is %lld)",
 				  c->path, (long long)json_integer_value(v));
 	if (!v)
-		w = 4096;   /* every class's default */
+		w = f->sw == SW_TYPES ? 128 : 4096;   /* every class's default (gpt_oss 128) */
 	else if (!json_is_null(v) && (rc = get_int(c, "sliding_window", 0, 0, &w)))
 		return rc;
 	if (!use)
@@ -505,7 +553,7 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 			s->sliding[l] = 1;
 		return 0;
 	}
-	if ((rc = get_int(c, "max_window_layers", 0, 28, &mwl)))
+	if (f->sw == SW_LAYERS && (rc = get_int(c, "max_window_layers", 0, 28, &mwl)))
 		return rc;
 	v = json_object_get(c->root, "layer_types");
 	if (v && !json_is_null(v)) {
@@ -528,6 +576,12 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 						  "but there is no window (use_sliding_window false or "
 						  "sliding_window null)", c->path, i);
 		}
+	} else if (f->sw == SW_TYPES) {   /* GptOssConfig: sliding on even layers */
+		for (int l = 0; l < s->n_layers; l += 2)
+			s->sliding[l] = 1;
+		if (s->n_layers && !w)
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': sliding_window is null but the default "
+					  "layer_types has sliding_attention layers", c->path);
 	} else {
 		for (int l = mwl; w && l < s->n_layers; l++)
 			s->sliding[l] = 1;
@@ -583,6 +637,56 @@ static int parse_moe(struct ctx *c, struct hp_model_spec *s)
 			s->mlp_only[json_integer_value(x)] = 1;
 		}
 	}
+	return 0;
+}
+
+/*
+ * GptOssConfig's experts: num_local_experts (num_experts in 5.x's
+ * attribute_map) of intermediate_size, every layer; its router and
+ * experts carry biases; the clamped SwiGLU.  output_router_logits: 4.57's
+ * router records its top-k scores as the "logits" and 5.24's its logits,
+ * so the two lines' load-balancing losses differ; hp computes neither yet.
+ */
+static int parse_oss(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *a = json_object_get(c->root, "num_experts"), *b = json_object_get(c->root, "num_local_experts");
+	int rc;
+
+	if (a && b && !json_equal(a, b))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts and num_local_experts differ", c->path);
+	if ((rc = get_dim(c, a && !b ? "num_experts" : "num_local_experts", 0, 128, &s->n_experts)) ||
+	    (rc = get_dim(c, "num_experts_per_tok", 0, 4, &s->top_k)) ||
+	    (rc = get_bool(c, "output_router_logits", 0, &s->output_router_logits)) ||
+	    (rc = get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef)) ||
+	    (rc = get_num(c, "swiglu_limit", 7.0, &s->swiglu_limit)) ||
+	    (rc = get_num(c, "swiglu_alpha", 1.702, &s->swiglu_alpha)))
+		return rc;
+	if (s->top_k > s->n_experts)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts_per_tok %d must be between 1 and "
+				  "num_local_experts %d", c->path, s->top_k, s->n_experts);
+	if ((rc = at_most(c, "num_local_experts", s->n_experts, HP_MAX_EXPERTS)) ||
+	    (rc = at_most(c, "num_experts_per_tok", s->top_k, HP_MAX_TOP_K)))
+		return rc;
+	if (!(s->swiglu_limit > 0) || !isfinite(s->swiglu_limit))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': swiglu_limit must be positive and finite", c->path);
+	if (!isfinite(s->swiglu_alpha))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': swiglu_alpha must be finite", c->path);
+	/* 4.57's GptOssExperts compute with 7 and 1.702 whatever the config says */
+	if (!strncmp(s->transformers_version, "4.", 2) && (s->swiglu_limit != 7.0 || s->swiglu_alpha != 1.702))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': swiglu_limit %g, swiglu_alpha %g in a folder of transformers "
+				  "%s, whose experts compute with 7 and 1.702 whatever the config says (5.x reads "
+				  "them); use 7 and 1.702, or the 5.x line's transformers_version", c->path,
+				  s->swiglu_limit, s->swiglu_alpha, s->transformers_version);
+	if (s->output_router_logits)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': output_router_logits true is not supported for "
+				  "gpt_oss (transformers 4.x and 5.x compute different load-balancing losses "
+				  "for it); set it false", c->path);
+	s->moe_intermediate = s->intermediate;
+	s->decoder_sparse_step = 1;
+	s->norm_topk_prob = 1;   /* softmax of the top-k logits = the renormalised top-k */
+	s->attn_sinks = 1;
+	s->moe_bias = 1;
+	s->moe_act = HP_MOE_ACT_CLAMPED;
 	return 0;
 }
 
@@ -652,7 +756,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
 	if (!(f = family_of(json_string_value(v))))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
-				  "llama, mistral, qwen2, qwen3, qwen3_moe", c->path, json_string_value(v));
+				  "llama, mistral, qwen2, qwen3, qwen3_moe, gpt_oss", c->path, json_string_value(v));
 	snprintf(s->model_type, sizeof(s->model_type), "%s", f->model_type);
 
 	v = json_object_get(c->root, "architectures");
@@ -681,7 +785,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	    (rc = get_token_id(c, "bos_token_id", 1, s->vocab, &s->bos_token_id)) ||
 	    (rc = get_token_id(c, "eos_token_id", 1, s->vocab, &s->eos_token_id)) ||
 	    (rc = get_token_id(c, "pad_token_id", 0, s->vocab, &s->pad_token_id)) ||
-	    (rc = get_num(c, "rms_norm_eps", 1e-6, &s->rms_eps)) ||
+	    (rc = get_num(c, "rms_norm_eps", f->eps, &s->rms_eps)) ||
 	    (rc = get_bool(c, "tie_word_embeddings", 0, &s->tie_word_embeddings)))
 		return rc;
 	if (s->n_layers > HP_MAX_LAYERS)
@@ -697,11 +801,11 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	 * the cause to report is the division, not its odd result.
 	 */
 	v = json_object_get(c->root, "head_dim");
-	int derived = !f->head_dim_128 && (!v || json_is_null(v));
+	int derived = !f->head_dim && (!v || json_is_null(v));
 	if (derived && s->hidden % s->n_heads && (s->hidden < s->n_heads || (s->hidden / s->n_heads) % 2))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size %d is not a multiple of "
 				  "num_attention_heads %d (give head_dim)", c->path, s->hidden, s->n_heads);
-	if ((rc = get_dim(c, "head_dim", 0, f->head_dim_128 ? 128 : s->hidden / s->n_heads, &s->head_dim)))
+	if ((rc = get_dim(c, "head_dim", 0, f->head_dim ? f->head_dim : s->hidden / s->n_heads, &s->head_dim)))
 		return rc;
 	if (s->head_dim % 2 || s->head_dim / 2 > HP_ROPE_MAX_HALF) {
 		char why[96] = "";
@@ -723,7 +827,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	s->qk_norm = f->qk_norm;
 	switch (f->bias) {
 	case BIAS_KEY:
-		if ((rc = get_bool(c, "attention_bias", 0, &s->qkv_bias)))
+		if ((rc = get_bool(c, "attention_bias", f->bias_default, &s->qkv_bias)))
 			return rc;
 		s->o_bias = s->qkv_bias;
 		break;
@@ -735,7 +839,9 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	}
 	if (!strcmp(f->model_type, "llama") && (rc = get_bool(c, "mlp_bias", 0, &s->mlp_bias)))
 		return rc;
-	if (f->moe && (rc = parse_moe(c, s)))
+	if (f->oss && (rc = parse_oss(c, s)))
+		return rc;
+	if (f->moe && !f->oss && (rc = parse_moe(c, s)))
 		return rc;
 	if ((rc = parse_sliding(c, f, s)))
 		return rc;
@@ -744,7 +850,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 				  "num_key_value_heads %d", c->path, s->n_heads, s->n_kv_heads);
 	if (!(s->rms_eps > 0))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': rms_norm_eps must be positive", c->path);
-	if ((rc = parse_rope(c, s)))
+	if ((rc = parse_rope(c, f, s)))
 		return rc;
 
 	/* refused by value */
@@ -885,7 +991,9 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 	put(o, "max_position_embeddings", json_integer(s->max_pos), &bad);
 	put(o, "rms_norm_eps", json_real(s->rms_eps), &bad);
 	put(o, "rope_theta", json_real(r->theta), &bad);
-	if (r->type == HP_ROPE_DEFAULT) {
+	if (r->type == HP_ROPE_DEFAULT && f->oss) {   /* GptOssConfig's default is yarn: say default */
+		put(o, "rope_scaling", json_pack("{s:s}", "rope_type", "default"), &bad);
+	} else if (r->type == HP_ROPE_DEFAULT) {
 		put(o, "rope_scaling", json_null(), &bad);
 	} else {
 		put(o, "rope_scaling", rs = json_object(), &bad);
@@ -928,7 +1036,14 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 	put(o, "bos_token_id", s->bos_token_id >= 0 ? json_integer(s->bos_token_id) : json_null(), &bad);
 	put(o, "eos_token_id", s->eos_token_id >= 0 ? json_integer(s->eos_token_id) : json_null(), &bad);
 	put(o, "pad_token_id", s->pad_token_id >= 0 ? json_integer(s->pad_token_id) : json_null(), &bad);
-	if (f->moe) {
+	if (f->oss) {
+		put(o, "num_local_experts", json_integer(s->n_experts), &bad);
+		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
+		put(o, "output_router_logits", json_boolean(s->output_router_logits), &bad);
+		put(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef), &bad);
+		put(o, "swiglu_limit", json_real(s->swiglu_limit), &bad);
+		put(o, "swiglu_alpha", json_real(s->swiglu_alpha), &bad);
+	} else if (f->moe) {
 		put(o, "num_experts", json_integer(s->n_experts), &bad);
 		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
 		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
@@ -960,11 +1075,14 @@ long long hp_model_spec_nparams(const struct hp_model_spec *s)
 	/* checked.h: q, k, v, o and their norms and biases; a layer's MLP */
 	bad |= hp_mul3_size(C, QD, 2, &attn) | hp_mul3_size(2 * C, KD, 1, &t) | hp_add_size(attn, t, &attn);
 	bad |= hp_add_size(attn, (s->qk_norm ? 2 * hd : 0) + (s->qkv_bias ? QD + 2 * KD : 0) +
-			   (s->o_bias ? C : 0) + 2 * C, &attn);
+			   (s->o_bias ? C : 0) + 2 * C + (s->attn_sinks ? s->n_heads : 0), &attn);
 	bad |= hp_mul3_size(3, C, I, &dense);
 	if (s->n_experts)
 		bad |= hp_mul3_size(s->n_experts, 3 * C, s->moe_intermediate, &moe) |
-		       hp_add_size(moe, (int64_t)s->n_experts * C, &moe);
+		       hp_add_size(moe, (int64_t)s->n_experts * C, &moe) |
+		       /* router bias, each expert's gate, up and down biases */
+		       hp_add_size(moe, s->moe_bias ? (int64_t)s->n_experts * (1 + 2 * s->moe_intermediate + C) : 0,
+				   &moe);
 	bad |= hp_mul_size(s->vocab, C, &n) | hp_add_size(n, C, &n);
 	for (int l = 0; l < s->n_layers && !bad; l++)
 		bad |= hp_add_size(n, attn, &n) | hp_add_size(n, hp_model_spec_layer_is_moe(s, l) ? moe : dense, &n);

@@ -4,8 +4,8 @@
  * config.json is read as both transformers release lines write it: 4.x
  * (top-level rope_theta and rope_scaling, torch_dtype, num_experts) and 5.x
  * (rope_parameters, dtype, num_local_experts).  The model types are llama,
- * mistral, qwen2, qwen3 and qwen3_moe, each with the defaults of its own
- * configuration class.
+ * mistral, qwen2, qwen3, qwen3_moe and gpt_oss, each with the defaults of
+ * its own configuration class.
  *
  * Every top-level key falls in one of three lists kept in hfconfig.c:
  * implemented (it changes what hp computes, exactly as transformers does),
@@ -52,8 +52,12 @@ struct hp_rope_spec {
 	int truncate;               /* yarn: floor/ceil the correction range (default 1) */
 };
 
+/* The experts' activation: SwiGLU, or GPT-OSS's clamped one,
+ * (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(gate, limit). */
+enum hp_moe_act { HP_MOE_ACT_SWIGLU, HP_MOE_ACT_CLAMPED };
+
 struct hp_model_spec {
-	char model_type[32];        /* "llama", "mistral", "qwen2", "qwen3", "qwen3_moe" */
+	char model_type[32];        /* "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss" */
 	char architecture[64];      /* architectures[0], e.g. "LlamaForCausalLM" */
 	int hidden;                 /* hidden_size */
 	int intermediate;           /* intermediate_size */
@@ -96,6 +100,13 @@ struct hp_model_spec {
 	int output_router_logits;   /* add the load-balancing aux loss (default 0) */
 	double router_aux_loss_coef;   /* default 0.001 */
 	unsigned char mlp_only[HP_MAX_LAYERS];   /* 1: layer forced dense (mlp_only_layers) */
+
+	/* GPT-OSS */
+	int attn_sinks;             /* self_attn.sinks: a learned logit per head in each softmax */
+	int moe_bias;               /* mlp.router.bias and the experts' biases */
+	enum hp_moe_act moe_act;    /* the experts' activation */
+	double swiglu_limit;        /* HP_MOE_ACT_CLAMPED: gate <= limit, |up| <= limit */
+	double swiglu_alpha;        /* HP_MOE_ACT_CLAMPED: glu = gate * sigmoid(alpha * gate) */
 };
 
 /* Whether layer l is a sparse MoE layer: not in mlp_only_layers, experts

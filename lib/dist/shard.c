@@ -17,6 +17,7 @@
 #include "config/hfconfig.h"
 #include "dist/shard.h"
 #include "model/init.h"
+#include "model/params.h"
 
 #define BLOCK ((int64_t)1 << 20)   /* elements per block: 4 MiB of F32 */
 
@@ -24,6 +25,9 @@
 struct hp_src_view {
 	const struct hp_st_tensor *t;
 	int64_t row_base, cols;      /* rows counted in the tensor seen as [*, cols] */
+	/* strided (GPT-OSS's stacked experts, params.h): element (r, c) at flat
+	 * index base + r * rs + c * cs; rs == 0 when the view is rows */
+	int64_t base, rs, cs;
 };
 
 static void padd(struct hp_progress *pg, uint64_t n)
@@ -96,16 +100,6 @@ static int cmp_name_ptr(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int is_stacked(const char *name)
-{
-	int l, n = 0;
-
-	if (sscanf(name, "model.layers.%d.mlp.experts.gate_up_proj%n", &l, &n) == 1 && !name[n])
-		return 1;
-	n = 0;
-	return sscanf(name, "model.layers.%d.mlp.experts.down_proj%n", &l, &n) == 1 && !name[n];
-}
-
 /* Find q in the folder: by name, or inside a layer's stacked expert tensor
  * (gate_up_proj [E, 2*Im, C]: each expert's gate rows, then its up rows;
  * down_proj [E, C, Im]). */
@@ -114,8 +108,7 @@ static int find_view(struct hp_src *s, const struct hp_plan_param *q, struct hp_
 {
 	const struct hp_model_spec *sp = &s->plan->spec;
 	const struct hp_st_tensor *t = hp_st_model_find(&s->st, q->name);
-	int l, x, n = 0, down;
-	char proj[8], name[128];
+	struct hp_stacked_view sv;
 
 	if (t) {
 		if (t->ndim != q->ndim || t->shape[0] != q->shape[0] || (q->ndim > 1 && t->shape[1] != q->shape[1]))
@@ -128,23 +121,26 @@ static int find_view(struct hp_src *s, const struct hp_plan_param *q, struct hp_
 		v->cols = qcols(q);
 		return 0;
 	}
-	if (sscanf(q->name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.weight%n", &l, &x, proj, &n) == 3 &&
-	    !q->name[n]) {
-		down = !strcmp(proj, "down");
-		snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
-		if ((t = hp_st_model_find(&s->st, name))) {
-			int64_t r = down ? sp->hidden : 2 * (int64_t)sp->moe_intermediate;
-			int64_t c = down ? sp->moe_intermediate : sp->hidden;
+	if (hp_param_stacked(sp, q->name, &sv) && (t = hp_st_model_find(&s->st, sv.name))) {
+		int same = t->ndim == sv.ndim;
 
-			if (t->ndim != 3 || t->shape[0] != sp->n_experts || t->shape[1] != r || t->shape[2] != c)
-				return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not [%d, %lld, %lld] (%d "
-						  "experts)", s->dir, name, sp->n_experts, (long long)r,
-						  (long long)c, sp->n_experts);
-			v->t = t;
-			v->cols = c;
-			v->row_base = x * r + (!strcmp(proj, "up") ? sp->moe_intermediate : 0);
-			return 0;
+		for (int d = 0; same && d < sv.ndim; d++)
+			same = t->shape[d] == sv.shape[d];
+		if (!same)
+			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not [%lld, %lld%s%lld] (%d experts)",
+					  s->dir, sv.name, (long long)sv.shape[0], (long long)sv.shape[1],
+					  sv.ndim > 2 ? ", " : "", sv.ndim > 2 ? (long long)sv.shape[2] : 0LL,
+					  sp->n_experts);
+		v->t = t;
+		v->cols = qcols(q);
+		if (sv.cs == 1 && sv.rs == v->cols && sv.base % v->cols == 0) {   /* whole rows */
+			v->row_base = sv.base / v->cols;
+		} else {
+			v->base = sv.base;
+			v->rs = sv.rs;
+			v->cs = sv.cs;
 		}
+		return 0;
 	}
 	return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' that the plan needs is missing", s->dir, q->name);
 }
@@ -181,7 +177,7 @@ int hp_src_open_hf(struct hp_src *s, const struct hp_plan *p, const char *dir, s
 		const char *n = s->st.tensors[j]->name;
 
 		if (bsearch(&n, names, (size_t)p->nparams, sizeof(*names), cmp_name_ptr) ||
-		    (p->spec.n_experts && is_stacked(n)) || strstr(n, "rotary_emb.inv_freq") ||
+		    hp_param_is_stacked(&p->spec, n) || strstr(n, "rotary_emb.inv_freq") ||
 		    (p->spec.tie_word_embeddings && !strcmp(n, "lm_head.weight")))
 			continue;
 		rc = hp_err_set(e, HP_EFORMAT, "'%s': unexpected tensor '%s' for model_type %s", dir, n,
@@ -196,12 +192,42 @@ fail:
 	return rc;
 }
 
+/* A strided view (GPT-OSS's stacked experts): the span of the tensor that
+ * holds the block, read once, then picked element by element. */
+static int read_strided(struct hp_src *s, const struct hp_src_view *v, int64_t r0, int64_t nr, int64_t c0,
+			int64_t nc, float *dst, struct hp_err *e)
+{
+	size_t esz = hp_dtype_size(v->t->dtype);
+	int64_t lo = v->base + r0 * v->rs + c0 * v->cs, hi = v->base + (r0 + nr - 1) * v->rs + (c0 + nc - 1) * v->cs;
+	size_t n = (size_t)(hi - lo + 1);
+	float *span = hp_malloc(n * sizeof(float));
+	void *raw = v->t->dtype == HP_DTYPE_F32 ? (void *)span : scratch(s, n * esz);
+	int rc;
+
+	if (!span || !raw) {
+		hp_free(span);
+		return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", v->t->name);
+	}
+	if (!(rc = hp_st_pread(v->t, (uint64_t)lo * esz, raw, n * esz, e)) && raw != (void *)span &&
+	    hp_convert_to_f32(span, raw, v->t->dtype, n))
+		rc = hp_err_set(e, HP_EUNSUP, "'%s': tensor '%s' is %s; hp reads F32, BF16 and F16", s->dir,
+				v->t->name, hp_dtype_name(v->t->dtype));
+	for (int64_t r = 0; !rc && r < nr; r++)
+		for (int64_t c = 0; c < nc; c++)
+			dst[r * nc + c] = span[r * v->rs + c * v->cs];
+	hp_free(span);
+	return rc;
+}
+
 static int read_hf(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
 		   struct hp_err *e)
 {
 	const struct hp_src_view *v = &s->views[i];
 	size_t esz = hp_dtype_size(v->t->dtype);
 	int whole = c0 == 0 && nc == v->cols;
+
+	if (v->rs)
+		return read_strided(s, v, r0, nr, c0, nc, dst, e);
 	/* whole rows are one run; a column slice is one run per row */
 	int64_t runs = whole ? 1 : nr, run = whole ? nr * nc : nc;
 
@@ -621,6 +647,109 @@ int hp_shard_verify(const struct hp_plan *p, const char *hash, int rank, const s
 
 /* --- HF export ------------------------------------------------------------------ */
 
+/*
+ * GPT-OSS's experts leave as transformers stores them, stacked per layer
+ * (params.h, hp_param_stacked): the export writes one entry per stacked
+ * tensor, at its layer's first expert parameter of that tensor, and
+ * fills it expert by expert.  stacked_expert: for parameter i of such a
+ * model, its expert (>= 0), or -1 when it is not a stacked one.
+ */
+static int stacked_expert(const struct hp_plan *p, int i)
+{
+	struct hp_stacked_view v;
+	int l, x;
+
+	if (!p->spec.moe_bias || !hp_param_stacked(&p->spec, p->params[i].name, &v) ||
+	    sscanf(p->params[i].name, "model.layers.%d.mlp.experts.%d.", &l, &x) != 2)
+		return -1;
+	return x;
+}
+
+/* The parameter of expert x whose name is param i's with its expert and
+ * projection replaced (proj "gate", "up" or "down"); -1 if none. */
+static int expert_param(const struct hp_plan *p, int i, int x, const char *proj)
+{
+	char name[128];
+	int l;
+	const char *kind = strrchr(p->params[i].name, '.');
+
+	if (sscanf(p->params[i].name, "model.layers.%d.", &l) != 1 || !kind)
+		return -1;
+	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.%s_proj%s", l, x, proj, kind);
+	for (int j = 0; j < p->nparams; j++)
+		if (!strcmp(p->params[j].name, name))
+			return j;
+	return -1;
+}
+
+/* Write stacked tensor of entry i (the first expert's parameter, gate or
+ * down, weight or bias) expert by expert, each expert's block converted to
+ * dtype; blk holds at least 2 * Im * C floats, out their bytes. */
+static int put_stacked(const struct hp_plan *p, struct hp_src *src, struct hp_st_writer *w, int i,
+		       enum hp_dtype dtype, int finite, float *blk, void *out, struct hp_progress *pg,
+		       struct hp_err *e)
+{
+	const struct hp_model_spec *s = &p->spec;
+	int64_t C = s->hidden, Im = s->moe_intermediate, E = s->n_experts;
+	int down = strstr(p->params[i].name, "down_proj") != NULL, bias = strstr(p->params[i].name, ".bias") != NULL;
+	int64_t per = down ? (bias ? C : Im * C) : (bias ? 2 * Im : 2 * Im * C);
+	float *a = blk + per, *b = a + per / 2 + (down ? per / 2 : 0);
+	int rc;
+
+	for (int x = 0; x < E; x++) {
+		int g = expert_param(p, i, x, down ? "down" : "gate"), u = down ? -1 : expert_param(p, i, x, "up");
+
+		if (g < 0 || (!down && u < 0))
+			return hp_err_set(e, HP_EINVAL, "internal: expert %d of '%s' is missing", x, p->params[i].name);
+		if (down) {   /* [C, Im] or [C] -> [Im, C] or [C] */
+			if ((rc = hp_src_read(src, g, 0, p->params[g].shape[0], 0, qcols(&p->params[g]), a, e)))
+				return rc;
+			for (int64_t c = 0; c < C; c++)
+				for (int64_t k = 0; k < (bias ? 1 : Im); k++)
+					blk[k * C + c] = a[c * (bias ? 1 : Im) + k];
+		} else {      /* gate, up [Im, C] or [Im] -> [C, 2*Im] or [2*Im], interleaved */
+			int64_t cols = bias ? 1 : C;
+
+			if ((rc = hp_src_read(src, g, 0, Im, 0, cols, a, e)) ||
+			    (rc = hp_src_read(src, u, 0, Im, 0, cols, b, e)))
+				return rc;
+			for (int64_t c = 0; c < cols; c++)
+				for (int64_t k = 0; k < Im; k++) {
+					blk[c * 2 * Im + 2 * k] = a[k * cols + c];
+					blk[c * 2 * Im + 2 * k + 1] = b[k * cols + c];
+				}
+		}
+		size_t nf = finite ? hp_find_nonfinite(blk, (size_t)per) : (size_t)per;
+		if (nf < (size_t)per)
+			return hp_err_set(e, HP_EFORMAT, "'%s' of expert %d holds %g: an HF folder of it would not load "
+					  "into a usable model (a checkpoint of a run with debug.check_nan_inf: false?)",
+					  p->params[g].name, x, blk[nf]);
+		if (dtype != HP_DTYPE_F32)
+			hp_convert_from_f32(out, dtype, blk, (size_t)per);
+		if ((rc = hp_st_writer_put(w, dtype == HP_DTYPE_F32 ? (void *)blk : out, (size_t)per * hp_dtype_size(dtype), e)))
+			return rc;
+		padd(pg, (uint64_t)per * hp_dtype_size(dtype));
+	}
+	return 0;
+}
+
+/* The stacked tensor's name and shape for entry i; 0 when i is no entry
+ * (a later expert's, or up's, folded into the first). */
+static int stacked_entry(const struct hp_plan *p, int i, struct hp_st_entry *ent, char *name, size_t n)
+{
+	struct hp_stacked_view v;
+	int x = stacked_expert(p, i);
+
+	if (x != 0 || strstr(p->params[i].name, "up_proj"))
+		return 0;
+	hp_param_stacked(&p->spec, p->params[i].name, &v);
+	snprintf(name, n, "%s", v.name);
+	ent->ndim = v.ndim;
+	for (int d = 0; d < v.ndim; d++)
+		ent->shape[d] = v.shape[d];
+	return 1;
+}
+
 /* Which output file each parameter goes to: in the model's order, a new file
  * when the next tensor would pass max_shard (HF's rule). */
 static int assign_files(const struct hp_plan *p, size_t esz, uint64_t max_shard, int *file)
@@ -630,8 +759,10 @@ static int assign_files(const struct hp_plan *p, size_t esz, uint64_t max_shard,
 
 	for (int i = 0; i < p->nparams; i++) {
 		uint64_t b = (uint64_t)(p->params[i].shape[0] * qcols(&p->params[i])) * esz;
+		int x = stacked_expert(p, i);
 
-		if (max_shard && cur && cur + b > max_shard) {
+		/* a stacked tensor (GPT-OSS) is one file's: its experts never part */
+		if (max_shard && cur && cur + b > max_shard && x <= 0) {
 			f++;
 			cur = 0;
 		}
@@ -679,20 +810,31 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 	struct hp_st_writer w = { 0 };
 	const char *mk[] = { "format" }, *mv[] = { "pt" };
 	size_t esz = hp_dtype_size(dtype);
+	char *names = NULL;
 	int n = 0, rc;
 
 	if (!ent || !idx) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
 		goto out;
 	}
+	if (!(names = hp_calloc((size_t)p->nparams + 1, 128))) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
+		goto out;
+	}
 	for (int i = 0; i < p->nparams; i++) {
 		if (file[i] != f)
 			continue;
-		ent[n].name = p->params[i].name;
+		if (stacked_expert(p, i) >= 0) {
+			if (!stacked_entry(p, i, &ent[n], names + (size_t)n * 128, 128))
+				continue;
+			ent[n].name = names + (size_t)n * 128;
+		} else {
+			ent[n].name = p->params[i].name;
+			ent[n].ndim = p->params[i].ndim;
+			ent[n].shape[0] = p->params[i].shape[0];
+			ent[n].shape[1] = p->params[i].shape[1];
+		}
 		ent[n].dtype = dtype;
-		ent[n].ndim = p->params[i].ndim;
-		ent[n].shape[0] = p->params[i].shape[0];
-		ent[n].shape[1] = p->params[i].shape[1];
 		idx[n++] = i;
 	}
 	if ((rc = hp_st_writer_open(&w, path, (size_t)n, ent, 1, mk, mv, e)))
@@ -701,6 +843,12 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 		int i = idx[hp_st_writer_index(&w, (size_t)k)];
 		const struct hp_plan_param *q = &p->params[i];
 		int64_t cols = qcols(q), step = BLOCK / cols > 0 ? BLOCK / cols : 1;
+
+		if (stacked_expert(p, i) >= 0) {
+			if ((rc = put_stacked(p, src, &w, i, dtype, finite, blk, out, pg, e)))
+				goto out;
+			continue;
+		}
 
 		for (int64_t r = 0; r < q->shape[0]; r += step) {
 			int64_t nr = q->shape[0] - r < step ? q->shape[0] - r : step;
@@ -729,6 +877,7 @@ out:
 		hp_st_writer_abort(&w);
 	hp_free(ent);
 	hp_free(idx);
+	hp_free(names);
 	return rc;
 }
 
@@ -877,6 +1026,9 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 	for (int i = 0; i < p->nparams; i++)
 		if ((size_t)qcols(&p->params[i]) > blkn)
 			blkn = (size_t)qcols(&p->params[i]);
+	/* put_stacked: an expert's [C, 2*Im] block and its gate and up */
+	if (p->spec.moe_bias && (size_t)(4 * (int64_t)p->spec.moe_intermediate * p->spec.hidden) > blkn)
+		blkn = (size_t)(4 * (int64_t)p->spec.moe_intermediate * p->spec.hidden);
 	if (!file || !(blk = hp_malloc(blkn * 4)) || !(out = hp_malloc(blkn * esz))) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory");
 		goto out;
@@ -905,8 +1057,14 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 			idx = json_object();
 			map = json_object();
 			for (int i = 0; map && i < p->nparams; i++) {
+				struct hp_st_entry se;
+				char sn[128];
+
 				file_name(name, sizeof(name), file[i], nfiles);
-				json_object_set_new(map, p->params[i].name, json_string(name));
+				if (stacked_expert(p, i) < 0)
+					json_object_set_new(map, p->params[i].name, json_string(name));
+				else if (stacked_entry(p, i, &se, sn, sizeof(sn)))
+					json_object_set_new(map, sn, json_string(name));
 				total += (uint64_t)(p->params[i].shape[0] * qcols(&p->params[i])) * esz;
 			}
 			json_object_set_new(idx, "metadata", json_pack("{sI}", "total_size", (json_int_t)total));

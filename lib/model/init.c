@@ -31,6 +31,9 @@ enum hp_init_kind hp_init_kind_of(const char *hf_name)
 	 * whose only parameter is "weight"; no Linear or Embedding is so named. */
 	if (len >= sizeof(norm_w) - 1 && !strcmp(hf_name + len - (sizeof(norm_w) - 1), norm_w))
 		return HP_INIT_ONES;
+	/* GPT-OSS's router bias is drawn like its weight (GptOssTopKRouter) */
+	if (len >= 16 && !strcmp(hf_name + len - 16, ".mlp.router.bias"))
+		return HP_INIT_NORMAL;
 	/* A parameter called exactly "bias" (not e.g. a "..._bias" buffer). */
 	if (len >= sizeof(bias) - 1 && !strcmp(hf_name + len - (sizeof(bias) - 1), bias) &&
 	    (len == sizeof(bias) - 1 || hf_name[len - sizeof(bias)] == '.'))

@@ -9,7 +9,9 @@
  *    router mlp.gate, every expert's projections, or the fused expert
  *    tensors mlp.experts.gate_up_proj / down_proj of newer releases):
  *    normal(0, initializer_range);
- *  - nn.Linear biases (attention_bias, mlp_bias): zeros;
+ *  - nn.Linear biases (attention_bias, mlp_bias): zeros, and GPT-OSS's
+ *    expert biases; GPT-OSS's router bias mlp.router.bias and attention
+ *    sinks self_attn.sinks: normal(0, initializer_range);
  *  - nn.Embedding: normal(0, initializer_range), then the row padding_idx
  *    (= config.pad_token_id when set) zeroed;
  *  - RMSNorm weights (input_layernorm, post_attention_layernorm, model.norm,

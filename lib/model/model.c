@@ -130,6 +130,11 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	case HP_PF_EX_GATE: ws = &w->ex[x].wg; gs = &g->ex[x].wg; break;
 	case HP_PF_EX_UP: ws = &w->ex[x].wu; gs = &g->ex[x].wu; break;
 	case HP_PF_EX_DOWN: ws = &w->ex[x].wd; gs = &g->ex[x].wd; break;
+	case HP_PF_SINKS: SLOT(sinks); break;
+	case HP_PF_ROUTER_B: SLOT(router_b); break;
+	case HP_PF_EX_GATE_B: ws = &w->ex[x].bg; gs = &g->ex[x].bg; break;
+	case HP_PF_EX_UP_B: ws = &w->ex[x].bu; gs = &g->ex[x].bu; break;
+	case HP_PF_EX_DOWN_B: ws = &w->ex[x].bd; gs = &g->ex[x].bd; break;
 	}
 #undef SLOT
 	add_param(m, &m->w.numel, d->name, d->ndim, d0, d1, ws, gs);
@@ -159,7 +164,9 @@ static int expert_stride(struct hp_layer_w *w, int El, struct hp_err *e)
 	w->xs = El > 1 ? (size_t)(w->ex[1].wg - x0->wg) : 0;
 	for (int x = 1; x < El; x++)
 		if (w->ex[x].wg != x0->wg + x * w->xs || w->ex[x].wu != x0->wu + x * w->xs ||
-		    w->ex[x].wd != x0->wd + x * w->xs)
+		    w->ex[x].wd != x0->wd + x * w->xs ||
+		    (x0->bg && (w->ex[x].bg != x0->bg + x * w->xs || w->ex[x].bd != x0->bd + x * w->xs ||
+				w->ex[x].bu != x0->bu + x * w->xs)))
 			return hp_err_set(e, HP_EINVAL, "internal: expert %d's tensors are not %zu floats after "
 					  "expert %d's", x, w->xs, x - 1);
 	return 0;
@@ -948,8 +955,9 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		m->w.d_lm_head = m->w.d_embed;
 	}
 	/* a backend without HF's eager attention runs flash in its place: the
-	 * same function, lse kept instead of P */
-	for (int l = 0; l < spec->n_layers && !m->bk->has_eager; l++)
+	 * same function, lse kept instead of P; so does attention with sinks,
+	 * which join the lse (sinks_fwd) */
+	for (int l = 0; l < spec->n_layers && (!m->bk->has_eager || spec->attn_sinks); l++)
 		m->k.flash[l] = 1;
 	for (int l = 0; l < spec->n_layers; l++)
 		if (m->k.flash[l] && !m->bk->flash_supports(m->bk, spec->head_dim)) {
@@ -1313,6 +1321,8 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 	}
 }
 
+static int sinks_at(const struct hp_model *m);
+
 /* The attention kernel itself, on q, k, v as the exchanges left them
  * (all-gathered K and V, or the ulysses head split). */
 static void attention_core(struct hp_model *m, int l)
@@ -1338,6 +1348,24 @@ static void attention_core(struct hp_model *m, int l)
 	} else {
 		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->a.T, Hq, Hkv, D);
 	}
+	if (m->w.lw[l].sinks)   /* GPT-OSS: the sinks join each row's softmax (flash only, see init) */
+		bk->sinks_fwd(bk, cp_ul(m) ? a->att_u : a->att, a->P, m->w.lw[l].sinks + sinks_at(m),
+			      m->a.B, cp_ul(m) ? m->lay.S : m->a.T, cp_ul(m) ? Hq / cp : Hq, D);
+}
+
+/* The first of the heads this rank's attention kernel runs, among its tp
+ * rank's heads: ulysses gives cp rank r heads r*H/cp .. */
+static int sinks_at(const struct hp_model *m)
+{
+	return cp_ul(m) ? m->par.cp_rank * (m->spec.n_heads / m->par.cp) : 0;
+}
+
+/* The sinks' gradient, on the kernel's dout, out and lse (before its backward). */
+static void sinks_bwd(struct hp_model *m, int l, const float *dout, const float *out, int T, int H)
+{
+	if (m->w.lw[l].sinks)
+		m->bk->sinks_bwd(m->bk, m->w.lg[l].sinks + sinks_at(m), dout, out, m->a.act[l].P,
+				 m->w.lw[l].sinks + sinks_at(m), m->a.B, T, H, m->spec.head_dim);
 }
 
 static void attention_fwd(struct hp_model *m, int l)
@@ -1378,6 +1406,7 @@ static void attention_bwd(struct hp_model *m, int l)
 
 		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->a.T;
 
+		sinks_bwd(m, l, m->a.datt, a->att, m->a.T, Hq);
 		bk->cp_attention_bwd(bk, m->a.dq, m->lay.cp_recv, m->lay.cp_recv + whole, m->a.datt, a->att,
 				     m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
 				     m->a.seg, m->a.dscratch, m->a.B, m->a.T, m->lay.S, q0, Hq, Hkv, D);
@@ -1390,6 +1419,7 @@ static void attention_bwd(struct hp_model *m, int l)
 		struct ul_t x[3] = { { m->a.dq, m->a.dq, Hq }, { m->a.dk, m->a.dk, Hkv }, { m->a.dv, m->a.dv, Hkv } };
 
 		ulysses(m, &d, 1, 0);
+		sinks_bwd(m, l, m->a.datt, a->att_u, m->lay.S, Hq / cp);
 		if (m->k.flash[l])
 			bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att_u, a->P, a->q, a->k, a->v, m->a.seg,
 				      m->a.dscratch, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
@@ -1399,6 +1429,7 @@ static void attention_bwd(struct hp_model *m, int l)
 		ulysses(m, x, 3, 1);
 		return;
 	}
+	sinks_bwd(m, l, m->a.datt, a->att, m->a.T, Hq);
 	if (m->k.flash[l])
 		bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att, a->P, a->q, a->k, a->v, m->a.seg,
 			      m->a.dscratch, m->a.B, m->a.T, Hq, Hkv, D);
@@ -1415,6 +1446,48 @@ static int first_moe(const struct hp_model *m)
 		if (m->w.lw[l].moe)
 			return l;
 	return -1;
+}
+
+/* The experts' activation on R rows of gate g and up u (row stride ld)
+ * into h [R, Im]: SwiGLU, or GPT-OSS's clamped one. */
+static void act_fwd(struct hp_model *m, float *h, const float *g, const float *u, long ld, long R)
+{
+	const struct hp_model_spec *s = &m->spec;
+	int Im = s->moe_intermediate;
+
+	if (s->moe_act == HP_MOE_ACT_CLAMPED)
+		m->bk->glu_clamp_fwd(m->bk, h, g, u, ld, R, Im, (float)s->swiglu_alpha, (float)s->swiglu_limit);
+	else if (ld == Im)
+		m->bk->swiglu_fwd(m->bk, h, g, u, R * Im);
+	else   /* [gate | up] rows */
+		m->bk->swiglu_rows_fwd(m->bk, h, g, R, Im);
+}
+
+static void act_bwd(struct hp_model *m, float *dg, float *du, const float *dh, const float *g, const float *u,
+		    long ld, long R)
+{
+	const struct hp_model_spec *s = &m->spec;
+	int Im = s->moe_intermediate;
+
+	if (s->moe_act == HP_MOE_ACT_CLAMPED)
+		m->bk->glu_clamp_bwd(m->bk, dg, du, dh, g, u, ld, R, Im, (float)s->swiglu_alpha,
+				     (float)s->swiglu_limit);
+	else if (ld == Im)
+		m->bk->swiglu_bwd(m->bk, dg, du, dh, g, u, R * Im);
+	else
+		m->bk->swiglu_rows_bwd(m->bk, dg, dh, g, R, Im);
+}
+
+/* The grouped experts' outputs from the activations in hrec: down_proj
+ * (and its bias). */
+static void down_fwd(struct hp_model *m, int l, float *ye, const int32_t *off, int nx, long R)
+{
+	const struct hp_layer_w *w = &m->w.lw[l];
+	int C = m->spec.hidden, Im = m->spec.moe_intermediate;
+
+	m->bk->grouped_fwd(m->bk, ye, m->a.hrec, w->ex[0].wd, w->xs, off, nx, R, Im, C);
+	if (w->ex[0].bd)
+		m->bk->bias_grouped_fwd(m->bk, ye, C, w->ex[0].bd, w->xs, off, nx, C, R);
 }
 
 /*
@@ -1439,16 +1512,26 @@ static void experts_fwd(struct hp_model *m, int l, const float *xe, const int32_
 	if (!m->k.grouped[l]) {
 		bk->grouped_fwd(bk, a->ge, xe, x0->wg, w->xs, off, nx, R, C, Im);
 		bk->grouped_fwd(bk, a->ue, xe, x0->wu, w->xs, off, nx, R, C, Im);
-		bk->swiglu_fwd(bk, a->he, a->ge, a->ue, R * Im);
+		if (x0->bg) {
+			bk->bias_grouped_fwd(bk, a->ge, Im, x0->bg, w->xs, off, nx, Im, R);
+			bk->bias_grouped_fwd(bk, a->ue, Im, x0->bu, w->xs, off, nx, Im, R);
+		}
+		act_fwd(m, a->he, a->ge, a->ue, Im, R);
 		bk->grouped_fwd(bk, ye, a->he, x0->wd, w->xs, off, nx, R, Im, C);
+		if (x0->bd)
+			bk->bias_grouped_fwd(bk, ye, C, x0->bd, w->xs, off, nx, C, R);
 		return;
 	}
 	/* gate and up weights are adjacent: one GEMM gives [gate | up] rows */
 	bk->grouped_fwd(bk, a->ge, xe, x0->wg, w->xs, off, nx, R, C, 2 * Im);
+	if (x0->bg) {
+		bk->bias_grouped_fwd(bk, a->ge, 2 * Im, x0->bg, w->xs, off, nx, Im, R);
+		bk->bias_grouped_fwd(bk, a->ge + Im, 2 * Im, x0->bu, w->xs, off, nx, Im, R);
+	}
 	if (!ye)
 		return;
-	bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, R, Im);
-	bk->grouped_fwd(bk, ye, m->a.hrec, x0->wd, w->xs, off, nx, R, Im, C);
+	act_fwd(m, m->a.hrec, a->ge, a->ge + Im, 2 * Im, R);
+	down_fwd(m, l, ye, off, nx, R);
 }
 
 /* Backward of experts_fwd: dye -> dxe, weight gradients added.  h_ready:
@@ -1465,9 +1548,15 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 	size_t gs = m->w.lg[l].xs;
 	int C = s->hidden, Im = s->moe_intermediate;
 
+	if (g0->bd)
+		bk->bias_grouped_bwd(bk, g0->bd, gs, dye, C, off, nx, C);
 	if (!m->k.grouped[l]) {
 		bk->grouped_bwd(bk, m->a.dhe, g0->wd, gs, dye, a->he, x0->wd, w->xs, off, nx, R, Im, C, 0);
-		bk->swiglu_bwd(bk, m->a.dge, m->a.due, m->a.dhe, a->ge, a->ue, R * Im);
+		act_bwd(m, m->a.dge, m->a.due, m->a.dhe, a->ge, a->ue, Im, R);
+		if (g0->bg) {
+			bk->bias_grouped_bwd(bk, g0->bg, gs, m->a.dge, Im, off, nx, Im);
+			bk->bias_grouped_bwd(bk, g0->bu, gs, m->a.due, Im, off, nx, Im);
+		}
 		bk->grouped_bwd(bk, dxe, g0->wg, gs, m->a.dge, xe, x0->wg, w->xs, off, nx, R, C, Im, 0);
 		bk->grouped_bwd(bk, dxe, g0->wu, gs, m->a.due, xe, x0->wu, w->xs, off, nx, R, C, Im, 1);
 		return;
@@ -1475,9 +1564,13 @@ static void experts_bwd(struct hp_model *m, int l, const float *xe, const int32_
 	/* the SwiGLU output is recomputed rather than kept (unless the
 	 * recomputed expert outputs needed it first) */
 	if (!h_ready)
-		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, R, Im);
+		act_fwd(m, m->a.hrec, a->ge, a->ge + Im, 2 * Im, R);
 	bk->grouped_bwd(bk, m->a.dhe, g0->wd, gs, dye, m->a.hrec, x0->wd, w->xs, off, nx, R, Im, C, 0);
-	bk->swiglu_rows_bwd(bk, m->a.dge, m->a.dhe, a->ge, R, Im);
+	act_bwd(m, m->a.dge, m->a.dge + Im, m->a.dhe, a->ge, a->ge + Im, 2 * Im, R);
+	if (g0->bg) {
+		bk->bias_grouped_bwd(bk, g0->bg, gs, m->a.dge, 2 * Im, off, nx, Im);
+		bk->bias_grouped_bwd(bk, g0->bu, gs, m->a.dge + Im, 2 * Im, off, nx, Im);
+	}
 	bk->grouped_bwd(bk, dxe, g0->wg, gs, m->a.dge, xe, x0->wg, w->xs, off, nx, R, C, 2 * Im, 0);
 }
 
@@ -1606,7 +1699,7 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 	int C = s->hidden, E = s->n_experts, K = s->top_k;
 	struct hp_route rt = route_of(a);
 
-	bk->linear_fwd(bk, a->probs, a->xn2, w->router, NULL, N, C, E);
+	bk->linear_fwd(bk, a->probs, a->xn2, w->router, w->router_b, N, C, E);
 	bk->router_topk(bk, a->probs, a->sel.d, a->wsel, N, E, K, s->norm_topk_prob);
 	route(m, l);
 	if (m->par.ep > 1) {
@@ -1685,8 +1778,8 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	if (!ye) {
 		int Im = s->moe_intermediate;
 
-		bk->swiglu_rows_fwd(bk, m->a.hrec, a->ge, N * K, Im);
-		bk->grouped_fwd(bk, m->a.dxe, m->a.hrec, w->ex[0].wd, w->xs, a->ex_off.d, E, N * K, Im, C);
+		act_fwd(m, m->a.hrec, a->ge, a->ge + Im, 2 * Im, N * K);
+		down_fwd(m, l, m->a.dxe, a->ex_off.d, E, N * K);
 		ye = m->a.dxe;
 	}
 	/* through the weighted sum: dy_r = w * dout_t, dw = dout_t . y_r */
@@ -1710,7 +1803,7 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 	/* routing weights -> probabilities of the chosen experts -> router logits */
 	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.fp, aux_grad, N, E, K,
 		       s->norm_topk_prob);
-	bk->linear_bwd(bk, dxn, g->router, NULL, m->a.dprob, a->xn2, w->router, N, C, E, 0);
+	bk->linear_bwd(bk, dxn, g->router, g->router_b, m->a.dprob, a->xn2, w->router, N, C, E, 0);
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
 }
 

@@ -58,6 +58,7 @@ struct hp_param {
 
 struct hp_expert_w {
 	float *wg, *wu, *wd;    /* [Im,C], [Im,C], [C,Im] */
+	float *bg, *bu, *bd;    /* GPT-OSS: [Im], [Im], [C] (bu == bg + Im), else NULL */
 };
 
 struct hp_layer_w {
@@ -66,7 +67,9 @@ struct hp_layer_w {
 	float *bq, *bk, *bv, *bo;     /* attention_bias, else NULL */
 	float *q_norm, *k_norm;       /* Qwen3, else NULL */
 	float *wg, *wu, *wd;          /* dense MLP, else NULL */
-	float *router;                /* MoE: mlp.gate.weight [E,C] */
+	float *router;                /* MoE: mlp.gate.weight [E,C] (GPT-OSS: mlp.router.weight) */
+	float *router_b;              /* GPT-OSS: mlp.router.bias [E], else NULL */
+	float *sinks;                 /* GPT-OSS: self_attn.sinks [heads], else NULL */
 	struct hp_expert_w *ex;       /* MoE: [E] */
 	size_t xs;                    /* MoE: ex[x].f == ex[0].f + x * xs (the grouped kernels' stride) */
 	int moe;

@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "model/params.h"
 
 struct hp_param *hp_model_param(struct hp_model *m, const char *name)
 {
@@ -44,62 +45,44 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 }
 
 /*
- * Newer transformers store a layer's experts stacked: experts.gate_up_proj
- * [E, 2*Im, C] (each expert's gate rows, then its up rows) and
- * experts.down_proj [E, C, Im].  Fill expert parameter p from them; returns
- * 1 when p is not an expert tensor or the stacked tensor is absent, 0 when
- * filled, or a negative error.  The whole stacked tensor is converted once
- * and kept in *cache while the same tensor serves the next experts.
+ * Newer transformers store a layer's experts stacked (params.h,
+ * hp_param_stacked: Qwen3-MoE's [E, 2*Im, C] and [E, C, Im], GPT-OSS's
+ * transposed and interleaved tensors and their biases).  Fill expert
+ * parameter p from them; returns 1 when p is not an expert tensor or the
+ * stacked tensor is absent, 0 when filled, or a negative error.  The whole
+ * stacked tensor is converted once and kept in *cache while the same
+ * tensor serves the next experts.
  */
 static int load_stacked(struct hp_model *m, const struct hp_st_model *st, const char *dir,
 			struct hp_param *p, const struct hp_st_tensor **cached, float **cache,
 			struct hp_err *e)
 {
-	const struct hp_model_spec *s = &m->spec;
-	int l, x, n = 0, C = s->hidden, Im = s->moe_intermediate, E = s->n_experts;
-	char proj[8], name[96];
+	struct hp_stacked_view v;
 	const struct hp_st_tensor *t;
-	int64_t want0, want1, want2;
 
-	if (sscanf(p->name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.weight%n", &l, &x, proj, &n) != 3 ||
-	    p->name[n] != '\0')
+	if (!hp_param_stacked(&m->spec, p->name, &v) || !(t = hp_st_model_find(st, v.name)))
 		return 1;
-	int down = !strcmp(proj, "down");
-	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
-	if (!(t = hp_st_model_find(st, name)))
-		return 1;
-	want0 = E;
-	want1 = down ? C : 2 * (int64_t)Im;
-	want2 = down ? Im : C;
-	if (t->ndim != 3 || t->shape[0] != want0 || t->shape[1] != want1 || t->shape[2] != want2)
+	int same = t->ndim == v.ndim;
+	for (int d = 0; same && d < v.ndim; d++)
+		same = t->shape[d] == v.shape[d];
+	if (!same)
 		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has the wrong shape for %d experts of "
-				  "%d x %d", dir, name, E, Im, C);
+				  "%d x %d", dir, v.name, m->spec.n_experts, m->spec.moe_intermediate, m->spec.hidden);
 	if (*cached != t) {
 		hp_free(*cache);
 		*cached = NULL;
 		if (!(*cache = hp_malloc((size_t)t->numel * sizeof(float))))
-			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", name);
+			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", v.name);
 		int rc = hp_st_read_f32(t, *cache, e);
 		if (rc)
 			return rc;
 		*cached = t;
 	}
-	size_t per = (size_t)want1 * want2;
-	const float *src = *cache + (size_t)x * per;
-	if (!strcmp(proj, "up"))
-		src += (size_t)Im * C;
-	memcpy(p->w, src, p->numel * sizeof(float));
+	int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
+	for (int64_t r = 0; r < p->shape[0]; r++)
+		for (int64_t c = 0; c < cols; c++)
+			p->w[r * cols + c] = (*cache)[v.base + r * v.rs + c * v.cs];
 	return 0;
-}
-
-static int is_stacked_name(const char *name)
-{
-	int l, n = 0;
-
-	if (sscanf(name, "model.layers.%d.mlp.experts.gate_up_proj%n", &l, &n) == 1 && name[n] == '\0')
-		return 1;
-	n = 0;
-	return sscanf(name, "model.layers.%d.mlp.experts.down_proj%n", &l, &n) == 1 && name[n] == '\0';
 }
 
 int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
@@ -151,7 +134,7 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 		snprintf(key.name, sizeof(key.name), "%s", t->name);
 		if ((strlen(t->name) < sizeof(key.name) &&
 		     bsearch(&kp, byname, (size_t)m->w.nparams, sizeof(*byname), cmp_param_name)) ||
-		    (m->n_moe && is_stacked_name(t->name)))
+		    (m->n_moe && hp_param_is_stacked(&m->spec, t->name)))
 			continue;
 		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
 			/* some exporters write the tied head out; accept it only if it is the embedding */

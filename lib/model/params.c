@@ -31,6 +31,68 @@ int hp_param_gemm_only(const char *name, int ndim)
 	return ndim == 2 && strcmp(name, EMBED_NAME);
 }
 
+int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v)
+{
+	int l, x, n = 0, up, down;
+	char proj[8], kind[8];
+	int64_t E = s->n_experts, C = s->hidden, Im = s->moe_intermediate;
+
+	if (sscanf(name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.%6[a-z]%n", &l, &x, proj, kind, &n) != 4 ||
+	    name[n] || (strcmp(kind, "weight") && strcmp(kind, "bias")) || l < 0 || l >= s->n_layers ||
+	    x < 0 || x >= E)
+		return 0;
+	up = !strcmp(proj, "up");
+	down = !strcmp(proj, "down");
+	if (!up && !down && strcmp(proj, "gate"))
+		return 0;
+	memset(v, 0, sizeof(*v));
+	if (!strcmp(kind, "bias")) {
+		if (!s->moe_bias)
+			return 0;
+		snprintf(v->name, sizeof(v->name), "model.layers.%d.mlp.experts.%s", l,
+			 down ? "down_proj_bias" : "gate_up_proj_bias");
+		v->ndim = 2;
+		v->shape[0] = E;
+		v->shape[1] = down ? C : 2 * Im;
+		v->base = x * v->shape[1] + up;
+		v->rs = down ? 1 : 2;
+		return 1;
+	}
+	snprintf(v->name, sizeof(v->name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
+	v->ndim = 3;
+	v->shape[0] = E;
+	if (s->moe_bias) {   /* GPT-OSS: [E, C, 2*Im] interleaved, [E, Im, C]: both transposed */
+		v->shape[1] = down ? Im : C;
+		v->shape[2] = down ? C : 2 * Im;
+		v->base = down ? x * Im * C : x * C * 2 * Im + up;
+		v->rs = down ? 1 : 2;
+		v->cs = down ? C : 2 * Im;
+	} else {             /* [E, 2*Im, C] gate rows then up rows, [E, C, Im] */
+		v->shape[1] = down ? C : 2 * Im;
+		v->shape[2] = down ? Im : C;
+		v->base = down ? x * C * Im : x * 2 * Im * C + up * Im * C;
+		v->rs = down ? Im : C;
+		v->cs = 1;
+	}
+	return 1;
+}
+
+int hp_param_is_stacked(const struct hp_model_spec *s, const char *name)
+{
+	static const char *const names[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias" };
+	int l, n;
+
+	for (int i = 0; i < (s->moe_bias ? 4 : 2); i++) {
+		char fmt[64];
+
+		n = 0;
+		snprintf(fmt, sizeof(fmt), "model.layers.%%d.mlp.experts.%s%%n", names[i]);
+		if (sscanf(name, fmt, &l, &n) == 1 && n && !name[n])
+			return s->n_experts > 0;
+	}
+	return 0;
+}
+
 int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ctx)
 {
 	struct walk w = { .fn = fn, .ctx = ctx };
@@ -60,6 +122,8 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 		LAYER(HP_PF_WO, HP_ROLE_ROW, "self_attn.o_proj.weight", 2, C, QD);
 		if (s->o_bias)
 			LAYER(HP_PF_BO, HP_ROLE_REPLICATE, "self_attn.o_proj.bias", 1, C, 1);
+		if (s->attn_sinks)
+			LAYER(HP_PF_SINKS, HP_ROLE_COLUMN, "self_attn.sinks", 1, s->n_heads, 1);
 		if (s->qk_norm) {
 			LAYER(HP_PF_Q_NORM, HP_ROLE_REPLICATE, "self_attn.q_norm.weight", 1, D, 1);
 			LAYER(HP_PF_K_NORM, HP_ROLE_REPLICATE, "self_attn.k_norm.weight", 1, D, 1);
@@ -69,14 +133,28 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 			static const char *const proj[3] = { "gate_proj", "up_proj", "down_proj" };
 			static const enum hp_param_field pf[3] = { HP_PF_EX_GATE, HP_PF_EX_UP, HP_PF_EX_DOWN };
 
-			LAYER(HP_PF_ROUTER, HP_ROLE_REPLICATE, "mlp.gate.weight", 2, E, C);
-			for (int x = 0; x < E; x++)
+			static const enum hp_param_field pb[3] = { HP_PF_EX_GATE_B, HP_PF_EX_UP_B, HP_PF_EX_DOWN_B };
+
+			if (s->moe_bias) {
+				LAYER(HP_PF_ROUTER, HP_ROLE_REPLICATE, "mlp.router.weight", 2, E, C);
+				LAYER(HP_PF_ROUTER_B, HP_ROLE_REPLICATE, "mlp.router.bias", 1, E, 1);
+			} else {
+				LAYER(HP_PF_ROUTER, HP_ROLE_REPLICATE, "mlp.gate.weight", 2, E, C);
+			}
+			for (int x = 0; x < E; x++) {
 				for (int k = 0; k < 3; k++) {
 					snprintf(w.name, sizeof(w.name), "model.layers.%d.mlp.experts.%d.%s.weight",
 						 l, x, proj[k]);
 					if ((rc = emit(&w, pf[k], HP_ROLE_EXPERT, l, x, 2, k < 2 ? Im : C, k < 2 ? C : Im)))
 						return rc;
 				}
+				for (int k = 0; s->moe_bias && k < 3; k++) {
+					snprintf(w.name, sizeof(w.name), "model.layers.%d.mlp.experts.%d.%s.bias",
+						 l, x, proj[k]);
+					if ((rc = emit(&w, pb[k], HP_ROLE_EXPERT, l, x, 1, k < 2 ? Im : C, 1)))
+						return rc;
+				}
+			}
 		} else {
 			LAYER(HP_PF_WG, HP_ROLE_COLUMN, "mlp.gate_proj.weight", 2, I, C);
 			LAYER(HP_PF_WU, HP_ROLE_COLUMN, "mlp.up_proj.weight", 2, I, C);

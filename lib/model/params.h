@@ -8,9 +8,15 @@
  *
  * Order: model.embed_tokens.weight; for each layer input_layernorm,
  * q_proj (+bias), k_proj (+bias), v_proj (+bias), o_proj (+bias), q_norm,
- * k_norm (Qwen3), post_attention_layernorm, then either the dense MLP (gate,
- * up, down) or the router (mlp.gate) and each expert's gate, up, down; then
- * model.norm.weight and lm_head.weight unless the embeddings are tied.
+ * k_norm (Qwen3), sinks (GPT-OSS), post_attention_layernorm, then either the
+ * dense MLP (gate, up, down) or the router (mlp.gate; GPT-OSS: mlp.router
+ * and its bias) and each expert's gate, up, down (GPT-OSS: then their
+ * biases, so that gate and up stay adjacent, and every expert's block has
+ * one size); then model.norm.weight and lm_head.weight unless the
+ * embeddings are tied.  GPT-OSS's checkpoints hold the experts stacked and
+ * transposed (experts.gate_up_proj [E, C, 2*Im], gate and up interleaved
+ * by column); hp names them one by one as Qwen3-MoE's hub files do, and
+ * the readers and the exporter convert.
  */
 #ifndef HP_PARAMS_H
 #define HP_PARAMS_H
@@ -32,6 +38,8 @@ enum hp_param_field {
 	HP_PF_EMBED = 0, HP_PF_IN_NORM, HP_PF_WQ, HP_PF_BQ, HP_PF_WK, HP_PF_BK, HP_PF_WV, HP_PF_BV,
 	HP_PF_WO, HP_PF_BO, HP_PF_Q_NORM, HP_PF_K_NORM, HP_PF_POST_NORM, HP_PF_WG, HP_PF_WU, HP_PF_WD,
 	HP_PF_ROUTER, HP_PF_EX_GATE, HP_PF_EX_UP, HP_PF_EX_DOWN, HP_PF_FINAL_NORM, HP_PF_LM_HEAD,
+	/* GPT-OSS */
+	HP_PF_SINKS, HP_PF_ROUTER_B, HP_PF_EX_GATE_B, HP_PF_EX_UP_B, HP_PF_EX_DOWN_B,
 };
 
 struct hp_param_desc {
@@ -54,6 +62,27 @@ typedef int (*hp_param_fn)(void *ctx, const struct hp_param_desc *d);
  * (lib/dist/fsdp.c), and hp-plan counts it so (lib/plan/planest.c). */
 int hp_param_uncopied(const char *name, int tied);
 int hp_param_gemm_only(const char *name, int ndim);
+
+/*
+ * Where expert parameter `name` sits inside a layer's stacked checkpoint
+ * tensor: Qwen3-MoE's newer files (experts.gate_up_proj [E, 2*Im, C],
+ * experts.down_proj [E, C, Im]) or GPT-OSS's (experts.gate_up_proj
+ * [E, C, 2*Im] with gate and up interleaved by column, gate_up_proj_bias
+ * [E, 2*Im] likewise, down_proj [E, Im, C], down_proj_bias [E, C]).
+ * Element (r, c) of the parameter is element base + r * rs + c * cs of the
+ * stacked tensor, counted flat.  Returns 1 and fills v for an expert
+ * parameter of s, 0 for any other name.
+ */
+struct hp_stacked_view {
+	char name[128];          /* the stacked tensor */
+	int ndim;
+	int64_t shape[3];
+	int64_t base, rs, cs;
+};
+int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v);
+
+/* Whether a checkpoint tensor name is one of s's stacked expert tensors. */
+int hp_param_is_stacked(const struct hp_model_spec *s, const char *name);
 
 /* Call fn for every parameter of s in the canonical order; stop at the
  * first non-zero return and return it (0 when all were visited). */

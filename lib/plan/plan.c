@@ -389,7 +389,11 @@ static int build_modules(struct hp_plan *p)
 			M(".self_attn.k_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
 		}
 		M(".post_attention_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_NORM_POST);
-		if (moe) {
+		if (moe && s->moe_bias) {   /* GptOssMLP, GptOssTopKRouter */
+			M(".mlp", pre, "MLP", "moe", HP_SLOT_OTHER);
+			M(".mlp.router", pre, "TopKRouter", "router", HP_SLOT_OTHER);
+			M(".mlp.experts", pre, "Experts", "experts", HP_SLOT_EXPERTS);
+		} else if (moe) {
 			M(".mlp", pre, "SparseMoeBlock", "moe", HP_SLOT_OTHER);
 			M(".mlp.gate", "", "Linear", "router", HP_SLOT_OTHER);
 			M(".mlp.experts", pre, "Experts", "experts", HP_SLOT_EXPERTS);
@@ -547,6 +551,36 @@ static int bind_overrides(struct hp_plan *p, const struct hp_config *c, struct h
 					  f, i, o->match[g]))
 				return hp_err_set(e, HP_ENOMEM, "out of memory");
 		}
+	}
+	return 0;
+}
+
+/*
+ * Attention with sinks (GPT-OSS) runs the flash kernel where nothing else
+ * is bound: the sink joins each row's log-sum-exp, which the eager kernels
+ * do not keep (lib/model/model.c, sinks_fwd).
+ */
+static int bind_sinks(struct hp_plan *p, struct hp_err *e)
+{
+	const struct hp_kernel *k = hp_kernel_find("attention", "cpu", "flash_attention");
+
+	if (!p->spec.attn_sinks)
+		return 0;
+	for (int i = 0; i < p->nmodules; i++) {
+		struct hp_plan_module *m = &p->modules[i];
+		char *kn;
+
+		if (m->slot != HP_SLOT_ATTN || m->impl)
+			continue;
+		if (!k || !hp_flash_attention_supports(p->spec.head_dim))
+			return hp_err_set(e, HP_EUNSUP, "'%s': attention with sinks runs the flash kernel, which "
+					  "takes head_dim up to %d; the model has %d", m->name,
+					  HP_FLASH_ATTENTION_MAX_HEAD_DIM, p->spec.head_dim);
+		if (!(kn = hp_strdup(k->name)))
+			return hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
+		hp_free(m->kernel);
+		m->kernel = kn;
+		m->impl = k;
 	}
 	return 0;
 }
@@ -722,7 +756,8 @@ int hp_plan_resolve(struct hp_plan **pp, const struct hp_config *c, const struct
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
 		goto fail;
 	}
-	if ((rc = bind_overrides(p, c, e)) || (rc = step_facts(p, c, e)) || (rc = check_sizes(p, c, e)))
+	if ((rc = bind_overrides(p, c, e)) || (rc = bind_sinks(p, e)) || (rc = step_facts(p, c, e)) ||
+	    (rc = check_sizes(p, c, e)))
 		goto fail;
 	*pp = p;
 	return 0;

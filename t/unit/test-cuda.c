@@ -1066,6 +1066,58 @@ static void test_aux(long N, int E, int K)
 	free(FP); free(FP2); free(g); free(ga); free(gacc); free(g2); free(ga2);
 }
 
+/* ---- GPT-OSS: oss.cu against kernels/cpu/oss.c ---- */
+
+static void test_oss(int B, int T, int H, int D, long rows, int I)
+{
+	size_t no = (size_t)B * T * H * D, nl = (size_t)B * H * T;
+	float *out = ct_hfill(no, 61, 1, 0), *lse = ct_hfill(nl, 62, 3, 0), *sinks = ct_hfill((size_t)H, 63, 2, 0);
+	float *dout = ct_hfill(no, 64, 1, 0), *ds = calloc((size_t)H, sizeof(float));
+	float *d_out = ct_dev(out, no, 0), *d_lse = ct_dev(lse, nl, 0), *d_s = ct_dev(sinks, (size_t)H, 0);
+	float *d_do = ct_dev(dout, no, 0), *d_ds = ct_dev(ds, (size_t)H, 0);
+
+	hp_cuda_sinks_fwd(d_out, d_lse, d_s, B, T, H, D);
+	hp_cuda_sinks_bwd(d_ds, d_do, d_out, d_lse, d_s, B, T, H, D);
+	int ok1 = gpu_ok();
+	float *g_out = ct_host(d_out, no, 0), *g_lse = ct_host(d_lse, nl, 0), *g_ds = ct_host(d_ds, (size_t)H, 0);
+	hp_attn_sinks_fwd(out, lse, sinks, B, T, H, D);
+	hp_attn_sinks_bwd(ds, dout, out, lse, sinks, B, T, H, D);
+	double e1 = ct_nerr(g_out, out, no), e2 = ct_nerr(g_lse, lse, nl), e3 = ct_nerr(g_ds, ds, (size_t)H);
+	/* exp and log in double on both sides; the sinks' sums in another order */
+	ok(ok1 && e1 <= TOL_F32 && e2 <= TOL_F32 && e3 <= TOL_F32, "sinks B=%d T=%d H=%d D=%d: out nerr %.2e, lse "
+	   "%.2e, dsinks %.2e", B, T, H, D, e1, e2, e3);
+
+	/* the clamped SwiGLU on [gate | up] rows, and its biases by expert */
+	size_t n = (size_t)rows * I;
+	float *gu = ct_hfill(2 * n, 65, 2, 0), *dh = ct_hfill(n, 66, 1, 0), *h = malloc(n * sizeof(float));
+	float *dgu = malloc(2 * n * sizeof(float)), *bias = ct_hfill((size_t)4 * 2 * I, 67, 1, 0);
+	float *db = calloc((size_t)4 * 2 * I, sizeof(float));
+	int32_t off[5] = { 0, (int32_t)(rows / 3), (int32_t)(rows / 3), (int32_t)(rows - 2), (int32_t)rows };
+	float *d_gu = ct_dev(gu, 2 * n, 0), *d_dh = ct_dev(dh, n, 0), *d_h = ct_dnan(n, 0), *d_dgu = ct_dnan(2 * n, 0);
+	float *d_b = ct_dev(bias, (size_t)8 * I, 0), *d_db = ct_dev(db, (size_t)8 * I, 0);
+	int32_t *d_off = ct_dev_i32(off, 5);
+
+	hp_cuda_bias_grouped_fwd(d_gu, 2 * I, d_b, (size_t)2 * I, d_off, 4, I, rows);
+	hp_cuda_glu_clamp_fwd(d_h, d_gu, d_gu + I, 2 * I, rows, I, 1.702f, 1.5f);
+	hp_cuda_glu_clamp_bwd(d_dgu, d_dgu + I, d_dh, d_gu, d_gu + I, 2 * I, rows, I, 1.702f, 1.5f);
+	hp_cuda_bias_grouped_bwd(d_db, (size_t)2 * I, d_dgu, 2 * I, d_off, 4, I);
+	ok1 = gpu_ok();
+	float *g_h = ct_host(d_h, n, 0), *g_dgu = ct_host(d_dgu, 2 * n, 0), *g_db = ct_host(d_db, (size_t)8 * I, 0);
+	hp_bias_grouped_fwd(gu, 2 * I, bias, (size_t)2 * I, off, 4, I);
+	hp_glu_clamp_fwd(h, gu, gu + I, 2 * I, rows, I, 1.702f, 1.5f);
+	hp_glu_clamp_bwd(dgu, dgu + I, dh, gu, gu + I, 2 * I, rows, I, 1.702f, 1.5f);
+	hp_bias_grouped_bwd(db, (size_t)2 * I, dgu, 2 * I, off, 4, I);
+	e1 = ct_nerr(g_h, h, n), e2 = ct_nerr(g_dgu, dgu, 2 * n), e3 = ct_nerr(g_db, db, (size_t)8 * I);
+	ok(ok1 && e1 <= TOL_F32 && e2 <= TOL_F32 && e3 <= TOL_F32, "clamped SwiGLU and grouped biases rows=%ld "
+	   "I=%d (an empty expert): h nerr %.2e, dgu %.2e, dbias %.2e", rows, I, e1, e2, e3);
+
+	hp_cuda_free(d_out); hp_cuda_free(d_lse); hp_cuda_free(d_s); hp_cuda_free(d_do); hp_cuda_free(d_ds);
+	hp_cuda_free(d_gu); hp_cuda_free(d_dh); hp_cuda_free(d_h); hp_cuda_free(d_dgu); hp_cuda_free(d_b);
+	hp_cuda_free(d_db); hp_cuda_free(d_off);
+	free(out); free(lse); free(sinks); free(dout); free(ds); free(g_out); free(g_lse); free(g_ds);
+	free(gu); free(dh); free(h); free(dgu); free(bias); free(db); free(g_h); free(g_dgu); free(g_db);
+}
+
 static void run_all(void)
 {
 	int big = !ct_small();
@@ -1093,6 +1145,9 @@ static void run_all(void)
 	test_adds(7, 1001);
 	if (big)
 		test_adds(4096, 2048);
+	test_oss(2, 33, 4, 16, 37, 29);
+	if (big)
+		test_oss(2, 2048, 8, 64, 8192, 720);
 	test_colsum(1, 1);
 	test_colsum(5, 1000);
 	test_colsum(333, 37);
