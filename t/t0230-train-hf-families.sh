@@ -81,6 +81,62 @@ test_expect_success 'gpt_oss: swiglu_limit is read: without the clamp, transform
 	! rel_close "$(jq -r .loss a.jsonl)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-4
 '
 
+# Sliding windows shorter than the rows (8 of 32 keys): mistral on every
+# layer, qwen2 on layer 1 (max_window_layers / layer_types), gpt_oss on
+# layer 0; transformers keeps key j for query i when i - 8 < j <= i
+for line in tf4 tf5; do
+	for fam in mistral qwen2 gpt_oss; do
+		d=$HF/$line/$fam-window
+		test_expect_success "$line $fam window 8: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
+			hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
+			rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
+			hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
+			! grep -q FAIL cmp &&
+			jq -r .loss s.jsonl >ours &&
+			jq -r ".adamw.losses_f32[]" "$d/reference.json" >theirs &&
+			test $(wc -l <ours) = 5 &&
+			paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
+		'
+	done
+done
+
+test_expect_success 'the window is read: a window of the rows'\'' length gives transformers'\'' full-attention loss, hp-train says which' '
+	for fam in mistral qwen2 gpt_oss; do
+		d=$HF/tf5/$fam-window &&
+		rm -rf fw && mkdir fw && cp "$d/model.safetensors" fw/ &&
+		jq ".sliding_window = 32" "$d/config.json" >fw/config.json &&
+		hp-test-tool refstep --steps 1 fw "$d/reference.json" >a.jsonl &&
+		rel_close "$(jq -r .loss a.jsonl)" "$(jq -r .loss.loss_f64_full_attention "$d/reference.json")" 1e-6 &&
+		! rel_close "$(jq -r .loss a.jsonl)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-5 || return 1
+	done &&
+	hf_records rw "$HF/tf5/qwen2-window" &&
+	write_config w.yaml "$HF/tf5/qwen2-window" rw 32 1 2 1 </dev/null &&
+	hp-train w.yaml >out &&
+	grep "^spec.sliding_window  *8 on 1 of 2 layers$" out
+'
+
+# MXFP4: the experts of data/hf/tf5/gpt_oss-mxfp4 are blocks and scales, as
+# the released gpt-oss checkpoints store them (t/ref/make-mxfp4-golden.py)
+test_expect_success 'gpt_oss MXFP4: dequantized on load as transformers does, bit for bit; its loss and gradients' '
+	d=$HF/tf5/gpt_oss-mxfp4 &&
+	hp-test-tool refstep --steps 1 --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
+	rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
+	hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
+	! grep -q FAIL cmp &&
+	hf_records rm "$d" &&
+	write_config mx.yaml "$d" rm 32 1 2 1 </dev/null &&
+	rm -rf msh mex &&
+	hp-plan mx.yaml --world 2 --accelerator.ep_size=2 -o mplan.json &&
+	hp-convert -q --plan mplan.json -o msh "$d" &&
+	hp-convert -q --export msh -o mex --dtype f32 &&
+	jq -e "has(\"quantization_config\") | not" mex/config.json &&
+	{ hp-test-tool cmpst --max-abs 0 mex/model.safetensors "$d/dequantized.safetensors" || :; } >cmp &&
+	test $(grep -c "experts\.\(gate_up\|down\)_proj  *max_abs 0.000e+00 rel_l2 0.000e+00" cmp) = 4 &&
+	hp-train -q mx.yaml --metrics m1.jsonl &&
+	mpiexec -n 2 hp-train -q mx.yaml --accelerator.ep_size=2 --metrics m2.jsonl &&
+	test "$(jq .loss m1.jsonl)" = "$(jq .loss m2.jsonl)"
+'
+
 test_expect_success 'pad_token_id: its embedding row gets no gradient (nn.Embedding padding_idx), as transformers, both lines' '
 	for line in tf4 tf5; do
 		d=$HF/$line/llama-default-pad &&
@@ -146,7 +202,8 @@ same_run () {
 
 PAR="llama-default llama-linear llama-dynamic llama-yarn llama-llama3
 qwen3_moe-default qwen3_moe-linear qwen3_moe-dynamic qwen3_moe-yarn qwen3_moe-llama3
-mistral-yarn qwen2-yarn qwen3-llama3 gpt_oss-default gpt_oss-yarn"
+mistral-yarn qwen2-yarn qwen3-llama3 gpt_oss-default gpt_oss-yarn
+mistral-window qwen2-window gpt_oss-window"
 
 test_expect_success MPI 'the seed'\''s 8-rank layout (TP2 x CP2 x EP2, SP, FSDP) and CP 4 equal one process, RoPE positions across chunks' '
 	for n in $PAR; do
@@ -187,7 +244,8 @@ test_expect_success 'refused by name, with exit 4: values hp does not compute' '
 	bad prf ".partial_rotary_factor = 0.5" 4 "partial_rotary_factor 0.5 is not supported" &&
 	bad prf2 ".rope_parameters.partial_rotary_factor = 0.25" 4 "rope_parameters.partial_rotary_factor 0.25" &&
 	bad act ".hidden_act = \"gelu\"" 4 "hidden_act gelu is not supported" &&
-	bad quant ".quantization_config = {quant_method: \"bitsandbytes\"}" 4 "quantization_config is not supported" &&
+	bad quant ".quantization_config = {quant_method: \"bitsandbytes\"}" 4 "quantization_config (quant_method bitsandbytes) is not supported" &&
+	bad quant4 ".quantization_config = {quant_method: \"mxfp4\"}" 4 "quantization_config (quant_method mxfp4) is not supported" &&
 	bad drop ".attention_dropout = 0.1" 4 "attention_dropout 0.1 is not supported" &&
 	bad long ".rope_parameters = {rope_type: \"longrope\", rope_theta: 1e6, short_factor: [1], long_factor: [1]}" 4 \
 		"rope type .longrope. is not supported" &&
@@ -198,8 +256,6 @@ test_expect_success 'refused by name, with exit 4: values hp does not compute' '
 	bad nested ".rope_parameters = {full_attention: {rope_type: \"default\", rope_theta: 1e6}}" 4 \
 		"per-layer-type RoPE parameters" &&
 	bad arch ".architectures = [\"LlamaForCausalLM\"]" 4 "architectures .*LlamaForCausalLM.* does not match model_type .qwen3." &&
-	bad window ".use_sliding_window = true | .sliding_window = 16 | .max_window_layers = 0 | del(.layer_types)" 4 \
-		"layer 0 has sliding_window 16, shorter than the sequence of 32 tokens" &&
 	bad ltype ".layer_types = [\"full_attention\", \"chunked_attention\"]" 4 "layer_types.1. .chunked_attention. is not supported" &&
 	bad mtype ".model_type = \"gemma\"" 4 "model_type .gemma. is not supported"
 '
@@ -209,11 +265,9 @@ test_expect_success 'gpt_oss: refused by name what transformers'\''s two lines c
 	bad_in gpt_oss-default o-null ".rope_parameters = null" 4 "rope_parameters is null: transformers 4.x reads that as default" &&
 	bad_in gpt_oss-default o-4x ".transformers_version = \"4.57.6\"" 4 \
 		"swiglu_limit 0.5, swiglu_alpha 1.702 in a folder of transformers 4.57.6" &&
-	bad_in gpt_oss-default o-win ".sliding_window = 16" 4 "layer 0 has sliding_window 16, shorter than the sequence of 32" &&
 	bad_in gpt_oss-default o-lt ".layer_types = [\"full_attention\"]" 3 "layer_types.: expected a list of 2" &&
 	bad_in gpt_oss-default o-lim ".swiglu_limit = 0" 3 "swiglu_limit must be positive" &&
-	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss." &&
-	bad_in gpt_oss-default o-q ".quantization_config = {quant_method: \"mxfp4\"}" 4 "quantization_config is not supported"
+	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss."
 '
 
 test_expect_success 'gpt_oss: a stacked expert tensor of the wrong shape, or one missing, is named' '
@@ -275,6 +329,16 @@ test_expect_success 'export: the source config.json key for key; without the sou
 			fb/config.json ;;
 		esac || return 1
 	done
+'
+
+test_expect_success 'gpt_oss MXFP4: blocks and scales of the wrong shape, another quant_method, an unknown key: refused by name' '
+	d=$HF/tf5/gpt_oss-mxfp4 &&
+	bad_in gpt_oss-mxfp4 q-m ".quantization_config.quant_method = \"fp8\"" 4 "quantization_config (quant_method fp8) is not supported" &&
+	bad_in gpt_oss-mxfp4 q-k ".quantization_config.block_size = 32" 4 "quantization_config.block_size is not supported with mxfp4" &&
+	rm -rf mq && mkdir mq && jq ".intermediate_size = 64" "$d/config.json" >mq/config.json && cp "$d/model.safetensors" mq/ &&
+	hf_records rq "$d" && write_config mq.yaml "$PWD/mq" rq 32 1 2 1 </dev/null &&
+	test_must_fail_with 4 hp-train -q mq.yaml 2>err && test_one_line err &&
+	grep -q "MXFP4 tensors .model.layers.0.mlp.experts.gate_up_proj_blocks. and .*_scales. are not U8 \[4, 128, 1, 16\]" err
 '
 
 test_expect_success 'refused: llama-only values (pretraining_tp 2, mlp_bias true)' '

@@ -146,6 +146,20 @@ uint16_t hp_f32_to_f16(float f)
 	return sign | (uint16_t)(a >> 13);
 }
 
+void hp_mxfp4_decode(float *dst, const uint8_t *blocks, const uint8_t *scales, size_t n)
+{
+	static const float lut[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+				       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
+
+	for (size_t i = 0; i < n; i += 2) {
+		int e = (int)scales[i / 32] - 127;
+		uint8_t b = blocks[i / 2];
+
+		dst[i] = ldexpf(lut[b & 15], e);
+		dst[i + 1] = ldexpf(lut[b >> 4], e);
+	}
+}
+
 int hp_convert_to_f32(float *dst, const void *src, enum hp_dtype t, size_t n)
 {
 	const unsigned char *p = src;

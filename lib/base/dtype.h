@@ -57,6 +57,18 @@ void hp_bf16_sum_ranks(uint16_t *out, const uint16_t *in, int k, size_t n, size_
 int hp_convert_to_f32(float *dst, const void *src, enum hp_dtype t, size_t n);
 /* Convert n F32 elements to dst in F32/BF16/F16. Returns 0 or -1. */
 int hp_convert_from_f32(void *dst, enum hp_dtype t, const float *src, size_t n);
+/*
+ * MXFP4, as GPT-OSS checkpoints store their experts (transformers'
+ * integrations/mxfp4.py, convert_moe_packed_tensors): n values (a multiple
+ * of 32) from n / 2 bytes of blocks - two E2M1 codes a byte, the low nibble
+ * first, code k the k-th of +-{0, 0.5, 1, 1.5, 2, 3, 4, 6} (8..15 negative)
+ * - and n / 32 scale bytes, each the exponent of its 32 values biased by
+ * 127: value = code * 2^(scale - 127), exact in float (and in bf16, which
+ * transformers dequantizes to: at most two significant bits, the same
+ * exponent range).
+ */
+void hp_mxfp4_decode(float *dst, const uint8_t *blocks, const uint8_t *scales, size_t n);
+
 /* The index of the first NaN or infinity of x[0..n), or n when none. */
 size_t hp_find_nonfinite(const float *x, size_t n);
 

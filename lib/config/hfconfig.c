@@ -514,13 +514,7 @@ int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err 
 	if (T > s->max_pos)
 		return hp_err_set(e, HP_ECONFIG, "sequence length %d exceeds the model's "
 				  "max_position_embeddings %d", T, s->max_pos);
-	/* transformers' sliding mask keeps key j for query i iff j > i - W:
-	 * a row of T <= W tokens is fully causal */
-	for (int l = 0; l < s->n_layers; l++)
-		if (s->sliding[l] && s->sliding_window < T)
-			return hp_err_set(e, HP_EUNSUP, "layer %d has sliding_window %d, shorter than the "
-					  "sequence of %d tokens: sliding-window attention is not implemented; "
-					  "use seq_length <= %d", l, s->sliding_window, T, s->sliding_window);
+	/* a sliding window shorter than the rows: lib/model/model.c, window_lows */
 	return 0;
 }
 
@@ -742,6 +736,33 @@ static int get_token_id(struct ctx *c, const char *key, int list_ok, int vocab, 
 	return 0;
 }
 
+/*
+ * quantization_config: GPT-OSS's MXFP4 experts (quant_method "mxfp4",
+ * as the released checkpoints are) are dequantized on load exactly as
+ * transformers does where it has no MXFP4 kernels (on the CPU, or with
+ * dequantize true), and trained unquantized: the tensors decide which
+ * modules are quantized (modules_to_not_convert names those that are not,
+ * which hold plain tensors).  Every other method is refused.
+ */
+static int parse_quant(struct ctx *c, const struct family *f, json_t *v)
+{
+	json_t *m = json_is_object(v) ? json_object_get(v, "quant_method") : NULL, *x;
+	const char *k;
+
+	if (!f->oss || !json_is_string(m) || strcmp(json_string_value(m), "mxfp4"))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': quantization_config%s%s%s is not supported: hp trains "
+				  "unquantized weights (and dequantizes gpt_oss's mxfp4 experts)", c->path,
+				  json_is_string(m) ? " (quant_method " : "", json_is_string(m) ? json_string_value(m) : "",
+				  json_is_string(m) ? ")" : "");
+	json_object_foreach(v, k, x) {
+		if (!strcmp(k, "quant_method") || !strcmp(k, "modules_to_not_convert") || !strcmp(k, "dequantize"))
+			continue;
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': quantization_config.%s is not supported with mxfp4 "
+				  "(known: quant_method, modules_to_not_convert, dequantize)", c->path, k);
+	}
+	return 0;
+}
+
 static int parse(struct ctx *c, struct hp_model_spec *s)
 {
 	const struct family *f = NULL;
@@ -876,9 +897,8 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': attention_dropout %g is not supported (only 0)",
 				  c->path, x);
 	v = json_object_get(c->root, "quantization_config");
-	if (v && !json_is_null(v))
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': quantization_config is not supported: hp trains "
-				  "unquantized weights", c->path);
+	if (v && !json_is_null(v) && (rc = parse_quant(c, f, v)))
+		return rc;
 
 	s->torch_dtype = HP_DTYPE_F32;
 	v = json_object_get(c->root, "dtype");

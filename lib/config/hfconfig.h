@@ -75,9 +75,8 @@ struct hp_model_spec {
 	int mlp_bias;               /* refused when true */
 	/* Sliding-window attention, per layer as transformers decides it
 	 * (mistral: every layer; qwen2/qwen3: layer_types or max_window_layers;
-	 * qwen3_moe: every layer), 0 = full attention.  A window of W keys
-	 * equals full causal attention for rows of at most W tokens; hp checks
-	 * that at model init and refuses shorter windows. */
+	 * qwen3_moe: every layer; gpt_oss: layer_types), 0 = full attention:
+	 * query i sees keys i - W < j <= i (of its document). */
 	int sliding_window;         /* the window of the layers that have one, else 0 */
 	unsigned char sliding[HP_MAX_LAYERS];   /* 1: layer l uses the window */
 	char transformers_version[24];   /* as the folder says ("" if absent) */
@@ -126,9 +125,8 @@ const char *hp_rope_type_name(enum hp_rope_type t);
 /*
  * Whether the model computes a T-token row as transformers does: 0, or
  * HP_ECONFIG when T exceeds max_position_embeddings (the RoPE table, and
- * dynamic RoPE's unscaled range, end there), or HP_EUNSUP naming the first
- * layer whose sliding window is shorter than T (sliding-window attention is
- * not implemented; a window of at least T is full causal attention).
+ * dynamic RoPE's unscaled range, end there).  Sliding windows of any
+ * length are computed (a window of at least T is full causal attention).
  */
 int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err *e);
 

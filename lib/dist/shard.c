@@ -28,6 +28,10 @@ struct hp_src_view {
 	/* strided (GPT-OSS's stacked experts, params.h): element (r, c) at flat
 	 * index base + r * rs + c * cs; rs == 0 when the view is rows */
 	int64_t base, rs, cs;
+	/* MXFP4 (GPT-OSS): t the blocks, mxs the scales; row r of the
+	 * parameter is decoded row mx_row0 + r * mx_rstep of G * 32 values */
+	const struct hp_st_tensor *mxs;
+	int64_t mx_row0, mx_rstep, mx_G;
 };
 
 static void padd(struct hp_progress *pg, uint64_t n)
@@ -120,6 +124,25 @@ static int find_view(struct hp_src *s, const struct hp_plan_param *q, struct hp_
 		v->row_base = 0;
 		v->cols = qcols(q);
 		return 0;
+	}
+	if (hp_param_stacked(sp, q->name, &sv) && !hp_st_model_find(&s->st, sv.name) && sv.mx_R) {
+		char bn[160], sn[160];
+		const struct hp_st_tensor *sc;
+		int rc;
+
+		snprintf(bn, sizeof(bn), "%s_blocks", sv.name);
+		snprintf(sn, sizeof(sn), "%s_scales", sv.name);
+		if ((t = hp_st_model_find(&s->st, bn)) && (sc = hp_st_model_find(&s->st, sn))) {
+			if ((rc = hp_mxfp4_check(&sv, t, sc, sp->n_experts, s->dir, e)))
+				return rc;
+			v->t = t;
+			v->mxs = sc;
+			v->cols = qcols(q);
+			v->mx_row0 = sv.mx_row0;
+			v->mx_rstep = sv.mx_rstep;
+			v->mx_G = sv.mx_G;
+			return 0;
+		}
 	}
 	if (hp_param_stacked(sp, q->name, &sv) && (t = hp_st_model_find(&s->st, sv.name))) {
 		int same = t->ndim == sv.ndim;
@@ -219,6 +242,30 @@ static int read_strided(struct hp_src *s, const struct hp_src_view *v, int64_t r
 	return rc;
 }
 
+/* MXFP4 rows: each row's blocks and scales read and decoded whole, the
+ * columns asked for kept. */
+static int read_mxfp4(struct hp_src *s, const struct hp_src_view *v, int64_t r0, int64_t nr, int64_t c0,
+		      int64_t nc, float *dst, struct hp_err *e)
+{
+	int64_t G = v->mx_G, n = G * 32;
+	uint8_t *raw = scratch(s, (size_t)G * 17 + 16 + (size_t)n * sizeof(float));
+	float *row = raw ? (float *)(raw + ((size_t)G * 17 + 15) / 16 * 16) : NULL;
+	int rc = 0;
+
+	if (!raw)
+		return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", v->t->name);
+	for (int64_t r = 0; r < nr && !rc; r++) {
+		int64_t j = v->mx_row0 + (r0 + r) * v->mx_rstep;
+
+		if (!(rc = hp_st_pread(v->t, (uint64_t)(j * G * 16), raw, (size_t)G * 16, e)) &&
+		    !(rc = hp_st_pread(v->mxs, (uint64_t)(j * G), raw + G * 16, (size_t)G, e))) {
+			hp_mxfp4_decode(row, raw, raw + G * 16, (size_t)n);
+			memcpy(dst + r * nc, row + c0, (size_t)nc * sizeof(float));
+		}
+	}
+	return rc;
+}
+
 static int read_hf(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
 		   struct hp_err *e)
 {
@@ -228,6 +275,8 @@ static int read_hf(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, 
 
 	if (v->rs)
 		return read_strided(s, v, r0, nr, c0, nc, dst, e);
+	if (v->mxs)
+		return read_mxfp4(s, v, r0, nr, c0, nc, dst, e);
 	/* whole rows are one run; a column slice is one run per row */
 	int64_t runs = whole ? 1 : nr, run = whole ? nr * nc : nc;
 
@@ -955,6 +1004,8 @@ static json_t *export_config(const struct hp_plan *p, enum hp_dtype dtype, char 
 		if (json_is_integer(json_object_get(o, "num_hidden_layers")))
 			json_object_set_new(o, "num_hidden_layers", json_integer(p->spec.n_layers));
 		crop_layer_types(o, p->spec.n_layers);
+		/* the export holds the dequantized experts (gpt_oss's mxfp4) */
+		json_object_del(o, "quantization_config");
 		t = json_dumps(o, 0);
 		if (t && !hp_hfconfig_load_buf(&s, path, t, strlen(t), &e)) {
 			s.torch_dtype = p->spec.torch_dtype;

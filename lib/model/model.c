@@ -202,6 +202,13 @@ static int cp_ul(const struct hp_model *m)
 	return m->par.cp > 1 && m->par.ulysses;
 }
 
+/* Whether the sliding window masks anything: a window of at least the
+ * rows' length is full causal attention (transformers keeps j > i - W). */
+static int windowed(const struct hp_model *m)
+{
+	return m->spec.sliding_window > 0 && m->spec.sliding_window < m->lay.S;
+}
+
 static int on_device(const struct hp_model *m)
 {
 	return m->bk && m->bk->device;
@@ -451,6 +458,8 @@ static int take_acts(struct hp_model *m)
 		take_pair(&tk, a, &m->a.tgt, (size_t)N);
 		take_pair(&tk, a, &m->a.segs, (size_t)N);
 	}
+	if (windowed(m))   /* the windowed layers' first keys (stage_batch) */
+		take_pair(&tk, a, &m->a.segw, BS);
 	/* a slot's gradient in flight (dx), and dxn, which holds the LM
 	 * head's gradient from a chunked forward to its backward; what follows
 	 * is scratch of one pass, which the first slot takes for every slot
@@ -1323,6 +1332,13 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 
 static int sinks_at(const struct hp_model *m);
 
+/* The first visible key of each query as layer l's kernels read it: the
+ * documents' starts, or with a sliding window window_lows'. */
+static const int32_t *lseg(const struct hp_model *m, int l)
+{
+	return m->spec.sliding[l] && windowed(m) ? m->a.segw.d : m->a.seg;
+}
+
 /* The attention kernel itself, on q, k, v as the exchanges left them
  * (all-gathered K and V, or the ulysses head split). */
 static void attention_core(struct hp_model *m, int l)
@@ -1335,18 +1351,18 @@ static void attention_core(struct hp_model *m, int l)
 	if (cp_ag(m)) {
 		int q0 = l == 0 && m->fault == HP_FAULT_CP_WRONG_OFFSET ? 0 : m->par.cp_rank * m->a.T;
 
-		bk->cp_attention_fwd(bk, a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, m->a.seg,
+		bk->cp_attention_fwd(bk, a->att, fl ? NULL : a->P, fl ? a->P : NULL, a->q, a->kg, a->vg, lseg(m, l),
 				     m->a.B, m->a.T, m->lay.S, q0, Hq, Hkv, D);
 	} else if (cp_ul(m)) {
 		if (fl)
-			bk->flash_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
+			bk->flash_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, lseg(m, l), m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
 		else
-			bk->attention_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->lay.S, Hq / cp,
+			bk->attention_fwd(bk, a->att_u, a->P, a->q, a->k, a->v, lseg(m, l), m->a.B, m->lay.S, Hq / cp,
 					  Hkv / cp, D);
 	} else if (fl) {
-		bk->flash_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->a.T, Hq, Hkv, D);
+		bk->flash_fwd(bk, a->att, a->P, a->q, a->k, a->v, lseg(m, l), m->a.B, m->a.T, Hq, Hkv, D);
 	} else {
-		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, m->a.seg, m->a.B, m->a.T, Hq, Hkv, D);
+		bk->attention_fwd(bk, a->att, a->P, a->q, a->k, a->v, lseg(m, l), m->a.B, m->a.T, Hq, Hkv, D);
 	}
 	if (m->w.lw[l].sinks)   /* GPT-OSS: the sinks join each row's softmax (flash only, see init) */
 		bk->sinks_fwd(bk, cp_ul(m) ? a->att_u : a->att, a->P, m->w.lw[l].sinks + sinks_at(m),
@@ -1409,7 +1425,7 @@ static void attention_bwd(struct hp_model *m, int l)
 		sinks_bwd(m, l, m->a.datt, a->att, m->a.T, Hq);
 		bk->cp_attention_bwd(bk, m->a.dq, m->lay.cp_recv, m->lay.cp_recv + whole, m->a.datt, a->att,
 				     m->k.flash[l] ? NULL : a->P, m->k.flash[l] ? a->P : NULL, a->q, a->kg, a->vg,
-				     m->a.seg, m->a.dscratch, m->a.B, m->a.T, m->lay.S, q0, Hq, Hkv, D);
+				     lseg(m, l), m->a.dscratch, m->a.B, m->a.T, m->lay.S, q0, Hq, Hkv, D);
 		cp_scatter_dkv(m, l == 0 && m->fault == HP_FAULT_CP_SKIP_KV_GRAD_REDUCE);
 		return;
 	}
@@ -1421,20 +1437,20 @@ static void attention_bwd(struct hp_model *m, int l)
 		ulysses(m, &d, 1, 0);
 		sinks_bwd(m, l, m->a.datt, a->att_u, m->lay.S, Hq / cp);
 		if (m->k.flash[l])
-			bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att_u, a->P, a->q, a->k, a->v, m->a.seg,
+			bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att_u, a->P, a->q, a->k, a->v, lseg(m, l),
 				      m->a.dscratch, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
 		else
-			bk->attention_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->P, a->q, a->k, a->v, m->a.seg,
+			bk->attention_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->P, a->q, a->k, a->v, lseg(m, l),
 					  m->a.dscratch, m->a.B, m->lay.S, Hq / cp, Hkv / cp, D);
 		ulysses(m, x, 3, 1);
 		return;
 	}
 	sinks_bwd(m, l, m->a.datt, a->att, m->a.T, Hq);
 	if (m->k.flash[l])
-		bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att, a->P, a->q, a->k, a->v, m->a.seg,
+		bk->flash_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->att, a->P, a->q, a->k, a->v, lseg(m, l),
 			      m->a.dscratch, m->a.B, m->a.T, Hq, Hkv, D);
 	else
-		bk->attention_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->P, a->q, a->k, a->v, m->a.seg,
+		bk->attention_bwd(bk, m->a.dq, m->a.dk, m->a.dv, m->a.datt, a->P, a->q, a->k, a->v, lseg(m, l),
 				  m->a.dscratch, m->a.B, m->a.T, Hq, Hkv, D);
 }
 
@@ -1958,6 +1974,28 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 }
 
 /*
+ * Sliding-window attention: transformers keeps key j for query i when
+ * i - W < j <= i, within i's document.  The kernels take each query's
+ * first visible key (seg, non-decreasing along a row), so a windowed
+ * layer reads max(seg, position - W + 1), still non-decreasing: the same
+ * kernels, masks and tile skipping serve it.  Laid out as the kernels read
+ * seg: the chunk's queries at their row positions (cp all-gather), the
+ * whole rows (ulysses), or the rows.
+ */
+static void window_lows(struct hp_model *m, const int32_t *seg)
+{
+	int W = m->spec.sliding_window, whole = cp_ul(m), cp = m->par.cp > 1 && !whole;
+	long T = whole ? m->lay.S : m->a.T, n = (long)m->a.B * T;
+
+	for (long i = 0; i < n; i++) {
+		long p = (cp ? (long)m->par.cp_rank * m->a.T : 0) + i % T;
+		long lo = cp ? (seg ? m->a.segs.h[i] : 0) : (seg ? seg[i] : 0);
+
+		m->a.segw.h[i] = (int32_t)(lo > p - W + 1 ? lo : p - W + 1);
+	}
+}
+
+/*
  * The micro-batch as the kernels read it: this rank's chunk of every row
  * (cp), RoPE positions counted from each document's start, on the
  * backend.  On the CPU at cp 1 the caller's arrays are read in place.
@@ -1993,6 +2031,8 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 			m->a.tgt.d = m->a.tgt.h;
 		}
 	}
+	if (windowed(m))
+		window_lows(m, seg);
 	if (!bk->device)
 		return 0;
 	/* the attention's segments: the chunk's (cp all-gather), else the whole rows' */
@@ -2000,7 +2040,8 @@ static int stage_batch(struct hp_model *m, const int32_t *ids, const int32_t *ta
 	size_t ns = cp_ul(m) ? (size_t)m->a.B * m->lay.S : (size_t)N;
 	if ((rc = bk->put(bk, &m->a.pos, (size_t)N, &m->err)) || (rc = bk->put(bk, &m->a.ids, (size_t)N, &m->err)) ||
 	    (m->a.tgt.h && (rc = bk->put(bk, &m->a.tgt, (size_t)N, &m->err))) ||
-	    (m->a.seg && (rc = bk->put(bk, &sg, ns, &m->err)))) {
+	    (m->a.seg && (rc = bk->put(bk, &sg, ns, &m->err))) ||
+	    (windowed(m) && (rc = bk->put(bk, &m->a.segw, ns, &m->err)))) {
 		par_rc(m, rc);
 		return -2;
 	}

@@ -247,6 +247,10 @@ struct hp_model_acts {
 	float *cos_t, *sin_t;                     /* RoPE tables [T, D/2] */
 	struct hp_i32 pos;                        /* [N] RoPE position of each token */
 	const int32_t *seg;                       /* the last forward's segments, as the kernels read them */
+	/* sliding-window layers: each query's first visible key, max(seg,
+	 * position - W + 1), laid out as seg is for the kernels (the chunk's
+	 * rows, or the whole rows for ulysses); segw.d what they read */
+	struct hp_i32 segw;
 	float *probe_buf;                         /* device backends: a probed output, on the host */
 	size_t probe_cap;
 	/* backward scratch: dx (a slot's gradient in flight) and dxn are each

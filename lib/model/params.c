@@ -1,6 +1,7 @@
 /*
  * params.c - the canonical parameter list of a model spec (see params.h).
  */
+#include "format/safetensors.h"
 #include "model/params.h"
 
 struct walk {
@@ -67,6 +68,10 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 		v->base = down ? x * Im * C : x * C * 2 * Im + up;
 		v->rs = down ? 1 : 2;
 		v->cs = down ? C : 2 * Im;
+		v->mx_R = down ? C : 2 * Im;
+		v->mx_G = (down ? Im : C) / 32;
+		v->mx_row0 = x * v->mx_R + up;
+		v->mx_rstep = down ? 1 : 2;
 	} else {             /* [E, 2*Im, C] gate rows then up rows, [E, C, Im] */
 		v->shape[1] = down ? C : 2 * Im;
 		v->shape[2] = down ? Im : C;
@@ -79,10 +84,12 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name)
 {
-	static const char *const names[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias" };
+	static const char *const names[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias",
+					      "gate_up_proj_blocks", "down_proj_blocks", "gate_up_proj_scales",
+					      "down_proj_scales" };
 	int l, n;
 
-	for (int i = 0; i < (s->moe_bias ? 4 : 2); i++) {
+	for (int i = 0; i < (s->moe_bias ? 8 : 2); i++) {
 		char fmt[64];
 
 		n = 0;
@@ -166,5 +173,17 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 		TOP(HP_PF_LM_HEAD, HP_ROLE_COLUMN, "lm_head.weight", 2, s->vocab, C);
 #undef TOP
 #undef LAYER
+	return 0;
+}
+
+int hp_mxfp4_check(const struct hp_stacked_view *v, const struct hp_st_tensor *b, const struct hp_st_tensor *sc,
+		   int E, const char *dir, struct hp_err *e)
+{
+	if (b->dtype != HP_DTYPE_U8 || sc->dtype != HP_DTYPE_U8 || b->ndim != 4 || sc->ndim != 3 ||
+	    b->shape[0] != E || b->shape[1] != v->mx_R || b->shape[2] != v->mx_G || b->shape[3] != 16 ||
+	    sc->shape[0] != E || sc->shape[1] != v->mx_R || sc->shape[2] != v->mx_G)
+		return hp_err_set(e, HP_EFORMAT, "'%s': MXFP4 tensors '%s' and '%s' are not U8 [%d, %lld, %lld, 16] "
+				  "and [%d, %lld, %lld]", dir, b->name, sc->name, E, (long long)v->mx_R,
+				  (long long)v->mx_G, E, (long long)v->mx_R, (long long)v->mx_G);
 	return 0;
 }

@@ -78,8 +78,20 @@ struct hp_stacked_view {
 	int ndim;
 	int64_t shape[3];
 	int64_t base, rs, cs;
+	/* GPT-OSS's weights as MXFP4 (name + "_blocks" [E, R, G, 16] and
+	 * "_scales" [E, R, G], dtype.h hp_mxfp4_decode): row r of the
+	 * parameter is row mx_row0 + r * mx_rstep of the decoded [E * R, G * 32]
+	 * (transformers transposes it after decoding); mx_R 0 for a bias */
+	int64_t mx_R, mx_G, mx_row0, mx_rstep;
 };
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v);
+
+/* Whether MXFP4 tensors b (blocks) and sc (scales) hold view v's stacked
+ * tensor for E experts: 0, or HP_EFORMAT naming both and the shapes
+ * expected (dir names the folder). */
+struct hp_st_tensor;
+int hp_mxfp4_check(const struct hp_stacked_view *v, const struct hp_st_tensor *b, const struct hp_st_tensor *sc,
+		   int E, const char *dir, struct hp_err *e);
 
 /* Whether a checkpoint tensor name is one of s's stacked expert tensors. */
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name);

@@ -224,9 +224,20 @@ static void print_table(FILE *out, const struct run *r, long accum)
 		if (s->rope.type == HP_ROPE_YARN)
 			fprintf(out, "%-40s %.17g\n", "spec.rope_attention_factor", s->rope.attention_factor);
 	}
-	if (s->sliding_window)
-		fprintf(out, "%-40s %d (at least the sequence: full attention)\n", "spec.sliding_window",
-			s->sliding_window);
+	if (s->sliding_window) {
+		int n = 0;
+
+		for (int l = 0; l < s->n_layers; l++)
+			n += s->sliding[l];
+		fprintf(out, "%-40s %d on %d of %d layers%s\n", "spec.sliding_window", s->sliding_window, n,
+			s->n_layers, s->sliding_window >= hp_config_seq_length(c) ?
+			" (at least the sequence: full attention)" : "");
+	}
+	if (s->attn_sinks)
+		fprintf(out, "%-40s %s\n", "spec.attention_sinks", "one learned logit per head (gpt_oss)");
+	if (s->moe_act == HP_MOE_ACT_CLAMPED)
+		fprintf(out, "%-40s limit %g, alpha %g (experts and router with biases)\n", "spec.clamped_swiglu",
+			s->swiglu_limit, s->swiglu_alpha);
 	if (s->qkv_bias)
 		fprintf(out, "%-40s %s\n", "spec.attention_bias", s->o_bias ? "q, k, v, o" : "q, k, v");
 	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");

@@ -5,13 +5,16 @@
 
 Run directly only inside one of those environments:
 
-    python make-hf-goldens.py OUTDIR LINE [FAMILY...]      (LINE is "4" or "5")
+    python make-hf-goldens.py OUTDIR LINE [FAMILY|FOLDER...]   (LINE is "4" or "5")
 
-(FAMILY...: only those families' folders, for a quick look; none: all.)
+(FAMILY: all that family's folders; FOLDER: that folder alone, e.g.
+qwen2-window or llama-default-pad; none: all folders.)
 
 For each family (llama, mistral, qwen2, qwen3, qwen3_moe) and each RoPE type
 (default, linear, dynamic, yarn, llama3), and for gpt_oss (default, yarn
-as gpt-oss ships it), it builds the model with
+as gpt-oss ships it), and for mistral, qwen2 and gpt_oss with a sliding
+window of 8 (<family>-window: shorter than the rows, so it masks keys),
+it builds the model with
 transformers' own config class and AutoModelForCausalLM.from_config, draws
 weights from a fixed seed, writes the folder with save_pretrained (so
 config.json is what that release line writes), and records with the same
@@ -25,7 +28,10 @@ table, RMSNorm and the softmaxes, stay as transformers has them):
                       matters), five torch.optim.AdamW steps in float32
                       (hp-train's optimizer settings), router margins;
                       gpt_oss also the SwiGLU clamp counts and the loss with
-                      the sinks, the clamp or the biases taken out
+                      the sinks, the clamp or the biases taken out;
+                      a -window folder also the loss with the window
+                      taken out (all layers full attention), and the
+                      window it was checked to apply
   logits.safetensors  logits of batch row 0, float64 stored F32
   grads.safetensors   d loss / d parameter under HF names, float64 stored F32
                       (gpt_oss's stacked experts under hp's per-expert names)
@@ -120,6 +126,25 @@ FAMILY_ROPES = {
     },
 }
 MAX_POS = 64
+# <family>-window: default RoPE and a window shorter than the rows, on the
+# layers of SLIDING (mistral: every layer; qwen2: max_window_layers 1, so
+# layer 1; gpt_oss: layer_types' layer 0); FULL takes the window out
+WINDOW = 8
+WINDOWS = {
+    "mistral": dict(sliding_window=WINDOW),
+    # 4.57.6 derives layer_types from max_window_layers 1; 5.x is given them
+    "qwen2": dict(sliding_window=WINDOW, **({"layer_types": ["full_attention", "sliding_attention"]}
+                                           if LINE == "5" else {})),
+    "gpt_oss": dict(sliding_window=WINDOW),
+}
+SLIDING = {"mistral": [0, 1], "qwen2": [1], "gpt_oss": [0]}
+FULL = {
+    "mistral": dict(sliding_window=None),
+    "qwen2": dict(use_sliding_window=False, sliding_window=None,
+                  layer_types=["full_attention", "full_attention"]),
+    # gpt_oss builds the sliding mask whatever the layers (none: a ValueError)
+    "gpt_oss": dict(sliding_window=WINDOW, layer_types=["full_attention", "full_attention"]),
+}
 # the plain loops: 5.x's grouped_mm experts take no float64
 IMPL = {"attn_implementation": "eager"}
 if LINE == "5":
@@ -135,8 +160,8 @@ def theta_of(family, rope):
     return r["rope_theta"] if r and "rope_theta" in r else FAMILIES[family]["rope_theta"]
 
 
-def make_config(family, rope, pad=None, theta=None):
-    kw = dict(FAMILIES[family])
+def make_config(family, rope, pad=None, theta=None, extra=None):
+    kw = dict(FAMILIES[family], **(extra or {}))
     if pad is not None:   # nn.Embedding(padding_idx=pad_token_id): that row gets no gradient
         kw["pad_token_id"] = pad
     mt = kw.pop("model_type")
@@ -324,16 +349,44 @@ def adamw(model, ids, tgt, tap=None):
     return losses, norms, gap
 
 
+def keys_kept(model, ids):
+    """Which keys each query attends to, per layer: the nonzero entries of
+    the eager attention weights (a masked score gets the dtype's minimum,
+    whose exp underflows to exactly 0), [B, H, S, S] booleans."""
+    with torch.no_grad():
+        out = model(input_ids=ids, output_attentions=True)
+    assert len(out.attentions) == model.config.num_hidden_layers
+    return [a != 0 for a in out.attentions]
+
+
+def check_window(model, ids, sliding, window):
+    """Layer l keeps key j for query i exactly when j <= i, and on the
+    layers of sliding also i - window < j (window keys, itself included)."""
+    i = torch.arange(SEQ)[:, None]
+    j = torch.arange(SEQ)[None, :]
+    for l, kept in enumerate(keys_kept(model, ids)):
+        want = (j <= i) & ((j > i - window) if l in sliding else True)
+        assert torch.equal(kept, want.expand_as(kept)), "layer %d: not the mask i - %d < j <= i" % (l, window)
+
+
 def rotary(model):
     re = model.model.rotary_emb
     return [float(x) for x in re.inv_freq.float()], float(re.attention_scaling)
 
 
-def one(family, rope, seed, pad=None):
-    folder = os.path.join(OUT, "tf" + LINE, "%s-%s" % (family, rope) + ("-pad" if pad is not None else ""))
+def folder_of(family, rope, pad=None, window=False):
+    return "%s-%s" % (family, "window" if window else rope) + ("-pad" if pad is not None else "")
+
+
+def one(family, rope, seed, pad=None, window=False):
+    folder = os.path.join(OUT, "tf" + LINE, folder_of(family, rope, pad, window))
     os.makedirs(folder, exist_ok=True)
     ids, tgt = make_batch()
-    cfg = make_config(family, rope, pad)
+    cfg = make_config(family, rope, pad, extra=WINDOWS[family] if window else None)
+    if window:
+        assert rope == "default" and pad is None and cfg.sliding_window == WINDOW
+        if family != "mistral":
+            assert [l for l, t in enumerate(cfg.layer_types) if t == "sliding_attention"] == SLIDING[family]
     oss = family == "gpt_oss"
     torch.manual_seed(seed)
     model = swiglu_fix(AutoModelForCausalLM.from_config(cfg, **IMPL).float())
@@ -370,6 +423,30 @@ def one(family, rope, seed, pad=None):
         md.load_state_dict(m64.state_dict())
         with torch.no_grad():
             loss_default = float(forward(md, ids, tgt).loss)
+
+    # a window shorter than the rows: the mask transformers applies, as
+    # reloaded from config.json, is i - WINDOW < j <= i on the sliding
+    # layers and causal on the others; the same weights with the window
+    # taken out (every layer full attention) give another loss
+    loss_full = None
+    if window:
+        mw = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double())
+        check_window(mw, ids, SLIDING[family], WINDOW)
+        cf = make_config(family, rope, extra=FULL[family])
+        assert cf.sliding_window is None or family == "gpt_oss"
+        assert getattr(cf, "layer_types", None) in (None, ["full_attention"] * cfg.num_hidden_layers)
+        mf = swiglu_fix(AutoModelForCausalLM.from_config(cf, **IMPL).double())
+        mf.load_state_dict(m64.state_dict())
+        check_window(mf, ids, [], SEQ)
+        with torch.no_grad():
+            loss_full = float(forward(mf, ids, tgt).loss)
+        assert abs(loss_full - out.loss.item()) > 1e-4 * out.loss.item(), "the window masks nothing"
+        # and a window of the rows' length (the other folders') is full attention, bit for bit
+        cs = make_config(family, rope, extra=dict(WINDOWS[family], sliding_window=SEQ))
+        ms = swiglu_fix(AutoModelForCausalLM.from_config(cs, **IMPL).double())
+        ms.load_state_dict(m64.state_dict())
+        with torch.no_grad():
+            assert float(forward(ms, ids, tgt).loss) == loss_full
 
     # gpt_oss: the loss of the same weights with one feature taken out each,
     # the evidence that the sinks, the clamps and the biases all count
@@ -411,9 +488,10 @@ def one(family, rope, seed, pad=None):
     losses, norms, gap32 = adamw(m32, ids, tgt, tap32)
 
     ref = {
-        "about": "transformers %s, torch %s: %s with %s RoPE, saved by save_pretrained; "
+        "about": "transformers %s, torch %s: %s with %s RoPE%s, saved by save_pretrained; "
                  "made by t/ref/make-hf-goldens.py" % (transformers.__version__, torch.__version__,
-                                                      family, rope),
+                                                      family, rope,
+                                                      " and a sliding window of %d" % WINDOW if window else ""),
         "model": family, "rope": rope, "seed": seed,
         "batch": {"shape": [BATCH, SEQ], "input_ids": ids.tolist(), "target_ids": tgt.tolist(),
                   "note": "targets pre-shifted, full length; -100 at %s" % IGNORED},
@@ -427,6 +505,17 @@ def one(family, rope, seed, pad=None):
                       no_decay=["norm", "bias"], dtype="float32", losses_f32=losses,
                       grad_norms_f32=norms),
     }
+    if window:
+        ref["loss"]["loss_f64_full_attention"] = loss_full
+        ref["window"] = {
+            "sliding_window": WINDOW, "sliding_layers": SLIDING[family],
+            "keys_kept": "query i keeps key j exactly when i - %d < j <= i (%d keys, itself included) on "
+                         "the sliding layers, j <= i on the others" % (WINDOW, WINDOW),
+            "note": "checked on the float64 eager attention weights (output_attentions) of the folder as "
+                    "reloaded: exact zeros where masked, none elsewhere; loss_f64_full_attention is the same "
+                    "weights with every layer full_attention and sliding_window null (gpt_oss: kept, unused) "
+                    "(a window of 32, the "
+                    "rows' length, gives that loss bit for bit)"}
     if oss:
         lim = cfg.swiglu_limit
         ref["loss"]["note"] = ("model.double() (transformers keeps its float32 islands: RoPE table, "
@@ -461,51 +550,68 @@ def one(family, rope, seed, pad=None):
     return ref
 
 
-def main():
-    bad = 0
-    only = sys.argv[3:]   # optional: only these families (all when none)
-    for f in only:
-        if f not in FAMILIES:
-            sys.exit("make-hf-goldens: unknown family '%s' (%s)" % (f, ", ".join(FAMILIES)))
+def jobs():
+    """(folder, family, rope, seed, pad, window) for every folder, in order."""
+    out = []
     for fi, family in enumerate(FAMILIES):
-        if only and family not in only:
-            continue
         for ri, rope in enumerate(ropes_of(family)):
-            seed = 1000 * (fi + 1) + ri
-            for tries in range(50):
-                ref = one(family, rope, seed)
-                if ref:
-                    break
-                seed += 100   # routing too close to a tie: another draw
-            else:
-                sys.exit("make-hf-goldens: %s-%s: no seed gives router margins >= %g" %
-                         (family, rope, GAP_MIN))
-            d = ref["loss"]["loss_f64_default_rope"]
-            moved = d is None or abs(d - ref["loss"]["loss_f64"]) > 1e-4 * abs(d)
-            if rope == "dynamic":   # positions below max_position_embeddings: the default table
-                moved = d is not None and abs(d - ref["loss"]["loss_f64"]) < 1e-12
-            print("tf%s %-10s %-8s seed %5d loss %.10f (default RoPE %s) %s" % (
-                LINE, family, rope, seed, ref["loss"]["loss_f64"],
-                "%.10f" % d if d is not None else "-", "ok" if moved else "RoPE NOT VISIBLE"))
-            if "ablations" in ref:
-                print("tf%s %-10s %-8s margins %.3g / %.3g, clamped gate>%g %s up>%g %s up<-%g %s, %s" % (
-                    LINE, family, rope, ref["router"]["min_topk_logit_gap_f64"],
-                    ref["router"]["min_topk_logit_gap_f32_adamw"], ref["swiglu"]["limit"],
-                    ref["swiglu_clamped"]["gate_above_limit"], ref["swiglu"]["limit"],
-                    ref["swiglu_clamped"]["up_above_limit"], ref["swiglu"]["limit"],
-                    ref["swiglu_clamped"]["up_below_minus_limit"],
-                    " ".join("%s %.6f" % (n[9:], v) for n, v in sorted(ref["ablations"].items())
-                             if n != "note")))
-            bad += not moved
+            out.append((folder_of(family, rope), family, rope, 1000 * (fi + 1) + ri, None, False))
+        # (+10, +20, +30: one of gpt_oss's ablations moves a line's loss by < 1e-4 relative)
+        if family in WINDOWS:
+            out.append((folder_of(family, "default", window=True), family, "default", 1000 * (fi + 1) + 40,
+                        None, True))
     # a pad token that occurs in the batch (id 28, four times): its
     # embedding row gets no gradient, though the tied LM head's share does
-    if only and "llama" not in only:
-        sys.exit(1 if bad else 0)
-    ids, _ = make_batch()
-    assert int((ids == 28).sum()) == 4
-    ref = one("llama", "default", 1999, pad=28)
-    print("tf%s llama      default  pad_token_id 28 (%d tokens) loss %.10f" % (
-        LINE, int((ids == 28).sum()), ref["loss"]["loss_f64"]))
+    out.append((folder_of("llama", "default", pad=28), "llama", "default", 1999, 28, False))
+    return out
+
+
+def main():
+    bad = 0
+    only = sys.argv[3:]   # optional: only these families or folders (all when none)
+    todo = jobs()
+    for f in only:
+        if f not in FAMILIES and f not in [j[0] for j in todo]:
+            sys.exit("make-hf-goldens: unknown family or folder '%s' (%s)" % (f, ", ".join(FAMILIES)))
+    for name, family, rope, seed, pad, window in todo:
+        if only and family not in only and name not in only:
+            continue
+        if pad is not None:
+            ids, _ = make_batch()
+            assert int((ids == pad).sum()) == 4
+            ref = one(family, rope, seed, pad=pad)
+            print("tf%s llama      default  pad_token_id %d (%d tokens) loss %.10f" % (
+                LINE, pad, int((ids == pad).sum()), ref["loss"]["loss_f64"]))
+            continue
+        for tries in range(50):
+            ref = one(family, rope, seed, window=window)
+            if ref:
+                break
+            seed += 100   # routing too close to a tie: another draw
+        else:
+            sys.exit("make-hf-goldens: %s: no seed gives router margins >= %g" % (name, GAP_MIN))
+        d = ref["loss"]["loss_f64_default_rope"]
+        moved = d is None or abs(d - ref["loss"]["loss_f64"]) > 1e-4 * abs(d)
+        if rope == "dynamic":   # positions below max_position_embeddings: the default table
+            moved = d is not None and abs(d - ref["loss"]["loss_f64"]) < 1e-12
+        print("tf%s %-10s %-8s seed %5d loss %.10f (default RoPE %s) %s" % (
+            LINE, family, "window" if window else rope, seed, ref["loss"]["loss_f64"],
+            "%.10f" % d if d is not None else "-", "ok" if moved else "RoPE NOT VISIBLE"))
+        if window:
+            print("tf%s %-10s window   sliding_window %d on layers %s (keys i-%d < j <= i), full attention "
+                  "%.10f, AdamW %s" % (LINE, family, WINDOW, SLIDING[family], WINDOW,
+                                       ref["loss"]["loss_f64_full_attention"],
+                                       " ".join("%.6f" % x for x in ref["adamw"]["losses_f32"])))
+        if "ablations" in ref:
+            print("tf%s %-10s %-8s margins %.3g / %.3g, clamped gate>%g %s up>%g %s up<-%g %s, %s" % (
+                LINE, family, "window" if window else rope, ref["router"]["min_topk_logit_gap_f64"],
+                ref["router"]["min_topk_logit_gap_f32_adamw"], ref["swiglu"]["limit"],
+                ref["swiglu_clamped"]["gate_above_limit"], ref["swiglu"]["limit"],
+                ref["swiglu_clamped"]["up_above_limit"], ref["swiglu"]["limit"],
+                ref["swiglu_clamped"]["up_below_minus_limit"],
+                " ".join("%s %.6f" % (n[9:], v) for n, v in sorted(ref["ablations"].items())
+                         if n != "note")))
+        bad += not moved
     sys.exit(1 if bad else 0)
 
 
