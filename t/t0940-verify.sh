@@ -42,6 +42,19 @@ test_expect_success MPI 'hp-verify passes for every layout of the parallel train
 	verify 8 hf.yaml $A.tp_size=2 $A.cp_size=2 $F.dp_shard_size=4
 '
 
+test_expect_success MPI 'hp-verify on GPT-OSS (sinks, expert biases, clamped SwiGLU, a window of 8): EP with expert FSDP, TP+SP, CP' '
+	d=$DATA/hf/tf5/gpt_oss-window &&
+	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
+		"$d/reference.json" >oss.jsonl &&
+	hp-test-tool mkidx --vocab 64 -o oss oss.jsonl &&
+	write_config oss.yaml "$d" oss 32 1 4 2 </dev/null &&
+	verify 4 oss.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	grep -q "model.layers.1.mlp.experts.3.up_proj.bias" out &&
+	grep -q "model.layers.0.self_attn.sinks" out &&
+	verify 2 oss.yaml $A.tp_size=2 $A.sequence_parallel=true &&
+	verify 2 oss.yaml $A.cp_size=2
+'
+
 test_expect_success MPI 'the table has every module output, gradient and updated parameter; --json says the same' '
 	mpiexec -n 8 hp-verify qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --json >v.json &&
 	jq -e ".ok == true and .first_divergence == null and .steps == 2" v.json &&

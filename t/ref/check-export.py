@@ -42,6 +42,8 @@ for name in sorted(os.listdir(os.path.join(EXP, "tf" + LINE))):
     same = torch.equal(la, lb)
     ca = json.load(open(os.path.join(src, "config.json")))
     cb = json.load(open(os.path.join(out, "config.json")))
+    # gpt_oss's MXFP4 experts leave dequantized, without quantization_config
+    ca.pop("quantization_config", None)
     keys = ca == cb or ONLY
     print("transformers %s  %-18s logits %s  config.json %s" % (
         transformers.__version__, name, "identical" if same else

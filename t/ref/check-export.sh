@@ -38,6 +38,6 @@ for line in tf4 tf5; do
 	done
 done
 PYTHONPATH=build/ref-tf4 build/ref-venv/bin/python t/ref/check-export.py "$W/out" 4
-build/ref-venv/bin/python t/ref/check-export.py "$W/out" 5
+PYTHONPATH=build/ref-accel build/ref-venv/bin/python t/ref/check-export.py "$W/out" 5
 PYTHONPATH=build/ref-tf4 build/ref-venv/bin/python t/ref/check-export.py --logits-only "$W/fb" 4
-build/ref-venv/bin/python t/ref/check-export.py --logits-only "$W/fb" 5
+PYTHONPATH=build/ref-accel build/ref-venv/bin/python t/ref/check-export.py --logits-only "$W/fb" 5
