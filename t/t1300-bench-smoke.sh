@@ -113,6 +113,13 @@ test_expect_success 'moe-bench.sh: hp-train against the Qwen3-MoE port' '
 	else has moe.out "^torch column skipped: "; fi
 '
 
+test_expect_success 'oss-bench.sh: hp-train against transformers'\'' GPT-OSS' '
+	bench sh "$BENCH/oss-bench.sh" >oss.out 2>oss.err &&
+	has oss.out "^GPT-OSS \(hidden 64, " "^threads +hp tok/s +hf tok/s +ratio" "^1 +[0-9]+ " "^target: " &&
+	if sh "$BENCH/../scripts/ref-venv.sh" --check "${HP_REF_VENV:-$BENCH/../build/ref-venv}" >/dev/null 2>&1; then has oss.out "^1 +[0-9]+ +[0-9]+ +[0-9.]+x "
+	else has oss.out "^transformers column skipped: "; fi
+'
+
 test_expect_success 'tok-bench.sh: hp tokenizer against HF tokenizers' '
 	bench sh "$BENCH/tok-bench.sh" >tok.out 2>tok.err &&
 	has tok.out "^tokenizer +text +hp whole +hf whole" "^qwen3 +tinystories_sample.txt +[0-9.]+ " \
