@@ -259,8 +259,22 @@ static void explain(json_t *plan, struct hp_plan *p)
 	if (p->spec.rope.type != HP_ROPE_DEFAULT)
 		printf(", factor %g", p->spec.rope.factor);
 	printf("\n");
-	if (p->spec.sliding_window)
-		printf("  %-18s %d\n", "sliding_window", p->spec.sliding_window);
+	if (p->spec.sliding_window) {
+		int n = 0;
+
+		for (int l = 0; l < p->spec.n_layers; l++)
+			n += p->spec.sliding[l];
+		printf("  %-18s %d on %d of %d layers\n", "sliding_window", p->spec.sliding_window, n,
+		       p->spec.n_layers);
+	}
+	if (p->spec.n_experts)
+		printf("  %-18s %d of intermediate %d, top-%d%s\n", "experts", p->spec.n_experts,
+		       p->spec.moe_intermediate, p->spec.top_k, p->spec.moe_bias ? ", with biases" : "");
+	if (p->spec.attn_sinks)
+		printf("  %-18s one per head (flash attention on every layer)\n", "attention sinks");
+	if (p->spec.moe_act == HP_MOE_ACT_CLAMPED)
+		printf("  %-18s clamped SwiGLU, limit %g, alpha %g\n", "expert activation", p->spec.swiglu_limit,
+		       p->spec.swiglu_alpha);
 	if (p->spec.unknown[0])
 		printf("  %-18s %s\n", "unknown keys", p->spec.unknown);
 	printf("\n");
