@@ -1,6 +1,7 @@
-# bench/lib.sh - what the benchmarks that train a random model share:
-# sourced after they set $src (the source tree) and $build (the build
-# folder); the model's shape is set before bench_llama.
+# bench/lib.sh - what the benchmarks share: sourced after they set $src
+# (the source tree) and $build (the build folder); the model's shape is set
+# before bench_llama, and $tmp, $steps, $batch, $seq, $warmup, $threads and
+# a die function before bench_model_yaml and bench_against.
 
 # bench_begin NAME: one BLAS thread per process (ranks share the cores, as
 # the tests run), a scratch folder $tmp removed at exit; without mpiexec,
@@ -45,4 +46,53 @@ bench_ids () {
 	awk -v V="$vocab" -v D="$2" -v n="$3" 'BEGIN { srand(7); for (d = 0; d < D; d++) { printf "{\"ids\":["
 		for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(rand() * V); print "]}" } }' >"$1.jsonl" &&
 	"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of "$3" -o "$1" "$1.jsonl" >/dev/null
+}
+
+# bench_model_yaml LOAD: to standard output, the config of moe-bench.sh's
+# and oss-bench.sh's runs: the model by LOAD (from_pretrained or
+# from_config and its path key), $steps steps of $batch x $seq records of
+# $tmp/ts, AdamW as torch_llama.py's time_adamw, no checkpoint
+bench_model_yaml () {
+	cat <<YAML
+model:
+  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.$1
+training: {train_iters: $steps, global_batch_size: $batch, micro_batch_size: $batch, max_grad_norm: 1.0, seed: 1}
+checkpoint: {save_ckpt: false}
+dataset:
+  _target_: hyper_parallel.data.build_indexed_text_dataset
+  data_path: $tmp/ts
+  data_config: {seq_length: $seq, is_dataset_from_mr: true}
+optimizer:
+  _target_: hyper_parallel.components.optim.AdamW
+  adamw_config: {adamw_lr: 1.0e-3, adamw_weight_decay: 0.1, adamw_betas: [0.9, 0.95]}
+  no_decay_params: [norm, bias]
+YAML
+}
+
+# bench_against PY SCRIPT YAML: for each of $threads, hp-train on YAML and,
+# when PY is not empty, PY SCRIPT train $tmp/model $tmp/ts THREADS $steps
+# $batch $seq $warmup (one JSON line, torch_llama.py's time_adamw); one row
+# each of threads, both tokens/s of the steps after $warmup, their ratio
+# and both first losses ("-" for the missing side); die on a failed run
+bench_against () {
+	for t in $threads; do
+		OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t HP_NUM_THREADS=$t "$build/bin/hp-train" -q "$3" \
+			--metrics "$tmp/m$t.jsonl" || die "hp-train failed with $t thread(s)"
+		hp=$(jq -s -r --argjson w "$warmup" 'sort_by(.step) | .[0].loss as $l | .[$w:] |
+			"\((map(.tokens) | add) / (map(.step_time_s) | add)) \($l)"' "$tmp/m$t.jsonl") ||
+			die "no timed steps in hp-train's metrics"
+		th="- -"
+		if [ -n "$1" ]; then
+			OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t "$1" "$2" train "$tmp/model" "$tmp/ts" \
+				"$t" "$steps" "$batch" "$seq" "$warmup" >"$tmp/t$t.json" 2>"$tmp/t$t.err" ||
+				{ cat "$tmp/t$t.err" >&2; die "$(basename "$2") failed with $t thread(s)"; }
+			th=$(jq -r '"\(.tokens_per_s) \(.first_loss)"' "$tmp/t$t.json") ||
+				die "$(basename "$2") printed no result"
+		fi
+		# shellcheck disable=SC2086 # the four numbers
+		echo $hp $th | awk -v t="$t" '{
+			r = $3 == "-" ? "-" : sprintf("%.2fx", $1 / $3)
+			printf "%-8s %12.0f %12s %8s  %.6f / %s\n", t, $1, $3 == "-" ? "-" : sprintf("%.0f", $3), r,
+				$2, $4 == "-" ? "-" : sprintf("%.6f", $4) }'
+	done
 }

@@ -26,6 +26,7 @@ die() {
 }
 
 src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/bench/lib.sh"
 build=${HP_BUILD_DIR:-$src/build}
 py=${HP_BENCH_PYTHON:-/usr/bin/python3}
 smoke=${HP_BENCH_SMOKE:-0}
@@ -78,44 +79,14 @@ else
 fi
 "$build/bin/hp-test-tool" mkidx --vocab 512 --records-of $((seq + 1)) -o "$tmp/ts" \
 	"$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" >/dev/null || die "mkidx failed"
-cat >"$tmp/moe.yaml" <<YAML
-model:
-  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.$load
-training: {train_iters: $steps, global_batch_size: $batch, micro_batch_size: $batch, max_grad_norm: 1.0, seed: 1}
-checkpoint: {save_ckpt: false}
-dataset:
-  _target_: hyper_parallel.data.build_indexed_text_dataset
-  data_path: $tmp/ts
-  data_config: {seq_length: $seq, is_dataset_from_mr: true}
-optimizer:
-  _target_: hyper_parallel.components.optim.AdamW
-  adamw_config: {adamw_lr: 1.0e-3, adamw_weight_decay: 0.1, adamw_betas: [0.9, 0.95]}
-  no_decay_params: [norm, bias]
-YAML
+bench_model_yaml "$load" >"$tmp/moe.yaml" || die "cannot write the config"
 
 shape=$(jq -r '"hidden \(.hidden_size), \(.num_hidden_layers) layers, \(.num_experts) experts top-\(.num_experts_per_tok), moe_intermediate \(.moe_intermediate_size)"' \
 	"$tmp/model/config.json") || die "cannot read the model's config.json"
 printf '\n%s\n' "Qwen3-MoE ($shape), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
 [ "$smoke" = 1 ] && echo "smoke mode: tiny sizes, the numbers are not worth reading and no target is judged"
 printf '%-8s %12s %12s %8s  %s\n' threads "hp tok/s" "torch tok/s" ratio "first loss hp / torch"
-for t in $threads; do
-	OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t HP_NUM_THREADS=$t "$build/bin/hp-train" -q "$tmp/moe.yaml" \
-		--metrics "$tmp/m$t.jsonl" || die "hp-train failed with $t thread(s)"
-	hp=$(jq -s -r --argjson w "$warmup" 'sort_by(.step) | .[0].loss as $l | .[$w:] |
-		"\((map(.tokens) | add) / (map(.step_time_s) | add)) \($l)"' "$tmp/m$t.jsonl") ||
-		die "no timed steps in hp-train's metrics"
-	th="- -"
-	if [ -n "$torch" ]; then
-		OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t "$py" "$src/bench/moe_torch.py" train "$tmp/model" "$tmp/ts" \
-			"$t" "$steps" "$batch" "$seq" "$warmup" >"$tmp/t$t.json" || die "moe_torch.py failed with $t thread(s)"
-		th=$(jq -r '"\(.tokens_per_s) \(.first_loss)"' "$tmp/t$t.json") || die "moe_torch.py printed no result"
-	fi
-	# shellcheck disable=SC2086 # the four numbers
-	echo $hp $th | awk -v t="$t" '{
-		r = $3 == "-" ? "-" : sprintf("%.2fx", $1 / $3)
-		printf "%-8s %12.0f %12s %8s  %.6f / %s\n", t, $1, $3 == "-" ? "-" : sprintf("%.0f", $3), r,
-			$2, $4 == "-" ? "-" : sprintf("%.6f", $4) }'
-done
+bench_against "$torch" "$src/bench/moe_torch.py" "$tmp/moe.yaml"
 if [ "$smoke" = 1 ]; then
 	echo "target: >= 1.5x (not judged in smoke mode)"
 else

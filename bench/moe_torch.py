@@ -17,7 +17,6 @@
 import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -26,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "t", "ref"))
 sys.path.insert(0, HERE)
 import qwen3_ref as Q  # noqa: E402
-from torch_llama import read_indexed  # noqa: E402
+from torch_llama import time_adamw  # noqa: E402
 
 CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
@@ -59,33 +58,10 @@ def make(folder):
 
 
 def train(folder, prefix, threads, steps, batch, seq, warmup=2):
-    torch.set_num_threads(threads)
     cfg, w = Q.load_folder(folder)
     m = Q.Qwen3Ref(cfg, w, torch.float32)
-    params = [t for _, t in m.named_parameters()]
-    names = [n for n, _ in m.named_parameters()]
-    decay = [t for n, t in zip(names, params) if "norm" not in n and "bias" not in n]
-    nodecay = [t for n, t in zip(names, params) if "norm" in n or "bias" in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    recs = read_indexed(prefix)
-    times, losses = [], []
-    for step in range(steps):
-        rec = torch.from_numpy(np.stack([recs[(step * batch + i) % len(recs)] for i in range(batch)]))
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = m.loss(rec[:, :-1], rec[:, 1:])[0]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-    timed = times[warmup:]
-    if not timed:
-        sys.exit("moe_torch: %d steps leave none timed after %d warm-up steps" % (steps, warmup))
-    print(json.dumps({"impl": "torch", "tokens_per_s": batch * seq * len(timed) / sum(timed),
-                      "step_time_s": sum(timed) / len(timed), "first_loss": losses[0],
-                      "threads": threads}))
+    time_adamw(list(m.named_parameters()), lambda x, y: m.loss(x, y)[0], prefix, threads, steps, batch, seq,
+               warmup, "torch")
 
 
 if __name__ == "__main__":

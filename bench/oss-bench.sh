@@ -30,6 +30,7 @@ die() {
 }
 
 src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/bench/lib.sh"
 build=${HP_BUILD_DIR:-$src/build}
 venv=${HP_REF_VENV:-$src/build/ref-venv}
 smoke=${HP_BENCH_SMOKE:-0}
@@ -83,43 +84,12 @@ else
 fi
 "$build/bin/hp-test-tool" mkidx --vocab 512 --records-of $((seq + 1)) -o "$tmp/ts" \
 	"$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" >/dev/null || die "mkidx failed"
-cat >"$tmp/oss.yaml" <<YAML
-model:
-  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.$load
-training: {train_iters: $steps, global_batch_size: $batch, micro_batch_size: $batch, max_grad_norm: 1.0, seed: 1}
-checkpoint: {save_ckpt: false}
-dataset:
-  _target_: hyper_parallel.data.build_indexed_text_dataset
-  data_path: $tmp/ts
-  data_config: {seq_length: $seq, is_dataset_from_mr: true}
-optimizer:
-  _target_: hyper_parallel.components.optim.AdamW
-  adamw_config: {adamw_lr: 1.0e-3, adamw_weight_decay: 0.1, adamw_betas: [0.9, 0.95]}
-  no_decay_params: [norm, bias]
-YAML
+bench_model_yaml "$load" >"$tmp/oss.yaml" || die "cannot write the config"
 
 printf '\n%s\n' "GPT-OSS (hidden $hidden, $layers layers, window $window on even layers, $experts experts top-2, intermediate $inter), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
 [ "$smoke" = 1 ] && echo "smoke mode: tiny sizes, the numbers are not worth reading and no target is judged"
 printf '%-8s %12s %12s %8s  %s\n' threads "hp tok/s" "hf tok/s" ratio "first loss hp / transformers"
-for t in $threads; do
-	OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t HP_NUM_THREADS=$t "$build/bin/hp-train" -q "$tmp/oss.yaml" \
-		--metrics "$tmp/m$t.jsonl" || die "hp-train failed with $t thread(s)"
-	hp=$(jq -s -r --argjson w "$warmup" 'sort_by(.step) | .[0].loss as $l | .[$w:] |
-		"\((map(.tokens) | add) / (map(.step_time_s) | add)) \($l)"' "$tmp/m$t.jsonl") ||
-		die "no timed steps in hp-train's metrics"
-	th="- -"
-	if [ -n "$py" ]; then
-		OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t "$py" "$src/bench/oss_torch.py" train "$tmp/model" "$tmp/ts" \
-			"$t" "$steps" "$batch" "$seq" "$warmup" >"$tmp/t$t.json" 2>"$tmp/t$t.err" ||
-			{ cat "$tmp/t$t.err" >&2; die "oss_torch.py failed with $t thread(s)"; }
-		th=$(jq -r '"\(.tokens_per_s) \(.first_loss)"' "$tmp/t$t.json") || die "oss_torch.py printed no result"
-	fi
-	# shellcheck disable=SC2086 # the four numbers
-	echo $hp $th | awk -v t="$t" '{
-		r = $3 == "-" ? "-" : sprintf("%.2fx", $1 / $3)
-		printf "%-8s %12.0f %12s %8s  %.6f / %s\n", t, $1, $3 == "-" ? "-" : sprintf("%.0f", $3), r,
-			$2, $4 == "-" ? "-" : sprintf("%.6f", $4) }'
-done
+bench_against "$py" "$src/bench/oss_torch.py" "$tmp/oss.yaml"
 if [ "$smoke" = 1 ]; then
 	echo "target: >= 1.5x (not judged in smoke mode)"
 else

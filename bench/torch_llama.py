@@ -78,6 +78,39 @@ def read_indexed(prefix):
             for n, p in zip(lengths, pointers)]
 
 
+def time_adamw(named, loss_of, prefix, threads, steps, batch, seq, warmup, impl):
+    """Train for STEPS steps of BATCH records of PREFIX (the first WARMUP
+    untimed): loss_of(inputs, targets) -> loss, then AdamW (lr 1e-3, betas
+    0.9/0.95, eps 1e-8, weight decay 0.1 but for names with "norm" or
+    "bias", hp-train's settings) after clipping at 1; print the JSON line of
+    moe-bench.sh and oss-bench.sh (tokens/s of the timed steps, the first
+    loss).  named: the model's (name, tensor) parameters."""
+    torch.set_num_threads(threads)
+    params = [t for _, t in named]
+    decay = [t for n, t in named if "norm" not in n and "bias" not in n]
+    nodecay = [t for n, t in named if "norm" in n or "bias" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    recs = read_indexed(prefix)
+    times, losses = [], []
+    for step in range(steps):
+        rec = torch.from_numpy(np.stack([recs[(step * batch + i) % len(recs)] for i in range(batch)]))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(rec[:, :-1].contiguous(), rec[:, 1:].contiguous())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    timed = times[warmup:]
+    if not timed:
+        sys.exit("%s: %d steps leave none timed after %d warm-up steps" % (impl, steps, warmup))
+    print(json.dumps({"impl": impl, "tokens_per_s": batch * seq * len(timed) / sum(timed),
+                      "step_time_s": sum(timed) / len(timed), "first_loss": losses[0],
+                      "threads": threads}))
+
+
 # --- the model -------------------------------------------------------------
 
 class Llama:

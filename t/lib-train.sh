@@ -179,3 +179,11 @@ layout () {
 	hp-test-tool cmpst --max-rel-l2 ${PTOL:-1e-5} "sp-$name.safetensors" pp.safetensors >cmp &&
 	! grep -q FAIL cmp
 }
+
+# hf_records PREFIX DIR: four records of 33 ids (vocabulary 64) from the
+# golden batch of a data/hf folder DIR, as the indexed dataset PREFIX
+hf_records () {
+	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
+		"$2/reference.json" >"$1.jsonl" &&
+	hp-test-tool mkidx --vocab 64 -o "$1" "$1.jsonl"
+}

@@ -28,11 +28,17 @@ rel_close () {
 		if (d <= t * m) exit 0; printf "%s vs %s: relative %g > %g\n", a, b, d / m, t; exit 1 }'
 }
 
-# hf_records PREFIX DIR: four records of 33 ids from DIR's golden batch
-hf_records () {
-	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
-		"$2/reference.json" >"$1.jsonl" &&
-	hp-test-tool mkidx --vocab 64 -o "$1" "$1.jsonl"
+# golden_steps DIR: DIR's loss within 1e-6, every gradient within 1e-5
+# (left in cmp), its 5 AdamW losses within 1e-5 of transformers'
+golden_steps () {
+	hp-test-tool refstep --dump-grads g.safetensors "$1" "$1/reference.json" >s.jsonl &&
+	rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$1/reference.json")" 1e-6 &&
+	hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$1/grads.safetensors" >cmp &&
+	! grep -q FAIL cmp &&
+	jq -r .loss s.jsonl >ours &&
+	jq -r ".adamw.losses_f32[]" "$1/reference.json" >theirs &&
+	test $(wc -l <ours) = 5 &&
+	paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
 }
 
 for line in tf4 tf5; do
@@ -40,14 +46,7 @@ for line in tf4 tf5; do
 		for rope in $ROPES; do
 			d=$HF/$line/$fam-$rope
 			test_expect_success "$line $fam $rope: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
-				hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
-				rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
-				hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
-				! grep -q FAIL cmp &&
-				jq -r .loss s.jsonl >ours &&
-				jq -r ".adamw.losses_f32[]" "$d/reference.json" >theirs &&
-				test $(wc -l <ours) = 5 &&
-				paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
+				golden_steps "$d"
 			'
 		done
 	done
@@ -60,14 +59,7 @@ for line in tf4 tf5; do
 	for rope in default yarn; do
 		d=$HF/$line/gpt_oss-$rope
 		test_expect_success "$line gpt_oss $rope: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
-			hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
-			rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
-			hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
-			! grep -q FAIL cmp && grep -q "self_attn.sinks" cmp && grep -q "experts.3.up_proj.bias" cmp &&
-			jq -r .loss s.jsonl >ours &&
-			jq -r ".adamw.losses_f32[]" "$d/reference.json" >theirs &&
-			test $(wc -l <ours) = 5 &&
-			paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
+			golden_steps "$d" && grep -q "self_attn.sinks" cmp && grep -q "experts.3.up_proj.bias" cmp
 		'
 	done
 done
@@ -88,14 +80,7 @@ for line in tf4 tf5; do
 	for fam in mistral qwen2 gpt_oss; do
 		d=$HF/$line/$fam-window
 		test_expect_success "$line $fam window 8: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
-			hp-test-tool refstep --dump-grads g.safetensors "$d" "$d/reference.json" >s.jsonl &&
-			rel_close "$(metric s.jsonl 1 loss)" "$(jq -r .loss.loss_f64 "$d/reference.json")" 1e-6 &&
-			hp-test-tool cmpst --max-rel-l2 1e-5 g.safetensors "$d/grads.safetensors" >cmp &&
-			! grep -q FAIL cmp &&
-			jq -r .loss s.jsonl >ours &&
-			jq -r ".adamw.losses_f32[]" "$d/reference.json" >theirs &&
-			test $(wc -l <ours) = 5 &&
-			paste ours theirs | while read a b; do rel_close "$a" "$b" 1e-5 || return 1; done
+			golden_steps "$d"
 		'
 	done
 done

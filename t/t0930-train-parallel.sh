@@ -78,9 +78,7 @@ test_expect_success MPI 'the seed'\''s 8 ranks with its kernels (fused norms, fl
 # experts stacked and interleaved in the checkpoint
 test_expect_success MPI 'GPT-OSS: FSDP, TP+SP, EP with expert FSDP, CP both modes, the seed layout with its kernels' '
 	d=$DATA/hf/tf5/gpt_oss-yarn &&
-	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
-		"$d/reference.json" >oss.jsonl &&
-	hp-test-tool mkidx --vocab 64 -o oss oss.jsonl &&
+	hf_records oss "$d" &&
 	write_config oss.yaml "$d" oss 32 1 4 6 </dev/null &&
 	single oss oss.yaml &&
 	layout oss oss.yaml 2 $F.dp_shard_size=2 &&

@@ -44,9 +44,7 @@ test_expect_success MPI 'hp-verify passes for every layout of the parallel train
 
 test_expect_success MPI 'hp-verify on GPT-OSS (sinks, expert biases, clamped SwiGLU, a window of 8): EP with expert FSDP, TP+SP, CP' '
 	d=$DATA/hf/tf5/gpt_oss-window &&
-	jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" \
-		"$d/reference.json" >oss.jsonl &&
-	hp-test-tool mkidx --vocab 64 -o oss oss.jsonl &&
+	hf_records oss "$d" &&
 	write_config oss.yaml "$d" oss 32 1 4 2 </dev/null &&
 	verify 4 oss.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	grep -q "model.layers.1.mlp.experts.3.up_proj.bias" out &&

@@ -591,30 +591,47 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 
 /* ---- MoE ---------------------------------------------------------------- */
 
-static int parse_moe(struct ctx *c, struct hp_model_spec *s)
+/*
+ * How many experts and how many a token takes, under either name of the
+ * first (5.x's attribute_map makes num_experts and num_local_experts one
+ * key): the family's own, unless only the other is given.  Zero experts
+ * is no MoE block (transformers builds a router of no outputs and fails
+ * in top-k), so it is refused as a dimension.
+ */
+static int parse_experts(struct ctx *c, struct hp_model_spec *s, const char *own, int def_e, int def_k)
 {
-	json_t *v, *a = json_object_get(c->root, "num_experts"), *b = json_object_get(c->root, "num_local_experts");
+	const char *other = strcmp(own, "num_experts") ? "num_experts" : "num_local_experts";
+	json_t *a = json_object_get(c->root, own), *b = json_object_get(c->root, other);
+	const char *k = b && !a ? other : own;
 	int rc;
 
-	/* 5.x: attribute_map {"num_experts": "num_local_experts"} */
 	if (a && b && !json_equal(a, b))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts and num_local_experts differ", c->path);
-	/* zero experts is no MoE block: transformers builds a router of no
-	 * outputs and fails in top-k, so it is refused here as a dimension */
-	if ((rc = get_dim(c, b && !a ? "num_local_experts" : "num_experts", 0, 128, &s->n_experts)) ||
-	    (rc = get_dim(c, "num_experts_per_tok", 0, 8, &s->top_k)) ||
-	    (rc = get_dim(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
-	    (rc = get_dim(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
-	    (rc = get_bool(c, "norm_topk_prob", 0, &s->norm_topk_prob)) ||
-	    (rc = get_bool(c, "output_router_logits", 0, &s->output_router_logits)) ||
-	    (rc = get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef)))
+	if ((rc = get_dim(c, k, 0, def_e, &s->n_experts)) ||
+	    (rc = get_dim(c, "num_experts_per_tok", 0, def_k, &s->top_k)))
 		return rc;
 	if (s->top_k > s->n_experts)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts_per_tok %d must be between 1 and "
-				  "num_experts %d", c->path, s->top_k, s->n_experts);
-	if ((rc = at_most(c, "num_experts", s->n_experts, HP_MAX_EXPERTS)) ||
-	    (rc = at_most(c, "num_experts_per_tok", s->top_k, HP_MAX_TOP_K)) ||
-	    (rc = at_most(c, "moe_intermediate_size", s->moe_intermediate, HP_MAX_DIM)))
+				  "%s %d", c->path, s->top_k, k, s->n_experts);
+	if ((rc = at_most(c, k, s->n_experts, HP_MAX_EXPERTS)) ||
+	    (rc = at_most(c, "num_experts_per_tok", s->top_k, HP_MAX_TOP_K)))
+		return rc;
+	if ((rc = get_bool(c, "output_router_logits", 0, &s->output_router_logits)))
+		return rc;
+	return get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef);
+}
+
+static int parse_moe(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *v;
+	int rc;
+
+	if ((rc = parse_experts(c, s, "num_experts", 128, 8)) ||
+	    (rc = get_dim(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
+	    (rc = get_dim(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
+	    (rc = get_bool(c, "norm_topk_prob", 0, &s->norm_topk_prob)))
+		return rc;
+	if ((rc = at_most(c, "moe_intermediate_size", s->moe_intermediate, HP_MAX_DIM)))
 		return rc;
 	v = json_object_get(c->root, "mlp_only_layers");
 	if (v && !json_is_null(v)) {
@@ -643,23 +660,11 @@ static int parse_moe(struct ctx *c, struct hp_model_spec *s)
  */
 static int parse_oss(struct ctx *c, struct hp_model_spec *s)
 {
-	json_t *a = json_object_get(c->root, "num_experts"), *b = json_object_get(c->root, "num_local_experts");
 	int rc;
 
-	if (a && b && !json_equal(a, b))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts and num_local_experts differ", c->path);
-	if ((rc = get_dim(c, a && !b ? "num_experts" : "num_local_experts", 0, 128, &s->n_experts)) ||
-	    (rc = get_dim(c, "num_experts_per_tok", 0, 4, &s->top_k)) ||
-	    (rc = get_bool(c, "output_router_logits", 0, &s->output_router_logits)) ||
-	    (rc = get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef)) ||
+	if ((rc = parse_experts(c, s, "num_local_experts", 128, 4)) ||
 	    (rc = get_num(c, "swiglu_limit", 7.0, &s->swiglu_limit)) ||
 	    (rc = get_num(c, "swiglu_alpha", 1.702, &s->swiglu_alpha)))
-		return rc;
-	if (s->top_k > s->n_experts)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts_per_tok %d must be between 1 and "
-				  "num_local_experts %d", c->path, s->top_k, s->n_experts);
-	if ((rc = at_most(c, "num_local_experts", s->n_experts, HP_MAX_EXPERTS)) ||
-	    (rc = at_most(c, "num_experts_per_tok", s->top_k, HP_MAX_TOP_K)))
 		return rc;
 	if (!(s->swiglu_limit > 0) || !isfinite(s->swiglu_limit))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': swiglu_limit must be positive and finite", c->path);
