@@ -84,13 +84,5 @@ bench_model_yaml "$load" >"$tmp/moe.yaml" || die "cannot write the config"
 shape=$(jq -r '"hidden \(.hidden_size), \(.num_hidden_layers) layers, \(.num_experts) experts top-\(.num_experts_per_tok), moe_intermediate \(.moe_intermediate_size)"' \
 	"$tmp/model/config.json") || die "cannot read the model's config.json"
 printf '\n%s\n' "Qwen3-MoE ($shape), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
-[ "$smoke" = 1 ] && echo "smoke mode: tiny sizes, the numbers are not worth reading and no target is judged"
-printf '%-8s %12s %12s %8s  %s\n' threads "hp tok/s" "torch tok/s" ratio "first loss hp / torch"
-bench_against "$torch" "$src/bench/moe_torch.py" "$tmp/moe.yaml"
-if [ "$smoke" = 1 ]; then
-	echo "target: >= 1.5x (not judged in smoke mode)"
-else
-	echo "target: >= 1.5x"
-fi
-[ -z "$note" ] || echo "$note"
+bench_against "$torch" "$src/bench/moe_torch.py" "$tmp/moe.yaml" "torch tok/s" "torch"
 exit 0
