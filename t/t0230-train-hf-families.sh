@@ -122,6 +122,30 @@ test_expect_success 'gpt_oss MXFP4: dequantized on load as transformers does, bi
 	test "$(jq .loss m1.jsonl)" = "$(jq .loss m2.jsonl)"
 '
 
+# the released gpt-oss shapes (data/hf/published): their config.json parses
+# with no unknown key, MXFP4 and all, and hp counts transformers' parameters
+test_expect_success 'gpt-oss-20b and gpt-oss-120b as published: plans at 8 and 64 ranks, transformers'\'' parameter counts' '
+	for n in "gpt-oss-20b 8 20914757184" "gpt-oss-120b 64 116829156672"; do
+		set -- $n &&
+		cat >pub.yaml <<-YAML &&
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
+		  config_path: $HF/published/$1.json
+		training: {train_iters: 10, global_batch_size: 64, micro_batch_size: 1}
+		dataset:
+		  _target_: hyper_parallel.data.build_indexed_text_dataset
+		  data_path: none
+		  data_config: {seq_length: 4096, is_dataset_from_mr: true}
+		YAML
+		hp-plan pub.yaml --world $2 --accelerator.ep_size=8 --fsdp_config.dp_shard_size=$2 \
+			--fsdp_config.edp_shard_size=$(($2 / 8)) -o pub.json 2>err &&
+		test ! -s err &&
+		hp-plan --explain pub.json >ex &&
+		grep "^  parameters  *$3$" ex &&
+		grep "^  sliding_window  *128 on $(($(jq .num_hidden_layers "$HF/published/$1.json") / 2)) of" ex || return 1
+	done
+'
+
 test_expect_success 'pad_token_id: its embedding row gets no gradient (nn.Embedding padding_idx), as transformers, both lines' '
 	for line in tf4 tf5; do
 		d=$HF/$line/llama-default-pad &&

@@ -186,6 +186,9 @@ static const char *const inert_keys[] = {
 	/* written by other tools into real hub configs (SmolLM2, Qwen2.5);
 	 * no transformers configuration or modeling class reads them */
 	"is_llama_config", "rope_interleaved", "use_mrope",
+	/* OpenAI's gpt-oss config.json, from its own format; GptOssConfig keeps
+	 * them as plain attributes that nothing reads */
+	"experts_per_token", "initial_context_length",
 };
 
 static int in_list(const char *const *l, size_t n, const char *k)
