@@ -99,14 +99,23 @@ void hp_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, const 
 				x[r * ld + j] += bias[(size_t)e * bs + j];
 }
 
+/* Each column summed in row order, in double; rows walked in memory order
+ * for a block of columns at a time, so that a wide row is read once. */
 void hp_bias_grouped_bwd(float *db, size_t bs, const float *dx, long ld, const int32_t *off, int nx, int n)
 {
-	for (int e = 0; e < nx; e++)
-		for (int j = 0; j < n; j++) {
-			double s = 0;
+	enum { BLK = 256 };
+	double s[BLK];
 
+	for (int e = 0; e < nx; e++)
+		for (int j0 = 0; j0 < n; j0 += BLK) {
+			int nb = n - j0 < BLK ? n - j0 : BLK;
+
+			for (int j = 0; j < nb; j++)
+				s[j] = 0;
 			for (long r = off[e]; r < off[e + 1]; r++)
-				s += dx[r * ld + j];
-			db[(size_t)e * bs + j] += (float)s;
+				for (int j = 0; j < nb; j++)
+					s[j] += dx[r * ld + j0 + j];
+			for (int j = 0; j < nb; j++)
+				db[(size_t)e * bs + j0 + j] += (float)s[j];
 		}
 }

@@ -240,12 +240,10 @@ static void check_glu(long ld_mode, float alpha, float limit)
 	free(g), free(h), free(dh), free(dg), free(ubuf), free(gbuf);
 }
 
-static void check_bias(void)
+static void check_bias(int n, long ld, size_t bs)
 {
 	int32_t off[5] = { 0, 3, 3, 10, 12 };
-	const int nx = 4, n = 6;
-	const long ld = 9;
-	const size_t bs = 20;
+	const int nx = 4;
 	float *x = fill((size_t)12 * ld, 1), *x0 = malloc((size_t)12 * ld * sizeof(float));
 	float *bias = fill(bs * nx, 1), *db = calloc(bs * nx, sizeof(float)), *dx = fill((size_t)12 * ld, 1);
 	int ok = 1;
@@ -278,6 +276,7 @@ int main(void)
 	check_glu(0, 1.702f, 7.0f);
 	check_glu(1, 1.702f, 0.5f);
 	check_glu(0, 0.7f, 2.0f);
-	check_bias();
+	check_bias(6, 9, 20);
+	check_bias(300, 310, 333);   /* wider than the backward's block of 256 columns */
 	return tap_done();
 }
