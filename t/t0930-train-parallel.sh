@@ -75,9 +75,16 @@ test_expect_success MPI 'the seed'\''s 8 ranks with its kernels (fused norms, fl
 # GPT-OSS, as transformers 5.24 saved it (data/hf/tf5/gpt_oss-yarn): sinks
 # (sharded by head over tp; Ulysses gives each cp rank its heads' sinks),
 # biases on q/k/v/o, the router and every expert, the clamped SwiGLU,
-# experts stacked and interleaved in the checkpoint
+# experts stacked and interleaved in the checkpoint.  The final weights
+# within 1e-3 (PTOL), losses and step-1 gradients within 1e-5: the clamp
+# (swiglu_limit 0.5 clamps a fifth of the gate and up values) makes the
+# gradient jump where a value crosses the limit, so a value within rounding
+# of it passes its gradient in one layout and blocks it in another, and
+# the six AdamW steps carry that on (one such element moves by at most the
+# sum of the steps' learning rates, 2e-3 here); measured 5e-5 with the
+# window below, under 1e-5 here, on this machine (AVX-512).
 test_expect_success MPI 'GPT-OSS: FSDP, TP+SP, EP with expert FSDP, CP both modes, the seed layout with its kernels' '
-	d=$DATA/hf/tf5/gpt_oss-yarn &&
+	d=$DATA/hf/tf5/gpt_oss-yarn && PTOL=1e-3 &&
 	hf_records oss "$d" &&
 	write_config oss.yaml "$d" oss 32 1 4 6 </dev/null &&
 	single oss oss.yaml &&
@@ -95,18 +102,13 @@ test_expect_success MPI 'GPT-OSS: FSDP, TP+SP, EP with expert FSDP, CP both mode
 	sed "s/ulysses_attention/flash_attention/" oss-k.yaml >oss-f.yaml &&
 	layout oss oss-f.yaml 8 $SEED8 &&
 	layout oss oss.yaml 2 $A.pp_size=2 --activation_checkpoint.mode=full &&
-	layout oss oss.yaml 4 $A.pp_size=2 $A.ep_size=2
+	layout oss oss.yaml 4 $A.pp_size=2 $A.ep_size=2 && PTOL=
 '
 
 # The same with a sliding window of 8 on layer 0 (data/hf/tf5/gpt_oss-window):
-# each CP rank's queries see the window across the chunk boundary.  The
-# final weights within 1e-4 (PTOL): after 6 AdamW steps an element whose
-# gradient is within rounding of 0 (an expert bias few tokens reach) moves
-# by Adam's normalised step in the direction that element's rounding
-# gives, which the layouts' summation orders change; measured 5e-5, while
-# every step-1 gradient stays within 1e-5.
+# each CP rank's queries see the window across the chunk boundary.
 test_expect_success MPI 'GPT-OSS with a window shorter than the rows: CP both modes, TP+SP, the seed layout' '
-	d=$DATA/hf/tf5/gpt_oss-window && PTOL=1e-4 &&
+	d=$DATA/hf/tf5/gpt_oss-window && PTOL=1e-3 &&
 	write_config ossw.yaml "$d" oss 32 1 4 6 </dev/null &&
 	single ossw ossw.yaml &&
 	layout ossw ossw.yaml 4 $A.cp_size=4 &&
