@@ -48,6 +48,26 @@ bench_ids () {
 	"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of "$3" -o "$1" "$1.jsonl" >/dev/null
 }
 
+# bench_model PY SCRIPT YAML: the run of moe-bench.sh and oss-bench.sh.
+# $tmp/model/config.json written, PY SCRIPT make $tmp/model saves its
+# weights when PY is not empty (hp-train loads them), else hp-train draws
+# its own from the config; $tmp/ts holds the records of seq + 1 tokens;
+# YAML the config (bench_model_yaml).  die on a failure.
+bench_model () {
+	if [ -n "$1" ]; then
+		"$1" "$2" make "$tmp/model" 2>"$tmp/make.err" ||
+			{ cat "$tmp/make.err" >&2; die "$(basename "$2") make failed"; }
+		load="from_pretrained
+  pretrained_model_name_or_path: $tmp/model"
+	else
+		load="from_config
+  config_path: $tmp/model"
+	fi
+	"$build/bin/hp-test-tool" mkidx --vocab 512 --records-of $((seq + 1)) -o "$tmp/ts" \
+		"$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" >/dev/null || die "mkidx failed"
+	bench_model_yaml "$load" >"$3" || die "cannot write the config"
+}
+
 # bench_model_yaml LOAD: to standard output, the config of moe-bench.sh's
 # and oss-bench.sh's runs: the model by LOAD (from_pretrained or
 # from_config and its path key), $steps steps of $batch x $seq records of

@@ -69,17 +69,7 @@ if [ "$smoke" = 1 ]; then
 	 "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "float32"}
 	JSON
 fi
-if [ -n "$torch" ]; then
-	"$py" "$src/bench/moe_torch.py" make "$tmp/model" || die "moe_torch.py make failed"
-	load="from_pretrained
-  pretrained_model_name_or_path: $tmp/model"
-else
-	load="from_config
-  config_path: $tmp/model"
-fi
-"$build/bin/hp-test-tool" mkidx --vocab 512 --records-of $((seq + 1)) -o "$tmp/ts" \
-	"$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" >/dev/null || die "mkidx failed"
-bench_model_yaml "$load" >"$tmp/moe.yaml" || die "cannot write the config"
+bench_model "$torch" "$src/bench/moe_torch.py" "$tmp/moe.yaml"
 
 shape=$(jq -r '"hidden \(.hidden_size), \(.num_hidden_layers) layers, \(.num_experts) experts top-\(.num_experts_per_tok), moe_intermediate \(.moe_intermediate_size)"' \
 	"$tmp/model/config.json") || die "cannot read the model's config.json"

@@ -73,18 +73,7 @@ cat >"$tmp/model/config.json" <<JSON
  "output_router_logits": false, "router_aux_loss_coef": 0.001, "hidden_act": "silu",
  "initializer_range": 0.02, "dtype": "float32", "transformers_version": "5.24.0"}
 JSON
-if [ -n "$py" ]; then
-	"$py" "$src/bench/oss_torch.py" make "$tmp/model" 2>"$tmp/make.err" ||
-		{ cat "$tmp/make.err" >&2; die "oss_torch.py make failed"; }
-	load="from_pretrained
-  pretrained_model_name_or_path: $tmp/model"
-else
-	load="from_config
-  config_path: $tmp/model"
-fi
-"$build/bin/hp-test-tool" mkidx --vocab 512 --records-of $((seq + 1)) -o "$tmp/ts" \
-	"$src/data/tokenizers/vectors/stories260K_hf_tokenizers_0.23.2.jsonl" >/dev/null || die "mkidx failed"
-bench_model_yaml "$load" >"$tmp/oss.yaml" || die "cannot write the config"
+bench_model "$py" "$src/bench/oss_torch.py" "$tmp/oss.yaml"
 
 printf '\n%s\n' "GPT-OSS (hidden $hidden, $layers layers, window $window on even layers, $experts experts top-2, intermediate $inter), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
 bench_against "$py" "$src/bench/oss_torch.py" "$tmp/oss.yaml" "hf tok/s" "transformers"

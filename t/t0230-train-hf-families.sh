@@ -122,30 +122,6 @@ test_expect_success 'gpt_oss MXFP4: dequantized on load as transformers does, bi
 	test "$(jq .loss m1.jsonl)" = "$(jq .loss m2.jsonl)"
 '
 
-# the released gpt-oss shapes (data/hf/published): their config.json parses
-# with no unknown key, MXFP4 and all, and hp counts transformers' parameters
-test_expect_success 'gpt-oss-20b and gpt-oss-120b as published: plans at 8 and 64 ranks, transformers'\'' parameter counts' '
-	for n in "gpt-oss-20b 8 20914757184" "gpt-oss-120b 64 116829156672"; do
-		set -- $n &&
-		cat >pub.yaml <<-YAML &&
-		model:
-		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
-		  config_path: $HF/published/$1.json
-		training: {train_iters: 10, global_batch_size: 64, micro_batch_size: 1}
-		dataset:
-		  _target_: hyper_parallel.data.build_indexed_text_dataset
-		  data_path: none
-		  data_config: {seq_length: 4096, is_dataset_from_mr: true}
-		YAML
-		hp-plan pub.yaml --world $2 --accelerator.ep_size=8 --fsdp_config.dp_shard_size=$2 \
-			--fsdp_config.edp_shard_size=$(($2 / 8)) -o pub.json 2>err &&
-		test ! -s err &&
-		hp-plan --explain pub.json >ex &&
-		grep "^  parameters  *$3$" ex &&
-		grep "^  sliding_window  *128 on $(($(jq .num_hidden_layers "$HF/published/$1.json") / 2)) of" ex || return 1
-	done
-'
-
 test_expect_success 'pad_token_id: its embedding row gets no gradient (nn.Embedding padding_idx), as transformers, both lines' '
 	for line in tf4 tf5; do
 		d=$HF/$line/llama-default-pad &&
@@ -276,16 +252,25 @@ test_expect_success 'gpt_oss: refused by name what transformers'\''s two lines c
 		"swiglu_limit 0.5, swiglu_alpha 1.702 in a folder of transformers 4.57.6" &&
 	bad_in gpt_oss-default o-lt ".layer_types = [\"full_attention\"]" 3 "layer_types.: expected a list of 2" &&
 	bad_in gpt_oss-default o-lim ".swiglu_limit = 0" 3 "swiglu_limit must be positive" &&
-	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss."
+	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss." &&
+	bad_in gpt_oss-default o-sw ".sliding_window = null | del(.layer_types)" 4 \
+		"sliding_window is null but the default layer_types has sliding_attention layers" &&
+	jq ".head_dim = 520" "$HF/tf5/gpt_oss-default/config.json" >b-o-lim/config.json &&
+	test_must_fail_with 4 hp-plan b-o-lim.yaml --world 1 2>err && test_one_line err &&
+	grep -q "attention with sinks runs the flash kernel, which takes head_dim up to 512; the model has 520" err
 '
 
-test_expect_success 'gpt_oss: a stacked expert tensor of the wrong shape, or one missing, is named' '
+test_expect_success 'gpt_oss: a stacked expert tensor of the wrong shape, or one missing, is named (hp-train and hp-convert)' '
 	d=$HF/tf5/gpt_oss-default &&
 	rm -rf sx && mkdir sx && jq ".intermediate_size = 20" "$d/config.json" >sx/config.json &&
 	cp "$d/model.safetensors" sx/ && hf_records rs "$d" &&
 	write_config sx.yaml "$PWD/sx" rs 32 1 2 1 </dev/null &&
 	test_must_fail_with 4 hp-train -q sx.yaml 2>err && test_one_line err &&
-	grep -q "model.layers.0.mlp.experts.gate_up_proj. has the wrong shape for 4 experts of 20 x 32" err &&
+	grep -q "tensor .model.layers.0.mlp.experts.gate_up_proj. is not \[4, 32, 40\] (4 experts" err &&
+	hp-plan sx.yaml --world 2 --accelerator.ep_size=2 -o sxp.json &&
+	rm -rf sxs && test_must_fail_with 4 hp-convert -q --plan sxp.json -o sxs sx 2>err && test_one_line err &&
+	grep -q "tensor .model.layers.0.mlp.experts.gate_up_proj. is not \[4, 32, 40\] (4 experts" err &&
+	test ! -e sxs &&
 	hp-test-tool stdrop "$d/model.safetensors" sx/model.safetensors model.layers.1.mlp.experts.down_proj_bias &&
 	cp "$d/config.json" sx/ &&
 	test_must_fail_with 4 hp-train -q sx.yaml 2>err && test_one_line err &&

@@ -4,12 +4,13 @@ test_description='the config.json of real hub checkpoints: each parses, plans at
 
 HUB=$DATA/hub-configs
 
-# hub_yaml FILE NAME: a from_config run of the hub config NAME, seq 4096
+# hub_yaml FILE NAME [DIR]: a from_config run of the hub config NAME (in
+# DIR, default $HUB), seq 4096
 hub_yaml () {
 	cat >"$1" <<-YAML
 	model:
 	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
-	  config_path: $HUB/$2.json
+	  config_path: ${3:-$HUB}/$2.json
 	training: {train_iters: 10, global_batch_size: 64, micro_batch_size: 1}
 	dataset:
 	  _target_: hyper_parallel.data.build_indexed_text_dataset
@@ -29,6 +30,23 @@ while IFS='	' read name world ovr count; do
 		jq -e ".world_size == $world" plan.json >/dev/null
 	'
 done <"$HUB/plans.tsv"
+
+# the released gpt-oss shapes (data/hf/published: their values, not the
+# hub's bytes): their config.json parses with no unknown key, MXFP4 and
+# all, and hp counts transformers' parameters
+test_expect_success 'gpt-oss-20b and gpt-oss-120b as published: plans at 8 and 64 ranks, transformers'\'' parameter counts' '
+	for n in "gpt-oss-20b 8 20914757184" "gpt-oss-120b 64 116829156672"; do
+		set -- $n &&
+		hub_yaml pub.yaml $1 "$DATA/hf/published" &&
+		hp-plan pub.yaml --world $2 --accelerator.ep_size=8 --fsdp_config.dp_shard_size=$2 \
+			--fsdp_config.edp_shard_size=$(($2 / 8)) -o pub.json 2>err &&
+		test ! -s err &&
+		hp-plan --explain pub.json >ex &&
+		grep "^  parameters  *$3$" ex &&
+		grep "^  sliding_window  *128 on $(($(jq .num_hidden_layers "$DATA/hf/published/$1.json") / 2)) of" ex ||
+		return 1
+	done
+'
 
 # #35: HyperParallel's demo model on 64 GPUs (TP2 with SP, CP2, EP8, full
 # activation checkpointing, 4096 tokens) fits an 80 GB GPU, as hp-plan

@@ -259,14 +259,9 @@ static void explain(json_t *plan, struct hp_plan *p)
 	if (p->spec.rope.type != HP_ROPE_DEFAULT)
 		printf(", factor %g", p->spec.rope.factor);
 	printf("\n");
-	if (p->spec.sliding_window) {
-		int n = 0;
-
-		for (int l = 0; l < p->spec.n_layers; l++)
-			n += p->spec.sliding[l];
-		printf("  %-18s %d on %d of %d layers\n", "sliding_window", p->spec.sliding_window, n,
-		       p->spec.n_layers);
-	}
+	if (p->spec.sliding_window)
+		printf("  %-18s %d on %d of %d layers\n", "sliding_window", p->spec.sliding_window,
+		       hp_model_spec_sliding_layers(&p->spec), p->spec.n_layers);
 	if (p->spec.n_experts)
 		printf("  %-18s %d of intermediate %d, top-%d%s\n", "experts", p->spec.n_experts,
 		       p->spec.moe_intermediate, p->spec.top_k, p->spec.moe_bias ? ", with biases" : "");

@@ -279,46 +279,7 @@ static int rope_num(struct ctx *c, const char *key, double *out)
 	return get_num(c, key, 0, out);
 }
 
-static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_spec *s, json_t *d, int five);
-
-static int parse_rope(struct ctx *c, const struct family *f, struct hp_model_spec *s)
-{
-	json_t *rp = json_object_get(c->root, "rope_parameters");
-	json_t *rs = json_object_get(c->root, "rope_scaling");
-	json_t *d = NULL;
-	int rc;
-
-	if (rp && json_is_null(rp))
-		rp = NULL;
-	if (rs && json_is_null(rs))
-		rs = NULL;
-	if (rp && rs)
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': both rope_scaling and rope_parameters are set; "
-				  "transformers 4.x reads only the first, 5.x prefers it: keep one", c->path);
-	d = rp ? rp : rs;
-	if (d && !json_is_object(d))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an object", c->path,
-				  rp ? "rope_parameters" : "rope_scaling");
-	/* GptOssConfig without a rope key: its yarn (both lines); a null one
-	 * is default RoPE to 4.57 but the yarn to 5.x */
-	json_t *oss_yarn = NULL;
-	if (f->oss && !d && (json_object_get(c->root, "rope_parameters") || json_object_get(c->root, "rope_scaling")))
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': %s is null: transformers 4.x reads that as default RoPE, "
-				  "5.x as GptOssConfig's yarn (factor 32); give the rope type", c->path,
-				  json_object_get(c->root, "rope_parameters") ? "rope_parameters" : "rope_scaling");
-	if (f->oss && !d) {
-		oss_yarn = json_pack("{s:s, s:f, s:f, s:f, s:b, s:i}", "rope_type", "yarn", "factor", 32.0,
-				     "beta_fast", 32.0, "beta_slow", 1.0, "truncate", 0,
-				     "original_max_position_embeddings", 4096);
-		if (!oss_yarn)
-			return hp_err_set(c->e, HP_ENOMEM, "out of memory");
-		d = oss_yarn;
-	}
-	rc = parse_rope_in(c, f, s, d, rp != NULL);
-	json_decref(oss_yarn);
-	return rc;
-}
-
+/* RoPE from dict d (NULL: none) of rope_parameters (five) or rope_scaling. */
 static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_spec *s, json_t *d, int five)
 {
 	json_t *v, *tv;
@@ -445,6 +406,44 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 		r->attention_factor = yarn_mscale(r->factor, 1);
 	}
 	return 0;
+}
+
+static int parse_rope(struct ctx *c, const struct family *f, struct hp_model_spec *s)
+{
+	json_t *rp = json_object_get(c->root, "rope_parameters");
+	json_t *rs = json_object_get(c->root, "rope_scaling");
+	json_t *d = NULL;
+	int rc;
+
+	if (rp && json_is_null(rp))
+		rp = NULL;
+	if (rs && json_is_null(rs))
+		rs = NULL;
+	if (rp && rs)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': both rope_scaling and rope_parameters are set; "
+				  "transformers 4.x reads only the first, 5.x prefers it: keep one", c->path);
+	d = rp ? rp : rs;
+	if (d && !json_is_object(d))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key '%s': expected an object", c->path,
+				  rp ? "rope_parameters" : "rope_scaling");
+	/* GptOssConfig without a rope key: its yarn (both lines); a null one
+	 * is default RoPE to 4.57 but the yarn to 5.x */
+	json_t *oss_yarn = NULL;
+	if (f->oss && !d && (json_object_get(c->root, "rope_parameters") || json_object_get(c->root, "rope_scaling")))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': %s is null: transformers 4.x reads that as default RoPE, "
+				  "5.x as GptOssConfig's yarn (factor 32); give the rope type", c->path,
+				  json_object_get(c->root, "rope_parameters") ? "rope_parameters" : "rope_scaling");
+	if (f->oss && !d) {
+		oss_yarn = json_pack("{s:s, s:f, s:f, s:f, s:b, s:i}", "rope_type", "yarn", "factor", 32.0,
+				     "beta_fast", 32.0, "beta_slow", 1.0, "truncate", 0,
+				     "original_max_position_embeddings", 4096);
+		if (!oss_yarn)
+			return hp_err_set(c->e, HP_ENOMEM, "out of memory");
+		d = oss_yarn;
+	}
+	rc = parse_rope_in(c, f, s, d, rp != NULL);
+	json_decref(oss_yarn);
+	return rc;
 }
 
 void hp_model_spec_rope(const struct hp_model_spec *s, double *f, double *attention_factor)
@@ -669,10 +668,8 @@ static int parse_oss(struct ctx *c, struct hp_model_spec *s)
 	    (rc = get_num(c, "swiglu_limit", 7.0, &s->swiglu_limit)) ||
 	    (rc = get_num(c, "swiglu_alpha", 1.702, &s->swiglu_alpha)))
 		return rc;
-	if (!(s->swiglu_limit > 0) || !isfinite(s->swiglu_limit))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': swiglu_limit must be positive and finite", c->path);
-	if (!isfinite(s->swiglu_alpha))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': swiglu_alpha must be finite", c->path);
+	if (!(s->swiglu_limit > 0))   /* JSON has no infinity: a number is finite */
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': swiglu_limit must be positive", c->path);
 	/* 4.57's GptOssExperts compute with 7 and 1.702 whatever the config says */
 	if (!strncmp(s->transformers_version, "4.", 2) && (s->swiglu_limit != 7.0 || s->swiglu_alpha != 1.702))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': swiglu_limit %g, swiglu_alpha %g in a folder of transformers "
@@ -690,6 +687,15 @@ static int parse_oss(struct ctx *c, struct hp_model_spec *s)
 	s->moe_bias = 1;
 	s->moe_act = HP_MOE_ACT_CLAMPED;
 	return 0;
+}
+
+int hp_model_spec_sliding_layers(const struct hp_model_spec *s)
+{
+	int n = 0;
+
+	for (int l = 0; l < s->n_layers && l < HP_MAX_LAYERS; l++)
+		n += s->sliding[l];
+	return n;
 }
 
 int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l)

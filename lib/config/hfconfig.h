@@ -112,6 +112,9 @@ struct hp_model_spec {
  * configured, and (l + 1) a multiple of decoder_sparse_step, as HF decides. */
 int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l);
 
+/* How many layers have the sliding window. */
+int hp_model_spec_sliding_layers(const struct hp_model_spec *s);
+
 /* The RoPE inverse frequencies (head_dim / 2 of them) and the factor that
  * multiplies cos and sin, computed in double from transformers' formulas. */
 void hp_model_spec_rope(const struct hp_model_spec *s, double *inv_freq, double *attention_factor);

@@ -25,13 +25,12 @@
 struct hp_src_view {
 	const struct hp_st_tensor *t;
 	int64_t row_base, cols;      /* rows counted in the tensor seen as [*, cols] */
-	/* strided (GPT-OSS's stacked experts, params.h): element (r, c) at flat
-	 * index base + r * rs + c * cs; rs == 0 when the view is rows */
-	int64_t base, rs, cs;
-	/* MXFP4 (GPT-OSS): t the blocks, mxs the scales; row r of the
-	 * parameter is decoded row mx_row0 + r * mx_rstep of G * 32 values */
+	/* strided (GPT-OSS's stacked experts): sv.rs non-zero, element (r, c)
+	 * at flat index sv.base + r * sv.rs + c * sv.cs (params.h) */
+	/* MXFP4 (GPT-OSS): t the blocks, mxs the scales, sv where the
+	 * parameter's rows are (params.h, hp_mxfp4_rows) */
 	const struct hp_st_tensor *mxs;
-	int64_t mx_row0, mx_rstep, mx_G;
+	struct hp_stacked_view sv;
 };
 
 static void padd(struct hp_progress *pg, uint64_t n)
@@ -125,45 +124,18 @@ static int find_view(struct hp_src *s, const struct hp_plan_param *q, struct hp_
 		v->cols = qcols(q);
 		return 0;
 	}
-	if (hp_param_stacked(sp, q->name, &sv) && !hp_st_model_find(&s->st, sv.name) && sv.mx_R) {
-		char bn[160], sn[160];
-		const struct hp_st_tensor *sc;
-		int rc;
+	if (hp_param_stacked(sp, q->name, &sv)) {
+		int rc = hp_stacked_find(&s->st, &sv, sp->n_experts, s->dir, &v->t, &v->mxs, e);
 
-		snprintf(bn, sizeof(bn), "%s_blocks", sv.name);
-		snprintf(sn, sizeof(sn), "%s_scales", sv.name);
-		if ((t = hp_st_model_find(&s->st, bn)) && (sc = hp_st_model_find(&s->st, sn))) {
-			if ((rc = hp_mxfp4_check(&sv, t, sc, sp->n_experts, s->dir, e)))
-				return rc;
-			v->t = t;
-			v->mxs = sc;
+		if (rc <= 0) {
 			v->cols = qcols(q);
-			v->mx_row0 = sv.mx_row0;
-			v->mx_rstep = sv.mx_rstep;
-			v->mx_G = sv.mx_G;
-			return 0;
+			v->sv = sv;
+			if (!rc && !v->mxs && sv.cs == 1 && sv.rs == v->cols && sv.base % v->cols == 0) {
+				v->row_base = sv.base / v->cols;   /* whole rows */
+				v->sv.rs = 0;
+			}
+			return rc;
 		}
-	}
-	if (hp_param_stacked(sp, q->name, &sv) && (t = hp_st_model_find(&s->st, sv.name))) {
-		int same = t->ndim == sv.ndim;
-
-		for (int d = 0; same && d < sv.ndim; d++)
-			same = t->shape[d] == sv.shape[d];
-		if (!same)
-			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not [%lld, %lld%s%lld] (%d experts)",
-					  s->dir, sv.name, (long long)sv.shape[0], (long long)sv.shape[1],
-					  sv.ndim > 2 ? ", " : "", sv.ndim > 2 ? (long long)sv.shape[2] : 0LL,
-					  sp->n_experts);
-		v->t = t;
-		v->cols = qcols(q);
-		if (sv.cs == 1 && sv.rs == v->cols && sv.base % v->cols == 0) {   /* whole rows */
-			v->row_base = sv.base / v->cols;
-		} else {
-			v->base = sv.base;
-			v->rs = sv.rs;
-			v->cs = sv.cs;
-		}
-		return 0;
 	}
 	return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' that the plan needs is missing", s->dir, q->name);
 }
@@ -220,8 +192,9 @@ fail:
 static int read_strided(struct hp_src *s, const struct hp_src_view *v, int64_t r0, int64_t nr, int64_t c0,
 			int64_t nc, float *dst, struct hp_err *e)
 {
+	const struct hp_stacked_view *x = &v->sv;
 	size_t esz = hp_dtype_size(v->t->dtype);
-	int64_t lo = v->base + r0 * v->rs + c0 * v->cs, hi = v->base + (r0 + nr - 1) * v->rs + (c0 + nc - 1) * v->cs;
+	int64_t lo = x->base + r0 * x->rs + c0 * x->cs, hi = x->base + (r0 + nr - 1) * x->rs + (c0 + nc - 1) * x->cs;
 	size_t n = (size_t)(hi - lo + 1);
 	float *span = hp_malloc(n * sizeof(float));
 	void *raw = v->t->dtype == HP_DTYPE_F32 ? (void *)span : scratch(s, n * esz);
@@ -237,32 +210,8 @@ static int read_strided(struct hp_src *s, const struct hp_src_view *v, int64_t r
 				v->t->name, hp_dtype_name(v->t->dtype));
 	for (int64_t r = 0; !rc && r < nr; r++)
 		for (int64_t c = 0; c < nc; c++)
-			dst[r * nc + c] = span[r * v->rs + c * v->cs];
+			dst[r * nc + c] = span[r * x->rs + c * x->cs];
 	hp_free(span);
-	return rc;
-}
-
-/* MXFP4 rows: each row's blocks and scales read and decoded whole, the
- * columns asked for kept. */
-static int read_mxfp4(struct hp_src *s, const struct hp_src_view *v, int64_t r0, int64_t nr, int64_t c0,
-		      int64_t nc, float *dst, struct hp_err *e)
-{
-	int64_t G = v->mx_G, n = G * 32;
-	uint8_t *raw = scratch(s, (size_t)G * 17 + 16 + (size_t)n * sizeof(float));
-	float *row = raw ? (float *)(raw + ((size_t)G * 17 + 15) / 16 * 16) : NULL;
-	int rc = 0;
-
-	if (!raw)
-		return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", v->t->name);
-	for (int64_t r = 0; r < nr && !rc; r++) {
-		int64_t j = v->mx_row0 + (r0 + r) * v->mx_rstep;
-
-		if (!(rc = hp_st_pread(v->t, (uint64_t)(j * G * 16), raw, (size_t)G * 16, e)) &&
-		    !(rc = hp_st_pread(v->mxs, (uint64_t)(j * G), raw + G * 16, (size_t)G, e))) {
-			hp_mxfp4_decode(row, raw, raw + G * 16, (size_t)n);
-			memcpy(dst + r * nc, row + c0, (size_t)nc * sizeof(float));
-		}
-	}
 	return rc;
 }
 
@@ -273,10 +222,14 @@ static int read_hf(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c0, 
 	size_t esz = hp_dtype_size(v->t->dtype);
 	int whole = c0 == 0 && nc == v->cols;
 
-	if (v->rs)
+	if (v->mxs) {
+		void *buf = scratch(s, hp_mxfp4_buf_bytes(&v->sv));
+
+		return buf ? hp_mxfp4_rows(&v->sv, v->t, v->mxs, r0, nr, c0, nc, dst, buf, e) :
+			     hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", v->t->name);
+	}
+	if (v->sv.rs)
 		return read_strided(s, v, r0, nr, c0, nc, dst, e);
-	if (v->mxs)
-		return read_mxfp4(s, v, r0, nr, c0, nc, dst, e);
 	/* whole rows are one run; a column slice is one run per row */
 	int64_t runs = whole ? 1 : nr, run = whole ? nr * nc : nc;
 
@@ -696,57 +649,60 @@ int hp_shard_verify(const struct hp_plan *p, const char *hash, int rank, const s
 
 /* --- HF export ------------------------------------------------------------------ */
 
+/* Whether the cnt floats of name's rows from r0 (cols each) are finite:
+ * 0, or HP_EFORMAT naming the first other value and its row. */
+static int all_finite(const char *name, const float *blk, size_t cnt, int64_t r0, int64_t cols, struct hp_err *e)
+{
+	size_t x = hp_find_nonfinite(blk, cnt);
+
+	if (x == cnt)
+		return 0;
+	return hp_err_set(e, HP_EFORMAT, "'%s' holds %g at row %lld: an HF folder of it would not load into a "
+			  "usable model (a checkpoint of a run with debug.check_nan_inf: false?)", name, blk[x],
+			  (long long)(r0 + (int64_t)(x / (size_t)cols)));
+}
+
 /*
  * GPT-OSS's experts leave as transformers stores them, stacked per layer
  * (params.h, hp_param_stacked): the export writes one entry per stacked
  * tensor, at its layer's first expert parameter of that tensor, and
  * fills it expert by expert.  stacked_expert: for parameter i of such a
- * model, its expert (>= 0), or -1 when it is not a stacked one.
+ * model, its expert (>= 0) and view, or -1 when it is not a stacked one.
  */
-static int stacked_expert(const struct hp_plan *p, int i)
+static int stacked_expert(const struct hp_plan *p, int i, struct hp_stacked_view *v)
 {
-	struct hp_stacked_view v;
-	int l, x;
-
-	if (!p->spec.moe_bias || !hp_param_stacked(&p->spec, p->params[i].name, &v) ||
-	    sscanf(p->params[i].name, "model.layers.%d.mlp.experts.%d.", &l, &x) != 2)
-		return -1;
-	return x;
+	return p->spec.moe_bias && hp_param_stacked(&p->spec, p->params[i].name, v) ? v->expert : -1;
 }
 
-/* The parameter of expert x whose name is param i's with its expert and
- * projection replaced (proj "gate", "up" or "down"); -1 if none. */
-static int expert_param(const struct hp_plan *p, int i, int x, const char *proj)
+/* Entry i's (expert 0's) counterpart of expert x and part (0 gate, 1 up,
+ * 2 down): params.h lists each GPT-OSS expert's six tensors together (the
+ * weights gate, up, down, then their biases), which the view of the
+ * parameter found there confirms; -1 if not. */
+static int expert_param(const struct hp_plan *p, int i, const struct hp_stacked_view *v, int x, int part)
 {
-	char name[128];
-	int l;
-	const char *kind = strrchr(p->params[i].name, '.');
+	struct hp_stacked_view w;
+	int j = i + 6 * x + part - v->part;
 
-	if (sscanf(p->params[i].name, "model.layers.%d.", &l) != 1 || !kind)
-		return -1;
-	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.%s_proj%s", l, x, proj, kind);
-	for (int j = 0; j < p->nparams; j++)
-		if (!strcmp(p->params[j].name, name))
-			return j;
-	return -1;
+	return j < p->nparams && stacked_expert(p, j, &w) == x && w.part == part && !strcmp(w.name, v->name) ?
+	       j : -1;
 }
 
 /* Write stacked tensor of entry i (the first expert's parameter, gate or
  * down, weight or bias) expert by expert, each expert's block converted to
  * dtype; blk holds at least 2 * Im * C floats, out their bytes. */
 static int put_stacked(const struct hp_plan *p, struct hp_src *src, struct hp_st_writer *w, int i,
-		       enum hp_dtype dtype, int finite, float *blk, void *out, struct hp_progress *pg,
-		       struct hp_err *e)
+		       const struct hp_stacked_view *v, enum hp_dtype dtype, int finite, float *blk, void *out,
+		       struct hp_progress *pg, struct hp_err *e)
 {
 	const struct hp_model_spec *s = &p->spec;
 	int64_t C = s->hidden, Im = s->moe_intermediate, E = s->n_experts;
-	int down = strstr(p->params[i].name, "down_proj") != NULL, bias = strstr(p->params[i].name, ".bias") != NULL;
+	int down = v->part == 2, bias = v->ndim == 2;
 	int64_t per = down ? (bias ? C : Im * C) : (bias ? 2 * Im : 2 * Im * C);
 	float *a = blk + per, *b = a + per / 2 + (down ? per / 2 : 0);
 	int rc;
 
 	for (int x = 0; x < E; x++) {
-		int g = expert_param(p, i, x, down ? "down" : "gate"), u = down ? -1 : expert_param(p, i, x, "up");
+		int g = expert_param(p, i, v, x, down ? 2 : 0), u = down ? -1 : expert_param(p, i, v, x, 1);
 
 		if (g < 0 || (!down && u < 0))
 			return hp_err_set(e, HP_EINVAL, "internal: expert %d of '%s' is missing", x, p->params[i].name);
@@ -768,11 +724,8 @@ static int put_stacked(const struct hp_plan *p, struct hp_src *src, struct hp_st
 					blk[c * 2 * Im + 2 * k + 1] = b[k * cols + c];
 				}
 		}
-		size_t nf = finite ? hp_find_nonfinite(blk, (size_t)per) : (size_t)per;
-		if (nf < (size_t)per)
-			return hp_err_set(e, HP_EFORMAT, "'%s' of expert %d holds %g: an HF folder of it would not load "
-					  "into a usable model (a checkpoint of a run with debug.check_nan_inf: false?)",
-					  p->params[g].name, x, blk[nf]);
+		if (finite && (rc = all_finite(v->name, blk, (size_t)per, x, per, e)))   /* row: the expert */
+			return rc;
 		if (dtype != HP_DTYPE_F32)
 			hp_convert_from_f32(out, dtype, blk, (size_t)per);
 		if ((rc = hp_st_writer_put(w, dtype == HP_DTYPE_F32 ? (void *)blk : out, (size_t)per * hp_dtype_size(dtype), e)))
@@ -787,11 +740,9 @@ static int put_stacked(const struct hp_plan *p, struct hp_src *src, struct hp_st
 static int stacked_entry(const struct hp_plan *p, int i, struct hp_st_entry *ent, char *name, size_t n)
 {
 	struct hp_stacked_view v;
-	int x = stacked_expert(p, i);
 
-	if (x != 0 || strstr(p->params[i].name, "up_proj"))
+	if (stacked_expert(p, i, &v) != 0 || v.part == 1)
 		return 0;
-	hp_param_stacked(&p->spec, p->params[i].name, &v);
 	snprintf(name, n, "%s", v.name);
 	ent->ndim = v.ndim;
 	for (int d = 0; d < v.ndim; d++)
@@ -808,7 +759,8 @@ static int assign_files(const struct hp_plan *p, size_t esz, uint64_t max_shard,
 
 	for (int i = 0; i < p->nparams; i++) {
 		uint64_t b = (uint64_t)(p->params[i].shape[0] * qcols(&p->params[i])) * esz;
-		int x = stacked_expert(p, i);
+		struct hp_stacked_view v;
+		int x = stacked_expert(p, i, &v);
 
 		/* a stacked tensor (GPT-OSS) is one file's: its experts never part */
 		if (max_shard && cur && cur + b > max_shard && x <= 0) {
@@ -859,6 +811,7 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 	struct hp_st_writer w = { 0 };
 	const char *mk[] = { "format" }, *mv[] = { "pt" };
 	size_t esz = hp_dtype_size(dtype);
+	struct hp_stacked_view sv;
 	char *names = NULL;
 	int n = 0, rc;
 
@@ -873,7 +826,7 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 	for (int i = 0; i < p->nparams; i++) {
 		if (file[i] != f)
 			continue;
-		if (stacked_expert(p, i) >= 0) {
+		if (stacked_expert(p, i, &sv) >= 0) {
 			if (!stacked_entry(p, i, &ent[n], names + (size_t)n * 128, 128))
 				continue;
 			ent[n].name = names + (size_t)n * 128;
@@ -893,8 +846,8 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 		const struct hp_plan_param *q = &p->params[i];
 		int64_t cols = qcols(q), step = BLOCK / cols > 0 ? BLOCK / cols : 1;
 
-		if (stacked_expert(p, i) >= 0) {
-			if ((rc = put_stacked(p, src, &w, i, dtype, finite, blk, out, pg, e)))
+		if (stacked_expert(p, i, &sv) >= 0) {
+			if ((rc = put_stacked(p, src, &w, i, &sv, dtype, finite, blk, out, pg, e)))
 				goto out;
 			continue;
 		}
@@ -905,14 +858,8 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 
 			if ((rc = hp_src_read(src, i, r, nr, 0, cols, blk, e)))
 				goto out;
-			size_t x = finite ? hp_find_nonfinite(blk, cnt) : cnt;
-
-			if (x < cnt) {
-				rc = hp_err_set(e, HP_EFORMAT, "'%s' holds %g at row %lld: an HF folder of it would not "
-						"load into a usable model (a checkpoint of a run with debug.check_nan_inf: "
-						"false?)", q->name, blk[x], (long long)(r + (int64_t)(x / (size_t)cols)));
+			if (finite && (rc = all_finite(q->name, blk, cnt, r, cols, e)))
 				goto out;
-			}
 			if (dtype != HP_DTYPE_F32)
 				hp_convert_from_f32(out, dtype, blk, cnt);
 			if ((rc = hp_st_writer_put(&w, dtype == HP_DTYPE_F32 ? (void *)blk : out, cnt * esz, e)))
@@ -1109,10 +1056,11 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 			map = json_object();
 			for (int i = 0; map && i < p->nparams; i++) {
 				struct hp_st_entry se;
+				struct hp_stacked_view se_v;
 				char sn[128];
 
 				file_name(name, sizeof(name), file[i], nfiles);
-				if (stacked_expert(p, i) < 0)
+				if (stacked_expert(p, i, &se_v) < 0)
 					json_object_set_new(map, p->params[i].name, json_string(name));
 				else if (stacked_entry(p, i, &se, sn, sizeof(sn)))
 					json_object_set_new(map, sn, json_string(name));

@@ -1330,7 +1330,12 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 	}
 }
 
-static int sinks_at(const struct hp_model *m);
+/* The first of the heads this rank's attention kernel runs, among its tp
+ * rank's heads: ulysses gives cp rank r heads r*H/cp .. */
+static int sinks_at(const struct hp_model *m)
+{
+	return cp_ul(m) ? m->par.cp_rank * (m->spec.n_heads / m->par.cp) : 0;
+}
 
 /* The first visible key of each query as layer l's kernels read it: the
  * documents' starts, or with a sliding window window_lows'. */
@@ -1367,13 +1372,6 @@ static void attention_core(struct hp_model *m, int l)
 	if (m->w.lw[l].sinks)   /* GPT-OSS: the sinks join each row's softmax (flash only, see init) */
 		bk->sinks_fwd(bk, cp_ul(m) ? a->att_u : a->att, a->P, m->w.lw[l].sinks + sinks_at(m),
 			      m->a.B, cp_ul(m) ? m->lay.S : m->a.T, cp_ul(m) ? Hq / cp : Hq, D);
-}
-
-/* The first of the heads this rank's attention kernel runs, among its tp
- * rank's heads: ulysses gives cp rank r heads r*H/cp .. */
-static int sinks_at(const struct hp_model *m)
-{
-	return cp_ul(m) ? m->par.cp_rank * (m->spec.n_heads / m->par.cp) : 0;
 }
 
 /* The sinks' gradient, on the kernel's dout, out and lse (before its backward). */

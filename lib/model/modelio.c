@@ -47,81 +47,45 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 /*
  * Newer transformers store a layer's experts stacked (params.h,
  * hp_param_stacked: Qwen3-MoE's [E, 2*Im, C] and [E, C, Im], GPT-OSS's
- * transposed and interleaved tensors and their biases).  Fill expert
- * parameter p from them; returns 1 when p is not an expert tensor or the
- * stacked tensor is absent, 0 when filled, or a negative error.  The whole
- * stacked tensor is converted once and kept in *cache while the same
- * tensor serves the next experts.
+ * transposed and interleaved tensors, their biases, and MXFP4 blocks).
+ * Fill expert parameter p from them; returns 1 when p is not an expert
+ * tensor or the folder holds no stacked tensor for it, 0 when filled, or a
+ * negative error.  A whole stacked tensor is converted once and kept in
+ * *cache while the same tensor serves the next experts; MXFP4 rows are
+ * decoded as they are read.
  */
-/* The bytes of tensor t, [n bytes from off]: mapped or read. */
-static int raw_bytes(const struct hp_st_tensor *t, uint64_t off, void *buf, size_t n, struct hp_err *e)
-{
-	if (t->data) {
-		memcpy(buf, (const unsigned char *)t->data + off, n);
-		return 0;
-	}
-	return hp_st_pread(t, off, buf, n, e);
-}
-
-/* MXFP4 blocks and scales of a GPT-OSS checkpoint (quantization_config
- * quant_method mxfp4), decoded into the parameter's rows (params.h,
- * hp_stacked_view's mx_*); 1 when the folder has neither. */
-static int load_mxfp4(struct hp_model *m, const struct hp_st_model *st, const char *dir, struct hp_param *p,
-		      const struct hp_stacked_view *v, struct hp_err *e)
-{
-	char bn[160], sn[160];
-	const struct hp_st_tensor *b, *sc;
-	int64_t G = v->mx_G, cols = p->shape[1];
-	uint8_t *row;
-	int rc = 0;
-
-	snprintf(bn, sizeof(bn), "%s_blocks", v->name);
-	snprintf(sn, sizeof(sn), "%s_scales", v->name);
-	if (!(b = hp_st_model_find(st, bn)) || !(sc = hp_st_model_find(st, sn)))
-		return 1;
-	if ((rc = hp_mxfp4_check(v, b, sc, m->spec.n_experts, dir, e)))
-		return rc;
-	if (!(row = hp_malloc((size_t)G * 17)))
-		return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", bn);
-	for (int64_t r = 0; r < p->shape[0] && !rc; r++) {
-		int64_t j = v->mx_row0 + r * v->mx_rstep;
-
-		if (!(rc = raw_bytes(b, (uint64_t)(j * G * 16), row, (size_t)G * 16, e)) &&
-		    !(rc = raw_bytes(sc, (uint64_t)(j * G), row + G * 16, (size_t)G, e)))
-			hp_mxfp4_decode(p->w + r * cols, row, row + G * 16, (size_t)cols);
-	}
-	hp_free(row);
-	return rc;
-}
-
 static int load_stacked(struct hp_model *m, const struct hp_st_model *st, const char *dir,
 			struct hp_param *p, const struct hp_st_tensor **cached, float **cache,
 			struct hp_err *e)
 {
 	struct hp_stacked_view v;
-	const struct hp_st_tensor *t;
+	const struct hp_st_tensor *t, *sc;
+	int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
+	int rc;
 
-	if (!hp_param_stacked(&m->spec, p->name, &v))
+	if (!hp_param_stacked(&m->spec, p->name, &v) ||
+	    (rc = hp_stacked_find(st, &v, m->spec.n_experts, dir, &t, &sc, e)) > 0)
 		return 1;
-	if (!(t = hp_st_model_find(st, v.name)))
-		return v.mx_R ? load_mxfp4(m, st, dir, p, &v, e) : 1;
-	int same = t->ndim == v.ndim;
-	for (int d = 0; same && d < v.ndim; d++)
-		same = t->shape[d] == v.shape[d];
-	if (!same)
-		return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has the wrong shape for %d experts of "
-				  "%d x %d", dir, v.name, m->spec.n_experts, m->spec.moe_intermediate, m->spec.hidden);
+	if (rc)
+		return rc;
+	if (sc) {
+		void *buf = hp_malloc(hp_mxfp4_buf_bytes(&v));
+
+		if (!buf)
+			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", t->name);
+		rc = hp_mxfp4_rows(&v, t, sc, 0, p->shape[0], 0, cols, p->w, buf, e);
+		hp_free(buf);
+		return rc;
+	}
 	if (*cached != t) {
 		hp_free(*cache);
 		*cached = NULL;
 		if (!(*cache = hp_malloc((size_t)t->numel * sizeof(float))))
 			return hp_err_set(e, HP_ENOMEM, "out of memory reading '%s'", v.name);
-		int rc = hp_st_read_f32(t, *cache, e);
-		if (rc)
+		if ((rc = hp_st_read_f32(t, *cache, e)))
 			return rc;
 		*cached = t;
 	}
-	int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
 	for (int64_t r = 0; r < p->shape[0]; r++)
 		for (int64_t c = 0; c < cols; c++)
 			p->w[r * cols + c] = (*cache)[v.base + r * v.rs + c * v.cs];

@@ -34,7 +34,8 @@ int hp_param_gemm_only(const char *name, int ndim)
 
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v)
 {
-	int l, x, n = 0, up, down;
+	static const char *const parts[3] = { "gate", "up", "down" };
+	int l, x, n = 0, part, up, down;
 	char proj[8], kind[8];
 	int64_t E = s->n_experts, C = s->hidden, Im = s->moe_intermediate;
 
@@ -42,11 +43,15 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 	    name[n] || (strcmp(kind, "weight") && strcmp(kind, "bias")) || l < 0 || l >= s->n_layers ||
 	    x < 0 || x >= E)
 		return 0;
-	up = !strcmp(proj, "up");
-	down = !strcmp(proj, "down");
-	if (!up && !down && strcmp(proj, "gate"))
+	for (part = 0; part < 3 && strcmp(proj, parts[part]); part++)
+		;
+	if (part == 3)
 		return 0;
+	up = part == 1;
+	down = part == 2;
 	memset(v, 0, sizeof(*v));
+	v->expert = x;
+	v->part = part;
 	if (!strcmp(kind, "bias")) {
 		if (!s->moe_bias)
 			return 0;
@@ -69,7 +74,7 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 		v->rs = down ? 1 : 2;
 		v->cs = down ? C : 2 * Im;
 		v->mx_R = down ? C : 2 * Im;
-		v->mx_G = (down ? Im : C) / 32;
+		v->mx_K = down ? Im : C;
 		v->mx_row0 = x * v->mx_R + up;
 		v->mx_rstep = down ? 1 : 2;
 	} else {             /* [E, 2*Im, C] gate rows then up rows, [E, C, Im] */
@@ -82,21 +87,83 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 	return 1;
 }
 
+int hp_stacked_find(const struct hp_st_model *st, const struct hp_stacked_view *v, int E, const char *dir,
+		    const struct hp_st_tensor **t, const struct hp_st_tensor **scales, struct hp_err *e)
+{
+	const struct hp_st_tensor *b, *sc;
+	char bn[160], sn[160];
+	int64_t G = v->mx_K / 32;
+
+	*scales = NULL;
+	if ((*t = hp_st_model_find(st, v->name))) {
+		int same = (*t)->ndim == v->ndim;
+
+		for (int d = 0; same && d < v->ndim; d++)
+			same = (*t)->shape[d] == v->shape[d];
+		if (!same)
+			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not [%lld, %lld%s%lld] (%d experts of "
+					  "this config.json)", dir, v->name, (long long)v->shape[0],
+					  (long long)v->shape[1], v->ndim > 2 ? ", " : "",
+					  v->ndim > 2 ? (long long)v->shape[2] : 0LL, E);
+		return 0;
+	}
+	snprintf(bn, sizeof(bn), "%s_blocks", v->name);
+	snprintf(sn, sizeof(sn), "%s_scales", v->name);
+	if (!v->mx_R || !(b = hp_st_model_find(st, bn)) || !(sc = hp_st_model_find(st, sn)))
+		return 1;
+	if (v->mx_K % 32)   /* a block is 32 values of a row */
+		return hp_err_set(e, HP_EFORMAT, "'%s': MXFP4 tensor '%s' encodes rows of %lld values, not a "
+				  "multiple of 32", dir, bn, (long long)v->mx_K);
+	if (b->dtype != HP_DTYPE_U8 || sc->dtype != HP_DTYPE_U8 || b->ndim != 4 || sc->ndim != 3 ||
+	    b->shape[0] != E || b->shape[1] != v->mx_R || b->shape[2] != G || b->shape[3] != 16 ||
+	    sc->shape[0] != E || sc->shape[1] != v->mx_R || sc->shape[2] != G)
+		return hp_err_set(e, HP_EFORMAT, "'%s': MXFP4 tensors '%s' and '%s' are not U8 [%d, %lld, %lld, 16] "
+				  "and [%d, %lld, %lld]", dir, bn, sn, E, (long long)v->mx_R, (long long)G, E,
+				  (long long)v->mx_R, (long long)G);
+	*t = b;
+	*scales = sc;
+	return 0;
+}
+
+size_t hp_mxfp4_buf_bytes(const struct hp_stacked_view *v)
+{
+	/* a row's blocks and scales (17 bytes a group), then its values */
+	return ((size_t)v->mx_K / 32 * 17 + 15) / 16 * 16 + (size_t)v->mx_K * sizeof(float);
+}
+
+int hp_mxfp4_rows(const struct hp_stacked_view *v, const struct hp_st_tensor *blocks,
+		  const struct hp_st_tensor *scales, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
+		  void *buf, struct hp_err *e)
+{
+	int64_t G = v->mx_K / 32;
+	uint8_t *raw = buf;
+	float *row = (float *)(raw + ((size_t)G * 17 + 15) / 16 * 16);
+	int rc = 0;
+
+	for (int64_t r = 0; r < nr && !rc; r++) {
+		int64_t j = v->mx_row0 + (r0 + r) * v->mx_rstep;
+
+		if (!(rc = hp_st_pread(blocks, (uint64_t)(j * G * 16), raw, (size_t)G * 16, e)) &&
+		    !(rc = hp_st_pread(scales, (uint64_t)(j * G), raw + G * 16, (size_t)G, e))) {
+			hp_mxfp4_decode(row, raw, raw + G * 16, (size_t)v->mx_K);
+			memcpy(dst + r * nc, row + c0, (size_t)nc * sizeof(float));
+		}
+	}
+	return rc;
+}
+
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name)
 {
-	static const char *const names[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias",
-					      "gate_up_proj_blocks", "down_proj_blocks", "gate_up_proj_scales",
-					      "down_proj_scales" };
-	int l, n;
+	static const char *const suffix[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias",
+					       "gate_up_proj_blocks", "down_proj_blocks", "gate_up_proj_scales",
+					       "down_proj_scales" };
+	int l, n = 0;
 
-	for (int i = 0; i < (s->moe_bias ? 8 : 2); i++) {
-		char fmt[64];
-
-		n = 0;
-		snprintf(fmt, sizeof(fmt), "model.layers.%%d.mlp.experts.%s%%n", names[i]);
-		if (sscanf(name, fmt, &l, &n) == 1 && n && !name[n])
-			return s->n_experts > 0;
-	}
+	if (!s->n_experts || sscanf(name, "model.layers.%d.mlp.experts.%n", &l, &n) != 1 || !n)
+		return 0;
+	for (int i = 0; i < (s->moe_bias ? 8 : 2); i++)
+		if (!strcmp(name + n, suffix[i]))
+			return 1;
 	return 0;
 }
 
@@ -176,14 +243,3 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 	return 0;
 }
 
-int hp_mxfp4_check(const struct hp_stacked_view *v, const struct hp_st_tensor *b, const struct hp_st_tensor *sc,
-		   int E, const char *dir, struct hp_err *e)
-{
-	if (b->dtype != HP_DTYPE_U8 || sc->dtype != HP_DTYPE_U8 || b->ndim != 4 || sc->ndim != 3 ||
-	    b->shape[0] != E || b->shape[1] != v->mx_R || b->shape[2] != v->mx_G || b->shape[3] != 16 ||
-	    sc->shape[0] != E || sc->shape[1] != v->mx_R || sc->shape[2] != v->mx_G)
-		return hp_err_set(e, HP_EFORMAT, "'%s': MXFP4 tensors '%s' and '%s' are not U8 [%d, %lld, %lld, 16] "
-				  "and [%d, %lld, %lld]", dir, b->name, sc->name, E, (long long)v->mx_R,
-				  (long long)v->mx_G, E, (long long)v->mx_R, (long long)v->mx_G);
-	return 0;
-}

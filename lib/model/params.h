@@ -78,20 +78,34 @@ struct hp_stacked_view {
 	int ndim;
 	int64_t shape[3];
 	int64_t base, rs, cs;
+	int expert, part;        /* the parameter's expert; 0 gate, 1 up, 2 down */
 	/* GPT-OSS's weights as MXFP4 (name + "_blocks" [E, R, G, 16] and
 	 * "_scales" [E, R, G], dtype.h hp_mxfp4_decode): row r of the
-	 * parameter is row mx_row0 + r * mx_rstep of the decoded [E * R, G * 32]
-	 * (transformers transposes it after decoding); mx_R 0 for a bias */
-	int64_t mx_R, mx_G, mx_row0, mx_rstep;
+	 * parameter is row mx_row0 + r * mx_rstep of the decoded [E * R, mx_K]
+	 * (transformers transposes it after decoding), G = mx_K / 32; mx_R 0
+	 * for a bias */
+	int64_t mx_R, mx_K, mx_row0, mx_rstep;
 };
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v);
 
-/* Whether MXFP4 tensors b (blocks) and sc (scales) hold view v's stacked
- * tensor for E experts: 0, or HP_EFORMAT naming both and the shapes
- * expected (dir names the folder). */
+/*
+ * View v's tensor in the checkpoint st: the stacked tensor (*t, *scales
+ * NULL), or its MXFP4 blocks and scales (*t the blocks); 1 when the folder
+ * holds neither, HP_EFORMAT naming the tensor (dir the folder) when its
+ * dtype or shape is not what E experts of this model need.
+ */
+struct hp_st_model;
 struct hp_st_tensor;
-int hp_mxfp4_check(const struct hp_stacked_view *v, const struct hp_st_tensor *b, const struct hp_st_tensor *sc,
-		   int E, const char *dir, struct hp_err *e);
+int hp_stacked_find(const struct hp_st_model *st, const struct hp_stacked_view *v, int E, const char *dir,
+		    const struct hp_st_tensor **t, const struct hp_st_tensor **scales, struct hp_err *e);
+
+/* Rows r0 .. r0+nr-1, columns c0 .. c0+nc-1 of an MXFP4 view's parameter,
+ * decoded from blocks and scales into dst [nr, nc]; buf holds
+ * hp_mxfp4_buf_bytes(v) bytes. */
+size_t hp_mxfp4_buf_bytes(const struct hp_stacked_view *v);
+int hp_mxfp4_rows(const struct hp_stacked_view *v, const struct hp_st_tensor *blocks,
+		  const struct hp_st_tensor *scales, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
+		  void *buf, struct hp_err *e);
 
 /* Whether a checkpoint tensor name is one of s's stacked expert tensors. */
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name);

@@ -224,15 +224,10 @@ static void print_table(FILE *out, const struct run *r, long accum)
 		if (s->rope.type == HP_ROPE_YARN)
 			fprintf(out, "%-40s %.17g\n", "spec.rope_attention_factor", s->rope.attention_factor);
 	}
-	if (s->sliding_window) {
-		int n = 0;
-
-		for (int l = 0; l < s->n_layers; l++)
-			n += s->sliding[l];
-		fprintf(out, "%-40s %d on %d of %d layers%s\n", "spec.sliding_window", s->sliding_window, n,
-			s->n_layers, s->sliding_window >= hp_config_seq_length(c) ?
+	if (s->sliding_window)
+		fprintf(out, "%-40s %d on %d of %d layers%s\n", "spec.sliding_window", s->sliding_window,
+			hp_model_spec_sliding_layers(s), s->n_layers, s->sliding_window >= hp_config_seq_length(c) ?
 			" (at least the sequence: full attention)" : "");
-	}
 	if (s->attn_sinks)
 		fprintf(out, "%-40s %s\n", "spec.attention_sinks", "one learned logit per head (gpt_oss)");
 	if (s->moe_act == HP_MOE_ACT_CLAMPED)

@@ -32,6 +32,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, GptOssConfig, GptOssForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hfnames import hub_names  # noqa: E402
+
 OUT = sys.argv[1]
 FOLDER = os.path.join(OUT, "tf5", "gpt_oss-mxfp4")
 torch.manual_seed(0)
@@ -84,27 +87,7 @@ m = m.double()
 m.train()
 loss = m(input_ids=ids, labels=tgt, shift_labels=tgt).loss   # as make-hf-goldens.py's forward
 loss.backward()
-E, I = cfg.num_local_experts, cfg.intermediate_size
-grads = {}
-for n, p in m.named_parameters():
-    gr = p.grad.float()
-    pre = n.rsplit(".", 1)[0]
-    if n.endswith("experts.gate_up_proj"):
-        for x in range(E):
-            grads["%s.%d.gate_proj.weight" % (pre, x)] = gr[x][:, 0::2].T.contiguous()
-            grads["%s.%d.up_proj.weight" % (pre, x)] = gr[x][:, 1::2].T.contiguous()
-    elif n.endswith("experts.gate_up_proj_bias"):
-        for x in range(E):
-            grads["%s.%d.gate_proj.bias" % (pre, x)] = gr[x][0::2].contiguous()
-            grads["%s.%d.up_proj.bias" % (pre, x)] = gr[x][1::2].contiguous()
-    elif n.endswith("experts.down_proj"):
-        for x in range(E):
-            grads["%s.%d.down_proj.weight" % (pre, x)] = gr[x].T.contiguous()
-    elif n.endswith("experts.down_proj_bias"):
-        for x in range(E):
-            grads["%s.%d.down_proj.bias" % (pre, x)] = gr[x].contiguous()
-    else:
-        grads[n] = gr.contiguous()
+grads = hub_names({n: p.grad.float() for n, p in m.named_parameters()}, "gpt_oss")
 save_file(grads, os.path.join(FOLDER, "grads.safetensors"), metadata={"format": "pt"})
 out = {
     "generator": "t/ref/make-mxfp4-golden.py",

@@ -25,10 +25,23 @@
  * hand-written derivative within 1e-6.
  *
  * Grouped biases: hp_bias_grouped_fwd/bwd against a loop over experts.
+ *
+ * Checkpoint layout (lib/model/params.c): a layer's MXFP4 blocks and
+ * scales written to a safetensors file, found by hp_stacked_find and
+ * decoded by hp_mxfp4_rows, row and column slices of gate, up and down
+ * against the format's definition written out here (code k of
+ * +-{0, .5, 1, 1.5, 2, 3, 4, 6}, low nibble first, times 2^(scale - 127),
+ * gate and up interleaved by row, the decoded matrix transposed), and
+ * refused by name where a row is not whole blocks of 32 or a shape is off.
  */
 #include <math.h>
 
+#include <unistd.h>
+
+#include "config/hfconfig.h"
 #include "cpu/ops.h"
+#include "format/safetensors.h"
+#include "model/params.h"
 #include "tap.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -267,6 +280,103 @@ static void check_bias(int n, long ld, size_t bs)
 	free(x), free(x0), free(bias), free(db), free(dx);
 }
 
+/* The value transformers decodes at (row j, column k) of a [R, K] MXFP4 matrix. */
+static float mx_ref(const uint8_t *blocks, const uint8_t *scales, int64_t K, int64_t j, int64_t k)
+{
+	static const float code[8] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6 };
+	uint8_t b = blocks[(j * K + k) / 2], nib = k % 2 ? b >> 4 : b & 15;
+
+	return (nib & 8 ? -1.0f : 1.0f) * code[nib & 7] * exp2f((float)scales[(j * K + k) / 32] - 127);
+}
+
+/* A gpt_oss config of hidden C, intermediate Im and E experts. */
+static int oss_spec(struct hp_model_spec *s, int C, int Im, int E)
+{
+	char buf[1024];
+	struct hp_err e;
+
+	snprintf(buf, sizeof(buf), "{\"model_type\": \"gpt_oss\", \"hidden_size\": %d, \"intermediate_size\": %d, "
+		 "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 16, "
+		 "\"vocab_size\": 64, \"num_local_experts\": %d, \"num_experts_per_tok\": 1, "
+		 "\"rope_scaling\": {\"rope_type\": \"default\"}}", C, Im, E);
+	return hp_hfconfig_load_buf(s, "oss", buf, strlen(buf), &e);
+}
+
+static void check_mxfp4(void)
+{
+	const int C = 64, Im = 32, E = 3;
+	char path[] = "/tmp/test-oss-XXXXXX";
+	int fd = mkstemp(path);
+	struct hp_model_spec sp;
+	struct hp_st_model st;
+	struct hp_err e;
+	/* gate_up: blocks [E, 2 Im, C / 32, 16], down: [E, C, Im / 32, 16] */
+	size_t ngu = (size_t)E * 2 * Im * C / 2, nd = (size_t)E * C * Im / 2;
+	uint8_t *gu = malloc(ngu), *gus = malloc(ngu / 16), *dn = malloc(nd), *dns = malloc(nd / 16);
+	int ok = fd >= 0 && !oss_spec(&sp, C, Im, E), bad = 0;
+
+	for (size_t i = 0; i < ngu; i++)
+		gu[i] = (uint8_t)(urand() * 256);
+	for (size_t i = 0; i < nd; i++)
+		dn[i] = (uint8_t)(urand() * 256);
+	for (size_t i = 0; i < ngu / 16; i++)
+		gus[i] = (uint8_t)(120 + urand() * 10);
+	for (size_t i = 0; i < nd / 16; i++)
+		dns[i] = (uint8_t)(120 + urand() * 10);
+	struct hp_st_entry ent[4] = {
+		{ "model.layers.0.mlp.experts.gate_up_proj_blocks", HP_DTYPE_U8, 4, { E, 2 * Im, C / 32, 16 }, gu },
+		{ "model.layers.0.mlp.experts.gate_up_proj_scales", HP_DTYPE_U8, 3, { E, 2 * Im, C / 32 }, gus },
+		{ "model.layers.0.mlp.experts.down_proj_blocks", HP_DTYPE_U8, 4, { E, C, Im / 32, 16 }, dn },
+		{ "model.layers.0.mlp.experts.down_proj_scales", HP_DTYPE_U8, 3, { E, C, Im / 32 }, dns },
+	};
+	ok = ok && !hp_st_write(path, 4, ent, 0, NULL, NULL, &e) && !hp_st_model_open(&st, path, &e);
+	/* every part of expert 1, a slice of rows and columns, against the definition */
+	static const char *const names[3] = { "gate", "up", "down" };
+	for (int part = 0; ok && part < 3; part++) {
+		char name[96];
+		struct hp_stacked_view v;
+		const struct hp_st_tensor *t, *sc;
+		int64_t rows = part < 2 ? Im : C, cols = part < 2 ? C : Im, r0 = 3, nr = rows - 5, c0 = 7, nc = cols - 9;
+		float *got = malloc((size_t)(nr * nc) * sizeof(float));
+		void *buf;
+
+		snprintf(name, sizeof(name), "model.layers.0.mlp.experts.1.%s_proj.weight", names[part]);
+		ok = hp_param_stacked(&sp, name, &v) && !hp_stacked_find(&st, &v, E, path, &t, &sc, &e) && sc &&
+		     (buf = malloc(hp_mxfp4_buf_bytes(&v))) &&
+		     !hp_mxfp4_rows(&v, t, sc, r0, nr, c0, nc, got, buf, &e);
+		for (int64_t r = 0; ok && r < nr; r++)
+			for (int64_t c = 0; c < nc; c++) {
+				/* param (r, c) = transformers' [E, K, R] at (x, c, j) = decoded (j, c) */
+				int64_t j = part < 2 ? 2 * (r0 + r) + part : r0 + r, K = part < 2 ? C : Im;
+				const uint8_t *b = part < 2 ? gu : dn, *s = part < 2 ? gus : dns;
+				int64_t R = part < 2 ? 2 * Im : C;
+
+				bad += got[r * nc + c] != mx_ref(b, s, K, R + j, c0 + c);   /* expert 1: rows R.. */
+			}
+		free(got);
+		if (ok)
+			free(buf);
+	}
+	tap_ok(ok && !bad, "MXFP4: gate, up and down of expert 1 (rows 3.., columns 7..) decoded as transformers "
+	       "does, bit for bit (%d differ)", bad);
+	/* an intermediate of 48 (rows of down are not whole blocks) and shapes off: refused */
+	struct hp_stacked_view v;
+	const struct hp_st_tensor *t, *sc;
+	int r1 = -1, r2 = -1;
+	if (ok && !oss_spec(&sp, C, 48, E) && hp_param_stacked(&sp, "model.layers.0.mlp.experts.0.down_proj.weight", &v))
+		r1 = hp_stacked_find(&st, &v, E, path, &t, &sc, &e);
+	int named1 = r1 == HP_EFORMAT && strstr(e.msg, "rows of 48 values, not a multiple of 32") != NULL;
+	if (ok && !oss_spec(&sp, C, 64, E) && hp_param_stacked(&sp, "model.layers.0.mlp.experts.0.gate_proj.weight", &v))
+		r2 = hp_stacked_find(&st, &v, E, path, &t, &sc, &e);
+	int named2 = r2 == HP_EFORMAT && strstr(e.msg, "gate_up_proj_blocks' and") != NULL;
+	tap_ok(named1 && named2, "MXFP4 refused by name: rows of 48 values (%d), blocks for another intermediate "
+	       "size (%d)", r1, r2);
+	if (ok)
+		hp_st_model_close(&st);
+	unlink(path);
+	free(gu), free(gus), free(dn), free(dns);
+}
+
 int main(void)
 {
 	check_sinks(2, 33, 4, 2, 16, 0, 1);
@@ -278,5 +388,6 @@ int main(void)
 	check_glu(0, 0.7f, 2.0f);
 	check_bias(6, 9, 20);
 	check_bias(300, 310, 333);   /* wider than the backward's block of 256 columns */
+	check_mxfp4();
 	return tap_done();
 }
