@@ -266,10 +266,10 @@ test_expect_success 'gpt_oss: a stacked expert tensor of the wrong shape, or one
 	cp "$d/model.safetensors" sx/ && hf_records rs "$d" &&
 	write_config sx.yaml "$PWD/sx" rs 32 1 2 1 </dev/null &&
 	test_must_fail_with 4 hp-train -q sx.yaml 2>err && test_one_line err &&
-	grep -q "tensor .model.layers.0.mlp.experts.gate_up_proj. is not \[4, 32, 40\] (4 experts" err &&
+	grep -q "tensor .model.layers.0.mlp.experts.gate_up_proj. has the wrong shape for 4 experts of this config.json: expected \[4, 32, 40\]" err &&
 	hp-plan sx.yaml --world 2 --accelerator.ep_size=2 -o sxp.json &&
 	rm -rf sxs && test_must_fail_with 4 hp-convert -q --plan sxp.json -o sxs sx 2>err && test_one_line err &&
-	grep -q "tensor .model.layers.0.mlp.experts.gate_up_proj. is not \[4, 32, 40\] (4 experts" err &&
+	grep -q "tensor .model.layers.0.mlp.experts.gate_up_proj. has the wrong shape for 4 experts of this config.json: expected \[4, 32, 40\]" err &&
 	test ! -e sxs &&
 	hp-test-tool stdrop "$d/model.safetensors" sx/model.safetensors model.layers.1.mlp.experts.down_proj_bias &&
 	cp "$d/config.json" sx/ &&

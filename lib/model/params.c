@@ -101,10 +101,10 @@ int hp_stacked_find(const struct hp_st_model *st, const struct hp_stacked_view *
 		for (int d = 0; same && d < v->ndim; d++)
 			same = (*t)->shape[d] == v->shape[d];
 		if (!same)
-			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is not [%lld, %lld%s%lld] (%d experts of "
-					  "this config.json)", dir, v->name, (long long)v->shape[0],
-					  (long long)v->shape[1], v->ndim > 2 ? ", " : "",
-					  v->ndim > 2 ? (long long)v->shape[2] : 0LL, E);
+			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has the wrong shape for %d experts of this "
+					  "config.json: expected [%lld, %lld%s%lld]", dir, v->name, E,
+					  (long long)v->shape[0], (long long)v->shape[1], v->ndim > 2 ? ", " : "",
+					  v->ndim > 2 ? (long long)v->shape[2] : 0LL);
 		return 0;
 	}
 	snprintf(bn, sizeof(bn), "%s_blocks", v->name);
