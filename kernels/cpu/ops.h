@@ -76,17 +76,23 @@ void hp_rmsnorm_res_fwd(float *h, float *y, float *rstd, const float *a, const f
 void hp_rmsnorm_bwd_vec(float *dx, float *dw, const float *dy, const float *x, const float *w,
 			const float *rstd, long N, int C, int accumulate);
 
-/* ---- RoPE (HF rotate_half form) ---- */
+/* ---- RoPE (HF rotate_half form, or DeepSeek's interleaved pairs) ---- */
 /* cos/sin tables [T, head_dim/2] for positions 0..T-1: angle = pos * inv_freq[i],
  * both times attention_factor (lib/config/hfconfig.h, hp_model_spec_rope_table). */
 void hp_rope_table(float *cos_t, float *sin_t, int T, int head_dim, const double *inv_freq,
 		   double attention_factor);
-/* Rotate in place x[N, n_heads*head_dim] whose token n sits at position pos[n]. */
+/* Rotate in place the Dr floats at x + (n*n_heads + h)*ld, token n (at
+ * position pos[n]) head h: the rotated part of each head, x already offset
+ * to it (ld = Dr = head_dim: whole heads); the other floats are not
+ * touched.  cos_t, sin_t [T, Dr/2].  inter 0: HF's rotate_half, pairs
+ * (i, i + Dr/2); inter 1: DeepSeek's rope_interleave, pairs (2i, 2i+1),
+ * out[2i] = x[2i]*c[i] - x[2i+1]*s[i], out[2i+1] = x[2i+1]*c[i] +
+ * x[2i]*s[i] (transformers' output de-interleaved, permuted back). */
 void hp_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
-		 long N, int n_heads, int head_dim);
+		 long N, int n_heads, int ld, int Dr, int inter);
 /* The adjoint: rotate the gradient back by -angle, in place. */
 void hp_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
-		 long N, int n_heads, int head_dim);
+		 long N, int n_heads, int ld, int Dr, int inter);
 
 /* ---- SwiGLU: h = silu(g) * u ---- */
 void hp_swiglu_fwd(float *h, const float *g, const float *u, long n);

@@ -468,46 +468,48 @@ extern "C" void hp_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const
 	k_rmsnorm_bwd_dx<<<hp_cu_rows(N), row_threads(C), 0, hp_cu_stream>>>(dx, dy, x, w, rstd, N, C, accumulate);
 }
 
-/* ---- RoPE: one thread per (token, head, i < D/2) pair ---- */
+/* ---- RoPE: one thread per (token, head, i < Dr/2) pair, rope.c's arithmetic ---- */
 
 static __global__ void k_rope(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H,
-			      int D, float sign)
+			      int ld, int Dr, int inter, float sign)
 {
-	int half = D / 2;
+	int half = Dr / 2;
 	size_t total = (size_t)N * H * half;
+	/* pair i is (lo, lo + gap): (i, i + half) or (2i, 2i + 1) */
+	int step = inter ? 2 : 1, gap = inter ? 1 : half;
 
 	HP_CU_GRID_STRIDE(idx, total) {
 		int i = (int)(idx % half);
 		size_t nh = idx / half;
 		long tb = (long)pos[nh / H] * half + i;
 		float c = cos_t[tb], s = sign * sin_t[tb];
-		float *v = x + nh * D;
-		float a = v[i], b = v[i + half];
-		v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-		v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+		float *lo = x + nh * ld + (size_t)i * step, *hi = lo + gap;
+		float a = *lo, b = *hi;
+		*lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+		*hi = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 	}
 }
 
-static void rope(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D,
-		 float sign)
+static void rope(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int ld, int Dr,
+		 int inter, float sign)
 {
-	size_t n = (size_t)(N > 0 ? N : 0) * (H > 0 ? H : 0) * (D / 2 > 0 ? D / 2 : 0);
+	size_t n = (size_t)(N > 0 ? N : 0) * (H > 0 ? H : 0) * (Dr / 2 > 0 ? Dr / 2 : 0);
 
 	if (n)
-		k_rope<<<ew_blocks(n), EW_THREADS, 0, hp_cu_stream>>>(x, pos, cos_t, sin_t, N, H, D, sign);
+		k_rope<<<ew_blocks(n), EW_THREADS, 0, hp_cu_stream>>>(x, pos, cos_t, sin_t, N, H, ld, Dr, inter, sign);
 }
 
 extern "C" void hp_cuda_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H,
-				 int D)
+				 int ld, int Dr, int inter)
 {
-	rope(x, pos, cos_t, sin_t, N, H, D, 1.0f);
+	rope(x, pos, cos_t, sin_t, N, H, ld, Dr, inter, 1.0f);
 }
 
 /* the rotation is orthogonal: its adjoint rotates by -angle */
 extern "C" void hp_cuda_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H,
-				 int D)
+				 int ld, int Dr, int inter)
 {
-	rope(dx, pos, cos_t, sin_t, N, H, D, -1.0f);
+	rope(dx, pos, cos_t, sin_t, N, H, ld, Dr, inter, -1.0f);
 }
 
 /* ---- SwiGLU ---- */

@@ -161,9 +161,12 @@ void hp_cuda_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, 
 void hp_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
 			 const float *rstd, long N, int C, int accumulate);
 
-/* ---- RoPE (HF rotate_half), in place on [N, H*D]; tables [T, D/2] ---- */
-void hp_cuda_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D);
-void hp_cuda_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D);
+/* ---- RoPE, in place on the Dr floats at x + (n*H + h)*ld; tables [T, Dr/2];
+ * inter 0 HF's rotate_half, 1 DeepSeek's interleaved pairs (cpu/ops.h) ---- */
+void hp_cuda_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int ld,
+		      int Dr, int inter);
+void hp_cuda_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int ld,
+		      int Dr, int inter);
 
 /* ---- SwiGLU: h = silu(g) * u, element-wise, and on rows of [gate | up] ---- */
 void hp_cuda_swiglu_fwd(float *h, const float *g, const float *u, size_t n);

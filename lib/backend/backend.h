@@ -226,10 +226,13 @@ struct hp_backend {
 				const float *bb, const float *w, long N, int C, float eps);
 	void (*rmsnorm_res_bwd)(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x,
 				const float *w, const float *rstd, long N, int C, int accumulate);
+	/* RoPE on the Dr floats at x + (n*H + h)*ld (x offset to each head's
+	 * rotated part), tables [T, Dr/2]; inter 0 HF's rotate_half, 1
+	 * DeepSeek's interleaved pairs (kernels/cpu/ops.h: hp_rope_fwd) */
 	void (*rope_fwd)(struct hp_backend *b, float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
-			 long N, int H, int D);
+			 long N, int H, int ld, int Dr, int inter);
 	void (*rope_bwd)(struct hp_backend *b, float *dx, const int32_t *pos, const float *cos_t,
-			 const float *sin_t, long N, int H, int D);
+			 const float *sin_t, long N, int H, int ld, int Dr, int inter);
 	void (*swiglu_fwd)(struct hp_backend *b, float *h, const float *g, const float *u, long n);
 	void (*swiglu_bwd)(struct hp_backend *b, float *dg, float *du, const float *dh, const float *g,
 			   const float *u, long n);

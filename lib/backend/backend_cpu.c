@@ -222,15 +222,15 @@ static void c_rmsnorm_res_bwd(struct hp_backend *b, float *dx, float *dw, const 
 }
 
 static void c_rope_fwd(struct hp_backend *b, float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
-		       long N, int H, int D)
+		       long N, int H, int ld, int Dr, int inter)
 {
-	hp_rope_fwd(x, pos, cos_t, sin_t, N, H, D);
+	hp_rope_fwd(x, pos, cos_t, sin_t, N, H, ld, Dr, inter);
 }
 
 static void c_rope_bwd(struct hp_backend *b, float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
-		       long N, int H, int D)
+		       long N, int H, int ld, int Dr, int inter)
 {
-	hp_rope_bwd(dx, pos, cos_t, sin_t, N, H, D);
+	hp_rope_bwd(dx, pos, cos_t, sin_t, N, H, ld, Dr, inter);
 }
 
 static void c_swiglu_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long n)

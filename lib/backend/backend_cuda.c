@@ -801,15 +801,15 @@ static void k_rmsnorm_res_fwd(struct hp_backend *b, float *h, float *y, float *r
 }
 
 static void k_rope_fwd(struct hp_backend *b, float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
-		       long N, int H, int D)
+		       long N, int H, int ld, int Dr, int inter)
 {
-	LB(hp_cuda_rope_fwd)(x, pos, cos_t, sin_t, N, H, D);
+	LB(hp_cuda_rope_fwd)(x, pos, cos_t, sin_t, N, H, ld, Dr, inter);
 }
 
 static void k_rope_bwd(struct hp_backend *b, float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
-		       long N, int H, int D)
+		       long N, int H, int ld, int Dr, int inter)
 {
-	LB(hp_cuda_rope_bwd)(dx, pos, cos_t, sin_t, N, H, D);
+	LB(hp_cuda_rope_bwd)(dx, pos, cos_t, sin_t, N, H, ld, Dr, inter);
 }
 
 static void k_swiglu_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long n)

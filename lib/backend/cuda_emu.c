@@ -410,14 +410,16 @@ void hp_emu_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, c
 	hp_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, accumulate);
 }
 
-void hp_emu_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D)
+void hp_emu_rope_fwd(float *x, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int ld,
+		     int Dr, int inter)
 {
-	hp_rope_fwd(x, pos, cos_t, sin_t, N, H, D);
+	hp_rope_fwd(x, pos, cos_t, sin_t, N, H, ld, Dr, inter);
 }
 
-void hp_emu_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int D)
+void hp_emu_rope_bwd(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t, long N, int H, int ld,
+		     int Dr, int inter)
 {
-	hp_rope_bwd(dx, pos, cos_t, sin_t, N, H, D);
+	hp_rope_bwd(dx, pos, cos_t, sin_t, N, H, ld, Dr, inter);
 }
 
 void hp_emu_swiglu_fwd(float *h, const float *g, const float *u, size_t n)

@@ -62,9 +62,9 @@ struct hp_kernel_cpu {
 	void (*rmsnorm_bwd)(float *dx, float *dw, const float *dy, const float *x, const float *w,
 			    const float *rstd, long N, int C, int accumulate);
 	void (*rope_fwd)(float *x, const int32_t *pos, const float *cos_t, const float *sin_t,
-			 long N, int n_heads, int head_dim);
+			 long N, int n_heads, int ld, int Dr, int inter);
 	void (*rope_bwd)(float *dx, const int32_t *pos, const float *cos_t, const float *sin_t,
-			 long N, int n_heads, int head_dim);
+			 long N, int n_heads, int ld, int Dr, int inter);
 	hp_swiglu_fwd_fn *swiglu_fwd;
 	hp_swiglu_bwd_fn *swiglu_bwd;
 	void (*router_fwd)(float *probs, int32_t *sel, float *wsel, long N, int E, int K, int norm);

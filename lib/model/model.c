@@ -1924,8 +1924,8 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		bk->linear_fwd(bk, a->k, a->xn1, w->wk, w->bk, N, C, KD);
 	}
 	bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
-	bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D);
-	bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D);
+	bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
+	bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
 	attention_fwd(m, l);
 	if (tp > 1) {
 		/* row-parallel: partial sums, reduced, then the bias once */
@@ -2273,8 +2273,8 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		if (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l])
 			attention_core(m, l);
 		attention_bwd(m, l);
-		bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D);
-		bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D);
+		bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
+		bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
 		const float *dqp = m->a.dq, *dkp = m->a.dk;
 		if (s->qk_norm) {
 			bk->rmsnorm_bwd(bk, m->a.dq2, g->q_norm, m->a.dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);

@@ -600,13 +600,16 @@ static struct hp_model_spec rope_spec(enum hp_rope_type type, int D, int T)
 	return s;
 }
 
-static void test_rope(long N, int H, int D, int T, enum hp_rope_type type)
+/* heads of ld floats, the Dr at off rotated, in rotate_half (inter 0) or
+ * interleaved pairs (inter 1); the whole buffer compared, so a float
+ * outside the slice that the GPU touches fails too */
+static void test_rope_at(long N, int H, int ld, int off, int Dr, int inter, int T, enum hp_rope_type type)
 {
-	size_t n = (size_t)N * H * D, nt = (size_t)T * (D / 2);
+	size_t n = (size_t)N * H * ld, nt = (size_t)T * (Dr / 2);
 	float *cs = malloc(nt * 4 + 4), *sn = malloc(nt * 4 + 4);
 	float *x = hfill(n, 13, 2.0f, 0), *dx = hfill(n, 14, 1.0f, 0);
 	int32_t *pos = hids((size_t)N, 15, T);
-	struct hp_model_spec rs = rope_spec(type, D, T);
+	struct hp_model_spec rs = rope_spec(type, Dr, T);
 
 	hp_model_spec_rope_table(&rs, cs, sn, T);
 	if (N > 1)
@@ -614,19 +617,25 @@ static void test_rope(long N, int H, int D, int T, enum hp_rope_type type)
 	float *dcs = ct_dev(cs, nt, 0), *dsn = ct_dev(sn, nt, 0), *dxq = ct_dev(x, n, 0), *ddx = ct_dev(dx, n, 0);
 	int32_t *dpos = ct_dev_i32(pos, (size_t)N);
 
-	hp_cuda_rope_fwd(dxq, dpos, dcs, dsn, N, H, D);
-	hp_cuda_rope_bwd(ddx, dpos, dcs, dsn, N, H, D);
+	hp_cuda_rope_fwd(dxq + off, dpos, dcs, dsn, N, H, ld, Dr, inter);
+	hp_cuda_rope_bwd(ddx + off, dpos, dcs, dsn, N, H, ld, Dr, inter);
 	int g = gpu_ok();
 	float *gx = ct_host(dxq, n, 0), *gdx = ct_host(ddx, n, 0);
-	hp_rope_fwd(x, pos, cs, sn, N, H, D);
-	hp_rope_bwd(dx, pos, cs, sn, N, H, D);
+	hp_rope_fwd(x + off, pos, cs, sn, N, H, ld, Dr, inter);
+	hp_rope_bwd(dx + off, pos, cs, sn, N, H, ld, Dr, inter);
 	/* the CPU's fp32 products and sums, unfused: the same bits */
 	ok(g && ct_ndiff(gx, x, n) == 0 && ct_ndiff(gdx, dx, n) == 0,
-	   "rope %s N=%ld H=%d D=%d: fwd %zu, bwd %zu of %zu not the CPU's bits", hp_rope_type_name(type), N, H, D,
-	   ct_ndiff(gx, x, n), ct_ndiff(gdx, dx, n), n);
+	   "rope %s N=%ld H=%d ld=%d off=%d Dr=%d inter=%d: fwd %zu, bwd %zu of %zu not the CPU's bits",
+	   hp_rope_type_name(type), N, H, ld, off, Dr, inter, ct_ndiff(gx, x, n), ct_ndiff(gdx, dx, n), n);
 
 	hp_cuda_free(dcs); hp_cuda_free(dsn); hp_cuda_free(dxq); hp_cuda_free(ddx); hp_cuda_free(dpos);
 	free(cs); free(sn); free(x); free(dx); free(pos); free(gx); free(gdx);
+}
+
+/* whole heads, HF's layout: what every family but DeepSeek runs */
+static void test_rope(long N, int H, int D, int T, enum hp_rope_type type)
+{
+	test_rope_at(N, H, D, 0, D, 0, T, type);
 }
 
 /* ---- SwiGLU: element-wise (the op table's) and on [gate | up] rows ---- */
@@ -1185,6 +1194,15 @@ static void run_all(void)
 		test_rope(100, 7, 96, 300, (enum hp_rope_type)t);
 	if (big)
 		test_rope(4096, 32, 128, 4096, HP_ROPE_DEFAULT);
+	/* a slice of each head: DeepSeek-V3's q heads (128 + 64, interleaved,
+	 * yarn), its one shared k_pe head after the latent (512 + 64), and
+	 * rotate_half on an odd slice */
+	test_rope_at(100, 7, 192, 128, 64, 1, 300, HP_ROPE_YARN);
+	test_rope_at(33, 1, 576, 512, 64, 1, 40, HP_ROPE_DEFAULT);
+	test_rope_at(5, 3, 70, 3, 64, 0, 16, HP_ROPE_DEFAULT);
+	test_rope_at(1, 1, 2, 0, 2, 1, 1, HP_ROPE_DEFAULT);
+	if (big)
+		test_rope_at(4096, 128, 192, 128, 64, 1, 4096, HP_ROPE_YARN);
 
 	test_swiglu(1, 1);
 	test_swiglu(37, 1000);

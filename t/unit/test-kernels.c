@@ -199,13 +199,16 @@ static void test_rmsnorm_rows_bits(void)
 }
 
 /* ---- RoPE ---- */
-struct rope_ctx { float *x, *y, *R, *cs, *sn; int32_t *pos; int N, H, D; };
+/* heads of ld floats, the Dr at off rotated (whole heads: ld = Dr, off 0) */
+struct rope_ctx { float *x, *y, *R, *cs, *sn; int32_t *pos; int N, H, D; int ld, off, inter; };
 static double rope_loss(void *p)
 {
 	struct rope_ctx *c = p;
-	memcpy(c->y, c->x, sizeof(float) * c->N * c->H * c->D);
-	hp_rope_fwd(c->y, c->pos, c->cs, c->sn, c->N, c->H, c->D);
-	return dot(c->y, c->R, (size_t)c->N * c->H * c->D);
+	size_t n = (size_t)c->N * c->H * c->ld;
+
+	memcpy(c->y, c->x, sizeof(float) * n);
+	hp_rope_fwd(c->y + c->off, c->pos, c->cs, c->sn, c->N, c->H, c->ld, c->D, c->inter);
+	return dot(c->y, c->R, n);
 }
 
 static void test_rope(void)
@@ -213,7 +216,7 @@ static void test_rope(void)
 	int N = 5, H = 2, D = 8, T = 5;
 	size_t n = (size_t)N * H * D;
 	struct rope_ctx c = { rnd(n), rnd(n), rnd(n), malloc(T * D / 2 * 4), malloc(T * D / 2 * 4),
-			      malloc(N * 4), N, H, D };
+			      malloc(N * 4), N, H, D, D, 0, 0 };
 	float *dx = malloc(n * 4), *nx = malloc(n * 4);
 
 	struct hp_model_spec rs = { .head_dim = D, .max_pos = T };
@@ -223,7 +226,7 @@ static void test_rope(void)
 	for (int i = 0; i < N; i++)
 		c.pos[i] = i;
 	memcpy(dx, c.R, n * 4);
-	hp_rope_bwd(dx, c.pos, c.cs, c.sn, N, H, D);
+	hp_rope_bwd(dx, c.pos, c.cs, c.sn, N, H, D, D, 0);
 	numgrad(nx, c.x, n, rope_loss, &c);
 	ok(fd_err(dx, nx, n) < FD_TOL, "rope backward matches finite differences (%.2e)", fd_err(dx, nx, n));
 	/* position 0 is the identity; position 1, pair 0 rotates by exactly 1
@@ -232,7 +235,7 @@ static void test_rope(void)
 	 * 1 * s = s round nothing */
 	float v[8] = { 1, 0, 0, 0, 0, 0, 0, 0 };
 	int32_t p1 = 1;
-	hp_rope_fwd(v, &p1, c.cs, c.sn, 1, 1, 8);
+	hp_rope_fwd(v, &p1, c.cs, c.sn, 1, 1, 8, 8, 0);
 	ok(v[0] == (float)cos(1.0) && v[4] == (float)sin(1.0) && v[1] == 0 && v[5] == 0,
 	   "rope rotates the (i, i+D/2) pair by pos*theta^(-2i/D) (rotate_half layout)");
 	/* yarn scales cos and sin: the rotation is no longer orthogonal, and
@@ -242,17 +245,97 @@ static void test_rope(void)
 					 .beta_slow = 1, .truncate = 1 };
 	hp_model_spec_rope_table(&rs, c.cs, c.sn, T);
 	memcpy(dx, c.R, n * 4);
-	hp_rope_bwd(dx, c.pos, c.cs, c.sn, N, H, D);
+	hp_rope_bwd(dx, c.pos, c.cs, c.sn, N, H, D, D, 0);
 	numgrad(nx, c.x, n, rope_loss, &c);
 	ok(fd_err(dx, nx, n) < FD_TOL, "yarn rope (attention factor 1.1386) backward matches finite "
 	   "differences (%.2e)", fd_err(dx, nx, n));
 	v[0] = 1;
 	memset(v + 1, 0, 7 * sizeof(float));
 	p1 = 0;
-	hp_rope_fwd(v, &p1, c.cs, c.sn, 1, 1, 8);
+	hp_rope_fwd(v, &p1, c.cs, c.sn, 1, 1, 8, 8, 0);
 	/* cos(0) * 1.1386 is 1.1386 in double, rounded once to float: exact */
 	ok(v[0] == (float)1.1386, "yarn's position 0 scales by the attention factor (%.7g)", v[0]);
 	free(c.x); free(c.y); free(c.R); free(c.cs); free(c.sn); free(c.pos); free(dx); free(nx);
+}
+
+/*
+ * RoPE on a slice of each head (DeepSeek's qk_rope_head_dim after the
+ * qk_nope_head_dim floats) and in DeepSeek's interleaved pairs: the slice
+ * gives the bits of the same rotation on compact heads and leaves the other
+ * floats alone; the interleaved rotation is transformers' (4.57: view as
+ * pairs, transpose, rotate_half) on the de-interleaved head, its outputs
+ * permuted back - the same bits, since the arithmetic per pair is the same;
+ * its backward is the adjoint (finite differences, through the slice).
+ */
+static void test_rope_slice(void)
+{
+	enum { N = 5, H = 3, NOPE = 4, DR = 8, LD = NOPE + DR + 2, T = 6 };
+	size_t n = (size_t)N * H * LD, nc = (size_t)N * H * DR;
+	float *cs = malloc(T * DR / 2 * 4), *sn = malloc(T * DR / 2 * 4);
+	float *x = rnd(n), *y = malloc(n * 4), *z = malloc(nc * 4), *d = malloc(nc * 4);
+	int32_t pos[N] = { 3, 0, 5, 1, 5 };
+	struct hp_model_spec rs = { .head_dim = DR, .max_pos = T };
+
+	rs.rope = (struct hp_rope_spec){ .type = HP_ROPE_DEFAULT, .theta = 10000.0 };
+	hp_model_spec_rope_table(&rs, cs, sn, T);
+	for (int inter = 0; inter < 2; inter++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			void (*f)(float *, const int32_t *, const float *, const float *, long, int, int, int, int) =
+				bwd ? hp_rope_bwd : hp_rope_fwd;
+			size_t other = 0, rot = 0;
+
+			memcpy(y, x, n * 4);
+			for (size_t h = 0; h < (size_t)N * H; h++)
+				memcpy(z + h * DR, x + h * LD + NOPE, DR * 4);
+			f(y + NOPE, pos, cs, sn, N, H, LD, DR, inter);
+			f(z, pos, cs, sn, N, H, DR, DR, inter);
+			for (size_t h = 0; h < (size_t)N * H; h++)
+				for (int i = 0; i < LD; i++)
+					if (i >= NOPE && i < NOPE + DR)
+						rot += memcmp(&y[h * LD + i], &z[h * DR + i - NOPE], 4) != 0;
+					else
+						other += memcmp(&y[h * LD + i], &x[h * LD + i], 4) != 0;
+			ok(rot == 0 && other == 0, "rope %s inter=%d on heads of %d, the %d at %d: the compact heads' "
+			   "bits (%zu differ), the other floats untouched (%zu changed)", bwd ? "bwd" : "fwd", inter,
+			   LD, DR, NOPE, rot, other);
+		}
+
+	/* interleaved = de-interleave, rotate_half, permute back */
+	for (int bwd = 0; bwd < 2; bwd++) {
+		void (*f)(float *, const int32_t *, const float *, const float *, long, int, int, int, int) =
+			bwd ? hp_rope_bwd : hp_rope_fwd;
+		size_t bad = 0;
+
+		memcpy(z, x, nc * 4);
+		for (size_t h = 0; h < (size_t)N * H; h++)
+			for (int i = 0; i < DR / 2; i++) {
+				d[h * DR + i] = z[h * DR + 2 * i];
+				d[h * DR + DR / 2 + i] = z[h * DR + 2 * i + 1];
+			}
+		f(z, pos, cs, sn, N, H, DR, DR, 1);
+		f(d, pos, cs, sn, N, H, DR, DR, 0);
+		for (size_t h = 0; h < (size_t)N * H; h++)
+			for (int i = 0; i < DR / 2; i++)
+				bad += memcmp(&z[h * DR + 2 * i], &d[h * DR + i], 4) != 0 ||
+				       memcmp(&z[h * DR + 2 * i + 1], &d[h * DR + DR / 2 + i], 4) != 0;
+		ok(bad == 0, "rope %s inter=1: transformers' de-interleaved rotate_half, permuted back, bit for bit "
+		   "(%zu of %zu pairs differ)", bwd ? "bwd" : "fwd", bad, nc / 2);
+	}
+	float v[8] = { 1, 0, 0, 0, 0, 0, 0, 0 };
+	int32_t p1 = 1;
+	hp_rope_fwd(v, &p1, cs, sn, 1, 1, 8, 8, 1);
+	ok(v[0] == (float)cos(1.0) && v[1] == (float)sin(1.0) && v[2] == 0 && v[4] == 0,
+	   "rope inter=1 rotates the (2i, 2i+1) pair by pos*theta^(-2i/Dr)");
+
+	/* the backward through the slice, interleaved: the adjoint */
+	struct rope_ctx c = { x, y, rnd(n), cs, sn, pos, N, H, DR, LD, NOPE, 1 };
+	float *dx = malloc(n * 4), *nx = malloc(n * 4);
+	memcpy(dx, c.R, n * 4);
+	hp_rope_bwd(dx + NOPE, pos, cs, sn, N, H, LD, DR, 1);
+	numgrad(nx, x, n, rope_loss, &c);
+	ok(fd_err(dx, nx, n) < FD_TOL, "rope inter=1 on a slice: backward matches finite differences (%.2e)",
+	   fd_err(dx, nx, n));
+	free(cs); free(sn); free(x); free(y); free(z); free(d); free(c.R); free(dx); free(nx);
 }
 
 /* ---- SwiGLU ---- */
@@ -615,8 +698,8 @@ static int st_child(void *p)
 		pos[i] = (i * 7) % ST_N;
 	memcpy(o, dy, sizeof(float) * nr);
 	memcpy(o + nr, x, sizeof(float) * nr);
-	hp_rope_fwd(o, pos, ct, sn, ST_N, ST_H, ST_D);
-	hp_rope_bwd(o + nr, pos, ct, sn, ST_N, ST_H, ST_D);
+	hp_rope_fwd(o, pos, ct, sn, ST_N, ST_H, ST_D, ST_D, 0);
+	hp_rope_bwd(o + nr, pos, ct, sn, ST_N, ST_H, ST_D, ST_D, 0);
 	o += 2 * nr;
 	struct hp_adamw_hparams hp = { 1e-3, 0.9, 0.95, 1e-8, 0.1, 3 };
 	float *m = rnd(ST_E), *v = rnd(ST_E);
@@ -1091,6 +1174,7 @@ int main(void)
 	test_rmsnorm();
 	test_rmsnorm_rows_bits();
 	test_rope();
+	test_rope_slice();
 	test_swiglu();
 	test_ce();
 	test_linear();
