@@ -4,8 +4,9 @@ the golden generators (make-hf-goldens.py, make-mxfp4-golden.py)."""
 
 def hub_names(grads, family):
     """5.x holds a layer's experts stacked (experts.gate_up_proj [E, 2I, H],
-    experts.down_proj [E, H, I]); save_pretrained writes them one by one, and
-    so do the gradients here.
+    gate rows first, experts.down_proj [E, H, I]): qwen3_moe and deepseek_v3
+    (whose shared_experts stay nn.Linear); save_pretrained writes them one by
+    one, and so do the gradients here.  4.57.6 holds them one by one already.
 
     gpt_oss holds them stacked in both lines, and save_pretrained writes them
     so (model.safetensors keeps transformers' names); the gradients go under

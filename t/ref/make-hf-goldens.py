@@ -14,6 +14,9 @@ For each family (llama, mistral, qwen2, qwen3, qwen3_moe) and each RoPE type
 (default, linear, dynamic, yarn, llama3), and for gpt_oss (default, yarn
 as gpt-oss ships it), and for mistral, qwen2 and gpt_oss with a sliding
 window of 8 (<family>-window: shorter than the rows, so it masks keys),
+and for deepseek_v3 (default; yarn as DeepSeek-V3 ships it, mscale and
+mscale_all_dim; nolora: a plain q_proj, rotate_half RoPE, biases, one
+expert group, no renormalisation, v_head_dim > qk_head_dim),
 it builds the model with
 transformers' own config class and AutoModelForCausalLM.from_config, draws
 weights from a fixed seed, writes the folder with save_pretrained (so
@@ -29,17 +32,23 @@ table, RMSNorm and the softmaxes, stay as transformers has them):
                       (hp-train's optimizer settings), router margins;
                       gpt_oss also the SwiGLU clamp counts and the loss with
                       the sinks, the clamp or the biases taken out;
+                      deepseek_v3 the softmax scaling, its own router
+                      margins (sigmoid choice and group scores), the tokens
+                      per expert and the loss without the correction bias or
+                      without the shared experts;
                       a -window folder also the loss with the window
                       taken out (all layers full attention), and the
                       window it was checked to apply
   logits.safetensors  logits of batch row 0, float64 stored F32
   grads.safetensors   d loss / d parameter under HF names, float64 stored F32
-                      (gpt_oss's stacked experts under hp's per-expert names)
+                      (5.x's and gpt_oss's stacked experts under hp's
+                      per-expert names)
 
 and reloads the folder with from_pretrained to check it gives the same
 loss.  Folders go to OUTDIR/tf<LINE>/<family>-<rope>/.  Two runs write the
 same bytes (fixed seeds, one thread).
 """
+import copy
 import json
 import math
 import os
@@ -48,7 +57,7 @@ import sys
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -70,6 +79,10 @@ IGNORED = [(0, 3), (0, 17), (1, 0), (1, 31)]
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 STEPS = 5
 GAP_MIN = 5e-4   # smallest k-th vs (k+1)-th router logit gap: any fp32 order routes alike
+# deepseek_v3's margins are taken on more comparisons (choice and group
+# scores, sigmoid-compressed): about one seed in ten or twenty passes
+# (routes_apart screens them cheaply)
+TRIES = {"deepseek_v3": 500}
 
 FAMILIES = {
     # Llama-3.2-shaped: tied embeddings, no biases
@@ -108,6 +121,19 @@ FAMILIES = {
                     rope_theta=10000.0, num_local_experts=4, num_experts_per_tok=2,
                     attention_bias=True, tie_word_embeddings=False, output_router_logits=False,
                     rms_norm_eps=1e-5, swiglu_limit=0.5),
+    # multi-head latent attention (q and kv LoRA with their norms, a shared
+    # rotary key, v_head_dim 12 != qk_head_dim 16, interleaved RoPE), layer 0
+    # dense then MoE: 8 sigmoid-scored experts in 4 groups (top-2 groups, then
+    # top-2 experts) with the e_score_correction_bias, weights renormalised
+    # and scaled by 2.5, two shared experts; no aux loss.  Appended last, so
+    # the seeds of the families above stay put
+    "deepseek_v3": dict(model_type="deepseek_v3", hidden_size=32, intermediate_size=48,
+                        moe_intermediate_size=16, num_hidden_layers=3, first_k_dense_replace=1,
+                        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16,
+                        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8,
+                        n_shared_experts=2, num_experts_per_tok=2, n_group=4, topk_group=2,
+                        norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True,
+                        attention_bias=False, tie_word_embeddings=False, rope_theta=10000.0),
 }
 # the scaled types with a short original context, so that every band and ramp
 # of llama3 and yarn falls inside the 32 positions of the batch
@@ -127,6 +153,25 @@ FAMILY_ROPES = {
         "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                  "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0},
     },
+    # deepseek_v3: default; yarn as DeepSeek-V3 ships it (beta 32/1, mscale 1
+    # and mscale_all_dim 0.8 != 1, so that both the cos/sin factor and the
+    # softmax scale's mscale^2 differ from 1), with the short original
+    # context; nolora: default RoPE and the VARIANTS changes below
+    "deepseek_v3": {
+        "default": None,
+        "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8},
+        "nolora": None,
+    },
+}
+# folders that change more than the RoPE: config keys over FAMILIES'
+VARIANTS = {
+    # a plain q_proj, rotate_half RoPE, biases (kv_a_proj_with_mqa and o_proj:
+    # transformers gives q_proj none), weights not renormalised, one group,
+    # v_head_dim 20 > qk_head_dim 16, one shared expert
+    ("deepseek_v3", "nolora"): dict(q_lora_rank=None, rope_interleave=False, attention_bias=True,
+                                    norm_topk_prob=False, n_group=1, topk_group=1, v_head_dim=20,
+                                    n_shared_experts=1),
 }
 MAX_POS = 64
 # <family>-window: default RoPE and a window shorter than the rows, on the
@@ -164,7 +209,8 @@ def theta_of(family, rope):
 
 
 def make_config(family, rope, pad=None, theta=None, extra=None):
-    kw = dict(FAMILIES[family], **(extra or {}))
+    kw = dict(FAMILIES[family], **VARIANTS.get((family, rope), {}))
+    kw.update(extra or {})
     if pad is not None:   # nn.Embedding(padding_idx=pad_token_id): that row gets no gradient
         kw["pad_token_id"] = pad
     mt = kw.pop("model_type")
@@ -192,10 +238,13 @@ def make_config(family, rope, pad=None, theta=None, extra=None):
 def fill_weights(model, seed):
     """transformers' init, then a fixed draw that makes every parameter matter:
     matrices normal(0, 0.1), q/k 0.25 (attention far from uniform, so RoPE
-    shows in the loss), routers 0.3 (decisive routing), norms 1 + normal(0,
+    shows in the loss; deepseek_v3's q_a_proj, q_b_proj, kv_a_proj_with_mqa
+    and kv_b_proj too), routers 0.3 (decisive routing), norms 1 + normal(0,
     0.2), biases normal(0, 0.1) (gpt_oss's expert and router biases too),
     attention sinks normal(0, 1) (a real share of each softmax).  Drawn in
-    named_parameters order."""
+    named_parameters order; then deepseek_v3's e_score_correction_bias
+    buffers (persistent, saved, no parameter) normal(0, 0.1) in
+    named_buffers order, so that they change the experts chosen."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -204,10 +253,15 @@ def fill_weights(model, seed):
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
             else:
-                std = 0.25 if (".q_proj." in name or ".k_proj." in name) else \
+                std = 0.25 if (".q_proj." in name or ".k_proj." in name or
+                               ".q_a_proj." in name or ".q_b_proj." in name or
+                               ".kv_a_proj_with_mqa." in name or ".kv_b_proj." in name) else \
                     0.3 if name.endswith(("mlp.gate.weight", "mlp.router.weight")) else \
                     1.0 if name.endswith("self_attn.sinks") else 0.1
                 p.copy_(std * torch.randn(p.shape, generator=g, dtype=torch.float64))
+        for name, b in model.named_buffers():
+            if name.endswith("mlp.gate.e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float64))
 
 
 def make_batch():
@@ -225,7 +279,7 @@ def forward(model, ids, tgt):
 
 def router_gap(out, k):
     gaps = []
-    for r in out.router_logits or ():
+    for r in getattr(out, "router_logits", None) or ():   # (4.57.6's deepseek_v3: no such field)
         if r is None:
             continue
         s = torch.sort(r.double(), dim=-1, descending=True).values
@@ -281,6 +335,118 @@ class OssTap:
             self.clamped.append(n)
 
 
+class DsTap:
+    """Hooks on deepseek_v3's routers (DeepseekV3TopkRouter, the MoE's gate).
+    Each forward's choice is recomputed from the gate's input as transformers
+    makes it: scores = sigmoid(linear(x, weight)) in float32; choice scores =
+    scores + e_score_correction_bias; group score = the sum of the group's two
+    best choice scores; the topk_group best groups kept, the others' choice
+    scores masked (4.57.6 with 0.0, 5.x with -inf); the K best masked choice
+    scores route.  The recomputed experts are checked to be transformers'.
+    Margins (float64 from those values): the K-th vs (K+1)-th masked choice
+    score and, when topk_group < n_group, the topk_group-th vs next group
+    score, minimum over tokens; and how often an expert gets no token (4.57.6
+    then leaves its gradient None: see grad_of).  The first forward also
+    records the tokens per expert, how many tokens would route elsewhere
+    without the bias (same input), and how many would under the other line's
+    masking."""
+
+    def __init__(self, model):
+        c = model.config
+        self.k, self.ng, self.tg = c.num_experts_per_tok, c.n_group, c.topk_group
+        self.choice_gap = self.group_gap = math.inf
+        self.idle = 0   # (forward, layer, expert) without a token
+        self.layers = []   # one entry per router call: the first forward's come first
+        for m in model.modules():
+            if type(m).__name__ == "DeepseekV3TopkRouter":
+                m.register_forward_hook(self.hook)
+
+    @property
+    def gap(self):
+        return min(self.choice_gap, self.group_gap)
+
+    def choose(self, scores, bias, fill):
+        sfc = scores.double() + bias.double()
+        e = sfc.shape[-1]
+        gs = sfc.view(-1, self.ng, e // self.ng).topk(2, dim=-1)[0].sum(dim=-1)
+        ggap = math.inf
+        if self.tg < self.ng:
+            s = torch.sort(gs, dim=-1, descending=True).values
+            ggap = float((s[:, self.tg - 1] - s[:, self.tg]).min())
+        keep = torch.zeros_like(gs, dtype=torch.bool)
+        keep.scatter_(1, torch.topk(gs, self.tg, dim=-1).indices, True)
+        keep = keep[:, :, None].expand(-1, self.ng, e // self.ng).reshape(-1, e)
+        masked = sfc.masked_fill(~keep, fill)
+        s = torch.sort(masked, dim=-1, descending=True).values
+        cgap = float((s[:, self.k - 1] - s[:, self.k]).min())
+        idx = torch.sort(torch.topk(masked, self.k, dim=-1).indices, dim=-1).values
+        return idx, cgap, ggap
+
+    def hook(self, gate, args, output):
+        with torch.no_grad():
+            x = args[0].reshape(-1, args[0].shape[-1])
+            scores = F.linear(x.float(), gate.weight.float()).sigmoid()
+            bias = gate.e_score_correction_bias
+            fill, other = (0.0, -math.inf) if LINE == "4" else (-math.inf, 0.0)
+            idx, cgap, ggap = self.choose(scores, bias, fill)
+            # 4.57.6 returns (indices, weights), 5.x (logits, weights, indices)
+            theirs = output[0] if LINE == "4" else output[2]
+            assert torch.equal(idx, torch.sort(theirs, dim=-1).values), "not transformers' experts"
+            self.choice_gap, self.group_gap = min(self.choice_gap, cgap), min(self.group_gap, ggap)
+            nb = int((self.choose(scores, torch.zeros_like(bias), fill)[0] != idx).any(-1).sum())
+            nf = int((self.choose(scores, bias, other)[0] != idx).any(-1).sum())
+            per = torch.bincount(idx.flatten(), minlength=bias.shape[0])
+            self.idle += int((per == 0).sum())
+            self.layers.append({"tokens_per_expert": per.tolist(),
+                                "tokens_rerouted_without_bias": nb, "tokens_rerouted_by_other_fill": nf})
+
+
+def float64_moe(model):
+    """4.57.6's DeepseekV3MoE.moe accumulates the experts in the routing
+    weights' dtype, float32 (the router is a float32 island), and index_add_
+    refuses the float64 expert outputs of a model.double(): a forward hook on
+    the gate hands the weights on as float64 (exact).  5.x accumulates in the
+    hidden dtype already; float32 models are left alone."""
+    if LINE == "4" and model.config.model_type == "deepseek_v3" and model.dtype == torch.float64:
+        def hook(gate, args, output):
+            return output[0], output[1].to(torch.float64)
+        for m in model.modules():
+            if type(m).__name__ == "DeepseekV3TopkRouter":
+                m.register_forward_hook(hook)
+    return model
+
+
+def routes_apart(family, rope, seed):
+    """A cheap first look at a deepseek_v3 seed, in memory: the router
+    margins and tokens per expert of one()'s float64 forward and float32
+    AdamW steps, on the same weights (one() takes them again from the saved
+    folder and decides).  True for the other families."""
+    if family != "deepseek_v3":
+        return True
+    ids, tgt = make_batch()
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(make_config(family, rope), **IMPL).float()
+    fill_weights(model, seed)
+    m64 = float64_moe(copy.deepcopy(model).double())
+    m64.train()
+    tap = DsTap(m64)
+    with torch.no_grad():
+        forward(m64, ids, tgt)
+    model.train()
+    tap32 = DsTap(model)
+    adamw(model, ids, tgt, tap32)
+    return min(tap.gap, tap32.gap) >= GAP_MIN
+
+
+def grad_of(p):
+    """The gradient after backward: 0 where autograd leaves None.  Only
+    4.57.6's deepseek_v3 does, for an expert (a module of its own) that no
+    token reached; 5.x's stacked experts get zeros there.  AdamW is handed
+    the zeros too (weight decay and the moments act as on 5.x's, and as in a
+    trainer with dense gradients), not a None it would skip."""
+    return p.grad if p.grad is not None else torch.zeros_like(p)
+
+
 def no_decay(name):
     return "norm" in name or "bias" in name
 
@@ -297,6 +463,8 @@ def adamw(model, ids, tgt, tap=None):
         opt.zero_grad()
         out = forward(model, ids, tgt)
         out.loss.backward()
+        for p in model.parameters():
+            p.grad = grad_of(p)
         if k:
             gap = min(gap, router_gap(out, k))
         losses.append(out.loss.item())
@@ -332,6 +500,20 @@ def rotary(model):
     return [float(x) for x in re.inv_freq.float()], float(re.attention_scaling)
 
 
+def correction_biases(model):
+    return {n: b for n, b in model.named_buffers() if n.endswith("mlp.gate.e_score_correction_bias")}
+
+
+def check_biases(model, want, what):
+    """deepseek_v3's e_score_correction_bias, one per MoE layer, all
+    equal to want's (float32 values, exactly)."""
+    got = correction_biases(model)
+    want = {n: t for n, t in want.items() if n.endswith("mlp.gate.e_score_correction_bias")}
+    assert sorted(got) == sorted(want), what
+    for n, b in got.items():
+        assert torch.equal(b.float(), want[n].float()), "%s: %s differs" % (what, n)
+
+
 def folder_of(family, rope, pad=None, window=False):
     return "%s-%s" % (family, "window" if window else rope) + ("-pad" if pad is not None else "")
 
@@ -346,15 +528,26 @@ def one(family, rope, seed, pad=None, window=False):
         if family != "mistral":
             assert [l for l, t in enumerate(cfg.layer_types) if t == "sliding_attention"] == SLIDING[family]
     oss = family == "gpt_oss"
+    ds = family == "deepseek_v3"
     torch.manual_seed(seed)
     model = swiglu_fix(AutoModelForCausalLM.from_config(cfg, **IMPL).float())
     fill_weights(model, seed)
     model.save_pretrained(folder, safe_serialization=True)
     inv_freq, scaling = rotary(model)
+    if ds:
+        # the drawn biases (one per MoE layer, not zero) are in model.safetensors
+        biases = {n: b.detach().clone() for n, b in correction_biases(model).items()}
+        assert len(biases) == cfg.num_hidden_layers - cfg.first_k_dense_replace
+        assert all(float(b.abs().min()) > 0 for b in biases.values())
+        check_biases(model, load_file(os.path.join(folder, "model.safetensors")), "model.safetensors")
 
-    m64 = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double())
+    m64 = float64_moe(swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double()))
     m64.train()
-    tap = OssTap(m64) if oss else None
+    if ds:   # from_pretrained gives back every tensor as drawn, the biases included
+        check_biases(m64, biases, "from_pretrained")
+        sd = model.state_dict()
+        assert all(torch.equal(t.float(), sd[n]) for n, t in m64.state_dict().items())
+    tap = OssTap(m64) if oss else DsTap(m64) if ds else None
     out = forward(m64, ids, tgt)
     out.loss.backward()
     k = getattr(cfg, "num_experts_per_tok", 0)
@@ -364,8 +557,8 @@ def one(family, rope, seed, pad=None, window=False):
     grads, l2 = {}, {}
     # a tied embedding's gradient includes the LM head's share; no lm_head entry
     for n, p in m64.named_parameters():
-        grads[n] = p.grad.detach().float().contiguous()
-        l2[n] = float(p.grad.norm())
+        grads[n] = grad_of(p).detach().float().contiguous()
+        l2[n] = float(grad_of(p).norm())
     save_file({"logits": out.logits[0].detach().float().contiguous()},
               os.path.join(folder, "logits.safetensors"), metadata={"format": "pt"})
     grads = hub_names(grads, family)
@@ -375,9 +568,9 @@ def one(family, rope, seed, pad=None, window=False):
 
     # the same weights under default RoPE: the test's evidence that the type matters
     loss_default = None
-    if rope != "default":   # (gpt_oss's yarn: under its own rope_theta)
+    if ropes_of(family)[rope] is not None:   # (gpt_oss's yarn: under its own rope_theta)
         cd = make_config(family, "default", pad, theta=theta_of(family, rope))
-        md = swiglu_fix(AutoModelForCausalLM.from_config(cd, **IMPL).double())
+        md = float64_moe(swiglu_fix(AutoModelForCausalLM.from_config(cd, **IMPL).double()))
         md.load_state_dict(m64.state_dict())
         with torch.no_grad():
             loss_default = float(forward(md, ids, tgt).loss)
@@ -388,12 +581,12 @@ def one(family, rope, seed, pad=None, window=False):
     # taken out (every layer full attention) give another loss
     loss_full = None
     if window:
-        mw = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double())
+        mw = float64_moe(swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double()))
         check_window(mw, ids, SLIDING[family], WINDOW)
         cf = make_config(family, rope, extra=FULL[family])
         assert cf.sliding_window is None or family == "gpt_oss"
         assert getattr(cf, "layer_types", None) in (None, ["full_attention"] * cfg.num_hidden_layers)
-        mf = swiglu_fix(AutoModelForCausalLM.from_config(cf, **IMPL).double())
+        mf = float64_moe(swiglu_fix(AutoModelForCausalLM.from_config(cf, **IMPL).double()))
         mf.load_state_dict(m64.state_dict())
         check_window(mf, ids, [], SEQ)
         with torch.no_grad():
@@ -401,7 +594,7 @@ def one(family, rope, seed, pad=None, window=False):
         assert abs(loss_full - out.loss.item()) > 1e-4 * out.loss.item(), "the window masks nothing"
         # and a window of the rows' length (the other folders') is full attention, bit for bit
         cs = make_config(family, rope, extra=dict(WINDOWS[family], sliding_window=SEQ))
-        ms = swiglu_fix(AutoModelForCausalLM.from_config(cs, **IMPL).double())
+        ms = float64_moe(swiglu_fix(AutoModelForCausalLM.from_config(cs, **IMPL).double()))
         ms.load_state_dict(m64.state_dict())
         with torch.no_grad():
             assert float(forward(ms, ids, tgt).loss) == loss_full
@@ -409,14 +602,15 @@ def one(family, rope, seed, pad=None, window=False):
     # gpt_oss: the loss of the same weights with one feature taken out each,
     # the evidence that the sinks, the clamps and the biases all count
     ablations = {}
-    if oss:
-        def ablated(change):
-            mv = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double())
-            mv.train()
-            with torch.no_grad():
-                change(mv)
-                return float(forward(mv, ids, tgt).loss)
 
+    def ablated(change):
+        mv = float64_moe(swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).double()))
+        mv.train()
+        with torch.no_grad():
+            change(mv)
+            return float(forward(mv, ids, tgt).loss)
+
+    if oss:
         def fill(value, *suffixes):
             def change(mv):
                 for n, p in mv.named_parameters():
@@ -439,17 +633,37 @@ def one(family, rope, seed, pad=None, window=False):
             # tf4's limit 7 binds nowhere: no clamp changes nothing there
             if name != "no_clamp" or LINE == "5":
                 assert abs(loss - out.loss.item()) > 1e-4 * out.loss.item(), name
+    # deepseek_v3: the correction bias (routing) and the shared experts count
+    if ds:
+        def zero(suffix):
+            def change(mv):
+                for n, t in list(mv.named_parameters()) + list(mv.named_buffers()):
+                    if n.endswith(suffix):
+                        t.zero_()
+            return change
+
+        for name, change in (("correction_bias_zero", zero("mlp.gate.e_score_correction_bias")),
+                             ("shared_experts_off", zero("mlp.shared_experts.down_proj.weight"))):
+            ablations["loss_f64_" + name] = loss = ablated(change)
+            assert abs(loss - out.loss.item()) > 1e-4 * out.loss.item(), name
 
     m32 = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).float())
     m32.train()
-    tap32 = OssTap(m32) if oss else None
+    tap32 = OssTap(m32) if oss else DsTap(m32) if ds else None
     losses, norms, gap32 = adamw(m32, ids, tgt, tap32)
+    if ds:   # a buffer: no gradient, and AdamW leaves it as loaded
+        check_biases(m32, biases, "after AdamW")
 
+    variant = VARIANTS.get((family, rope))
     ref = {
         "about": "transformers %s, torch %s: %s with %s RoPE%s, saved by save_pretrained; "
                  "made by t/ref/make-hf-goldens.py" % (transformers.__version__, torch.__version__,
-                                                      family, rope,
-                                                      " and a sliding window of %d" % WINDOW if window else ""),
+                                                      family, "default" if variant else rope,
+                                                      " and a sliding window of %d" % WINDOW if window else
+                                                      " (%s: %s)" % (rope, ", ".join(
+                                                          "%s %s" % (n, json.dumps(v))
+                                                          for n, v in sorted(variant.items())))
+                                                      if variant else ""),
         "model": family, "rope": rope, "seed": seed,
         "batch": {"shape": [BATCH, SEQ], "input_ids": ids.tolist(), "target_ids": tgt.tolist(),
                   "note": "targets pre-shifted, full length; -100 at %s" % IGNORED},
@@ -498,7 +712,55 @@ def one(family, rope, seed, pad=None, window=False):
                                  "transformers' names")
         assert len(tap.clamped) == cfg.num_hidden_layers
         assert all(min(c) > 0 for c in tap.clamped) if LINE == "5" else all(max(c) == 0 for c in tap.clamped)
-    if k:
+    if ds:
+        def finite(x):
+            return x if x != math.inf else None
+        first = cfg.first_k_dense_replace
+        ref["variant"] = rope
+        ref["loss"]["note"] = (
+            "model.double() (transformers keeps its float32 islands: RoPE table, RMSNorm, softmaxes, and the "
+            "router's linear and sigmoid, so the routing weights are float32 numbers); deepseek_v3: no aux loss" +
+            ("; 4.57.6 accumulates the experts in the routing weights' dtype and its index_add_ refuses float64: "
+             "the generator's hook on the gate hands the weights on as float64 (exact)" if LINE == "4" else ""))
+        ref["attention"] = {
+            "scaling": float(m64.model.layers[0].self_attn.scaling),
+            "qk_head_dim": cfg.qk_nope_head_dim + cfg.qk_rope_head_dim,
+            "note": "the softmax scale transformers uses (self_attn.scaling of layer 0, every layer's): "
+                    "qk_head_dim^-0.5, times (0.1 mscale_all_dim ln(factor) + 1)^2 when the RoPE type is not "
+                    "default and mscale_all_dim is set; the rotary cos/sin carry rope.attention_scaling "
+                    "(yarn: mscale(factor, mscale) / mscale(factor, mscale_all_dim))"}
+        ref["router"] = {
+            "min_choice_gap_f64": tap.choice_gap, "min_group_gap_f64": finite(tap.group_gap),
+            "min_choice_gap_f32_adamw": tap32.choice_gap, "min_group_gap_f32_adamw": finite(tap32.group_gap),
+            "experts_without_tokens_f64": tap.idle, "experts_without_tokens_f32_adamw": tap32.idle,
+            "masked_groups_fill": "0.0" if LINE == "4" else "-inf",
+            "layers": [dict(l, layer=first + i) for i, l in enumerate(tap.layers[:cfg.num_hidden_layers - first])],
+            "note": "choice score = sigmoid(router logit) + e_score_correction_bias; group score = sum of the "
+                    "group's two best choice scores; the topk_group best groups kept, the others' choice scores "
+                    "masked with masked_groups_fill (4.57.6: 0.0, 5.x: -inf); the num_experts_per_tok best masked "
+                    "choice scores route, with weights sigmoid (without the bias), divided by their sum when "
+                    "norm_topk_prob, times routed_scaling_factor.  min_choice_gap: smallest K-th minus (K+1)-th "
+                    "masked choice score; min_group_gap: smallest topk_group-th minus next group score (null "
+                    "when every group is kept); in the float64 forward and over the float32 AdamW steps.  "
+                    "layers (float64 forward): tokens per expert, tokens that would route elsewhere with the "
+                    "bias at 0 or with the other line's fill (same layer input); experts_without_tokens: "
+                    "(layer, expert) pairs that get no token, in the float64 forward and summed over the "
+                    "AdamW steps (their gradient is 0; 4.57.6 leaves it None, taken as 0)"}
+        ref["ablations"] = dict(ablations, note=(
+            "float64 loss of the same weights with one thing changed: every e_score_correction_bias 0, "
+            "the shared experts' down_proj 0 (shared experts off); each differs from loss_f64"))
+        ref["e_score_correction_bias"] = (
+            "a persistent buffer per MoE layer (mlp.gate.e_score_correction_bias, in model.safetensors, "
+            "checked after save_pretrained and from_pretrained), drawn normal(0, 0.1) with the weights' "
+            "generator after the parameters; no parameter: no gradient, AdamW leaves it (checked)")
+        ref["grads"]["names"] = (
+            "hp's per-expert names (experts.X.{gate,up,down}_proj.weight)" +
+            (": 5.x holds experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I], "
+             "split here as save_pretrained splits them" if LINE == "5" else
+             ", as 4.57.6 holds them") + "; the rest under transformers' names")
+        if min(tap.gap, tap32.gap) < GAP_MIN:
+            return None
+    elif k:
         ref["router"] = {"min_topk_logit_gap_f64": gap, "min_topk_logit_gap_f32_adamw": gap32}
         if min(gap, gap32) < GAP_MIN:
             return None
@@ -541,8 +803,8 @@ def main():
             print("tf%s llama      default  pad_token_id %d (%d tokens) loss %.10f" % (
                 LINE, pad, int((ids == pad).sum()), ref["loss"]["loss_f64"]))
             continue
-        for tries in range(50):
-            ref = one(family, rope, seed, window=window)
+        for tries in range(TRIES.get(family, 50)):
+            ref = one(family, rope, seed, window=window) if routes_apart(family, rope, seed) else None
             if ref:
                 break
             seed += 100   # routing too close to a tie: another draw
@@ -560,7 +822,7 @@ def main():
                   "%.10f, AdamW %s" % (LINE, family, WINDOW, SLIDING[family], WINDOW,
                                        ref["loss"]["loss_f64_full_attention"],
                                        " ".join("%.6f" % x for x in ref["adamw"]["losses_f32"])))
-        if "ablations" in ref:
+        if "swiglu" in ref:
             print("tf%s %-10s %-8s margins %.3g / %.3g, clamped gate>%g %s up>%g %s up<-%g %s, %s" % (
                 LINE, family, "window" if window else rope, ref["router"]["min_topk_logit_gap_f64"],
                 ref["router"]["min_topk_logit_gap_f32_adamw"], ref["swiglu"]["limit"],
@@ -569,6 +831,21 @@ def main():
                 ref["swiglu_clamped"]["up_below_minus_limit"],
                 " ".join("%s %.6f" % (n[9:], v) for n, v in sorted(ref["ablations"].items())
                          if n != "note")))
+        if "attention" in ref:
+            r = ref["router"]
+            print("tf%s %-10s %-8s margins choice %.3g / %.3g group %s / %s, scaling %.10f rotary %.10f, %s, "
+                  "AdamW %s" % (
+                      LINE, family, rope, r["min_choice_gap_f64"], r["min_choice_gap_f32_adamw"],
+                      "%.3g" % r["min_group_gap_f64"] if r["min_group_gap_f64"] is not None else "-",
+                      "%.3g" % r["min_group_gap_f32_adamw"] if r["min_group_gap_f32_adamw"] is not None else "-",
+                      ref["attention"]["scaling"], ref["rope"]["attention_scaling"],
+                      " ".join("%s %.10f" % (n[9:], v) for n, v in sorted(ref["ablations"].items())
+                               if n != "note"),
+                      " ".join("%.6f" % x for x in ref["adamw"]["losses_f32"])))
+            print("tf%s %-10s %-8s rerouted without bias %s, by the other fill %s, tokens per expert %s" % (
+                LINE, family, rope, [l["tokens_rerouted_without_bias"] for l in r["layers"]],
+                [l["tokens_rerouted_by_other_fill"] for l in r["layers"]],
+                [l["tokens_per_expert"] for l in r["layers"]]))
         bad += not moved
     sys.exit(1 if bad else 0)
 
