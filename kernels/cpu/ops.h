@@ -123,7 +123,7 @@ void hp_glu_clamp_bwd(float *dg, float *du, const float *dh, const float *g, con
 void hp_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, const int32_t *off, int nx, int n);
 void hp_bias_grouped_bwd(float *db, size_t bs, const float *dx, long ld, const int32_t *off, int nx, int n);
 
-/* ---- the MoE router (Qwen3-MoE) ---- */
+/* ---- the MoE routers (Qwen3-MoE, DeepSeek-V3) and routing (router.c) ---- */
 /* In place on probs [N, E]: the router logits in, their softmax out (fp32
  * exps, the sum in double); sel [N, K] the top-K experts by falling
  * probability (ties to the lower index), wsel [N, K] their probabilities,
@@ -134,6 +134,27 @@ void hp_router_topk(float *probs, int32_t *sel, float *wsel, long N, int E, int 
  * load-balancing loss's aux_grad * aux[e] on every probability. */
 void hp_router_bwd(float *dprob, const float *probs, const int32_t *sel, const float *wsel,
 		   const float *dwsel, const double *aux, double aux_grad, long N, int E, int K, int norm);
+/* DeepSeek-V3's router (DeepseekV3TopkRouter), in place on probs [N, E]:
+ * the router logits in, s = sigmoid(logits) out (in double, rounded once).
+ * The choice score c = s + bias (bias [E], NULL: 0); the experts are G
+ * groups of E/G consecutive ones (E % G == 0, E/G >= 2), a group's score
+ * the sum of its two largest c; the TG groups with the largest scores are
+ * kept (1 <= TG <= G), the others' experts get c = -inf (mask_zero 0,
+ * transformers 5) or 0 (mask_zero 1, transformers 4.57's masked_fill with
+ * 0.0); sel [N, K] the K <= E experts with the largest c, by falling c.
+ * Every choice: ties to the lower index, a NaN counted as -inf.  wsel
+ * [N, K] = s[sel], divided by (their sum + 1e-20f) when norm
+ * (norm_topk_prob), times scale (routed_scaling_factor).  Parallel over
+ * tokens, the same bits at any thread count. */
+void hp_router_group_fwd(float *probs, int32_t *sel, float *wsel, const float *bias, long N, int E, int K, int G,
+			 int TG, int norm, float scale, int mask_zero);
+/* dlogits [N, E] overwritten (0 but at the chosen experts) from dwsel
+ * [N, K], probs holding s: with D = sum_k s[sel_k] + 1e-20 and u_k =
+ * dwsel_k * scale, ds_k = u_k/D - (sum_j u_j s[sel_j])/D^2 (norm) or u_k,
+ * dlogit = ds s (1 - s), in double and rounded once.  The choice and the
+ * bias take no gradient. */
+void hp_router_group_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *dwsel, long N, int E,
+			 int K, int norm, float scale);
 /* The routing table, expert-major rows: off [E+1] the first row of each
  * expert (token order within one), row r is token row_tok[r]'s slot
  * row_slot[r]; tok_rows [N, K] (when not NULL) token t's K rows in

@@ -1,12 +1,17 @@
 /*
- * router.c - the Qwen3-MoE router's top-k and its backward, as HF's
- * Qwen3MoeSparseMoeBlock computes them (see ops.h).  lib/model/model.c runs them;
- * the CUDA router (kernels/cuda/moe.cu) is tested against them.
+ * router.c - the MoE routers and their backwards: Qwen3-MoE's softmax
+ * top-k, as HF's Qwen3MoeSparseMoeBlock computes it, and DeepSeek-V3's
+ * grouped sigmoid router, as DeepseekV3TopkRouter does (see ops.h); the
+ * routing table and the load-balancing loss's sums.  lib/model/model.c
+ * runs them; the CUDA routers (kernels/cuda/moe.cu) are tested against
+ * them.  Not here: the routers' projections (the linear op) and the
+ * experts.
  */
 #include <math.h>
 #include <string.h>
 
 #include "cpu/ops.h"
+#include "cpu/pool.h"
 
 void hp_router_topk(float *probs, int32_t *sel_all, float *wsel, long N, int E, int K, int norm)
 {
@@ -143,4 +148,179 @@ void hp_moe_aux_fin(double *FP, double *aux, double *acc, int E, double n, doubl
 	*aux = s * E;
 	if (acc)
 		*acc += *aux / div;
+}
+
+/* ---- DeepSeek-V3's router: sigmoid scores, groups, top-k (see ops.h) ----
+ *
+ * Every choice is a repeated argmax in one total order - larger value
+ * first, then lower index, a NaN counted as -inf - so ties go to the lower
+ * index, a round needs no record of earlier picks but the last one (the
+ * next is the first that comes after it), and K distinct experts in range
+ * come out whatever the logits.  Nothing is stored but the outputs: a
+ * group's score is recomputed where it is needed (2E/G adds), which costs
+ * (TG + 2K) E per token, no more than the scores' E sigmoids times a few.
+ * kernels/cuda/moe.cu makes the same fp32 operations in the same order.
+ */
+
+static float rg_key(float v)
+{
+	return isnan(v) ? -INFINITY : v;
+}
+
+/* (v, i) comes before (w, j) */
+static int rg_before(float v, int i, float w, int j)
+{
+	return v > w || (v == w && i < j);
+}
+
+/* the choice score of expert e: its sigmoid plus its correction bias */
+static float rg_choice(const float *s, const float *bias, int e)
+{
+	return rg_key(bias ? s[e] + bias[e] : s[e]);
+}
+
+/* group g's score: the sum of its two largest choice scores (torch's
+ * topk(2) then sum: the largest plus the second) */
+static float rg_group(const float *s, const float *bias, int g, int S)
+{
+	float t1 = -INFINITY, t2 = -INFINITY;
+
+	for (int e = g * S; e < (g + 1) * S; e++) {
+		float c = rg_choice(s, bias, e);
+		if (c > t1) {
+			t2 = t1;
+			t1 = c;
+		} else if (c > t2) {
+			t2 = c;
+		}
+	}
+	return rg_key(t1 + t2);
+}
+
+struct rg_args {
+	float *probs, *wsel;
+	int32_t *sel;
+	const float *bias;
+	int E, K, G, TG, norm, mask_zero;
+	float scale;
+};
+
+static void rg_fwd_range(void *p, long n0, long n1)
+{
+	const struct rg_args *a = p;
+	int E = a->E, K = a->K, G = a->G, TG = a->TG, S = a->E / a->G;
+	const float *bias = a->bias;
+	float masked = a->mask_zero ? 0.0f : -INFINITY;
+
+	for (long n = n0; n < n1; n++) {
+		float *s = a->probs + n * E, *ws = a->wsel + n * K;
+		int32_t *sel = a->sel + n * K;
+		/* the TG groups kept, the last of them (tv, ti); ti -1: all */
+		float tv = 0;
+		int ti = -1;
+
+		for (int e = 0; e < E; e++)
+			s[e] = (float)(1.0 / (1.0 + exp(-(double)s[e])));
+		for (int r = 0; r < TG && TG < G; r++) {
+			float bv = 0;
+			int bi = -1;
+			for (int g = 0; g < G; g++) {
+				float v = rg_group(s, bias, g, S);
+				if ((r == 0 || rg_before(tv, ti, v, g)) && (bi < 0 || rg_before(v, g, bv, bi))) {
+					bv = v;
+					bi = g;
+				}
+			}
+			tv = bv;
+			ti = bi;
+		}
+		/* the experts, the masked groups' at the masked value */
+		for (int k = 0; k < K; k++) {
+			float bv = 0;
+			int bi = -1;
+			for (int g = 0; g < G; g++) {
+				int kept = ti < 0 || g == ti || rg_before(rg_group(s, bias, g, S), g, tv, ti);
+				for (int e = g * S; e < (g + 1) * S; e++) {
+					float v = kept ? rg_choice(s, bias, e) : masked;
+					if ((k == 0 || rg_before(ws[k - 1], sel[k - 1], v, e)) &&
+					    (bi < 0 || rg_before(v, e, bv, bi))) {
+						bv = v;
+						bi = e;
+					}
+				}
+			}
+			sel[k] = bi;
+			ws[k] = bv;   /* the masked score, while the next round needs it */
+		}
+		double sum = 0;
+		for (int k = 0; k < K; k++) {
+			ws[k] = s[sel[k]];
+			sum += ws[k];
+		}
+		if (a->norm) {
+			float den = (float)sum + 1e-20f;
+			for (int k = 0; k < K; k++)
+				ws[k] /= den;
+		}
+		for (int k = 0; k < K; k++)
+			ws[k] *= a->scale;
+	}
+}
+
+void hp_router_group_fwd(float *probs, int32_t *sel, float *wsel, const float *bias, long N, int E, int K, int G,
+			 int TG, int norm, float scale, int mask_zero)
+{
+	struct rg_args a = { .probs = probs, .wsel = wsel, .sel = sel, .bias = bias, .E = E, .K = K, .G = G,
+			     .TG = TG, .norm = norm, .mask_zero = mask_zero, .scale = scale };
+	long per_token = (long)E * (TG + 2 * K + 4);
+
+	if (N > 0 && E > 0 && K > 0)
+		hp_parallel_for(N, HP_POOL_GRAIN / per_token + 1, 1, rg_fwd_range, &a);
+}
+
+struct rg_bwd_args {
+	float *dlogits;
+	const float *probs, *dwsel;
+	const int32_t *sel;
+	int E, K, norm;
+	float scale;
+};
+
+/* with D = sum_k s_k + 1e-20 and u_k = dwsel_k * scale, in double:
+ * ds_k = u_k / D - (sum_j u_j s_j) / D^2 (norm) or u_k, and through the
+ * sigmoid dlogit = ds s (1 - s), rounded once */
+static void rg_bwd_range(void *p, long n0, long n1)
+{
+	const struct rg_bwd_args *a = p;
+	int E = a->E, K = a->K;
+
+	for (long n = n0; n < n1; n++) {
+		const float *s = a->probs + n * E, *dw = a->dwsel + n * K;
+		const int32_t *sel = a->sel + n * K;
+		float *dl = a->dlogits + n * E;
+		double D = 0, c = 0;
+
+		memset(dl, 0, sizeof(float) * (size_t)E);
+		if (a->norm) {
+			for (int k = 0; k < K; k++) {
+				D += s[sel[k]];
+				c += (double)dw[k] * a->scale * s[sel[k]];
+			}
+			D += 1e-20;
+		}
+		for (int k = 0; k < K; k++) {
+			double u = (double)dw[k] * a->scale, sx = s[sel[k]];
+			double ds = a->norm ? u / D - c / (D * D) : u;
+			dl[sel[k]] += (float)(ds * sx * (1.0 - sx));
+		}
+	}
+}
+
+void hp_router_group_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *dwsel, long N, int E,
+			 int K, int norm, float scale)
+{
+	struct rg_bwd_args a = { dlogits, probs, dwsel, sel, E, K, norm, scale };
+
+	if (N > 0 && E > 0)
+		hp_parallel_for(N, HP_POOL_GRAIN / ((long)E + 4 * K) + 1, 1, rg_bwd_range, &a);
 }
