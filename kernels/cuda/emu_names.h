@@ -68,6 +68,8 @@
 #define hp_cuda_rope_bwd hp_emu_rope_bwd
 #define hp_cuda_rope_fwd hp_emu_rope_fwd
 #define hp_cuda_router_bwd hp_emu_router_bwd
+#define hp_cuda_router_group_bwd hp_emu_router_group_bwd
+#define hp_cuda_router_group_fwd hp_emu_router_group_fwd
 #define hp_cuda_router_topk hp_emu_router_topk
 #define hp_cuda_scale hp_emu_scale
 #define hp_cuda_scatter_add_rows hp_emu_scatter_add_rows

@@ -17,8 +17,10 @@
  * backward, whose dot product is a double block sum in another order than
  * the CPU's).  The routing table is one block of integer counts (the
  * CPU's table exactly), the aux loss's sums one thread per expert in the
- * CPU's order (its bits).  Deterministic: every sum has a fixed order, no
- * atomics; every output element is written by one thread.
+ * CPU's order (its bits).  DeepSeek-V3's grouped sigmoid router runs one
+ * warp per token as well, with router.c's choices and arithmetic.
+ * Deterministic: every sum has a fixed order, no atomics; every output
+ * element is written by one thread.
  */
 #include <limits.h>
 #include <math.h>
@@ -175,6 +177,189 @@ extern "C" void hp_cuda_router_bwd(float *dlogits, const float *probs, const int
 	if (N > 0 && E > 0)
 		k_router_bwd<<<hp_cu_blocks((size_t)N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(
 			dlogits, probs, sel, wsel, dwsel, aux, aux_grad, N, E, k, norm);
+}
+
+/* ---- DeepSeek-V3's grouped sigmoid router; one warp per token ----
+ *
+ * kernels/cpu/router.c's choices and arithmetic: the sigmoid in double
+ * rounded once, c = s + bias and a group's two largest c added in fp32,
+ * every choice a repeated argmax in the total order (value down, index up,
+ * NaN as -inf), the weights' sum in double then fp32 as the CPU's, lane 0
+ * in the CPU's order; so the same bits.  The lanes share the sigmoids
+ * (each its own experts), the groups' scores and the experts' scans; each
+ * warp keeps its token's kept-group flags in shared memory (G bytes). */
+
+#define RG_SHARED 49152     /* the shared memory a block may have without opting in */
+
+static __device__ __forceinline__ float rg_key(float v)
+{
+	return isnan(v) ? -INFINITY : v;
+}
+
+static __device__ __forceinline__ int rg_before(float v, int i, float w, int j)
+{
+	return v > w || (v == w && i < j);
+}
+
+static __device__ __forceinline__ float rg_choice(const float *s, const float *bias, int e)
+{
+	return rg_key(bias ? __fadd_rn(s[e], bias[e]) : s[e]);
+}
+
+static __device__ float rg_group(const float *s, const float *bias, int g, int S)
+{
+	float t1 = -INFINITY, t2 = -INFINITY;
+
+	for (int e = g * S; e < (g + 1) * S; e++) {
+		float c = rg_choice(s, bias, e);
+		if (c > t1) {
+			t2 = t1;
+			t1 = c;
+		} else if (c > t2) {
+			t2 = c;
+		}
+	}
+	return rg_key(__fadd_rn(t1, t2));
+}
+
+/* the first in the order of the lanes' (v, i), i -1 for none: every lane
+ * ends with it */
+static __device__ __forceinline__ void rg_warp_first(float &v, int &i)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		float ov = __shfl_xor_sync(FULL, v, o);
+		int oi = __shfl_xor_sync(FULL, i, o);
+		if (oi >= 0 && (i < 0 || rg_before(ov, oi, v, i))) {
+			v = ov;
+			i = oi;
+		}
+	}
+}
+
+static __global__ void k_router_group_fwd(float *probs, int32_t *sel, float *wsel, const float *bias, long N, int E,
+					  int K, int G, int TG, int norm, float scale, int mask_zero, int Gp)
+{
+	extern __shared__ unsigned char rg_sh[];
+	unsigned char *kept = rg_sh + (size_t)(threadIdx.x >> 5) * Gp;
+	int lane = threadIdx.x & 31, S = E / G;
+	long nw = (long)gridDim.x * (blockDim.x >> 5);
+	float masked = mask_zero ? 0.0f : -INFINITY;
+
+	for (long t = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t < N; t += nw) {
+		float *s = probs + t * E, *ws = wsel + t * K;
+		int32_t *st = sel + t * K;
+		float pv = 0;
+		int pi = -1;
+
+		for (int x = lane; x < E; x += 32)
+			s[x] = (float)__ddiv_rn(1.0, __dadd_rn(1.0, exp(-(double)s[x])));
+		for (int g = lane; g < G; g += 32)
+			kept[g] = TG >= G;
+		__syncwarp();   /* every s and flag seen by every lane */
+		for (int r = 0; r < TG && TG < G; r++) {
+			float bv = 0;
+			int bi = -1;
+			for (int g = lane; g < G; g += 32) {
+				float v = rg_group(s, bias, g, S);
+				if ((r == 0 || rg_before(pv, pi, v, g)) && (bi < 0 || rg_before(v, g, bv, bi))) {
+					bv = v;
+					bi = g;
+				}
+			}
+			rg_warp_first(bv, bi);
+			if (lane == 0)
+				kept[bi] = 1;
+			pv = bv;
+			pi = bi;
+		}
+		__syncwarp();
+		for (int k = 0; k < K; k++) {
+			float bv = 0;
+			int bi = -1;
+			for (int x = lane; x < E; x += 32) {
+				float v = kept[x / S] ? rg_choice(s, bias, x) : masked;
+				if ((k == 0 || rg_before(pv, pi, v, x)) && (bi < 0 || rg_before(v, x, bv, bi))) {
+					bv = v;
+					bi = x;
+				}
+			}
+			rg_warp_first(bv, bi);
+			if (lane == 0)
+				st[k] = bi < 0 ? 0 : bi;   /* -1 only when K > E */
+			pv = bv;
+			pi = bi;
+		}
+		__syncwarp();   /* st seen by lane 0's loops below */
+		if (lane == 0) {
+			double sum = 0;
+			for (int k = 0; k < K; k++) {
+				ws[k] = s[st[k]];
+				sum += ws[k];
+			}
+			if (norm) {
+				float den = __fadd_rn((float)sum, 1e-20f);
+				for (int k = 0; k < K; k++)
+					ws[k] = __fdiv_rn(ws[k], den);
+			}
+			for (int k = 0; k < K; k++)
+				ws[k] = __fmul_rn(ws[k], scale);
+		}
+		__syncwarp();   /* the flags free for the next token */
+	}
+}
+
+extern "C" void hp_cuda_router_group_fwd(float *probs, int32_t *sel, float *wsel, const float *bias, long N, int E,
+					 int K, int G, int TG, int norm, float scale, int mask_zero)
+{
+	int Gp = (G + 15) / 16 * 16;
+	unsigned warps = (size_t)RT_WARPS * Gp <= RG_SHARED ? RT_WARPS : 1;
+
+	if (N > 0 && E > 0 && K > 0 && G > 0)
+		k_router_group_fwd<<<hp_cu_blocks((size_t)N, warps), 32 * warps, (size_t)warps * Gp, hp_cu_stream>>>(
+			probs, sel, wsel, bias, N, E, K, G, TG, norm, scale, mask_zero, Gp);
+}
+
+/* one lane per expert; D and sum_j u_j s_j, in double, by every lane in
+ * the CPU's order */
+static __global__ void k_router_group_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *dwsel,
+					  long N, int E, int K, int norm, float scale)
+{
+	int lane = threadIdx.x & 31;
+	long nw = (long)gridDim.x * (blockDim.x >> 5);
+
+	for (long t = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t < N; t += nw) {
+		const float *s = probs + t * E, *dw = dwsel + t * K;
+		const int32_t *st = sel + t * K;
+		float *dl = dlogits + t * E;
+		double D = 0, c = 0;
+
+		if (norm) {
+			for (int k = 0; k < K; k++) {
+				D = __dadd_rn(D, (double)s[st[k]]);
+				c = __dadd_rn(c, __dmul_rn(__dmul_rn((double)dw[k], (double)scale), (double)s[st[k]]));
+			}
+			D = __dadd_rn(D, 1e-20);
+		}
+		for (int x = lane; x < E; x += 32) {
+			float d = 0;
+			for (int k = 0; k < K; k++)
+				if (st[k] == x) {
+					double u = __dmul_rn((double)dw[k], (double)scale), sx = s[x], ds = u;
+					if (norm)
+						ds = __dsub_rn(__ddiv_rn(u, D), __ddiv_rn(c, __dmul_rn(D, D)));
+					d = __fadd_rn(d, (float)__dmul_rn(__dmul_rn(ds, sx), __dsub_rn(1.0, sx)));
+				}
+			dl[x] = d;
+		}
+	}
+}
+
+extern "C" void hp_cuda_router_group_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *dwsel,
+					 long N, int E, int K, int norm, float scale)
+{
+	if (N > 0 && E > 0)
+		k_router_group_bwd<<<hp_cu_blocks((size_t)N, RT_WARPS), 32 * RT_WARPS, 0, hp_cu_stream>>>(
+			dlogits, probs, sel, dwsel, N, E, K, norm, scale);
 }
 
 /* ---- rows: gather, scatter, combine, combine backward, scatter-add ---- */

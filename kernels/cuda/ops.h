@@ -209,6 +209,13 @@ void hp_cuda_router_topk(float *probs, int32_t *sel, float *wsel, const float *l
  * aux[e] to every dprob[., e]; dlogits[N,E] overwritten. */
 void hp_cuda_router_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *wsel,
 			const float *dwsel, const double *aux, double aux_grad, long N, int E, int k, int norm);
+/* DeepSeek-V3's grouped sigmoid router and its backward: cpu/ops.h's
+ * hp_router_group_fwd / _bwd on the device (probs in place, bias [E] or
+ * NULL), the same bits; G at most 49152 (a warp's flags in shared memory). */
+void hp_cuda_router_group_fwd(float *probs, int32_t *sel, float *wsel, const float *bias, long N, int E, int K,
+			      int G, int TG, int norm, float scale, int mask_zero);
+void hp_cuda_router_group_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *dwsel, long N,
+			      int E, int K, int norm, float scale);
 /* dst[r] = src[idx[r]]; dst[idx[r]] = src[r] (rows of C, r < R; the
  * scatter's idx distinct) */
 void hp_cuda_gather_rows(float *dst, const float *src, const int32_t *idx, long R, int C);

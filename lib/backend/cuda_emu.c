@@ -558,6 +558,18 @@ void hp_emu_router_bwd(float *dlogits, const float *probs, const int32_t *sel, c
 	hp_router_bwd(dlogits, probs, sel, wsel, dwsel, aux, aux_grad, N, E, k, norm);
 }
 
+void hp_emu_router_group_fwd(float *probs, int32_t *sel, float *wsel, const float *bias, long N, int E, int K, int G,
+			     int TG, int norm, float scale, int mask_zero)
+{
+	hp_router_group_fwd(probs, sel, wsel, bias, N, E, K, G, TG, norm, scale, mask_zero);
+}
+
+void hp_emu_router_group_bwd(float *dlogits, const float *probs, const int32_t *sel, const float *dwsel, long N,
+			     int E, int K, int norm, float scale)
+{
+	hp_router_group_bwd(dlogits, probs, sel, dwsel, N, E, K, norm, scale);
+}
+
 void hp_emu_gather_rows(float *dst, const float *src, const int32_t *idx, long R, int C)
 {
 	hp_rows_gather(dst, src, idx, R, C);

@@ -12,7 +12,9 @@
  * columns, widths that are no multiple of 32 or 256 (1000, 1001, 4100),
  * rows wider than the column sums' first scratch (9000), realistic shapes
  * (N=4096 x C=2048, 32 heads of 128, E=128 k=8) and small routers (E=8
- * k=2, k=E) with tied logits; routing tables (moe.cu's, against
+ * k=2, k=E) with tied logits; DeepSeek-V3's grouped router (one group,
+ * every group kept, more groups than a warp's lanes, both masks, negative
+ * biases); routing tables (moe.cu's, against
  * hp_moe_route) with experts left without rows, choices outside [0, E),
  * nothing routed, E = 512 and an E too wide for the one-block table's
  * shared counts, and the load-balancing loss's sums over two layers.
@@ -777,6 +779,62 @@ static void test_router(long N, int E, int K, int norm, int ties)
 	free(aux); free(want); free(gl);
 }
 
+/* DeepSeek-V3's grouped router against router.c: bias 0 none, 1 in
+ * [-0.3, 0.3), 2 in [-1, 0.2) (kept experts' c below 0, where the masks
+ * differ).  The choices must be the CPU's; s and the weights its bits but
+ * where the GPU's double exp differs from glibc's in its last bit next to
+ * a float's rounding boundary (TOL_PROB covers an ulp); the backward, on
+ * the CPU's forward, the same IEEE double operations in the same order:
+ * its bits. */
+static void test_router_group(long N, int E, int K, int G, int TG, int norm, float scale, int mask_zero, int ties,
+			      int bias)
+{
+	size_t ne = (size_t)N * E, nk = (size_t)N * K;
+	float *lg = router_logits(N, E, ties, 40 + (unsigned)E), *b = hfill((size_t)E, 41, 0.6f, 0);
+	float *probs = hcopy(lg, ne), *wsel = malloc(nk * 4 + 4);
+	int32_t *sel = malloc(nk * 4 + 4), *gsel = malloc(nk * 4 + 4);
+
+	for (int e = 0; e < E; e++)
+		b[e] = bias == 2 ? b[e] - 0.4f : b[e] * 0.5f;
+	const float *hb = bias ? b : NULL;
+	hp_router_group_fwd(probs, sel, wsel, hb, N, E, K, G, TG, norm, scale, mask_zero);
+	float *dp = ct_dev(lg, ne, 0), *dp2 = ct_dev(lg, ne, 0), *dw = ct_dnan(nk, 0), *dw2 = ct_dnan(nk, 0);
+	float *db = bias ? ct_dev(b, (size_t)E, 0) : NULL;
+	int32_t *ds = ct_alloc(nk * 4 + 4), *ds2 = ct_alloc(nk * 4 + 4);
+
+	hp_cuda_router_group_fwd(dp, ds, dw, db, N, E, K, G, TG, norm, scale, mask_zero);
+	hp_cuda_router_group_fwd(dp2, ds2, dw2, db, N, E, K, G, TG, norm, scale, mask_zero);
+	int g = gpu_ok();
+	float *gp = ct_host(dp, ne, 0), *gw = ct_host(dw, nk, 0);
+	hp_cuda_download(gsel, ds, nk * 4, &err);
+	size_t bad = 0;
+	for (size_t i = 0; i < nk; i++)
+		bad += gsel[i] != sel[i];
+	double ep = ct_nerr(gp, probs, ne), ew = ct_nerr(gw, wsel, nk);
+	int det = ct_dev_same(dp, dp2, ne * 4) && ct_dev_same(dw, dw2, nk * 4) && ct_dev_same(ds, ds2, nk * 4);
+	ok(g && bad == 0 && ep <= TOL_PROB && ew <= TOL_PROB && det,
+	   "router_group_fwd N=%ld E=%d K=%d G=%d TG=%d norm=%d scale=%g mask_zero=%d%s bias %d: %zu of %zu "
+	   "experts differ, s nerr %.2e (%zu not the CPU's bits), wsel nerr %.2e (%zu), deterministic: %s", N, E, K,
+	   G, TG, norm, scale, mask_zero, ties ? " ties" : "", bias, bad, nk, ep, ct_ndiff(gp, probs, ne), ew,
+	   ct_ndiff(gw, wsel, nk), yesno(det));
+
+	float *dws = hfill(nk, 42, 1.0f, 0), *want = malloc(ne * 4 + 4);
+	hp_router_group_bwd(want, probs, sel, dws, N, E, K, norm, scale);
+	hp_cuda_upload(dp, probs, ne * 4, &err);
+	hp_cuda_upload(ds, sel, nk * 4, &err);
+	float *ddws = ct_dev(dws, nk, 0), *dl = ct_dnan(ne, 0);
+	hp_cuda_router_group_bwd(dl, dp, ds, ddws, N, E, K, norm, scale);
+	g = gpu_ok();
+	float *gl = ct_host(dl, ne, 0);
+	ok(g && ct_ndiff(gl, want, ne) == 0, "router_group_bwd N=%ld E=%d K=%d norm=%d: %zu of %zu dlogits not the "
+	   "CPU's bits (nerr %.2e)", N, E, K, norm, ct_ndiff(gl, want, ne), ne, ct_nerr(gl, want, ne));
+
+	hp_cuda_free(dp); hp_cuda_free(dp2); hp_cuda_free(dw); hp_cuda_free(dw2); hp_cuda_free(db); hp_cuda_free(ds);
+	hp_cuda_free(ds2); hp_cuda_free(ddws); hp_cuda_free(dl);
+	free(lg); free(b); free(probs); free(wsel); free(sel); free(gsel); free(gp); free(gw); free(dws); free(want);
+	free(gl);
+}
+
 /* lib/model/model.c's expert-major rows: row r holds (row_tok[r], row_slot[r]),
  * rows grouped by expert, tokens in order within an expert; tok_rows[t*K +
  * j] are token t's K rows in ascending order (not slot order: the CPU's
@@ -1221,6 +1279,22 @@ static void run_all(void)
 	test_router(333, 64, 6, 1, 1);
 	test_router(333, 60, 4, 0, 1);
 	test_router(50, 200, 8, 1, 1);
+
+	test_router_group(1, 8, 2, 4, 2, 1, 1.0f, 0, 0, 1);
+	test_router_group(333, 64, 6, 8, 3, 1, 2.5f, 0, 1, 1);      /* ties, both masks */
+	test_router_group(333, 64, 6, 8, 3, 1, 2.5f, 1, 1, 0);
+	test_router_group(300, 16, 6, 4, 2, 1, 2.5f, 0, 0, 2);      /* kept c < 0 */
+	test_router_group(300, 16, 6, 4, 2, 1, 2.5f, 1, 0, 2);
+	test_router_group(100, 64, 6, 1, 1, 1, 1.0f, 0, 0, 1);      /* one group */
+	test_router_group(100, 64, 4, 8, 8, 0, 1.5f, 1, 0, 0);      /* every group kept, no norm, no bias */
+	test_router_group(50, 200, 8, 100, 40, 1, 1.0f, 0, 0, 1);   /* more groups than lanes */
+	test_router_group(9, 7000, 3, 3500, 100, 1, 1.0f, 1, 0, 2);
+	test_router_group(20, 8, 8, 4, 2, 1, 1.0f, 0, 0, 1);        /* K = E: masked experts chosen too */
+	test_router_group(1000, 256, 8, 8, 4, 1, 2.5f, 0, 0, 1);    /* DeepSeek-V3 */
+	if (big) {
+		test_router_group(4096, 256, 8, 8, 4, 1, 2.5f, 0, 0, 1);
+		test_router_group(4096, 256, 8, 8, 4, 1, 2.5f, 1, 0, 2);
+	}
 
 	test_rows(1, 1000, 8, 2);
 	test_rows(1000, 1000, 8, 2);
