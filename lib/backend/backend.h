@@ -286,6 +286,13 @@ struct hp_backend {
 	void (*router_bwd)(struct hp_backend *b, float *dprob, const float *probs, const int32_t *sel,
 			   const float *wsel, const float *dwsel, const double *aux, double aux_grad, long N, int E,
 			   int K, int norm);
+	/* DeepSeek-V3's grouped sigmoid router (kernels/cpu/ops.h:
+	 * hp_router_group_fwd / _bwd): probs the logits in, the sigmoids out;
+	 * sel, wsel and bias (or NULL) the backend's */
+	void (*router_group_fwd)(struct hp_backend *b, float *probs, int32_t *sel, float *wsel, const float *bias,
+				 long N, int E, int K, int G, int TG, int norm, float scale, int mask_zero);
+	void (*router_group_bwd)(struct hp_backend *b, float *dlogits, const float *probs, const int32_t *sel,
+				 const float *dwsel, long N, int E, int K, int norm, float scale);
 	/* The routing table from sel [N,K] (hp_moe_route, cpu/ops.h), every
 	 * array the backend's: off [E+1], struct hp_route's rows (tok_rows may
 	 * be NULL), *bad += the choices out of range.  Nothing comes to the host. */

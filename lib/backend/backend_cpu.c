@@ -359,6 +359,18 @@ static void c_router_bwd(struct hp_backend *b, float *dprob, const float *probs,
 	hp_router_bwd(dprob, probs, sel, wsel, dwsel, aux, aux_grad, N, E, K, norm);
 }
 
+static void c_router_group_fwd(struct hp_backend *b, float *probs, int32_t *sel, float *wsel, const float *bias,
+			       long N, int E, int K, int G, int TG, int norm, float scale, int mask_zero)
+{
+	hp_router_group_fwd(probs, sel, wsel, bias, N, E, K, G, TG, norm, scale, mask_zero);
+}
+
+static void c_router_group_bwd(struct hp_backend *b, float *dlogits, const float *probs, const int32_t *sel,
+			       const float *dwsel, long N, int E, int K, int norm, float scale)
+{
+	hp_router_group_bwd(dlogits, probs, sel, dwsel, N, E, K, norm, scale);
+}
+
 static int c_ce_fwd(struct hp_backend *b, double *loss_sum, long *count, const float *logits,
 		    const struct hp_i32 *targets, long N, int V)
 {
@@ -669,6 +681,8 @@ static struct hp_backend cpu = {
 	.cp_attention_scratch = c_cp_attention_scratch,
 	.router_topk = c_router_topk,
 	.router_bwd = c_router_bwd,
+	.router_group_fwd = c_router_group_fwd,
+	.router_group_bwd = c_router_group_bwd,
 	.moe_route = c_moe_route,
 	.moe_aux_acc = c_moe_aux_acc,
 	.moe_aux_fin = c_moe_aux_fin,

@@ -1057,6 +1057,18 @@ static void k_router_bwd(struct hp_backend *b, float *dprob, const float *probs,
 			       K, norm);
 }
 
+static void k_router_group_fwd(struct hp_backend *b, float *probs, int32_t *sel, float *wsel, const float *bias,
+			       long N, int E, int K, int G, int TG, int norm, float scale, int mask_zero)
+{
+	LB(hp_cuda_router_group_fwd)(probs, sel, wsel, bias, N, E, K, G, TG, norm, scale, mask_zero);
+}
+
+static void k_router_group_bwd(struct hp_backend *b, float *dlogits, const float *probs, const int32_t *sel,
+			       const float *dwsel, long N, int E, int K, int norm, float scale)
+{
+	LB(hp_cuda_router_group_bwd)(dlogits, probs, sel, dwsel, N, E, K, norm, scale);
+}
+
 static void k_moe_route(struct hp_backend *b, int32_t *off, int32_t *row_tok, int32_t *row_slot, int32_t *tok_rows,
 			int32_t *bad, int32_t *sel, long N, int E, int K)
 {
@@ -1972,6 +1984,8 @@ static const struct hp_backend table = {
 	.cp_attention_scratch = k_cp_attention_scratch,
 	.router_topk = k_router_topk,
 	.router_bwd = k_router_bwd,
+	.router_group_fwd = k_router_group_fwd,
+	.router_group_bwd = k_router_group_bwd,
 	.moe_route = k_moe_route,
 	.moe_aux_acc = k_moe_aux_acc,
 	.moe_aux_fin = k_moe_aux_fin,

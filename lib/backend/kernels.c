@@ -94,6 +94,10 @@ const struct hp_kernel hp_kernels[] = {
 	  .supports = moe_supports },
 	{ ROW("router", "cpu", "reference", "default", "always"),
 	  .cpu = { .router_fwd = hp_router_topk, .router_bwd = hp_router_bwd } },
+	/* DeepSeek-V3's: the only implementation, held to DeepseekV3TopkRouter
+	 * by t/unit/test-router-group.c */
+	{ ROW("router_group", "cpu", "reference", "default",
+	  "DeepSeek-V3 gate: sigmoid, groups, top-k, e_score_correction_bias") },
 	/* GPT-OSS's: the only implementation of each, held to HF's definition
 	 * by t/unit/test-oss.c (the sinks through the flash kernel) */
 	{ ROW("attention_sinks", "cpu", "reference", "default", "GPT-OSS self_attn.sinks: on flash attention's out and lse") },
@@ -129,6 +133,8 @@ const struct hp_kernel hp_kernels[] = {
 	  .cuda = "hp_cuda_swiglu_fwd hp_cuda_swiglu_bwd hp_cuda_swiglu_rows_fwd hp_cuda_swiglu_rows_bwd" },
 	{ ROW("router", "cuda", "router_topk", "built", "training.device: cuda"),
 	  .cuda = "hp_cuda_router_topk hp_cuda_router_bwd" },
+	{ ROW("router_group", "cuda", "router_group", "built", "training.device: cuda, DeepSeek-V3"),
+	  .cuda = "hp_cuda_router_group_fwd hp_cuda_router_group_bwd" },
 	{ ROW("experts", "cuda", "cublaslt", "built", "training.device: cuda (grouped_experts: gate|up as one product)"),
 	  .cuda = "hp_cuda_linear_fwd hp_cuda_linear_bwd hp_cuda_gather_rows hp_cuda_combine hp_cuda_combine_bwd" },
 	{ ROW("attention_sinks", "cuda", "attention_sinks", "built", "training.device: cuda, GPT-OSS"),
