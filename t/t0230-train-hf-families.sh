@@ -64,6 +64,29 @@ for line in tf4 tf5; do
 	done
 done
 
+# DeepSeek-V3 (multi-head latent attention with and without q_lora_rank,
+# rope_interleave both ways, v_head_dim below and above the query's, YaRN
+# with mscale_all_dim; dense layer 0, MoE layers with shared experts and the
+# sigmoid group-limited router and its correction bias): both lines
+for line in tf4 tf5; do
+	for v in default yarn nolora; do
+		d=$HF/$line/deepseek_v3-$v
+		test_expect_success "$line deepseek_v3 $v: loss within 1e-6, gradients within 1e-5, 5 AdamW losses within 1e-5 of transformers" '
+			golden_steps "$d" && grep -q "self_attn.kv_b_proj.weight" cmp &&
+			grep -q "mlp.shared_experts.down_proj.weight" cmp && ! grep -q e_score_correction_bias cmp
+		'
+	done
+done
+
+test_expect_success 'deepseek_v3: the correction bias chooses the experts, the shared experts count (transformers'\''s losses without each)' '
+	d=$HF/tf5/deepseek_v3-default &&
+	rm -rf nb && mkdir nb && cp "$d/config.json" nb/ &&
+	hp-test-tool stdrop "$d/model.safetensors" nb/model.safetensors \
+		model.layers.1.mlp.gate.e_score_correction_bias model.layers.2.mlp.gate.e_score_correction_bias &&
+	test_must_fail_with 4 hp-test-tool refstep --steps 1 nb "$d/reference.json" 2>err &&
+	grep -q "e_score_correction_bias. is missing" err
+'
+
 test_expect_success 'gpt_oss: swiglu_limit is read: without the clamp, transformers'\''s loss without it' '
 	d=$HF/tf5/gpt_oss-default &&
 	rm -rf nc && mkdir nc && cp "$d/model.safetensors" nc/ &&
@@ -188,7 +211,7 @@ same_run () {
 PAR="llama-default llama-linear llama-dynamic llama-yarn llama-llama3
 qwen3_moe-default qwen3_moe-linear qwen3_moe-dynamic qwen3_moe-yarn qwen3_moe-llama3
 mistral-yarn qwen2-yarn qwen3-llama3 gpt_oss-default gpt_oss-yarn
-mistral-window qwen2-window gpt_oss-window"
+mistral-window qwen2-window gpt_oss-window deepseek_v3-default deepseek_v3-yarn deepseek_v3-nolora"
 
 test_expect_success MPI 'the seed'\''s 8-rank layout (TP2 x CP2 x EP2, SP, FSDP) and CP 4 equal one process, RoPE positions across chunks' '
 	for n in $PAR; do

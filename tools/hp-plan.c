@@ -267,6 +267,15 @@ static void explain(json_t *plan, struct hp_plan *p)
 		       p->spec.moe_intermediate, p->spec.top_k, p->spec.moe_bias ? ", with biases" : "");
 	if (p->spec.attn_sinks)
 		printf("  %-18s one per head (flash attention on every layer)\n", "attention sinks");
+	if (p->spec.mla)
+		printf("  %-18s q %s, kv latent %d, per head qk %d + %d RoPE'd (%s), v %d, softmax x %.6g\n",
+		       "latent attention", p->spec.q_lora_rank ? "latent" : "q_proj", p->spec.kv_lora_rank,
+		       p->spec.qk_nope, p->spec.qk_rope, p->spec.rope_interleave ? "interleaved" : "halves",
+		       p->spec.v_head, p->spec.attn_mscale);
+	if (p->spec.router_group)
+		printf("  %-18s sigmoid, correction bias, top-%d of %d groups, x %g; %d shared (intermediate %d)\n",
+		       "router", p->spec.topk_group, p->spec.n_group, p->spec.routed_scaling, p->spec.n_shared,
+		       p->spec.moe_intermediate * p->spec.n_shared);
 	if (p->spec.moe_act == HP_MOE_ACT_CLAMPED)
 		printf("  %-18s clamped SwiGLU, limit %g, alpha %g\n", "expert activation", p->spec.swiglu_limit,
 		       p->spec.swiglu_alpha);

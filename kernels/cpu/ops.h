@@ -41,6 +41,11 @@ void hp_embedding_bwd_range(float *dtable, const float *dout, const int32_t *ids
 /* dst[r] = src[idx[r]]; dst[idx[r]] = src[r] (rows of C, r < R) */
 void hp_rows_gather(float *dst, const float *src, const int32_t *idx, long R, int C);
 void hp_rows_scatter(float *dst, const float *src, const int32_t *idx, long R, int C);
+/* Multi-head latent attention's shared key part: every head's copy of a
+ * token's w values, dst[(n*H + h)*ldd + i] = src[n*lds + i]; and the
+ * adjoint, dst[n*ldd + i] = sum over h ascending of src[(n*H + h)*lds + i]. */
+void hp_heads_bcast(float *dst, int ldd, const float *src, int lds, long N, int H, int w);
+void hp_heads_sum(float *dst, int ldd, const float *src, int lds, long N, int H, int w);
 /* The MoE block's output: out [N,C] = the sum, over the expert-major rows
  * r < N*K in order (row r is token row_tok[r]'s slot row_slot[r]), of
  * wsel[t, slot] * ye[r], as HF's index_add_ adds them. */

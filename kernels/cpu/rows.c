@@ -49,6 +49,28 @@ void hp_rows_scatter(float *dst, const float *src, const int32_t *idx, long R, i
 		memcpy(dst + (long)idx[r] * C, src + r * C, sizeof(float) * (size_t)C);
 }
 
+void hp_heads_bcast(float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	for (long n = 0; n < N; n++)
+		for (int h = 0; h < H; h++)
+			memcpy(dst + (n * H + h) * ldd, src + n * lds, sizeof(float) * (size_t)w);
+}
+
+void hp_heads_sum(float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	for (long n = 0; n < N; n++) {
+		float *d = dst + n * ldd;
+
+		memcpy(d, src + n * H * lds, sizeof(float) * (size_t)w);
+		for (int h = 1; h < H; h++) {
+			const float *x = src + (n * H + h) * lds;
+
+			for (int i = 0; i < w; i++)
+				d[i] += x[i];
+		}
+	}
+}
+
 void hp_moe_combine(float *out, const float *ye, const float *wsel, const int32_t *row_tok,
 		    const int32_t *row_slot, long N, int K, int C)
 {

@@ -43,6 +43,8 @@
 #define hp_cuda_flash_supports hp_emu_flash_supports
 #define hp_cuda_free hp_emu_free
 #define hp_cuda_gather_rows hp_emu_gather_rows
+#define hp_cuda_heads_bcast hp_emu_heads_bcast
+#define hp_cuda_heads_sum hp_emu_heads_sum
 #define hp_cuda_glu_clamp_bwd hp_emu_glu_clamp_bwd
 #define hp_cuda_glu_clamp_fwd hp_emu_glu_clamp_fwd
 #define hp_cuda_grouped_bwd hp_emu_grouped_bwd

@@ -399,6 +399,46 @@ extern "C" void hp_cuda_gather_rows(float *dst, const float *src, const int32_t 
 	rows(dst, src, idx, R, C, 0);
 }
 
+/* MLA's shared key part: one thread per (token, value); the sum over the
+ * heads in rows.c's order (ascending h, from the first head's value) */
+static __global__ void k_heads(float *dst, int ldd, const float *src, int lds, long N, int H, int w, int sum)
+{
+	HP_CU_GRID_STRIDE(idx, (size_t)N * w) {
+		size_t n = idx / w;
+		int i = (int)(idx % w);
+
+		if (sum) {
+			float acc = src[n * H * lds + i];
+			for (int h = 1; h < H; h++)
+				acc = __fadd_rn(acc, src[(n * H + h) * lds + i]);
+			dst[n * ldd + i] = acc;
+		} else {
+			float v = src[n * lds + i];
+			for (int h = 0; h < H; h++)
+				dst[(n * H + h) * ldd + i] = v;
+		}
+	}
+}
+
+static void heads(float *dst, int ldd, const float *src, int lds, long N, int H, int w, int sum)
+{
+	size_t n = (size_t)(N > 0 ? N : 0) * (w > 0 ? w : 0);
+
+	if (n && H > 0)
+		k_heads<<<(unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, hp_cu_stream>>>(
+			dst, ldd, src, lds, N, H, w, sum);
+}
+
+extern "C" void hp_cuda_heads_bcast(float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	heads(dst, ldd, src, lds, N, H, w, 0);
+}
+
+extern "C" void hp_cuda_heads_sum(float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	heads(dst, ldd, src, lds, N, H, w, 1);
+}
+
 /* idx a permutation of distinct rows (as the model's are): no row is
  * written twice */
 extern "C" void hp_cuda_scatter_rows(float *dst, const float *src, const int32_t *idx, long R, int C)

@@ -219,6 +219,8 @@ void hp_cuda_router_group_bwd(float *dlogits, const float *probs, const int32_t 
 /* dst[r] = src[idx[r]]; dst[idx[r]] = src[r] (rows of C, r < R; the
  * scatter's idx distinct) */
 void hp_cuda_gather_rows(float *dst, const float *src, const int32_t *idx, long R, int C);
+void hp_cuda_heads_bcast(float *dst, int ldd, const float *src, int lds, long N, int H, int w);
+void hp_cuda_heads_sum(float *dst, int ldd, const float *src, int lds, long N, int H, int w);
 void hp_cuda_scatter_rows(float *dst, const float *src, const int32_t *idx, long R, int C);
 /* out[t] = sum over j < k of wsel[t, row_slot[r]] * ye[r], r = tok_rows[t*k+j]
  * in that order (each token's rows ascending: the CPU's order), out

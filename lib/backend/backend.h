@@ -346,6 +346,9 @@ struct hp_backend {
 	void (*add_f64)(struct hp_backend *b, double *x, const double *y, long n);
 	/* dst[r] = src[idx[r]] / dst[idx[r]] = src[r], rows of C */
 	void (*gather_rows)(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C);
+	/* MLA's shared key part to every head and back (hp_heads_bcast, hp_heads_sum) */
+	void (*bcast_heads)(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w);
+	void (*sum_heads)(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w);
 	void (*scatter_rows)(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C);
 	/* out [N,C] = sum over each token's rows, in row order, of wsel * ye */
 	void (*moe_combine)(struct hp_backend *b, float *out, const float *ye, const float *wsel,

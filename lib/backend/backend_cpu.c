@@ -487,6 +487,16 @@ static void c_gather_rows(struct hp_backend *b, float *dst, const float *src, co
 	hp_rows_gather(dst, src, idx, R, C);
 }
 
+static void c_bcast_heads(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	hp_heads_bcast(dst, ldd, src, lds, N, H, w);
+}
+
+static void c_sum_heads(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	hp_heads_sum(dst, ldd, src, lds, N, H, w);
+}
+
 static void c_scatter_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
 {
 	hp_rows_scatter(dst, src, idx, R, C);
@@ -702,6 +712,8 @@ static struct hp_backend cpu = {
 	.max = c_max,
 	.add_f64 = c_add_f64,
 	.gather_rows = c_gather_rows,
+	.bcast_heads = c_bcast_heads,
+	.sum_heads = c_sum_heads,
 	.scatter_rows = c_scatter_rows,
 	.moe_combine = c_moe_combine,
 	.moe_combine_bwd = c_moe_combine_bwd,

@@ -1282,6 +1282,16 @@ static void k_add_f64(struct hp_backend *b, double *x, const double *y, long n)
 		LB(hp_cuda_add_f64)(x, y, (size_t)n);
 }
 
+static void k_bcast_heads(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	LB(hp_cuda_heads_bcast)(dst, ldd, src, lds, N, H, w);
+}
+
+static void k_sum_heads(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	LB(hp_cuda_heads_sum)(dst, ldd, src, lds, N, H, w);
+}
+
 static void k_gather_rows(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C)
 {
 	LB(hp_cuda_gather_rows)(dst, src, idx, R, C);
@@ -2005,6 +2015,8 @@ static const struct hp_backend table = {
 	.max = k_max,
 	.add_f64 = k_add_f64,
 	.gather_rows = k_gather_rows,
+	.bcast_heads = k_bcast_heads,
+	.sum_heads = k_sum_heads,
 	.scatter_rows = k_scatter_rows,
 	.moe_combine = k_moe_combine,
 	.moe_combine_bwd = k_moe_combine_bwd,

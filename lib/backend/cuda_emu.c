@@ -575,6 +575,16 @@ void hp_emu_gather_rows(float *dst, const float *src, const int32_t *idx, long R
 	hp_rows_gather(dst, src, idx, R, C);
 }
 
+void hp_emu_heads_bcast(float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	hp_heads_bcast(dst, ldd, src, lds, N, H, w);
+}
+
+void hp_emu_heads_sum(float *dst, int ldd, const float *src, int lds, long N, int H, int w)
+{
+	hp_heads_sum(dst, ldd, src, lds, N, H, w);
+}
+
 void hp_emu_scatter_rows(float *dst, const float *src, const int32_t *idx, long R, int C)
 {
 	hp_rows_scatter(dst, src, idx, R, C);

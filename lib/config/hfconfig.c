@@ -135,15 +135,17 @@ struct family {
 	int max_pos, kv_heads;      /* the class defaults (kv_heads 0: = heads) */
 	int bias_default, oss;      /* attention_bias's default; gpt_oss */
 	double eps, theta;          /* rms_norm_eps and rope_theta defaults */
+	int mla;                    /* deepseek_v3 */
 };
 
 static const struct family families[] = {
-	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0, 0, 0, 1e-6, 1e4 },
-	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8, 0, 0, 1e-6, 1e4 },
-	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4 },
-	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 128, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4 },
-	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4, 0, 0, 1e-6, 1e4 },
-	{ "gpt_oss", "GptOssForCausalLM", BIAS_KEY, 0, 1, 64, SW_TYPES, 131072, 8, 1, 1, 1e-5, 150000 },
+	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0, 0, 0, 1e-6, 1e4, 0 },
+	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8, 0, 0, 1e-6, 1e4, 0 },
+	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4, 0 },
+	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 128, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4, 0 },
+	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4, 0, 0, 1e-6, 1e4, 0 },
+	{ "gpt_oss", "GptOssForCausalLM", BIAS_KEY, 0, 1, 64, SW_TYPES, 131072, 8, 1, 1, 1e-5, 150000, 0 },
+	{ "deepseek_v3", "DeepseekV3ForCausalLM", BIAS_KEY, 0, 1, 0, SW_NONE, 4096, 0, 0, 0, 1e-6, 1e4, 1 },
 };
 
 static const struct family *family_of(const char *model_type)
@@ -213,8 +215,25 @@ static int family_key(const struct family *f, const char *k)
 		"router_aux_loss_coef", "swiglu_limit", "swiglu_alpha", "sliding_window", "layer_types",
 	};
 
+	static const char *const mla[] = {
+		"n_routed_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+		"n_shared_experts", "routed_scaling_factor", "kv_lora_rank", "q_lora_rank",
+		"qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "qk_head_dim", "n_group", "topk_group",
+		"first_k_dense_replace", "norm_topk_prob", "rope_interleave", "output_router_logits",
+		"pretraining_tp", "num_nextn_predict_layers", "num_mtp_layers",
+		/* DeepSeek's own config.json, for its remote code: checked
+		 * against what transformers' DeepseekV3 computes */
+		"scoring_func", "topk_method", "moe_layer_freq",
+		/* ... and read by that remote code only (its expert-parallel
+		 * degree at inference, its sequence-wise auxiliary loss), never
+		 * by transformers, which computes no auxiliary loss for it */
+		"ep_size", "aux_loss_alpha", "seq_aux",
+	};
+
 	if (f->bias == BIAS_KEY && !strcmp(k, "attention_bias"))
 		return 1;
+	if (f->mla)
+		return in_list(mla, sizeof(mla) / sizeof(mla[0]), k);
 	if (f->oss)
 		return in_list(oss, sizeof(oss) / sizeof(oss[0]), k);
 	if (!strcmp(f->model_type, "llama") && (!strcmp(k, "mlp_bias") || !strcmp(k, "pretraining_tp")))
@@ -357,7 +376,8 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 		return rc;
 	if (r->type == HP_ROPE_DEFAULT)
 		return 0;
-	if ((rc = rope_num(&sub, "factor", &r->factor)))
+	if ((rc = rope_num(&sub, "factor", &r->factor)) ||
+	    (rc = get_num(&sub, "mscale_all_dim", 0, &r->mscale_all_dim)))
 		return rc;
 	if (!(r->factor > 0))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': %sfactor must be positive", c->path, sub.pre);
@@ -383,13 +403,12 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 		return 0;
 	}
 	/* yarn (transformers' _compute_yarn_parameters) */
-	double mscale, mscale_all;
+	double mscale;
 	if (!r->orig_max_pos)
 		r->orig_max_pos = s->max_pos;
 	if ((rc = get_num(&sub, "beta_fast", 0, &r->beta_fast)) ||
 	    (rc = get_num(&sub, "beta_slow", 0, &r->beta_slow)) ||
 	    (rc = get_num(&sub, "mscale", 0, &mscale)) ||
-	    (rc = get_num(&sub, "mscale_all_dim", 0, &mscale_all)) ||
 	    (rc = get_bool(&sub, "truncate", 1, &r->truncate)))
 		return rc;
 	if (r->beta_fast == 0)      /* `get("beta_fast") or 32` */
@@ -400,8 +419,8 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 	if (v && !json_is_null(v)) {
 		if ((rc = get_num(&sub, "attention_factor", 1.0, &r->attention_factor)))
 			return rc;
-	} else if (mscale != 0 && mscale_all != 0) {
-		r->attention_factor = yarn_mscale(r->factor, mscale) / yarn_mscale(r->factor, mscale_all);
+	} else if (mscale != 0 && r->mscale_all_dim != 0) {
+		r->attention_factor = yarn_mscale(r->factor, mscale) / yarn_mscale(r->factor, r->mscale_all_dim);
 	} else {
 		r->attention_factor = yarn_mscale(r->factor, 1);
 	}
@@ -449,7 +468,7 @@ static int parse_rope(struct ctx *c, const struct family *f, struct hp_model_spe
 void hp_model_spec_rope(const struct hp_model_spec *s, double *f, double *attention_factor)
 {
 	const struct hp_rope_spec *r = &s->rope;
-	int dim = s->head_dim, half = dim / 2;
+	int dim = hp_model_spec_rope_dim(s), half = dim / 2;
 
 	*attention_factor = 1.0;
 	for (int i = 0; i < half; i++)
@@ -508,7 +527,12 @@ void hp_model_spec_rope_table(const struct hp_model_spec *s, float *cos_t, float
 	double f[HP_ROPE_MAX_HALF], af;
 
 	hp_model_spec_rope(s, f, &af);
-	hp_rope_table(cos_t, sin_t, T, s->head_dim, f, af);
+	hp_rope_table(cos_t, sin_t, T, hp_model_spec_rope_dim(s), f, af);
+}
+
+int hp_model_spec_rope_dim(const struct hp_model_spec *s)
+{
+	return s->rope_dim ? s->rope_dim : s->head_dim;
 }
 
 int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err *e)
@@ -600,15 +624,15 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
  * is no MoE block (transformers builds a router of no outputs and fails
  * in top-k), so it is refused as a dimension.
  */
-static int parse_experts(struct ctx *c, struct hp_model_spec *s, const char *own, int def_e, int def_k)
+static int parse_experts(struct ctx *c, struct hp_model_spec *s, const char *own, const char *other, int def_e,
+			 int def_k)
 {
-	const char *other = strcmp(own, "num_experts") ? "num_experts" : "num_local_experts";
 	json_t *a = json_object_get(c->root, own), *b = json_object_get(c->root, other);
 	const char *k = b && !a ? other : own;
 	int rc;
 
 	if (a && b && !json_equal(a, b))
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts and num_local_experts differ", c->path);
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': %s and %s differ", c->path, own, other);
 	if ((rc = get_dim(c, k, 0, def_e, &s->n_experts)) ||
 	    (rc = get_dim(c, "num_experts_per_tok", 0, def_k, &s->top_k)))
 		return rc;
@@ -628,7 +652,7 @@ static int parse_moe(struct ctx *c, struct hp_model_spec *s)
 	json_t *v;
 	int rc;
 
-	if ((rc = parse_experts(c, s, "num_experts", 128, 8)) ||
+	if ((rc = parse_experts(c, s, "num_experts", "num_local_experts", 128, 8)) ||
 	    (rc = get_dim(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
 	    (rc = get_dim(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
 	    (rc = get_bool(c, "norm_topk_prob", 0, &s->norm_topk_prob)))
@@ -664,7 +688,7 @@ static int parse_oss(struct ctx *c, struct hp_model_spec *s)
 {
 	int rc;
 
-	if ((rc = parse_experts(c, s, "num_local_experts", 128, 4)) ||
+	if ((rc = parse_experts(c, s, "num_local_experts", "num_experts", 128, 4)) ||
 	    (rc = get_num(c, "swiglu_limit", 7.0, &s->swiglu_limit)) ||
 	    (rc = get_num(c, "swiglu_alpha", 1.702, &s->swiglu_alpha)))
 		return rc;
@@ -686,6 +710,133 @@ static int parse_oss(struct ctx *c, struct hp_model_spec *s)
 	s->attn_sinks = 1;
 	s->moe_bias = 1;
 	s->moe_act = HP_MOE_ACT_CLAMPED;
+	return 0;
+}
+
+/* A string key that must hold one value when given (DeepSeek's own keys). */
+static int want_str(struct ctx *c, const char *key, const char *want)
+{
+	json_t *v = json_object_get(c->root, key);
+
+	if (!v || json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), want)))
+		return 0;
+	return hp_err_set(c->e, HP_EUNSUP, "'%s': %s %s is not supported: transformers' DeepseekV3 computes "
+			  "\"%s\"", c->path, key, json_is_string(v) ? json_string_value(v) : "(not a string)", want);
+}
+
+/*
+ * DeepseekV3Config's attention (multi-head latent attention): its sizes,
+ * and head_dim, which the class sets to qk_rope_head_dim whatever the
+ * file says (so a different value there is refused, not read).  Every
+ * head has its own key: num_key_value_heads must be the heads' count
+ * (repeat_kv of more would not match the heads in transformers).
+ */
+static int parse_mla_dims(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *v;
+	int rc, hd, interleave;
+
+	if ((rc = get_dim(c, "kv_lora_rank", 0, 512, &s->kv_lora_rank)) ||
+	    (rc = get_dim(c, "qk_rope_head_dim", 0, 64, &s->qk_rope)) ||
+	    (rc = get_dim(c, "qk_nope_head_dim", 0, 128, &s->qk_nope)) ||
+	    (rc = get_dim(c, "v_head_dim", 0, 128, &s->v_head)) ||
+	    (rc = get_bool(c, "rope_interleave", 1, &interleave)))
+		return rc;
+	v = json_object_get(c->root, "q_lora_rank");
+	if (!v)   /* the class default; null: a plain q_proj */
+		s->q_lora_rank = 1536;
+	else if (!json_is_null(v) && (rc = get_dim(c, "q_lora_rank", 0, 0, &s->q_lora_rank)))
+		return rc;
+	if ((rc = get_dim(c, "head_dim", 0, s->qk_rope, &hd)))
+		return rc;
+	if (hd != s->qk_rope)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': head_dim %d is not qk_rope_head_dim %d, which "
+				  "DeepseekV3Config sets it to whatever the file says", c->path, hd, s->qk_rope);
+	if ((rc = get_dim(c, "qk_head_dim", 0, s->qk_nope + s->qk_rope, &hd)))
+		return rc;
+	if (hd != s->qk_nope + s->qk_rope)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': qk_head_dim %d is not qk_nope_head_dim + qk_rope_head_dim "
+				  "%d, which DeepseekV3Config sets it to whatever the file says", c->path, hd,
+				  s->qk_nope + s->qk_rope);
+	if (s->qk_rope % 2 || s->qk_rope / 2 > HP_ROPE_MAX_HALF)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': qk_rope_head_dim %d must be even and at most %d", c->path,
+				  s->qk_rope, 2 * HP_ROPE_MAX_HALF);
+	if (s->n_kv_heads != s->n_heads)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': num_key_value_heads %d is not num_attention_heads %d: "
+				  "multi-head latent attention gives every head its key", c->path, s->n_kv_heads,
+				  s->n_heads);
+	if ((rc = at_most(c, "kv_lora_rank", s->kv_lora_rank, HP_MAX_DIM)) ||
+	    (rc = at_most(c, "q_lora_rank", s->q_lora_rank, HP_MAX_DIM)) ||
+	    (rc = at_most(c, "qk_nope_head_dim + qk_rope_head_dim", (long long)s->qk_nope + s->qk_rope, 1024)) ||
+	    (rc = at_most(c, "v_head_dim", s->v_head, 1024)))
+		return rc;
+	s->mla = 1;
+	s->rope_interleave = interleave;
+	s->rope_dim = s->qk_rope;
+	s->head_dim = s->qk_nope + s->qk_rope > s->v_head ? s->qk_nope + s->qk_rope : s->v_head;
+	return 0;
+}
+
+/*
+ * DeepseekV3Config's MoE: n_routed_experts (num_local_experts in 5.x's
+ * attribute_map) of moe_intermediate_size on the layers from
+ * first_k_dense_replace on, each beside n_shared_experts' worth of shared
+ * MLP; the sigmoid router with group-limited top-k.  transformers computes
+ * no load-balancing loss for it (output_router_logits only records the
+ * logits), so true is refused rather than ignored.  The softmax scale's
+ * mscale: (qk_nope + qk_rope)^-0.5, times yarn_get_mscale(factor,
+ * mscale_all_dim)^2 when the RoPE is scaled and mscale_all_dim is set.
+ */
+static int parse_deepseek(struct ctx *c, struct hp_model_spec *s)
+{
+	int rc, first_k = 3, mtp = 1;
+	json_t *v;
+
+	if ((rc = parse_experts(c, s, "n_routed_experts", "num_local_experts", 256, 8)) ||
+	    (rc = get_dim(c, "moe_intermediate_size", 0, 2048, &s->moe_intermediate)) ||
+	    (rc = get_dim(c, "n_shared_experts", 0, 1, &s->n_shared)) ||
+	    (rc = get_dim(c, "n_group", 0, 8, &s->n_group)) ||
+	    (rc = get_dim(c, "topk_group", 0, 4, &s->topk_group)) ||
+	    (rc = get_num(c, "routed_scaling_factor", 2.5, &s->routed_scaling)) ||
+	    (rc = get_bool(c, "norm_topk_prob", 1, &s->norm_topk_prob)) ||
+	    (rc = get_int(c, "first_k_dense_replace", 0, 3, &first_k)) ||
+	    (rc = want_str(c, "scoring_func", "sigmoid")) || (rc = want_str(c, "topk_method", "noaux_tc")))
+		return rc;
+	if ((rc = at_most(c, "moe_intermediate_size x n_shared_experts",
+			  (long long)s->moe_intermediate * s->n_shared, HP_MAX_DIM)))
+		return rc;
+	v = json_object_get(c->root, "moe_layer_freq");
+	if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': moe_layer_freq must be 1: transformers' DeepseekV3 "
+				  "makes every layer from first_k_dense_replace on an MoE", c->path);
+	if (first_k < 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': first_k_dense_replace must not be negative", c->path);
+	if (s->n_experts % s->n_group || s->n_experts / s->n_group < 2)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': n_routed_experts %d must split into n_group %d groups of "
+				  "at least 2 experts (a group's score is its top two)", c->path, s->n_experts, s->n_group);
+	if (s->topk_group > s->n_group || s->top_k > s->topk_group * (s->n_experts / s->n_group))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_experts_per_tok %d must come from topk_group %d of the "
+				  "n_group %d groups (%d experts each)", c->path, s->top_k, s->topk_group, s->n_group,
+				  s->n_experts / s->n_group);
+	if (!(s->routed_scaling > 0))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': routed_scaling_factor must be positive", c->path);
+	if (s->output_router_logits)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': output_router_logits true is not supported for "
+				  "deepseek_v3 (transformers computes no load-balancing loss for it); set it false",
+				  c->path);
+	/* the multi-token-prediction layers after the decoder's: transformers
+	 * loads none of them (DeepSeek's checkpoints hold one, as layer 61) */
+	if ((rc = get_int(c, json_object_get(c->root, "num_nextn_predict_layers") ? "num_nextn_predict_layers" :
+			  "num_mtp_layers", 0, 1, &mtp)))
+		return rc;
+	if (mtp < 0)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_nextn_predict_layers must not be negative", c->path);
+	s->n_mtp = mtp;
+	for (int l = 0; l < first_k && l < HP_MAX_LAYERS; l++)
+		s->mlp_only[l] = 1;
+	s->decoder_sparse_step = 1;
+	s->router_group = 1;
+	s->group_mask_zero = !strncmp(s->transformers_version, "4.", 2);
 	return 0;
 }
 
@@ -791,7 +942,8 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
 	if (!(f = family_of(json_string_value(v))))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
-				  "llama, mistral, qwen2, qwen3, qwen3_moe, gpt_oss", c->path, json_string_value(v));
+				  "llama, mistral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3", c->path,
+				  json_string_value(v));
 	snprintf(s->model_type, sizeof(s->model_type), "%s", f->model_type);
 
 	v = json_object_get(c->root, "architectures");
@@ -836,11 +988,15 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	 * the cause to report is the division, not its odd result.
 	 */
 	v = json_object_get(c->root, "head_dim");
-	int derived = !f->head_dim && (!v || json_is_null(v));
+	int derived = !f->head_dim && (!v || json_is_null(v)) && !f->mla;
 	if (derived && s->hidden % s->n_heads && (s->hidden < s->n_heads || (s->hidden / s->n_heads) % 2))
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': hidden_size %d is not a multiple of "
 				  "num_attention_heads %d (give head_dim)", c->path, s->hidden, s->n_heads);
-	if ((rc = get_dim(c, "head_dim", 0, f->head_dim ? f->head_dim : s->hidden / s->n_heads, &s->head_dim)))
+	if (f->mla)
+		rc = parse_mla_dims(c, s);
+	else
+		rc = get_dim(c, "head_dim", 0, f->head_dim ? f->head_dim : s->hidden / s->n_heads, &s->head_dim);
+	if (rc)
 		return rc;
 	if (s->head_dim % 2 || s->head_dim / 2 > HP_ROPE_MAX_HALF) {
 		char why[96] = "";
@@ -876,7 +1032,9 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return rc;
 	if (f->oss && (rc = parse_oss(c, s)))
 		return rc;
-	if (f->moe && !f->oss && (rc = parse_moe(c, s)))
+	if (f->mla && (rc = parse_deepseek(c, s)))
+		return rc;
+	if (f->moe && !f->oss && !f->mla && (rc = parse_moe(c, s)))
 		return rc;
 	if ((rc = parse_sliding(c, f, s)))
 		return rc;
@@ -887,6 +1045,12 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': rms_norm_eps must be positive", c->path);
 	if ((rc = parse_rope(c, f, s)))
 		return rc;
+	s->attn_mscale = 1.0;
+	if (f->mla && s->rope.type != HP_ROPE_DEFAULT && s->rope.mscale_all_dim != 0) {
+		double m = yarn_mscale(s->rope.factor, s->rope.mscale_all_dim);
+
+		s->attn_mscale = m * m;
+	}
 
 	/* refused by value */
 	v = json_object_get(c->root, "hidden_act");
@@ -1020,7 +1184,7 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 	put(o, "num_hidden_layers", json_integer(s->n_layers), &bad);
 	put(o, "num_attention_heads", json_integer(s->n_heads), &bad);
 	put(o, "num_key_value_heads", json_integer(s->n_kv_heads), &bad);
-	put(o, "head_dim", json_integer(s->head_dim), &bad);
+	put(o, "head_dim", json_integer(s->mla ? s->qk_rope : s->head_dim), &bad);
 	put(o, "vocab_size", json_integer(s->vocab), &bad);
 	put(o, "max_position_embeddings", json_integer(s->max_pos), &bad);
 	put(o, "rms_norm_eps", json_real(s->rms_eps), &bad);
@@ -1034,6 +1198,8 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 		if (rs) {
 			put(rs, "rope_type", json_string(hp_rope_type_name(r->type)), &bad);
 			put(rs, "factor", json_real(r->factor), &bad);
+			if (r->mscale_all_dim != 0)
+				put(rs, "mscale_all_dim", json_real(r->mscale_all_dim), &bad);
 		}
 		if (rs && (r->type == HP_ROPE_LLAMA3 || r->type == HP_ROPE_YARN))
 			put(rs, "original_max_position_embeddings", json_integer(r->orig_max_pos), &bad);
@@ -1077,6 +1243,26 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 		put(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef), &bad);
 		put(o, "swiglu_limit", json_real(s->swiglu_limit), &bad);
 		put(o, "swiglu_alpha", json_real(s->swiglu_alpha), &bad);
+	} else if (f->mla) {
+		put(o, "q_lora_rank", s->q_lora_rank ? json_integer(s->q_lora_rank) : json_null(), &bad);
+		put(o, "kv_lora_rank", json_integer(s->kv_lora_rank), &bad);
+		put(o, "qk_nope_head_dim", json_integer(s->qk_nope), &bad);
+		put(o, "qk_rope_head_dim", json_integer(s->qk_rope), &bad);
+		put(o, "v_head_dim", json_integer(s->v_head), &bad);
+		put(o, "rope_interleave", json_boolean(s->rope_interleave), &bad);
+		put(o, "n_routed_experts", json_integer(s->n_experts), &bad);
+		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
+		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
+		put(o, "n_shared_experts", json_integer(s->n_shared), &bad);
+		put(o, "n_group", json_integer(s->n_group), &bad);
+		put(o, "topk_group", json_integer(s->topk_group), &bad);
+		put(o, "routed_scaling_factor", json_real(s->routed_scaling), &bad);
+		put(o, "norm_topk_prob", json_boolean(s->norm_topk_prob), &bad);
+		int k = 0;
+		while (k < s->n_layers && s->mlp_only[k])
+			k++;
+		put(o, "first_k_dense_replace", json_integer(k), &bad);
+		put(o, "num_nextn_predict_layers", json_integer(s->n_mtp), &bad);
 	} else if (f->moe) {
 		put(o, "num_experts", json_integer(s->n_experts), &bad);
 		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
@@ -1110,13 +1296,24 @@ long long hp_model_spec_nparams(const struct hp_model_spec *s)
 	bad |= hp_mul3_size(C, QD, 2, &attn) | hp_mul3_size(2 * C, KD, 1, &t) | hp_add_size(attn, t, &attn);
 	bad |= hp_add_size(attn, (s->qk_norm ? 2 * hd : 0) + (s->qkv_bias ? QD + 2 * KD : 0) +
 			   (s->o_bias ? C : 0) + 2 * C + (s->attn_sinks ? s->n_heads : 0), &attn);
+	if (s->mla) {   /* multi-head latent attention: hp_model_spec_params' list */
+		int64_t H = s->n_heads, qk = s->qk_nope + s->qk_rope, R = s->q_lora_rank, L = s->kv_lora_rank;
+		int64_t ka = L + s->qk_rope;
+
+		attn = (R ? R * C + R + H * qk * R + (s->qkv_bias ? R : 0) : H * qk * C) +
+		       ka * C + (s->qkv_bias ? ka : 0) + L + H * (s->qk_nope + s->v_head) * L +
+		       C * H * s->v_head + (s->o_bias ? C : 0) + 2 * C;
+	}
 	bad |= hp_mul3_size(3, C, I, &dense);
 	if (s->n_experts)
 		bad |= hp_mul3_size(s->n_experts, 3 * C, s->moe_intermediate, &moe) |
 		       hp_add_size(moe, (int64_t)s->n_experts * C, &moe) |
 		       /* router bias, each expert's gate, up and down biases */
 		       hp_add_size(moe, s->moe_bias ? (int64_t)s->n_experts * (1 + 2 * s->moe_intermediate + C) : 0,
-				   &moe);
+				   &moe) |
+		       /* DeepSeek: the correction bias and the shared experts */
+		       hp_add_size(moe, s->router_group ? s->n_experts + 3 * C * (int64_t)s->moe_intermediate * s->n_shared :
+				   0, &moe);
 	bad |= hp_mul_size(s->vocab, C, &n) | hp_add_size(n, C, &n);
 	for (int l = 0; l < s->n_layers && !bad; l++)
 		bad |= hp_add_size(n, attn, &n) | hp_add_size(n, hp_model_spec_layer_is_moe(s, l) ? moe : dense, &n);

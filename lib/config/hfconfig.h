@@ -49,6 +49,7 @@ struct hp_rope_spec {
 	int orig_max_pos;           /* llama3, yarn: original_max_position_embeddings */
 	double attention_factor;    /* yarn: scales cos and sin (1 otherwise) */
 	double beta_fast, beta_slow;   /* yarn (defaults 32 and 1) */
+	double mscale_all_dim;      /* the key of a scaled type (0 absent): DeepSeek-V3's softmax scale reads it */
 	int truncate;               /* yarn: floor/ceil the correction range (default 1) */
 };
 
@@ -106,6 +107,34 @@ struct hp_model_spec {
 	enum hp_moe_act moe_act;    /* the experts' activation */
 	double swiglu_limit;        /* HP_MOE_ACT_CLAMPED: gate <= limit, |up| <= limit */
 	double swiglu_alpha;        /* HP_MOE_ACT_CLAMPED: glu = gate * sigmoid(alpha * gate) */
+
+	/* RoPE rotates rope_dim values of each head's query and key (head_dim,
+	 * but for MLA its qk_rope_head_dim part); rope_interleave: as adjacent
+	 * pairs (DeepSeek's rope_interleave), else HF's rotate_half halves */
+	int rope_dim;
+	int rope_interleave;
+
+	/* DeepSeek-V3: multi-head latent attention (mla).  q from q_proj, or
+	 * q_a_proj -> q_a_layernorm -> q_b_proj (q_lora_rank > 0); k and v
+	 * from kv_a_proj_with_mqa's latent (kv_lora_rank) through
+	 * kv_a_layernorm and kv_b_proj, with one RoPE'd key part of
+	 * qk_rope_head_dim shared by every head.  head_dim is then the
+	 * attention kernels' head size, max(qk_nope + qk_rope, v_head): the
+	 * shorter of q/k and v is zero-padded to it. */
+	int mla;
+	int q_lora_rank, kv_lora_rank;
+	int qk_nope, qk_rope, v_head;
+	double attn_mscale;         /* the softmax scale is (qk_nope + qk_rope)^-0.5 * attn_mscale */
+	/* DeepSeek-V3's MoE: shared experts (a dense MLP of moe_intermediate x
+	 * n_shared beside the routed ones), the sigmoid router with its
+	 * e_score_correction_bias for the choice only, group-limited top-k
+	 * (n_group groups, topk_group kept), weights times routed_scaling */
+	int n_shared;
+	int router_group;
+	int n_group, topk_group;
+	double routed_scaling;
+	int group_mask_zero;        /* transformers 4.x: dropped groups score 0, 5.x: -inf */
+	int n_mtp;                  /* num_nextn_predict_layers: checkpoint layers after the decoder's, not loaded */
 };
 
 /* Whether layer l is a sparse MoE layer: not in mlp_only_layers, experts
@@ -121,6 +150,9 @@ void hp_model_spec_rope(const struct hp_model_spec *s, double *inv_freq, double 
 
 /* The model's cos/sin tables [T, head_dim/2] (kernels/cpu/ops.h, hp_rope_table). */
 void hp_model_spec_rope_table(const struct hp_model_spec *s, float *cos_t, float *sin_t, int T);
+
+/* The values RoPE rotates in each head (rope_dim, or head_dim when 0). */
+int hp_model_spec_rope_dim(const struct hp_model_spec *s);
 
 /* The name of a RoPE type as config.json spells it. */
 const char *hp_rope_type_name(enum hp_rope_type t);

@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "dist/optim.h"
+#include "model/params.h"
 
 static int name_has(const char *name, const char *sub)
 {
@@ -104,7 +105,7 @@ int hp_optim_init(struct hp_optim *o, struct hp_model *m, const struct hp_config
 	o->max_grad_norm = c->training.max_grad_norm;
 	for (int i = 0; i < m->w.nparams; i++) {
 		struct hp_param *p = &m->w.params[i];
-		p->decay = 1;
+		p->decay = !hp_param_frozen(p->name);   /* a buffer: never decayed, its gradient zero */
 		for (int j = 0; j < c->optimizer.nno_decay_params; j++)
 			if (name_has(p->name, c->optimizer.no_decay_params[j]))
 				p->decay = 0;

@@ -172,7 +172,8 @@ int hp_src_open_hf(struct hp_src *s, const struct hp_plan *p, const char *dir, s
 		const char *n = s->st.tensors[j]->name;
 
 		if (bsearch(&n, names, (size_t)p->nparams, sizeof(*names), cmp_name_ptr) ||
-		    hp_param_is_stacked(&p->spec, n) || strstr(n, "rotary_emb.inv_freq") ||
+		    hp_param_is_stacked(&p->spec, n) || hp_param_not_loaded(&p->spec, n) ||
+		    strstr(n, "rotary_emb.inv_freq") ||
 		    (p->spec.tie_word_embeddings && !strcmp(n, "lm_head.weight")))
 			continue;
 		rc = hp_err_set(e, HP_EFORMAT, "'%s': unexpected tensor '%s' for model_type %s", dir, n,

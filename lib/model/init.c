@@ -34,6 +34,9 @@ enum hp_init_kind hp_init_kind_of(const char *hf_name)
 	/* GPT-OSS's router bias is drawn like its weight (GptOssTopKRouter) */
 	if (len >= 16 && !strcmp(hf_name + len - 16, ".mlp.router.bias"))
 		return HP_INIT_NORMAL;
+	/* DeepSeek's e_score_correction_bias buffer starts at zero (its _init_weights) */
+	if (len >= 24 && !strcmp(hf_name + len - 24, ".e_score_correction_bias"))
+		return HP_INIT_ZEROS;
 	/* A parameter called exactly "bias" (not e.g. a "..._bias" buffer). */
 	if (len >= sizeof(bias) - 1 && !strcmp(hf_name + len - (sizeof(bias) - 1), bias) &&
 	    (len == sizeof(bias) - 1 || hf_name[len - sizeof(bias)] == '.'))

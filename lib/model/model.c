@@ -135,6 +135,17 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	case HP_PF_EX_GATE_B: ws = &w->ex[x].bg; gs = &g->ex[x].bg; break;
 	case HP_PF_EX_UP_B: ws = &w->ex[x].bu; gs = &g->ex[x].bu; break;
 	case HP_PF_EX_DOWN_B: ws = &w->ex[x].bd; gs = &g->ex[x].bd; break;
+	case HP_PF_Q_A: SLOT(wqa); break;
+	case HP_PF_Q_A_B: SLOT(bqa); break;
+	case HP_PF_Q_A_NORM: SLOT(qa_norm); break;
+	case HP_PF_KV_A: SLOT(wkva); break;
+	case HP_PF_KV_A_B: SLOT(bkva); break;
+	case HP_PF_KV_A_NORM: SLOT(kva_norm); break;
+	case HP_PF_KV_B: SLOT(wkvb); break;
+	case HP_PF_ROUTER_CORR: SLOT(router_corr); break;
+	case HP_PF_SH_GATE: SLOT(wsg); break;
+	case HP_PF_SH_UP: SLOT(wsu); break;
+	case HP_PF_SH_DOWN: SLOT(wsd); break;
 	}
 #undef SLOT
 	add_param(m, &m->w.numel, d->name, d->ndim, d0, d1, ws, gs);
@@ -222,6 +233,11 @@ static int chunked(const struct hp_model *m)
 /* The rows of one LM head call: a chunk of them in one process with the
  * chunked cross-entropy (over tp the vocabulary-parallel loss takes them
  * all), else the micro-batch's tokens. */
+static size_t zmax(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
 static size_t head_rows(const struct hp_model *m)
 {
 	return chunked(m) && m->par.tp == 1 ? (size_t)m->k.ce_chunk : (size_t)m->a.B * m->a.T;
@@ -319,6 +335,20 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		TAKE(t->rstd_q, N * s->n_heads * f);
 		TAKE(t->rstd_k, N * s->n_kv_heads * f);
 	}
+	if (s->mla) {
+		size_t Rq = s->q_lora_rank, L = s->kv_lora_rank;
+
+		if (Rq) {
+			TAKE(t->qa, N * Rq * f);
+			TAKE(t->rstd_qa, N * f);
+			TAKE(t->qan, N * Rq * f);
+		}
+		TAKE(t->kvc, N * L * f);
+		TAKE(t->rstd_kv, N * f);
+		TAKE(t->cn, N * L * f);
+		if (s->v_head != s->head_dim)
+			TAKE(t->att_v, N * (size_t)s->n_heads * s->v_head * f);
+	}
 	TAKE(t->q, N * QD * f);
 	TAKE(t->k, N * KD * f);
 	TAKE(t->v, N * KD * f);
@@ -365,6 +395,13 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		else
 			t->ye = NULL;
 		TAKE(t->moe_out, Ns * C * f);
+		if (s->n_shared) {   /* the shared experts' SwiGLU */
+			size_t Is = Im * (size_t)s->n_shared;
+
+			TAKE(t->g, Ns * Is * f);
+			TAKE(t->u, Ns * Is * f);
+			TAKE(t->h, Ns * Is * f);
+		}
 		if (pr->ep > 1) {
 			t->ep_scount = take_host(&tk, a, (size_t)pr->ep);
 			t->ep_rcount = take_host(&tk, a, (size_t)pr->ep);
@@ -438,8 +475,8 @@ static int take_acts(struct hp_model *m)
 	}
 	/* what every slot shares: the first takes it (take_slots) */
 	if (m->cur_slot == 0) {
-		TAKE(m->a.cos_t, (size_t)m->lay.S * s->head_dim / 2 * f);
-		TAKE(m->a.sin_t, (size_t)m->lay.S * s->head_dim / 2 * f);
+		TAKE(m->a.cos_t, (size_t)m->lay.S * hp_model_spec_rope_dim(s) / 2 * f);
+		TAKE(m->a.sin_t, (size_t)m->lay.S * hp_model_spec_rope_dim(s) / 2 * f);
 	}
 	take_pair(&tk, a, &m->a.pos, (size_t)N);
 	if (on_device(m)) {
@@ -471,14 +508,25 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->a.dk, N * KD * f);
 		TAKE(m->a.dv, N * KD * f);
 		TAKE(m->a.datt, N * QD * f);
-		TAKE(m->a.dg, N * I * f);
-		TAKE(m->a.du, N * I * f);
-		TAKE(m->a.dh, N * I * f);
+		/* the dense MLP's, or the shared experts' */
+		size_t Id = zmax(N * I, (size_t)Ns * Im * (size_t)s->n_shared);
+
+		TAKE(m->a.dg, Id * f);
+		TAKE(m->a.du, Id * f);
+		TAKE(m->a.dh, Id * f);
 		TAKE(m->a.dscratch, scratch_floats(m) * f);
 	}
 	if (own && s->qk_norm) {
 		TAKE(m->a.dq2, N * QD * f);
 		TAKE(m->a.dk2, N * KD * f);
+	}
+	if (own && s->mla) {   /* the latent attention's in-between values (mla_fwd, mla_bwd) */
+		size_t H = s->n_heads, Rq = s->q_lora_rank, L = s->kv_lora_rank, r = s->qk_rope;
+		size_t qk = s->qk_nope + r;
+
+		TAKE(m->a.mla_t, N * zmax(H * (s->qk_nope + s->v_head), L) * f);
+		TAKE(m->a.mla_u, N * zmax(Rq, L + r) * f);
+		TAKE(m->a.mla_w, N * zmax(zmax(H * qk, H * s->v_head), zmax(Rq, L)) * f);
 	}
 	if (own && pr->tp > 1) {
 		TAKE(m->lay.dfull, N * C * f);
@@ -537,6 +585,9 @@ static void share_scratch(struct hp_model_acts *a, struct hp_model_lay *y, const
 	a->dscratch = a0->dscratch;
 	a->dq2 = a0->dq2;
 	a->dk2 = a0->dk2;
+	a->mla_t = a0->mla_t;
+	a->mla_u = a0->mla_u;
+	a->mla_w = a0->mla_w;
 	a->dye = a0->dye;
 	a->dxe = a0->dxe;
 	a->dge = a0->dge;
@@ -747,11 +798,6 @@ static int set_layout(struct hp_model *m, const struct hp_model_par *par, int B,
 	return 0;
 }
 
-static size_t zmax(size_t a, size_t b)
-{
-	return a > b ? a : b;
-}
-
 /* The largest operands the passes hand the backend (struct hp_op_sizes),
  * from the layout alone, as the calls below make them: the linear layers
  * on the micro-batch's N tokens (the LM head's in chunks when chunked),
@@ -779,6 +825,17 @@ static void op_sizes(const struct hp_model *m, struct hp_op_sizes *z)
 	if (dense) {
 		z->lin_x = zmax(z->lin_x, N * (size_t)s->intermediate);
 		z->lin_dy = zmax(z->lin_dy, N * (size_t)s->intermediate);
+	}
+	if (s->mla) {   /* the latent projections, kv_b_proj, o_proj's input */
+		size_t H = (size_t)s->n_heads, Rq = (size_t)s->q_lora_rank, L = (size_t)s->kv_lora_rank;
+
+		z->lin_x = zmax(z->lin_x, N * zmax(zmax(Rq, L), H * (size_t)s->v_head));
+		z->lin_dy = zmax(z->lin_dy, N * zmax(zmax(Rq, L + (size_t)s->qk_rope),
+						     H * (size_t)(s->qk_nope + zmax((size_t)s->qk_rope, (size_t)s->v_head))));
+	}
+	if (moe && s->n_shared) {
+		z->lin_x = zmax(z->lin_x, (size_t)m->lay.Ns * Im * (size_t)s->n_shared);
+		z->lin_dy = zmax(z->lin_dy, (size_t)m->lay.Ns * Im * (size_t)s->n_shared);
 	}
 	if (moe) {
 		z->lin_x = zmax(z->lin_x, R * zmax(C, Im));
@@ -1021,7 +1078,7 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	if ((rc = m->bk->prepare(m->bk, &z, e)))
 		goto fail;
 	/* the RoPE tables are made on the host */
-	size_t half = (size_t)m->lay.S * spec->head_dim / 2;
+	size_t half = (size_t)m->lay.S * hp_model_spec_rope_dim(spec) / 2;
 	float *ct = hp_malloc(2 * half * sizeof(float) + 1);
 	if (!ct) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the RoPE tables");
@@ -1714,7 +1771,11 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 	struct hp_route rt = route_of(a);
 
 	bk->linear_fwd(bk, a->probs, a->xn2, w->router, w->router_b, N, C, E);
-	bk->router_topk(bk, a->probs, a->sel.d, a->wsel, N, E, K, s->norm_topk_prob);
+	if (s->router_group)   /* DeepSeek: sigmoid, the correction bias, groups */
+		bk->router_group_fwd(bk, a->probs, a->sel.d, a->wsel, w->router_corr, N, E, K, s->n_group,
+				     s->topk_group, s->norm_topk_prob, (float)s->routed_scaling, s->group_mask_zero);
+	else
+		bk->router_topk(bk, a->probs, a->sel.d, a->wsel, N, E, K, s->norm_topk_prob);
 	route(m, l);
 	if (m->par.ep > 1) {
 		/* HF's index_select into the send buffer; the experts' ranks get them */
@@ -1815,8 +1876,12 @@ static void moe_backward(struct hp_model *m, int l, const float *dout, float *dx
 		experts_bwd(m, l, xe, a->ex_off.d, E, N * K, m->a.dye, m->a.dxe, !a->ye);
 	}
 	/* routing weights -> probabilities of the chosen experts -> router logits */
-	bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.fp, aux_grad, N, E, K,
-		       s->norm_topk_prob);
+	if (s->router_group)
+		bk->router_group_bwd(bk, m->a.dprob, a->probs, a->sel.d, m->a.dwsel, N, E, K, s->norm_topk_prob,
+				     (float)s->routed_scaling);
+	else
+		bk->router_bwd(bk, m->a.dprob, a->probs, a->sel.d, a->wsel, m->a.dwsel, m->a.fp, aux_grad, N, E, K,
+			       s->norm_topk_prob);
 	bk->linear_bwd(bk, dxn, g->router, g->router_b, m->a.dprob, a->xn2, w->router, N, C, E, 0);
 	bk->moe_scatter_add(bk, dxn, dxe, &rt, N, K, C);
 }
@@ -1886,6 +1951,173 @@ static int vp_loss(struct hp_model *m, double *loss_sum, long *count)
  * alone; it stops where the backward needs nothing more (a dense layer's
  * down_proj), and it neither probes nor calls hooks.
  */
+/* ---- multi-head latent attention (DeepseekV3Attention) ---- */
+
+/*
+ * q is scaled by this so that the kernels' 1/sqrt(head_dim) (head_dim
+ * the padded head) is transformers' softmax scale, (qk_nope +
+ * qk_rope)^-0.5 times the mscale of DeepSeek's YaRN.
+ */
+static float mla_q_scale(const struct hp_model_spec *s)
+{
+	return (float)(sqrt((double)s->head_dim / (s->qk_nope + s->qk_rope)) * s->attn_mscale);
+}
+
+/*
+ * xn1 -> q, k, v in the attention kernels' layout, [N, H, head_dim] each:
+ * q from q_proj (or q_a_proj, its norm, q_b_proj), [q_nope | q_rope]
+ * with RoPE on q_rope; the latent [c | k_rope] from kv_a_proj_with_mqa, c
+ * through kv_a_layernorm and kv_b_proj into each head's [k_nope | v],
+ * and k_rope, rotated once, every head's.  The shorter of q/k and v is
+ * zero-padded to head_dim.  DeepSeek's rope_interleave rotates adjacent
+ * pairs where transformers de-interleaves and rotates halves: the same
+ * values in another order, the same in q and k, so the same products.
+ */
+static void mla_fwd(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	long N = (long)m->a.B * m->a.T;
+	int C = s->hidden, H = s->n_heads, D = s->head_dim, nope = s->qk_nope, r = s->qk_rope, qk = nope + r;
+	int vh = s->v_head, R = s->q_lora_rank, L = s->kv_lora_rank, kv = nope + vh;
+	size_t f = sizeof(float), n = (size_t)N * H * D;
+	float eps = (float)s->rms_eps, qs = mla_q_scale(s), *q = D == qk ? a->q : m->a.mla_w;
+
+	if (R) {
+		bk->linear_fwd(bk, a->qa, a->xn1, w->wqa, w->bqa, N, C, R);
+		bk->rmsnorm_fwd(bk, a->qan, a->rstd_qa, a->qa, w->qa_norm, N, R, eps);
+		bk->linear_fwd(bk, q, a->qan, w->wq, NULL, N, R, H * qk);
+	} else {
+		bk->linear_fwd(bk, q, a->xn1, w->wq, NULL, N, C, H * qk);
+	}
+	if (D != qk) {
+		bk->zero(bk, a->q, n * f);
+		bk->copy2d(bk, a->q, D * f, q, qk * f, qk * f, (size_t)N * H);
+	}
+	bk->rope_fwd(bk, a->q + nope, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, H, D, r, s->rope_interleave);
+	if (qs != 1.0f)
+		bk->scale(bk, a->q, qs, n);
+
+	bk->linear_fwd(bk, m->a.mla_u, a->xn1, w->wkva, w->bkva, N, C, L + r);
+	bk->copy2d(bk, a->kvc, L * f, m->a.mla_u, (L + r) * f, L * f, (size_t)N);
+	bk->rope_fwd(bk, m->a.mla_u + L, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, 1, L + r, r, s->rope_interleave);
+	bk->rmsnorm_fwd(bk, a->cn, a->rstd_kv, a->kvc, w->kva_norm, N, L, eps);
+	bk->linear_fwd(bk, m->a.mla_t, a->cn, w->wkvb, NULL, N, L, H * kv);
+	if (D != qk)
+		bk->zero(bk, a->k, n * f);
+	if (D != vh)
+		bk->zero(bk, a->v, n * f);
+	bk->copy2d(bk, a->k, D * f, m->a.mla_t, kv * f, nope * f, (size_t)N * H);
+	bk->bcast_heads(bk, a->k + nope, D, m->a.mla_u + L, L + r, N, H, r);
+	bk->copy2d(bk, a->v, D * f, m->a.mla_t + nope, kv * f, vh * f, (size_t)N * H);
+}
+
+/* The attention output o_proj reads: each head's first v_head_dim values. */
+static const float *mla_out(struct hp_model *m, int l)
+{
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	size_t f = sizeof(float);
+
+	if (!a->att_v)
+		return a->att;
+	m->bk->copy2d(m->bk, a->att_v, s->v_head * f, a->att, s->head_dim * f, s->v_head * f,
+		      (size_t)m->a.B * m->a.T * s->n_heads);
+	return a->att_v;
+}
+
+/* o_proj's input gradient [N, H*v] (in dav) to the kernels' padded datt. */
+static void mla_datt(struct hp_model *m, const float *dav)
+{
+	const struct hp_model_spec *s = &m->spec;
+	size_t f = sizeof(float), n = (size_t)m->a.B * m->a.T * s->n_heads;
+
+	m->bk->zero(m->bk, m->a.datt, n * s->head_dim * f);
+	m->bk->copy2d(m->bk, m->a.datt, s->head_dim * f, dav, s->v_head * f, s->v_head * f, n);
+}
+
+/* Backward of mla_fwd: dq, dk, dv (the kernels' layout) -> dxn (written)
+ * and the weights' gradients. */
+static void mla_bwd(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	struct hp_layer_w *g = &m->w.lg[l];
+	long N = (long)m->a.B * m->a.T;
+	int C = s->hidden, H = s->n_heads, D = s->head_dim, nope = s->qk_nope, r = s->qk_rope, qk = nope + r;
+	int vh = s->v_head, R = s->q_lora_rank, L = s->kv_lora_rank, kv = nope + vh;
+	size_t f = sizeof(float), n = (size_t)N * H * D;
+	float qs = mla_q_scale(s), *dq = m->a.dq;
+
+	if (qs != 1.0f)
+		bk->scale(bk, dq, qs, n);
+	bk->rope_bwd(bk, dq + nope, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, H, D, r, s->rope_interleave);
+	if (D != qk) {
+		bk->copy2d(bk, m->a.mla_w, qk * f, dq, D * f, qk * f, (size_t)N * H);
+		dq = m->a.mla_w;
+	}
+	if (R) {
+		bk->linear_bwd(bk, m->a.mla_u, g->wq, NULL, dq, a->qan, w->wq, N, R, H * qk, 0);
+		bk->rmsnorm_bwd(bk, m->a.mla_w, g->qa_norm, m->a.mla_u, a->qa, w->qa_norm, a->rstd_qa, N, R, 0);
+		bk->linear_bwd(bk, m->a.dxn, g->wqa, g->bqa, m->a.mla_w, a->xn1, w->wqa, N, C, R, 0);
+	} else {
+		bk->linear_bwd(bk, m->a.dxn, g->wq, NULL, dq, a->xn1, w->wq, N, C, H * qk, 0);
+	}
+
+	/* [dk_nope | dv] per head for kv_b_proj; every head's dk_rope summed */
+	bk->copy2d(bk, m->a.mla_t, kv * f, m->a.dk, D * f, nope * f, (size_t)N * H);
+	bk->copy2d(bk, m->a.mla_t + nope, kv * f, m->a.dv, D * f, vh * f, (size_t)N * H);
+	bk->sum_heads(bk, m->a.mla_u + L, L + r, m->a.dk + nope, D, N, H, r);
+	bk->rope_bwd(bk, m->a.mla_u + L, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, 1, L + r, r, s->rope_interleave);
+	bk->linear_bwd(bk, m->a.mla_w, g->wkvb, NULL, m->a.mla_t, a->cn, w->wkvb, N, L, H * kv, 0);
+	bk->rmsnorm_bwd(bk, m->a.mla_t, g->kva_norm, m->a.mla_w, a->kvc, w->kva_norm, a->rstd_kv, N, L, 0);
+	bk->copy2d(bk, m->a.mla_u, (L + r) * f, m->a.mla_t, L * f, L * f, (size_t)N);
+	bk->linear_bwd(bk, m->a.dxn, g->wkva, g->bkva, m->a.mla_u, a->xn1, w->wkva, N, C, L + r, 1);
+}
+
+/* ---- DeepSeek's shared experts: one SwiGLU MLP beside the routed ones ---- */
+
+/* out [Ns,C] += the shared experts of xn2; re: the SwiGLU only (what the
+ * backward reads). */
+static void shared_fwd(struct hp_model *m, int l, float *out, int re)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	long Ns = m->lay.Ns;
+	int C = s->hidden, Is = s->moe_intermediate * s->n_shared;
+
+	bk->linear_fwd(bk, a->g, a->xn2, w->wsg, NULL, Ns, C, Is);
+	bk->linear_fwd(bk, a->u, a->xn2, w->wsu, NULL, Ns, C, Is);
+	bk->swiglu_fwd(bk, a->h, a->g, a->u, Ns * Is);
+	if (re)
+		return;
+	bk->linear_fwd(bk, m->a.dxn, a->h, w->wsd, NULL, Ns, Is, C);
+	bk->add(bk, out, out, m->a.dxn, Ns * C);   /* transformers: routed + shared */
+}
+
+/* Its backward: dxn += from dout [Ns,C]. */
+static void shared_bwd(struct hp_model *m, int l, const float *dout, float *dxn)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	struct hp_layer_w *g = &m->w.lg[l];
+	long Ns = m->lay.Ns;
+	int C = s->hidden, Is = s->moe_intermediate * s->n_shared;
+
+	bk->linear_bwd(bk, m->a.dh, g->wsd, NULL, dout, a->h, w->wsd, Ns, Is, C, 0);
+	bk->swiglu_bwd(bk, m->a.dg, m->a.du, m->a.dh, a->g, a->u, Ns * Is);
+	bk->linear_bwd(bk, dxn, g->wsg, NULL, m->a.dg, a->xn2, w->wsg, Ns, C, Is, 1);
+	bk->linear_bwd(bk, dxn, g->wsu, NULL, m->a.du, a->xn2, w->wsu, Ns, C, Is, 1);
+}
+
 static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)
 {
 	struct hp_backend *bk = m->bk;
@@ -1894,6 +2126,7 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	int C = s->hidden, I = s->intermediate, D = s->head_dim;
 	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
+	int OD = s->mla ? s->n_heads * s->v_head : QD;   /* o_proj's input */
 	float eps = (float)s->rms_eps;
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
@@ -1913,7 +2146,9 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	}
 	if (PROBE("model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
 		return -2;
-	if (s->qk_norm) {
+	if (s->mla) {
+		mla_fwd(m, l);
+	} else if (s->qk_norm) {
 		/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
 		bk->linear_fwd(bk, a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
 		bk->linear_fwd(bk, a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
@@ -1923,14 +2158,17 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		bk->linear_fwd(bk, a->q, a->xn1, w->wq, w->bq, N, C, QD);
 		bk->linear_fwd(bk, a->k, a->xn1, w->wk, w->bk, N, C, KD);
 	}
-	bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
-	bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
-	bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
+	if (!s->mla) {
+		bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
+		bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
+		bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
+	}
 	attention_fwd(m, l);
+	const float *ain = s->mla ? mla_out(m, l) : a->att;
 	if (tp > 1) {
 		/* row-parallel: partial sums, reduced, then the bias once */
 		o = pr->sp ? m->a.dxn : a->x_mid;
-		bk->linear_fwd(bk, o, a->att, w->wo, NULL, N, QD, C);
+		bk->linear_fwd(bk, o, ain, w->wo, NULL, N, OD, C);
 		if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
 			if (pr->sp)   /* the rank's rows of its own partial sum */
 				bk->copy(bk, a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
@@ -1940,7 +2178,7 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		if (w->bo)
 			bk->add_bias(bk, a->x_mid, w->bo, Ns, C);
 	} else {
-		bk->linear_fwd(bk, a->x_mid, a->att, w->wo, w->bo, N, QD, C);
+		bk->linear_fwd(bk, a->x_mid, ain, w->wo, w->bo, N, OD, C);
 	}
 	if (PROBE("model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
 		return -2;
@@ -1950,6 +2188,8 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
 			return -2;
 		moe_forward(m, l, a->moe_out, re);
+		if (w->wsg)
+			shared_fwd(m, l, a->moe_out, re);
 		if (PROBE("model.layers.%d.mlp", l, a->moe_out, Ns, C, pr->sp, 0))
 			return -2;
 		return 0;
@@ -2192,6 +2432,33 @@ static const float *entry_grad(struct hp_model *m)
 	return m->lay.dfull;
 }
 
+/* Backward of q, k, v's projections, norms and RoPE: dq, dk, dv -> dxn
+ * (written) and the weights' gradients. */
+static void qkv_bwd(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	struct hp_layer_w *g = &m->w.lg[l];
+	long N = (long)m->a.B * m->a.T;
+	int C = s->hidden, D = s->head_dim, QD = s->n_heads * D, KD = s->n_kv_heads * D;
+
+	bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
+	bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
+	const float *dqp = m->a.dq, *dkp = m->a.dk;
+	if (s->qk_norm) {
+		bk->rmsnorm_bwd(bk, m->a.dq2, g->q_norm, m->a.dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
+		bk->rmsnorm_bwd(bk, m->a.dk2, g->k_norm, m->a.dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
+				D, 0);
+		dqp = m->a.dq2;
+		dkp = m->a.dk2;
+	}
+	bk->linear_bwd(bk, m->a.dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+	bk->linear_bwd(bk, m->a.dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
+	bk->linear_bwd(bk, m->a.dxn, g->wv, g->bv, m->a.dv, a->xn1, w->wv, N, C, KD, 1);
+}
+
 /* The backward; a failure is kept in m->par_rc and m->err, and a hook's
  * stops it. */
 static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targets, double total_count,
@@ -2202,7 +2469,8 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	const struct hp_model_par *pr = &m->par;
 	long N = (long)m->a.B * m->a.T, Ns = m->lay.Ns;
 	int C = s->hidden, I = s->intermediate, D = s->head_dim, V = s->vocab;
-	int QD = s->n_heads * D, KD = s->n_kv_heads * D, tp = pr->tp;
+	int QD = s->n_heads * D, tp = pr->tp;
+	int OD = s->mla ? s->n_heads * s->v_head : QD;   /* o_proj's input */
 	float *dlogits = m->a.logits;   /* overwritten in place */
 	const float *dy;
 	/* d(coef * aux)/dP_e(token) = coef * E * F_e / n, n the MoE tokens of this forward */
@@ -2253,6 +2521,8 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		/* MLP: x_out = x_mid + mlp(xn2) */
 		if (w->moe) {
 			moe_backward(m, l, m->a.dx, m->a.dxn, aux_grad);
+			if (w->wsg)
+				shared_bwd(m, l, m->a.dx, m->a.dxn);
 			dy = m->a.dxn;
 		} else {
 			const float *din = entry_grad(m);
@@ -2265,7 +2535,13 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		}
 		norm_bwd(m, m->k.fused_post[l], m->a.dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
-		bk->linear_bwd(bk, m->a.datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, QD, C, 0);
+		if (s->mla && a->att_v) {
+			bk->linear_bwd(bk, m->a.mla_w, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att_v, w->wo, N, OD,
+				       C, 0);
+			mla_datt(m, m->a.mla_w);
+		} else {
+			bk->linear_bwd(bk, m->a.datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, OD, C, 0);
+		}
 		if (tp > 1 && g->bo)   /* the bias was added once, after the sum */
 			bk->colsum(bk, g->bo, m->a.dx, Ns, C);
 		/* selective: the probabilities again, from the kept q, k, v (the
@@ -2273,19 +2549,10 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 		if (m->k.ckpt[l] == HP_ACT_CKPT_SELECTIVE && !m->k.flash[l])
 			attention_core(m, l);
 		attention_bwd(m, l);
-		bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
-		bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
-		const float *dqp = m->a.dq, *dkp = m->a.dk;
-		if (s->qk_norm) {
-			bk->rmsnorm_bwd(bk, m->a.dq2, g->q_norm, m->a.dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
-			bk->rmsnorm_bwd(bk, m->a.dk2, g->k_norm, m->a.dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
-					D, 0);
-			dqp = m->a.dq2;
-			dkp = m->a.dk2;
-		}
-		bk->linear_bwd(bk, m->a.dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
-		bk->linear_bwd(bk, m->a.dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
-		bk->linear_bwd(bk, m->a.dxn, g->wv, g->bv, m->a.dv, a->xn1, w->wv, N, C, KD, 1);
+		if (s->mla)
+			mla_bwd(m, l);
+		else
+			qkv_bwd(m, l);
 		dy = tp_reduce(m, m->a.dxn, m->lay.dred);
 		norm_bwd(m, m->k.fused_in[l], m->a.dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
 		if (hook(m, l, HP_HOOK_POST_BACKWARD))

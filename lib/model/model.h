@@ -70,6 +70,12 @@ struct hp_layer_w {
 	float *router;                /* MoE: mlp.gate.weight [E,C] (GPT-OSS: mlp.router.weight) */
 	float *router_b;              /* GPT-OSS: mlp.router.bias [E], else NULL */
 	float *sinks;                 /* GPT-OSS: self_attn.sinks [heads], else NULL */
+	/* DeepSeek-V3's latent attention (wq is q_proj or q_b_proj, wk, wv NULL) */
+	float *wqa, *bqa, *qa_norm;   /* q_a_proj [R,C] (+bias), q_a_layernorm [R]; NULL without q_lora_rank */
+	float *wkva, *bkva, *kva_norm;   /* kv_a_proj_with_mqa [L+r,C] (+bias), kv_a_layernorm [L] */
+	float *wkvb;                  /* kv_b_proj [H*(nope+v), L] */
+	float *router_corr;           /* mlp.gate.e_score_correction_bias [E] (frozen) */
+	float *wsg, *wsu, *wsd;       /* mlp.shared_experts: [Is,C], [Is,C], [C,Is] */
 	struct hp_expert_w *ex;       /* MoE: [E] */
 	size_t xs;                    /* MoE: ex[x].f == ex[0].f + x * xs (the grouped kernels' stride) */
 	int moe;
@@ -196,7 +202,12 @@ struct hp_layer_act {
 	float *x_mid;      /* [N,C] residual after attention */
 	float *rstd2;      /* [N] */
 	float *xn2;        /* [N,C] */
-	float *g, *u, *h;  /* dense: [N,I] */
+	float *g, *u, *h;  /* dense: [N,I]; an MoE layer's shared experts: [Ns,Is] */
+	/* multi-head latent attention: q_a_proj's output, its norm's rstd and
+	 * output [N,R]; the latent c of kv_a_proj [N,L], kv_a_layernorm's
+	 * rstd and output [N,L]; the attention output cut to v_head_dim per
+	 * head [N,H*v] (NULL when v_head is head_dim) */
+	float *qa, *rstd_qa, *qan, *kvc, *rstd_kv, *cn, *att_v;
 	/* MoE: router and the expert-major rows (N*k of them) */
 	float *probs;      /* [N,E] softmax of the router logits, fp32 */
 	struct hp_i32 sel; /* [N,k] chosen experts, by falling probability */
@@ -257,6 +268,7 @@ struct hp_model_acts {
 	 * slot's own; the rest is one pass's, the same buffers in every slot */
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
+	float *mla_t, *mla_u, *mla_w;             /* MLA: [N,H*(nope+v)], [N,max(R,L+r)], [N,max(H*qk,L)] */
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
 	float *xg;                                /* grouped experts: routed rows gathered */

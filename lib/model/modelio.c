@@ -141,7 +141,7 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 		snprintf(key.name, sizeof(key.name), "%s", t->name);
 		if ((strlen(t->name) < sizeof(key.name) &&
 		     bsearch(&kp, byname, (size_t)m->w.nparams, sizeof(*byname), cmp_param_name)) ||
-		    (m->n_moe && hp_param_is_stacked(&m->spec, t->name)))
+		    (m->n_moe && hp_param_is_stacked(&m->spec, t->name)) || hp_param_not_loaded(&m->gspec, t->name))
 			continue;
 		if (m->spec.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
 			/* some exporters write the tied head out; accept it only if it is the embedding */
@@ -177,21 +177,25 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
 			const char *const *keys, const char *const *vals, struct hp_err *e)
 {
-	struct hp_st_entry *ent = hp_calloc((size_t)m->w.nparams, sizeof(*ent));
+	struct hp_st_entry *ent = hp_calloc((size_t)m->w.nparams + 1, sizeof(*ent));
+	size_t n = 0;
 	int rc;
 
 	if (!ent)
 		return hp_err_set(e, HP_ENOMEM, "out of memory writing '%s'", path);
 	for (int i = 0; i < m->w.nparams; i++) {
 		const struct hp_param *p = &m->w.params[i];
-		ent[i].name = p->name;
-		ent[i].dtype = HP_DTYPE_F32;
-		ent[i].ndim = p->ndim;
-		ent[i].shape[0] = p->shape[0];
-		ent[i].shape[1] = p->shape[1];
-		ent[i].data = p->g;
+
+		if (hp_param_frozen(p->name))   /* a buffer has no gradient */
+			continue;
+		ent[n].name = p->name;
+		ent[n].dtype = HP_DTYPE_F32;
+		ent[n].ndim = p->ndim;
+		ent[n].shape[0] = p->shape[0];
+		ent[n].shape[1] = p->shape[1];
+		ent[n++].data = p->g;
 	}
-	rc = hp_st_write(path, (size_t)m->w.nparams, ent, nmeta, keys, vals, e);
+	rc = hp_st_write(path, n, ent, nmeta, keys, vals, e);
 	hp_free(ent);
 	return rc;
 }

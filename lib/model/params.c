@@ -27,6 +27,30 @@ int hp_param_uncopied(const char *name, int tied)
 	return !tied && !strcmp(name, EMBED_NAME);
 }
 
+int hp_param_frozen(const char *name)
+{
+	size_t n = strlen(name), k = strlen(".e_score_correction_bias");
+
+	return n > k && !strcmp(name + n - k, ".e_score_correction_bias");
+}
+
+int hp_param_tp_partial(const char *name)
+{
+	static const char *const sfx[] = {
+		".q_norm.weight", ".k_norm.weight", ".q_a_proj.weight", ".q_a_proj.bias", ".q_a_layernorm.weight",
+		".kv_a_proj_with_mqa.weight", ".kv_a_proj_with_mqa.bias", ".kv_a_layernorm.weight",
+	};
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+		size_t k = strlen(sfx[i]);
+
+		if (n > k && !strcmp(name + n - k, sfx[i]))
+			return 1;
+	}
+	return 0;
+}
+
 int hp_param_gemm_only(const char *name, int ndim)
 {
 	return ndim == 2 && strcmp(name, EMBED_NAME);
@@ -152,6 +176,14 @@ int hp_mxfp4_rows(const struct hp_stacked_view *v, const struct hp_st_tensor *bl
 	return rc;
 }
 
+int hp_param_not_loaded(const struct hp_model_spec *s, const char *name)
+{
+	int l, n = 0;
+
+	return s->n_mtp > 0 && sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n && l >= s->n_layers &&
+	       l < s->n_layers + s->n_mtp;
+}
+
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name)
 {
 	static const char *const suffix[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias",
@@ -184,6 +216,31 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 	TOP(HP_PF_EMBED, HP_ROLE_COLUMN, EMBED_NAME, 2, s->vocab, C);
 	for (int l = 0; l < s->n_layers; l++) {
 		LAYER(HP_PF_IN_NORM, HP_ROLE_REPLICATE, "input_layernorm.weight", 1, C, 1);
+		if (s->mla) {
+			/* multi-head latent attention: the latent projections and
+			 * their norms on every tp rank, the heads' split */
+			int64_t H = s->n_heads, qk = s->qk_nope + s->qk_rope, R = s->q_lora_rank;
+			int64_t L = s->kv_lora_rank;
+
+			if (R) {
+				LAYER(HP_PF_Q_A, HP_ROLE_REPLICATE, "self_attn.q_a_proj.weight", 2, R, C);
+				if (s->qkv_bias)
+					LAYER(HP_PF_Q_A_B, HP_ROLE_REPLICATE, "self_attn.q_a_proj.bias", 1, R, 1);
+				LAYER(HP_PF_Q_A_NORM, HP_ROLE_REPLICATE, "self_attn.q_a_layernorm.weight", 1, R, 1);
+				LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_b_proj.weight", 2, H * qk, R);
+			} else {
+				LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, H * qk, C);
+			}
+			LAYER(HP_PF_KV_A, HP_ROLE_REPLICATE, "self_attn.kv_a_proj_with_mqa.weight", 2, L + s->qk_rope, C);
+			if (s->qkv_bias)
+				LAYER(HP_PF_KV_A_B, HP_ROLE_REPLICATE, "self_attn.kv_a_proj_with_mqa.bias", 1, L + s->qk_rope, 1);
+			LAYER(HP_PF_KV_A_NORM, HP_ROLE_REPLICATE, "self_attn.kv_a_layernorm.weight", 1, L, 1);
+			LAYER(HP_PF_KV_B, HP_ROLE_COLUMN, "self_attn.kv_b_proj.weight", 2, H * (s->qk_nope + s->v_head), L);
+			LAYER(HP_PF_WO, HP_ROLE_ROW, "self_attn.o_proj.weight", 2, C, H * s->v_head);
+			if (s->o_bias)
+				LAYER(HP_PF_BO, HP_ROLE_REPLICATE, "self_attn.o_proj.bias", 1, C, 1);
+			goto mlp;
+		}
 		LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, QD, C);
 		if (s->qkv_bias)
 			LAYER(HP_PF_BQ, HP_ROLE_COLUMN, "self_attn.q_proj.bias", 1, QD, 1);
@@ -202,6 +259,7 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 			LAYER(HP_PF_Q_NORM, HP_ROLE_REPLICATE, "self_attn.q_norm.weight", 1, D, 1);
 			LAYER(HP_PF_K_NORM, HP_ROLE_REPLICATE, "self_attn.k_norm.weight", 1, D, 1);
 		}
+mlp:
 		LAYER(HP_PF_POST_NORM, HP_ROLE_REPLICATE, "post_attention_layernorm.weight", 1, C, 1);
 		if (hp_model_spec_layer_is_moe(s, l)) {
 			static const char *const proj[3] = { "gate_proj", "up_proj", "down_proj" };
@@ -215,6 +273,8 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 			} else {
 				LAYER(HP_PF_ROUTER, HP_ROLE_REPLICATE, "mlp.gate.weight", 2, E, C);
 			}
+			if (s->router_group)   /* a buffer: hp_param_frozen */
+				LAYER(HP_PF_ROUTER_CORR, HP_ROLE_REPLICATE, "mlp.gate.e_score_correction_bias", 1, E, 1);
 			for (int x = 0; x < E; x++) {
 				for (int k = 0; k < 3; k++) {
 					snprintf(w.name, sizeof(w.name), "model.layers.%d.mlp.experts.%d.%s.weight",
@@ -228,6 +288,13 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 					if ((rc = emit(&w, pb[k], HP_ROLE_EXPERT, l, x, 1, k < 2 ? Im : C, 1)))
 						return rc;
 				}
+			}
+			if (s->n_shared) {   /* DeepSeek's shared experts: one MLP beside the routed */
+				int64_t Is = (int64_t)s->moe_intermediate * s->n_shared;
+
+				LAYER(HP_PF_SH_GATE, HP_ROLE_REPLICATE, "mlp.shared_experts.gate_proj.weight", 2, Is, C);
+				LAYER(HP_PF_SH_UP, HP_ROLE_REPLICATE, "mlp.shared_experts.up_proj.weight", 2, Is, C);
+				LAYER(HP_PF_SH_DOWN, HP_ROLE_REPLICATE, "mlp.shared_experts.down_proj.weight", 2, C, Is);
 			}
 		} else {
 			LAYER(HP_PF_WG, HP_ROLE_COLUMN, "mlp.gate_proj.weight", 2, I, C);

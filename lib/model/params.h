@@ -40,6 +40,10 @@ enum hp_param_field {
 	HP_PF_ROUTER, HP_PF_EX_GATE, HP_PF_EX_UP, HP_PF_EX_DOWN, HP_PF_FINAL_NORM, HP_PF_LM_HEAD,
 	/* GPT-OSS */
 	HP_PF_SINKS, HP_PF_ROUTER_B, HP_PF_EX_GATE_B, HP_PF_EX_UP_B, HP_PF_EX_DOWN_B,
+	/* DeepSeek-V3: multi-head latent attention (WQ is q_proj or q_b_proj),
+	 * the router's correction bias, the shared experts */
+	HP_PF_Q_A, HP_PF_Q_A_B, HP_PF_Q_A_NORM, HP_PF_KV_A, HP_PF_KV_A_B, HP_PF_KV_A_NORM, HP_PF_KV_B,
+	HP_PF_ROUTER_CORR, HP_PF_SH_GATE, HP_PF_SH_UP, HP_PF_SH_DOWN,
 };
 
 struct hp_param_desc {
@@ -61,6 +65,13 @@ typedef int (*hp_param_fn)(void *ctx, const struct hp_param_desc *d);
  * gathered over ranks, a device holds it in its working copy alone
  * (lib/dist/fsdp.c), and hp-plan counts it so (lib/plan/planest.c). */
 int hp_param_uncopied(const char *name, int tied);
+/* A buffer, not trained by gradient (DeepSeek's e_score_correction_bias):
+ * its gradient stays zero, no weight decay touches it. */
+int hp_param_frozen(const char *name);
+/* Whether a weight replicated over tp gets only this rank's heads' share
+ * of its gradient (Qwen3's q/k norms; MLA's latent projections and norms,
+ * which feed every head): summed over tp after the backward. */
+int hp_param_tp_partial(const char *name);
 int hp_param_gemm_only(const char *name, int ndim);
 
 /*
@@ -106,6 +117,10 @@ size_t hp_mxfp4_buf_bytes(const struct hp_stacked_view *v);
 int hp_mxfp4_rows(const struct hp_stacked_view *v, const struct hp_st_tensor *blocks,
 		  const struct hp_st_tensor *scales, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst,
 		  void *buf, struct hp_err *e);
+
+/* Whether a checkpoint tensor is one transformers never loads: DeepSeek's
+ * multi-token-prediction layers, after the decoder's (num_nextn_predict_layers). */
+int hp_param_not_loaded(const struct hp_model_spec *s, const char *name);
 
 /* Whether a checkpoint tensor name is one of s's stacked expert tensors. */
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name);

@@ -369,7 +369,7 @@ static int build_modules(struct hp_plan *p)
 	/* the HF class names' prefix: Qwen3MoeForCausalLM -> Qwen3Moe(Attention) */
 	const char *arch = s->architecture, *cut = strstr(arch, "ForCausalLM");
 	char pre[64];
-	int cap = 3 + 10 * s->n_layers, bad = 0;
+	int cap = 3 + 12 * s->n_layers, bad = 0;
 	char name[96];
 
 	snprintf(pre, sizeof(pre), "%.*s", cut ? (int)(cut - arch) : (int)strlen(arch), arch);
@@ -384,6 +384,10 @@ static int build_modules(struct hp_plan *p)
 		M("", pre, "DecoderLayer", "decoder_layer", HP_SLOT_OTHER);
 		M(".input_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_NORM_IN);
 		M(".self_attn", pre, "Attention", "attention", HP_SLOT_ATTN);
+		if (s->mla && s->q_lora_rank)
+			M(".self_attn.q_a_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
+		if (s->mla)
+			M(".self_attn.kv_a_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
 		if (s->qk_norm) {
 			M(".self_attn.q_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
 			M(".self_attn.k_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
@@ -393,6 +397,11 @@ static int build_modules(struct hp_plan *p)
 			M(".mlp", pre, "MLP", "moe", HP_SLOT_OTHER);
 			M(".mlp.router", pre, "TopKRouter", "router", HP_SLOT_OTHER);
 			M(".mlp.experts", pre, "Experts", "experts", HP_SLOT_EXPERTS);
+		} else if (moe && s->router_group) {   /* DeepseekV3MoE, its TopkRouter, shared experts */
+			M(".mlp", pre, "MoE", "moe", HP_SLOT_OTHER);
+			M(".mlp.gate", pre, "TopkRouter", "router", HP_SLOT_OTHER);
+			M(".mlp.experts", pre, "Experts", "experts", HP_SLOT_EXPERTS);
+			M(".mlp.shared_experts", pre, "MLP", "mlp", HP_SLOT_OTHER);
 		} else if (moe) {
 			M(".mlp", pre, "SparseMoeBlock", "moe", HP_SLOT_OTHER);
 			M(".mlp.gate", "", "Linear", "router", HP_SLOT_OTHER);

@@ -106,19 +106,16 @@ void hp_plan_piece(const struct hp_plan *p, const struct hp_plan_param *q, int r
 	pc->row0 += pc->first < pc->rows ? pc->first : pc->rows;
 }
 
-/* Whether q's gradient is a partial sum over tp: q/k norms see only the
- * rank's heads; with sequence parallel every tp-replicated weight sees
+/* Whether q's gradient is a partial sum over tp: q/k norms and MLA's
+ * latents see only the rank's heads (hp_param_tp_partial); with sequence parallel every tp-replicated weight sees
  * only the rank's tokens. */
 int hp_plan_tp_partial(const struct hp_plan *p, const struct hp_plan_param *q)
 {
-	size_t n = strlen(q->name);
-
 	if (p->tp <= 1 || q->mesh != HP_MESH_DENSE || q->pl[HP_DIM_TP].kind != HP_PL_REPLICATE)
 		return 0;
 	if (p->sequence_parallel)
 		return 1;
-	return (n > 14 && !strcmp(q->name + n - 14, ".q_norm.weight")) ||
-	       (n > 14 && !strcmp(q->name + n - 14, ".k_norm.weight"));
+	return hp_param_tp_partial(q->name);
 }
 
 /* --- activations ------------------------------------------------------------ */

@@ -35,6 +35,7 @@
 #include "format/safetensors.h"
 #include "model/init.h"
 #include "model/model.h"
+#include "model/params.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
 #include "text/chat.h"
@@ -160,8 +161,13 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 		}
 		ent[i].dtype = HP_DTYPE_F32;
 	}
+	/* a buffer (DeepSeek's correction bias) has no gradient to write */
+	int k = 0;
+	for (int i = 0; i < n; i++)
+		if (!grads || !ent[i].name || !hp_param_frozen(ent[i].name))
+			ent[k++] = ent[i];
 	if (!rc && r->rank == 0)
-		rc = hp_st_write(path, (size_t)n, ent, 2, keys, vals, e);
+		rc = hp_st_write(path, (size_t)k, ent, 2, keys, vals, e);
 out:
 	for (int i = 0; bufs && i < n; i++)
 		hp_free(bufs[i]);
@@ -233,6 +239,14 @@ static void print_table(FILE *out, const struct run *r, long accum)
 	if (s->moe_act == HP_MOE_ACT_CLAMPED)
 		fprintf(out, "%-40s limit %g, alpha %g (experts and router with biases)\n", "spec.clamped_swiglu",
 			s->swiglu_limit, s->swiglu_alpha);
+	if (s->mla)
+		fprintf(out, "%-40s q_lora_rank %d, kv_lora_rank %d, qk %d + %d, v %d, softmax scale x %.17g\n",
+			"spec.latent_attention", s->q_lora_rank, s->kv_lora_rank, s->qk_nope, s->qk_rope, s->v_head,
+			s->attn_mscale);
+	if (s->router_group)
+		fprintf(out, "%-40s %d groups, top %d kept, routed_scaling_factor %g, %d shared experts%s\n",
+			"spec.deepseek_router", s->n_group, s->topk_group, s->routed_scaling, s->n_shared,
+			s->group_mask_zero ? " (4.x: dropped groups score 0)" : "");
 	if (s->qkv_bias)
 		fprintf(out, "%-40s %s\n", "spec.attention_bias", s->o_bias ? "q, k, v, o" : "q, k, v");
 	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");
