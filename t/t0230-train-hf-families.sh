@@ -78,13 +78,24 @@ for line in tf4 tf5; do
 	done
 done
 
-test_expect_success 'deepseek_v3: the correction bias chooses the experts, the shared experts count (transformers'\''s losses without each)' '
+test_expect_success 'deepseek_v3: the correction bias is loaded (a folder without it is refused by name), and hp-train says what it computes' '
 	d=$HF/tf5/deepseek_v3-default &&
 	rm -rf nb && mkdir nb && cp "$d/config.json" nb/ &&
-	hp-test-tool stdrop "$d/model.safetensors" nb/model.safetensors \
-		model.layers.1.mlp.gate.e_score_correction_bias model.layers.2.mlp.gate.e_score_correction_bias &&
-	test_must_fail_with 4 hp-test-tool refstep --steps 1 nb "$d/reference.json" 2>err &&
-	grep -q "e_score_correction_bias. is missing" err
+	hp-test-tool stdrop "$d/model.safetensors" nb/model.safetensors model.layers.2.mlp.gate.e_score_correction_bias &&
+	hf_records rn "$d" &&
+	write_config nb.yaml "$PWD/nb" rn 32 1 2 1 </dev/null &&
+	test_must_fail_with 4 hp-train -q nb.yaml 2>err && test_one_line err &&
+	grep -q "tensor .model.layers.2.mlp.gate.e_score_correction_bias. is missing" err &&
+	write_config ok.yaml "$d" rn 32 1 2 1 </dev/null &&
+	hp-train ok.yaml >out &&
+	grep "^spec.latent_attention  *q_lora_rank 24, kv_lora_rank 16, qk 8 + 8, v 12, softmax scale x 1$" out &&
+	grep "^spec.deepseek_router  *4 groups, top 2 kept, routed_scaling_factor 2.5, 2 shared experts$" out &&
+	hf_records r4 "$HF/tf4/deepseek_v3-yarn" &&
+	write_config y4.yaml "$HF/tf4/deepseek_v3-yarn" r4 32 1 2 1 </dev/null &&
+	hp-train y4.yaml >out &&
+	grep "^spec.deepseek_router .*(4.x: dropped groups score 0)$" out &&
+	x=$(sed -n "s/^spec.latent_attention .*softmax scale x //p" out) &&
+	rel_close "$x" "$(jq -r ".attention.scaling * 4" "$HF/tf4/deepseek_v3-yarn/reference.json")" 1e-12
 '
 
 test_expect_success 'gpt_oss: swiglu_limit is read: without the clamp, transformers'\''s loss without it' '

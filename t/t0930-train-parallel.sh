@@ -118,6 +118,38 @@ test_expect_success MPI 'GPT-OSS with a window shorter than the rows: CP both mo
 	layout ossw ossw.yaml 8 $SEED8 && PTOL=
 '
 
+# DeepSeek-V3, as transformers saved it (data/hf/tf5/deepseek_v3-yarn and
+# -nolora): latent attention (its latent projections and norms on every tp
+# rank, their gradients summed over tp; the heads split), the shared RoPE'd
+# key, v_head_dim apart, a dense layer 0, MoE layers with shared experts and
+# the group-limited sigmoid router with its frozen correction bias.
+test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both modes, the seed layout, pipeline stages' '
+	d=$DATA/hf/tf5/deepseek_v3-yarn &&
+	hf_records dsk "$d" &&
+	write_config dsk.yaml "$d" dsk 32 1 4 6 </dev/null &&
+	single dsk dsk.yaml &&
+	layout dsk dsk.yaml 2 $F.dp_shard_size=2 &&
+	layout dsk dsk.yaml 4 $A.tp_size=4 $A.sequence_parallel=true $A.loss_parallel=true &&
+	layout dsk dsk.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	layout dsk dsk.yaml 2 $A.cp_size=2 &&
+	write_config dsk-k.yaml "$d" dsk 32 1 4 6 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	  - {match: "*.mlp.experts", replace_module: {_target_: grouped_experts}}
+	  - {match: ["*norm"], replace_module: {_target_: fused_rmsnorm}}
+	YAML
+	layout dsk dsk-k.yaml 4 $A.cp_size=4 &&
+	sed "s/ulysses_attention/flash_attention/" dsk-k.yaml >dsk-f.yaml &&
+	layout dsk dsk-f.yaml 8 $SEED8 &&
+	layout dsk dsk.yaml 2 $A.pp_size=2 --activation_checkpoint.mode=full &&
+	layout dsk dsk.yaml 4 $A.pp_size=2 $A.ep_size=2 &&
+	d=$DATA/hf/tf5/deepseek_v3-nolora &&
+	write_config dskn.yaml "$d" dsk 32 1 4 6 </dev/null &&
+	single dskn dskn.yaml &&
+	layout dskn dskn.yaml 2 $A.tp_size=2 $A.sequence_parallel=true &&
+	layout dskn dskn.yaml 8 $SEED8 --activation_checkpoint.mode=selective
+'
+
 test_expect_success MPI 'the 8-rank metrics carry each step'\''s bytes: hp-plan'\''s estimate for rank 0' '
 	mpiexec -n 8 hp-train -q qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --metrics p.jsonl &&
 	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 >plan.json &&

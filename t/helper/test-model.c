@@ -507,7 +507,7 @@ int cmd_spec(int argc, char **argv)
 	json_object_set_new(j, "hp_parameters", json_integer(hp_model_spec_nparams(&spec)));
 	hp_model_spec_rope(&spec, f, &af);
 	inv = json_array();
-	for (int i = 0; i < spec.head_dim / 2; i++)
+	for (int i = 0; i < hp_model_spec_rope_dim(&spec) / 2; i++)
 		json_array_append_new(inv, json_real((float)f[i]));
 	json_object_set_new(j, "hp_rope", json_pack("{s:s, s:o, s:f}", "type",
 						     hp_rope_type_name(spec.rope.type), "inv_freq_f32", inv,
