@@ -150,6 +150,42 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 	layout dskn dskn.yaml 8 $SEED8 --activation_checkpoint.mode=selective
 '
 
+# training.moe_router_bias_update_rate (Megatron's name): after each step
+# every layer's correction bias moves by the rate towards balance, b_x +=
+# rate * sign(mean load - load_x), the loads the step's whole global batch's.
+# The metrics carry the loads; the bias after 6 steps is the folder's plus
+# the sum of those moves (float32 additions of +-rate: within 1e-6), the
+# same in one process and over 8 ranks; at rate 0 it is the folder's, bit
+# for bit; a model without the bias refuses the setting by name.
+test_expect_success MPI 'DeepSeek-V3: the auxiliary-loss-free bias update, as its rule says, in one process and over 8 ranks' '
+	d=$DATA/hf/tf5/deepseek_v3-yarn &&
+	hp-train -q dsk.yaml ${DEVICE_ARGS:-} --training.moe_router_bias_update_rate=0.01 --metrics bu1.jsonl \
+		--dump-params bu1.safetensors &&
+	mpiexec -n 8 hp-train -q dsk.yaml ${DEVICE_ARGS:-} $SEED8 --training.moe_router_bias_update_rate=0.01 \
+		--metrics bu8.jsonl \
+		--dump-params bu8.safetensors &&
+	test "$(jq -c .router_loads bu1.jsonl)" = "$(jq -c .router_loads bu8.jsonl)" &&
+	test $(jq -c ".router_loads | length" bu1.jsonl | sort -u) = 2 &&
+	jq -e ".router_loads | map(add) == [256, 256]" bu1.jsonl >/dev/null &&
+	for l in 1 2; do
+		b=model.layers.$l.mlp.gate.e_score_correction_bias &&
+		hp-test-tool stget "$d/model.safetensors" $b >b0 &&
+		hp-test-tool stget bu1.safetensors $b >b1 &&
+		hp-test-tool stget bu8.safetensors $b >b8 &&
+		cmp b1 b8 &&
+		jq -s -r "[.[].router_loads[$l - 1] | (add / length) as \$m | map(if \$m > . then 1 elif \$m < . then -1 else 0 end)] |
+			transpose | map(add * 0.01) | .[]" bu1.jsonl >moves &&
+		paste b0 moves b1 | awk "{ d = \$1 + \$2 - \$3; if (d < 0) d = -d; if (d > 1e-6) { print; bad = 1 } }
+			END { exit bad }" &&
+		! cmp -s b0 b1 || return 1
+	done &&
+	hp-test-tool stget sp-dsk.safetensors model.layers.2.mlp.gate.e_score_correction_bias >z1 &&
+	hp-test-tool stget "$d/model.safetensors" model.layers.2.mlp.gate.e_score_correction_bias >z0 &&
+	cmp z0 z1 &&
+	test_must_fail_with 4 hp-train -q qwen3-moe-a.yaml --training.moe_router_bias_update_rate=0.01 2>err &&
+	test_one_line err && grep -q "model_type qwen3_moe has no expert bias to move" err
+'
+
 test_expect_success MPI 'the 8-rank metrics carry each step'\''s bytes: hp-plan'\''s estimate for rank 0' '
 	mpiexec -n 8 hp-train -q qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --metrics p.jsonl &&
 	hp-plan qwen3-moe-b.yaml --world 8 $SEED8 >plan.json &&

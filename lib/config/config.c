@@ -689,6 +689,9 @@ static const struct key training_keys[] = {
 	/* hp's own: as torch.distributed's and Megatron's 10 minutes */
 	{ .name = "collective_timeout_s", .type = T_FLOAT, .pname = "training.collective_timeout_s",
 	  CF(training.collective_timeout_s), .fdef = 600, GE(0) },
+	/* Megatron's name: the auxiliary-loss-free balancing of DeepSeek-V3 */
+	{ .name = "moe_router_bias_update_rate", .type = T_FLOAT, .pname = "training.moe_router_bias_update_rate",
+	  CF(training.moe_router_bias_update_rate), GE(0) },
 	{ .name = "loss_fn", .type = T_MAP, .sub = lossfn_keys },
 	{ NULL },
 };

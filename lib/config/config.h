@@ -109,6 +109,7 @@ struct hp_config {
 		char *loss_fn;               /* loss_fn._target_: ...ChunkedCausalLMLoss or NULL */
 		long loss_chunk_size;        /* loss_fn.chunk_size: tokens per chunk (1024) */
 		double collective_timeout_s; /* 600; 0 = wait forever */
+		double moe_router_bias_update_rate;   /* 0: off; DeepSeek's correction bias moves by it a step */
 	} training;
 
 	struct {

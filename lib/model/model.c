@@ -520,6 +520,8 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->a.dq2, N * QD * f);
 		TAKE(m->a.dk2, N * KD * f);
 	}
+	if (m->cur_slot == 0 && s->router_group)   /* the routed loads (moe_forward) */
+		TAKE(m->a.route_cnt, (size_t)s->n_layers * 2 * E * sizeof(double));
 	if (own && s->mla) {   /* the latent attention's in-between values (mla_fwd, mla_bwd) */
 		size_t H = s->n_heads, Rq = s->q_lora_rank, L = s->kv_lora_rank, r = s->qk_rope;
 		size_t qk = s->qk_nope + r;
@@ -588,6 +590,7 @@ static void share_scratch(struct hp_model_acts *a, struct hp_model_lay *y, const
 	a->mla_t = a0->mla_t;
 	a->mla_u = a0->mla_u;
 	a->mla_w = a0->mla_w;
+	a->route_cnt = a0->route_cnt;
 	a->dye = a0->dye;
 	a->dxe = a0->dxe;
 	a->dge = a0->dge;
@@ -1777,6 +1780,8 @@ static void moe_forward(struct hp_model *m, int l, float *out, int re)
 	else
 		bk->router_topk(bk, a->probs, a->sel.d, a->wsel, N, E, K, s->norm_topk_prob);
 	route(m, l);
+	if (!re && m->a.route_cnt)   /* the rows each expert took (no tokens: counts only) */
+		bk->moe_aux_acc(bk, m->a.route_cnt + (size_t)l * 2 * E, a->probs, a->ex_off.d, 0, E);
 	if (m->par.ep > 1) {
 		/* HF's index_select into the send buffer; the experts' ranks get them */
 		bk->gather_rows(bk, m->lay.ep_send, a->xn2, a->row_tok.d, N * K, C);
@@ -2331,6 +2336,8 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		if (nfp && first_stage(m))
 			bk->zero(bk, m->a.fp, nfp * sizeof(double));
 	}
+	if (m->st_fresh && m->a.route_cnt)
+		bk->zero(bk, m->a.route_cnt, (size_t)s->n_layers * 2 * s->n_experts * sizeof(double));
 	m->st_fresh = 0;
 	for (int l = pr->l0; l < pr->l1; l++) {
 		struct hp_layer_act *a = &m->a.act[l];
@@ -2608,6 +2615,24 @@ int hp_model_forward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 void hp_model_stats_zero(struct hp_model *m)
 {
 	m->st_fresh = 1;
+}
+
+int hp_model_route_loads(struct hp_model *m, double *out, struct hp_err *e)
+{
+	int L = m->spec.n_layers, E = m->spec.n_experts;
+	double *all;
+	int rc;
+
+	if (!m->a.route_cnt)
+		return hp_err_set(e, HP_EINVAL, "the model has no grouped router whose loads it counts");
+	if (!(all = hp_malloc((size_t)L * 2 * E * sizeof(double))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the router's loads");
+	rc = m->bk->download(m->bk, all, m->a.route_cnt, (size_t)L * 2 * E * sizeof(double), e);
+	for (int l = 0; !rc && l < L; l++)
+		for (int x = 0; x < E; x++)
+			out[(size_t)l * E + x] = m->w.lw[l].moe && holds_layer(&m->par, l) ? all[(size_t)l * 2 * E + x] : 0;
+	hp_free(all);
+	return rc;
 }
 
 int hp_model_stats(struct hp_model *m, double *out, struct hp_err *e)

@@ -269,6 +269,10 @@ struct hp_model_acts {
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
 	float *mla_t, *mla_u, *mla_w;             /* MLA: [N,H*(nope+v)], [N,max(R,L+r)], [N,max(H*qk,L)] */
+	/* DeepSeek: each layer's routed rows per expert over the step's
+	 * forwards [n_layers][2E] (the first E; hp_moe_aux_acc's layout), the
+	 * first slot's, every slot's (hp_model_route_loads) */
+	double *route_cnt;
 	float *dye, *dxe, *dge, *due, *dhe, *dprob, *dwsel;   /* MoE */
 	float *hrec;                              /* grouped experts: SwiGLU recomputed */
 	float *xg;                                /* grouped experts: routed rows gathered */
@@ -395,6 +399,12 @@ enum hp_model_stat {
 	HP_ST_FWD,       /* the last forward's cross-entropy sum (last: the forward zeroes it on) */
 	HP_ST_N
 };
+
+/* DeepSeek's router: how many rows each expert of each layer took in
+ * this step's forwards so far, into out [n_layers * E] (zeros for the
+ * layers of other stages and dense ones); one download.  HP_EINVAL when
+ * the model has no grouped router. */
+int hp_model_route_loads(struct hp_model *m, double *out, struct hp_err *e);
 
 /* Zero the step's sums (the next forward does, with its own: one launch);
  * read them (HP_ST_N doubles, one download). */

@@ -87,6 +87,7 @@ struct run {
 	struct hp_outfile metrics_out;
 	struct hp_ckpt_lock lock;       /* checkpoint_dir, held by rank 0 while it saves there */
 	int dumped;                 /* --dump-grads file written by this run */
+	double *loads;              /* moe_router_bias_update_rate: the step's router loads */
 	struct hp_model_par par;
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
@@ -685,6 +686,92 @@ static int step_grads(struct run *r, long step, const struct hp_train_opts *o, d
 		r->dumped = r->rank == 0;
 	}
 	return 0;
+}
+
+/* training.moe_router_bias_update_rate: a model with DeepSeek's correction
+ * bias, and a run that does not hold it to a one-process replay (whose
+ * reference does not move the bias). */
+static int check_bias_update(struct run *r, const struct hp_train_opts *o, struct hp_err *e)
+{
+	if (r->cfg.training.moe_router_bias_update_rate <= 0)
+		return 0;
+	if (!r->spec.router_group)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.moe_router_bias_update_rate: model_type %s has no "
+				  "expert bias to move (deepseek_v3's e_score_correction_bias)", r->cfg.path,
+				  r->spec.model_type);
+	if (o->verify || r->cfg.model.validate_placement)
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.moe_router_bias_update_rate with hp-verify or "
+				  "validate_placement: the one-process replay does not move the bias yet", r->cfg.path);
+	return 0;
+}
+
+/*
+ * DeepSeek-V3's auxiliary-loss-free balancing, under Megatron's name
+ * (training.moe_router_bias_update_rate): after a step, each MoE layer's
+ * e_score_correction_bias moves by the rate towards balance,
+ * b_x += rate * sign(mean load - load_x) in float32 (Megatron's
+ * get_updated_expert_bias), the loads being the rows each expert took in
+ * the step's whole global batch: every dp, cp and tp rank's tokens, every
+ * stage's layers.  loads [n_layers * E] is left holding them.
+ */
+static int bias_update(struct run *r, double *loads, struct hp_err *e)
+{
+	struct hp_model *m = &r->model;
+	struct hp_backend *bk = r->bk;
+	const struct hp_model_spec *s = &m->gspec;
+	size_t L = (size_t)s->n_layers, E = (size_t)s->n_experts;
+	float rate = (float)r->cfg.training.moe_router_bias_update_rate, *tmp;
+	static const int dims[] = { HP_DIM_DP_SHARD, HP_DIM_DP_REPLICATE, HP_DIM_TP, HP_DIM_PP };
+	int rc;
+
+	if ((rc = hp_model_route_loads(m, loads, e)))
+		return rc;
+	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
+		if ((rc = hp_comm_allreduce(&r->comms.dim[dims[d]], loads, L * E, HP_DTYPE_F64, HP_RED_SUM, e)))
+			return rc;
+	if (!(tmp = hp_malloc(E * sizeof(float))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the router's bias");
+	for (size_t l = 0; l < L && !rc; l++) {
+		const double *ld = loads + l * E;
+		char name[96];
+		double mean = 0;
+		float *dev;
+		int64_t first = 0, n = (int64_t)E;
+		int i;
+
+		if (!hp_model_spec_layer_is_moe(s, (int)l))
+			continue;
+		snprintf(name, sizeof(name), "model.layers.%zu.mlp.gate.e_score_correction_bias", l);
+		for (i = 0; i < r->plan->nparams && strcmp(r->plan->params[i].name, name); i++)
+			;
+		if (i == r->plan->nparams)
+			continue;
+		if (r->dist) {   /* this rank's shard of it, if any */
+			if (!r->fsdp.mp[i] || r->fsdp.pc[i].nrows <= 0)
+				continue;
+			dev = r->fsdp.w + r->fsdp.poff[i];
+			first = r->fsdp.pc[i].row0;   /* hp_plan_piece: the global row of its first */
+			n = r->fsdp.pc[i].nrows;
+		} else {
+			dev = m->w.bw + m->w.params[i].offset;
+		}
+		for (size_t x = 0; x < E; x++)
+			mean += ld[x];
+		mean /= (double)E;
+		if ((rc = bk->download(bk, tmp, dev, (size_t)n * sizeof(float), e)))
+			break;
+		for (int64_t x = 0; x < n; x++) {
+			double off = mean - ld[first + x];
+
+			tmp[x] += off > 0 ? rate : off < 0 ? -rate : 0.0f;
+		}
+		if ((rc = bk->upload(bk, dev, tmp, (size_t)n * sizeof(float), e)))
+			break;
+		if (!r->dist && bk->weights_changed)
+			bk->weights_changed(bk, dev, (size_t)n);
+	}
+	hp_free(tmp);
+	return rc;
 }
 
 /* The update of step_grads' gradients: clip, AdamW on the store, both
@@ -1445,6 +1532,7 @@ struct step_report {
 	long long dev_peak;    /* the largest device high-water mark over ranks, bytes */
 	long syncs;            /* device runs: this step's host-device synchronisations on this rank */
 	long launches;         /* device runs: this step's calls that put work on the device */
+	const double *loads;   /* moe_router_bias_update_rate: each layer's rows per expert [n_layers * E] */
 };
 
 /* The largest peak resident set and device high-water mark over ranks
@@ -1476,6 +1564,18 @@ static void report_step(struct run *r, FILE *out, int talk, long log_every, cons
 		if (r->model.n_moe && r->model.spec.output_router_logits)
 			fprintf(r->metrics, ", \"aux_loss\": %s", jnum(b2, s->aux));
 		fprintf(r->metrics, ", \"data_tokens_read\": %lld", s->read);
+		/* the router's loads behind the bias update: one list per MoE layer */
+		int k = 0;
+		for (int l = 0; s->loads && l < r->model.gspec.n_layers; l++) {
+			if (!hp_model_spec_layer_is_moe(&r->model.gspec, l))
+				continue;
+			for (int x = 0; x < r->model.gspec.n_experts; x++)
+				fprintf(r->metrics, "%s%.0f", x ? ", " : k ? "], [" : ", \"router_loads\": [[",
+					s->loads[(size_t)l * r->model.gspec.n_experts + x]);
+			k++;
+		}
+		if (k)
+			fprintf(r->metrics, "]]");
 		if (s->host_peak >= 0)
 			fprintf(r->metrics, ", \"host_bytes_peak\": %lld", s->host_peak);
 		else
@@ -1759,6 +1859,16 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 			return hp_err_set(e, HP_ENUM, "step %ld: the loss is %s and the gradient norm %s: stopped "
 					  "before its update, the last checkpoint is the last good one "
 					  "(debug.check_nan_inf: false trains on)", step, num(b0, rep.loss), num(b1, norm));
+		}
+		/* DeepSeek's correction bias moves once the step is known good */
+		if (c->training.moe_router_bias_update_rate > 0) {
+			size_t nl = (size_t)m->gspec.n_layers * (size_t)m->gspec.n_experts;
+
+			if (!r->loads && !(r->loads = hp_calloc(nl, sizeof(double))))
+				return hp_err_set(e, HP_ENOMEM, "out of memory for the router's loads");
+			if ((rc = bias_update(r, r->loads, e)))
+				return hp_err_prefix(e, "step %ld", step);
+			rep.loads = r->loads;
 		}
 		rep.dt = now_s() - t0;
 		rep.norm = norm;
@@ -2074,6 +2184,7 @@ static void run_free(struct run *r)
 {
 	hp_free(r->pp_act);
 	hp_free(r->pp_wait);
+	hp_free(r->loads);
 	if (r->stale)
 		r->bk->free(r->bk, r->stale);
 	close_metrics(r, 0, NULL);
@@ -2144,7 +2255,7 @@ int hp_train_run(const struct hp_train_opts *o, MPI_Comm comm, FILE *out, struct
 		goto out;
 	if ((rc = hp_model_init_par(&r.model, r.bk, &r.spec, &r.kernels, r.dist ? &r.par : NULL,
 				    (int)r.cfg.training.micro_batch_size, (int)hp_config_seq_length(&r.cfg), e)) ||
-	    (rc = set_fault(&r, e)))
+	    (rc = set_fault(&r, e)) || (rc = check_bias_update(&r, o, e)))
 		goto out;
 	if (o->verify && !r.dist) {
 		rc = hp_err_set(e, HP_ECONFIG, "hp-verify holds a layout over ranks to one process; run it "

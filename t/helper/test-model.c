@@ -431,6 +431,43 @@ done:
 }
 
 /*
+ * stget FILE.safetensors NAME
+ *     print a tensor's values as float32, one a line (%.9g: each float's
+ *     exact decimal round trip)
+ */
+int cmd_stget(int argc, char **argv);
+
+int cmd_stget(int argc, char **argv)
+{
+	struct hp_st_file f = { 0 };
+	const struct hp_st_tensor *t;
+	struct hp_err e;
+	float *x = NULL;
+	int rc = 1;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: hp-test-tool stget FILE NAME\n");
+		return 2;
+	}
+	hp_err_clear(&e);
+	if (hp_st_open(&f, argv[1], &e)) {
+		fprintf(stderr, "hp-test-tool: %s\n", e.msg);
+		return 1;
+	}
+	if (!(t = hp_st_find(&f, argv[2])))
+		fprintf(stderr, "hp-test-tool: '%s': no tensor '%s'\n", argv[1], argv[2]);
+	else if (!(x = hp_malloc((size_t)t->numel * sizeof(float)+ 1)) || hp_st_read_f32(t, x, &e))
+		fprintf(stderr, "hp-test-tool: '%s': cannot read '%s'\n", argv[1], argv[2]);
+	else
+		rc = 0;
+	for (int64_t i = 0; !rc && i < t->numel; i++)
+		printf("%.9g\n", x[i]);
+	hp_free(x);
+	hp_st_close(&f);
+	return rc;
+}
+
+/*
  * stdrop IN.safetensors OUT.safetensors NAME...
  *     copy a safetensors file without the named tensors (for bad-input tests)
  */

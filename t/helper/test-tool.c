@@ -24,6 +24,7 @@ int cmd_packcheck(int argc, char **argv);  /* test-model.c */
 int cmd_refstep(int argc, char **argv);    /* test-model.c */
 int cmd_spec(int argc, char **argv);       /* test-model.c */
 int cmd_stdrop(int argc, char **argv);     /* test-model.c */
+int cmd_stget(int argc, char **argv);      /* test-model.c */
 int cmd_stsame(int argc, char **argv);     /* test-convert.c */
 int cmd_teacher(int argc, char **argv);
 int cmd_tokbench(int argc, char **argv);  /* test-tokbench.c */    /* test-model.c */
@@ -70,6 +71,7 @@ static const struct {
 	{ "refstep", cmd_refstep, "refstep [--steps K] [--dump-grads F] [--no-router-logits] MODEL_DIR REFERENCE.json" },
 	{ "spec", cmd_spec, "spec MODEL_DIR" },
 	{ "stdrop", cmd_stdrop, "stdrop IN.safetensors OUT.safetensors NAME..." },
+	{ "stget", cmd_stget, "stget FILE.safetensors NAME" },
 	{ "stsame", cmd_stsame, "stsame A_DIR B_DIR" },
 	{ "teacher", cmd_teacher, "teacher MODEL_DIR ID..." },
 	{ "tokbench", cmd_tokbench, "tokbench TOKENIZER FILE [REPEAT]" },
