@@ -61,6 +61,7 @@ training.device | refused 4 | hf | | --training.device=cuda
 training.loss_fn._target_ | computes | hf | | @chunk
 training.loss_fn.chunk_size | computes | chunk | | --training.loss_fn.chunk_size=80
 training.collective_timeout_s | same | hf2 | --fsdp_config.dp_shard_size=2 | --training.collective_timeout_s=0
+training.moe_router_bias_update_rate | refused 4 | moe | | --training.moe_router_bias_update_rate=0.01
 accelerator.tp_size | computes | hf2 | | --accelerator.tp_size=2
 accelerator.cp_size | computes | hf2 | | --accelerator.cp_size=2
 accelerator.ep_size | writes | moe2 | | --accelerator.ep_size=2
