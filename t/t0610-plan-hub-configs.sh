@@ -48,6 +48,27 @@ test_expect_success 'gpt-oss-20b and gpt-oss-120b as published: plans at 8 and 6
 	done
 '
 
+# DeepSeek-V3 as published (data/hf/published/deepseek-v3.json: its
+# values, FP8 quantization_config and DeepSeek's own keys included): the FP8
+# checkpoint is refused by name; its bf16 form (without the key) plans at
+# 256 ranks with transformers' 671,026,404,352 parameters plus the 58 MoE
+# layers' 256-expert correction-bias buffers (in the checkpoint, hence in
+# hp's count), latent attention and the group router explained.
+test_expect_success 'DeepSeek-V3 as published: FP8 refused by name; its bf16 form plans at 256 ranks, transformers'\'' count' '
+	hub_yaml ds.yaml deepseek-v3 "$DATA/hf/published" &&
+	test_must_fail_with 4 hp-plan ds.yaml --world 1 2>err && test_one_line err &&
+	grep -q "quantization_config (quant_method fp8) is not supported" err &&
+	jq "del(.quantization_config)" "$DATA/hf/published/deepseek-v3.json" >deepseek-v3-bf16.json &&
+	hub_yaml ds.yaml deepseek-v3-bf16 "$PWD" &&
+	hp-plan ds.yaml --world 256 --accelerator.tp_size=8 --accelerator.sequence_parallel=true \
+		--accelerator.ep_size=64 --fsdp_config.dp_shard_size=32 --fsdp_config.edp_shard_size=4 -o ds.json 2>err &&
+	test ! -s err &&
+	hp-plan --explain ds.json >ex &&
+	grep "^  parameters  *$((671026404352 + 58 * 256))$" ex &&
+	grep "^  latent attention  *q latent, kv latent 512, per head qk 128 + 64 RoPE.d (interleaved), v 128, softmax x 1.87" ex &&
+	grep "^  router  *sigmoid, correction bias, top-4 of 8 groups, x 2.5; 1 shared (intermediate 2048)$" ex
+'
+
 # #35: HyperParallel's demo model on 64 GPUs (TP2 with SP, CP2, EP8, full
 # activation checkpointing, 4096 tokens) fits an 80 GB GPU, as hp-plan
 # counts the CUDA backend's bytes; one process of it does not.
