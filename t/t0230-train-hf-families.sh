@@ -335,7 +335,8 @@ test_expect_success 'bad config.json values are named, with exit 3 (a wrong valu
 '
 
 test_expect_success 'export: the source config.json key for key; without the source, the plan spec in the source line spelling' '
-	for n in tf5/qwen3_moe-yarn tf4/llama-llama3 tf5/gpt_oss-yarn tf4/gpt_oss-default; do
+	for n in tf5/qwen3_moe-yarn tf4/llama-llama3 tf5/gpt_oss-yarn tf4/gpt_oss-default tf5/deepseek_v3-yarn \
+		tf4/deepseek_v3-nolora; do
 		d=$HF/$n && rm -rf src sh ex fb && cp -r "$d" src &&
 		hf_records re "$d" &&
 		write_config ex.yaml "$PWD/src" re 32 1 2 1 </dev/null &&
@@ -351,12 +352,33 @@ test_expect_success 'export: the source config.json key for key; without the sou
 		hp-test-tool spec "$d" | jq -S "del(.transformers_version)" >a &&
 		hp-test-tool spec fb | jq -S "del(.transformers_version)" >b && cmp a b &&
 		case $n in
+		tf5/deepseek_v3*) jq -e "has(\"rope_parameters\") and has(\"dtype\") and has(\"n_routed_experts\") and
+			(has(\"rope_scaling\") or has(\"torch_dtype\") or has(\"num_local_experts\") | not)" fb/config.json ;;
 		tf5/*) jq -e "has(\"rope_parameters\") and has(\"dtype\") and has(\"num_local_experts\") and
 			(has(\"rope_scaling\") or has(\"torch_dtype\") or has(\"num_experts\") | not)" fb/config.json ;;
 		tf4/*) jq -e "has(\"rope_scaling\") and has(\"torch_dtype\") and (has(\"rope_parameters\") | not)" \
 			fb/config.json ;;
 		esac || return 1
 	done
+'
+
+test_expect_success 'deepseek_v3: refused by name what transformers does not compute or hp does not; a wrong shape named' '
+	D=deepseek_v3-default &&
+	bad_in $D d-aux ".output_router_logits = true" 4 "output_router_logits true is not supported for deepseek_v3" &&
+	bad_in $D d-hd ".head_dim = 16" 4 "head_dim 16 is not qk_rope_head_dim 8" &&
+	bad_in $D d-qkhd ".qk_head_dim = 12" 4 "qk_head_dim 12 is not qk_nope_head_dim + qk_rope_head_dim 16" &&
+	bad_in $D d-kv ".num_key_value_heads = 2" 4 "num_key_value_heads 2 is not num_attention_heads 4" &&
+	bad_in $D d-sf ".scoring_func = \"softmax\"" 4 "scoring_func softmax is not supported" &&
+	bad_in $D d-tm ".topk_method = \"group_limited_greedy\"" 4 "topk_method group_limited_greedy is not supported" &&
+	bad_in $D d-lf ".moe_layer_freq = 2" 4 "moe_layer_freq must be 1" &&
+	bad_in $D d-q ".quantization_config = {quant_method: \"fp8\"}" 4 "quantization_config (quant_method fp8) is not supported" &&
+	bad_in $D d-ng ".n_group = 3" 3 "n_routed_experts 8 must split into n_group 3 groups" &&
+	bad_in $D d-tg ".topk_group = 5" 3 "num_experts_per_tok 2 must come from topk_group 5" &&
+	bad_in $D d-lr ".kv_lora_rank = 0" 3 "kv_lora_rank must be positive" &&
+	bad_in $D d-rs ".routed_scaling_factor = 0" 3 "routed_scaling_factor must be positive" &&
+	bad_in $D d-fk ".first_k_dense_replace = -1" 3 "key .first_k_dense_replace.: value -1 out of range" &&
+	bad_in $D d-sh ".kv_lora_rank = 12" 4 "kv_a_proj_with_mqa.weight.* shape" &&
+	bad_in qwen3_moe-default d-fam ".model_type = \"deepseek_v2\"" 4 "model_type .deepseek_v2. is not supported"
 '
 
 test_expect_success 'gpt_oss MXFP4: blocks and scales of the wrong shape, another quant_method, an unknown key: refused by name' '

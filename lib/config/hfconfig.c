@@ -809,8 +809,6 @@ static int parse_deepseek(struct ctx *c, struct hp_model_spec *s)
 	if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': moe_layer_freq must be 1: transformers' DeepseekV3 "
 				  "makes every layer from first_k_dense_replace on an MoE", c->path);
-	if (first_k < 0)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': first_k_dense_replace must not be negative", c->path);
 	if (s->n_experts % s->n_group || s->n_experts / s->n_group < 2)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': n_routed_experts %d must split into n_group %d groups of "
 				  "at least 2 experts (a group's score is its top two)", c->path, s->n_experts, s->n_group);
@@ -829,8 +827,6 @@ static int parse_deepseek(struct ctx *c, struct hp_model_spec *s)
 	if ((rc = get_int(c, json_object_get(c->root, "num_nextn_predict_layers") ? "num_nextn_predict_layers" :
 			  "num_mtp_layers", 0, 1, &mtp)))
 		return rc;
-	if (mtp < 0)
-		return hp_err_set(c->e, HP_ECONFIG, "'%s': num_nextn_predict_layers must not be negative", c->path);
 	s->n_mtp = mtp;
 	for (int l = 0; l < first_k && l < HP_MAX_LAYERS; l++)
 		s->mlp_only[l] = 1;
