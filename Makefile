@@ -210,7 +210,7 @@ $(O)/bench/%-bench: $(O)/bench/%-bench.o $(LIBHP)
 bench: all
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/run.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/moe-bench.sh
-	@HP_BUILD_DIR=$(abspath $(O)) sh bench/oss-bench.sh
+	@HP_BUILD_DIR=$(abspath $(O)) sh bench/family-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/tok-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/convert-bench.sh
 	@HP_BUILD_DIR=$(abspath $(O)) sh bench/kernels-bench.sh

@@ -48,7 +48,7 @@ bench_ids () {
 	"$build/bin/hp-test-tool" mkidx --vocab "$vocab" --records-of "$3" -o "$1" "$1.jsonl" >/dev/null
 }
 
-# bench_model PY SCRIPT YAML: the run of moe-bench.sh and oss-bench.sh.
+# bench_model PY SCRIPT YAML: the run of moe-bench.sh and family-bench.sh.
 # $tmp/model/config.json written, PY SCRIPT make $tmp/model saves its
 # weights when PY is not empty (hp-train loads them), else hp-train draws
 # its own from the config; $tmp/ts holds the records of seq + 1 tokens;
@@ -69,7 +69,7 @@ bench_model () {
 }
 
 # bench_model_yaml LOAD: to standard output, the config of moe-bench.sh's
-# and oss-bench.sh's runs: the model by LOAD (from_pretrained or
+# and family-bench.sh's runs: the model by LOAD (from_pretrained or
 # from_config and its path key), $steps steps of $batch x $seq records of
 # $tmp/ts, AdamW as torch_llama.py's time_adamw, no checkpoint
 bench_model_yaml () {
@@ -90,7 +90,7 @@ YAML
 }
 
 # bench_against PY SCRIPT YAML COLUMN NAME: the table of moe-bench.sh and
-# oss-bench.sh.  For each of $threads, hp-train on YAML and, when PY is not
+# family-bench.sh.  For each of $threads, hp-train on YAML and, when PY is not
 # empty, PY SCRIPT train $tmp/model $tmp/ts THREADS $steps $batch $seq
 # $warmup (one JSON line, torch_llama.py's time_adamw); one row each of
 # threads, both tokens/s of the steps after $warmup (COLUMN heads the

@@ -83,7 +83,7 @@ def time_adamw(named, loss_of, prefix, threads, steps, batch, seq, warmup, impl)
     untimed): loss_of(inputs, targets) -> loss, then AdamW (lr 1e-3, betas
     0.9/0.95, eps 1e-8, weight decay 0.1 but for names with "norm" or
     "bias", hp-train's settings) after clipping at 1; print the JSON line of
-    moe-bench.sh and oss-bench.sh (tokens/s of the timed steps, the first
+    moe-bench.sh and family-bench.sh (tokens/s of the timed steps, the first
     loss).  named: the model's (name, tensor) parameters."""
     torch.set_num_threads(threads)
     params = [t for _, t in named]

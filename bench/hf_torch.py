@@ -1,11 +1,11 @@
-"""oss_torch.py - the transformers side of bench/oss-bench.sh (build/ref-venv's
+"""hf_torch.py - the transformers side of bench/family-bench.sh (build/ref-venv's
 python: torch 2.15.0, transformers 5.24.0).
 
-  python bench/oss_torch.py make DIR
-      write DIR/config.json's GPT-OSS as an HF folder with transformers'
-      own save_pretrained: its init, seeded
-  python bench/oss_torch.py train DIR PREFIX THREADS STEPS BATCH SEQ [WARMUP]
-      train transformers' GptOssForCausalLM from DIR in float32, eager
+  python bench/hf_torch.py make DIR
+      write DIR/config.json's model (GPT-OSS, DeepSeek-V3) as an HF folder
+      with transformers' own save_pretrained: its init, seeded
+  python bench/hf_torch.py train DIR PREFIX THREADS STEPS BATCH SEQ [WARMUP]
+      train transformers' model of DIR (AutoModelForCausalLM) in float32, eager
       attention and the eager experts loop (attn_implementation and
       experts_implementation "eager": HF's training path on the CPU), with
       torch.optim.AdamW and clipping at 1, on the records of a Megatron
