@@ -53,6 +53,18 @@ test_expect_success MPI 'hp-verify on GPT-OSS (sinks, expert biases, clamped Swi
 	verify 2 oss.yaml $A.cp_size=2
 '
 
+test_expect_success MPI 'hp-verify on DeepSeek-V3 (latent attention, shared experts, the group router): EP with expert FSDP, TP+SP, CP' '
+	d=$DATA/hf/tf5/deepseek_v3-yarn &&
+	hf_records dsk "$d" &&
+	write_config dsk.yaml "$d" dsk 32 1 4 2 </dev/null &&
+	verify 4 dsk.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	grep -q "model.layers.1.self_attn.kv_b_proj.weight" out &&
+	grep -q "model.layers.2.mlp.shared_experts.down_proj.weight" out &&
+	verify 4 dsk.yaml $A.tp_size=4 $A.sequence_parallel=true &&
+	grep -q "model.layers.0.self_attn.q_a_layernorm.weight" out &&
+	verify 2 dsk.yaml $A.cp_size=2
+'
+
 test_expect_success MPI 'the table has every module output, gradient and updated parameter; --json says the same' '
 	mpiexec -n 8 hp-verify qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --json >v.json &&
 	jq -e ".ok == true and .first_divergence == null and .steps == 2" v.json &&

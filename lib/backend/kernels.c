@@ -94,6 +94,12 @@ const struct hp_kernel hp_kernels[] = {
 	  .supports = moe_supports },
 	{ ROW("router", "cpu", "reference", "default", "always"),
 	  .cpu = { .router_fwd = hp_router_topk, .router_bwd = hp_router_bwd } },
+	/* DeepSeek-V3's latent attention: the RoPE'd key part every head
+	 * shares, copied to each and its gradient summed back (the rest of
+	 * MLA is the op table's linear, rmsnorm, rope and attention; t0230
+	 * holds it to transformers) */
+	{ ROW("latent_key", "cpu", "reference", "default",
+	  "DeepSeek-V3 MLA: k_rope to every head (bcast_heads), its gradient summed (sum_heads)") },
 	/* DeepSeek-V3's: the only implementation, held to DeepseekV3TopkRouter
 	 * by t/unit/test-router-group.c */
 	{ ROW("router_group", "cpu", "reference", "default",
@@ -133,6 +139,8 @@ const struct hp_kernel hp_kernels[] = {
 	  .cuda = "hp_cuda_swiglu_fwd hp_cuda_swiglu_bwd hp_cuda_swiglu_rows_fwd hp_cuda_swiglu_rows_bwd" },
 	{ ROW("router", "cuda", "router_topk", "built", "training.device: cuda"),
 	  .cuda = "hp_cuda_router_topk hp_cuda_router_bwd" },
+	{ ROW("latent_key", "cuda", "latent_key", "built", "training.device: cuda, DeepSeek-V3"),
+	  .cuda = "hp_cuda_heads_bcast hp_cuda_heads_sum" },
 	{ ROW("router_group", "cuda", "router_group", "built", "training.device: cuda, DeepSeek-V3"),
 	  .cuda = "hp_cuda_router_group_fwd hp_cuda_router_group_bwd" },
 	{ ROW("experts", "cuda", "cublaslt", "built", "training.device: cuda (grouped_experts: gate|up as one product)"),
