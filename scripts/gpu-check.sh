@@ -11,7 +11,8 @@
 #      the plan); 2 ranks over NCCL when the machine has 2 GPUs or more;
 #      then 4 steps of stories260K for the device's high-water mark, the
 #      host's peak and the host syncs per step (metrics);
-#      and 4 bf16 steps of GPT-OSS (sinks, expert biases, clamped SwiGLU,
+#      and 4 bf16 steps each of DeepSeek-V3 (latent attention, shared
+#      experts, the group router) and GPT-OSS (sinks, expert biases, clamped SwiGLU,
 #      a window of 8) against the fp32 CPU run;
 #   4. runs the benchmark bench/gpu/gpu-bench (GEMM vs cuBLAS, flash
 #      attention; a Qwen3-30B-A3B-shaped stack and a dense
@@ -142,36 +143,42 @@ else
 	fail=1
 fi
 
-# 3c. GPT-OSS on the GPU (sinks on the flash kernel's lse, the clamped
-# SwiGLU, expert biases, a window of 8 on layer 0): 4 bf16 steps against
-# the fp32 CPU run, within t0950's bf16 bound (1e-2 relative)
-G=$LOGS/oss
-mkdir -p "$G"
-d=$PWD/data/hf/tf5/gpt_oss-window
-if jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" "$d/reference.json" \
-	>"$G/r.jsonl" && $B/bin/hp-test-tool mkidx --vocab 64 -o "$G/r" "$G/r.jsonl" >/dev/null 2>"$G/err" &&
-	cat >"$G/c.yaml" <<-YAML &&
-	model:
-	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
-	  pretrained_model_name_or_path: $d
-	training: {train_iters: 4, global_batch_size: 2, micro_batch_size: 1, seed: 1}
-	checkpoint: {save_ckpt: false}
-	dataset:
-	  _target_: hyper_parallel.data.build_indexed_text_dataset
-	  data_path: $G/r
-	  data_config: {seq_length: 32, is_dataset_from_mr: true}
-	YAML
-	$B/bin/hp-train -q "$G/c.yaml" --metrics "$G/cpu.jsonl" 2>>"$G/err" &&
-	$B/bin/hp-train -q "$G/c.yaml" --training.device=cuda --metrics "$G/gpu.jsonl" 2>>"$G/err"; then
-	rel=$(jq -n -r --slurpfile a "$G/gpu.jsonl" --slurpfile b "$G/cpu.jsonl" \
-		'[$a, $b] | transpose | map(((.[0].loss - .[1].loss) / .[1].loss) | fabs) | max' 2>/dev/null || echo 1)
-	step "gpt-oss bf16" "$(awk -v r="$rel" 'BEGIN { print (r <= 1e-2) ? "ok" : "FAIL" }')" \
-		"4 steps, largest relative loss difference to the fp32 CPU $rel"
-	awk -v r="$rel" 'BEGIN { exit !(r <= 1e-2) }' || fail=1
-else
-	step "gpt-oss bf16" FAIL "see oss/err"
-	fail=1
-fi
+# 3c. The newer families on the GPU, 4 bf16 steps each against the fp32
+# CPU run, within t0950's bf16 bound (1e-2 relative): GPT-OSS (sinks on
+# the flash kernel's lse, the clamped SwiGLU, expert biases, a window of 8
+# on layer 0) and DeepSeek-V3 (latent attention with YaRN's mscale, the
+# shared RoPE'd key, shared experts, the group-limited sigmoid router)
+family_step () {
+	G=$LOGS/$1
+	mkdir -p "$G"
+	d=$PWD/data/hf/tf5/$2
+	if jq -c ".batch.input_ids[] as \$r | ({ids: (\$r + [\$r[0]])}, {ids: ([\$r[0]] + \$r)})" "$d/reference.json" \
+		>"$G/r.jsonl" && $B/bin/hp-test-tool mkidx --vocab 64 -o "$G/r" "$G/r.jsonl" >/dev/null 2>"$G/err" &&
+		cat >"$G/c.yaml" <<-YAML &&
+		model:
+		  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained
+		  pretrained_model_name_or_path: $d
+		training: {train_iters: 4, global_batch_size: 2, micro_batch_size: 1, seed: 1}
+		checkpoint: {save_ckpt: false}
+		dataset:
+		  _target_: hyper_parallel.data.build_indexed_text_dataset
+		  data_path: $G/r
+		  data_config: {seq_length: 32, is_dataset_from_mr: true}
+		YAML
+		$B/bin/hp-train -q "$G/c.yaml" --metrics "$G/cpu.jsonl" 2>>"$G/err" &&
+		$B/bin/hp-train -q "$G/c.yaml" --training.device=cuda --metrics "$G/gpu.jsonl" 2>>"$G/err"; then
+		rel=$(jq -n -r --slurpfile a "$G/gpu.jsonl" --slurpfile b "$G/cpu.jsonl" \
+			'[$a, $b] | transpose | map(((.[0].loss - .[1].loss) / .[1].loss) | fabs) | max' 2>/dev/null || echo 1)
+		step "$1 bf16" "$(awk -v r="$rel" 'BEGIN { print (r <= 1e-2) ? "ok" : "FAIL" }')" \
+			"4 steps, largest relative loss difference to the fp32 CPU $rel"
+		awk -v r="$rel" 'BEGIN { exit !(r <= 1e-2) }' || fail=1
+	else
+		step "$1 bf16" FAIL "see $1/err"
+		fail=1
+	fi
+}
+family_step gpt-oss gpt_oss-window
+family_step deepseek-v3 deepseek_v3-yarn
 
 # 4. benchmark
 left=$((480 - ($(date +%s) - T0)))

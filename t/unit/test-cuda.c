@@ -634,6 +634,28 @@ static void test_rope_at(long N, int H, int ld, int off, int Dr, int inter, int 
 	free(cs); free(sn); free(x); free(dx); free(pos); free(gx); free(gdx);
 }
 
+/* MLA's shared key part: the copy to every head and the sum over heads,
+ * in strided rows as the model passes them; the whole buffers compared */
+static void test_heads(long N, int H, int w, int ldh, int ldr)
+{
+	size_t nh = (size_t)N * H * ldh, nr = (size_t)N * ldr;
+	float *k = hfill(nh, 31, 1.0f, 0), *src = hfill(nr, 32, 1.0f, 0), *dk = hfill(nh, 33, 1.0f, 0);
+	float *sum = hfill(nr, 34, 1.0f, 0);
+	float *dkk = ct_dev(k, nh, 0), *dsrc = ct_dev(src, nr, 0), *ddk = ct_dev(dk, nh, 0), *dsum = ct_dev(sum, nr, 0);
+
+	hp_cuda_heads_bcast(dkk + 1, ldh, dsrc + 2, ldr, N, H, w);
+	hp_cuda_heads_sum(dsum + 2, ldr, ddk + 1, ldh, N, H, w);
+	int g = gpu_ok();
+	float *gk = ct_host(dkk, nh, 0), *gs = ct_host(dsum, nr, 0);
+	hp_heads_bcast(k + 1, ldh, src + 2, ldr, N, H, w);
+	hp_heads_sum(sum + 2, ldr, dk + 1, ldh, N, H, w);
+	ok(g && ct_ndiff(gk, k, nh) == 0 && ct_ndiff(gs, sum, nr) == 0,
+	   "heads_bcast / heads_sum N=%ld H=%d w=%d: %zu of %zu, %zu of %zu not the CPU's bits", N, H, w,
+	   ct_ndiff(gk, k, nh), nh, ct_ndiff(gs, sum, nr), nr);
+	hp_cuda_free(dkk); hp_cuda_free(dsrc); hp_cuda_free(ddk); hp_cuda_free(dsum);
+	free(k); free(src); free(dk); free(sum); free(gk); free(gs);
+}
+
 /* whole heads, HF's layout: what every family but DeepSeek runs */
 static void test_rope(long N, int H, int D, int T, enum hp_rope_type type)
 {
@@ -1259,6 +1281,8 @@ static void run_all(void)
 	test_rope_at(33, 1, 576, 512, 64, 1, 40, HP_ROPE_DEFAULT);
 	test_rope_at(5, 3, 70, 3, 64, 0, 16, HP_ROPE_DEFAULT);
 	test_rope_at(1, 1, 2, 0, 2, 1, 1, HP_ROPE_DEFAULT);
+	test_heads(37, 4, 8, 20, 28);
+	test_heads(300, 128, 64, 192, 576);   /* DeepSeek-V3's: 128 heads of 192, k_rope 64 of 576 */
 	if (big)
 		test_rope_at(4096, 128, 192, 128, 64, 1, 4096, HP_ROPE_YARN);
 
