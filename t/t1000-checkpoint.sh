@@ -86,6 +86,27 @@ test_expect_success MPI 'an 8-rank TP2 x CP2 x EP2 checkpoint resumes on 1, 2 an
 	done
 '
 
+# DeepSeek-V3 with the auxiliary-loss-free bias update on: the correction
+# bias is a parameter of the checkpoint (never an optimizer's), so a resume
+# moves it on from where it was, and its loads are recounted each step
+test_expect_success MPI 'DeepSeek-V3 with the bias update resumes bit-exactly (8 ranks and one), and in other layouts' '
+	hf_records dsk "$DATA/hf/tf5/deepseek_v3-yarn" &&
+	write_config dsk.yaml "$DATA/hf/tf5/deepseek_v3-yarn" dsk 32 1 4 20 </dev/null &&
+	resume dsk8 dsk.yaml 8 $SEED8 --training.moe_router_bias_update_rate=0.01 &&
+	resume dsk1 dsk.yaml 1 --training.moe_router_bias_update_rate=0.01 &&
+	sed -n 11p dsk8-a.jsonl | jq .loss >want &&
+	for lay in "1" "4 $A.tp_size=4 $A.sequence_parallel=true" "4 $A.ep_size=4"; do
+		set -- $lay && n=$1 && shift &&
+		mpiexec -n $n hp-train -q dsk.yaml "$@" --training.moe_router_bias_update_rate=0.01 \
+			--checkpoint.restore_from=dsk8-b/global_step_10 --checkpoint.save_ckpt=false --max-steps 11 \
+			--metrics r.jsonl &&
+		test "$(jq -c .router_loads r.jsonl)" = "$(sed -n 11p dsk8-a.jsonl | jq -c .router_loads)" &&
+		jq .loss r.jsonl >got &&
+		awk -v a="$(cat got)" -v b="$(cat want)" "BEGIN { d = (a - b) / b; if (d < 0) d = -d;
+			printf \"# %s ranks: %s against %s\\n\", \"$n\", a, b; exit d > 1e-5 }" || return 1
+	done
+'
+
 # cross NAME N FROM TO OVERRIDES...: 20 steps straight on training.device
 # FROM; 10 on FROM, then 10 on TO from FROM's checkpoint: the same bits.
 # The device is the CUDA backend on its host emulation in exact mode, which
