@@ -138,4 +138,15 @@ test_expect_success MPI 'the seed'\''s 8 ranks, TP2 x CP2 x EP2 with FSDP, with 
 	grep "^verdict: all" out
 '
 
+# DeepSeek-V3 (data/hf/tf5/deepseek_v3-yarn): the latent attention's kept
+# values, the shared experts' SwiGLU and the router loads (counted once,
+# not again in the recomputed forward) under full and selective
+test_expect_success MPI 'DeepSeek-V3: one rank and the seed'\''s 8, with the bias update on' '
+	hf_records dsk "$DATA/hf/tf5/deepseek_v3-yarn" &&
+	write_config dsk.yaml "$DATA/hf/tf5/deepseek_v3-yarn" dsk 32 1 4 4 </dev/null &&
+	ck 1 dsk.yaml --training.moe_router_bias_update_rate=0.01 &&
+	test "$(jq -c .router_loads off.jsonl)" = "$(jq -c .router_loads full.jsonl)" &&
+	ck 8 dsk.yaml $SEED8 --training.moe_router_bias_update_rate=0.01
+'
+
 test_done
