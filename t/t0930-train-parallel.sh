@@ -135,9 +135,11 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 	write_config dsk-k.yaml "$d" dsk 32 1 4 6 <<-YAML &&
 	plan_overrides:
 	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
-	  - {match: "*.mlp.experts", replace_module: {_target_: grouped_experts}}
+	  - {match: "*.mlp.experts", replace_module: {_target_: hyper_parallel.models.deepseek_v3.adapter.replacements.replace_grouped_experts}}
 	  - {match: ["*norm"], replace_module: {_target_: fused_rmsnorm}}
 	YAML
+	hp-plan --explain dsk-k.yaml --world 4 $A.cp_size=4 >ex &&
+	grep -q "model.layers.1.mlp.experts .*grouped_experts" ex &&
 	layout dsk dsk-k.yaml 4 $A.cp_size=4 &&
 	sed "s/ulysses_attention/flash_attention/" dsk-k.yaml >dsk-f.yaml &&
 	layout dsk dsk-f.yaml 8 $SEED8 &&

@@ -23,6 +23,10 @@
  * module path (newer HyperParallel files use the second) */
 #define HYPER_ALIASES(f) { "hyper_parallel.models.qwen3_moe.adapter.replacements." f, \
 			   "hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement." f }
+/* ... and HyperParallel's DeepSeek-V3 adapter's factory of the same job */
+#define HYPER_ALIASES_DSV3(f, g) { "hyper_parallel.models.qwen3_moe.adapter.replacements." f, \
+			   "hyper_parallel.models.qwen3_moe.adapter.conversion.module_replacement." f, \
+			   "hyper_parallel.models.deepseek_v3.adapter.replacements." g }
 
 /* flash attention keeps its tiles on the stack: head_dim up to
  * HP_FLASH_ATTENTION_MAX_HEAD_DIM (kernels/cpu/flashattn.c) */
@@ -89,8 +93,8 @@ const struct hp_kernel hp_kernels[] = {
 	 * function of their own (t/t0800 trains both against each other) */
 	{ ROW("experts", "cpu", "reference", "default", "HF's loop: a GEMM per expert and projection") },
 	{ ROW("experts", "cpu", "grouped_experts", "substitute",
-	  "plan_overrides: grouped_experts, replace_qwen3_moe_grouped_experts"),
-	  .overridable = 1, .alias = HYPER_ALIASES("replace_qwen3_moe_grouped_experts"),
+	  "plan_overrides: grouped_experts, replace_qwen3_moe_grouped_experts, replace_grouped_experts"),
+	  .overridable = 1, .alias = HYPER_ALIASES_DSV3("replace_qwen3_moe_grouped_experts", "replace_grouped_experts"),
 	  .supports = moe_supports },
 	{ ROW("router", "cpu", "reference", "default", "always"),
 	  .cpu = { .router_fwd = hp_router_topk, .router_bwd = hp_router_bwd } },

@@ -76,7 +76,7 @@ struct hp_kernel_cpu {
 		      const struct hp_adamw_hparams *h, int decay);
 };
 
-#define HP_KERNEL_ALIASES 2
+#define HP_KERNEL_ALIASES 3
 
 struct hp_kernel {
 	const char *op;        /* "attention"; a module's "reference.<op>" */
