@@ -366,4 +366,47 @@ void hp_cp_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
 			 const int32_t *seg, float *scratch, int B, int Tq, int S, int q0, int Hq, int Hkv, int D);
 size_t hp_cp_attention_scratch(int S);
 
+/* ---- Qwen3-Next / Qwen3.5: Gated DeltaNet's side kernels and the sigmoid
+ * gates (kernels/cpu/gdn.c; its opening comment gives each formula and where
+ * transformers computes it).  Plain fp32, bit-identical at any thread count;
+ * sigmoid from exp(-|x|), finite for any finite input.  No output aliases an
+ * input, except y = x in hp_sigmoid_gate_fwd and _rows_fwd.
+ *
+ * Causal depthwise conv1d (no bias) then SiLU: x, y [B, T, C], w [C, K]
+ * (nn.Conv1d's [C, 1, K] squeezed), 1 <= K <= HP_CONV1D_SILU_MAX_K,
+ *   y[t,c] = silu(sum_j w[c,j] x[t-(K-1)+j, c]),
+ * x before the row's start, or with seg [B*T] (each token's document start
+ * position in its row, non-decreasing; NULL: one document a row) before the
+ * token's document start, read as 0.  The backward recomputes the
+ * pre-activation from x (the forward keeps nothing): dx [B, T, C]
+ * overwritten, dw [C, K] accumulated. */
+#define HP_CONV1D_SILU_MAX_K 1024
+void hp_conv1d_silu_fwd(float *y, const float *x, const float *w, const int32_t *seg, int B, int T, int C, int K);
+void hp_conv1d_silu_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, const int32_t *seg,
+			int B, int T, int C, int K);
+/* Qwen3NextRMSNormGated over N rows of D: y = (w * (x * rstd)) * silu(z),
+ * rstd [N] = 1/sqrt(mean(x^2) + eps) kept for the backward, which
+ * overwrites dx, dz [N, D] and accumulates dw [D]. */
+void hp_rmsnorm_gated_fwd(float *y, float *rstd, const float *x, const float *z, const float *w, long N, int D,
+			  float eps);
+void hp_rmsnorm_gated_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x, const float *z,
+			  const float *w, const float *rstd, long N, int D);
+/* Gated attention's output: y = x * sigmoid(gate) over n values; dx and
+ * dgate overwritten. */
+void hp_sigmoid_gate_fwd(float *y, const float *x, const float *gate, long n);
+void hp_sigmoid_gate_bwd(float *dx, float *dgate, const float *dy, const float *x, const float *gate, long n);
+/* The shared expert's gate: y[t,:] = x[t,:] * sigmoid(gate[t]), x [T, C],
+ * one logit a token; dx [T, C] and dgate [T] overwritten. */
+void hp_sigmoid_gate_rows_fwd(float *y, const float *x, const float *gate, long T, int C);
+void hp_sigmoid_gate_rows_bwd(float *dx, float *dgate, const float *dy, const float *x, const float *gate, long T,
+			      int C);
+/* The delta rule's gates over b, a [N, H] (H value heads):
+ *   beta = sigmoid(b),  g = -exp(A_log[h]) * softplus(a + dt_bias[h])
+ * (torch's softplus: identity above 20).  Backward: db, da [N, H]
+ * overwritten, dA_log and ddt_bias [H] accumulated. */
+void hp_gdn_gates_fwd(float *beta, float *g, const float *b, const float *a, const float *A_log,
+		      const float *dt_bias, long N, int H);
+void hp_gdn_gates_bwd(float *db, float *da, float *dA_log, float *ddt_bias, const float *dbeta, const float *dg,
+		      const float *b, const float *a, const float *A_log, const float *dt_bias, long N, int H);
+
 #endif
