@@ -335,7 +335,9 @@ static void test_kinds(void)
 		{ "model.layers.1.mlp.experts.down_proj", HP_INIT_NORMAL },
 		/* edge cases of the name rules */
 		{ "bias", HP_INIT_ZEROS },
-		{ "model.layers.1.mlp.gate.e_score_correction_bias", HP_INIT_NORMAL },
+		{ "model.layers.1.mlp.gate.score_bias", HP_INIT_NORMAL },   /* "_bias": not a bias */
+		/* DeepSeek-V3's correction bias buffer: zeros, as its _init_weights */
+		{ "model.layers.1.mlp.gate.e_score_correction_bias", HP_INIT_ZEROS },
 		{ "norm.weight", HP_INIT_ONES },
 		{ "weight", HP_INIT_NORMAL },
 		{ "", HP_INIT_NORMAL },
