@@ -408,5 +408,45 @@ void hp_gdn_gates_fwd(float *beta, float *g, const float *b, const float *a, con
 		      const float *dt_bias, long N, int H);
 void hp_gdn_gates_bwd(float *db, float *da, float *dA_log, float *ddt_bias, const float *dbeta, const float *dg,
 		      const float *b, const float *a, const float *A_log, const float *dt_bias, long N, int H);
+/* ---- the gated delta rule (kernels/cpu/deltanet.c) ----
+ * Qwen3-Next's Gated DeltaNet recurrence (transformers'
+ * torch_recurrent_gated_delta_rule): per row b and value head h a state
+ * S [Dk, Dv], zero at each document's start, and at each token
+ *     S' = exp(g) S, u = beta (v - S'^T k), S = S' + k u^T, o = S^T (scale q).
+ * Layouts: q, k [B, T, Hk, Dk] (already L2-normalised), v and out
+ * [B, T, Hv, Dv], g (log decay, <= 0) and beta [B, T, Hv]; value head h
+ * reads key head h / (Hv / Hk), Hv a multiple of Hk.  seg [B*T] as the
+ * attention kernels' (each token's document start in its row; NULL: one
+ * document per row).  Gradients overwrite: dq, dk [B, T, Hk, Dk] (summed
+ * over the value heads of a key head), dv [B, T, Hv, Dv], dg, dbeta
+ * [B, T, Hv].
+ * The reference (token by token, the state in double) allocates with
+ * hp_malloc: (T/64 + 67) Dk Dv doubles for the backward; it returns 0, or
+ * -1 with the outputs NaN when that fails.
+ * The fast path works in chunks of HP_GDR_CHUNK tokens (cut at document
+ * starts), bit-identical for any thread count.  The forward writes
+ * saved (hp_gdr_saved_floats floats; may be NULL when no backward follows),
+ * the state at the start of each chunk of 64, which the backward reads;
+ * both need scratch of hp_gdr_scratch_floats(B, Hv, Dk, Dv) floats, 8-byte
+ * aligned (it depends on the pool's thread count, fixed per process). */
+#define HP_GDR_CHUNK 64
+int hp_gdr_ref_fwd(float *out, const float *q, const float *k, const float *v, const float *g,
+		   const float *beta, const int32_t *seg, int B, int T, int Hv, int Hk, int Dk, int Dv,
+		   float scale);
+int hp_gdr_ref_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout,
+		   const float *q, const float *k, const float *v, const float *g, const float *beta,
+		   const int32_t *seg, int B, int T, int Hv, int Hk, int Dk, int Dv, float scale);
+size_t hp_gdr_saved_floats(int B, int T, int Hv, int Dk, int Dv);
+size_t hp_gdr_scratch_floats(int B, int Hv, int Dk, int Dv);
+void hp_gdr_fwd(float *out, float *saved, const float *q, const float *k, const float *v, const float *g,
+		const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv, int Hk, int Dk, int Dv,
+		float scale);
+void hp_gdr_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout, const float *saved,
+		const float *q, const float *k, const float *v, const float *g, const float *beta, const int32_t *seg,
+		float *scratch, int B, int T, int Hv, int Hk, int Dk, int Dv, float scale);
+/* transformers' l2norm over rows of D: y = x / sqrt(sum x^2 + 1e-6) (sum
+ * in double), rinv[N] the factor; the backward dx = rinv (dy - y (y.dy)). */
+void hp_l2norm_fwd(float *y, float *rinv, const float *x, long N, int D);
+void hp_l2norm_bwd(float *dx, const float *dy, const float *y, const float *rinv, long N, int D);
 
 #endif
