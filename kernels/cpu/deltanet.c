@@ -262,11 +262,10 @@ int hp_gdr_ref_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, con
 /* y[0..n) += a x[0..n) */
 static inline void axpy(float *y, float a, const float *x, int n)
 {
-	hp_v8 av = hp_v8_set1(a);
 	int i = 0;
 
 	for (; i + 8 <= n; i += 8)
-		hp_v8_store(y + i, hp_v8_load(y + i) + av * hp_v8_load(x + i));
+		hp_v8_store(y + i, hp_v8_load(y + i) + a * hp_v8_load(x + i));
 	for (; i < n; i++)
 		y[i] += a * x[i];
 }
@@ -278,8 +277,8 @@ enum { MM_FULL, MM_ALOWER, MM_AUPPER, MM_CLOWER };
  * with A(i, k) = A[i*ai + k*ak] (so ai = 1, ak = lda reads A^T).  shape:
  * MM_ALOWER: A(i, k) is 0 for k > i, and those k are skipped;
  * MM_AUPPER: A(i, k) is 0 for k < i, skipped; MM_CLOWER: only j <= i is
- * wanted (a block of rows may also write a few j > i, which the caller
- * ignores).  Every element is the same chain of float adds whichever of
+ * wanted (a block of rows also writes j > i up to the next multiple of 16,
+ * so that no block has a ragged edge; the caller ignores them).  Every element is the same chain of float adds whichever of
  * the loops below computes it, so blocking changes no bit.
  */
 HP_TARGET_CLONES static void mm(float *C, int ldc, const float *A, long ai, long ak, const float *B, int ldb, int M,
@@ -290,27 +289,35 @@ HP_TARGET_CLONES static void mm(float *C, int ldc, const float *A, long ai, long
 	for (; i + 4 <= M; i += 4) {
 		int klo = shape == MM_AUPPER ? i : 0;
 		int khi = shape == MM_ALOWER && i + 4 < K ? i + 4 : K;
-		int nj = shape == MM_CLOWER && i + 4 < N ? i + 4 : N, j = 0;
+		int nj = shape == MM_CLOWER && (i + 4 + 15) / 16 * 16 < N ? (i + 4 + 15) / 16 * 16 : N, j = 0;
 		float *c0 = C + (long)i * ldc;
 
 		for (; j + 16 <= nj; j += 16) {
-			hp_v8 acc[4][2];
-			for (int r = 0; r < 4; r++) {
-				acc[r][0] = hp_v8_load(c0 + (long)r * ldc + j);
-				acc[r][1] = hp_v8_load(c0 + (long)r * ldc + j + 8);
-			}
+			/* eight named accumulators and scalar-times-vector
+			 * products: GCC keeps them in registers and broadcasts
+			 * with one instruction (an array of them, or set1 of a
+			 * strided load, went through memory and vinsertps) */
+			float *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+			hp_v8 x0 = hp_v8_load(c0 + j), y0 = hp_v8_load(c0 + j + 8);
+			hp_v8 x1 = hp_v8_load(c1 + j), y1 = hp_v8_load(c1 + j + 8);
+			hp_v8 x2 = hp_v8_load(c2 + j), y2 = hp_v8_load(c2 + j + 8);
+			hp_v8 x3 = hp_v8_load(c3 + j), y3 = hp_v8_load(c3 + j + 8);
+			const float *ar = A + (long)i * ai;
+
 			for (int kk = klo; kk < khi; kk++) {
-				hp_v8 b0 = hp_v8_load(B + (long)kk * ldb + j), b1 = hp_v8_load(B + (long)kk * ldb + j + 8);
-				for (int r = 0; r < 4; r++) {
-					hp_v8 a = hp_v8_set1(A[(long)(i + r) * ai + (long)kk * ak]);
-					acc[r][0] = acc[r][0] + a * b0;
-					acc[r][1] = acc[r][1] + a * b1;
-				}
+				const float *bk = B + (long)kk * ldb + j, *ak_ = ar + (long)kk * ak;
+				hp_v8 b0 = hp_v8_load(bk), b1 = hp_v8_load(bk + 8);
+				float a0 = ak_[0], a1 = ak_[ai], a2 = ak_[2 * ai], a3 = ak_[3 * ai];
+
+				x0 = x0 + a0 * b0, y0 = y0 + a0 * b1;
+				x1 = x1 + a1 * b0, y1 = y1 + a1 * b1;
+				x2 = x2 + a2 * b0, y2 = y2 + a2 * b1;
+				x3 = x3 + a3 * b0, y3 = y3 + a3 * b1;
 			}
-			for (int r = 0; r < 4; r++) {
-				hp_v8_store(c0 + (long)r * ldc + j, acc[r][0]);
-				hp_v8_store(c0 + (long)r * ldc + j + 8, acc[r][1]);
-			}
+			hp_v8_store(c0 + j, x0), hp_v8_store(c0 + j + 8, y0);
+			hp_v8_store(c1 + j, x1), hp_v8_store(c1 + j + 8, y1);
+			hp_v8_store(c2 + j, x2), hp_v8_store(c2 + j + 8, y2);
+			hp_v8_store(c3 + j, x3), hp_v8_store(c3 + j + 8, y3);
 		}
 		if (j < nj)
 			for (int r = 0; r < 4; r++)
@@ -331,16 +338,54 @@ HP_TARGET_CLONES static void mm(float *C, int ldc, const float *A, long ai, long
 /* dst [C, R] = src [R, C]^T (leading dimensions C and R) */
 static void transpose(float *dst, const float *src, int R, int C)
 {
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++)
-			dst[(long)c * R + r] = src[(long)r * C + c];
+	/* in 8 x 8 tiles: a row-at-a-time copy writes one float per cache
+	 * line of dst, and was a fifth of the backward's own time */
+	for (int r0 = 0; r0 < R; r0 += 8)
+		for (int c0 = 0; c0 < C; c0 += 8)
+			for (int r = r0; r < r0 + 8 && r < R; r++)
+				for (int c = c0; c < c0 + 8 && c < C; c++)
+					dst[(long)c * R + r] = src[(long)r * C + c];
+}
+
+/*
+ * The chunk's unit triangular systems, nA = -A (strictly lower, [CH, CH]),
+ * X [L, n] the right-hand side on entry and the solution on return.
+ * (I + A) X = R forward: x_i = r_i + sum_{j<i} nA_ij x_j, j ascending;
+ * (I + A)^T X = R backward: x_i = r_i + sum_{j>i} nA_ji x_j, first the j past
+ * i's block of four, ascending, then those in it, ascending.
+ * Four rows at a time: the rows solved before a block come in through mm,
+ * the block's own triangle one row after another.
+ */
+static void solve_lower(float *X, const float *nA, int L, int n)
+{
+	for (int i0 = 0; i0 < L; i0 += 4) {
+		int m = L - i0 < 4 ? L - i0 : 4;
+
+		mm(X + (long)i0 * n, n, nA + i0 * CH, CH, 1, X, n, m, n, i0, MM_FULL);
+		for (int i = i0 + 1; i < i0 + m; i++)
+			for (int j = i0; j < i; j++)
+				axpy(X + (long)i * n, nA[i * CH + j], X + (long)j * n, n);
+	}
+}
+
+static void solve_upper(float *X, const float *nA, int L, int n)
+{
+	for (int i0 = (L - 1) / 4 * 4; i0 >= 0; i0 -= 4) {
+		int m = L - i0 < 4 ? L - i0 : 4;
+
+		mm(X + (long)i0 * n, n, nA + (i0 + m) * CH + i0, 1, CH, X + (long)(i0 + m) * n, n, m, n, L - i0 - m,
+		   MM_FULL);
+		for (int i = i0 + m - 2; i >= i0; i--)
+			for (int j = i + 1; j < i0 + m; j++)
+				axpy(X + (long)i * n, nA[j * CH + i], X + (long)j * n, n);
+	}
 }
 
 /* One (b, head)'s working set, carved from the caller's scratch. */
 struct gdr_ws {
 	float *Q, *K, *KT, *Kh, *Kx, *dq, *dk, *Y, *Z;  /* [CH, Dk] (KT [Dk, CH]) */
 	float *V, *Vt, *U, *UT, *dO, *dU, *dR;          /* [CH, Dv] (UT [Dv, CH]) */
-	float *A, *KK, *G, *P, *W;                      /* [CH, CH] */
+	float *A, *KK, *G, *P, *W, *E;                  /* [CH, CH] */
 	float *S, *dS, *S0T, *dST;                      /* [Dk, Dv] (the T's [Dv, Dk]) */
 	float *g, *beta, *eg, *el;                      /* [CH] */
 	double *gam, *dgam, *dbeta;                     /* [CH] */
@@ -348,7 +393,7 @@ struct gdr_ws {
 
 static size_t ws_floats(int Dk, int Dv)
 {
-	return (size_t)9 * CH * Dk + (size_t)7 * CH * Dv + (size_t)5 * CH * CH + (size_t)4 * Dk * Dv + 4 * CH +
+	return (size_t)9 * CH * Dk + (size_t)7 * CH * Dv + (size_t)6 * CH * CH + (size_t)4 * Dk * Dv + 4 * CH +
 	       3 * 2 * CH;
 }
 
@@ -356,7 +401,7 @@ static void ws_carve(struct gdr_ws *w, float *p, int Dk, int Dv)
 {
 	float **fk[] = { &w->Q, &w->K, &w->KT, &w->Kh, &w->Kx, &w->dq, &w->dk, &w->Y, &w->Z };
 	float **fv[] = { &w->V, &w->Vt, &w->U, &w->UT, &w->dO, &w->dU, &w->dR };
-	float **fc[] = { &w->A, &w->KK, &w->G, &w->P, &w->W };
+	float **fc[] = { &w->A, &w->KK, &w->G, &w->P, &w->W, &w->E };
 	float **fs[] = { &w->S, &w->dS, &w->S0T, &w->dST };
 	float **f1[] = { &w->g, &w->beta, &w->eg, &w->el };
 
@@ -364,7 +409,7 @@ static void ws_carve(struct gdr_ws *w, float *p, int Dk, int Dv)
 		*fk[i] = p;
 	for (int i = 0; i < 7; i++, p += (size_t)CH * Dv)
 		*fv[i] = p;
-	for (int i = 0; i < 5; i++, p += (size_t)CH * CH)
+	for (int i = 0; i < 6; i++, p += (size_t)CH * CH)
 		*fc[i] = p;
 	for (int i = 0; i < 4; i++, p += (size_t)Dk * Dv)
 		*fs[i] = p;
@@ -422,14 +467,18 @@ static void chunk_prep(struct gdr_ws *w, const struct gdr_args *a, int b, int h,
 		w->gam[i] = gm;
 		w->eg[i] = (float)exp(gm);
 	}
-	for (int i = 0; i < L; i++)
+	for (int i = 0; i < L; i++) {
 		w->el[i] = (float)exp(w->gam[L - 1] - w->gam[i]);
+		for (int j = 0; j <= i; j++)
+			w->E[i * CH + j] = (float)exp(w->gam[i] - w->gam[j]);
+	}
 	transpose(w->KT, w->K, L, Dk);
 	memset(w->KK, 0, sizeof(float) * CH * CH);
 	mm(w->KK, CH, w->K, Dk, 1, w->KT, L, L, L, Dk, MM_CLOWER);
+	/* A is kept negated: the solves below add -A_ij u_j */
 	for (int i = 0; i < L; i++)
 		for (int j = 0; j < CH; j++)
-			w->A[i * CH + j] = j < i ? w->beta[i] * (float)exp(w->gam[i] - w->gam[j]) * w->KK[i * CH + j] : 0;
+			w->A[i * CH + j] = j < i ? -(w->beta[i] * w->E[i * CH + j] * w->KK[i * CH + j]) : 0;
 	/* Vt = V - e^gamma (K S0); U = beta Vt, then (I + A) U = R by rows */
 	memset(w->Vt, 0, sizeof(float) * L * Dv);
 	mm(w->Vt, Dv, w->K, Dk, 1, w->S, Dv, L, Dv, Dk, MM_FULL);
@@ -439,9 +488,7 @@ static void chunk_prep(struct gdr_ws *w, const struct gdr_args *a, int b, int h,
 			w->Vt[x] = w->V[x] - w->eg[i] * w->Vt[x];
 			w->U[x] = w->beta[i] * w->Vt[x];
 		}
-	for (int i = 1; i < L; i++)
-		for (int j = 0; j < i; j++)
-			axpy(w->U + (long)i * Dv, -w->A[i * CH + j], w->U + (long)j * Dv, Dv);
+	solve_lower(w->U, w->A, L, Dv);
 }
 
 /* P_ij = e^(gamma_i - gamma_j) q~_i.k_j for j <= i, else 0 (G keeps q~_i.k_j) */
@@ -451,7 +498,7 @@ static void chunk_scores(struct gdr_ws *w, int L, int Dk)
 	mm(w->G, CH, w->Q, Dk, 1, w->KT, L, L, L, Dk, MM_CLOWER);
 	for (int i = 0; i < L; i++)
 		for (int j = 0; j < CH; j++)
-			w->P[i * CH + j] = j <= i ? (float)exp(w->gam[i] - w->gam[j]) * w->G[i * CH + j] : 0;
+			w->P[i * CH + j] = j <= i ? w->E[i * CH + j] * w->G[i * CH + j] : 0;
 }
 
 /* The forward of one chunk: its outputs, and w->S from S0 to S_end. */
@@ -480,12 +527,20 @@ static void chunk_fwd(struct gdr_ws *w, const struct gdr_args *a, int b, int h, 
 	mm(w->S, Dv, w->Kh, 1, Dk, w->U, Dv, Dk, Dv, L, MM_FULL);
 }
 
+typedef double gdr_v4d __attribute__((vector_size(32)));
+
+/* x.y in double, four lanes (element i in lane i % 4) added at the end */
 static double dotd(const float *x, const float *y, long n)
 {
+	gdr_v4d acc = { 0, 0, 0, 0 };
 	double s = 0;
-	for (long i = 0; i < n; i++)
+	long i = 0;
+
+	for (; i + 4 <= n; i += 4)
+		acc += (gdr_v4d){ x[i], x[i + 1], x[i + 2], x[i + 3] } * (gdr_v4d){ y[i], y[i + 1], y[i + 2], y[i + 3] };
+	for (; i < n; i++)
 		s += (double)x[i] * y[i];
-	return s;
+	return (acc[0] + acc[2]) + (acc[1] + acc[3]) + s;
 }
 
 /*
@@ -516,9 +571,7 @@ static void chunk_bwd(struct gdr_ws *w, const struct gdr_args *a, int b, int h, 
 	mm(w->dU, Dv, w->Kh, Dk, 1, w->dS, Dv, L, Dv, Dk, MM_FULL);
 	/* the transposed solve: dR = (I + A)^-T dU, last row first */
 	memcpy(w->dR, w->dU, sizeof(float) * L * Dv);
-	for (int j = L - 1; j > 0; j--)
-		for (int i = 0; i < j; i++)
-			axpy(w->dR + (long)i * Dv, -w->A[j * CH + i], w->dR + (long)j * Dv, Dv);
+	solve_upper(w->dR, w->A, L, Dv);
 
 	/* S_end: dk_j += e^(gamma_L - gamma_j) dS u_j, the decays' share of
 	 * gamma, and dS0 = e^gamma_L dS (below, once dS is no longer needed) */
@@ -544,7 +597,7 @@ static void chunk_bwd(struct gdr_ws *w, const struct gdr_args *a, int b, int h, 
 	mm(w->W, CH, w->dO, Dv, 1, w->UT, L, L, L, Dv, MM_CLOWER);
 	for (int i = 0; i < L; i++)
 		for (int j = 0; j < CH; j++) {
-			float pd = j <= i ? (float)exp(w->gam[i] - w->gam[j]) * w->W[i * CH + j] : 0;
+			float pd = j <= i ? w->E[i * CH + j] * w->W[i * CH + j] : 0;
 			w->W[i * CH + j] = pd;
 			if (j < i) {
 				double x = (double)pd * w->G[i * CH + j];
@@ -594,7 +647,7 @@ static void chunk_bwd(struct gdr_ws *w, const struct gdr_args *a, int b, int h, 
 	mm(w->W, CH, w->dR, Dv, 1, w->UT, L, L, L, Dv, MM_CLOWER);
 	for (int i = 0; i < L; i++)
 		for (int j = 0; j < CH; j++) {
-			float f = j < i ? -(float)exp(w->gam[i] - w->gam[j]) * w->W[i * CH + j] : 0;
+			float f = j < i ? -w->E[i * CH + j] * w->W[i * CH + j] : 0;
 			float hh = w->beta[i] * f;
 			w->W[i * CH + j] = hh;
 			if (j < i) {
