@@ -803,8 +803,15 @@ void hp_gdr_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, const 
 			      .seg = seg, .B = B, .T = T, .Hv = Hv, .Hk = Hk, .Dk = Dk, .Dv = Dv,
 			      .slots = gdr_slots(B, Hk), .scale = scale };
 
-	if (Hk <= 0 || Hv % Hk || T <= 0)
+	if (Hk <= 0 || Hv % Hk || T <= 0) {
+		size_t nt = (size_t)B * (T > 0 ? T : 0);
+		fill_nan(dq, nt * (Hk > 0 ? Hk : 0) * Dk);
+		fill_nan(dk, nt * (Hk > 0 ? Hk : 0) * Dk);
+		fill_nan(dv, nt * Hv * Dv);
+		fill_nan(dg, nt * Hv);
+		fill_nan(dbeta, nt * Hv);
 		return;
+	}
 	hp_parallel_for(a.slots, 1, 1, bwd_slots, &a);
 }
 

@@ -428,7 +428,8 @@ void hp_gdn_gates_bwd(float *db, float *da, float *dA_log, float *ddt_bias, cons
  * saved (hp_gdr_saved_floats floats; may be NULL when no backward follows),
  * the state at the start of each chunk of 64, which the backward reads;
  * both need scratch of hp_gdr_scratch_floats(B, Hv, Dk, Dv) floats, 8-byte
- * aligned (it depends on the pool's thread count, fixed per process). */
+ * aligned (it depends on the pool's thread count, fixed per process).
+ * Hv not a multiple of Hk is the caller's bug: the outputs are NaN. */
 #define HP_GDR_CHUNK 64
 int hp_gdr_ref_fwd(float *out, const float *q, const float *k, const float *v, const float *g,
 		   const float *beta, const int32_t *seg, int B, int T, int Hv, int Hk, int Dk, int Dv,
