@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "common-main.h"
 #include "config/config.h"
+#include "model/params.h"
 #include "config/hfconfig.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"

@@ -1282,38 +1282,3 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 	}
 	return o;
 }
-
-long long hp_model_spec_nparams(const struct hp_model_spec *s)
-{
-	int64_t C = s->hidden, I = s->intermediate, hd = s->head_dim, QD, KD, attn, dense, moe = 0, n, t;
-	int bad = hp_mul_size(s->n_heads, hd, &QD) | hp_mul_size(s->n_kv_heads, hd, &KD);
-
-	/* checked.h: q, k, v, o and their norms and biases; a layer's MLP */
-	bad |= hp_mul3_size(C, QD, 2, &attn) | hp_mul3_size(2 * C, KD, 1, &t) | hp_add_size(attn, t, &attn);
-	bad |= hp_add_size(attn, (s->qk_norm ? 2 * hd : 0) + (s->qkv_bias ? QD + 2 * KD : 0) +
-			   (s->o_bias ? C : 0) + 2 * C + (s->attn_sinks ? s->n_heads : 0), &attn);
-	if (s->mla) {   /* multi-head latent attention: hp_model_spec_params' list */
-		int64_t H = s->n_heads, qk = s->qk_nope + s->qk_rope, R = s->q_lora_rank, L = s->kv_lora_rank;
-		int64_t ka = L + s->qk_rope;
-
-		attn = (R ? R * C + R + H * qk * R + (s->qkv_bias ? R : 0) : H * qk * C) +
-		       ka * C + (s->qkv_bias ? ka : 0) + L + H * (s->qk_nope + s->v_head) * L +
-		       C * H * s->v_head + (s->o_bias ? C : 0) + 2 * C;
-	}
-	bad |= hp_mul3_size(3, C, I, &dense);
-	if (s->n_experts)
-		bad |= hp_mul3_size(s->n_experts, 3 * C, s->moe_intermediate, &moe) |
-		       hp_add_size(moe, (int64_t)s->n_experts * C, &moe) |
-		       /* router bias, each expert's gate, up and down biases */
-		       hp_add_size(moe, s->moe_bias ? (int64_t)s->n_experts * (1 + 2 * s->moe_intermediate + C) : 0,
-				   &moe) |
-		       /* DeepSeek: the correction bias and the shared experts */
-		       hp_add_size(moe, s->router_group ? s->n_experts + 3 * C * (int64_t)s->moe_intermediate * s->n_shared :
-				   0, &moe);
-	bad |= hp_mul_size(s->vocab, C, &n) | hp_add_size(n, C, &n);
-	for (int l = 0; l < s->n_layers && !bad; l++)
-		bad |= hp_add_size(n, attn, &n) | hp_add_size(n, hp_model_spec_layer_is_moe(s, l) ? moe : dense, &n);
-	if (!s->tie_word_embeddings)
-		bad |= hp_mul_size(s->vocab, C, &t) | hp_add_size(n, t, &n);
-	return bad ? -1 : n;
-}

@@ -186,8 +186,4 @@ int hp_hfconfig_load_buf(struct hp_model_spec *s, const char *name, const char *
 struct json_t;
 struct json_t *hp_model_spec_json(const struct hp_model_spec *s);
 
-/* Number of parameters the spec implies (tied embeddings counted once);
- * -1 when it overflows 64 bits (hp_plan_resolve refuses such a model). */
-long long hp_model_spec_nparams(const struct hp_model_spec *s);
-
 #endif

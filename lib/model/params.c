@@ -1,6 +1,7 @@
 /*
  * params.c - the canonical parameter list of a model spec (see params.h).
  */
+#include "base/checked.h"
 #include "format/safetensors.h"
 #include "model/params.h"
 
@@ -310,3 +311,24 @@ mlp:
 	return 0;
 }
 
+struct count {
+	int64_t n;
+	int bad;
+};
+
+static int count_numel(void *ctx, const struct hp_param_desc *d)
+{
+	struct count *c = ctx;
+	int64_t k;
+
+	c->bad |= hp_mul_size(d->shape[0], d->shape[1], &k) | hp_add_size(c->n, k, &c->n);
+	return c->bad;   /* the first overflow ends the walk */
+}
+
+long long hp_model_spec_nparams(const struct hp_model_spec *s)
+{
+	struct count c = { 0, 0 };
+
+	hp_model_spec_params(s, count_numel, &c);
+	return c.bad ? -1 : c.n;
+}

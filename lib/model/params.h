@@ -129,4 +129,10 @@ int hp_param_is_stacked(const struct hp_model_spec *s, const char *name);
  * first non-zero return and return it (0 when all were visited). */
 int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ctx);
 
+/* The elements of every parameter hp_model_spec_params lists (tied
+ * embeddings counted once; DeepSeek's correction-bias buffer, which the
+ * checkpoint holds, counted too); -1 when the sum overflows 64 bits
+ * (hp_plan_resolve refuses such a model). */
+long long hp_model_spec_nparams(const struct hp_model_spec *s);
+
 #endif

@@ -18,6 +18,7 @@
 #include "base/alloc.h"
 #include "config/hfconfig.h"
 #include "model/model.h"
+#include "model/params.h"
 #include "data/online.h"
 #include "dist/optim.h"
 #include "format/safetensors.h"
