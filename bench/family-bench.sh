@@ -42,11 +42,11 @@ smoke=${HP_BENCH_SMOKE:-0}
 if [ "$smoke" = 1 ]; then
 	steps=${HP_BENCH_STEPS:-2} threads=${HP_BENCH_THREADS:-1} warmup=1 batch=1 seq=32
 	hidden=64 layers=2 heads=4 kv=2 hd=16 experts=4 inter=64 window=16
-	ds="q_lora 32 kv_lora 16 nope 8 rope 8 v 8 experts 8 groups 2 kept 1 moe 32 inter 128"
+	q_lora=32 kv_lora=16 nope=8 rope=8 v=8 dexperts=8 groups=2 kept=1 moe=32 dinter=128   # DeepSeek-V3
 else
 	steps=${HP_BENCH_STEPS:-10} threads=${HP_BENCH_THREADS:-"1 2"} warmup=2 batch=4 seq=256
 	hidden=256 layers=4 heads=8 kv=2 hd=32 experts=8 inter=256 window=128
-	ds="q_lora 128 kv_lora 64 nope 32 rope 16 v 32 experts 16 groups 4 kept 2 moe 128 inter 512"
+	q_lora=128 kv_lora=64 nope=32 rope=16 v=32 dexperts=16 groups=4 kept=2 moe=128 dinter=512   # DeepSeek-V3
 fi
 for b in hp-train hp-test-tool; do
 	[ -x "$build/bin/$b" ] || die "'$build/bin/$b': not built; run make"
@@ -85,9 +85,6 @@ bench_model "$py" "$src/bench/hf_torch.py" "$tmp/oss.yaml"
 printf '\n%s\n' "GPT-OSS (hidden $hidden, $layers layers, window $window on even layers, $experts experts top-2, intermediate $inter), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
 bench_against "$py" "$src/bench/hf_torch.py" "$tmp/oss.yaml" "hf tok/s" "transformers"
 
-# shellcheck disable=SC2086 # the named sizes
-set -- $ds
-q_lora=$2 kv_lora=$4 nope=$6 rope=$8 v=${10} dexperts=${12} groups=${14} kept=${16} moe=${18} dinter=${20}
 rm -rf "$tmp/model" && mkdir -p "$tmp/model" || die "cannot create '$tmp/model'"
 cat >"$tmp/model/config.json" <<JSON
 {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",

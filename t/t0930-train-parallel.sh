@@ -185,7 +185,15 @@ test_expect_success MPI 'DeepSeek-V3: the auxiliary-loss-free bias update, as it
 	hp-test-tool stget "$d/model.safetensors" model.layers.2.mlp.gate.e_score_correction_bias >z0 &&
 	cmp z0 z1 &&
 	test_must_fail_with 4 hp-train -q qwen3-moe-a.yaml --training.moe_router_bias_update_rate=0.01 2>err &&
-	test_one_line err && grep -q "model_type qwen3_moe has no expert bias to move" err
+	test_one_line err && grep -q "model_type qwen3_moe has no expert bias to move" err &&
+	# the one-process replay would not move the bias: refused, not left to diverge
+	test_must_fail_with 4 mpiexec -n 2 hp-verify dsk.yaml ${DEVICE_ARGS:-} $F.dp_shard_size=2 \
+		--training.moe_router_bias_update_rate=0.01 2>err &&
+	grep -q "moe_router_bias_update_rate with hp-verify or validate_placement" err &&
+	rm -f bv.jsonl &&
+	test_must_fail_with 4 mpiexec -n 2 hp-train -q dsk.yaml ${DEVICE_ARGS:-} $F.dp_shard_size=2 \
+		--model.validate_placement=true --training.moe_router_bias_update_rate=0.01 --metrics bv.jsonl 2>err &&
+	grep -q "moe_router_bias_update_rate with hp-verify or validate_placement" err && test ! -e bv.jsonl
 '
 
 test_expect_success MPI 'the 8-rank metrics carry each step'\''s bytes: hp-plan'\''s estimate for rank 0' '

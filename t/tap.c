@@ -107,6 +107,17 @@ double tap_rel_l2(const float *got, const float *want, size_t n, double floor)
 	return sqrt(num) / den;
 }
 
+double tap_urand(uint64_t *state)
+{
+	uint64_t x = *state;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*state = x;
+	return ((double)((x * 0x2545f4914f6cdd1dull) >> 11) + 0.5) / 9007199254740992.0;
+}
+
 double tap_bound_err(const float *got, const float *want, const double *mag, size_t n, double k)
 {
 	double worst = 0;

@@ -10,6 +10,7 @@
 #define HP_TAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 int tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -102,6 +103,10 @@ int tap_child(int threads, const char *level, int (*fn)(void *), void *arg);
 
 /* max_i |got_i - want_i| / (k u mag_i): at most 1 when every element is
  * within its bound; an element with mag_i == 0 must match exactly. */
+/* xorshift64*: deterministic test data, the next value of *state in
+ * (0, 1), 53 bits; each test keeps its own state (and seed). */
+double tap_urand(uint64_t *state);
+
 double tap_bound_err(const float *got, const float *want, const double *mag, size_t n, double k);
 
 #endif

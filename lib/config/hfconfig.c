@@ -101,7 +101,7 @@ enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS, SW_TYPES };
 
 /*
  * What each model type's configuration and modeling code in transformers
- * decide (4.57 and 5.24 agree on all of it):
+ * decide (4.57 and 5.24 agree on all of it but deepseek_v3's masked groups):
  *   llama     biases from attention_bias (q/k/v/o), mlp_bias, pretraining_tp;
  *             no sliding window
  *   mistral   no biases; sliding_window (default 4096) on every layer when
@@ -126,6 +126,13 @@ enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS, SW_TYPES };
  *             full softmax: the same numbers), the clamped SwiGLU
  *             (swiglu_limit 7, swiglu_alpha 1.702; 4.57 has no
  *             swiglu_alpha key and uses 1.702)
+ *   deepseek_v3 multi-head latent attention (parse_mla_dims; attention_bias
+ *             on q_a_proj, kv_a_proj_with_mqa and o_proj); dense layers
+ *             before first_k_dense_replace, then MoE layers with shared
+ *             experts and the sigmoid group-limited router with its
+ *             correction bias (parse_deepseek); n_routed_experts is
+ *             num_local_experts in 5.x; the groups it drops score 0 in
+ *             4.57, -inf in 5.x
  */
 struct family {
 	const char *model_type, *arch;

@@ -4,8 +4,8 @@
  * config.json is read as both transformers release lines write it: 4.x
  * (top-level rope_theta and rope_scaling, torch_dtype, num_experts) and 5.x
  * (rope_parameters, dtype, num_local_experts).  The model types are llama,
- * mistral, qwen2, qwen3, qwen3_moe and gpt_oss, each with the defaults of
- * its own configuration class.
+ * mistral, qwen2, qwen3, qwen3_moe, gpt_oss and deepseek_v3, each with the
+ * defaults of its own configuration class.
  *
  * Every top-level key falls in one of three lists kept in hfconfig.c:
  * implemented (it changes what hp computes, exactly as transformers does),
@@ -58,7 +58,7 @@ struct hp_rope_spec {
 enum hp_moe_act { HP_MOE_ACT_SWIGLU, HP_MOE_ACT_CLAMPED };
 
 struct hp_model_spec {
-	char model_type[32];        /* "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss" */
+	char model_type[32];        /* "llama", ..., "qwen3_moe", "gpt_oss", "deepseek_v3" */
 	char architecture[64];      /* architectures[0], e.g. "LlamaForCausalLM" */
 	int hidden;                 /* hidden_size */
 	int intermediate;           /* intermediate_size */

@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "model/init.h"
+#include "model/params.h"
 
 enum hp_init_kind hp_init_kind_of(const char *hf_name)
 {
@@ -34,8 +35,9 @@ enum hp_init_kind hp_init_kind_of(const char *hf_name)
 	/* GPT-OSS's router bias is drawn like its weight (GptOssTopKRouter) */
 	if (len >= 16 && !strcmp(hf_name + len - 16, ".mlp.router.bias"))
 		return HP_INIT_NORMAL;
-	/* DeepSeek's e_score_correction_bias buffer starts at zero (its _init_weights) */
-	if (len >= 24 && !strcmp(hf_name + len - 24, ".e_score_correction_bias"))
+	/* a frozen buffer (DeepSeek's e_score_correction_bias) starts at zero,
+	 * as its _init_weights has it */
+	if (hp_param_frozen(hf_name))
 		return HP_INIT_ZEROS;
 	/* A parameter called exactly "bias" (not e.g. a "..._bias" buffer). */
 	if (len >= sizeof(bias) - 1 && !strcmp(hf_name + len - (sizeof(bias) - 1), bias) &&

@@ -1,7 +1,7 @@
 /*
  * model.h - a decoder-only transformer (HF LlamaForCausalLM,
  * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
- * Qwen3MoeForCausalLM) in F32 on a backend (lib/backend/backend.h:
+ * Qwen3MoeForCausalLM, GptOssForCausalLM, DeepseekV3ForCausalLM) in F32 on a backend (lib/backend/backend.h:
  * the CPU, or a GPU): parameters, gradients and activations in arenas,
  * forward, backward.  One orchestration for every backend and layout.
  *

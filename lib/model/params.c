@@ -28,11 +28,17 @@ int hp_param_uncopied(const char *name, int tied)
 	return !tied && !strcmp(name, EMBED_NAME);
 }
 
+/* name ends with suffix, after something */
+static int ends(const char *name, const char *suffix)
+{
+	size_t n = strlen(name), k = strlen(suffix);
+
+	return n > k && !strcmp(name + n - k, suffix);
+}
+
 int hp_param_frozen(const char *name)
 {
-	size_t n = strlen(name), k = strlen(".e_score_correction_bias");
-
-	return n > k && !strcmp(name + n - k, ".e_score_correction_bias");
+	return ends(name, ".e_score_correction_bias");
 }
 
 int hp_param_tp_partial(const char *name)
@@ -41,14 +47,10 @@ int hp_param_tp_partial(const char *name)
 		".q_norm.weight", ".k_norm.weight", ".q_a_proj.weight", ".q_a_proj.bias", ".q_a_layernorm.weight",
 		".kv_a_proj_with_mqa.weight", ".kv_a_proj_with_mqa.bias", ".kv_a_layernorm.weight",
 	};
-	size_t n = strlen(name);
 
-	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
-		size_t k = strlen(sfx[i]);
-
-		if (n > k && !strcmp(name + n - k, sfx[i]))
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++)
+		if (ends(name, sfx[i]))
 			return 1;
-	}
 	return 0;
 }
 

@@ -8,11 +8,15 @@
  *
  * Order: model.embed_tokens.weight; for each layer input_layernorm,
  * q_proj (+bias), k_proj (+bias), v_proj (+bias), o_proj (+bias), q_norm,
- * k_norm (Qwen3), sinks (GPT-OSS), post_attention_layernorm, then either the
- * dense MLP (gate, up, down) or the router (mlp.gate; GPT-OSS: mlp.router
- * and its bias) and each expert's gate, up, down (GPT-OSS: then their
- * biases, so that gate and up stay adjacent, and every expert's block has
- * one size); then model.norm.weight and lm_head.weight unless the
+ * k_norm (Qwen3), sinks (GPT-OSS) -- or DeepSeek-V3's latent attention:
+ * q_a_proj (+bias), q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa
+ * (+bias), kv_a_layernorm, kv_b_proj, o_proj (+bias) --,
+ * post_attention_layernorm, then either the dense MLP (gate, up, down) or
+ * the router (mlp.gate; GPT-OSS: mlp.router and its bias; DeepSeek-V3:
+ * then its e_score_correction_bias) and each expert's gate, up, down
+ * (GPT-OSS: then their biases, so that gate and up stay adjacent, and
+ * every expert's block has one size), then DeepSeek-V3's shared experts'
+ * gate, up, down; then model.norm.weight and lm_head.weight unless the
  * embeddings are tied.  GPT-OSS's checkpoints hold the experts stacked and
  * transposed (experts.gate_up_proj [E, C, 2*Im], gate and up interleaved
  * by column); hp names them one by one as Qwen3-MoE's hub files do, and

@@ -88,6 +88,7 @@ struct run {
 	struct hp_ckpt_lock lock;       /* checkpoint_dir, held by rank 0 while it saves there */
 	int dumped;                 /* --dump-grads file written by this run */
 	double *loads;              /* moe_router_bias_update_rate: the step's router loads */
+	int *bias_at;               /* ... and each layer's correction bias in the plan's list (-1: none) */
 	struct hp_model_par par;
 	struct hp_verify verify;        /* validation mode or hp-verify */
 	int verifying;
@@ -702,6 +703,20 @@ static int check_bias_update(struct run *r, const struct hp_train_opts *o, struc
 	if (o->verify || r->cfg.model.validate_placement)
 		return hp_err_set(e, HP_EUNSUP, "'%s': $.training.moe_router_bias_update_rate with hp-verify or "
 				  "validate_placement: the one-process replay does not move the bias yet", r->cfg.path);
+	/* where each layer's bias is in the plan's list, found once */
+	int L = r->spec.n_layers;
+	if (!(r->loads = hp_calloc((size_t)L * (size_t)r->spec.n_experts, sizeof(double))) ||
+	    !(r->bias_at = hp_malloc((size_t)L * sizeof(int))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the router's loads");
+	for (int l = 0; l < L; l++) {
+		char name[96];
+
+		snprintf(name, sizeof(name), "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+		r->bias_at[l] = -1;
+		for (int i = 0; hp_model_spec_layer_is_moe(&r->spec, l) && i < r->plan->nparams; i++)
+			if (!strcmp(r->plan->params[i].name, name))
+				r->bias_at[l] = i;
+	}
 	return 0;
 }
 
@@ -733,18 +748,12 @@ static int bias_update(struct run *r, double *loads, struct hp_err *e)
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the router's bias");
 	for (size_t l = 0; l < L && !rc; l++) {
 		const double *ld = loads + l * E;
-		char name[96];
 		double mean = 0;
 		float *dev;
 		int64_t first = 0, n = (int64_t)E;
-		int i;
+		int i = r->bias_at[l];
 
-		if (!hp_model_spec_layer_is_moe(s, (int)l))
-			continue;
-		snprintf(name, sizeof(name), "model.layers.%zu.mlp.gate.e_score_correction_bias", l);
-		for (i = 0; i < r->plan->nparams && strcmp(r->plan->params[i].name, name); i++)
-			;
-		if (i == r->plan->nparams)
+		if (i < 0)
 			continue;
 		if (r->dist) {   /* this rank's shard of it, if any */
 			if (!r->fsdp.mp[i] || r->fsdp.pc[i].nrows <= 0)
@@ -1861,11 +1870,7 @@ static int train_loop(struct run *r, const struct hp_train_opts *o, FILE *out, s
 					  "(debug.check_nan_inf: false trains on)", step, num(b0, rep.loss), num(b1, norm));
 		}
 		/* DeepSeek's correction bias moves once the step is known good */
-		if (c->training.moe_router_bias_update_rate > 0) {
-			size_t nl = (size_t)m->gspec.n_layers * (size_t)m->gspec.n_experts;
-
-			if (!r->loads && !(r->loads = hp_calloc(nl, sizeof(double))))
-				return hp_err_set(e, HP_ENOMEM, "out of memory for the router's loads");
+		if (r->bias_at) {
 			if ((rc = bias_update(r, r->loads, e)))
 				return hp_err_prefix(e, "step %ld", step);
 			rep.loads = r->loads;
@@ -2185,6 +2190,7 @@ static void run_free(struct run *r)
 	hp_free(r->pp_act);
 	hp_free(r->pp_wait);
 	hp_free(r->loads);
+	hp_free(r->bias_at);
 	if (r->stale)
 		r->bk->free(r->bk, r->stale);
 	close_metrics(r, 0, NULL);

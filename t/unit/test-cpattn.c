@@ -50,11 +50,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static double urand(void)
 {
-	/* xorshift64*: deterministic, good enough for test data; in (0, 1) */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return ((double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) + 0.5) / 9007199254740992.0;
+	return tap_urand(&rng_state);
 }
 
 /* N(0, 1) by Box-Muller: q . k / sqrt(D) is then N(0, 1), scores are O(1). */

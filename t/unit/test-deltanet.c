@@ -38,10 +38,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static double urand(void)
 {
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return ((double)((rng * 0x2545f4914f6cdd1dull) >> 11) + 0.5) / 9007199254740992.0;
+	return tap_urand(&rng);
 }
 
 static float randn(void)
