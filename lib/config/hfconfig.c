@@ -133,6 +133,21 @@ enum sw_rule { SW_NONE, SW_ALL, SW_FLAG_ALL, SW_LAYERS, SW_TYPES };
  *             correction bias (parse_deepseek); n_routed_experts is
  *             num_local_experts in 5.x; the groups it drops score 0 in
  *             4.57, -inf in 5.x
+ *   qwen3_next, qwen3_5_text, qwen3_5_moe_text (5.x's text configs of
+ *             Qwen3.5; 4.57 has qwen3_next only)
+ *             layer_types of linear_attention (Gated DeltaNet) and
+ *             full_attention (default: every full_attention_interval-th,
+ *             4); gated full attention (q_proj doubled, q/k norms, the
+ *             output times sigmoid(gate)), head_dim default 256, partial
+ *             RoPE (partial_rotary_factor, default 0.25: 4.x reads the
+ *             top-level key, 5.x the rope dict's, then the top-level one);
+ *             zero-centred RMSNorms; the linear_* sizes (parse_gdn);
+ *             qwen3_next: MoE as qwen3_moe (norm_topk_prob default true,
+ *             mlp_only_layers, decoder_sparse_step) plus a shared expert
+ *             of shared_expert_intermediate_size behind a sigmoid gate;
+ *             qwen3_5_moe_text: every layer MoE, top-k always
+ *             renormalised, the shared expert likewise; no
+ *             intermediate_size
  */
 struct family {
 	const char *model_type, *arch;
@@ -143,16 +158,20 @@ struct family {
 	int bias_default, oss;      /* attention_bias's default; gpt_oss */
 	double eps, theta;          /* rms_norm_eps and rope_theta defaults */
 	int mla;                    /* deepseek_v3 */
+	int gdn;                    /* Gated DeltaNet hybrids: 1 qwen3_next (fused projections), 2 qwen3_5 (split) */
 };
 
 static const struct family families[] = {
-	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0, 0, 0, 1e-6, 1e4, 0 },
-	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8, 0, 0, 1e-6, 1e4, 0 },
-	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4, 0 },
-	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 128, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4, 0 },
-	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4, 0, 0, 1e-6, 1e4, 0 },
-	{ "gpt_oss", "GptOssForCausalLM", BIAS_KEY, 0, 1, 64, SW_TYPES, 131072, 8, 1, 1, 1e-5, 150000, 0 },
-	{ "deepseek_v3", "DeepseekV3ForCausalLM", BIAS_KEY, 0, 1, 0, SW_NONE, 4096, 0, 0, 0, 1e-6, 1e4, 1 },
+	{ "llama", "LlamaForCausalLM", BIAS_KEY, 0, 0, 0, SW_NONE, 2048, 0, 0, 0, 1e-6, 1e4, 0, 0 },
+	{ "mistral", "MistralForCausalLM", BIAS_NONE, 0, 0, 0, SW_ALL, 4096 * 32, 8, 0, 0, 1e-6, 1e4, 0, 0 },
+	{ "qwen2", "Qwen2ForCausalLM", BIAS_QKV, 0, 0, 0, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4, 0, 0 },
+	{ "qwen3", "Qwen3ForCausalLM", BIAS_KEY, 1, 0, 128, SW_LAYERS, 32768, 0, 0, 0, 1e-6, 1e4, 0, 0 },
+	{ "qwen3_moe", "Qwen3MoeForCausalLM", BIAS_KEY, 1, 1, 0, SW_FLAG_ALL, 32768, 4, 0, 0, 1e-6, 1e4, 0, 0 },
+	{ "gpt_oss", "GptOssForCausalLM", BIAS_KEY, 0, 1, 64, SW_TYPES, 131072, 8, 1, 1, 1e-5, 150000, 0, 0 },
+	{ "deepseek_v3", "DeepseekV3ForCausalLM", BIAS_KEY, 0, 1, 0, SW_NONE, 4096, 0, 0, 0, 1e-6, 1e4, 1, 0 },
+	{ "qwen3_next", "Qwen3NextForCausalLM", BIAS_KEY, 1, 1, 256, SW_NONE, 32768, 2, 0, 0, 1e-6, 1e4, 0, 1 },
+	{ "qwen3_5_text", "Qwen3_5ForCausalLM", BIAS_KEY, 1, 0, 256, SW_NONE, 32768, 4, 0, 0, 1e-6, 1e4, 0, 2 },
+	{ "qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", BIAS_KEY, 1, 1, 256, SW_NONE, 32768, 2, 0, 0, 1e-6, 1e4, 0, 2 },
 };
 
 static const struct family *family_of(const char *model_type)
@@ -237,8 +256,25 @@ static int family_key(const struct family *f, const char *k)
 		"ep_size", "aux_loss_alpha", "seq_aux",
 	};
 
+	static const char *const gdn[] = {
+		"linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+		"linear_num_value_heads", "layer_types", "full_attention_interval",
+	};
+	static const char *const gdn_moe[] = {
+		"num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+		"output_router_logits", "router_aux_loss_coef",
+	};
+
 	if (f->bias == BIAS_KEY && !strcmp(k, "attention_bias"))
 		return 1;
+	if (f->gdn) {
+		if (in_list(gdn, sizeof(gdn) / sizeof(gdn[0]), k))
+			return 1;
+		if (f->gdn == 1 && (in_list(moe, sizeof(moe) / sizeof(moe[0]), k) ||
+				    !strcmp(k, "shared_expert_intermediate_size")))
+			return 1;
+		return f->moe && in_list(gdn_moe, sizeof(gdn_moe) / sizeof(gdn_moe[0]), k);
+	}
 	if (f->mla)
 		return in_list(mla, sizeof(mla) / sizeof(mla[0]), k);
 	if (f->oss)
@@ -305,13 +341,56 @@ static int rope_num(struct ctx *c, const char *key, double *out)
 	return get_num(c, key, 0, out);
 }
 
+/*
+ * partial_rotary_factor: the share of each head RoPE rotates, int(head_dim
+ * x factor) values (transformers' dim), into s->rope_dim.  The Gated
+ * DeltaNet hybrids default it to 0.25; 4.x reads the top-level key, 5.x
+ * the rope dict's first, then the top-level one (so when both are given
+ * they must agree).  Other families: only 1.
+ */
+static int parse_partial(struct ctx *c, const struct family *f, struct hp_model_spec *s, struct ctx *sub,
+			 int five)
+{
+	json_t *top = json_object_get(c->root, "partial_rotary_factor");
+	json_t *in = sub ? json_object_get(sub->root, "partial_rotary_factor") : NULL;
+	double x = f->gdn ? 0.25 : 1.0, y;
+	int rc;
+
+	if (top && !json_is_null(top) && (rc = get_num(c, "partial_rotary_factor", 1.0, &x)))
+		return rc;
+	if (in && !json_is_null(in)) {
+		if ((rc = get_num(sub, "partial_rotary_factor", 1.0, &y)))
+			return rc;
+		if (top && !json_is_null(top) && y != x)
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': partial_rotary_factor %g and %spartial_rotary_factor "
+					  "%g differ; transformers 4.x reads the first, 5.x the second", c->path, x,
+					  sub->pre, y);
+		if (!five && f->gdn)   /* 4.x reads the top-level key only */
+			y = x;
+		x = y;
+	}
+	if (!f->gdn) {
+		if (x != 1.0)
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': partial_rotary_factor %g is not supported for %s "
+					  "(only 1)", c->path, x, f->model_type);
+		return 0;
+	}
+	int d = (int)(s->head_dim * x);
+	if (!(x > 0 && x <= 1) || d < 2 || d % 2)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': partial_rotary_factor %g rotates %d of head_dim %d values; "
+				  "expected an even count of at least 2", c->path, x, d, s->head_dim);
+	s->rope_dim = d;
+	s->partial_rotary = x;
+	return 0;
+}
+
 /* RoPE from dict d (NULL: none) of rope_parameters (five) or rope_scaling. */
 static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_spec *s, json_t *d, int five)
 {
 	json_t *v, *tv;
 	struct hp_rope_spec *r = &s->rope;
 	struct ctx sub = *c;
-	double top_theta, x;
+	double top_theta;
 	const char *k, *type = "default";
 	int rc;
 	static const char *const known[] = {
@@ -319,6 +398,9 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 		"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
 		"mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor",
 	};
+	/* Qwen3.5's multimodal RoPE: for text, whose three position ids are
+	 * the same, every section rotates by the one position (1-D RoPE) */
+	static const char *const mrope[] = { "mrope_section", "mrope_interleaved" };
 
 	if ((rc = get_num(c, "rope_theta", f->theta, &top_theta)))
 		return rc;
@@ -332,6 +414,8 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 			if (json_is_object(v))
 				return hp_err_set(c->e, HP_EUNSUP, "'%s': %s%s: per-layer-type RoPE parameters "
 						  "are not supported", c->path, sub.pre, k);
+			if (f->gdn == 2 && in_list(mrope, 2, k))
+				continue;
 			if (!in_list(known, sizeof(known) / sizeof(known[0]), k)) {
 				size_t n = strlen(s->unknown);
 				snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s%s", n ? ", " : "", sub.pre, k);
@@ -358,11 +442,10 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 						  "differ; transformers 4.x reads the first, 5.x the second",
 						  c->path, top_theta, sub.pre, r->theta);
 		}
-		if ((rc = get_num(&sub, "partial_rotary_factor", 1.0, &x)))
+		if ((rc = parse_partial(c, f, s, &sub, five)))
 			return rc;
-		if (x != 1.0)
-			return hp_err_set(c->e, HP_EUNSUP, "'%s': %spartial_rotary_factor %g is not supported "
-					  "(only 1)", c->path, sub.pre, x);
+	} else if ((rc = parse_partial(c, f, s, NULL, 0))) {
+		return rc;
 	}
 	int r_type = -1;
 	for (size_t i = 0; i < sizeof(rope_names) / sizeof(rope_names[0]); i++)
@@ -654,15 +737,15 @@ static int parse_experts(struct ctx *c, struct hp_model_spec *s, const char *own
 	return get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef);
 }
 
-static int parse_moe(struct ctx *c, struct hp_model_spec *s)
+static int parse_moe(struct ctx *c, struct hp_model_spec *s, int def_e, int def_k, int def_im, int def_norm)
 {
 	json_t *v;
 	int rc;
 
-	if ((rc = parse_experts(c, s, "num_experts", "num_local_experts", 128, 8)) ||
-	    (rc = get_dim(c, "moe_intermediate_size", 0, 768, &s->moe_intermediate)) ||
+	if ((rc = parse_experts(c, s, "num_experts", "num_local_experts", def_e, def_k)) ||
+	    (rc = get_dim(c, "moe_intermediate_size", 0, def_im, &s->moe_intermediate)) ||
 	    (rc = get_dim(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
-	    (rc = get_bool(c, "norm_topk_prob", 0, &s->norm_topk_prob)))
+	    (rc = get_bool(c, "norm_topk_prob", def_norm, &s->norm_topk_prob)))
 		return rc;
 	if ((rc = at_most(c, "moe_intermediate_size", s->moe_intermediate, HP_MAX_DIM)))
 		return rc;
@@ -835,12 +918,89 @@ static int parse_deepseek(struct ctx *c, struct hp_model_spec *s)
 			  "num_mtp_layers", 0, 1, &mtp)))
 		return rc;
 	s->n_mtp = mtp;
+	s->shared_inter = s->moe_intermediate * s->n_shared;
 	for (int l = 0; l < first_k && l < HP_MAX_LAYERS; l++)
 		s->mlp_only[l] = 1;
 	s->decoder_sparse_step = 1;
 	s->router_group = 1;
 	s->group_mask_zero = !strncmp(s->transformers_version, "4.", 2);
 	return 0;
+}
+
+/*
+ * The Gated DeltaNet hybrids (Qwen3NextConfig, Qwen3_5TextConfig,
+ * Qwen3_5MoeTextConfig): which layers are linear, the linear layers'
+ * sizes, and the MoE with its gated shared expert.
+ */
+static int parse_gdn(struct ctx *c, const struct family *f, struct hp_model_spec *s)
+{
+	json_t *v = json_object_get(c->root, "layer_types"), *x;
+	int rc, every = 4;
+	size_t i;
+
+	if ((rc = get_dim(c, "linear_conv_kernel_dim", 0, 4, &s->lin_conv)) ||
+	    (rc = get_dim(c, "linear_key_head_dim", 0, 128, &s->lin_kd)) ||
+	    (rc = get_dim(c, "linear_value_head_dim", 0, 128, &s->lin_vd)) ||
+	    (rc = get_dim(c, "linear_num_key_heads", 0, 16, &s->lin_kh)) ||
+	    (rc = get_dim(c, "linear_num_value_heads", 0, 32, &s->lin_vh)) ||
+	    (rc = get_dim(c, "full_attention_interval", 0, 4, &every)))
+		return rc;
+	if (s->lin_vh % s->lin_kh)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': linear_num_value_heads %d is not a multiple of "
+				  "linear_num_key_heads %d", c->path, s->lin_vh, s->lin_kh);
+	if ((rc = at_most(c, "linear_conv_kernel_dim", s->lin_conv, 1024)) ||
+	    (rc = at_most(c, "linear_key_head_dim", s->lin_kd, 1024)) ||
+	    (rc = at_most(c, "linear_value_head_dim", s->lin_vd, 1024)) ||
+	    (rc = at_most(c, "linear_num_value_heads x linear_value_head_dim", (long long)s->lin_vh * s->lin_vd,
+			  HP_MAX_DIM)) ||
+	    (rc = at_most(c, "linear_num_key_heads x linear_key_head_dim", (long long)s->lin_kh * s->lin_kd,
+			  HP_MAX_DIM)))
+		return rc;
+	memset(s->linear, 0, sizeof(s->linear));
+	if (v && !json_is_null(v)) {
+		if (!json_is_array(v) || json_array_size(v) != (size_t)s->n_layers)
+			return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'layer_types': expected a list of %d "
+					  "layer types", c->path, s->n_layers);
+		json_array_foreach(v, i, x) {
+			const char *t = json_is_string(x) ? json_string_value(x) : "";
+
+			if (!strcmp(t, "linear_attention"))
+				s->linear[i] = 1;
+			else if (strcmp(t, "full_attention"))
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] '%s' is not supported; "
+						  "supported: linear_attention, full_attention", c->path, i, t);
+		}
+	} else {
+		for (int l = 0; l < s->n_layers; l++)
+			s->linear[l] = (l + 1) % every != 0;
+	}
+	s->n_linear = 0;
+	for (int l = 0; l < s->n_layers; l++)
+		s->n_linear += s->linear[l];
+	s->lin_split = f->gdn == 2;
+	s->attn_gate = 1;
+	s->norm_zc = 1;
+	if (!f->moe)
+		return 0;
+	if (f->gdn == 1)
+		rc = parse_moe(c, s, 512, 10, 512, 1);
+	else if (!(rc = parse_experts(c, s, "num_experts", "num_local_experts", 256, 8)))
+		rc = get_dim(c, "moe_intermediate_size", 0, 512, &s->moe_intermediate);
+	if (rc || (rc = get_dim(c, "shared_expert_intermediate_size", 0, 512, &s->shared_inter)) ||
+	    (rc = at_most(c, "moe_intermediate_size", s->moe_intermediate, HP_MAX_DIM)) ||
+	    (rc = at_most(c, "shared_expert_intermediate_size", s->shared_inter, HP_MAX_DIM)))
+		return rc;
+	if (f->gdn == 2) {   /* Qwen3_5MoeTopKRouter always renormalises; every layer MoE */
+		s->decoder_sparse_step = 1;
+		s->norm_topk_prob = 1;
+	}
+	s->shared_gate = 1;
+	return 0;
+}
+
+int hp_model_spec_lin_convdim(const struct hp_model_spec *s)
+{
+	return 2 * s->lin_kh * s->lin_kd + s->lin_vh * s->lin_vd;
 }
 
 int hp_model_spec_sliding_layers(const struct hp_model_spec *s)
@@ -945,8 +1105,10 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'model_type': expected a string", c->path);
 	if (!(f = family_of(json_string_value(v))))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
-				  "llama, mistral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3", c->path,
-				  json_string_value(v));
+				  "llama, mistral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, qwen3_next, "
+				  "qwen3_5_text, qwen3_5_moe_text%s", c->path, json_string_value(v),
+				  json_object_get(c->root, "text_config") ? " (a multimodal folder's text_config is not "
+				  "read yet)" : "");
 	snprintf(s->model_type, sizeof(s->model_type), "%s", f->model_type);
 
 	v = json_object_get(c->root, "architectures");
@@ -965,7 +1127,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		snprintf(s->transformers_version, sizeof(s->transformers_version), "%s", json_string_value(v));
 
 	if ((rc = get_dim(c, "hidden_size", 1, 0, &s->hidden)) ||
-	    (rc = get_dim(c, "intermediate_size", 1, 0, &s->intermediate)) ||
+	    (rc = get_dim(c, "intermediate_size", !(f->gdn && f->moe), 0, &s->intermediate)) ||
 	    (rc = get_dim(c, "num_hidden_layers", 1, 0, &s->n_layers)) ||
 	    (rc = get_dim(c, "num_attention_heads", 1, 0, &s->n_heads)) ||
 	    (rc = get_dim(c, "vocab_size", 1, 0, &s->vocab)) ||
@@ -1037,7 +1199,9 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return rc;
 	if (f->mla && (rc = parse_deepseek(c, s)))
 		return rc;
-	if (f->moe && !f->oss && !f->mla && (rc = parse_moe(c, s)))
+	if (f->moe && !f->oss && !f->mla && !f->gdn && (rc = parse_moe(c, s, 128, 8, 768, 0)))
+		return rc;
+	if (f->gdn && (rc = parse_gdn(c, f, s)))
 		return rc;
 	if ((rc = parse_sliding(c, f, s)))
 		return rc;
@@ -1067,11 +1231,6 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	if (v && json_is_integer(v) && json_integer_value(v) != 1 && !strcmp(f->model_type, "llama"))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': pretraining_tp %lld is not supported (only 1)",
 				  c->path, (long long)json_integer_value(v));
-	if ((rc = get_num(c, "partial_rotary_factor", 1.0, &x)))
-		return rc;
-	if (x != 1.0)
-		return hp_err_set(c->e, HP_EUNSUP, "'%s': partial_rotary_factor %g is not supported (only 1)",
-				  c->path, x);
 	if ((rc = get_num(c, "attention_dropout", 0.0, &x)))
 		return rc;
 	if (x != 0.0)   /* transformers drops attention weights in training mode */
@@ -1183,7 +1342,8 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 		bad = 1;
 	put(o, "model_type", json_string(s->model_type), &bad);
 	put(o, "hidden_size", json_integer(s->hidden), &bad);
-	put(o, "intermediate_size", json_integer(s->intermediate), &bad);
+	if (!(f->gdn && f->moe) || s->intermediate)
+		put(o, "intermediate_size", json_integer(s->intermediate), &bad);
 	put(o, "num_hidden_layers", json_integer(s->n_layers), &bad);
 	put(o, "num_attention_heads", json_integer(s->n_heads), &bad);
 	put(o, "num_key_value_heads", json_integer(s->n_kv_heads), &bad);
@@ -1228,7 +1388,7 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 		put(o, "sliding_window", s->sliding_window ? json_integer(s->sliding_window) : json_null(), &bad);
 	if (family_key(f, "use_sliding_window"))
 		put(o, "use_sliding_window", json_boolean(s->sliding_window > 0), &bad);
-	if (family_key(f, "layer_types")) {
+	if (family_key(f, "layer_types") && !f->gdn) {
 		put(o, "layer_types", a = json_array(), &bad);
 		for (int l = 0; a && l < s->n_layers; l++)
 			if (json_array_append_new(a, json_string(s->sliding[l] ? "sliding_attention" : "full_attention")))
@@ -1266,7 +1426,29 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 			k++;
 		put(o, "first_k_dense_replace", json_integer(k), &bad);
 		put(o, "num_nextn_predict_layers", json_integer(s->n_mtp), &bad);
-	} else if (f->moe) {
+	}
+	if (f->gdn) {
+		put(o, "partial_rotary_factor", json_real(s->partial_rotary), &bad);
+		put(o, "linear_conv_kernel_dim", json_integer(s->lin_conv), &bad);
+		put(o, "linear_key_head_dim", json_integer(s->lin_kd), &bad);
+		put(o, "linear_value_head_dim", json_integer(s->lin_vd), &bad);
+		put(o, "linear_num_key_heads", json_integer(s->lin_kh), &bad);
+		put(o, "linear_num_value_heads", json_integer(s->lin_vh), &bad);
+		put(o, "layer_types", a = json_array(), &bad);
+		for (int l = 0; a && l < s->n_layers; l++)
+			if (json_array_append_new(a, json_string(s->linear[l] ? "linear_attention" : "full_attention")))
+				bad = 1;
+	}
+	if (f->gdn == 2 && f->moe) {
+		put(o, "num_experts", json_integer(s->n_experts), &bad);
+		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
+		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
+		put(o, "shared_expert_intermediate_size", json_integer(s->shared_inter), &bad);
+		put(o, "output_router_logits", json_boolean(s->output_router_logits), &bad);
+		put(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef), &bad);
+	} else if (f->moe && !f->oss && !f->mla) {
+		if (f->gdn)
+			put(o, "shared_expert_intermediate_size", json_integer(s->shared_inter), &bad);
 		put(o, "num_experts", json_integer(s->n_experts), &bad);
 		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
 		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);

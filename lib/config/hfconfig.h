@@ -4,8 +4,9 @@
  * config.json is read as both transformers release lines write it: 4.x
  * (top-level rope_theta and rope_scaling, torch_dtype, num_experts) and 5.x
  * (rope_parameters, dtype, num_local_experts).  The model types are llama,
- * mistral, qwen2, qwen3, qwen3_moe, gpt_oss and deepseek_v3, each with the
- * defaults of its own configuration class.
+ * mistral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, qwen3_next,
+ * qwen3_5_text and qwen3_5_moe_text, each with the defaults of its own
+ * configuration class.
  *
  * Every top-level key falls in one of three lists kept in hfconfig.c:
  * implemented (it changes what hp computes, exactly as transformers does),
@@ -113,6 +114,7 @@ struct hp_model_spec {
 	 * pairs (DeepSeek's rope_interleave), else HF's rotate_half halves */
 	int rope_dim;
 	int rope_interleave;
+	double partial_rotary;      /* partial_rotary_factor as given (rope_dim = int(head_dim x it)); 0 for 1 */
 
 	/* DeepSeek-V3: multi-head latent attention (mla).  q from q_proj, or
 	 * q_a_proj -> q_a_layernorm -> q_b_proj (q_lora_rank > 0); k and v
@@ -135,11 +137,31 @@ struct hp_model_spec {
 	double routed_scaling;
 	int group_mask_zero;        /* transformers 4.x: dropped groups score 0, 5.x: -inf */
 	int n_mtp;                  /* num_nextn_predict_layers: checkpoint layers after the decoder's, not loaded */
+	int shared_inter;           /* the shared experts' intermediate size (0: none) */
+
+	/* Qwen3-Next and Qwen3.5: Gated DeltaNet layers (linear[l], layer_types
+	 * "linear_attention") beside gated full attention.  A linear layer
+	 * projects the normed input to q, k [lin_kh heads of lin_kd], v and z
+	 * [lin_vh heads of lin_vd], b and a [lin_vh]: qwen3_next through
+	 * in_proj_qkvz and in_proj_ba, interleaved per key head (lin_split 0),
+	 * qwen3_5 through in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+	 * (lin_split 1); then the causal depthwise conv of lin_conv taps with
+	 * SiLU over [q | k | v], L2-normalised q and k, the gated delta rule,
+	 * the gated RMSNorm with z, out_proj. */
+	unsigned char linear[HP_MAX_LAYERS];
+	int n_linear;               /* layers with linear[l] set */
+	int lin_kh, lin_vh, lin_kd, lin_vd, lin_conv, lin_split;
+	int attn_gate;              /* q_proj gives each head [q | gate]; the output times sigmoid(gate) */
+	int norm_zc;                /* zero-centred RMSNorms: x_hat * (1 + w), w zero at init */
+	int shared_gate;            /* the shared expert (mlp.shared_expert) times sigmoid(shared_expert_gate) */
 };
 
 /* Whether layer l is a sparse MoE layer: not in mlp_only_layers, experts
  * configured, and (l + 1) a multiple of decoder_sparse_step, as HF decides. */
 int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l);
+
+/* The conv's channels of a Gated DeltaNet layer, 2 lin_kh lin_kd + lin_vh lin_vd. */
+int hp_model_spec_lin_convdim(const struct hp_model_spec *s);
 
 /* How many layers have the sliding window. */
 int hp_model_spec_sliding_layers(const struct hp_model_spec *s);
