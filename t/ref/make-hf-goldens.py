@@ -17,12 +17,17 @@ window of 8 (<family>-window: shorter than the rows, so it masks keys),
 and for deepseek_v3 (default; yarn as DeepSeek-V3 ships it, mscale and
 mscale_all_dim; nolora: a plain q_proj, rotate_half RoPE, biases, one
 expert group, no renormalisation, v_head_dim > qk_head_dim),
+and for the Gated DeltaNet hybrids qwen3_next (both lines), qwen3_5 and
+qwen3_5_moe (their text models, 5.x only) (default; yarn on the 4 rotary
+dimensions of partial_rotary_factor 0.25; qwen3_next-long in 5.x: rows of
+96 tokens, across the delta rule's chunk of 64),
 it builds the model with
 transformers' own config class and AutoModelForCausalLM.from_config, draws
 weights from a fixed seed, writes the folder with save_pretrained (so
 config.json is what that release line writes), and records with the same
 model, in float64 (model.double(): transformers' float32 islands, the RoPE
-table, RMSNorm and the softmaxes, stay as transformers has them):
+table, RMSNorm and the softmaxes, and the gated delta rule, stay as
+transformers has them):
 
   reference.json      the batch, loss_f64 (aux included for the MoE), the
                       inverse frequencies and attention scaling of the
@@ -36,6 +41,11 @@ table, RMSNorm and the softmaxes, stay as transformers has them):
                       margins (sigmoid choice and group scores), the tokens
                       per expert and the loss without the correction bias or
                       without the shared experts;
+                      the hybrids the loss with the attention output gate
+                      open, the shared expert gate open, the conv an
+                      identity or dt_bias 0, the delta rule's code path,
+                      and (MoE) the tokens per expert and the loss and aux
+                      loss with output_router_logits true;
                       a -window folder also the loss with the window
                       taken out (all layers full attention), and the
                       window it was checked to apply
@@ -43,6 +53,8 @@ table, RMSNorm and the softmaxes, stay as transformers has them):
   grads.safetensors   d loss / d parameter under HF names, float64 stored F32
                       (5.x's and gpt_oss's stacked experts under hp's
                       per-expert names)
+
+(qwen3_5 and qwen3_5_moe have no folders in line 4: 4.57.6 lacks them.)
 
 and reloads the folder with from_pretrained to check it gives the same
 loss.  Folders go to OUTDIR/tf<LINE>/<family>-<rope>/.  Two runs write the
@@ -134,7 +146,48 @@ FAMILIES = {
                         n_shared_experts=2, num_experts_per_tok=2, n_group=4, topk_group=2,
                         norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True,
                         attention_bias=False, tie_word_embeddings=False, rope_theta=10000.0),
+    # hybrid: layers 0 and 2 Gated DeltaNet (linear attention: in_proj_qkvz
+    # and in_proj_ba, a depthwise causal conv of 4 taps, the gated delta rule
+    # with GQA, 2 key heads for 4 value heads, A_log, dt_bias, a gated
+    # RMSNorm), layers 1 and 3 full attention with the output gate (q_proj
+    # twice as wide), q/k norms and RoPE on 4 of head_dim 16; zero-centred
+    # RMSNorms (1 + w); layer 0 a dense SwiGLU (mlp_only_layers), the others
+    # 4 experts top-2 plus a shared expert behind a sigmoid gate; no aux loss.
+    # Appended last (and the two below), so the seeds above stay put
+    "qwen3_next": dict(model_type="qwen3_next", hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                       layer_types=["linear_attention", "full_attention"] * 2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
+                       attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4,
+                       linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                       num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                       shared_expert_intermediate_size=24, decoder_sparse_step=1, mlp_only_layers=[0],
+                       norm_topk_prob=True, output_router_logits=False, tie_word_embeddings=False,
+                       rope_theta=10000.0),
+    # 5.x only: Qwen3.5's text model (Qwen3_5ForCausalLM, model_type
+    # qwen3_5_text): qwen3_next's layers with in_proj_qkv, in_proj_z,
+    # in_proj_b and in_proj_a apart, every MLP dense
+    "qwen3_5": dict(model_type="qwen3_5_text", hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                    layer_types=["linear_attention", "full_attention"] * 2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
+                    attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4,
+                    linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                    tie_word_embeddings=False, rope_theta=10000.0),
+    # 5.x only: Qwen3.5-MoE's text model (Qwen3_5MoeForCausalLM, model_type
+    # qwen3_5_moe_text): every layer MoE with the shared expert; its config
+    # has no intermediate_size, mlp_only_layers, decoder_sparse_step or
+    # norm_topk_prob (the router always renormalises)
+    "qwen3_5_moe": dict(model_type="qwen3_5_moe_text", hidden_size=32, num_hidden_layers=4,
+                        layer_types=["linear_attention", "full_attention"] * 2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
+                        attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4,
+                        linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                        shared_expert_intermediate_size=24, output_router_logits=False,
+                        tie_word_embeddings=False, rope_theta=10000.0),
 }
+# the families with Gated DeltaNet layers, and the line each needs
+DELTA = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+LINES = {"qwen3_5": "5", "qwen3_5_moe": "5"}
 # the scaled types with a short original context, so that every band and ramp
 # of llama3 and yarn falls inside the 32 positions of the batch
 ROPES = {
@@ -163,6 +216,12 @@ FAMILY_ROPES = {
                  "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8},
         "nolora": None,
     },
+    # the hybrids: default and yarn (as the other families', on the 4
+    # rotary dimensions); qwen3_next's -long (5.x): default RoPE, rows of
+    # 96 tokens, so that the delta rule's chunks of 64 meet a boundary
+    "qwen3_next": dict({"default": None, "yarn": ROPES["yarn"]}, **({"long": None} if LINE == "5" else {})),
+    "qwen3_5": {"default": None, "yarn": ROPES["yarn"]},
+    "qwen3_5_moe": {"default": None, "yarn": ROPES["yarn"]},
 }
 # folders that change more than the RoPE: config keys over FAMILIES'
 VARIANTS = {
@@ -172,7 +231,10 @@ VARIANTS = {
     ("deepseek_v3", "nolora"): dict(q_lora_rank=None, rope_interleave=False, attention_bias=True,
                                     norm_topk_prob=False, n_group=1, topk_group=1, v_head_dim=20,
                                     n_shared_experts=1),
+    ("qwen3_next", "long"): dict(max_position_embeddings=128),
 }
+# rows longer than SEQ, per folder
+SEQS = {("qwen3_next", "long"): 96}
 MAX_POS = 64
 # <family>-window: default RoPE and a window shorter than the rows, on the
 # layers of SLIDING (mistral: every layer; qwen2: max_window_layers 1, so
@@ -199,6 +261,10 @@ if LINE == "5":
     IMPL["experts_implementation"] = "eager"
 
 
+def seq_of(family, rope):
+    return SEQS.get((family, rope), SEQ)
+
+
 def ropes_of(family):
     return FAMILY_ROPES.get(family, ROPES)
 
@@ -214,7 +280,8 @@ def make_config(family, rope, pad=None, theta=None, extra=None):
     if pad is not None:   # nn.Embedding(padding_idx=pad_token_id): that row gets no gradient
         kw["pad_token_id"] = pad
     mt = kw.pop("model_type")
-    kw.update(vocab_size=VOCAB, max_position_embeddings=MAX_POS, rms_norm_eps=kw.get("rms_norm_eps", 1e-6))
+    kw.update(vocab_size=VOCAB, max_position_embeddings=kw.get("max_position_embeddings", MAX_POS),
+              rms_norm_eps=kw.get("rms_norm_eps", 1e-6))
     kw.pop("rope_theta")
     theta = theta_of(family, rope) if theta is None else theta
     r = ropes_of(family)[rope]
@@ -230,6 +297,8 @@ def make_config(family, rope, pad=None, theta=None, extra=None):
         kw["rope_scaling"] = dict(r) if r else None
     else:
         kw["rope_parameters"] = dict(r or {"rope_type": "default"}, rope_theta=theta)
+        if "partial_rotary_factor" in kw:   # 5.x keeps it in rope_parameters
+            kw["rope_parameters"]["partial_rotary_factor"] = kw.pop("partial_rotary_factor")
     cfg = AutoConfig.for_model(mt, **kw)
     cfg._attn_implementation = "eager"
     return cfg
@@ -244,7 +313,12 @@ def fill_weights(model, seed):
     attention sinks normal(0, 1) (a real share of each softmax).  Drawn in
     named_parameters order; then deepseek_v3's e_score_correction_bias
     buffers (persistent, saved, no parameter) normal(0, 0.1) in
-    named_buffers order, so that they change the experts chosen."""
+    named_buffers order, so that they change the experts chosen.
+    The hybrids' tensors fall under the same rules: A_log, conv1d,
+    in_proj_*, shared_expert_gate normal(0, 0.1) (A = exp(A_log) near 1),
+    dt_bias as a bias, the gated norm (linear_attn.norm) and the
+    zero-centred RMSNorms as norms, 1 + normal(0, 0.2): the latter compute
+    x (1 + weight), a factor 2 + normal(0, 0.2)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -264,9 +338,9 @@ def fill_weights(model, seed):
                 b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float64))
 
 
-def make_batch():
+def make_batch(seq=SEQ):
     rng = np.random.RandomState(BATCH_SEED)
-    rec = rng.randint(0, VOCAB, size=(BATCH, SEQ + 1)).astype(np.int64)
+    rec = rng.randint(0, VOCAB, size=(BATCH, seq + 1)).astype(np.int64)
     ids, tgt = rec[:, :-1].copy(), rec[:, 1:].copy()
     for b, t in IGNORED:
         tgt[b, t] = -100
@@ -401,6 +475,59 @@ class DsTap:
                                 "tokens_rerouted_without_bias": nb, "tokens_rerouted_by_other_fill": nf})
 
 
+class RouterTap:
+    """Hooks on the softmax routers (mlp.gate) of qwen3_next and
+    qwen3_5_moe, whose outputs carry no router logits with
+    output_router_logits false: each forward's logits are recomputed from
+    the gate's input with F.linear (checked against transformers': 4.57.6's
+    gate is the nn.Linear itself, 5.x's router returns the experts it
+    picked), for the k-th vs (k+1)-th logit margin, minimum over tokens; the
+    first forward also records the tokens per expert of each MoE layer."""
+
+    def __init__(self, model):
+        self.k, self.gap, self.layers = model.config.num_experts_per_tok, math.inf, []
+        for n, m in model.named_modules():
+            if n.endswith("mlp.gate"):
+                m.register_forward_hook(self.hook)
+
+    def hook(self, gate, args, output):
+        with torch.no_grad():
+            x = args[0].reshape(-1, args[0].shape[-1])
+            logits = F.linear(x, gate.weight)
+            idx = torch.topk(logits, self.k, dim=-1).indices
+            if LINE == "4":
+                assert torch.equal(logits, output), "not transformers' router logits"
+            else:
+                assert torch.equal(torch.sort(idx, -1).values, torch.sort(output[2], -1).values), \
+                    "not transformers' experts"
+            s = torch.sort(logits.double(), dim=-1, descending=True).values
+            self.gap = min(self.gap, float((s[:, self.k - 1] - s[:, self.k]).min()))
+            self.layers.append(torch.bincount(idx.flatten(), minlength=gate.weight.shape[0]).tolist())
+
+
+def delta_paths(model):
+    """Which gated delta rule and causal conv transformers runs on this
+    CPU: the torch fallbacks (neither fla nor causal_conv1d is installed,
+    and 5.x's hub kernels are used only with use_kernels=True).  4.57.6
+    binds them on each Qwen3NextGatedDeltaNet (chunk_gated_delta_rule =
+    torch_chunk_gated_delta_rule, causal_conv1d_fn None: F.silu(conv1d));
+    5.x wraps module functions whose implementation must be the torch one.
+    Returns their names; asserts that no other runs."""
+    mod = sys.modules[type(model).__module__]
+    if LINE == "4":
+        layers = [m for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet")]
+        assert layers and all(m.chunk_gated_delta_rule is mod.torch_chunk_gated_delta_rule and
+                              m.causal_conv1d_fn is None for m in layers)
+        return ["torch_chunk_gated_delta_rule", "F.silu(conv1d)"]
+    out = []
+    for n in ("torch_chunk_gated_delta_rule", "causal_conv1d_fn"):
+        f = getattr(mod, n)
+        cells = dict(zip(f.__code__.co_freevars, (c.cell_contents for c in f.__closure__)))
+        assert cells["implementation"] is cells["torch_function"] and not cells["is_new_implementation"], n
+        out.append(n)
+    return out
+
+
 def float64_moe(model):
     """4.57.6's DeepseekV3MoE.moe accumulates the experts in the routing
     weights' dtype, float32 (the router is a float32 island), and index_add_
@@ -514,6 +641,45 @@ def check_biases(model, want, what):
         assert torch.equal(b.float(), want[n].float()), "%s: %s differs" % (what, n)
 
 
+def delta_ablations(cfg):
+    """The hybrids' ablations, as changes to a loaded float64 model: the
+    attention output gate open (gate logits 1e4, sigmoid 1: a forward hook
+    on q_proj sets the gate half of each head's 2 x head_dim outputs), the
+    shared expert gate open (shared_expert_gate's logit 1e4), the causal
+    conv an identity (every tap 0 but the last, the current token's, 1; the
+    SiLU after it stays), dt_bias 0."""
+    hd = cfg.head_dim
+
+    def q_hook(mod, args, out):
+        o = out.reshape(*out.shape[:-1], -1, 2 * hd).clone()
+        o[..., hd:] = 1e4
+        return o.reshape(out.shape)
+
+    def hooks(suffix, hook):
+        def change(mv):
+            for n, m in mv.named_modules():
+                if n.endswith(suffix):
+                    m.register_forward_hook(hook)
+        return change
+
+    def conv_identity(mv):
+        for n, p in mv.named_parameters():
+            if n.endswith("linear_attn.conv1d.weight"):
+                p.zero_()
+                p[..., -1] = 1.0
+
+    def dt_bias_zero(mv):
+        for n, p in mv.named_parameters():
+            if n.endswith("linear_attn.dt_bias"):
+                p.zero_()
+
+    out = [("attn_output_gate_off", hooks("self_attn.q_proj", q_hook))]
+    if getattr(cfg, "num_experts", 0):
+        out.append(("shared_expert_gate_off", hooks("mlp.shared_expert_gate",
+                                                    lambda mod, args, o: torch.full_like(o, 1e4))))
+    return out + [("conv_identity", conv_identity), ("dt_bias_zero", dt_bias_zero)]
+
+
 def folder_of(family, rope, pad=None, window=False):
     return "%s-%s" % (family, "window" if window else rope) + ("-pad" if pad is not None else "")
 
@@ -521,7 +687,8 @@ def folder_of(family, rope, pad=None, window=False):
 def one(family, rope, seed, pad=None, window=False):
     folder = os.path.join(OUT, "tf" + LINE, folder_of(family, rope, pad, window))
     os.makedirs(folder, exist_ok=True)
-    ids, tgt = make_batch()
+    seq = seq_of(family, rope)
+    ids, tgt = make_batch(seq)
     cfg = make_config(family, rope, pad, extra=WINDOWS[family] if window else None)
     if window:
         assert rope == "default" and pad is None and cfg.sliding_window == WINDOW
@@ -529,6 +696,7 @@ def one(family, rope, seed, pad=None, window=False):
             assert [l for l, t in enumerate(cfg.layer_types) if t == "sliding_attention"] == SLIDING[family]
     oss = family == "gpt_oss"
     ds = family == "deepseek_v3"
+    delta = family in DELTA
     torch.manual_seed(seed)
     model = swiglu_fix(AutoModelForCausalLM.from_config(cfg, **IMPL).float())
     fill_weights(model, seed)
@@ -547,10 +715,11 @@ def one(family, rope, seed, pad=None, window=False):
         check_biases(m64, biases, "from_pretrained")
         sd = model.state_dict()
         assert all(torch.equal(t.float(), sd[n]) for n, t in m64.state_dict().items())
-    tap = OssTap(m64) if oss else DsTap(m64) if ds else None
+    k = getattr(cfg, "num_experts_per_tok", 0)
+    tap = OssTap(m64) if oss else DsTap(m64) if ds else RouterTap(m64) if delta and k else None
+    paths = delta_paths(m64) if delta else None
     out = forward(m64, ids, tgt)
     out.loss.backward()
-    k = getattr(cfg, "num_experts_per_tok", 0)
     gap = router_gap(out, k) if k else math.inf
     if tap:
         gap = min(gap, tap.gap)
@@ -646,10 +815,33 @@ def one(family, rope, seed, pad=None, window=False):
                              ("shared_experts_off", zero("mlp.shared_experts.down_proj.weight"))):
             ablations["loss_f64_" + name] = loss = ablated(change)
             assert abs(loss - out.loss.item()) > 1e-4 * out.loss.item(), name
+    # the hybrids: the output gate, the shared expert gate, the conv and
+    # dt_bias count; and what output_router_logits true would add
+    with_router_logits = None
+    if delta:
+        for name, change in delta_ablations(cfg):
+            ablations["loss_f64_" + name] = loss = ablated(change)
+            assert abs(loss - out.loss.item()) > 1e-4 * out.loss.item(), name
+        if k:
+            mr = AutoModelForCausalLM.from_pretrained(folder, **IMPL).double()
+            mr.train()
+            with torch.no_grad():
+                o = mr(input_ids=ids, labels=tgt, shift_labels=tgt, output_router_logits=True)
+            n_moe = sum(1 for n, _ in mr.named_modules() if n.endswith("mlp.gate"))
+            assert len([r for r in o.router_logits if r is not None]) == n_moe
+            coef = cfg.router_aux_loss_coef
+            assert abs(float(o.loss) - (out.loss.item() + coef * float(o.aux_loss))) < 1e-6
+            with_router_logits = {
+                "loss_f64": float(o.loss), "aux_loss_f64": float(o.aux_loss), "router_aux_loss_coef": coef,
+                "router_logits_layers": n_moe,
+                "note": "the same weights and batch with output_router_logits=True passed to the ForCausalLM's "
+                        "forward: it adds router_aux_loss_coef x load_balancing_loss_func(router logits of the "
+                        "MoE layers only, as in qwen3_moe) to the cross-entropy, which stays loss_f64; "
+                        "config.json says false, so loss_f64 has no aux"}
 
     m32 = swiglu_fix(AutoModelForCausalLM.from_pretrained(folder, **IMPL).float())
     m32.train()
-    tap32 = OssTap(m32) if oss else DsTap(m32) if ds else None
+    tap32 = OssTap(m32) if oss else DsTap(m32) if ds else RouterTap(m32) if delta and k else None
     losses, norms, gap32 = adamw(m32, ids, tgt, tap32)
     if ds:   # a buffer: no gradient, and AdamW leaves it as loaded
         check_biases(m32, biases, "after AdamW")
@@ -665,13 +857,13 @@ def one(family, rope, seed, pad=None, window=False):
                                                           for n, v in sorted(variant.items())))
                                                       if variant else ""),
         "model": family, "rope": rope, "seed": seed,
-        "batch": {"shape": [BATCH, SEQ], "input_ids": ids.tolist(), "target_ids": tgt.tolist(),
+        "batch": {"shape": [BATCH, seq], "input_ids": ids.tolist(), "target_ids": tgt.tolist(),
                   "note": "targets pre-shifted, full length; -100 at %s" % IGNORED},
         "loss": {"loss_f64": float(out.loss), "loss_f64_default_rope": loss_default,
                  "note": "model.double() (transformers keeps its float32 islands: RoPE table, "
                          "RMSNorm, softmaxes); the MoE loss includes router_aux_loss_coef x aux"},
         "rope": {"inv_freq_f32": inv_freq, "attention_scaling": scaling},
-        "logits": {"file": "logits.safetensors", "tensor": "logits", "shape": [SEQ, VOCAB]},
+        "logits": {"file": "logits.safetensors", "tensor": "logits", "shape": [seq, VOCAB]},
         "grads": {"file": "grads.safetensors", "l2_norms_f64": l2},
         "adamw": dict(ADAMW, betas=list(ADAMW["betas"]), steps=STEPS, max_grad_norm=1.0,
                       no_decay=["norm", "bias"], dtype="float32", losses_f32=losses,
@@ -760,6 +952,49 @@ def one(family, rope, seed, pad=None, window=False):
              ", as 4.57.6 holds them") + "; the rest under transformers' names")
         if min(tap.gap, tap32.gap) < GAP_MIN:
             return None
+    if delta:
+        ref["variant"] = rope
+        ref["loss"]["note"] = (
+            "model.double() (transformers keeps its float32 islands: RoPE table, RMSNorms, softmaxes, the "
+            "gated delta rule (q, k, v, beta and g taken to float32 inside it, the output back to float64; "
+            "g = -exp(A_log) softplus(a + dt_bias) in float32), the gated norm's SiLU gate" +
+            (", the router softmax); no aux loss (output_router_logits false)" if k else ")"))
+        lin = [i for i, t in enumerate(cfg.layer_types) if t == "linear_attention"]
+        ref["delta_rule"] = {
+            "linear_attention_layers": lin,
+            "full_attention_layers": [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"],
+            "chunk_size": 64, "chunks_per_row": -(-seq // 64), "paths": paths,
+            "note": "transformers' torch fallbacks on the CPU (no fla, no causal_conv1d; checked): the chunked "
+                    "gated delta rule (4.57.6 inverts each chunk's unit lower-triangular system by forward "
+                    "substitution, 5.x with torch.linalg.solve_triangular; rows padded to a multiple of 64) "
+                    "and the depthwise causal conv1d with SiLU; q and k l2-normalised (eps 1e-6) per head "
+                    "(4.57.6 before the float32 cast, 5.x after), q scaled by linear_key_head_dim^-0.5, each "
+                    "key head serving linear_num_value_heads / linear_num_key_heads consecutive value heads "
+                    "(repeat_interleave)"}
+        ref["norms"] = ("Qwen3Next/Qwen3_5 RMSNorm (input/post-attention/final norms, q_norm, k_norm) computes "
+                        "x / rms(x) x (1 + weight): weight starts at 0 in transformers, drawn here 1 + normal(0, "
+                        "0.2) like every norm, so the factor is 2 + normal(0, 0.2); the gated norm "
+                        "(linear_attn.norm) is weight x x / rms(x) x silu(z), weight 1 + normal(0, 0.2)")
+        ref["ablations"] = dict(ablations, note=(
+            "float64 loss of the same weights with one thing changed: the attention output gate open (gate "
+            "logits 1e4: sigmoid 1), " + ("the shared expert gate open (its logit 1e4), " if k else "") +
+            "the causal conv an identity (all taps 0 but the last, the current token's, 1), every dt_bias 0; "
+            "each differs from loss_f64 by more than 1e-4 relative"))
+        if k:
+            ref["output_router_logits_true"] = with_router_logits
+            ref["grads"]["names"] = (
+                "hp's per-expert names (experts.X.{gate,up,down}_proj.weight)" +
+                (": 5.x holds experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj "
+                 "[E, H, I], split here as save_pretrained splits them" if LINE == "5" else
+                 ", as 4.57.6 holds them") + "; the rest under transformers' names")
+            ref["router"] = {"min_topk_logit_gap_f64": gap, "min_topk_logit_gap_f32_adamw": gap32,
+                             "tokens_per_expert_f64": tap.layers,
+                             "note": "router logits = mlp.gate (Linear H -> E, no bias), softmax in float32, "
+                                     "top-k, renormalised; min_topk_logit_gap: smallest k-th minus (k+1)-th "
+                                     "logit over the tokens, float64 forward and float32 AdamW steps (seeds "
+                                     "redrawn below 5e-4); tokens_per_expert_f64: per MoE layer, in order"}
+            if min(gap, gap32) < GAP_MIN:
+                return None
     elif k:
         ref["router"] = {"min_topk_logit_gap_f64": gap, "min_topk_logit_gap_f32_adamw": gap32}
         if min(gap, gap32) < GAP_MIN:
@@ -774,6 +1009,8 @@ def jobs():
     """(folder, family, rope, seed, pad, window) for every folder, in order."""
     out = []
     for fi, family in enumerate(FAMILIES):
+        if LINES.get(family, LINE) != LINE:   # (qwen3_5, qwen3_5_moe: 5.x only)
+            continue
         for ri, rope in enumerate(ropes_of(family)):
             out.append((folder_of(family, rope), family, rope, 1000 * (fi + 1) + ri, None, False))
         # (+10, +20, +30: one of gpt_oss's ablations moves a line's loss by < 1e-4 relative)
@@ -846,6 +1083,13 @@ def main():
                 LINE, family, rope, [l["tokens_rerouted_without_bias"] for l in r["layers"]],
                 [l["tokens_rerouted_by_other_fill"] for l in r["layers"]],
                 [l["tokens_per_expert"] for l in r["layers"]]))
+        if "delta_rule" in ref:
+            r = ref.get("router", {})
+            print("tf%s %-10s %-8s %s%s, AdamW %s" % (
+                LINE, family, rope, "margins %.3g / %.3g, " % (r["min_topk_logit_gap_f64"],
+                                                             r["min_topk_logit_gap_f32_adamw"]) if r else "",
+                " ".join("%s %.10f" % (n[9:], v) for n, v in sorted(ref["ablations"].items()) if n != "note"),
+                " ".join("%.6f" % x for x in ref["adamw"]["losses_f32"])))
         bad += not moved
     sys.exit(1 if bad else 0)
 
