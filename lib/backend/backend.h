@@ -350,6 +350,41 @@ struct hp_backend {
 	void (*bcast_heads)(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w);
 	void (*sum_heads)(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w);
 	void (*scatter_rows)(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C);
+	/* Qwen3-Next / Qwen3.5 (kernels/cpu/ops.h: hp_conv1d_silu_*,
+	 * hp_l2norm_*, hp_gdn_gates_*, hp_gdr_*, hp_rmsnorm_gated_*,
+	 * hp_sigmoid_gate_*); NULL on a backend without them (CUDA, so far:
+	 * the model refuses these families there by name) */
+	void (*conv1d_silu_fwd)(struct hp_backend *b, float *y, const float *x, const float *w, const int32_t *seg,
+				int B, int T, int C, int K);
+	void (*conv1d_silu_bwd)(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x,
+				const float *w, const int32_t *seg, int B, int T, int C, int K);
+	void (*l2norm_fwd)(struct hp_backend *b, float *y, float *rinv, const float *x, long N, int D);
+	void (*l2norm_bwd)(struct hp_backend *b, float *dx, const float *dy, const float *y, const float *rinv, long N,
+			   int D);
+	void (*gdn_gates_fwd)(struct hp_backend *b, float *beta, float *g, const float *bb, const float *a,
+			      const float *A_log, const float *dt_bias, long N, int H);
+	void (*gdn_gates_bwd)(struct hp_backend *b, float *dbb, float *da, float *dA_log, float *ddt_bias,
+			      const float *dbeta, const float *dg, const float *bb, const float *a, const float *A_log,
+			      const float *dt_bias, long N, int H);
+	/* the chunked gated delta rule; saved and scratch as hp_gdr_fwd's
+	 * (hp_gdr_saved_floats, hp_gdr_scratch_floats) */
+	void (*gdr_fwd)(struct hp_backend *b, float *out, float *saved, const float *q, const float *k, const float *v,
+			const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
+			int Hk, int Dk, int Dv, float scale);
+	void (*gdr_bwd)(struct hp_backend *b, float *dq, float *dk, float *dv, float *dg, float *dbeta,
+			const float *dout, const float *saved, const float *q, const float *k, const float *v,
+			const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
+			int Hk, int Dk, int Dv, float scale);
+	void (*rmsnorm_gated_fwd)(struct hp_backend *b, float *y, float *rstd, const float *x, const float *z,
+				  const float *w, long N, int D, float eps);
+	void (*rmsnorm_gated_bwd)(struct hp_backend *b, float *dx, float *dz, float *dw, const float *dy,
+				  const float *x, const float *z, const float *w, const float *rstd, long N, int D);
+	void (*sigmoid_gate_fwd)(struct hp_backend *b, float *y, const float *x, const float *gate, long n);
+	void (*sigmoid_gate_bwd)(struct hp_backend *b, float *dx, float *dgate, const float *dy, const float *x,
+				 const float *gate, long n);
+	void (*sigmoid_gate_rows_fwd)(struct hp_backend *b, float *y, const float *x, const float *gate, long T, int C);
+	void (*sigmoid_gate_rows_bwd)(struct hp_backend *b, float *dx, float *dgate, const float *dy, const float *x,
+				      const float *gate, long T, int C);
 	/* out [N,C] = sum over each token's rows, in row order, of wsel * ye */
 	void (*moe_combine)(struct hp_backend *b, float *out, const float *ye, const float *wsel,
 			    const struct hp_route *rt, long N, int K, int C);

@@ -492,6 +492,105 @@ static void c_bcast_heads(struct hp_backend *b, float *dst, int ldd, const float
 	hp_heads_bcast(dst, ldd, src, lds, N, H, w);
 }
 
+static void c_conv1d_silu_fwd(struct hp_backend *b, float *y, const float *x, const float *w, const int32_t *seg,
+			      int B, int T, int C, int K)
+{
+	(void)b;
+	hp_conv1d_silu_fwd(y, x, w, seg, B, T, C, K);
+}
+
+static void c_conv1d_silu_bwd(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x,
+			      const float *w, const int32_t *seg, int B, int T, int C, int K)
+{
+	(void)b;
+	hp_conv1d_silu_bwd(dx, dw, dy, x, w, seg, B, T, C, K);
+}
+
+static void c_l2norm_fwd(struct hp_backend *b, float *y, float *rinv, const float *x, long N, int D)
+{
+	(void)b;
+	hp_l2norm_fwd(y, rinv, x, N, D);
+}
+
+static void c_l2norm_bwd(struct hp_backend *b, float *dx, const float *dy, const float *y, const float *rinv, long N,
+			 int D)
+{
+	(void)b;
+	hp_l2norm_bwd(dx, dy, y, rinv, N, D);
+}
+
+static void c_gdn_gates_fwd(struct hp_backend *b, float *beta, float *g, const float *bb, const float *a,
+			    const float *A_log, const float *dt_bias, long N, int H)
+{
+	(void)b;
+	hp_gdn_gates_fwd(beta, g, bb, a, A_log, dt_bias, N, H);
+}
+
+static void c_gdn_gates_bwd(struct hp_backend *b, float *dbb, float *da, float *dA_log, float *ddt_bias,
+			    const float *dbeta, const float *dg, const float *bb, const float *a, const float *A_log,
+			    const float *dt_bias, long N, int H)
+{
+	(void)b;
+	hp_gdn_gates_bwd(dbb, da, dA_log, ddt_bias, dbeta, dg, bb, a, A_log, dt_bias, N, H);
+}
+
+static void c_gdr_fwd(struct hp_backend *b, float *out, float *saved, const float *q, const float *k, const float *v,
+		      const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
+		      int Hk, int Dk, int Dv, float scale)
+{
+	(void)b;
+	hp_gdr_fwd(out, saved, q, k, v, g, beta, seg, scratch, B, T, Hv, Hk, Dk, Dv, scale);
+}
+
+static void c_gdr_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, float *dg, float *dbeta,
+		      const float *dout, const float *saved, const float *q, const float *k, const float *v,
+		      const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
+		      int Hk, int Dk, int Dv, float scale)
+{
+	(void)b;
+	hp_gdr_bwd(dq, dk, dv, dg, dbeta, dout, saved, q, k, v, g, beta, seg, scratch, B, T, Hv, Hk, Dk, Dv, scale);
+}
+
+static void c_rmsnorm_gated_fwd(struct hp_backend *b, float *y, float *rstd, const float *x, const float *z,
+				const float *w, long N, int D, float eps)
+{
+	(void)b;
+	hp_rmsnorm_gated_fwd(y, rstd, x, z, w, N, D, eps);
+}
+
+static void c_rmsnorm_gated_bwd(struct hp_backend *b, float *dx, float *dz, float *dw, const float *dy,
+				const float *x, const float *z, const float *w, const float *rstd, long N, int D)
+{
+	(void)b;
+	hp_rmsnorm_gated_bwd(dx, dz, dw, dy, x, z, w, rstd, N, D);
+}
+
+static void c_sigmoid_gate_fwd(struct hp_backend *b, float *y, const float *x, const float *gate, long n)
+{
+	(void)b;
+	hp_sigmoid_gate_fwd(y, x, gate, n);
+}
+
+static void c_sigmoid_gate_bwd(struct hp_backend *b, float *dx, float *dgate, const float *dy, const float *x,
+			       const float *gate, long n)
+{
+	(void)b;
+	hp_sigmoid_gate_bwd(dx, dgate, dy, x, gate, n);
+}
+
+static void c_sigmoid_gate_rows_fwd(struct hp_backend *b, float *y, const float *x, const float *gate, long T, int C)
+{
+	(void)b;
+	hp_sigmoid_gate_rows_fwd(y, x, gate, T, C);
+}
+
+static void c_sigmoid_gate_rows_bwd(struct hp_backend *b, float *dx, float *dgate, const float *dy, const float *x,
+				    const float *gate, long T, int C)
+{
+	(void)b;
+	hp_sigmoid_gate_rows_bwd(dx, dgate, dy, x, gate, T, C);
+}
+
 static void c_sum_heads(struct hp_backend *b, float *dst, int ldd, const float *src, int lds, long N, int H, int w)
 {
 	hp_heads_sum(dst, ldd, src, lds, N, H, w);
@@ -714,6 +813,20 @@ static struct hp_backend cpu = {
 	.gather_rows = c_gather_rows,
 	.bcast_heads = c_bcast_heads,
 	.sum_heads = c_sum_heads,
+	.conv1d_silu_fwd = c_conv1d_silu_fwd,
+	.conv1d_silu_bwd = c_conv1d_silu_bwd,
+	.l2norm_fwd = c_l2norm_fwd,
+	.l2norm_bwd = c_l2norm_bwd,
+	.gdn_gates_fwd = c_gdn_gates_fwd,
+	.gdn_gates_bwd = c_gdn_gates_bwd,
+	.gdr_fwd = c_gdr_fwd,
+	.gdr_bwd = c_gdr_bwd,
+	.rmsnorm_gated_fwd = c_rmsnorm_gated_fwd,
+	.rmsnorm_gated_bwd = c_rmsnorm_gated_bwd,
+	.sigmoid_gate_fwd = c_sigmoid_gate_fwd,
+	.sigmoid_gate_bwd = c_sigmoid_gate_bwd,
+	.sigmoid_gate_rows_fwd = c_sigmoid_gate_rows_fwd,
+	.sigmoid_gate_rows_bwd = c_sigmoid_gate_rows_bwd,
 	.scatter_rows = c_scatter_rows,
 	.moe_combine = c_moe_combine,
 	.moe_combine_bwd = c_moe_combine_bwd,

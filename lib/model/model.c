@@ -146,6 +146,18 @@ static int add_one(void *ctx, const struct hp_param_desc *d)
 	case HP_PF_SH_GATE: SLOT(wsg); break;
 	case HP_PF_SH_UP: SLOT(wsu); break;
 	case HP_PF_SH_DOWN: SLOT(wsd); break;
+	case HP_PF_SH_GATE_W: SLOT(wshg); break;
+	case HP_PF_LIN_QKVZ: SLOT(wqkvz); break;
+	case HP_PF_LIN_BA: SLOT(wba); break;
+	case HP_PF_LIN_QKV: SLOT(wqkv); break;
+	case HP_PF_LIN_Z: SLOT(wz); break;
+	case HP_PF_LIN_B: SLOT(wb); break;
+	case HP_PF_LIN_A: SLOT(wa); break;
+	case HP_PF_LIN_CONV: SLOT(conv); break;
+	case HP_PF_LIN_DT: SLOT(dt_bias); break;
+	case HP_PF_LIN_ALOG: SLOT(A_log); break;
+	case HP_PF_LIN_NORM: SLOT(lin_norm); break;
+	case HP_PF_LIN_OUT: SLOT(wout); break;
 	}
 #undef SLOT
 	add_param(m, &m->w.numel, d->name, d->ndim, d0, d1, ws, gs);
@@ -260,6 +272,26 @@ static size_t scratch_floats(const struct hp_model *m)
 	return n ? n : 1;
 }
 
+/* The Gated DeltaNet layers' scratch of one pass (gdn_fwd, gdn_bwd), and
+ * gated attention's and the gated shared expert's. */
+static size_t gdn_scratch_floats(const struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	size_t N = (size_t)m->a.B * m->a.T, n = 0;
+
+	if (s->n_linear) {
+		size_t Kd = (size_t)s->lin_kh * s->lin_kd, Vd = (size_t)s->lin_vh * s->lin_vd, Hv = s->lin_vh;
+		size_t CD = 2 * Kd + Vd, P = s->lin_split ? 0 : 2 * Kd + 2 * Vd + 2 * Hv;
+
+		n = zmax(N * (CD + 2 * Kd + P), N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * CD + P));
+	}
+	if (s->attn_gate)
+		n = zmax(n, 4 * N * (size_t)s->n_heads * s->head_dim);
+	if (s->shared_gate)
+		n = zmax(n, (size_t)m->lay.Ns * (s->hidden + 1));
+	return n;
+}
+
 /*
  * The model's buffers come from arenas: floats (and the index arrays the
  * kernels read) from the activation arena in the backend's memory; on a
@@ -329,6 +361,26 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	TAKE_IN(keep, t->x_in, Ns * C * f);
 	TAKE(t->rstd1, Ns * f);
 	TAKE(t->xn1, N * C * f);
+	if (s->linear[l]) {   /* Gated DeltaNet (gdn_fwd) */
+		size_t Kd = (size_t)s->lin_kh * s->lin_kd, Vd = (size_t)s->lin_vh * s->lin_vd, Hv = s->lin_vh;
+
+		TAKE(t->xc, N * (2 * Kd + Vd) * f);
+		TAKE(t->z, N * Vd * f);
+		TAKE(t->gb, N * Hv * f);
+		TAKE(t->ga, N * Hv * f);
+		TAKE(t->qn, N * Kd * f);
+		TAKE(t->kn, N * Kd * f);
+		TAKE(t->rq, N * s->lin_kh * f);
+		TAKE(t->rk, N * s->lin_kh * f);
+		TAKE(t->vv, N * Vd * f);
+		TAKE(t->beta, N * Hv * f);
+		TAKE(t->gl, N * Hv * f);
+		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, m->a.T, s->lin_vh, s->lin_kd, s->lin_vd) * f);
+		TAKE(t->o, N * Vd * f);
+		TAKE(t->rstd_o, N * Hv * f);
+		TAKE(t->y, N * Vd * f);
+		goto mlp;
+	}
 	if (s->qk_norm) {
 		TAKE(t->q_raw, N * QD * f);
 		TAKE(t->k_raw, N * KD * f);
@@ -363,6 +415,11 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		TAKE(t->att_u, N * QD * f);
 	}
 	TAKE(t->att, N * QD * f);
+	if (s->attn_gate) {
+		TAKE(t->gate, N * QD * f);
+		TAKE(t->att_g, N * QD * f);
+	}
+mlp:
 	TAKE(t->x_mid, Ns * C * f);
 	TAKE(t->rstd2, Ns * f);
 	if (m->w.lw[l].moe) {
@@ -395,12 +452,16 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		else
 			t->ye = NULL;
 		TAKE(t->moe_out, Ns * C * f);
-		if (s->n_shared) {   /* the shared experts' SwiGLU */
-			size_t Is = Im * (size_t)s->n_shared;
+		if (s->shared_inter) {   /* the shared experts' SwiGLU */
+			size_t Is = s->shared_inter;
 
 			TAKE(t->g, Ns * Is * f);
 			TAKE(t->u, Ns * Is * f);
 			TAKE(t->h, Ns * Is * f);
+		}
+		if (s->shared_gate) {   /* and its gate */
+			TAKE(t->sh_out, Ns * C * f);
+			TAKE(t->sh_gl, Ns * f);
 		}
 		if (pr->ep > 1) {
 			t->ep_scount = take_host(&tk, a, (size_t)pr->ep);
@@ -509,7 +570,7 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->a.dv, N * KD * f);
 		TAKE(m->a.datt, N * QD * f);
 		/* the dense MLP's, or the shared experts' */
-		size_t Id = zmax(N * I, (size_t)Ns * Im * (size_t)s->n_shared);
+		size_t Id = zmax(N * I, (size_t)Ns * s->shared_inter);
 
 		TAKE(m->a.dg, Id * f);
 		TAKE(m->a.du, Id * f);
@@ -519,6 +580,12 @@ static int take_acts(struct hp_model *m)
 	if (own && s->qk_norm) {
 		TAKE(m->a.dq2, N * QD * f);
 		TAKE(m->a.dk2, N * KD * f);
+	}
+	if (own && gdn_scratch_floats(m))
+		TAKE(m->a.gdn_w, gdn_scratch_floats(m) * f);
+	if (m->cur_slot == 0 && s->norm_zc) {   /* zero-centred norms' 1 + w (zc_fill) */
+		TAKE(m->a.zc, ((size_t)s->n_layers * (2 * C + 2 * (size_t)s->head_dim) + C) * f);
+		TAKE(m->a.ones, zmax(C, (size_t)s->head_dim) * f);
 	}
 	if (m->cur_slot == 0 && s->router_group)   /* the routed loads (moe_forward) */
 		TAKE(m->a.route_cnt, (size_t)s->n_layers * 2 * E * sizeof(double));
@@ -590,6 +657,7 @@ static void share_scratch(struct hp_model_acts *a, struct hp_model_lay *y, const
 	a->mla_t = a0->mla_t;
 	a->mla_u = a0->mla_u;
 	a->mla_w = a0->mla_w;
+	a->gdn_w = a0->gdn_w;
 	a->route_cnt = a0->route_cnt;
 	a->dye = a0->dye;
 	a->dxe = a0->dxe;
@@ -636,6 +704,8 @@ static int take_slots(struct hp_model *m)
 			m->slot[k].a.cos_t = m->slot[0].a.cos_t;
 			m->slot[k].a.sin_t = m->slot[0].a.sin_t;
 			m->slot[k].a.st = m->slot[0].a.st;
+			m->slot[k].a.zc = m->slot[0].a.zc;
+			m->slot[k].a.ones = m->slot[0].a.ones;
 			share_scratch(&m->slot[k].a, &m->slot[k].lay, &m->slot[0].a, &m->slot[0].lay);
 		}
 		aa = m->a.aarena;
@@ -750,6 +820,10 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 	if (p->cp > 1 && p->ulysses && ((g->n_heads / p->tp) % p->cp || (g->n_kv_heads / p->tp) % p->cp))
 		return hp_err_set(e, HP_ECONFIG, "ulysses attention with cp %d needs the heads per tp rank "
 				  "(%d, %d KV) divisible by cp", p->cp, g->n_heads / p->tp, g->n_kv_heads / p->tp);
+	if (g->n_linear && (p->tp > 1 || p->cp > 1))
+		return hp_err_set(e, HP_EUNSUP, "%s over the Gated DeltaNet layers (layer_types linear_attention) is "
+				  "not implemented yet: use fsdp, ep or pp for %s", p->tp > 1 ? "tensor parallelism" :
+				  "context parallelism", g->model_type);
 	if (p->ep > HP_MAX_EP)
 		return hp_err_set(e, HP_ECONFIG, "ep %d is more than the %d this build takes", p->ep, HP_MAX_EP);
 	if (g->n_experts && g->n_experts % p->ep)
@@ -966,6 +1040,12 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		return hp_err_set(e, HP_EINVAL, "a parallel layout needs its communicators");
 	if ((rc = set_layout(m, par, B, T, e)))
 		return rc;
+	if (on_device(m) && (spec->n_linear || spec->attn_gate || spec->shared_gate))
+		return hp_err_set(e, HP_EUNSUP, "%s has no kernels yet for %s's Gated DeltaNet, gated attention and "
+				  "gated shared expert: train it on the CPU backend", m->bk->name, spec->model_type);
+	if (spec->n_linear &&
+	    !(m->gdr_ws = hp_malloc(hp_gdr_scratch_floats(B, spec->lin_vh, spec->lin_kd, spec->lin_vd) * sizeof(float))))
+		return hp_err_set(e, HP_ENOMEM, "out of memory for the delta rule's workspace");
 	rc = HP_ENOMEM;
 	m->w.lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->w.lg));
 	if (!m->w.lg) {
@@ -1074,6 +1154,8 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	take_slots(m);
 	if (!on_device(m)) {
 		hp_model_spec_rope_table(spec, m->a.cos_t, m->a.sin_t, m->lay.S);
+		for (size_t i = 0; m->a.ones && i < zmax((size_t)spec->hidden, (size_t)spec->head_dim); i++)
+			m->a.ones[i] = 1.0f;
 		return 0;
 	}
 	struct hp_op_sizes z;
@@ -1132,6 +1214,8 @@ void hp_model_release(struct hp_model *m)
 	hp_free(m->a.act);
 	hp_free(m->a.probe_buf);
 	m->a.probe_buf = NULL;
+	hp_free(m->gdr_ws);
+	m->gdr_ws = NULL;
 	m->w.params = NULL;
 	m->w.lw = m->w.lg = NULL;
 	m->a.act = NULL;
@@ -2095,14 +2179,22 @@ static void shared_fwd(struct hp_model *m, int l, float *out, int re)
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
 	long Ns = m->lay.Ns;
-	int C = s->hidden, Is = s->moe_intermediate * s->n_shared;
+	int C = s->hidden, Is = s->shared_inter;
 
 	bk->linear_fwd(bk, a->g, a->xn2, w->wsg, NULL, Ns, C, Is);
 	bk->linear_fwd(bk, a->u, a->xn2, w->wsu, NULL, Ns, C, Is);
 	bk->swiglu_fwd(bk, a->h, a->g, a->u, Ns * Is);
-	if (re)
-		return;
-	bk->linear_fwd(bk, m->a.dxn, a->h, w->wsd, NULL, Ns, Is, C);
+	if (w->wshg) {   /* Qwen3-Next: sigmoid(shared_expert_gate(x)) * shared_expert(x) */
+		bk->linear_fwd(bk, a->sh_out, a->h, w->wsd, NULL, Ns, Is, C);
+		bk->linear_fwd(bk, a->sh_gl, a->xn2, w->wshg, NULL, Ns, C, 1);
+		if (re)
+			return;
+		bk->sigmoid_gate_rows_fwd(bk, m->a.dxn, a->sh_out, a->sh_gl, Ns, C);
+	} else {
+		if (re)
+			return;
+		bk->linear_fwd(bk, m->a.dxn, a->h, w->wsd, NULL, Ns, Is, C);
+	}
 	bk->add(bk, out, out, m->a.dxn, Ns * C);   /* transformers: routed + shared */
 }
 
@@ -2115,12 +2207,162 @@ static void shared_bwd(struct hp_model *m, int l, const float *dout, float *dxn)
 	const struct hp_layer_w *w = &m->w.lw[l];
 	struct hp_layer_w *g = &m->w.lg[l];
 	long Ns = m->lay.Ns;
-	int C = s->hidden, Is = s->moe_intermediate * s->n_shared;
+	int C = s->hidden, Is = s->shared_inter;
 
+	if (w->wshg) {   /* the gate: dout to the shared expert's output and the gate's logit */
+		float *dsh = m->a.gdn_w, *dgl = dsh + (size_t)Ns * C;
+
+		bk->sigmoid_gate_rows_bwd(bk, dsh, dgl, dout, a->sh_out, a->sh_gl, Ns, C);
+		bk->linear_bwd(bk, dxn, g->wshg, NULL, dgl, a->xn2, w->wshg, Ns, C, 1, 1);
+		dout = dsh;
+	}
 	bk->linear_bwd(bk, m->a.dh, g->wsd, NULL, dout, a->h, w->wsd, Ns, Is, C, 0);
 	bk->swiglu_bwd(bk, m->a.dg, m->a.du, m->a.dh, a->g, a->u, Ns * Is);
 	bk->linear_bwd(bk, dxn, g->wsg, NULL, m->a.dg, a->xn2, w->wsg, Ns, C, Is, 1);
 	bk->linear_bwd(bk, dxn, g->wsu, NULL, m->a.du, a->xn2, w->wsu, Ns, C, Is, 1);
+}
+
+/* ---- Qwen3-Next / Qwen3.5 ---- */
+
+/*
+ * The zero-centred RMSNorms (Qwen3NextRMSNorm) multiply by 1 + w: made
+ * from the weights at each forward of the layer (k: 0 input, 1
+ * post-attention, 2 q, 3 k norm; layer n_layers: the final norm), read by
+ * that forward and its backward; the gradient of 1 + w is w's.  Other
+ * models' norms: w itself.
+ */
+static float *zc_at(struct hp_model *m, int l, int k)
+{
+	size_t C = m->spec.hidden, D = m->spec.head_dim;
+
+	return m->a.zc + (size_t)l * (2 * C + 2 * D) + (k < 2 ? k * C : 2 * C + (k - 2) * D);
+}
+
+static const float *zcw(struct hp_model *m, int l, int k, const float *w)
+{
+	return m->spec.norm_zc && w ? zc_at(m, l, k) : w;
+}
+
+static void zc_fill(struct hp_model *m, int l)
+{
+	const struct hp_layer_w *w = &m->w.lw[l];
+	int C = m->spec.hidden, D = m->spec.head_dim;
+
+	if (!m->spec.norm_zc)
+		return;
+	if (l == m->spec.n_layers) {
+		m->bk->add(m->bk, zc_at(m, l, 0), m->a.ones, m->w.final_norm, C);
+		return;
+	}
+	m->bk->add(m->bk, zc_at(m, l, 0), m->a.ones, w->in_norm, C);
+	m->bk->add(m->bk, zc_at(m, l, 1), m->a.ones, w->post_norm, C);
+	if (w->q_norm) {
+		m->bk->add(m->bk, zc_at(m, l, 2), m->a.ones, w->q_norm, D);
+		m->bk->add(m->bk, zc_at(m, l, 3), m->a.ones, w->k_norm, D);
+	}
+}
+
+/*
+ * A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet),
+ * xn1 -> x_mid: the projections (qwen3_next's interleaved per key head,
+ * [q k v z] and [b a], laid out as the conv and the gates read them:
+ * [q | k | v] of every head, z, b, a), the causal depthwise conv with SiLU
+ * (documents kept apart), q and k L2-normalised, beta = sigmoid(b) and
+ * g = -exp(A_log) softplus(a + dt_bias), the chunked delta rule (q scaled
+ * by Dk^-0.5), the gated RMSNorm with z, out_proj.
+ */
+static void gdn_fwd(struct hp_model *m, int l)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	long N = (long)m->a.B * m->a.T;
+	int C = s->hidden, Hk = s->lin_kh, Hv = s->lin_vh, Dk = s->lin_kd, Dv = s->lin_vd, r = Hv / Hk;
+	int Kd = Hk * Dk, Vd = Hv * Dv, CD = 2 * Kd + Vd, P = 2 * Kd + 2 * Vd, pw = 2 * Dk + 2 * r * Dv;
+	size_t f = sizeof(float), n = (size_t)N;
+	float *xs = m->a.gdn_w, *qr = xs + n * CD, *kr = qr + n * Kd, *pj = kr + n * Kd, *pba = pj + n * P;
+
+	if (s->lin_split) {
+		bk->linear_fwd(bk, a->xc, a->xn1, w->wqkv, NULL, N, C, CD);
+		bk->linear_fwd(bk, a->z, a->xn1, w->wz, NULL, N, C, Vd);
+		bk->linear_fwd(bk, a->gb, a->xn1, w->wb, NULL, N, C, Hv);
+		bk->linear_fwd(bk, a->ga, a->xn1, w->wa, NULL, N, C, Hv);
+	} else {
+		bk->linear_fwd(bk, pj, a->xn1, w->wqkvz, NULL, N, C, P);
+		bk->linear_fwd(bk, pba, a->xn1, w->wba, NULL, N, C, 2 * Hv);
+		for (int j = 0; j < Hk; j++) {
+			const float *src = pj + (size_t)j * pw;
+
+			bk->copy2d(bk, a->xc + j * Dk, CD * f, src, P * f, Dk * f, n);
+			bk->copy2d(bk, a->xc + Kd + j * Dk, CD * f, src + Dk, P * f, Dk * f, n);
+			bk->copy2d(bk, a->xc + 2 * Kd + j * r * Dv, CD * f, src + 2 * Dk, P * f, r * Dv * f, n);
+			bk->copy2d(bk, a->z + j * r * Dv, Vd * f, src + 2 * Dk + r * Dv, P * f, r * Dv * f, n);
+			bk->copy2d(bk, a->gb + j * r, Hv * f, pba + 2 * j * r, 2 * Hv * f, r * f, n);
+			bk->copy2d(bk, a->ga + j * r, Hv * f, pba + 2 * j * r + r, 2 * Hv * f, r * f, n);
+		}
+	}
+	bk->conv1d_silu_fwd(bk, xs, a->xc, w->conv, m->a.seg, m->a.B, m->a.T, CD, s->lin_conv);
+	bk->copy2d(bk, qr, Kd * f, xs, CD * f, Kd * f, n);
+	bk->copy2d(bk, kr, Kd * f, xs + Kd, CD * f, Kd * f, n);
+	bk->copy2d(bk, a->vv, Vd * f, xs + 2 * Kd, CD * f, Vd * f, n);
+	bk->l2norm_fwd(bk, a->qn, a->rq, qr, N * Hk, Dk);
+	bk->l2norm_fwd(bk, a->kn, a->rk, kr, N * Hk, Dk);
+	bk->gdn_gates_fwd(bk, a->beta, a->gl, a->gb, a->ga, w->A_log, w->dt_bias, N, Hv);
+	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, m->gdr_ws, m->a.B, m->a.T, Hv,
+		    Hk, Dk, Dv, (float)(1.0 / sqrt((double)Dk)));
+	bk->rmsnorm_gated_fwd(bk, a->y, a->rstd_o, a->o, a->z, w->lin_norm, N * Hv, Dv, (float)s->rms_eps);
+	bk->linear_fwd(bk, a->x_mid, a->y, w->wout, NULL, N, Vd, C);
+}
+
+/* Its backward from dy, the gradient of x_mid's addend: dxn written, the
+ * weights' gradients added. */
+static void gdn_bwd(struct hp_model *m, int l, const float *dy)
+{
+	struct hp_backend *bk = m->bk;
+	const struct hp_model_spec *s = &m->spec;
+	struct hp_layer_act *a = &m->a.act[l];
+	const struct hp_layer_w *w = &m->w.lw[l];
+	struct hp_layer_w *g = &m->w.lg[l];
+	long N = (long)m->a.B * m->a.T;
+	int C = s->hidden, Hk = s->lin_kh, Hv = s->lin_vh, Dk = s->lin_kd, Dv = s->lin_vd, r = Hv / Hk;
+	int Kd = Hk * Dk, Vd = Hv * Dv, CD = 2 * Kd + Vd, P = 2 * Kd + 2 * Vd, pw = 2 * Dk + 2 * r * Dv;
+	size_t f = sizeof(float), n = (size_t)N;
+	float *dY = m->a.gdn_w, *dO = dY + n * Vd, *dZ = dO + n * Vd, *dv = dZ + n * Vd, *dq = dv + n * Vd;
+	float *dk = dq + n * Kd, *dqr = dk + n * Kd, *dkr = dqr + n * Kd, *dg = dkr + n * Kd, *dbeta = dg + n * Hv;
+	float *db = dbeta + n * Hv, *da = db + n * Hv, *dxs = da + n * Hv, *dxc = dxs + n * CD, *dp = dxc + n * CD;
+	float *dpba = dp + n * P;
+
+	bk->linear_bwd(bk, dY, g->wout, NULL, dy, a->y, w->wout, N, Vd, C, 0);
+	bk->rmsnorm_gated_bwd(bk, dO, dZ, g->lin_norm, dY, a->o, a->z, w->lin_norm, a->rstd_o, N * Hv, Dv);
+	bk->gdr_bwd(bk, dq, dk, dv, dg, dbeta, dO, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg,
+		    m->gdr_ws, m->a.B, m->a.T, Hv, Hk, Dk, Dv, (float)(1.0 / sqrt((double)Dk)));
+	bk->gdn_gates_bwd(bk, db, da, g->A_log, g->dt_bias, dbeta, dg, a->gb, a->ga, w->A_log, w->dt_bias, N, Hv);
+	bk->l2norm_bwd(bk, dqr, dq, a->qn, a->rq, N * Hk, Dk);
+	bk->l2norm_bwd(bk, dkr, dk, a->kn, a->rk, N * Hk, Dk);
+	bk->copy2d(bk, dxs, CD * f, dqr, Kd * f, Kd * f, n);
+	bk->copy2d(bk, dxs + Kd, CD * f, dkr, Kd * f, Kd * f, n);
+	bk->copy2d(bk, dxs + 2 * Kd, CD * f, dv, Vd * f, Vd * f, n);
+	bk->conv1d_silu_bwd(bk, dxc, g->conv, dxs, a->xc, w->conv, m->a.seg, m->a.B, m->a.T, CD, s->lin_conv);
+	if (s->lin_split) {
+		bk->linear_bwd(bk, m->a.dxn, g->wqkv, NULL, dxc, a->xn1, w->wqkv, N, C, CD, 0);
+		bk->linear_bwd(bk, m->a.dxn, g->wz, NULL, dZ, a->xn1, w->wz, N, C, Vd, 1);
+		bk->linear_bwd(bk, m->a.dxn, g->wb, NULL, db, a->xn1, w->wb, N, C, Hv, 1);
+		bk->linear_bwd(bk, m->a.dxn, g->wa, NULL, da, a->xn1, w->wa, N, C, Hv, 1);
+		return;
+	}
+	for (int j = 0; j < Hk; j++) {   /* back to in_proj_qkvz's and in_proj_ba's layouts */
+		float *dst = dp + (size_t)j * pw;
+
+		bk->copy2d(bk, dst, P * f, dxc + j * Dk, CD * f, Dk * f, n);
+		bk->copy2d(bk, dst + Dk, P * f, dxc + Kd + j * Dk, CD * f, Dk * f, n);
+		bk->copy2d(bk, dst + 2 * Dk, P * f, dxc + 2 * Kd + j * r * Dv, CD * f, r * Dv * f, n);
+		bk->copy2d(bk, dst + 2 * Dk + r * Dv, P * f, dZ + j * r * Dv, Vd * f, r * Dv * f, n);
+		bk->copy2d(bk, dpba + 2 * j * r, 2 * Hv * f, db + j * r, Hv * f, r * f, n);
+		bk->copy2d(bk, dpba + 2 * j * r + r, 2 * Hv * f, da + j * r, Hv * f, r * f, n);
+	}
+	bk->linear_bwd(bk, m->a.dxn, g->wqkvz, NULL, dp, a->xn1, w->wqkvz, N, C, P, 0);
+	bk->linear_bwd(bk, m->a.dxn, g->wba, NULL, dpba, a->xn1, w->wba, N, C, 2 * Hv, 1);
 }
 
 static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)
@@ -2140,8 +2382,9 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	float *sp_out = re ? m->a.dxn : m->a.dx, *nout, *o;
 
 #define PROBE(...) (!re && probe(m, __VA_ARGS__))
+	zc_fill(m, l);
 	nout = pr->sp ? sp_out : a->xn1;
-	norm_in(m, m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, w->in_norm, Ns, C, eps);
+	norm_in(m, m->k.fused_in[l], a->x_in, nout, a->rstd1, ra, rb, zcw(m, l, 0, w->in_norm), Ns, C, eps);
 	if (l == 0 && m->fault == HP_FAULT_SP_SKIP_GATHER && pr->sp) {
 		/* each rank's own rows only, the others' left out */
 		bk->zero(bk, a->xn1, sizeof(float) * (size_t)N * C);
@@ -2151,25 +2394,46 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	}
 	if (PROBE("model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
 		return -2;
+	if (s->linear[l]) {
+		gdn_fwd(m, l);   /* tp 1: x_mid, no reduction */
+		if (PROBE("model.layers.%d.linear_attn", l, a->x_mid, Ns, C, 0, 0))
+			return -2;
+		goto mlp;
+	}
 	if (s->mla) {
 		mla_fwd(m, l);
 	} else if (s->qk_norm) {
-		/* Qwen3: RMSNorm over head_dim, per head, before RoPE */
-		bk->linear_fwd(bk, a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
+		/* Qwen3: RMSNorm over head_dim, per head, before RoPE; gated
+		 * attention's q_proj gives each head [q | gate] */
+		if (s->attn_gate) {
+			size_t f = sizeof(float), nh = (size_t)N * s->n_heads;
+
+			bk->linear_fwd(bk, m->a.gdn_w, a->xn1, w->wq, w->bq, N, C, 2 * QD);
+			bk->copy2d(bk, a->q_raw, D * f, m->a.gdn_w, 2 * D * f, D * f, nh);
+			bk->copy2d(bk, a->gate, D * f, m->a.gdn_w + D, 2 * D * f, D * f, nh);
+		} else {
+			bk->linear_fwd(bk, a->q_raw, a->xn1, w->wq, w->bq, N, C, QD);
+		}
 		bk->linear_fwd(bk, a->k_raw, a->xn1, w->wk, w->bk, N, C, KD);
-		bk->rmsnorm_fwd(bk, a->q, a->rstd_q, a->q_raw, w->q_norm, N * s->n_heads, D, eps);
-		bk->rmsnorm_fwd(bk, a->k, a->rstd_k, a->k_raw, w->k_norm, N * s->n_kv_heads, D, eps);
+		bk->rmsnorm_fwd(bk, a->q, a->rstd_q, a->q_raw, zcw(m, l, 2, w->q_norm), N * s->n_heads, D, eps);
+		bk->rmsnorm_fwd(bk, a->k, a->rstd_k, a->k_raw, zcw(m, l, 3, w->k_norm), N * s->n_kv_heads, D, eps);
 	} else {
 		bk->linear_fwd(bk, a->q, a->xn1, w->wq, w->bq, N, C, QD);
 		bk->linear_fwd(bk, a->k, a->xn1, w->wk, w->bk, N, C, KD);
 	}
 	if (!s->mla) {
 		bk->linear_fwd(bk, a->v, a->xn1, w->wv, w->bv, N, C, KD);
-		bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
-		bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
+		int rd = hp_model_spec_rope_dim(s);   /* partial RoPE: the first rd of each head */
+
+		bk->rope_fwd(bk, a->q, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, rd, 0);
+		bk->rope_fwd(bk, a->k, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, rd, 0);
 	}
 	attention_fwd(m, l);
 	const float *ain = s->mla ? mla_out(m, l) : a->att;
+	if (s->attn_gate) {   /* transformers: attn_output * sigmoid(gate) */
+		bk->sigmoid_gate_fwd(bk, a->att_g, a->att, a->gate, N * QD);
+		ain = a->att_g;
+	}
 	if (tp > 1) {
 		/* row-parallel: partial sums, reduced, then the bias once */
 		o = pr->sp ? m->a.dxn : a->x_mid;
@@ -2187,8 +2451,10 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	}
 	if (PROBE("model.layers.%d.self_attn", l, a->x_mid, Ns, C, pr->sp, 0))
 		return -2;
+mlp:
 	nout = pr->sp && !w->moe ? sp_out : a->xn2;
-	norm_in(m, m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, w->post_norm, Ns, C, eps);
+	norm_in(m, m->k.fused_post[l], a->x_mid, nout, a->rstd2, a->x_in, a->x_mid, zcw(m, l, 1, w->post_norm), Ns, C,
+		eps);
 	if (w->moe) {
 		if (PROBE("model.layers.%d.post_attention_layernorm", l, a->xn2, Ns, C, pr->sp, 0))
 			return -2;
@@ -2373,7 +2639,9 @@ static int forward(struct hp_model *m, const int32_t *ids, const int32_t *target
 		return m->par_rc ? -2 : 0;
 	}
 	nout = pr->sp ? m->a.dx : m->a.xf;
-	norm_in(m, m->k.fused_final, m->a.x_final, nout, m->a.rstd_f, ra, rb, m->w.final_norm, Ns, C, eps);
+	zc_fill(m, s->n_layers);
+	norm_in(m, m->k.fused_final, m->a.x_final, nout, m->a.rstd_f, ra, rb, zcw(m, s->n_layers, 0, m->w.final_norm),
+		Ns, C, eps);
 	tp_gather(m, m->a.xf, nout);
 	if (probe(m, "model.norm", 0, m->a.xf, N, C, 0, 0))
 		return -2;
@@ -2451,17 +2719,29 @@ static void qkv_bwd(struct hp_model *m, int l)
 	long N = (long)m->a.B * m->a.T;
 	int C = s->hidden, D = s->head_dim, QD = s->n_heads * D, KD = s->n_kv_heads * D;
 
-	bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, D, 0);
-	bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, D, 0);
+	int rd = hp_model_spec_rope_dim(s);
+
+	bk->rope_bwd(bk, m->a.dq, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_heads, D, rd, 0);
+	bk->rope_bwd(bk, m->a.dk, m->a.pos.d, m->a.cos_t, m->a.sin_t, N, s->n_kv_heads, D, rd, 0);
 	const float *dqp = m->a.dq, *dkp = m->a.dk;
 	if (s->qk_norm) {
-		bk->rmsnorm_bwd(bk, m->a.dq2, g->q_norm, m->a.dq, a->q_raw, w->q_norm, a->rstd_q, N * s->n_heads, D, 0);
-		bk->rmsnorm_bwd(bk, m->a.dk2, g->k_norm, m->a.dk, a->k_raw, w->k_norm, a->rstd_k, N * s->n_kv_heads,
-				D, 0);
+		bk->rmsnorm_bwd(bk, m->a.dq2, g->q_norm, m->a.dq, a->q_raw, zcw(m, l, 2, w->q_norm), a->rstd_q,
+				N * s->n_heads, D, 0);
+		bk->rmsnorm_bwd(bk, m->a.dk2, g->k_norm, m->a.dk, a->k_raw, zcw(m, l, 3, w->k_norm), a->rstd_k,
+				N * s->n_kv_heads, D, 0);
 		dqp = m->a.dq2;
 		dkp = m->a.dk2;
 	}
-	bk->linear_bwd(bk, m->a.dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+	if (s->attn_gate) {   /* [dq | dgate] per head, as q_proj's output (dgate: the o_proj step's) */
+		size_t f = sizeof(float), nh = (size_t)N * s->n_heads;
+		float *dqg = m->a.gdn_w + 2 * (size_t)N * QD;
+
+		bk->copy2d(bk, dqg, 2 * D * f, dqp, D * f, D * f, nh);
+		bk->copy2d(bk, dqg + D, 2 * D * f, m->a.gdn_w + (size_t)N * QD, D * f, D * f, nh);
+		bk->linear_bwd(bk, m->a.dxn, g->wq, g->bq, dqg, a->xn1, w->wq, N, C, 2 * QD, 0);
+	} else {
+		bk->linear_bwd(bk, m->a.dxn, g->wq, g->bq, dqp, a->xn1, w->wq, N, C, QD, 0);
+	}
 	bk->linear_bwd(bk, m->a.dxn, g->wk, g->bk, dkp, a->xn1, w->wk, N, C, KD, 1);
 	bk->linear_bwd(bk, m->a.dxn, g->wv, g->bv, m->a.dv, a->xn1, w->wv, N, C, KD, 1);
 }
@@ -2511,7 +2791,8 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 	}
 	if (last_stage(m)) {
 		dy = tp_reduce(m, m->a.dxn, m->lay.dred);
-		norm_bwd(m, m->k.fused_final, m->a.dx, m->w.d_final_norm, dy, m->a.x_final, m->w.final_norm,
+		norm_bwd(m, m->k.fused_final, m->a.dx, m->w.d_final_norm, dy, m->a.x_final,
+			 zcw(m, s->n_layers, 0, m->w.final_norm),
 			 m->a.rstd_f, Ns, C, 0);
 	}
 	for (int l = pr->l1 - 1; l >= pr->l0; l--) {
@@ -2540,12 +2821,22 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			bk->linear_bwd(bk, m->a.dxn, g->wu, NULL, m->a.du, a->xn2, w->wu, N, C, I, 1);
 			dy = tp_reduce(m, m->a.dxn, m->lay.dred);
 		}
-		norm_bwd(m, m->k.fused_post[l], m->a.dx, g->post_norm, dy, a->x_mid, w->post_norm, a->rstd2, Ns, C, 1);
+		norm_bwd(m, m->k.fused_post[l], m->a.dx, g->post_norm, dy, a->x_mid, zcw(m, l, 1, w->post_norm), a->rstd2,
+			 Ns, C, 1);
 		/* attention: x_mid = x_in + o_proj(attn(q, k, v)) */
+		if (s->linear[l]) {
+			gdn_bwd(m, l, entry_grad(m));
+			goto in_norm;
+		}
 		if (s->mla && a->att_v) {
 			bk->linear_bwd(bk, m->a.mla_w, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att_v, w->wo, N, OD,
 				       C, 0);
 			mla_datt(m, m->a.mla_w);
+		} else if (s->attn_gate) {   /* o_proj's input att * sigmoid(gate): datt, and the gate's gradient kept */
+			float *dag = m->a.gdn_w, *dgate = dag + (size_t)N * QD;
+
+			bk->linear_bwd(bk, dag, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att_g, w->wo, N, OD, C, 0);
+			bk->sigmoid_gate_bwd(bk, m->a.datt, dgate, dag, a->att, a->gate, (long)N * QD);
 		} else {
 			bk->linear_bwd(bk, m->a.datt, g->wo, tp > 1 ? NULL : g->bo, entry_grad(m), a->att, w->wo, N, OD, C, 0);
 		}
@@ -2560,8 +2851,9 @@ static void backward(struct hp_model *m, const int32_t *ids, const int32_t *targ
 			mla_bwd(m, l);
 		else
 			qkv_bwd(m, l);
+in_norm:
 		dy = tp_reduce(m, m->a.dxn, m->lay.dred);
-		norm_bwd(m, m->k.fused_in[l], m->a.dx, g->in_norm, dy, a->x_in, w->in_norm, a->rstd1, Ns, C, 1);
+		norm_bwd(m, m->k.fused_in[l], m->a.dx, g->in_norm, dy, a->x_in, zcw(m, l, 0, w->in_norm), a->rstd1, Ns, C, 1);
 		if (hook(m, l, HP_HOOK_POST_BACKWARD))
 			return;
 	}

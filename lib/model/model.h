@@ -75,7 +75,13 @@ struct hp_layer_w {
 	float *wkva, *bkva, *kva_norm;   /* kv_a_proj_with_mqa [L+r,C] (+bias), kv_a_layernorm [L] */
 	float *wkvb;                  /* kv_b_proj [H*(nope+v), L] */
 	float *router_corr;           /* mlp.gate.e_score_correction_bias [E] (frozen) */
-	float *wsg, *wsu, *wsd;       /* mlp.shared_experts: [Is,C], [Is,C], [C,Is] */
+	float *wsg, *wsu, *wsd;       /* mlp.shared_experts (Qwen3-Next: shared_expert): [Is,C], [Is,C], [C,Is] */
+	float *wshg;                  /* Qwen3-Next: mlp.shared_expert_gate [1,C] */
+	/* a Gated DeltaNet layer (linear_attn): in_proj_qkvz [2Kd+2Vd,C] and
+	 * in_proj_ba [2Hv,C], or in_proj_qkv [2Kd+Vd,C], in_proj_z [Vd,C],
+	 * in_proj_b, in_proj_a [Hv,C]; conv1d [2Kd+Vd,K], dt_bias, A_log
+	 * [Hv], norm [Dv], out_proj [C,Vd] */
+	float *wqkvz, *wba, *wqkv, *wz, *wb, *wa, *conv, *dt_bias, *A_log, *lin_norm, *wout;
 	struct hp_expert_w *ex;       /* MoE: [E] */
 	size_t xs;                    /* MoE: ex[x].f == ex[0].f + x * xs (the grouped kernels' stride) */
 	int moe;
@@ -208,6 +214,16 @@ struct hp_layer_act {
 	 * rstd and output [N,L]; the attention output cut to v_head_dim per
 	 * head [N,H*v] (NULL when v_head is head_dim) */
 	float *qa, *rstd_qa, *qan, *kvc, *rstd_kv, *cn, *att_v;
+	/* gated attention (attn_gate): the gate [N,Hq*D] and the gated output
+	 * o_proj reads [N,Hq*D] */
+	float *gate, *att_g;
+	/* a gated shared expert: its output before the gate [Ns,C], the gate's logit [Ns] */
+	float *sh_out, *sh_gl;
+	/* a Gated DeltaNet layer: the conv's input [N,CD] (CD = 2Kd+Vd), z
+	 * [N,Vd], b and a [N,Hv]; the normalised q, k [N,Kd] and their 1/norms
+	 * [N*Hk]; v [N,Vd]; beta, g [N,Hv]; the delta rule's saved states, its
+	 * output [N,Vd], the gated norm's rstd [N*Hv] and output [N,Vd] */
+	float *xc, *z, *gb, *ga, *qn, *kn, *rq, *rk, *vv, *beta, *gl, *saved, *o, *rstd_o, *y;
 	/* MoE: router and the expert-major rows (N*k of them) */
 	float *probs;      /* [N,E] softmax of the router logits, fp32 */
 	struct hp_i32 sel; /* [N,k] chosen experts, by falling probability */
@@ -269,6 +285,11 @@ struct hp_model_acts {
 	float *dx, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dscratch;
 	float *dq2, *dk2;                         /* qk_norm */
 	float *mla_t, *mla_u, *mla_w;             /* MLA: [N,H*(nope+v)], [N,max(R,L+r)], [N,max(H*qk,L)] */
+	float *gdn_w;                             /* Gated DeltaNet and gated attention: a pass's scratch (gdn_scratch) */
+	/* zero-centred norms: 1 + w of each layer's input, post-attention, q
+	 * and k norms ([2C + 2D] a layer) and the final one, made before their
+	 * first use in each forward; ones [max(C, D)] to make them from */
+	float *zc, *ones;
 	/* DeepSeek: each layer's routed rows per expert over the step's
 	 * forwards [n_layers][2E] (the first E; hp_moe_aux_acc's layout), the
 	 * first slot's, every slot's (hp_model_route_loads) */
@@ -324,6 +345,9 @@ struct hp_model {
 	int head_done;
 	int st_fresh;                 /* hp_model_stats_zero: the next forward zeroes the step's sums */
 	int fault;                    /* enum hp_fault */
+	/* the delta rule's per-thread workspace (hp_gdr_scratch_floats), host
+	 * memory of the kernel's as the attention kernels' own is */
+	float *gdr_ws;
 
 	/* called before and after each layer's forward and backward (FSDP
 	 * gathers a layer's weights just in time and frees them after); an

@@ -244,9 +244,30 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 				LAYER(HP_PF_BO, HP_ROLE_REPLICATE, "self_attn.o_proj.bias", 1, C, 1);
 			goto mlp;
 		}
-		LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, QD, C);
+		if (s->linear[l]) {
+			/* Gated DeltaNet: on every tp rank (tp over it is refused) */
+			int64_t Kd = (int64_t)s->lin_kh * s->lin_kd, Vd = (int64_t)s->lin_vh * s->lin_vd, Hv = s->lin_vh;
+
+			if (s->lin_split) {
+				LAYER(HP_PF_LIN_QKV, HP_ROLE_REPLICATE, "linear_attn.in_proj_qkv.weight", 2, 2 * Kd + Vd, C);
+				LAYER(HP_PF_LIN_Z, HP_ROLE_REPLICATE, "linear_attn.in_proj_z.weight", 2, Vd, C);
+				LAYER(HP_PF_LIN_B, HP_ROLE_REPLICATE, "linear_attn.in_proj_b.weight", 2, Hv, C);
+				LAYER(HP_PF_LIN_A, HP_ROLE_REPLICATE, "linear_attn.in_proj_a.weight", 2, Hv, C);
+			} else {
+				LAYER(HP_PF_LIN_QKVZ, HP_ROLE_REPLICATE, "linear_attn.in_proj_qkvz.weight", 2, 2 * Kd + 2 * Vd, C);
+				LAYER(HP_PF_LIN_BA, HP_ROLE_REPLICATE, "linear_attn.in_proj_ba.weight", 2, 2 * Hv, C);
+			}
+			LAYER(HP_PF_LIN_CONV, HP_ROLE_REPLICATE, "linear_attn.conv1d.weight", 2, 2 * Kd + Vd, s->lin_conv);
+			LAYER(HP_PF_LIN_DT, HP_ROLE_REPLICATE, "linear_attn.dt_bias", 1, Hv, 1);
+			LAYER(HP_PF_LIN_ALOG, HP_ROLE_REPLICATE, "linear_attn.A_log", 1, Hv, 1);
+			LAYER(HP_PF_LIN_NORM, HP_ROLE_REPLICATE, "linear_attn.norm.weight", 1, s->lin_vd, 1);
+			LAYER(HP_PF_LIN_OUT, HP_ROLE_REPLICATE, "linear_attn.out_proj.weight", 2, C, Vd);
+			goto mlp;
+		}
+		/* gated attention: each head's [q | gate] */
+		LAYER(HP_PF_WQ, HP_ROLE_COLUMN, "self_attn.q_proj.weight", 2, s->attn_gate ? 2 * QD : QD, C);
 		if (s->qkv_bias)
-			LAYER(HP_PF_BQ, HP_ROLE_COLUMN, "self_attn.q_proj.bias", 1, QD, 1);
+			LAYER(HP_PF_BQ, HP_ROLE_COLUMN, "self_attn.q_proj.bias", 1, s->attn_gate ? 2 * QD : QD, 1);
 		LAYER(HP_PF_WK, HP_ROLE_COLUMN, "self_attn.k_proj.weight", 2, KD, C);
 		if (s->qkv_bias)
 			LAYER(HP_PF_BK, HP_ROLE_COLUMN, "self_attn.k_proj.bias", 1, KD, 1);
@@ -292,8 +313,15 @@ mlp:
 						return rc;
 				}
 			}
-			if (s->n_shared) {   /* DeepSeek's shared experts: one MLP beside the routed */
-				int64_t Is = (int64_t)s->moe_intermediate * s->n_shared;
+			if (s->shared_inter && s->shared_gate) {   /* Qwen3-Next's gated shared expert */
+				int64_t Is = s->shared_inter;
+
+				LAYER(HP_PF_SH_GATE, HP_ROLE_REPLICATE, "mlp.shared_expert.gate_proj.weight", 2, Is, C);
+				LAYER(HP_PF_SH_UP, HP_ROLE_REPLICATE, "mlp.shared_expert.up_proj.weight", 2, Is, C);
+				LAYER(HP_PF_SH_DOWN, HP_ROLE_REPLICATE, "mlp.shared_expert.down_proj.weight", 2, C, Is);
+				LAYER(HP_PF_SH_GATE_W, HP_ROLE_REPLICATE, "mlp.shared_expert_gate.weight", 2, 1, C);
+			} else if (s->shared_inter) {   /* DeepSeek's shared experts: one MLP beside the routed */
+				int64_t Is = s->shared_inter;
 
 				LAYER(HP_PF_SH_GATE, HP_ROLE_REPLICATE, "mlp.shared_experts.gate_proj.weight", 2, Is, C);
 				LAYER(HP_PF_SH_UP, HP_ROLE_REPLICATE, "mlp.shared_experts.up_proj.weight", 2, Is, C);

@@ -8,7 +8,10 @@
  *
  * Order: model.embed_tokens.weight; for each layer input_layernorm,
  * q_proj (+bias), k_proj (+bias), v_proj (+bias), o_proj (+bias), q_norm,
- * k_norm (Qwen3), sinks (GPT-OSS) -- or DeepSeek-V3's latent attention:
+ * k_norm (Qwen3), sinks (GPT-OSS) -- or a Gated DeltaNet layer's
+ * linear_attn: in_proj_qkvz, in_proj_ba (or in_proj_qkv, in_proj_z,
+ * in_proj_b, in_proj_a), conv1d (held [C, K], [C, 1, K] in checkpoints),
+ * dt_bias, A_log, norm, out_proj -- or DeepSeek-V3's latent attention:
  * q_a_proj (+bias), q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa
  * (+bias), kv_a_layernorm, kv_b_proj, o_proj (+bias) --,
  * post_attention_layernorm, then either the dense MLP (gate, up, down) or
@@ -16,7 +19,8 @@
  * then its e_score_correction_bias) and each expert's gate, up, down
  * (GPT-OSS: then their biases, so that gate and up stay adjacent, and
  * every expert's block has one size), then DeepSeek-V3's shared experts'
- * gate, up, down; then model.norm.weight and lm_head.weight unless the
+ * gate, up, down (Qwen3-Next's shared expert's, then its
+ * shared_expert_gate); then model.norm.weight and lm_head.weight unless the
  * embeddings are tied.  GPT-OSS's checkpoints hold the experts stacked and
  * transposed (experts.gate_up_proj [E, C, 2*Im], gate and up interleaved
  * by column); hp names them one by one as Qwen3-MoE's hub files do, and
@@ -48,6 +52,11 @@ enum hp_param_field {
 	 * the router's correction bias, the shared experts */
 	HP_PF_Q_A, HP_PF_Q_A_B, HP_PF_Q_A_NORM, HP_PF_KV_A, HP_PF_KV_A_B, HP_PF_KV_A_NORM, HP_PF_KV_B,
 	HP_PF_ROUTER_CORR, HP_PF_SH_GATE, HP_PF_SH_UP, HP_PF_SH_DOWN,
+	/* Qwen3-Next / Qwen3.5: a Gated DeltaNet layer's tensors (its
+	 * projections fused, qwen3_next: QKVZ and BA; or split, qwen3_5: QKV,
+	 * Z, B, A), and the shared expert's gate */
+	HP_PF_LIN_QKVZ, HP_PF_LIN_BA, HP_PF_LIN_QKV, HP_PF_LIN_Z, HP_PF_LIN_B, HP_PF_LIN_A, HP_PF_LIN_CONV,
+	HP_PF_LIN_DT, HP_PF_LIN_ALOG, HP_PF_LIN_NORM, HP_PF_LIN_OUT, HP_PF_SH_GATE_W,
 };
 
 struct hp_param_desc {
