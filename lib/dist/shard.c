@@ -393,8 +393,8 @@ static void read_init(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c
 	int64_t cols = qcols(q);
 
 	for (int64_t k = 0; k < nr; k++) {
-		hp_init_slice(dst + k * nc, s->seed, q->name, (uint64_t)((r0 + k) * cols + c0), (size_t)nc,
-			      (float)sp->initializer_range);
+		hp_init_slice(dst + k * nc, sp, s->seed, q->name, (uint64_t)((r0 + k) * cols + c0),
+			      (size_t)nc, (float)sp->initializer_range);
 		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero, as lib/train/train.c */
 		if (r0 + k == sp->pad_token_id && !strcmp(q->name, "model.embed_tokens.weight"))
 			memset(dst + k * nc, 0, (size_t)nc * sizeof(float));

@@ -1,6 +1,7 @@
 /*
  * init.c - counter-based random initialization: Philox4x32-10 keyed by
- * (seed, tensor name), Box-Muller to normals, per element index.
+ * (seed, tensor name), Box-Muller to normals (and ln of a uniform for the
+ * Gated DeltaNet's A_log), per element index.
  *
  * The exact definition is in init.h.  This file is written so that the
  * definition is the code: every floating-point step is a single IEEE double
@@ -21,12 +22,26 @@
 #include "model/init.h"
 #include "model/params.h"
 
+/* name's last components are sfx: it ends with sfx, at its start or after a '.' */
+static int ends_with(const char *name, const char *sfx)
+{
+	size_t n = strlen(name), k = strlen(sfx);
+
+	return n >= k && !strcmp(name + n - k, sfx) && (n == k || name[n - k - 1] == '.');
+}
+
 enum hp_init_kind hp_init_kind_of(const char *hf_name)
 {
 	static const char norm_w[] = "norm.weight";
 	static const char bias[] = "bias";
 	size_t len = strlen(hf_name);
 
+	/* Gated DeltaNet (Qwen3-Next, Qwen3.5): ones_(dt_bias) and A_log from
+	 * ln(uniform(lo, 16)); no other family has these names */
+	if (ends_with(hf_name, "linear_attn.dt_bias"))
+		return HP_INIT_ONES;
+	if (ends_with(hf_name, "linear_attn.A_log"))
+		return HP_INIT_LOG_UNIFORM;
 	/* Every RMSNorm in these models is a module whose name ends in "norm"
 	 * (input_layernorm, post_attention_layernorm, norm, q_norm, k_norm) and
 	 * whose only parameter is "weight"; no Linear or Embedding is so named. */
@@ -44,6 +59,28 @@ enum hp_init_kind hp_init_kind_of(const char *hf_name)
 	    (len == sizeof(bias) - 1 || hf_name[len - sizeof(bias)] == '.'))
 		return HP_INIT_ZEROS;
 	return HP_INIT_NORMAL;
+}
+
+enum hp_init_kind hp_init_kind_for(const struct hp_model_spec *s, const char *hf_name)
+{
+	enum hp_init_kind k = hp_init_kind_of(hf_name);
+
+	/* Qwen3NextRMSNorm / Qwen3_5RMSNorm compute x_hat * (1 + weight) and
+	 * start at zero; the Gated DeltaNet's gated norm (Qwen3NextRMSNormGated)
+	 * is x_hat * weight and keeps its ones. */
+	if (s && s->norm_zc && k == HP_INIT_ONES && !ends_with(hf_name, "linear_attn.dt_bias") &&
+	    !ends_with(hf_name, "linear_attn.norm.weight"))
+		return HP_INIT_ZEROS;
+	return k;
+}
+
+double hp_init_log_uniform_lo(const struct hp_model_spec *s)
+{
+	/* transformers 4.57's Qwen3NextPreTrainedModel: A_log.uniform_(0, 16);
+	 * 5.x (Qwen3-Next and Qwen3.5 alike): uniform_(0.01, 16) */
+	if (s && !strcmp(s->model_type, "qwen3_next") && !strncmp(s->transformers_version, "4.", 2))
+		return 0.0;
+	return 0.01;
 }
 
 /* splitmix64's output function: a bijection of 64-bit words with full
@@ -201,6 +238,26 @@ double hp_init_normal_at(uint64_t key, uint64_t i)
 	return z[i & 1];
 }
 
+double hp_init_uniform_at(uint64_t key, uint64_t i)
+{
+	const uint32_t k[2] = { (uint32_t)key, (uint32_t)(key >> 32) };
+	/* the third word 1: a counter the normal stream (third word 0) never uses */
+	const uint32_t ctr[4] = { (uint32_t)i, (uint32_t)(i >> 32), 1, 0 };
+	uint32_t x[4];
+
+	hp_philox4x32_10(ctr, k, x);
+	uint64_t a = (((uint64_t)x[1] << 32) | x[0]) >> 11;
+	return (double)(a + 1) * 0x1p-53;   /* (0, 1], exact */
+}
+
+double hp_init_log_uniform_at(uint64_t key, uint64_t i, double lo)
+{
+	double w = 16.0 - lo;
+	double y = lo + w * hp_init_uniform_at(key, i);
+
+	return hp_init_ln(y);
+}
+
 void hp_init_normal_slice(float *dst, uint64_t seed, const char *name, uint64_t first,
 			  size_t n, float std)
 {
@@ -218,10 +275,10 @@ void hp_init_normal_slice(float *dst, uint64_t seed, const char *name, uint64_t 
 	}
 }
 
-void hp_init_slice(float *dst, uint64_t seed, const char *name, uint64_t first, size_t n,
-		   float std)
+void hp_init_slice(float *dst, const struct hp_model_spec *s, uint64_t seed, const char *name,
+		   uint64_t first, size_t n, float std)
 {
-	switch (hp_init_kind_of(name)) {
+	switch (hp_init_kind_for(s, name)) {
 	case HP_INIT_ONES:
 		for (size_t j = 0; j < n; j++)
 			dst[j] = 1.0f;
@@ -232,12 +289,21 @@ void hp_init_slice(float *dst, uint64_t seed, const char *name, uint64_t first, 
 	case HP_INIT_NORMAL:
 		hp_init_normal_slice(dst, seed, name, first, n, std);
 		break;
+	case HP_INIT_LOG_UNIFORM: {
+		uint64_t key = hp_init_key(seed, name);
+		double lo = hp_init_log_uniform_lo(s);
+
+		for (size_t j = 0; j < n; j++)
+			dst[j] = (float)hp_init_log_uniform_at(key, first + j, lo);
+		break;
+	}
 	}
 }
 
-void hp_init_tensor(float *dst, uint64_t seed, const char *name, size_t numel, float std)
+void hp_init_tensor(float *dst, const struct hp_model_spec *s, uint64_t seed, const char *name,
+		    size_t numel, float std)
 {
-	hp_init_slice(dst, seed, name, 0, numel, std);
+	hp_init_slice(dst, s, seed, name, 0, numel, std);
 }
 
 void hp_init_zero_row_slice(float *dst, uint64_t first, size_t n, int64_t row, int64_t cols)

@@ -2127,10 +2127,11 @@ static int load_weights(struct run *r, const struct hp_train_opts *o, MPI_Comm c
 				  "directories are for runs over ranks");
 	if (r->cfg.model.source == HP_MODEL_FROM_CONFIG) {
 		/* HF's _init_weights: normal(0, initializer_range) matrices, ones for
-		 * norms, zero biases; each tensor from (seed, name) alone */
+		 * norms (zeros for zero-centred ones), zero biases, the Gated
+		 * DeltaNet's dt_bias and A_log; each tensor from (seed, name) alone */
 		for (int i = 0; i < r->model.w.nparams; i++) {
 			struct hp_param *p = &r->model.w.params[i];
-			hp_init_tensor(p->w, (uint64_t)r->cfg.training.seed, p->name, p->numel,
+			hp_init_tensor(p->w, &r->spec, (uint64_t)r->cfg.training.seed, p->name, p->numel,
 				       (float)r->spec.initializer_range);
 		}
 		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero */

@@ -2,8 +2,9 @@
  * test-init.c - the counter-based random init of lib/model/init.c: Philox4x32-10
  * known answers, values pinned against an independent Python
  * implementation of the definition in init.h, slice independence, distinct
- * streams, the statistics of a million draws, and the HF init kind of every
- * Llama / Qwen3 / Qwen3-MoE parameter name.
+ * streams, the statistics of a million draws, the HF init kind of every
+ * Llama / Qwen3 / Qwen3-MoE parameter name, and Qwen3-Next / Qwen3.5's
+ * rules: zero-centred norms, dt_bias, and A_log's ln(uniform(lo, 16)).
  *
  * It does not compare with torch: hp's init is HF's distribution, not
  * torch's generator (see init.h).
@@ -66,9 +67,19 @@
  *          for i in list(range(8)) + [12345, 2**33 + 1, 2**33 + 2]])
  *   print([hex(elem(1234, 'model.layers.0.self_attn.q_proj.weight', i, 0.02)) for i in range(8)])
  *   print([hex(elem(7, 'lm_head.weight', i, 1.0)) for i in range(2**33 - 3, 2**33 + 3)])
+ *   def uniform(kk, i):   # A_log's stream (step 7)
+ *       x = philox([i & 0xffffffff, i >> 32, 1, 0], [kk & 0xffffffff, kk >> 32])
+ *       return ((((x[1] << 32) | x[0]) >> 11) + 1) * 2.0 ** -53
+ *   def a_log(seed, name, i, lo):   # the float's bits
+ *       y = lo + (16.0 - lo) * uniform(key(seed, name), i)
+ *       return struct.unpack('<I', struct.pack('<f', ln(y)))[0]
+ *   n = 'model.layers.0.linear_attn.A_log'
+ *   print([hex(struct.unpack('<Q', struct.pack('<d', uniform(key(5, n), i)))[0]) for i in (0, 1, 2**33 + 1)])
+ *   print([hex(a_log(5, n, i, lo)) for lo in (0.0, 0.01) for i in (0, 1, 2, 3, 2**33 + 1)])
  */
 #include <math.h>
 
+#include "config/hfconfig.h"
 #include "model/init.h"
 #include "tap.h"
 
@@ -203,7 +214,7 @@ static void test_slices(void)
 	is_int(bad, 0, "one-element and short slices equal the whole tensor");
 
 	/* hp_init_tensor of a NORMAL name is the slice from 0. */
-	hp_init_tensor(parts, 99, name, N, 0.02f);
+	hp_init_tensor(parts, NULL, 99, name, N, 0.02f);
 	ok(!memcmp(whole, parts, sizeof(whole)), "hp_init_tensor equals hp_init_normal_slice from 0");
 }
 
@@ -357,11 +368,11 @@ static void test_kinds(void)
 	float v[37];
 	int ones = 0, zeros = 0;
 	memset(v, 0, sizeof(v));
-	hp_init_tensor(v, 1, "model.layers.0.self_attn.q_norm.weight", 37, 0.02f);
+	hp_init_tensor(v, NULL, 1, "model.layers.0.self_attn.q_norm.weight", 37, 0.02f);
 	for (int i = 0; i < 37; i++)
 		ones += v[i] == 1.0f;
 	memset(v, 0xff, sizeof(v));
-	hp_init_slice(v, 1, "model.layers.0.self_attn.q_proj.bias", 100, 37, 0.02f);
+	hp_init_slice(v, NULL, 1, "model.layers.0.self_attn.q_proj.bias", 100, 37, 0.02f);
 	for (int i = 0; i < 37; i++)
 		zeros += f2u(v[i]) == 0;
 	is_int(ones, 37, "a norm weight is ones");
@@ -377,7 +388,7 @@ static void test_pad_row(void)
 	static const size_t cut[4] = { 0, 16, 19, R * C };
 	int bad = 0;
 
-	hp_init_tensor(whole, 3, name, R * C, 0.02f);
+	hp_init_tensor(whole, NULL, 3, name, R * C, 0.02f);
 	hp_init_zero_row_slice(whole, 0, R * C, 2, C);
 	for (int i = 0; i < R * C; i++) {
 		int pad = i >= 2 * C && i < 3 * C;
@@ -385,13 +396,242 @@ static void test_pad_row(void)
 	}
 	is_int(bad, 0, "pad row zeroed, others left");
 	for (int s = 0; s < 3; s++) {
-		hp_init_slice(part + cut[s], 3, name, cut[s], cut[s + 1] - cut[s], 0.02f);
+		hp_init_slice(part + cut[s], NULL, 3, name, cut[s], cut[s + 1] - cut[s], 0.02f);
 		hp_init_zero_row_slice(part + cut[s], cut[s], cut[s + 1] - cut[s], 2, C);
 	}
 	ok(!memcmp(whole, part, sizeof(whole)), "pad row zeroed slice by slice equals whole");
 	memcpy(part, whole, sizeof(part));
 	hp_init_zero_row_slice(part, 0, R * C, -1, C);
 	ok(!memcmp(whole, part, sizeof(whole)), "no pad row (-1) changes nothing");
+}
+
+/* A spec of model_type type, by hand: only the fields init reads. */
+static void gdn_spec(struct hp_model_spec *s, const char *type, const char *tf_version)
+{
+	memset(s, 0, sizeof(*s));
+	snprintf(s->model_type, sizeof(s->model_type), "%s", type);
+	snprintf(s->transformers_version, sizeof(s->transformers_version), "%s", tf_version);
+	if (!strcmp(type, "llama"))
+		return;
+	s->norm_zc = 1;
+	s->lin_split = strcmp(type, "qwen3_next") != 0;
+}
+
+static void test_gdn_kinds(void)
+{
+	static const struct { const char *name; enum hp_init_kind kind; } t[] = {
+		/* the zero-centred RMSNorms (x_hat * (1 + w)): zeros */
+		{ "model.layers.0.input_layernorm.weight", HP_INIT_ZEROS },
+		{ "model.layers.0.post_attention_layernorm.weight", HP_INIT_ZEROS },
+		{ "model.layers.3.self_attn.q_norm.weight", HP_INIT_ZEROS },
+		{ "model.layers.3.self_attn.k_norm.weight", HP_INIT_ZEROS },
+		{ "model.norm.weight", HP_INIT_ZEROS },
+		/* the Gated DeltaNet: its gated norm is plain (ones), dt_bias ones */
+		{ "model.layers.0.linear_attn.norm.weight", HP_INIT_ONES },
+		{ "model.layers.0.linear_attn.dt_bias", HP_INIT_ONES },
+		{ "model.layers.0.linear_attn.A_log", HP_INIT_LOG_UNIFORM },
+		{ "model.layers.46.linear_attn.A_log", HP_INIT_LOG_UNIFORM },
+		{ "model.layers.0.linear_attn.conv1d.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.in_proj_qkvz.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.in_proj_ba.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.in_proj_qkv.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.in_proj_z.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.in_proj_b.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.in_proj_a.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.out_proj.weight", HP_INIT_NORMAL },
+		/* gated attention, MoE with the gated shared expert */
+		{ "model.layers.3.self_attn.q_proj.weight", HP_INIT_NORMAL },
+		{ "model.layers.3.self_attn.o_proj.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.gate.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.experts.gate_up_proj", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.experts.7.down_proj.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.shared_expert.gate_proj.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.shared_expert.up_proj.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.shared_expert.down_proj.weight", HP_INIT_NORMAL },
+		{ "model.layers.0.mlp.shared_expert_gate.weight", HP_INIT_NORMAL },
+		{ "model.embed_tokens.weight", HP_INIT_NORMAL },
+		{ "lm_head.weight", HP_INIT_NORMAL },
+		/* the name rules are whole components */
+		{ "model.layers.0.linear_attn.xdt_bias", HP_INIT_NORMAL },
+		{ "model.layers.0.xlinear_attn.A_log", HP_INIT_NORMAL },
+		{ "model.layers.0.linear_attn.A_log.x", HP_INIT_NORMAL },
+	};
+	static const char *const types[] = { "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text" };
+	struct hp_model_spec s;
+
+	for (size_t f = 0; f < sizeof(types) / sizeof(types[0]); f++) {
+		int bad = 0;
+
+		gdn_spec(&s, types[f], "5.24.0");
+		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+			enum hp_init_kind got = hp_init_kind_for(&s, t[i].name);
+			if (got != t[i].kind) {
+				bad++;
+				tap_diag("  %s: kind of '%s' = %d, want %d", types[f], t[i].name, (int)got,
+					 (int)t[i].kind);
+			}
+		}
+		is_int(bad, 0, "init kind of %zu %s names", sizeof(t) / sizeof(t[0]), types[f]);
+	}
+
+	/* Without norm_zc the norms stay ones; the GDN names are the name's own. */
+	gdn_spec(&s, "llama", "");
+	is_int(hp_init_kind_for(&s, "model.layers.0.input_layernorm.weight"), HP_INIT_ONES,
+	       "llama (norm_zc 0): input_layernorm is ones");
+	is_int(hp_init_kind_for(&s, "model.norm.weight"), HP_INIT_ONES, "llama: model.norm is ones");
+	is_int(hp_init_kind_for(NULL, "model.layers.0.input_layernorm.weight"), HP_INIT_ONES,
+	       "no spec: input_layernorm is ones");
+	is_int(hp_init_kind_for(NULL, "model.layers.0.linear_attn.A_log"), HP_INIT_LOG_UNIFORM,
+	       "no spec: A_log by its name");
+	is_int(hp_init_kind_of("model.layers.0.linear_attn.dt_bias"), HP_INIT_ONES, "dt_bias by its name");
+
+	/* A_log's lower bound: 4.57's Qwen3-Next uniform_(0, 16), 5.x's (0.01, 16) */
+	gdn_spec(&s, "qwen3_next", "4.57.0.dev0");
+	ok(hp_init_log_uniform_lo(&s) == 0.0, "qwen3_next under transformers 4.x: lo 0");
+	gdn_spec(&s, "qwen3_next", "5.24.0");
+	ok(hp_init_log_uniform_lo(&s) == 0.01, "qwen3_next under transformers 5.x: lo 0.01");
+	gdn_spec(&s, "qwen3_next", "");
+	ok(hp_init_log_uniform_lo(&s) == 0.01, "qwen3_next, no transformers_version: lo 0.01 (5.x)");
+	gdn_spec(&s, "qwen3_5_text", "5.24.0");
+	ok(hp_init_log_uniform_lo(&s) == 0.01, "qwen3_5_text: lo 0.01");
+	gdn_spec(&s, "qwen3_5_moe_text", "4.99.0");
+	ok(hp_init_log_uniform_lo(&s) == 0.01, "qwen3_5_moe_text: lo 0.01 whatever the version");
+	ok(hp_init_log_uniform_lo(NULL) == 0.01, "no spec: lo 0.01");
+
+	/* hp_init_slice follows the spec's kinds: +0 norms, ones elsewhere. */
+	float v[41];
+	int zeros = 0, ones = 0, gated = 0, llama = 0;
+
+	gdn_spec(&s, "qwen3_5_text", "5.24.0");
+	memset(v, 0xff, sizeof(v));
+	hp_init_slice(v, &s, 1, "model.layers.2.input_layernorm.weight", 7, 41, 0.02f);
+	for (int i = 0; i < 41; i++)
+		zeros += f2u(v[i]) == 0;
+	hp_init_tensor(v, &s, 1, "model.layers.2.linear_attn.dt_bias", 41, 0.02f);
+	for (int i = 0; i < 41; i++)
+		ones += v[i] == 1.0f;
+	hp_init_tensor(v, &s, 1, "model.layers.2.linear_attn.norm.weight", 41, 0.02f);
+	for (int i = 0; i < 41; i++)
+		gated += v[i] == 1.0f;
+	gdn_spec(&s, "llama", "");
+	hp_init_tensor(v, &s, 1, "model.layers.2.input_layernorm.weight", 41, 0.02f);
+	for (int i = 0; i < 41; i++)
+		llama += v[i] == 1.0f;
+	is_int(zeros, 41, "qwen3_5_text: input_layernorm is +0");
+	is_int(ones, 41, "qwen3_5_text: dt_bias is ones");
+	is_int(gated, 41, "qwen3_5_text: linear_attn.norm is ones");
+	is_int(llama, 41, "llama: input_layernorm is ones");
+}
+
+/*
+ * E[ln X] and sd(ln X) for X uniform on (lo, 16], from the antiderivatives
+ * of ln x (x ln x - x) and ln^2 x (x (ln^2 x - 2 ln x + 2)); x ln x -> 0 at 0.
+ */
+static void log_uniform_moments(double lo, double *mean, double *sd)
+{
+	double w = 16.0 - lo, l16 = log(16.0), llo = lo > 0 ? log(lo) : 0.0;
+	double m1 = (16.0 * (l16 - 1.0) - lo * (llo - 1.0)) / w;
+	double m2 = (16.0 * (l16 * l16 - 2.0 * l16 + 2.0) - lo * (llo * llo - 2.0 * llo + 2.0)) / w;
+
+	*mean = m1;
+	*sd = sqrt(m2 - m1 * m1);
+}
+
+static void test_a_log(void)
+{
+	enum { N = 4096 };
+	static float whole[N], part[N];
+	const char *name = "model.layers.0.linear_attn.A_log";
+	struct hp_model_spec s;
+	static const struct { const char *type, *tf; double lo; } fam[] = {
+		{ "qwen3_next", "4.57.0.dev0", 0.0 },
+		{ "qwen3_next", "5.24.0", 0.01 },
+		{ "qwen3_5_text", "5.24.0", 0.01 },
+		{ "qwen3_5_moe_text", "5.24.0", 0.01 },
+	};
+
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		double lo = fam[f].lo, mean, sd, sum = 0;
+		/* the float bounds: (float)ln of lo and of 16 bracket every value
+		 * (ln 0 is -inf, so lo 0 asks only for finite values) */
+		float flo = lo > 0 ? (float)log(lo) : -INFINITY, fhi = (float)log(16.0);
+		int out = 0;
+
+		gdn_spec(&s, fam[f].type, fam[f].tf);
+		hp_init_tensor(whole, &s, 77, name, N, 0.02f);
+		for (int i = 0; i < N; i++) {
+			out += !(isfinite(whole[i]) && whole[i] > flo && whole[i] <= fhi);
+			sum += whole[i];
+		}
+		is_int(out, 0, "%s %s: %d A_log values in (ln %g, ln 16]", fam[f].type, fam[f].tf, N, lo);
+		/* The mean of N draws has standard error sd / sqrt(N) = 0.0156 or
+		 * less (sd is 1 for lo 0, where -ln(U(0,1)) is exponential, a
+		 * little under it for 0.01); 5 of them is a test that a right
+		 * generator cannot fail by chance, while a wrong upper bound, a
+		 * missed ln or a normal in place of the uniform moves the mean
+		 * by far more.  (lo 0 against 0.01 moves it by 0.005 only: the
+		 * bounds above and the pinned bits below tell those apart.)
+		 * The draw is fixed: it passes always or never. */
+		log_uniform_moments(lo, &mean, &sd);
+		double tol = 5.0 * sd / sqrt((double)N);
+		tap_diag("  %s %s: mean %.5f, E[ln U(%g, 16)] %.5f, tolerance %.4f", fam[f].type,
+			 fam[f].tf, sum / N, lo, mean, tol);
+		ok(fabs(sum / N - mean) < tol, "%s %s: mean of A_log is E[ln U(%g, 16)] = %.4f",
+		   fam[f].type, fam[f].tf, lo, mean);
+
+		/* slices, back to front and mid-tensor, equal the whole */
+		static const size_t cut[] = { 0, 1, 2, 333, 334, 2049, 4095, N };
+		memset(part, 0xff, sizeof(part));
+		for (int c = (int)(sizeof(cut) / sizeof(cut[0])) - 2; c >= 0; c--)
+			hp_init_slice(part + cut[c], &s, 77, name, cut[c], cut[c + 1] - cut[c], 0.02f);
+		ok(!memcmp(whole, part, sizeof(whole)), "%s %s: A_log slices equal the whole tensor",
+		   fam[f].type, fam[f].tf);
+	}
+
+	/* std does not enter; the seed and name do */
+	gdn_spec(&s, "qwen3_5_text", "5.24.0");
+	hp_init_tensor(part, &s, 77, name, N, 1.0f);
+	hp_init_tensor(whole, &s, 77, name, N, 0.02f);
+	ok(!memcmp(whole, part, sizeof(whole)), "A_log ignores std");
+	int same = 0;
+	hp_init_tensor(part, &s, 78, name, 256, 0.02f);
+	for (int i = 0; i < 256; i++)
+		same += f2u(part[i]) == f2u(whole[i]);
+	hp_init_tensor(part, &s, 77, "model.layers.1.linear_attn.A_log", 256, 0.02f);
+	for (int i = 0; i < 256; i++)
+		same += f2u(part[i]) == f2u(whole[i]);
+	is_int(same, 0, "A_log of another seed or layer differs");
+
+	/* Bit-identical to the Python reference in the header comment. */
+	uint64_t key = hp_init_key(5, name);
+	static const struct { uint64_t i, bits; } ud[] = {
+		{ 0, 0x3fd0330a198bfb5cull }, { 1, 0x3fc6d88dd3309300ull },
+		{ (1ull << 33) + 1, 0x3fc7a1b0aa72b508ull },
+	};
+	int bad = 0;
+	for (size_t t = 0; t < sizeof(ud) / sizeof(ud[0]); t++)
+		bad += d2u(hp_init_uniform_at(key, ud[t].i)) != ud[t].bits;
+	is_int(bad, 0, "A_log's uniforms bit-identical to the Python reference");
+	static const uint32_t al[2][5] = {
+		{ 0x3fb307e3, 0x3f865078, 0x3f59fbd6, 0x400e9a7a, 0x3f8aa471 },   /* lo 0 */
+		{ 0x3fb34443, 0x3f86ae99, 0x3f5aea23, 0x400ea1e2, 0x3f8afec4 },   /* lo 0.01 */
+	};
+	static const uint64_t at[5] = { 0, 1, 2, 3, (1ull << 33) + 1 };
+	bad = 0;
+	for (int l = 0; l < 2; l++) {
+		gdn_spec(&s, "qwen3_next", l ? "5.24.0" : "4.57.0.dev0");
+		for (int t = 0; t < 5; t++) {
+			float one;
+			hp_init_slice(&one, &s, 5, name, at[t], 1, 0.02f);
+			if (f2u(one) != al[l][t]) {
+				bad++;
+				tap_diag("  lo %d element %llu: %08x, want %08x", l, (unsigned long long)at[t],
+					 f2u(one), al[l][t]);
+			}
+			bad += f2u((float)hp_init_log_uniform_at(key, at[t], l ? 0.01 : 0.0)) != al[l][t];
+		}
+	}
+	is_int(bad, 0, "A_log floats bit-identical to the Python reference (lo 0 and 0.01)");
 }
 
 int main(void)
@@ -403,5 +643,7 @@ int main(void)
 	test_stats();
 	test_kinds();
 	test_pad_row();
+	test_gdn_kinds();
+	test_a_log();
 	return tap_done();
 }
