@@ -277,6 +277,17 @@ static void explain(json_t *plan, struct hp_plan *p)
 		printf("  %-18s sigmoid, correction bias, top-%d of %d groups, x %g; %d shared (intermediate %d)\n",
 		       "router", p->spec.topk_group, p->spec.n_group, p->spec.routed_scaling, p->spec.n_shared,
 		       p->spec.moe_intermediate * p->spec.n_shared);
+	if (p->spec.n_linear)
+		printf("  %-18s Gated DeltaNet on %d of %d layers: %d key heads of %d, %d value heads of %d, conv %d "
+		       "(%s projections)\n", "linear attention", p->spec.n_linear, p->spec.n_layers, p->spec.lin_kh,
+		       p->spec.lin_kd, p->spec.lin_vh, p->spec.lin_vd, p->spec.lin_conv,
+		       p->spec.lin_split ? "split" : "fused");
+	if (p->spec.attn_gate)
+		printf("  %-18s gated (sigmoid), RoPE on %d of head_dim %d, zero-centred norms\n", "full attention",
+		       hp_model_spec_rope_dim(&p->spec), p->spec.head_dim);
+	if (p->spec.shared_gate)
+		printf("  %-18s intermediate %d, times sigmoid(shared_expert_gate)\n", "shared expert",
+		       p->spec.shared_inter);
 	if (p->spec.moe_act == HP_MOE_ACT_CLAMPED)
 		printf("  %-18s clamped SwiGLU, limit %g, alpha %g\n", "expert activation", p->spec.swiglu_limit,
 		       p->spec.swiglu_alpha);

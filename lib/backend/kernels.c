@@ -113,6 +113,15 @@ const struct hp_kernel hp_kernels[] = {
 	{ ROW("attention_sinks", "cpu", "reference", "default", "GPT-OSS self_attn.sinks: on flash attention's out and lse") },
 	{ ROW("clamped_swiglu", "cpu", "reference", "default", "GPT-OSS experts: (clamp(up) + 1) * glu(min(gate, limit))") },
 	{ ROW("expert_bias", "cpu", "reference", "default", "GPT-OSS experts' biases, on rows grouped by expert") },
+	/* Qwen3-Next's and Qwen3.5's: the only implementation of each, held
+	 * to a token-by-token reference by t/unit/test-deltanet.c and
+	 * test-gdn.c, and to transformers by t/t0230 */
+	{ ROW("gated_deltanet", "cpu", "chunked", "default",
+	  "Qwen3-Next/Qwen3.5 linear_attn: the gated delta rule in chunks of 64, documents apart") },
+	{ ROW("causal_conv1d", "cpu", "reference", "default", "linear_attn.conv1d: causal depthwise conv and SiLU") },
+	{ ROW("rmsnorm_gated", "cpu", "reference", "default", "linear_attn.norm: RMSNorm times SiLU(z)") },
+	{ ROW("sigmoid_gate", "cpu", "reference", "default",
+	  "gated attention's output gate; the shared expert's shared_expert_gate") },
 	{ ROW("cross_entropy", "cpu", "reference", "reference", "HP_KERNELS=reference"),
 	  CROSS_ENTROPY(hp_cross_entropy_fwd, hp_cross_entropy_bwd) },
 	{ ROW("cross_entropy", "cpu", "vec", "default", "vector extensions, AVX2 clone"),

@@ -167,6 +167,11 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 	if (p->edp % p->edp_shard)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.edp_shard_size: %ld does not divide "
 				  "edp = world/(pp_size*ep_size) = %ld; pick a divisor", f, p->edp_shard, p->edp);
+	if (s->n_linear && (p->tp > 1 || p->cp > 1))   /* lib/model/model.c, set_par: the same words */
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.accelerator.%s: %s over the Gated DeltaNet layers "
+				  "(layer_types linear_attention) is not implemented yet: use fsdp, ep or pp for %s", f,
+				  p->tp > 1 ? "tp_size" : "cp_size", p->tp > 1 ? "tensor parallelism" :
+				  "context parallelism", s->model_type);
 	if (s->n_heads % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
 				  "num_attention_heads %d", f, p->tp, s->n_heads);
@@ -383,6 +388,11 @@ static int build_modules(struct hp_plan *p)
 		bad |= add_module(p, cap, name, cpre, cls, op, l, slot); } while (0)
 		M("", pre, "DecoderLayer", "decoder_layer", HP_SLOT_OTHER);
 		M(".input_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_NORM_IN);
+		if (s->linear[l]) {   /* Qwen3NextGatedDeltaNet and its gated norm */
+			M(".linear_attn", pre, "GatedDeltaNet", "gated_deltanet", HP_SLOT_OTHER);
+			M(".linear_attn.norm", pre, "RMSNormGated", "rmsnorm_gated", HP_SLOT_OTHER);
+			goto mlp;
+		}
 		M(".self_attn", pre, "Attention", "attention", HP_SLOT_ATTN);
 		if (s->mla && s->q_lora_rank)
 			M(".self_attn.q_a_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
@@ -392,6 +402,7 @@ static int build_modules(struct hp_plan *p)
 			M(".self_attn.q_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
 			M(".self_attn.k_norm", pre, "RMSNorm", "rmsnorm", HP_SLOT_OTHER);
 		}
+mlp:
 		M(".post_attention_layernorm", pre, "RMSNorm", "rmsnorm", HP_SLOT_NORM_POST);
 		if (moe && s->moe_bias) {   /* GptOssMLP, GptOssTopKRouter */
 			M(".mlp", pre, "MLP", "moe", HP_SLOT_OTHER);
@@ -406,6 +417,10 @@ static int build_modules(struct hp_plan *p)
 			M(".mlp", pre, "SparseMoeBlock", "moe", HP_SLOT_OTHER);
 			M(".mlp.gate", "", "Linear", "router", HP_SLOT_OTHER);
 			M(".mlp.experts", pre, "Experts", "experts", HP_SLOT_EXPERTS);
+			if (s->shared_gate) {   /* Qwen3-Next's shared expert and its gate */
+				M(".mlp.shared_expert", pre, "MLP", "mlp", HP_SLOT_OTHER);
+				M(".mlp.shared_expert_gate", "", "Linear", "shared_expert_gate", HP_SLOT_OTHER);
+			}
 		} else {
 			M(".mlp", pre, "MLP", "mlp", HP_SLOT_OTHER);
 		}
