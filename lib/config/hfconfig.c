@@ -259,6 +259,9 @@ static int family_key(const struct family *f, const char *k)
 	static const char *const gdn[] = {
 		"linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
 		"linear_num_value_heads", "layer_types", "full_attention_interval",
+		/* the released checkpoints' multi-token-prediction module (mtp.*),
+		 * which transformers never loads (nor hp: hp_param_not_loaded) */
+		"mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
 	};
 	static const char *const gdn_moe[] = {
 		"num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",

@@ -183,6 +183,10 @@ int hp_param_not_loaded(const struct hp_model_spec *s, const char *name)
 {
 	int l, n = 0;
 
+	/* Qwen3-Next's and Qwen3.5's multi-token-prediction module, mtp.*:
+	 * transformers skips it (_keys_to_ignore_on_load_unexpected) */
+	if (s->attn_gate && !strncmp(name, "mtp.", 4))
+		return 1;
 	return s->n_mtp > 0 && sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n && l >= s->n_layers &&
 	       l < s->n_layers + s->n_mtp;
 }

@@ -132,7 +132,8 @@ int hp_mxfp4_rows(const struct hp_stacked_view *v, const struct hp_st_tensor *bl
 		  void *buf, struct hp_err *e);
 
 /* Whether a checkpoint tensor is one transformers never loads: DeepSeek's
- * multi-token-prediction layers, after the decoder's (num_nextn_predict_layers). */
+ * multi-token-prediction layers, after the decoder's (num_nextn_predict_layers);
+ * Qwen3-Next's and Qwen3.5's mtp.* module. */
 int hp_param_not_loaded(const struct hp_model_spec *s, const char *name);
 
 /* Whether a checkpoint tensor name is one of s's stacked expert tensors. */
