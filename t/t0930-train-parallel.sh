@@ -152,6 +152,42 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 	layout dskn dskn.yaml 8 $SEED8 --activation_checkpoint.mode=selective
 '
 
+# Qwen3-Next and Qwen3.5, as transformers saved them (data/hf/tf5/qwen3_next-long:
+# rows of 96 across the delta rule's chunk of 64; qwen3_5_moe-default):
+# Gated DeltaNet layers 0 and 2 beside gated full attention, the MoE with
+# its gated shared expert.  Tensor and context parallelism over the linear
+# layers are refused by name until they exist, and so is a device backend.
+test_expect_success MPI,CPUDEV 'Qwen3-Next, Qwen3.5-MoE: FSDP, EP with expert FSDP, pipeline stages with checkpointing, the seed kernels' '
+	d=$DATA/hf/tf5/qwen3_next-long &&
+	hf_records qn "$DATA/hf/tf5/qwen3_next-default" &&
+	write_config qn.yaml "$d" qn 96 1 4 6 </dev/null &&
+	single qn qn.yaml &&
+	layout qn qn.yaml 2 $F.dp_shard_size=2 &&
+	layout qn qn.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	layout qn qn.yaml 2 $A.pp_size=2 --activation_checkpoint.mode=full &&
+	write_config qn-k.yaml "$d" qn 96 1 4 6 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.mlp.experts", replace_module: {_target_: grouped_experts}}
+	  - {match: ["*norm"], replace_module: {_target_: fused_rmsnorm}}
+	YAML
+	layout qn qn-k.yaml 4 $A.ep_size=4 &&
+	d=$DATA/hf/tf5/qwen3_5_moe-default &&
+	write_config q5.yaml "$d" qn 32 1 4 6 </dev/null &&
+	single q5 q5.yaml &&
+	layout q5 q5.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 --activation_checkpoint.mode=selective &&
+	for o in $A.tp_size=2 $A.cp_size=2; do
+		test_must_fail_with 4 mpiexec -n 2 hp-train -q q5.yaml $o 2>err &&
+		grep -q "over the Gated DeltaNet layers (layer_types linear_attention) is not implemented yet" err || return 1
+	done
+'
+
+test_expect_success MPI,DEVICE 'Qwen3-Next on a device backend: refused by name' '
+	hf_records qn "$DATA/hf/tf5/qwen3_next-default" &&
+	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-default" qn 32 1 4 6 </dev/null &&
+	test_must_fail_with 4 hp-train -q qn.yaml ${DEVICE_ARGS:-} 2>err && test_one_line err &&
+	grep -q "has no kernels yet for qwen3_next.s Gated DeltaNet" err
+'
+
 # training.moe_router_bias_update_rate (Megatron's name): after each step
 # every layer's correction bias moves by the rate towards balance, b_x +=
 # rate * sign(mean load - load_x), the loads the step's whole global batch's.
