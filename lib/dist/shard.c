@@ -114,11 +114,11 @@ static int find_view(struct hp_src *s, const struct hp_plan_param *q, struct hp_
 	struct hp_stacked_view sv;
 
 	if (t) {
-		if (t->ndim != q->ndim || t->shape[0] != q->shape[0] || (q->ndim > 1 && t->shape[1] != q->shape[1]))
-			return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has %d dims [%lld, %lld], the plan's "
-					  "model needs [%lld, %lld]", s->dir, q->name, t->ndim,
-					  (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
-					  (long long)q->shape[0], (long long)(q->ndim > 1 ? q->shape[1] : 0));
+		/* the checkpoint's shape (params.h: Gated DeltaNet's conv is [C, 1, K] there) */
+		int rc = hp_param_hf_check_shape(t, q->name, q->ndim, q->shape, s->dir, "the plan's model needs", e);
+
+		if (rc)
+			return rc;
 		v->t = t;
 		v->row_base = 0;
 		v->cols = qcols(q);
@@ -833,9 +833,8 @@ static int export_file(const struct hp_plan *p, struct hp_src *src, const char *
 			ent[n].name = names + (size_t)n * 128;
 		} else {
 			ent[n].name = p->params[i].name;
-			ent[n].ndim = p->params[i].ndim;
-			ent[n].shape[0] = p->params[i].shape[0];
-			ent[n].shape[1] = p->params[i].shape[1];
+			ent[n].ndim = hp_param_hf_shape(p->params[i].name, p->params[i].ndim, p->params[i].shape,
+							ent[n].shape);   /* as transformers' */
 		}
 		ent[n].dtype = dtype;
 		idx[n++] = i;

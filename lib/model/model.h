@@ -504,8 +504,9 @@ int hp_model_backward(struct hp_model *m, const int32_t *ids, const int32_t *tar
 
 void hp_model_zero_grad(struct hp_model *m);
 
-/* Write every gradient as F32 under its HF name to a safetensors file (atomically,
- * through hp_st_write), with nmeta metadata pairs. */
+/* Write every gradient as F32 under its HF name, in the checkpoint's shape
+ * (params.h, hp_param_hf_shape), to a safetensors file (atomically, through
+ * hp_st_write), with nmeta metadata pairs. */
 int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta,
 			const char *const *keys, const char *const *vals, struct hp_err *e);
 

@@ -23,27 +23,6 @@ static int cmp_param_name(const void *a, const void *b)
 	return strcmp((*(struct hp_param *const *)a)->name, (*(struct hp_param *const *)b)->name);
 }
 
-static int shape_matches(const struct hp_st_tensor *t, const struct hp_param *p)
-{
-	if (t->ndim != p->ndim)
-		return 0;
-	for (int d = 0; d < p->ndim; d++)
-		if (t->shape[d] != p->shape[d])
-			return 0;
-	return 1;
-}
-
-static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
-{
-	size_t used = 0;
-
-	used += (size_t)snprintf(buf, n, "[");
-	for (int d = 0; d < ndim && used < n; d++)
-		used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
-	if (used < n)
-		snprintf(buf + used, n - used, "]");
-}
-
 /*
  * Newer transformers store a layer's experts stacked (params.h,
  * hp_param_stacked: Qwen3-MoE's [E, 2*Im, C] and [E, C, Im], GPT-OSS's
@@ -104,7 +83,6 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 	for (int i = 0; i < m->w.nparams && !rc; i++) {
 		struct hp_param *p = &m->w.params[i];
 		const struct hp_st_tensor *t = hp_st_model_find(&st, p->name);
-		char want[64], got[64];
 
 		if (!t && m->n_moe) {
 			rc = load_stacked(m, &st, dir, p, &cached, &cache, e);
@@ -116,13 +94,9 @@ int hp_model_load_hf(struct hp_model *m, const char *dir, struct hp_err *e)
 			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' is missing", dir, p->name);
 			break;
 		}
-		if (!shape_matches(t, p)) {
-			shape_str(want, sizeof(want), p->ndim, p->shape);
-			shape_str(got, sizeof(got), t->ndim, t->shape);
-			rc = hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has shape %s, config.json implies %s",
-					dir, p->name, got, want);
+		/* the checkpoint's shape (params.h: Gated DeltaNet's conv is [C, 1, K] there) */
+		if ((rc = hp_param_hf_check_shape(t, p->name, p->ndim, p->shape, dir, "config.json implies", e)))
 			break;
-		}
 		rc = hp_st_read_f32(t, p->w, e);
 	}
 	/* Every tensor in the checkpoint must be one the model uses: a sorted
@@ -190,9 +164,7 @@ int hp_model_save_grads(const struct hp_model *m, const char *path, size_t nmeta
 			continue;
 		ent[n].name = p->name;
 		ent[n].dtype = HP_DTYPE_F32;
-		ent[n].ndim = p->ndim;
-		ent[n].shape[0] = p->shape[0];
-		ent[n].shape[1] = p->shape[1];
+		ent[n].ndim = hp_param_hf_shape(p->name, p->ndim, p->shape, ent[n].shape);   /* as transformers' */
 		ent[n++].data = p->g;
 	}
 	rc = hp_st_write(path, n, ent, nmeta, keys, vals, e);

@@ -191,6 +191,45 @@ int hp_param_not_loaded(const struct hp_model_spec *s, const char *name)
 	       l < s->n_layers + s->n_mtp;
 }
 
+int hp_param_hf_shape(const char *name, int ndim, const int64_t shape[2], int64_t out[3])
+{
+	if (ndim == 2 && ends(name, ".linear_attn.conv1d.weight")) {
+		out[0] = shape[0];   /* nn.Conv1d(C, C, K, groups=C): [C, 1, K] */
+		out[1] = 1;
+		out[2] = shape[1];
+		return 3;
+	}
+	out[0] = shape[0];
+	out[1] = shape[1];
+	return ndim;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t used = (size_t)snprintf(buf, n, "[");
+
+	for (int d = 0; d < ndim && used < n; d++)
+		used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+	if (used < n)
+		snprintf(buf + used, n - used, "]");
+}
+
+int hp_param_hf_check_shape(const struct hp_st_tensor *t, const char *name, int ndim, const int64_t shape[2],
+			    const char *dir, const char *who, struct hp_err *e)
+{
+	int64_t want[3];
+	int nd = hp_param_hf_shape(name, ndim, shape, want), same = t->ndim == nd;
+	char ws[96], gs[96];
+
+	for (int d = 0; same && d < nd; d++)
+		same = t->shape[d] == want[d];
+	if (same)
+		return 0;
+	shape_str(ws, sizeof(ws), nd, want);
+	shape_str(gs, sizeof(gs), t->ndim, t->shape);
+	return hp_err_set(e, HP_EFORMAT, "'%s': tensor '%s' has shape %s, %s %s", dir, name, gs, who, ws);
+}
+
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name)
 {
 	static const char *const suffix[] = { "gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias",

@@ -136,6 +136,28 @@ int hp_mxfp4_rows(const struct hp_stacked_view *v, const struct hp_st_tensor *bl
  * Qwen3-Next's and Qwen3.5's mtp.* module. */
 int hp_param_not_loaded(const struct hp_model_spec *s, const char *name);
 
+/*
+ * The shape parameter name (hp's ndim and shape) has in an HF checkpoint:
+ * returns the checkpoint's ndim and fills out with its dimensions.  hp
+ * holds every parameter as 1-D or 2-D; Qwen3-Next's and Qwen3.5's Gated
+ * DeltaNet short convolution, "*.linear_attn.conv1d.weight", is a
+ * depthwise nn.Conv1d whose weight transformers keeps as [C, 1, K] where
+ * hp holds [C, K] (the same bytes, row-major): 3 and [shape[0], 1,
+ * shape[1]].  Any other parameter: ndim, with out[0..1] = shape[0..1].
+ * The readers of HF folders (hp_model_load_hf, hp-convert's source) accept
+ * exactly this shape and the writers of HF-format files (hp-convert
+ * --export, gradient and parameter dumps) write it; hp's per-rank shard
+ * files keep hp's own shape.
+ */
+int hp_param_hf_shape(const char *name, int ndim, const int64_t shape[2], int64_t out[3]);
+
+/* Whether checkpoint tensor t has parameter name's hp_param_hf_shape: 0, or
+ * HP_EFORMAT "'dir': tensor 'name' has shape [..], <who> [..]" with the
+ * checkpoint's expected shape (who: "config.json implies", "the plan's
+ * model needs"). */
+int hp_param_hf_check_shape(const struct hp_st_tensor *t, const char *name, int ndim, const int64_t shape[2],
+			    const char *dir, const char *who, struct hp_err *e);
+
 /* Whether a checkpoint tensor name is one of s's stacked expert tensors. */
 int hp_param_is_stacked(const struct hp_model_spec *s, const char *name);
 

@@ -111,7 +111,8 @@ struct run {
 
 /*
  * Write every parameter's whole tensor (grads: its gradient) as F32 under
- * its HF name, atomically.  One process: the model's own; over ranks: each
+ * its HF name, in the checkpoint's shape (params.h, hp_param_hf_shape),
+ * atomically.  One process: the model's own; over ranks: each
  * tensor assembled from the shards (hp_fsdp_global), written by rank 0.
  */
 static int dump_tensors(struct run *r, const char *path, int grads, struct hp_err *e)
@@ -144,9 +145,7 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 			}
 			rc = hp_fsdp_global(&r->fsdp, i, grads ? HP_FSDP_GRADS : HP_FSDP_WEIGHTS, bufs[i], e);
 			ent[i].name = q->name;
-			ent[i].ndim = q->ndim;
-			ent[i].shape[0] = q->shape[0];
-			ent[i].shape[1] = q->ndim > 1 ? q->shape[1] : 1;
+			ent[i].ndim = hp_param_hf_shape(q->name, q->ndim, q->shape, ent[i].shape);
 			ent[i].data = bufs[i];
 			if (r->rank) {
 				hp_free(bufs[i]);
@@ -156,9 +155,7 @@ static int dump_tensors(struct run *r, const char *path, int grads, struct hp_er
 			const struct hp_param *q = &r->model.w.params[i];
 
 			ent[i].name = q->name;
-			ent[i].ndim = q->ndim;
-			ent[i].shape[0] = q->shape[0];
-			ent[i].shape[1] = q->shape[1];
+			ent[i].ndim = hp_param_hf_shape(q->name, q->ndim, q->shape, ent[i].shape);
 			ent[i].data = grads ? q->g : q->w;
 		}
 		ent[i].dtype = HP_DTYPE_F32;

@@ -9,6 +9,12 @@
  * the library is normally used, and once with jansson routed through
  * hp_malloc so that failures inside the JSON parser are injected too.
  *
+ * And a parameter's shape in HF files (lib/model/params.c,
+ * hp_param_hf_shape): Gated DeltaNet's conv, [C, K] in hp, is written as
+ * transformers' [C, 1, K] (hp_model_save_grads) and read back through the
+ * readers' one shape check (hp_param_hf_check_shape), which accepts exactly
+ * [C, 1, K] and refuses [C, K] and [C, 2, K / 2] by name.
+ *
  * What this is not: a fuzzer (fuzz/fuzz-safetensors.c is) or a test of the
  * dtype conversions themselves (those are exact by construction in
  * lib/base/dtype.c; here they only serve as the expected values).
@@ -29,6 +35,8 @@
 
 #include "base/alloc.h"
 #include "format/safetensors.h"
+#include "model/model.h"
+#include "model/params.h"
 #include "tap.h"
 
 static const char *src_dir;
@@ -940,6 +948,131 @@ static void test_write_failures(void)
 	unlink(path);
 }
 
+/* ---- a parameter's shape in HF files ------------------------------------- */
+
+#define CONV "model.layers.0.linear_attn.conv1d.weight"
+
+/* The shape check of the HF readers on a one-tensor file holding CONV as
+ * ndim dims: 0 or its error, message in e. */
+static int conv_check(const char *what, int ndim, const int64_t *shape, const float *data, struct hp_err *e)
+{
+	struct hp_st_entry en = { CONV, HP_DTYPE_F32, ndim, { 0 }, data };
+	const int64_t hp[2] = { 6, 4 };
+	struct hp_st_model st;
+	char path[4096];
+	int rc;
+
+	memcpy(en.shape, shape, (size_t)ndim * sizeof(*shape));
+	path_fmt(path, sizeof(path), scratch, what);
+	if ((rc = hp_st_write(path, 1, &en, 0, NULL, NULL, e)) || (rc = hp_st_model_open(&st, path, e)))
+		return rc;
+	rc = hp_param_hf_check_shape(hp_st_model_find(&st, CONV), CONV, 2, hp, "conv", "config.json implies", e);
+	hp_st_model_close(&st);
+	unlink(path);
+	return rc;
+}
+
+static void test_hf_shapes(void)
+{
+	static const int64_t s64[2] = { 6, 4 }, s1[2] = { 6, 0 }, c3[3] = { 6, 1, 4 }, c2[2] = { 6, 4 },
+			     c3b[3] = { 6, 2, 2 };
+	int64_t out[3] = { -1, -1, -1 };
+	float g[24], norm[6], back[24];
+	struct hp_param ps[2] = { { .name = CONV, .ndim = 2, .shape = { 6, 4 }, .numel = 24, .g = g },
+				  { .name = "model.layers.0.input_layernorm.weight", .ndim = 1, .shape = { 6, 1 },
+				    .numel = 6, .g = norm } };
+	struct hp_model *m = calloc(1, sizeof(*m));
+	struct hp_st_file f = { .fd = -1 };
+	const struct hp_st_tensor *t;
+	char path[4096];
+	struct hp_err e;
+	int rc;
+
+	/* the mapping: the conv's 2-D weight only */
+	is_int(hp_param_hf_shape(CONV, 2, s64, out), 3, "hp_param_hf_shape: " CONV " [6, 4] is 3-D in the checkpoint");
+	ok(out[0] == 6 && out[1] == 1 && out[2] == 4, "... as [6, 1, 4] (got [%lld, %lld, %lld])", (long long)out[0],
+	   (long long)out[1], (long long)out[2]);
+	out[0] = out[1] = out[2] = -1;
+	ok(hp_param_hf_shape("model.layers.0.linear_attn.in_proj_qkvz.weight", 2, s64, out) == 2 && out[0] == 6 &&
+	   out[1] == 4 && out[2] == -1, "hp_param_hf_shape: another 2-D parameter keeps its shape");
+	ok(hp_param_hf_shape("model.layers.3.self_attn.conv1d.weight", 2, s64, out) == 2 &&
+	   hp_param_hf_shape("model.layers.0.linear_attn.conv1d.weight.x", 2, s64, out) == 2 &&
+	   hp_param_hf_shape(".linear_attn.conv1d.weight", 2, s64, out) == 2,
+	   "hp_param_hf_shape: only a name ending in .linear_attn.conv1d.weight, after something, maps");
+	out[0] = out[1] = -1;
+	ok(hp_param_hf_shape(CONV, 1, s1, out) == 1 && out[0] == 6,
+	   "hp_param_hf_shape: a 1-D tensor of that name is left alone");
+
+	/* the writer: gradients in the checkpoint's shape, the same bytes */
+	for (int i = 0; i < 24; i++)
+		g[i] = (float)i * 0.25f - 2.0f;
+	for (int i = 0; i < 6; i++)
+		norm[i] = (float)i + 0.5f;
+	if (!m)
+		abort();
+	m->w.nparams = 2;
+	m->w.params = ps;
+	path_fmt(path, sizeof(path), scratch, "grads.safetensors");
+	rc = hp_model_save_grads(m, path, 0, NULL, NULL, &e);
+	if (!is_int(rc, 0, "hp_model_save_grads writes a conv weight's gradient"))
+		tap_diag("%s", e.msg);
+	rc = rc ? rc : hp_st_open(&f, path, &e);
+	t = rc ? NULL : hp_st_find(&f, CONV);
+	ok(t && t->ndim == 3 && t->shape[0] == 6 && t->shape[1] == 1 && t->shape[2] == 4,
+	   "... as [6, 1, 4], transformers' shape");
+	ok(t && !hp_st_read_f32(t, back, &e) && !memcmp(back, g, sizeof(g)), "... holding hp's [6, 4] bytes in order");
+	t = rc ? NULL : hp_st_find(&f, ps[1].name);
+	ok(t && t->ndim == 1 && t->shape[0] == 6, "... and a norm's as [6]");
+	if (!rc) {
+		/* what was written is what the readers accept */
+		struct hp_st_model st;
+
+		if (!hp_st_model_open(&st, path, &e)) {
+			is_int(hp_param_hf_check_shape(hp_st_model_find(&st, CONV), CONV, 2, ps[0].shape, path,
+						       "config.json implies", &e),
+			       0, "the readers' shape check accepts the dumped conv gradient");
+			hp_st_model_close(&st);
+		} else {
+			ok(0, "the dumped file opens as a folder: %s", e.msg);
+		}
+	}
+	hp_st_close(&f);
+	unlink(path);
+	free(m);
+
+	/* the readers: exactly [6, 1, 4], refusals naming tensor and shapes */
+	rc = conv_check("c3.safetensors", 3, c3, g, &e);
+	if (!is_int(rc, 0, "the HF readers' shape check accepts " CONV " as [6, 1, 4] for hp's [6, 4]"))
+		tap_diag("%s", e.msg);
+	rc = conv_check("c2.safetensors", 2, c2, g, &e);
+	ok(rc == HP_EFORMAT && strstr(e.msg, "tensor '" CONV "' has shape [6, 4], config.json implies [6, 1, 4]"),
+	   "... refuses it as [6, 4], naming it and the shape expected");
+	if (rc != HP_EFORMAT || !strstr(e.msg, "[6, 1, 4]"))
+		tap_diag("rc %d: %s", rc, rc ? e.msg : "");
+	rc = conv_check("c3b.safetensors", 3, c3b, g, &e);
+	ok(rc == HP_EFORMAT && strstr(e.msg, "tensor '" CONV "' has shape [6, 2, 2], config.json implies [6, 1, 4]"),
+	   "... and as [6, 2, 2]");
+	if (rc != HP_EFORMAT || !strstr(e.msg, "[6, 1, 4]"))
+		tap_diag("rc %d: %s", rc, rc ? e.msg : "");
+	/* any other parameter: exactly hp's shape, as before */
+	{
+		struct hp_st_entry en = { "model.layers.0.mlp.up_proj.weight", HP_DTYPE_F32, 3, { 6, 1, 4 }, g };
+		struct hp_st_model st;
+
+		path_fmt(path, sizeof(path), scratch, "up.safetensors");
+		rc = hp_st_write(path, 1, &en, 0, NULL, NULL, &e);
+		if (!rc && !(rc = hp_st_model_open(&st, path, &e))) {
+			rc = hp_param_hf_check_shape(hp_st_model_find(&st, en.name), en.name, 2, s64, "up",
+						     "the plan's model needs", &e);
+			hp_st_model_close(&st);
+		}
+		ok(rc == HP_EFORMAT && strstr(e.msg, "'up': tensor 'model.layers.0.mlp.up_proj.weight' has shape "
+					      "[6, 1, 4], the plan's model needs [6, 4]"),
+		   "another parameter as [6, 1, 4] is refused: only the conv maps");
+		unlink(path);
+	}
+}
+
 int main(void)
 {
 	src_dir = getenv("HP_SRC_DIR");
@@ -962,6 +1095,7 @@ int main(void)
 	test_alloc_failures();
 	test_index();
 	test_write_failures();
+	test_hf_shapes();
 
 	if (rmdir(scratch))
 		tap_diag("scratch folder %s not empty: %s", scratch, strerror(errno));
