@@ -11,8 +11,11 @@
 # DeepSeek-V3: hidden 256, 4 layers (the first dense, intermediate 512),
 # 8 heads of latent attention (q_lora_rank 128, kv_lora_rank 64, qk 32 +
 # 16 RoPE'd, v 32, YaRN), 16 experts top-2 in 4 groups of which 2 are kept,
-# intermediate 128, one shared expert, vocab 512.  Both: batch 4 x seq
-# 256; 10 steps, the first 2 untimed.  Not a test: each ratio is printed
+# intermediate 128, one shared expert, vocab 512.  Qwen3-Next: hidden
+# 256, 4 layers (Gated DeltaNet on the first 3, 2 key / 4 value heads of
+# 64, conv 4; gated attention on the last, 8 heads / 2 KV heads of 32, RoPE
+# on a quarter), 16 experts top-2 of intermediate 128 with a gated shared
+# expert of 256, vocab 512.  All: batch 4 x seq 256; 10 steps, the first 2 untimed.  Not a test: each ratio is printed
 # against the 1.5x target, and only a failed run makes the exit status
 # non-zero.  The venv is made by scripts/ref-venv.sh (about 5.6 GB from
 # PyPI); without it the script says so and exits 0.
@@ -43,10 +46,12 @@ if [ "$smoke" = 1 ]; then
 	steps=${HP_BENCH_STEPS:-2} threads=${HP_BENCH_THREADS:-1} warmup=1 batch=1 seq=32
 	hidden=64 layers=2 heads=4 kv=2 hd=16 experts=4 inter=64 window=16
 	q_lora=32 kv_lora=16 nope=8 rope=8 v=8 dexperts=8 groups=2 kept=1 moe=32 dinter=128   # DeepSeek-V3
+	lkd=16 shared=64   # Qwen3-Next
 else
 	steps=${HP_BENCH_STEPS:-10} threads=${HP_BENCH_THREADS:-"1 2"} warmup=2 batch=4 seq=256
 	hidden=256 layers=4 heads=8 kv=2 hd=32 experts=8 inter=256 window=128
 	q_lora=128 kv_lora=64 nope=32 rope=16 v=32 dexperts=16 groups=4 kept=2 moe=128 dinter=512   # DeepSeek-V3
+	lkd=64 shared=256   # Qwen3-Next
 fi
 for b in hp-train hp-test-tool; do
 	[ -x "$build/bin/$b" ] || die "'$build/bin/$b': not built; run make"
@@ -104,4 +109,23 @@ bench_model "$py" "$src/bench/hf_torch.py" "$tmp/dsk.yaml"
 
 printf '\n%s\n' "DeepSeek-V3 (hidden $hidden, $layers layers (1 dense), $heads heads of latent attention q $q_lora / kv $kv_lora, $dexperts experts top-2 in $groups groups ($kept kept), intermediate $moe, 1 shared), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
 bench_against "$py" "$src/bench/hf_torch.py" "$tmp/dsk.yaml" "hf tok/s" "transformers"
+
+rm -rf "$tmp/model" && mkdir -p "$tmp/model" || die "cannot create '$tmp/model'"
+cat >"$tmp/model/config.json" <<JSON
+{"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+ "hidden_size": $hidden, "intermediate_size": $dinter, "num_hidden_layers": $layers,
+ "num_attention_heads": $heads, "num_key_value_heads": $kv, "head_dim": $hd,
+ "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": $lkd,
+ "linear_value_head_dim": $lkd, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+ "vocab_size": 512, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+ "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+ "num_experts": $dexperts, "num_experts_per_tok": 2, "moe_intermediate_size": $moe,
+ "shared_expert_intermediate_size": $shared, "norm_topk_prob": true, "decoder_sparse_step": 1,
+ "tie_word_embeddings": false, "attention_bias": false, "output_router_logits": false, "hidden_act": "silu",
+ "initializer_range": 0.02, "dtype": "float32", "transformers_version": "5.24.0"}
+JSON
+bench_model "$py" "$src/bench/hf_torch.py" "$tmp/qn.yaml"
+
+printf '\n%s\n' "Qwen3-Next (hidden $hidden, $layers layers ($((layers - layers / 4)) Gated DeltaNet of 2 key / 4 value heads of $lkd), $dexperts experts top-2, intermediate $moe, shared $shared), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
+bench_against "$py" "$src/bench/hf_torch.py" "$tmp/qn.yaml" "hf tok/s" "transformers"
 exit 0

@@ -2,7 +2,7 @@
 python: torch 2.15.0, transformers 5.24.0).
 
   python bench/hf_torch.py make DIR
-      write DIR/config.json's model (GPT-OSS, DeepSeek-V3) as an HF folder
+      write DIR/config.json's model (GPT-OSS, DeepSeek-V3, Qwen3-Next) as an HF folder
       with transformers' own save_pretrained: its init, seeded
   python bench/hf_torch.py train DIR PREFIX THREADS STEPS BATCH SEQ [WARMUP]
       train transformers' model of DIR (AutoModelForCausalLM) in float32, eager

@@ -290,7 +290,7 @@ bad () {
 
 test_expect_success 'refused by name, with exit 4: values hp does not compute' '
 	bad prf ".partial_rotary_factor = 0.5" 4 "partial_rotary_factor 0.5 is not supported" &&
-	bad prf2 ".rope_parameters.partial_rotary_factor = 0.25" 4 "rope_parameters.partial_rotary_factor 0.25" &&
+	bad prf2 ".rope_parameters.partial_rotary_factor = 0.25" 4 "partial_rotary_factor 0.25 is not supported for qwen3" &&
 	bad act ".hidden_act = \"gelu\"" 4 "hidden_act gelu is not supported" &&
 	bad quant ".quantization_config = {quant_method: \"bitsandbytes\"}" 4 "quantization_config (quant_method bitsandbytes) is not supported" &&
 	bad quant4 ".quantization_config = {quant_method: \"mxfp4\"}" 4 "quantization_config (quant_method mxfp4) is not supported" &&
@@ -316,6 +316,16 @@ test_expect_success 'gpt_oss: refused by name what transformers'\''s two lines c
 	bad_in gpt_oss-default o-lt ".layer_types = [\"full_attention\"]" 3 "layer_types.: expected a list of 2" &&
 	bad_in gpt_oss-default o-lim ".swiglu_limit = 0" 3 "swiglu_limit must be positive" &&
 	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss." &&
+	bad_in qwen3_next-default n-lt ".layer_types[1] = \"sliding_attention\"" 4 \
+		"layer_types.1. .sliding_attention. is not supported; supported: linear_attention, full_attention" &&
+	bad_in qwen3_next-default n-ltn ".layer_types = [\"full_attention\"]" 3 "layer_types.: expected a list of 4" &&
+	bad_in qwen3_next-default n-vh ".linear_num_value_heads = 3" 3 \
+		"linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2" &&
+	bad_in qwen3_next-default n-prf ".rope_parameters.partial_rotary_factor = 0.1" 3 \
+		"partial_rotary_factor 0.1 rotates 1 of head_dim 16 values" &&
+	bad_in qwen3_next-default n-prf2 ".partial_rotary_factor = 0.5" 4 \
+		"partial_rotary_factor 0.5 and rope_parameters.partial_rotary_factor 0.25 differ" &&
+	bad_in qwen3_next-default n-conv ".linear_conv_kernel_dim = 0" 3 "linear_conv_kernel_dim must be positive" &&
 	bad_in gpt_oss-default o-sw ".sliding_window = null | del(.layer_types)" 4 \
 		"sliding_window is null but the default layer_types has sliding_attention layers" &&
 	jq ".head_dim = 520" "$HF/tf5/gpt_oss-default/config.json" >b-o-lim/config.json &&
