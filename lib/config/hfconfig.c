@@ -270,7 +270,9 @@ static int family_key(const struct family *f, const char *k)
 
 	if (f->bias == BIAS_KEY && !strcmp(k, "attention_bias"))
 		return 1;
-	if (f->gdn) {
+	if (f->gdn) {   /* num_experts only: their configs have no num_local_experts alias */
+		if (!strcmp(k, "num_local_experts"))
+			return 0;
 		if (in_list(gdn, sizeof(gdn) / sizeof(gdn[0]), k))
 			return 1;
 		if (f->gdn == 1 && (in_list(moe, sizeof(moe) / sizeof(moe[0]), k) ||
@@ -740,12 +742,13 @@ static int parse_experts(struct ctx *c, struct hp_model_spec *s, const char *own
 	return get_num(c, "router_aux_loss_coef", 0.001, &s->router_aux_loss_coef);
 }
 
-static int parse_moe(struct ctx *c, struct hp_model_spec *s, int def_e, int def_k, int def_im, int def_norm)
+static int parse_moe(struct ctx *c, struct hp_model_spec *s, const char *other, int def_e, int def_k, int def_im,
+		     int def_norm)
 {
 	json_t *v;
 	int rc;
 
-	if ((rc = parse_experts(c, s, "num_experts", "num_local_experts", def_e, def_k)) ||
+	if ((rc = parse_experts(c, s, "num_experts", other, def_e, def_k)) ||
 	    (rc = get_dim(c, "moe_intermediate_size", 0, def_im, &s->moe_intermediate)) ||
 	    (rc = get_dim(c, "decoder_sparse_step", 0, 1, &s->decoder_sparse_step)) ||
 	    (rc = get_bool(c, "norm_topk_prob", def_norm, &s->norm_topk_prob)))
@@ -986,8 +989,8 @@ static int parse_gdn(struct ctx *c, const struct family *f, struct hp_model_spec
 	if (!f->moe)
 		return 0;
 	if (f->gdn == 1)
-		rc = parse_moe(c, s, 512, 10, 512, 1);
-	else if (!(rc = parse_experts(c, s, "num_experts", "num_local_experts", 256, 8)))
+		rc = parse_moe(c, s, "num_experts", 512, 10, 512, 1);
+	else if (!(rc = parse_experts(c, s, "num_experts", "num_experts", 256, 8)))
 		rc = get_dim(c, "moe_intermediate_size", 0, 512, &s->moe_intermediate);
 	if (rc || (rc = get_dim(c, "shared_expert_intermediate_size", 0, 512, &s->shared_inter)) ||
 	    (rc = at_most(c, "moe_intermediate_size", s->moe_intermediate, HP_MAX_DIM)) ||
@@ -1202,7 +1205,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		return rc;
 	if (f->mla && (rc = parse_deepseek(c, s)))
 		return rc;
-	if (f->moe && !f->oss && !f->mla && !f->gdn && (rc = parse_moe(c, s, 128, 8, 768, 0)))
+	if (f->moe && !f->oss && !f->mla && !f->gdn && (rc = parse_moe(c, s, "num_local_experts", 128, 8, 768, 0)))
 		return rc;
 	if (f->gdn && (rc = parse_gdn(c, f, s)))
 		return rc;

@@ -894,7 +894,8 @@ static void source_of(const struct hp_plan *p, char *file, size_t fn, char *dir,
 }
 
 /* The normalised spec in 5.x's spelling: rope_parameters with rope_theta
- * inside, dtype, num_local_experts. */
+ * inside, dtype, num_local_experts (not for Qwen3-Next and Qwen3.5, whose
+ * configs have num_experts alone). */
 static void to_v5(json_t *o)
 {
 	json_t *rs = json_object_get(o, "rope_scaling"), *rp;
@@ -908,7 +909,7 @@ static void to_v5(json_t *o)
 	json_object_del(o, "rope_theta");
 	json_object_set(o, "dtype", json_object_get(o, "torch_dtype"));
 	json_object_del(o, "torch_dtype");
-	if (json_object_get(o, "num_experts")) {
+	if (json_object_get(o, "num_experts") && !json_object_get(o, "linear_num_key_heads")) {
 		json_object_set(o, "num_local_experts", json_object_get(o, "num_experts"));
 		json_object_del(o, "num_experts");
 	}

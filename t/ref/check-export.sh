@@ -3,6 +3,7 @@
 # data/hf/ and give the source folders' logits bit for bit.
 #
 #     t/ref/check-export.sh          (after make, and t/ref/make-hf-goldens.sh once for the venvs)
+#     HP_EXPORT_ONLY='qwen3_next-*' t/ref/check-export.sh   (the folders that glob names)
 #
 # Each golden folder goes through hp-plan, hp-convert (to one rank's shard)
 # and hp-convert --export, then t/ref/check-export.py compares, in each
@@ -13,7 +14,7 @@ B=${HP_BUILD_DIR:-$PWD/build}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 for line in tf4 tf5; do
-	for d in data/hf/$line/*/; do
+	for d in data/hf/$line/${HP_EXPORT_ONLY:-*}/; do
 		n=$(basename "$d")
 		cat >"$W/c.yaml" <<-YAML
 		model:
