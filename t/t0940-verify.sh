@@ -65,6 +65,18 @@ test_expect_success MPI 'hp-verify on DeepSeek-V3 (latent attention, shared expe
 	verify 2 dsk.yaml $A.cp_size=2
 '
 
+test_expect_success CPUDEV 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, and a stale shard named' '
+	d=$DATA/hf/tf5/qwen3_next-default &&
+	hf_records qn "$d" &&
+	write_config qn.yaml "$d" qn 32 1 4 2 </dev/null &&
+	verify 4 qn.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	grep -q "^output  *model.layers.0.linear_attn " out &&
+	grep -q "model.layers.2.linear_attn.A_log" out &&
+	grep -q "model.layers.1.mlp.shared_expert_gate.weight" out &&
+	test_must_fail_with 1 mpiexec -n 2 hp-verify qn.yaml $F.dp_shard_size=2 --debug.inject_fault=fsdp_stale_shard >out 2>err &&
+	grep -q "first divergence: step 2, the output of model.layers.0.input_layernorm" out
+'
+
 test_expect_success MPI 'the table has every module output, gradient and updated parameter; --json says the same' '
 	mpiexec -n 8 hp-verify qwen3-moe-b.yaml ${DEVICE_ARGS:-} $SEED8 --json >v.json &&
 	jq -e ".ok == true and .first_divergence == null and .steps == 2" v.json &&
