@@ -107,6 +107,24 @@ test_expect_success MPI 'DeepSeek-V3 with the bias update resumes bit-exactly (8
 	done
 '
 
+# Qwen3-Next (its Gated DeltaNet tensors, the [C, K] conv among them, the
+# gated shared expert): resume bit-exact on 4 ranks (EP 2, expert FSDP),
+# and that checkpoint restored on 1 rank and on EP 4.
+test_expect_success MPI 'Qwen3-Next resumes bit-exactly on 4 ranks, and on 1 and EP 4 from that checkpoint' '
+	hf_records qn "$DATA/hf/tf5/qwen3_next-default" &&
+	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-default" qn 32 1 4 20 </dev/null &&
+	resume qn4 qn.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
+	sed -n 11p qn4-a.jsonl | jq .loss >want &&
+	for lay in "1" "4 $A.ep_size=4"; do
+		set -- $lay && n=$1 && shift &&
+		mpiexec -n $n hp-train -q qn.yaml "$@" --checkpoint.restore_from=qn4-b/global_step_10 \
+			--checkpoint.save_ckpt=false --max-steps 11 --metrics r.jsonl &&
+		jq .loss r.jsonl >got &&
+		awk -v a="$(cat got)" -v b="$(cat want)" "BEGIN { d = (a - b) / b; if (d < 0) d = -d;
+			printf \"# %s ranks: %s against %s\\n\", \"$n\", a, b; exit d > 1e-5 }" || return 1
+	done
+'
+
 # cross NAME N FROM TO OVERRIDES...: 20 steps straight on training.device
 # FROM; 10 on FROM, then 10 on TO from FROM's checkpoint: the same bits.
 # The device is the CUDA backend on its host emulation in exact mode, which
