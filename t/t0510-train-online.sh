@@ -29,6 +29,31 @@ test_expect_success 'a packed row gives each document the loss it has alone' '
 	test $(grep -c "^document" pc) -ge 3
 '
 
+# Qwen3-Next (random init, the stories tokenizer): in a packed row the
+# causal conv and the delta rule start afresh at each document, which
+# crosses the rule's chunks of 64 (a document from 84 to 169).
+test_expect_success 'Qwen3-Next: a packed row gives each document the loss it has alone' '
+	mkdir -p qn && cp "$MODEL"/tokenizer*.json qn/ &&
+	jq ".vocab_size = 512 | .max_position_embeddings = 256" "$DATA/hf/tf5/qwen3_next-default/config.json" \
+		>qn/config.json &&
+	cat >qn.yaml <<-YAML &&
+	model:
+	  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_config
+	  config_path: $PWD/qn/config.json
+	training: {train_iters: 1, global_batch_size: 1, micro_batch_size: 1, seed: 7}
+	dataset:
+	  _target_: hyper_parallel.data.build_indexed_text_dataset
+	  data_path: none
+	  data_config: {seq_length: 256, is_dataset_from_mr: true}
+	YAML
+	hp-plan qn.yaml --world 1 -o qn.json &&
+	hp-convert -q --plan qn.json -o qns &&
+	hp-convert -q --export qns -o qnx && cp qn/tokenizer*.json qnx/ &&
+	hp-test-tool packcheck qnx stories.jsonl 256 >pc &&
+	cat pc &&
+	grep -q "^document at 84, 85 tokens" pc
+'
+
 test_expect_success 'documents longer than a row are split, not dropped' '
 	online_config short.yaml stories.jsonl 16 3 &&
 	hp-train -q short.yaml --metrics s.jsonl &&
