@@ -97,6 +97,19 @@ for d in tf4/qwen3_next-default tf4/qwen3_next-yarn tf5/qwen3_next-default tf5/q
 		golden_steps "$HF/$d" 1e-4 2e-3 && grep -q "linear_attn.A_log" cmp && grep -q "linear_attn.conv1d.weight" cmp
 	'
 done
+test_expect_success 'qwen3_next, qwen3_5: hp-train says what it computes' '
+	hf_records rq "$HF/tf5/qwen3_next-default" &&
+	write_config qn.yaml "$HF/tf5/qwen3_next-default" rq 32 1 2 1 </dev/null &&
+	hp-train qn.yaml >out &&
+	grep "^spec.linear_attention  *2 of 4 layers: 2 key heads of 8, 4 value heads of 8, conv 4 (in_proj_qkvz, in_proj_ba)$" out &&
+	grep "^spec.gated_attention  *output gate, RoPE on 4 of 16, zero-centred norms$" out &&
+	grep "^spec.shared_expert  *intermediate 24, sigmoid gate$" out &&
+	grep "^spec.moe_layers  *3 of 4$" out &&
+	write_config q5.yaml "$HF/tf5/qwen3_5-default" rq 32 1 2 1 </dev/null &&
+	hp-train q5.yaml >out &&
+	grep "^spec.linear_attention  *2 of 4 layers: .*(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)$" out &&
+	! grep -q "^spec.shared_expert" out
+'
 test_expect_success 'qwen3_next, qwen3_5_moe: output_router_logits true adds 0.001 x the load-balancing loss of the MoE layers, as transformers' '
 	for d in tf4/qwen3_next-default tf5/qwen3_next-default tf5/qwen3_5_moe-default; do
 		rm -rf orl && mkdir orl && cp "$HF/$d/model.safetensors" orl/ &&

@@ -246,6 +246,16 @@ static void print_table(FILE *out, const struct run *r, long accum)
 		fprintf(out, "%-40s %d groups, top %d kept, routed_scaling_factor %g, %d shared experts%s\n",
 			"spec.deepseek_router", s->n_group, s->topk_group, s->routed_scaling, s->n_shared,
 			s->group_mask_zero ? " (4.x: dropped groups score 0)" : "");
+	if (s->n_linear)
+		fprintf(out, "%-40s %d of %d layers: %d key heads of %d, %d value heads of %d, conv %d (%s)\n",
+			"spec.linear_attention", s->n_linear, s->n_layers, s->lin_kh, s->lin_kd, s->lin_vh, s->lin_vd,
+			s->lin_conv, s->lin_split ? "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a" :
+			"in_proj_qkvz, in_proj_ba");
+	if (s->attn_gate)
+		fprintf(out, "%-40s output gate, RoPE on %d of %d, zero-centred norms\n", "spec.gated_attention",
+			hp_model_spec_rope_dim(s), s->head_dim);
+	if (s->shared_gate)
+		fprintf(out, "%-40s intermediate %d, sigmoid gate\n", "spec.shared_expert", s->shared_inter);
 	if (s->qkv_bias)
 		fprintf(out, "%-40s %s\n", "spec.attention_bias", s->o_bias ? "q, k, v, o" : "q, k, v");
 	fprintf(out, "%-40s %s\n", "spec.tie_word_embeddings", s->tie_word_embeddings ? "true" : "false");
