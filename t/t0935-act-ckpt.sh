@@ -149,4 +149,15 @@ test_expect_success MPI 'DeepSeek-V3: one rank and the seed'\''s 8, with the bia
 	ck 8 dsk.yaml $SEED8 --training.moe_router_bias_update_rate=0.01
 '
 
+# Qwen3-Next (data/hf/tf5/qwen3_next-long, rows of 96): the Gated DeltaNet
+# layers' kept values (the conv's input, q, k, v, the gates, the delta
+# rule's chunk states) recomputed under full, and the gated attention's
+# and shared expert's
+test_expect_success MPI 'Qwen3-Next: one rank, and EP 2 with expert FSDP on 4' '
+	hf_records qn "$DATA/hf/tf5/qwen3_next-long" &&
+	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-long" qn 96 1 4 4 </dev/null &&
+	ck 1 qn.yaml &&
+	ck 4 qn.yaml --accelerator.ep_size=2 --fsdp_config.edp_shard_size=2 --fsdp_config.dp_shard_size=4
+'
+
 test_done
