@@ -92,7 +92,8 @@ done
 # smaller gradients, which five steps grow to 9e-4 (measured, torch f32
 # against hp): the AdamW losses within 2e-3.
 for d in tf4/qwen3_next-default tf4/qwen3_next-yarn tf5/qwen3_next-default tf5/qwen3_next-yarn \
-	 tf5/qwen3_next-long tf5/qwen3_5-default tf5/qwen3_5-yarn tf5/qwen3_5_moe-default tf5/qwen3_5_moe-yarn; do
+	 tf5/qwen3_next-long tf5/qwen3_5-default tf5/qwen3_5-yarn tf5/qwen3_5_moe-default tf5/qwen3_5_moe-yarn \
+	 tf5/qwen3_5_moe-vl; do
 	test_expect_success "${d%%/*} ${d#*/}: loss within 1e-6, gradients within 1e-4, 5 AdamW losses within 2e-3 of transformers" '
 		golden_steps "$HF/$d" 1e-4 2e-3 && grep -q "linear_attn.A_log" cmp && grep -q "linear_attn.conv1d.weight" cmp
 	'
@@ -110,6 +111,49 @@ test_expect_success 'qwen3_next, qwen3_5: hp-train says what it computes' '
 	grep "^spec.linear_attention  *2 of 4 layers: .*(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)$" out &&
 	! grep -q "^spec.shared_expert" out
 '
+# Qwen3.5-MoE as released: a Qwen3_5MoeForConditionalGeneration folder
+# (t/ref/make-vl-golden.py: tf5/qwen3_5_moe-default's language model under
+# model.language_model.*, a vision tower under model.visual.*)
+test_expect_success 'qwen3_5_moe ForConditionalGeneration: the text model trains as the text folder, bit for bit; the vision tower leaves in the export unchanged' '
+	d=$HF/tf5/qwen3_5_moe-vl &&
+	hp-test-tool refstep "$d" "$d/reference.json" >vl.jsonl &&
+	hp-test-tool refstep "$HF/tf5/qwen3_5_moe-default" "$d/reference.json" >tx.jsonl &&
+	cmp vl.jsonl tx.jsonl &&
+	hf_records rv "$d" &&
+	write_config vl.yaml "$d" rv 32 1 2 1 </dev/null &&
+	hp-plan vl.yaml --world 2 --accelerator.ep_size=2 -o vl.json &&
+	hp-plan --explain vl.json >ex &&
+	grep -q "^  multimodal  *the language model of a Qwen3_5MoeForConditionalGeneration folder" ex &&
+	rm -rf vls vlx && hp-convert -q --plan vl.json -o vls "$d" &&
+	hp-convert -q --export vls -o vlx &&
+	test $(jq "[.weight_map | to_entries[] | select(.key | startswith(\"model.visual.\"))] | length" \
+		vlx/model.safetensors.index.json) = 21 &&
+	{ hp-test-tool cmpst --max-abs 0 vlx/model-00002-of-00002.safetensors "$d/model.safetensors" || :; } >cmp &&
+	test $(grep -c "^model.visual.* max_abs 0.000e+00 rel_l2 0.000e+00" cmp) = 21 &&
+	test "$(jq -S . vlx/config.json)" = "$(jq -S . "$d/config.json")" &&
+	hp-train -q vl.yaml --metrics m.jsonl
+'
+
+test_expect_success 'qwen3_5_moe ForConditionalGeneration: what it refuses, by name' '
+	d=$HF/tf5/qwen3_5_moe-vl &&
+	rm -rf vb && mkdir vb && cp "$d/model.safetensors" vb/ && hf_records rv "$d" &&
+	write_config vb.yaml "$PWD/vb" rv 32 1 2 1 </dev/null &&
+	jq ".tie_word_embeddings = true" "$d/config.json" >vb/config.json &&
+	test_must_fail_with 4 hp-train -q vb.yaml 2>err && test_one_line err &&
+	grep -q "tie_word_embeddings true and text_config.tie_word_embeddings false differ" err &&
+	jq ".text_config.model_type = \"qwen3_moe\"" "$d/config.json" >vb/config.json &&
+	test_must_fail_with 4 hp-train -q vb.yaml 2>err && test_one_line err &&
+	grep -q "text_config.model_type must be .qwen3_5_moe_text. in a Qwen3_5MoeForConditionalGeneration folder" err &&
+	jq "del(.text_config)" "$d/config.json" >vb/config.json &&
+	test_must_fail_with 3 hp-train -q vb.yaml 2>err && test_one_line err &&
+	grep -q "key .text_config.: expected an object" err &&
+	cp "$d/config.json" vb/ && hp-plan vb.yaml --world 1 -o vbp.json && rm -rf vbs vbx &&
+	hp-convert -q --plan vbp.json -o vbs vb && rm -rf vb &&
+	test_must_fail_with 5 hp-convert -q --export vbs -o vbx 2>err && test_one_line err &&
+	grep -q "the vision tower (model.visual.\*) of a Qwen3.5 multimodal folder comes from its source folder" err &&
+	test ! -e vbx
+'
+
 test_expect_success 'qwen3_next, qwen3_5_moe: output_router_logits true adds 0.001 x the load-balancing loss of the MoE layers, as transformers' '
 	for d in tf4/qwen3_next-default tf5/qwen3_next-default tf5/qwen3_5_moe-default; do
 		rm -rf orl && mkdir orl && cp "$HF/$d/model.safetensors" orl/ &&

@@ -1112,9 +1112,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	if (!(f = family_of(json_string_value(v))))
 		return hp_err_set(c->e, HP_EUNSUP, "'%s': model_type '%s' is not supported; supported: "
 				  "llama, mistral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, qwen3_next, "
-				  "qwen3_5_text, qwen3_5_moe_text%s", c->path, json_string_value(v),
-				  json_object_get(c->root, "text_config") ? " (a multimodal folder's text_config is not "
-				  "read yet)" : "");
+				  "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe", c->path, json_string_value(v));
 	snprintf(s->model_type, sizeof(s->model_type), "%s", f->model_type);
 
 	v = json_object_get(c->root, "architectures");
@@ -1263,12 +1261,103 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 	return 0;
 }
 
+/*
+ * Qwen3.5's releases (Qwen3_5ForConditionalGeneration,
+ * Qwen3_5MoeForConditionalGeneration): the language model's config is
+ * text_config, read as its own model type; vision_config and the image and
+ * video token ids belong to the vision tower, which text-only batches never
+ * reach (transformers computes the text model's loss on them: its
+ * multimodal RoPE positions are then the text's).  tie_word_embeddings is
+ * read at both levels: they must agree.
+ */
+static const struct vl_type {
+	const char *outer, *arch, *text;
+} vl_types[] = {
+	{ "qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5_text" },
+	{ "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text" },
+};
+
+static const struct vl_type *vl_of(const char *model_type)
+{
+	for (size_t i = 0; i < sizeof(vl_types) / sizeof(vl_types[0]); i++)
+		if (!strcmp(model_type, vl_types[i].outer))
+			return &vl_types[i];
+	return NULL;
+}
+
+static int parse_vl(struct ctx *c, struct hp_model_spec *s, const struct vl_type *t)
+{
+	static const char *const outer_keys[] = {
+		"architectures", "model_type", "text_config", "vision_config", "image_token_id", "video_token_id",
+		"vision_start_token_id", "vision_end_token_id", "tie_word_embeddings", "transformers_version",
+		"dtype", "torch_dtype", "use_cache", "hp_unknown_keys",
+	};
+	json_t *tc = json_object_get(c->root, "text_config"), *v, *x;
+	struct ctx sub = *c;
+	int rc, tie = 0, tie_in = 0;
+	const char *k;
+
+	v = json_object_get(c->root, "architectures");
+	if (v && !json_is_null(v) && (!json_is_array(v) || json_array_size(v) != 1 ||
+				      !json_is_string(json_array_get(v, 0)) ||
+				      strcmp(json_string_value(json_array_get(v, 0)), t->arch)))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': architectures must be ['%s'] for model_type '%s'", c->path,
+				  t->arch, t->outer);
+	if (!json_is_object(tc))
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'text_config': expected an object (the language "
+				  "model's config)", c->path);
+	v = json_object_get(tc, "model_type");
+	if (v && !(json_is_string(v) && !strcmp(json_string_value(v), t->text)))
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': text_config.model_type must be '%s' in a %s folder", c->path,
+				  t->text, t->arch);
+	if ((rc = get_bool(c, "tie_word_embeddings", 0, &tie)))
+		return rc;
+	sub.root = tc;
+	sub.pre = "text_config.";
+	if ((rc = get_bool(&sub, "tie_word_embeddings", 0, &tie_in)))
+		return rc;
+	if (tie != tie_in)
+		return hp_err_set(c->e, HP_EUNSUP, "'%s': tie_word_embeddings %s and text_config.tie_word_embeddings %s "
+				  "differ; give them one value", c->path, tie ? "true" : "false", tie_in ? "true" : "false");
+	/* the text model's config as its own file: the folder's version and dtype */
+	if (!(sub.root = json_deep_copy(tc)))
+		return hp_err_set(c->e, HP_ENOMEM, "out of memory");
+	json_object_set_new(sub.root, "model_type", json_string(t->text));
+	json_object_del(sub.root, "architectures");
+	for (size_t i = 0; i < 3; i++) {
+		static const char *const up[] = { "transformers_version", "dtype", "torch_dtype" };
+
+		x = json_object_get(c->root, up[i]);
+		if (x && !json_object_get(sub.root, up[i]))
+			json_object_set(sub.root, up[i], x);
+	}
+	rc = parse(&sub, s);
+	json_decref(sub.root);
+	if (rc)
+		return rc;
+	json_object_foreach(c->root, k, v) {
+		if (in_list(outer_keys, sizeof(outer_keys) / sizeof(outer_keys[0]), k))
+			continue;
+		size_t n = strlen(s->unknown);
+		snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s", n ? ", " : "", k);
+	}
+	v = json_object_get(c->root, "hp_unknown_keys");
+	if (json_is_string(v) && !s->unknown[0])
+		snprintf(s->unknown, sizeof(s->unknown), "%s", json_string_value(v));
+	s->vl = 1;
+	return 0;
+}
+
 static int load_json(struct hp_model_spec *s, const char *name, json_t *root, struct hp_err *e)
 {
 	struct ctx c = { .path = name, .root = root, .e = e, .pre = "" };
+	json_t *v;
 
 	if (!json_is_object(root))
 		return hp_err_set(e, HP_ECONFIG, "'%s': expected a JSON object", name);
+	v = json_object_get(root, "model_type");
+	if (json_is_string(v) && vl_of(json_string_value(v)))
+		return parse_vl(&c, s, vl_of(json_string_value(v)));
 	return parse(&c, s);
 }
 
@@ -1336,6 +1425,29 @@ static void put(json_t *o, const char *k, json_t *v, int *bad)
 
 json_t *hp_model_spec_json(const struct hp_model_spec *s)
 {
+	if (s->vl) {   /* the text model's config in text_config */
+		struct hp_model_spec t = *s;
+		const struct vl_type *vt = NULL;
+		json_t *o, *in;
+
+		for (size_t i = 0; i < sizeof(vl_types) / sizeof(vl_types[0]); i++)
+			if (!strcmp(s->model_type, vl_types[i].text))
+				vt = &vl_types[i];
+		t.vl = 0;
+		if (!vt || !(in = hp_model_spec_json(&t)))
+			return NULL;
+		json_object_del(in, "architectures");
+		json_object_del(in, "transformers_version");
+		json_object_del(in, "hp_unknown_keys");
+		o = json_pack("{s:[s], s:s, s:o, s:b}", "architectures", vt->arch, "model_type", vt->outer,
+			      "text_config", in, "tie_word_embeddings", s->tie_word_embeddings);
+		if (o && s->transformers_version[0])
+			json_object_set_new(o, "transformers_version", json_string(s->transformers_version));
+		if (o && s->unknown[0])
+			json_object_set_new(o, "hp_unknown_keys", json_string(s->unknown));
+		return o;
+	}
+
 	const struct hp_rope_spec *r = &s->rope;
 	const struct family *f = family_of(s->model_type);
 	json_t *o = f ? json_object() : NULL, *a, *rs;

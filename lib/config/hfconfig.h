@@ -154,6 +154,12 @@ struct hp_model_spec {
 	int attn_gate;              /* q_proj gives each head [q | gate]; the output times sigmoid(gate) */
 	int norm_zc;                /* zero-centred RMSNorms: x_hat * (1 + w), w zero at init */
 	int shared_gate;            /* the shared expert (mlp.shared_expert) times sigmoid(shared_expert_gate) */
+	/* Qwen3.5 as released: a Qwen3_5(Moe)ForConditionalGeneration folder
+	 * (model_type qwen3_5, qwen3_5_moe), the language model's config in
+	 * text_config and its weights under model.language_model.*, a vision
+	 * tower (model.visual.*) that hp carries through export and never
+	 * runs; model_type and architecture are then the text model's */
+	int vl;
 };
 
 /* Whether layer l is a sparse MoE layer: not in mlp_only_layers, experts

@@ -972,7 +972,7 @@ static json_t *export_config(const struct hp_plan *p, enum hp_dtype dtype, char 
 	json_object_del(o, "hp_unknown_keys");
 	json_object_set_new(o, "torch_dtype", json_string(dt));
 	if (p->spec.transformers_version[0] == '5')
-		to_v5(o);
+		to_v5(p->spec.vl ? json_object_get(o, "text_config") : o);
 	return o;
 }
 
@@ -1013,6 +1013,79 @@ static int copy_side_files(const char *from, const char *to, struct hp_err *e)
 	return 0;
 }
 
+/*
+ * A Qwen3.5 multimodal folder's vision tower (model.visual.*), which hp
+ * never runs: copied from the source folder src_dir into path byte for
+ * byte (its dtypes kept), its names into map (file name), their bytes
+ * added to *total.  The source must be there: without it the export would
+ * be a folder transformers cannot load as the model it names.
+ */
+static int put_visual(const char *src_dir, const char *path, const char *name, json_t *map, uint64_t *total,
+		      struct hp_err *e)
+{
+	struct hp_st_model st = { 0 };
+	struct hp_st_writer w = { 0 };
+	struct hp_st_entry *ent = NULL;
+	const struct hp_st_tensor **vt = NULL;
+	size_t n = 0, cap = 1 << 20;
+	char *buf = NULL;
+	int rc;
+
+	if (!src_dir[0])
+		return hp_err_set(e, HP_EIO, "'%s': the vision tower (model.visual.*) of a Qwen3.5 multimodal folder "
+				  "comes from its source folder, which is gone or no longer this model; export from "
+				  "shards whose source is in place", path);
+	if ((rc = hp_st_model_open_flags(&st, src_dir, HP_ST_PREAD, e)))
+		return rc;
+	ent = hp_calloc(st.ntensors + 1, sizeof(*ent));
+	vt = hp_calloc(st.ntensors + 1, sizeof(*vt));
+	buf = hp_malloc(cap);
+	if (!ent || !vt || !buf) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < st.ntensors; i++) {
+		const struct hp_st_tensor *t = st.tensors[i];
+
+		if (strncmp(t->name, "model.visual.", 13))
+			continue;
+		ent[n].name = t->name;
+		ent[n].dtype = t->dtype;
+		ent[n].ndim = t->ndim;
+		memcpy(ent[n].shape, t->shape, sizeof(ent[n].shape));
+		vt[n++] = t;
+	}
+	if (!n) {
+		rc = hp_err_set(e, HP_EFORMAT, "'%s': no model.visual.* tensor: a Qwen3.5 multimodal folder holds its "
+				  "vision tower", src_dir);
+		goto out;
+	}
+	if ((rc = hp_st_writer_open(&w, path, n, ent, 0, NULL, NULL, e)))
+		goto out;
+	for (size_t k = 0; k < n && !rc; k++) {
+		const struct hp_st_tensor *t = vt[hp_st_writer_index(&w, k)];
+
+		for (size_t off = 0; off < t->nbytes && !rc; off += cap) {
+			size_t len = t->nbytes - off < cap ? t->nbytes - off : cap;
+
+			if (!(rc = hp_st_pread(t, off, buf, len, e)))
+				rc = hp_st_writer_put(&w, buf, len, e);
+		}
+		json_object_set_new(map, t->name, json_string(name));
+		*total += t->nbytes;
+	}
+	if (!rc)
+		rc = hp_st_writer_commit(&w, e);
+	else
+		hp_st_writer_abort(&w);
+out:
+	hp_free(buf);
+	hp_free(ent);
+	hp_free(vt);
+	hp_st_model_close(&st);
+	return rc;
+}
+
 int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, enum hp_dtype dtype,
 		 uint64_t max_shard, int finite, int proc, int nproc, struct hp_progress *pg, struct hp_err *e)
 {
@@ -1033,8 +1106,10 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 		goto out;
 	}
 	nfiles = assign_files(p, esz, max_shard, file);
+	/* a multimodal folder's vision tower: one more file, the last */
+	int nout = nfiles + (p->spec.vl ? 1 : 0);
 	for (int f = proc; f < nfiles && !rc; f += nproc) {
-		file_name(name, sizeof(name), f, nfiles);
+		file_name(name, sizeof(name), f, nout);
 		snprintf(path, sizeof(path), "%s/%s", dir, name);
 		rc = export_file(p, src, path, file, f, dtype, finite, blk, out, pg, e);
 	}
@@ -1052,27 +1127,37 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 		text = NULL;
 		if (!rc && src_dir[0])
 			rc = copy_side_files(src_dir, dir, e);
-		if (!rc && nfiles > 1) {
+		if (!rc && nout > 1) {
 			idx = json_object();
 			map = json_object();
-			for (int i = 0; map && i < p->nparams; i++) {
+			if (!idx || !map)
+				rc = hp_err_set(e, HP_ENOMEM, "out of memory");
+			if (!rc && p->spec.vl) {
+				file_name(name, sizeof(name), nfiles, nout);
+				snprintf(path, sizeof(path), "%s/%s", dir, name);
+				rc = put_visual(src_dir, path, name, map, &total, e);
+			}
+			for (int i = 0; !rc && i < p->nparams; i++) {
 				struct hp_st_entry se;
 				struct hp_stacked_view se_v;
 				char sn[128];
 
-				file_name(name, sizeof(name), file[i], nfiles);
+				file_name(name, sizeof(name), file[i], nout);
 				if (stacked_expert(p, i, &se_v) < 0)
 					json_object_set_new(map, p->params[i].name, json_string(name));
 				else if (stacked_entry(p, i, &se, sn, sizeof(sn)))
 					json_object_set_new(map, sn, json_string(name));
 				total += (uint64_t)(p->params[i].shape[0] * qcols(&p->params[i])) * esz;
 			}
-			json_object_set_new(idx, "metadata", json_pack("{sI}", "total_size", (json_int_t)total));
-			json_object_set_new(idx, "weight_map", map);
-			text = idx ? json_dumps(idx, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-			snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
-			rc = text ? write_text(path, text, e) : hp_err_set(e, HP_ENOMEM, "out of memory");
-			free(text);
+			if (!rc) {
+				json_object_set_new(idx, "metadata", json_pack("{sI}", "total_size", (json_int_t)total));
+				json_object_set(idx, "weight_map", map);
+				text = json_dumps(idx, JSON_INDENT(2) | JSON_SORT_KEYS);
+				snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+				rc = text ? write_text(path, text, e) : hp_err_set(e, HP_ENOMEM, "out of memory");
+				free(text);
+			}
+			json_decref(map);
 		}
 		json_decref(cfg);
 		json_decref(idx);

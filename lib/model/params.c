@@ -21,11 +21,31 @@ static int emit(struct walk *w, enum hp_param_field f, enum hp_param_role r, int
 	return w->fn(w->ctx, &d);
 }
 
-#define EMBED_NAME "model.embed_tokens.weight"
+/* The decoder's names start here: model., or a Qwen3.5 multimodal folder's
+ * model.language_model. (hp_model_spec.vl) */
+static const char *mpre(const struct hp_model_spec *s)
+{
+	return s->vl ? "model.language_model." : "model.";
+}
+
+/* The length of that start in name (0: neither) */
+static size_t mpre_len(const char *name)
+{
+	if (!strncmp(name, "model.language_model.", 21))
+		return 21;
+	return strncmp(name, "model.", 6) ? 0 : 6;
+}
+
+static int is_embed(const char *name)
+{
+	size_t n = mpre_len(name);
+
+	return n && !strcmp(name + n, "embed_tokens.weight");
+}
 
 int hp_param_uncopied(const char *name, int tied)
 {
-	return !tied && !strcmp(name, EMBED_NAME);
+	return !tied && is_embed(name);
 }
 
 /* name ends with suffix, after something */
@@ -56,7 +76,7 @@ int hp_param_tp_partial(const char *name)
 
 int hp_param_gemm_only(const char *name, int ndim)
 {
-	return ndim == 2 && strcmp(name, EMBED_NAME);
+	return ndim == 2 && !is_embed(name);
 }
 
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v)
@@ -66,8 +86,10 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 	char proj[8], kind[8];
 	int64_t E = s->n_experts, C = s->hidden, Im = s->moe_intermediate;
 
-	if (sscanf(name, "model.layers.%d.mlp.experts.%d.%4[a-z]_proj.%6[a-z]%n", &l, &x, proj, kind, &n) != 4 ||
-	    name[n] || (strcmp(kind, "weight") && strcmp(kind, "bias")) || l < 0 || l >= s->n_layers ||
+	size_t p0 = mpre_len(name);
+
+	if (!p0 || sscanf(name + p0, "layers.%d.mlp.experts.%d.%4[a-z]_proj.%6[a-z]%n", &l, &x, proj, kind, &n) != 4 ||
+	    name[p0 + n] || (strcmp(kind, "weight") && strcmp(kind, "bias")) || l < 0 || l >= s->n_layers ||
 	    x < 0 || x >= E)
 		return 0;
 	for (part = 0; part < 3 && strcmp(proj, parts[part]); part++)
@@ -82,7 +104,7 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 	if (!strcmp(kind, "bias")) {
 		if (!s->moe_bias)
 			return 0;
-		snprintf(v->name, sizeof(v->name), "model.layers.%d.mlp.experts.%s", l,
+		snprintf(v->name, sizeof(v->name), "%slayers.%d.mlp.experts.%s", mpre(s), l,
 			 down ? "down_proj_bias" : "gate_up_proj_bias");
 		v->ndim = 2;
 		v->shape[0] = E;
@@ -91,7 +113,7 @@ int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_
 		v->rs = down ? 1 : 2;
 		return 1;
 	}
-	snprintf(v->name, sizeof(v->name), "model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
+	snprintf(v->name, sizeof(v->name), "%slayers.%d.mlp.experts.%s", mpre(s), l, down ? "down_proj" : "gate_up_proj");
 	v->ndim = 3;
 	v->shape[0] = E;
 	if (s->moe_bias) {   /* GPT-OSS: [E, C, 2*Im] interleaved, [E, Im, C]: both transposed */
@@ -187,6 +209,9 @@ int hp_param_not_loaded(const struct hp_model_spec *s, const char *name)
 	 * transformers skips it (_keys_to_ignore_on_load_unexpected) */
 	if (s->attn_gate && !strncmp(name, "mtp.", 4))
 		return 1;
+	/* a multimodal folder's vision tower: carried through export, not loaded */
+	if (s->vl && !strncmp(name, "model.visual.", 13))
+		return 1;
 	return s->n_mtp > 0 && sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n && l >= s->n_layers &&
 	       l < s->n_layers + s->n_mtp;
 }
@@ -237,10 +262,12 @@ int hp_param_is_stacked(const struct hp_model_spec *s, const char *name)
 					       "down_proj_scales" };
 	int l, n = 0;
 
-	if (!s->n_experts || sscanf(name, "model.layers.%d.mlp.experts.%n", &l, &n) != 1 || !n)
+	size_t p0 = mpre_len(name);
+
+	if (!s->n_experts || !p0 || sscanf(name + p0, "layers.%d.mlp.experts.%n", &l, &n) != 1 || !n)
 		return 0;
 	for (int i = 0; i < (s->moe_bias ? 8 : 2); i++)
-		if (!strcmp(name + n, suffix[i]))
+		if (!strcmp(name + p0 + n, suffix[i]))
 			return 1;
 	return 0;
 }
@@ -256,10 +283,12 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 	snprintf(w.name, sizeof(w.name), "%s", str); \
 	if ((rc = emit(&w, f, role, -1, -1, nd, a, b))) return rc; } while (0)
 #define LAYER(f, role, suffix, nd, a, b) do { \
-	snprintf(w.name, sizeof(w.name), "model.layers.%d.%s", l, suffix); \
+	snprintf(w.name, sizeof(w.name), "%slayers.%d.%s", mpre(s), l, suffix); \
 	if ((rc = emit(&w, f, role, l, -1, nd, a, b))) return rc; } while (0)
 
-	TOP(HP_PF_EMBED, HP_ROLE_COLUMN, EMBED_NAME, 2, s->vocab, C);
+	snprintf(w.name, sizeof(w.name), "%sembed_tokens.weight", mpre(s));
+	if ((rc = emit(&w, HP_PF_EMBED, HP_ROLE_COLUMN, -1, -1, 2, s->vocab, C)))
+		return rc;
 	for (int l = 0; l < s->n_layers; l++) {
 		LAYER(HP_PF_IN_NORM, HP_ROLE_REPLICATE, "input_layernorm.weight", 1, C, 1);
 		if (s->mla) {
@@ -344,14 +373,14 @@ mlp:
 				LAYER(HP_PF_ROUTER_CORR, HP_ROLE_REPLICATE, "mlp.gate.e_score_correction_bias", 1, E, 1);
 			for (int x = 0; x < E; x++) {
 				for (int k = 0; k < 3; k++) {
-					snprintf(w.name, sizeof(w.name), "model.layers.%d.mlp.experts.%d.%s.weight",
-						 l, x, proj[k]);
+					snprintf(w.name, sizeof(w.name), "%slayers.%d.mlp.experts.%d.%s.weight",
+						 mpre(s), l, x, proj[k]);
 					if ((rc = emit(&w, pf[k], HP_ROLE_EXPERT, l, x, 2, k < 2 ? Im : C, k < 2 ? C : Im)))
 						return rc;
 				}
 				for (int k = 0; s->moe_bias && k < 3; k++) {
-					snprintf(w.name, sizeof(w.name), "model.layers.%d.mlp.experts.%d.%s.bias",
-						 l, x, proj[k]);
+					snprintf(w.name, sizeof(w.name), "%slayers.%d.mlp.experts.%d.%s.bias",
+						 mpre(s), l, x, proj[k]);
 					if ((rc = emit(&w, pb[k], HP_ROLE_EXPERT, l, x, 1, k < 2 ? Im : C, 1)))
 						return rc;
 				}
@@ -376,7 +405,9 @@ mlp:
 			LAYER(HP_PF_WD, HP_ROLE_ROW, "mlp.down_proj.weight", 2, C, I);
 		}
 	}
-	TOP(HP_PF_FINAL_NORM, HP_ROLE_REPLICATE, "model.norm.weight", 1, C, 1);
+	snprintf(w.name, sizeof(w.name), "%snorm.weight", mpre(s));
+	if ((rc = emit(&w, HP_PF_FINAL_NORM, HP_ROLE_REPLICATE, -1, -1, 1, C, 1)))
+		return rc;
 	if (!s->tie_word_embeddings)
 		TOP(HP_PF_LM_HEAD, HP_ROLE_COLUMN, "lm_head.weight", 2, s->vocab, C);
 #undef TOP

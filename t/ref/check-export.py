@@ -8,8 +8,11 @@
 For every EXPORTS/tf<LINE>/<name>/ (hp-convert --export of data/hf/tf<LINE>/<name>)
 it loads both folders with AutoModelForCausalLM.from_pretrained in float32,
 runs the golden batch, and requires bit-identical logits; it also checks
-that the exported config.json is the source's, key for key.  Prints one line
-per folder and exits 1 on any difference.
+that the exported config.json is the source's, key for key.  A
+ForConditionalGeneration folder (Qwen3.5 as released) loads as
+AutoModelForImageTextToText, and its every weight, the vision tower's among
+them, must equal the source's.  Prints one line per folder and exits 1 on
+any difference.
 """
 import json
 import os
@@ -17,7 +20,7 @@ import sys
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 torch.set_num_threads(1)
 transformers.utils.logging.disable_progress_bar()
@@ -30,16 +33,23 @@ IMPL = {"attn_implementation": "eager"}
 if transformers.__version__.startswith("5"):
     IMPL["experts_implementation"] = "eager"
 bad = 0
-for name in sorted(os.listdir(os.path.join(EXP, "tf" + LINE))):
+top = os.path.join(EXP, "tf" + LINE)
+for name in sorted(os.listdir(top) if os.path.isdir(top) else []):
     src = os.path.join(SRC, "tf" + LINE, name)
     out = os.path.join(EXP, "tf" + LINE, name)
     ref = json.load(open(os.path.join(src, "reference.json")))
     ids = torch.tensor(ref["batch"]["input_ids"])
-    a = AutoModelForCausalLM.from_pretrained(src, **IMPL).float().eval()
-    b = AutoModelForCausalLM.from_pretrained(out, **IMPL).float().eval()
+    auto = AutoModelForCausalLM
+    if json.load(open(os.path.join(src, "config.json")))["architectures"][0].endswith("ForConditionalGeneration"):
+        auto = AutoModelForImageTextToText
+    a = auto.from_pretrained(src, **IMPL).float().eval()
+    b = auto.from_pretrained(out, **IMPL).float().eval()
     with torch.no_grad():
         la, lb = a(input_ids=ids).logits, b(input_ids=ids).logits
     same = torch.equal(la, lb)
+    if auto is AutoModelForImageTextToText:   # every weight, the vision tower's too
+        sa, sb = a.state_dict(), b.state_dict()
+        same = same and sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     ca = json.load(open(os.path.join(src, "config.json")))
     cb = json.load(open(os.path.join(out, "config.json")))
     # gpt_oss's MXFP4 experts leave dequantized, without quantization_config

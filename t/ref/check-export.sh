@@ -15,6 +15,7 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 for line in tf4 tf5; do
 	for d in data/hf/$line/${HP_EXPORT_ONLY:-*}/; do
+		[ -d "$d" ] || continue
 		n=$(basename "$d")
 		cat >"$W/c.yaml" <<-YAML
 		model:
@@ -31,7 +32,9 @@ for line in tf4 tf5; do
 		"$B/bin/hp-convert" -q --plan "$W/plan.json" -o "$W/shards" "$d"
 		mkdir -p "$W/out/$line" "$W/fb/$line"
 		"$B/bin/hp-convert" -q --export "$W/shards" -o "$W/out/$line/$n"
-		# the source folder gone: config.json from the plan's spec
+		# the source folder gone: config.json from the plan's spec (not for
+		# a multimodal folder, whose vision tower only its source holds)
+		grep -q '"text_config"' "$d/config.json" && continue
 		cp -r "$d" "$W/src" && sed -i "s|$PWD/$d|$W/src|" "$W/c.yaml" &&
 		"$B/bin/hp-plan" "$W/c.yaml" --world 1 -o "$W/plan.json" && rm -rf "$W/shards" &&
 		"$B/bin/hp-convert" -q --plan "$W/plan.json" -o "$W/shards" "$W/src" && rm -rf "$W/src" &&

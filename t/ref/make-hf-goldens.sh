@@ -32,3 +32,5 @@ if ! PYTHONPATH=$ACCEL "$VENV/bin/python" -c 'import accelerate; assert accelera
 	"$VENV/bin/pip" install -q --no-deps --target "$ACCEL" 'accelerate==1.12.0'
 fi
 OMP_NUM_THREADS=1 PYTHONHASHSEED=0 PYTHONPATH=$ACCEL "$VENV/bin/python" t/ref/make-mxfp4-golden.py "$OUT"
+# qwen3_5_moe-vl: Qwen3.5-MoE's multimodal folder, from qwen3_5_moe-default
+OMP_NUM_THREADS=1 PYTHONHASHSEED=0 "$VENV/bin/python" t/ref/make-vl-golden.py "$OUT"
