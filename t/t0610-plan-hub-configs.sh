@@ -73,8 +73,9 @@ test_expect_success 'DeepSeek-V3 as published: FP8 refused by name; its bf16 for
 # its values, the mtp_* keys of its multi-token-prediction module, which
 # transformers never loads, included): plans at 64 ranks with EP 64 and
 # FSDP, transformers' 79,674,391,296 parameters (4.57.6 and 5.24.0 on the
-# meta device); its 36 Gated DeltaNet layers refuse tp by name.
-test_expect_success 'Qwen3-Next-80B-A3B as published: plans at 64 ranks with transformers'\'' count; tp refused by name' '
+# meta device), and with TP 2 + SP (the delta rule's heads split); its 36
+# Gated DeltaNet layers refuse cp by name.
+test_expect_success 'Qwen3-Next-80B-A3B as published: plans at 64 ranks with transformers'\'' count, and with TP; cp refused by name' '
 	hub_yaml qn.yaml qwen3-next-80b-a3b "$DATA/hf/published" &&
 	hp-plan qn.yaml --world 64 --accelerator.ep_size=64 --fsdp_config.dp_shard_size=64 -o qn.json 2>err &&
 	test ! -s err &&
@@ -84,8 +85,11 @@ test_expect_success 'Qwen3-Next-80B-A3B as published: plans at 64 ranks with tra
 	grep "^  full attention  *gated (sigmoid), RoPE on 64 of head_dim 256, zero-centred norms$" ex &&
 	grep "^  shared expert  *intermediate 512, times sigmoid(shared_expert_gate)$" ex &&
 	grep -q "model.layers.0.linear_attn  *Qwen3NextGatedDeltaNet  *reference.gated_deltanet" ex &&
-	test_must_fail_with 4 hp-plan qn.yaml --world 64 --accelerator.tp_size=2 --accelerator.sequence_parallel=true 2>err &&
-	test_one_line err && grep -q "tp_size: tensor parallelism over the Gated DeltaNet layers" err
+	hp-plan qn.yaml --world 64 --accelerator.tp_size=2 --accelerator.sequence_parallel=true \
+		--accelerator.ep_size=32 --fsdp_config.dp_shard_size=32 -o qt.json 2>err &&
+	test ! -s err &&
+	test_must_fail_with 4 hp-plan qn.yaml --world 64 --accelerator.cp_size=2 2>err &&
+	test_one_line err && grep -q "cp_size: context parallelism over the Gated DeltaNet layers" err
 '
 
 # #35: HyperParallel's demo model on 64 GPUs (TP2 with SP, CP2, EP8, full

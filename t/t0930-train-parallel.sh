@@ -155,14 +155,20 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 # Qwen3-Next and Qwen3.5, as transformers saved them (data/hf/tf5/qwen3_next-long:
 # rows of 96 across the delta rule's chunk of 64; qwen3_5_moe-default):
 # Gated DeltaNet layers 0 and 2 beside gated full attention, the MoE with
-# its gated shared expert.  Tensor and context parallelism over the linear
-# layers are refused by name until they exist, and so is a device backend.
-# Qwen3.5-MoE's golden weights make a steep model (its gradient norm goes
-# 41 -> 175 in one step): float32 rounding in the order FSDP sums the
-# gradients (1.6e-7 on step 1) grows to 1e-5 by step 6, and ep's regrouped
-# expert rows give 1.4e-5 in step 1's gradients (torch in float32 is 4e-5
-# from float64 on it): 3 steps of it, no ep; Qwen3-Next covers ep.
-test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5-MoE: FSDP, EP with expert FSDP, pipeline stages with checkpointing, fused norms and grouped experts' '
+# its gated shared expert.  Tensor parallelism splits the delta rule's
+# heads (its weights whole on every tp rank, their gradients summed over
+# tp); context parallelism over the linear layers is refused by name until
+# it exists, and so is a device backend.
+# The golden Qwen3.5 folders' weights make steep models (qwen3_5_moe's
+# gradient norm goes 41 -> 175 in one step; torch in float32 is 4e-5 from
+# float64 on them): the order of float32 sums a layout changes (1.6e-7 in
+# step 1's gradients under FSDP) grows to 1e-5 by step 6, and regrouped
+# rows (ep's experts, tp's partial sums) give 1.4e-5 to 5e-5 in step 1's
+# gradients.  So qwen3_5_moe-default runs 3 steps and no ep, and Qwen3.5's
+# tensor parallelism runs on hp's random init of qwen3_5-default's config
+# (a from_config model as transformers initialises it), where the layouts
+# agree to 3e-9.
+test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSDP, pipeline stages with checkpointing, fused norms and grouped experts' '
 	d=$DATA/hf/tf5/qwen3_next-long &&
 	hf_records qn "$d" &&
 	write_config qn.yaml "$d" qn 96 1 4 6 </dev/null &&
@@ -170,6 +176,8 @@ test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5-MoE: FSDP, EP with expert FSDP, 
 	layout qn qn.yaml 2 $F.dp_shard_size=2 &&
 	layout qn qn.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	layout qn qn.yaml 2 $A.pp_size=2 --activation_checkpoint.mode=full &&
+	layout qn qn.yaml 2 $A.tp_size=2 $A.sequence_parallel=true &&
+	layout qn qn.yaml 4 $A.tp_size=2 $A.sequence_parallel=true $A.ep_size=2 $F.dp_shard_size=2 &&
 	write_config qn-k.yaml "$d" qn 96 1 4 6 <<-YAML &&
 	plan_overrides:
 	  - {match: "*.mlp.experts", replace_module: {_target_: grouped_experts}}
@@ -185,10 +193,17 @@ test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5-MoE: FSDP, EP with expert FSDP, 
 	single q5 q5.yaml &&
 	layout q5 q5.yaml 4 $F.dp_shard_size=4 --activation_checkpoint.mode=selective &&
 	layout q5 q5.yaml 2 $A.pp_size=2 &&
-	for o in $A.tp_size=2 $A.cp_size=2; do
-		test_must_fail_with 4 mpiexec -n 2 hp-train -q q5.yaml $o 2>err &&
-		grep -q "over the Gated DeltaNet layers (layer_types linear_attention) is not implemented yet" err || return 1
-	done
+	d=$DATA/hf/tf5/qwen3_5-default &&
+	write_config q5d.yaml "$d" q5r 32 1 4 6 </dev/null &&
+	sed -i "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $d/config.json|" q5d.yaml &&
+	single q5d q5d.yaml &&
+	layout q5d q5d.yaml 2 $A.tp_size=2 &&
+	layout q5d q5d.yaml 2 $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true &&
+	layout q5d q5d.yaml 4 $A.tp_size=2 $F.dp_shard_size=2 --activation_checkpoint.mode=full &&
+	test_must_fail_with 4 mpiexec -n 2 hp-train -q q5.yaml $A.cp_size=2 2>err &&
+	grep -q "context parallelism over the Gated DeltaNet layers (layer_types linear_attention) is not implemented yet" err &&
+	test_must_fail_with 3 mpiexec -n 4 hp-train -q q5d.yaml $A.tp_size=4 2>err &&
+	grep -q "tp_size: 4 does not divide linear_num_key_heads 2" err
 '
 
 test_expect_success DEVICE 'Qwen3-Next on a device backend: refused by name' '

@@ -65,12 +65,19 @@ test_expect_success MPI 'hp-verify on DeepSeek-V3 (latent attention, shared expe
 	verify 2 dsk.yaml $A.cp_size=2
 '
 
-test_expect_success CPUDEV 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, and a stale shard named' '
+# TP+SP on hp's random init of the folder's config: the golden weights
+# make a steep model (t/t0930), where tp's partial sums alone move step 1's
+# gradients by 1.5e-5, past hp-verify's 1e-5
+test_expect_success CPUDEV 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, and a stale shard named' '
 	d=$DATA/hf/tf5/qwen3_next-default &&
 	hf_records qn "$d" &&
 	write_config qn.yaml "$d" qn 32 1 4 2 </dev/null &&
 	verify 4 qn.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	grep -q "^output  *model.layers.0.linear_attn " out &&
+	sed "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $d/config.json|" \
+		qn.yaml >qnc.yaml &&
+	verify 2 qnc.yaml $A.tp_size=2 $A.sequence_parallel=true &&
+	grep -q "model.layers.0.linear_attn.in_proj_qkvz.weight" out &&
 	grep -q "model.layers.2.linear_attn.A_log" out &&
 	grep -q "model.layers.1.mlp.shared_expert_gate.weight" out &&
 	test_must_fail_with 1 mpiexec -n 2 hp-verify qn.yaml $F.dp_shard_size=2 --debug.inject_fault=fsdp_stale_shard >out 2>err &&

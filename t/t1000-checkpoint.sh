@@ -109,13 +109,13 @@ test_expect_success MPI 'DeepSeek-V3 with the bias update resumes bit-exactly (8
 
 # Qwen3-Next (its Gated DeltaNet tensors, the [C, K] conv among them, the
 # gated shared expert): resume bit-exact on 4 ranks (EP 2, expert FSDP),
-# and that checkpoint restored on 1 rank and on EP 4.
-test_expect_success MPI 'Qwen3-Next resumes bit-exactly on 4 ranks, and on 1 and EP 4 from that checkpoint' '
+# and that checkpoint restored on 1 rank, on EP 4 and on TP 2 + SP.
+test_expect_success MPI 'Qwen3-Next resumes bit-exactly on 4 ranks, and on 1, EP 4 and TP 2 from that checkpoint' '
 	hf_records qn "$DATA/hf/tf5/qwen3_next-default" &&
 	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-default" qn 32 1 4 20 </dev/null &&
 	resume qn4 qn.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	sed -n 11p qn4-a.jsonl | jq .loss >want &&
-	for lay in "1" "4 $A.ep_size=4"; do
+	for lay in "1" "4 $A.ep_size=4" "2 $A.tp_size=2 $A.sequence_parallel=true"; do
 		set -- $lay && n=$1 && shift &&
 		mpiexec -n $n hp-train -q qn.yaml "$@" --checkpoint.restore_from=qn4-b/global_step_10 \
 			--checkpoint.save_ckpt=false --max-steps 11 --metrics r.jsonl &&

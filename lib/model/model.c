@@ -279,11 +279,12 @@ static size_t gdn_scratch_floats(const struct hp_model *m)
 	const struct hp_model_spec *s = &m->spec;
 	size_t N = (size_t)m->a.B * m->a.T, n = 0;
 
-	if (s->n_linear) {
-		size_t Kd = (size_t)s->lin_kh * s->lin_kd, Vd = (size_t)s->lin_vh * s->lin_vd, Hv = s->lin_vh;
-		size_t CD = 2 * Kd + Vd, P = s->lin_split ? 0 : 2 * Kd + 2 * Vd + 2 * Hv;
+	if (s->n_linear) {   /* gdn_fwd's and gdn_bwd's carving, this rank's heads */
+		size_t Kd = (size_t)s->lin_kh / m->par.tp * s->lin_kd, Vd = (size_t)s->lin_vh / m->par.tp * s->lin_vd;
+		size_t Hv = (size_t)s->lin_vh / m->par.tp, P = 2 * Kd + 2 * Vd, W = (size_t)s->hidden * Vd;
 
-		n = zmax(N * (CD + 2 * Kd + P), N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * CD + P));
+		n = zmax(zmax(N * (2 * Kd + P + 2 * Hv), W),
+			 N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * Kd + Vd + P + 2 * Hv) + 2 * W);
 	}
 	if (s->attn_gate)
 		n = zmax(n, 4 * N * (size_t)s->n_heads * s->head_dim);
@@ -361,8 +362,9 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	TAKE_IN(keep, t->x_in, Ns * C * f);
 	TAKE(t->rstd1, Ns * f);
 	TAKE(t->xn1, N * C * f);
-	if (s->linear[l]) {   /* Gated DeltaNet (gdn_fwd) */
-		size_t Kd = (size_t)s->lin_kh * s->lin_kd, Vd = (size_t)s->lin_vh * s->lin_vd, Hv = s->lin_vh;
+	if (s->linear[l]) {   /* Gated DeltaNet (gdn_fwd): this rank's heads */
+		size_t Hk = (size_t)s->lin_kh / pr->tp, Hv = (size_t)s->lin_vh / pr->tp;
+		size_t Kd = Hk * s->lin_kd, Vd = Hv * s->lin_vd;
 
 		TAKE(t->xc, N * (2 * Kd + Vd) * f);
 		TAKE(t->z, N * Vd * f);
@@ -370,12 +372,12 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		TAKE(t->ga, N * Hv * f);
 		TAKE(t->qn, N * Kd * f);
 		TAKE(t->kn, N * Kd * f);
-		TAKE(t->rq, N * s->lin_kh * f);
-		TAKE(t->rk, N * s->lin_kh * f);
+		TAKE(t->rq, N * Hk * f);
+		TAKE(t->rk, N * Hk * f);
 		TAKE(t->vv, N * Vd * f);
 		TAKE(t->beta, N * Hv * f);
 		TAKE(t->gl, N * Hv * f);
-		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, m->a.T, s->lin_vh, s->lin_kd, s->lin_vd) * f);
+		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, m->a.T, (int)Hv, s->lin_kd, s->lin_vd) * f);
 		TAKE(t->o, N * Vd * f);
 		TAKE(t->rstd_o, N * Hv * f);
 		TAKE(t->y, N * Vd * f);
@@ -820,10 +822,11 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 	if (p->cp > 1 && p->ulysses && ((g->n_heads / p->tp) % p->cp || (g->n_kv_heads / p->tp) % p->cp))
 		return hp_err_set(e, HP_ECONFIG, "ulysses attention with cp %d needs the heads per tp rank "
 				  "(%d, %d KV) divisible by cp", p->cp, g->n_heads / p->tp, g->n_kv_heads / p->tp);
-	if (g->n_linear && (p->tp > 1 || p->cp > 1))
-		return hp_err_set(e, HP_EUNSUP, "%s over the Gated DeltaNet layers (layer_types linear_attention) is "
-				  "not implemented yet: use fsdp, ep or pp for %s", p->tp > 1 ? "tensor parallelism" :
-				  "context parallelism", g->model_type);
+	if (g->n_linear && p->cp > 1)
+		return hp_err_set(e, HP_EUNSUP, "context parallelism over the Gated DeltaNet layers (layer_types "
+				  "linear_attention) is not implemented yet: use tp, fsdp, ep or pp for %s", g->model_type);
+	if (g->n_linear && g->lin_kh % p->tp)
+		return hp_err_set(e, HP_ECONFIG, "tp %d must divide linear_num_key_heads %d", p->tp, g->lin_kh);
 	if (p->ep > HP_MAX_EP)
 		return hp_err_set(e, HP_ECONFIG, "ep %d is more than the %d this build takes", p->ep, HP_MAX_EP);
 	if (g->n_experts && g->n_experts % p->ep)
@@ -2263,106 +2266,192 @@ static void zc_fill(struct hp_model *m, int l)
 }
 
 /*
+ * A Gated DeltaNet layer's sizes on this rank: tensor parallelism splits
+ * its key heads (and with them their value heads) over tp, the weights
+ * whole on every rank (each reads its heads' rows, columns and elements;
+ * their gradients are partial sums over tp, params.c hp_param_tp_partial).
+ */
+struct gdn_dims {
+	long N;
+	int C, Dk, Dv, K, r;         /* r: value heads per key head */
+	int Hk, Hv, Kd, Vd;          /* this rank's heads and their widths */
+	int j0, h0;                  /* its first key and value head */
+	int gKd, gVd;                /* the whole layer's widths */
+	int pw, P;                   /* qwen3_next: one key head's [q k v z] rows, this rank's */
+};
+
+static struct gdn_dims gdn_dims(const struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	struct gdn_dims g;
+
+	g.N = (long)m->a.B * m->a.T;
+	g.C = s->hidden;
+	g.Dk = s->lin_kd;
+	g.Dv = s->lin_vd;
+	g.K = s->lin_conv;
+	g.r = s->lin_vh / s->lin_kh;
+	g.Hk = s->lin_kh / m->par.tp;
+	g.Hv = g.Hk * g.r;
+	g.Kd = g.Hk * g.Dk;
+	g.Vd = g.Hv * g.Dv;
+	g.j0 = m->par.tp_rank * g.Hk;
+	g.h0 = g.j0 * g.r;
+	g.gKd = s->lin_kh * g.Dk;
+	g.gVd = s->lin_vh * g.Dv;
+	g.pw = 2 * g.Dk + 2 * g.r * g.Dv;
+	g.P = g.Hk * g.pw;
+	return g;
+}
+
+/* The conv's channels of this rank's heads: its q, k and v rows of conv1d. */
+static size_t conv_row(const struct gdn_dims *g, int part)
+{
+	return part == 0 ? (size_t)g->j0 * g->Dk : part == 1 ? (size_t)g->gKd + (size_t)g->j0 * g->Dk :
+	       2 * (size_t)g->gKd + (size_t)g->h0 * g->Dv;
+}
+
+/*
  * A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet),
- * xn1 -> x_mid: the projections (qwen3_next's interleaved per key head,
- * [q k v z] and [b a], laid out as the conv and the gates read them:
- * [q | k | v] of every head, z, b, a), the causal depthwise conv with SiLU
- * (documents kept apart), q and k L2-normalised, beta = sigmoid(b) and
- * g = -exp(A_log) softplus(a + dt_bias), the chunked delta rule (q scaled
- * by Dk^-0.5), the gated RMSNorm with z, out_proj.
+ * xn1 -> x_mid: the projections, laid out as three blocks [N, Kd] q,
+ * [N, Kd] k, [N, Vd] v (xc) and z [N, Vd], b and a [N, Hv] (qwen3_next's
+ * are interleaved per key head: copied apart); the causal depthwise conv
+ * with SiLU on each block (documents kept apart), q and k L2-normalised,
+ * beta = sigmoid(b) and g = -exp(A_log) softplus(a + dt_bias), the chunked
+ * delta rule (q scaled by Dk^-0.5), the gated RMSNorm with z, out_proj
+ * (row-parallel over tp: this rank's columns, partial sums reduced).
  */
 static void gdn_fwd(struct hp_model *m, int l)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
+	const struct hp_model_par *pr = &m->par;
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
-	long N = (long)m->a.B * m->a.T;
-	int C = s->hidden, Hk = s->lin_kh, Hv = s->lin_vh, Dk = s->lin_kd, Dv = s->lin_vd, r = Hv / Hk;
-	int Kd = Hk * Dk, Vd = Hv * Dv, CD = 2 * Kd + Vd, P = 2 * Kd + 2 * Vd, pw = 2 * Dk + 2 * r * Dv;
+	struct gdn_dims g = gdn_dims(m);
+	long N = g.N;
+	int C = g.C;
 	size_t f = sizeof(float), n = (size_t)N;
-	float *xs = m->a.gdn_w, *qr = xs + n * CD, *kr = qr + n * Kd, *pj = kr + n * Kd, *pba = pj + n * P;
+	float *xq = a->xc, *xk = xq + n * g.Kd, *xv = xk + n * g.Kd;
+	float *qr = m->a.gdn_w, *kr = qr + n * g.Kd, *pj = kr + n * g.Kd, *pba = pj + n * g.P;
 
 	if (s->lin_split) {
-		bk->linear_fwd(bk, a->xc, a->xn1, w->wqkv, NULL, N, C, CD);
-		bk->linear_fwd(bk, a->z, a->xn1, w->wz, NULL, N, C, Vd);
-		bk->linear_fwd(bk, a->gb, a->xn1, w->wb, NULL, N, C, Hv);
-		bk->linear_fwd(bk, a->ga, a->xn1, w->wa, NULL, N, C, Hv);
+		bk->linear_fwd(bk, xq, a->xn1, w->wqkv + conv_row(&g, 0) * C, NULL, N, C, g.Kd);
+		bk->linear_fwd(bk, xk, a->xn1, w->wqkv + conv_row(&g, 1) * C, NULL, N, C, g.Kd);
+		bk->linear_fwd(bk, xv, a->xn1, w->wqkv + conv_row(&g, 2) * C, NULL, N, C, g.Vd);
+		bk->linear_fwd(bk, a->z, a->xn1, w->wz + (size_t)g.h0 * g.Dv * C, NULL, N, C, g.Vd);
+		bk->linear_fwd(bk, a->gb, a->xn1, w->wb + (size_t)g.h0 * C, NULL, N, C, g.Hv);
+		bk->linear_fwd(bk, a->ga, a->xn1, w->wa + (size_t)g.h0 * C, NULL, N, C, g.Hv);
 	} else {
-		bk->linear_fwd(bk, pj, a->xn1, w->wqkvz, NULL, N, C, P);
-		bk->linear_fwd(bk, pba, a->xn1, w->wba, NULL, N, C, 2 * Hv);
-		for (int j = 0; j < Hk; j++) {
-			const float *src = pj + (size_t)j * pw;
+		int rv = g.r * g.Dv;
 
-			bk->copy2d(bk, a->xc + j * Dk, CD * f, src, P * f, Dk * f, n);
-			bk->copy2d(bk, a->xc + Kd + j * Dk, CD * f, src + Dk, P * f, Dk * f, n);
-			bk->copy2d(bk, a->xc + 2 * Kd + j * r * Dv, CD * f, src + 2 * Dk, P * f, r * Dv * f, n);
-			bk->copy2d(bk, a->z + j * r * Dv, Vd * f, src + 2 * Dk + r * Dv, P * f, r * Dv * f, n);
-			bk->copy2d(bk, a->gb + j * r, Hv * f, pba + 2 * j * r, 2 * Hv * f, r * f, n);
-			bk->copy2d(bk, a->ga + j * r, Hv * f, pba + 2 * j * r + r, 2 * Hv * f, r * f, n);
+		bk->linear_fwd(bk, pj, a->xn1, w->wqkvz + (size_t)g.j0 * g.pw * C, NULL, N, C, g.P);
+		bk->linear_fwd(bk, pba, a->xn1, w->wba + (size_t)g.h0 * 2 * C, NULL, N, C, 2 * g.Hv);
+		for (int j = 0; j < g.Hk; j++) {
+			const float *src = pj + (size_t)j * g.pw;
+
+			bk->copy2d(bk, xq + j * g.Dk, g.Kd * f, src, g.P * f, g.Dk * f, n);
+			bk->copy2d(bk, xk + j * g.Dk, g.Kd * f, src + g.Dk, g.P * f, g.Dk * f, n);
+			bk->copy2d(bk, xv + j * rv, g.Vd * f, src + 2 * g.Dk, g.P * f, rv * f, n);
+			bk->copy2d(bk, a->z + j * rv, g.Vd * f, src + 2 * g.Dk + rv, g.P * f, rv * f, n);
+			bk->copy2d(bk, a->gb + j * g.r, g.Hv * f, pba + 2 * j * g.r, 2 * g.Hv * f, g.r * f, n);
+			bk->copy2d(bk, a->ga + j * g.r, g.Hv * f, pba + 2 * j * g.r + g.r, 2 * g.Hv * f, g.r * f, n);
 		}
 	}
-	bk->conv1d_silu_fwd(bk, xs, a->xc, w->conv, m->a.seg, m->a.B, m->a.T, CD, s->lin_conv);
-	bk->copy2d(bk, qr, Kd * f, xs, CD * f, Kd * f, n);
-	bk->copy2d(bk, kr, Kd * f, xs + Kd, CD * f, Kd * f, n);
-	bk->copy2d(bk, a->vv, Vd * f, xs + 2 * Kd, CD * f, Vd * f, n);
-	bk->l2norm_fwd(bk, a->qn, a->rq, qr, N * Hk, Dk);
-	bk->l2norm_fwd(bk, a->kn, a->rk, kr, N * Hk, Dk);
-	bk->gdn_gates_fwd(bk, a->beta, a->gl, a->gb, a->ga, w->A_log, w->dt_bias, N, Hv);
-	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, m->gdr_ws, m->a.B, m->a.T, Hv,
-		    Hk, Dk, Dv, (float)(1.0 / sqrt((double)Dk)));
-	bk->rmsnorm_gated_fwd(bk, a->y, a->rstd_o, a->o, a->z, w->lin_norm, N * Hv, Dv, (float)s->rms_eps);
-	bk->linear_fwd(bk, a->x_mid, a->y, w->wout, NULL, N, Vd, C);
+	bk->conv1d_silu_fwd(bk, qr, xq, w->conv + conv_row(&g, 0) * g.K, m->a.seg, m->a.B, m->a.T, g.Kd, g.K);
+	bk->conv1d_silu_fwd(bk, kr, xk, w->conv + conv_row(&g, 1) * g.K, m->a.seg, m->a.B, m->a.T, g.Kd, g.K);
+	bk->conv1d_silu_fwd(bk, a->vv, xv, w->conv + conv_row(&g, 2) * g.K, m->a.seg, m->a.B, m->a.T, g.Vd, g.K);
+	bk->l2norm_fwd(bk, a->qn, a->rq, qr, N * g.Hk, g.Dk);
+	bk->l2norm_fwd(bk, a->kn, a->rk, kr, N * g.Hk, g.Dk);
+	bk->gdn_gates_fwd(bk, a->beta, a->gl, a->gb, a->ga, w->A_log + g.h0, w->dt_bias + g.h0, N, g.Hv);
+	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, m->gdr_ws, m->a.B, m->a.T, g.Hv,
+		    g.Hk, g.Dk, g.Dv, (float)(1.0 / sqrt((double)g.Dk)));
+	bk->rmsnorm_gated_fwd(bk, a->y, a->rstd_o, a->o, a->z, w->lin_norm, N * g.Hv, g.Dv, (float)s->rms_eps);
+	if (pr->tp == 1) {
+		bk->linear_fwd(bk, a->x_mid, a->y, w->wout, NULL, N, g.Vd, C);
+		return;
+	}
+	/* row-parallel: this rank's columns of out_proj (copied out), partial sums reduced */
+	float *ws = m->a.gdn_w, *o = pr->sp ? m->a.dxn : a->x_mid;
+
+	bk->copy2d(bk, ws, g.Vd * f, w->wout + (size_t)g.h0 * g.Dv, g.gVd * f, g.Vd * f, (size_t)C);
+	bk->linear_fwd(bk, o, a->y, ws, NULL, N, g.Vd, C);
+	tp_reduce(m, o, a->x_mid);
 }
 
-/* Its backward from dy, the gradient of x_mid's addend: dxn written, the
- * weights' gradients added. */
+/* Its backward from dy [N, C], the gradient of x_mid's addend (gathered
+ * over tp with sequence parallelism): dxn written (this rank's heads'
+ * share over tp), the weights' gradients added. */
 static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 {
 	struct hp_backend *bk = m->bk;
 	const struct hp_model_spec *s = &m->spec;
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
-	struct hp_layer_w *g = &m->w.lg[l];
-	long N = (long)m->a.B * m->a.T;
-	int C = s->hidden, Hk = s->lin_kh, Hv = s->lin_vh, Dk = s->lin_kd, Dv = s->lin_vd, r = Hv / Hk;
-	int Kd = Hk * Dk, Vd = Hv * Dv, CD = 2 * Kd + Vd, P = 2 * Kd + 2 * Vd, pw = 2 * Dk + 2 * r * Dv;
+	struct hp_layer_w *gw = &m->w.lg[l];
+	struct gdn_dims g = gdn_dims(m);
+	long N = g.N;
+	int C = g.C, Kd = g.Kd, Vd = g.Vd, Hv = g.Hv;
 	size_t f = sizeof(float), n = (size_t)N;
 	float *dY = m->a.gdn_w, *dO = dY + n * Vd, *dZ = dO + n * Vd, *dv = dZ + n * Vd, *dq = dv + n * Vd;
 	float *dk = dq + n * Kd, *dqr = dk + n * Kd, *dkr = dqr + n * Kd, *dg = dkr + n * Kd, *dbeta = dg + n * Hv;
-	float *db = dbeta + n * Hv, *da = db + n * Hv, *dxs = da + n * Hv, *dxc = dxs + n * CD, *dp = dxc + n * CD;
-	float *dpba = dp + n * P;
+	float *db = dbeta + n * Hv, *da = db + n * Hv, *dxq = da + n * Hv, *dxk = dxq + n * Kd, *dxv = dxk + n * Kd;
+	float *dp = dxv + n * Vd, *dpba = dp + n * g.P, *ws = dpba + 2 * n * Hv, *dws = ws + (size_t)C * Vd;
 
-	bk->linear_bwd(bk, dY, g->wout, NULL, dy, a->y, w->wout, N, Vd, C, 0);
-	bk->rmsnorm_gated_bwd(bk, dO, dZ, g->lin_norm, dY, a->o, a->z, w->lin_norm, a->rstd_o, N * Hv, Dv);
+	if (m->par.tp == 1) {
+		bk->linear_bwd(bk, dY, gw->wout, NULL, dy, a->y, w->wout, N, Vd, C, 0);
+	} else {   /* this rank's columns of out_proj and of its gradient */
+		size_t col = (size_t)g.h0 * g.Dv;
+
+		bk->copy2d(bk, ws, Vd * f, w->wout + col, g.gVd * f, Vd * f, (size_t)C);
+		bk->copy2d(bk, dws, Vd * f, gw->wout + col, g.gVd * f, Vd * f, (size_t)C);
+		bk->linear_bwd(bk, dY, dws, NULL, dy, a->y, ws, N, Vd, C, 0);
+		bk->copy2d(bk, gw->wout + col, g.gVd * f, dws, Vd * f, Vd * f, (size_t)C);
+	}
+	bk->rmsnorm_gated_bwd(bk, dO, dZ, gw->lin_norm, dY, a->o, a->z, w->lin_norm, a->rstd_o, N * Hv, g.Dv);
 	bk->gdr_bwd(bk, dq, dk, dv, dg, dbeta, dO, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg,
-		    m->gdr_ws, m->a.B, m->a.T, Hv, Hk, Dk, Dv, (float)(1.0 / sqrt((double)Dk)));
-	bk->gdn_gates_bwd(bk, db, da, g->A_log, g->dt_bias, dbeta, dg, a->gb, a->ga, w->A_log, w->dt_bias, N, Hv);
-	bk->l2norm_bwd(bk, dqr, dq, a->qn, a->rq, N * Hk, Dk);
-	bk->l2norm_bwd(bk, dkr, dk, a->kn, a->rk, N * Hk, Dk);
-	bk->copy2d(bk, dxs, CD * f, dqr, Kd * f, Kd * f, n);
-	bk->copy2d(bk, dxs + Kd, CD * f, dkr, Kd * f, Kd * f, n);
-	bk->copy2d(bk, dxs + 2 * Kd, CD * f, dv, Vd * f, Vd * f, n);
-	bk->conv1d_silu_bwd(bk, dxc, g->conv, dxs, a->xc, w->conv, m->a.seg, m->a.B, m->a.T, CD, s->lin_conv);
+		    m->gdr_ws, m->a.B, m->a.T, Hv, g.Hk, g.Dk, g.Dv, (float)(1.0 / sqrt((double)g.Dk)));
+	bk->gdn_gates_bwd(bk, db, da, gw->A_log + g.h0, gw->dt_bias + g.h0, dbeta, dg, a->gb, a->ga, w->A_log + g.h0,
+			  w->dt_bias + g.h0, N, Hv);
+	bk->l2norm_bwd(bk, dqr, dq, a->qn, a->rq, N * g.Hk, g.Dk);
+	bk->l2norm_bwd(bk, dkr, dk, a->kn, a->rk, N * g.Hk, g.Dk);
+	const float *xq = a->xc, *xk = xq + n * Kd, *xv = xk + n * Kd;
+	bk->conv1d_silu_bwd(bk, dxq, gw->conv + conv_row(&g, 0) * g.K, dqr, xq, w->conv + conv_row(&g, 0) * g.K,
+			    m->a.seg, m->a.B, m->a.T, Kd, g.K);
+	bk->conv1d_silu_bwd(bk, dxk, gw->conv + conv_row(&g, 1) * g.K, dkr, xk, w->conv + conv_row(&g, 1) * g.K,
+			    m->a.seg, m->a.B, m->a.T, Kd, g.K);
+	bk->conv1d_silu_bwd(bk, dxv, gw->conv + conv_row(&g, 2) * g.K, dv, xv, w->conv + conv_row(&g, 2) * g.K,
+			    m->a.seg, m->a.B, m->a.T, Vd, g.K);
 	if (s->lin_split) {
-		bk->linear_bwd(bk, m->a.dxn, g->wqkv, NULL, dxc, a->xn1, w->wqkv, N, C, CD, 0);
-		bk->linear_bwd(bk, m->a.dxn, g->wz, NULL, dZ, a->xn1, w->wz, N, C, Vd, 1);
-		bk->linear_bwd(bk, m->a.dxn, g->wb, NULL, db, a->xn1, w->wb, N, C, Hv, 1);
-		bk->linear_bwd(bk, m->a.dxn, g->wa, NULL, da, a->xn1, w->wa, N, C, Hv, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, 0) * C, NULL, dxq, a->xn1,
+			       w->wqkv + conv_row(&g, 0) * C, N, C, Kd, 0);
+		bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, 1) * C, NULL, dxk, a->xn1,
+			       w->wqkv + conv_row(&g, 1) * C, N, C, Kd, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, 2) * C, NULL, dxv, a->xn1,
+			       w->wqkv + conv_row(&g, 2) * C, N, C, Vd, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wz + (size_t)g.h0 * g.Dv * C, NULL, dZ, a->xn1,
+			       w->wz + (size_t)g.h0 * g.Dv * C, N, C, Vd, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wb + (size_t)g.h0 * C, NULL, db, a->xn1, w->wb + (size_t)g.h0 * C, N,
+			       C, Hv, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wa + (size_t)g.h0 * C, NULL, da, a->xn1, w->wa + (size_t)g.h0 * C, N,
+			       C, Hv, 1);
 		return;
 	}
-	for (int j = 0; j < Hk; j++) {   /* back to in_proj_qkvz's and in_proj_ba's layouts */
-		float *dst = dp + (size_t)j * pw;
+	int rv = g.r * g.Dv;
+	for (int j = 0; j < g.Hk; j++) {   /* back to in_proj_qkvz's and in_proj_ba's layouts */
+		float *dst = dp + (size_t)j * g.pw;
 
-		bk->copy2d(bk, dst, P * f, dxc + j * Dk, CD * f, Dk * f, n);
-		bk->copy2d(bk, dst + Dk, P * f, dxc + Kd + j * Dk, CD * f, Dk * f, n);
-		bk->copy2d(bk, dst + 2 * Dk, P * f, dxc + 2 * Kd + j * r * Dv, CD * f, r * Dv * f, n);
-		bk->copy2d(bk, dst + 2 * Dk + r * Dv, P * f, dZ + j * r * Dv, Vd * f, r * Dv * f, n);
-		bk->copy2d(bk, dpba + 2 * j * r, 2 * Hv * f, db + j * r, Hv * f, r * f, n);
-		bk->copy2d(bk, dpba + 2 * j * r + r, 2 * Hv * f, da + j * r, Hv * f, r * f, n);
+		bk->copy2d(bk, dst, g.P * f, dxq + j * g.Dk, Kd * f, g.Dk * f, n);
+		bk->copy2d(bk, dst + g.Dk, g.P * f, dxk + j * g.Dk, Kd * f, g.Dk * f, n);
+		bk->copy2d(bk, dst + 2 * g.Dk, g.P * f, dxv + j * rv, Vd * f, rv * f, n);
+		bk->copy2d(bk, dst + 2 * g.Dk + rv, g.P * f, dZ + j * rv, Vd * f, rv * f, n);
+		bk->copy2d(bk, dpba + 2 * j * g.r, 2 * Hv * f, db + j * g.r, Hv * f, g.r * f, n);
+		bk->copy2d(bk, dpba + 2 * j * g.r + g.r, 2 * Hv * f, da + j * g.r, Hv * f, g.r * f, n);
 	}
-	bk->linear_bwd(bk, m->a.dxn, g->wqkvz, NULL, dp, a->xn1, w->wqkvz, N, C, P, 0);
-	bk->linear_bwd(bk, m->a.dxn, g->wba, NULL, dpba, a->xn1, w->wba, N, C, 2 * Hv, 1);
+	bk->linear_bwd(bk, m->a.dxn, gw->wqkvz + (size_t)g.j0 * g.pw * C, NULL, dp, a->xn1,
+		       w->wqkvz + (size_t)g.j0 * g.pw * C, N, C, g.P, 0);
+	bk->linear_bwd(bk, m->a.dxn, gw->wba + (size_t)g.h0 * 2 * C, NULL, dpba, a->xn1, w->wba + (size_t)g.h0 * 2 * C,
+		       N, C, 2 * Hv, 1);
 }
 
 static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)
@@ -2395,8 +2484,8 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 	if (PROBE("model.layers.%d.input_layernorm", l, a->xn1, N, C, 0, 0))
 		return -2;
 	if (s->linear[l]) {
-		gdn_fwd(m, l);   /* tp 1: x_mid, no reduction */
-		if (PROBE("model.layers.%d.linear_attn", l, a->x_mid, Ns, C, 0, 0))
+		gdn_fwd(m, l);
+		if (PROBE("model.layers.%d.linear_attn", l, a->x_mid, Ns, C, pr->sp, 0))
 			return -2;
 		goto mlp;
 	}

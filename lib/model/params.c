@@ -71,7 +71,8 @@ int hp_param_tp_partial(const char *name)
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++)
 		if (ends(name, sfx[i]))
 			return 1;
-	return 0;
+	/* a Gated DeltaNet layer: whole on every tp rank, each its heads' share */
+	return strstr(name, ".linear_attn.") != NULL;
 }
 
 int hp_param_gemm_only(const char *name, int ndim)
@@ -317,7 +318,8 @@ int hp_model_spec_params(const struct hp_model_spec *s, hp_param_fn fn, void *ct
 			goto mlp;
 		}
 		if (s->linear[l]) {
-			/* Gated DeltaNet: on every tp rank (tp over it is refused) */
+			/* Gated DeltaNet: whole on every tp rank, each computing its
+			 * key heads' share (hp_param_tp_partial) */
 			int64_t Kd = (int64_t)s->lin_kh * s->lin_kd, Vd = (int64_t)s->lin_vh * s->lin_vd, Hv = s->lin_vh;
 
 			if (s->lin_split) {

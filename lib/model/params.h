@@ -83,7 +83,8 @@ int hp_param_uncopied(const char *name, int tied);
 int hp_param_frozen(const char *name);
 /* Whether a weight replicated over tp gets only this rank's heads' share
  * of its gradient (Qwen3's q/k norms; MLA's latent projections and norms,
- * which feed every head): summed over tp after the backward. */
+ * which feed every head; every tensor of a Gated DeltaNet layer, whose
+ * heads tp splits): summed over tp after the backward. */
 int hp_param_tp_partial(const char *name);
 int hp_param_gemm_only(const char *name, int ndim);
 
