@@ -1043,12 +1043,17 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		return hp_err_set(e, HP_EINVAL, "a parallel layout needs its communicators");
 	if ((rc = set_layout(m, par, B, T, e)))
 		return rc;
-	if (on_device(m) && (spec->n_linear || spec->attn_gate || spec->shared_gate))
-		return hp_err_set(e, HP_EUNSUP, "%s has no kernels yet for %s's Gated DeltaNet, gated attention and "
-				  "gated shared expert: train it on the CPU backend", m->bk->name, spec->model_type);
+	if (on_device(m) && (spec->n_linear || spec->attn_gate || spec->shared_gate)) {
+		rc = hp_err_set(e, HP_EUNSUP, "%s has no kernels yet for %s's Gated DeltaNet, gated attention and "
+				"gated shared expert: train it on the CPU backend", m->bk->name, spec->model_type);
+		goto fail;
+	}
 	if (spec->n_linear &&
-	    !(m->gdr_ws = hp_malloc(hp_gdr_scratch_floats(B, spec->lin_vh, spec->lin_kd, spec->lin_vd) * sizeof(float))))
-		return hp_err_set(e, HP_ENOMEM, "out of memory for the delta rule's workspace");
+	    !(m->gdr_ws = hp_malloc(hp_gdr_scratch_floats(B, spec->lin_vh / m->par.tp, spec->lin_kd, spec->lin_vd) *
+				    sizeof(float)))) {
+		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the delta rule's workspace");
+		goto fail;
+	}
 	rc = HP_ENOMEM;
 	m->w.lg = hp_calloc((size_t)spec->n_layers, sizeof(*m->w.lg));
 	if (!m->w.lg) {
@@ -1201,7 +1206,8 @@ void hp_model_release(struct hp_model *m)
 	hp_free(m->w.params);
 	for (int l = 0; m->w.lw && l < m->spec.n_layers; l++) {
 		hp_free(m->w.lw[l].ex);
-		hp_free(m->w.lg[l].ex);
+		if (m->w.lg)   /* a failed init may have the one table without the other */
+			hp_free(m->w.lg[l].ex);
 	}
 	hp_free(m->w.lw);
 	hp_free(m->w.lg);
