@@ -21,7 +21,8 @@
 # PyPI); without it the script says so and exits 0.
 #
 # Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): hidden 64, 2 layers
-# (GPT-OSS: a window of 16), 4 experts (DeepSeek-V3: 8 in 2 groups),
+# (GPT-OSS: a window of 16; Qwen3-Next: one linear, one full), 4 experts
+# (DeepSeek-V3: 8 in 2 groups),
 # batch 1 x seq 32, 2 steps (the first untimed), 1 thread: the same tables
 # in seconds, their numbers not worth reading, no target judged.  Without
 # the venv it still runs hp-train (on hp's own random init of the same
@@ -116,7 +117,8 @@ cat >"$tmp/model/config.json" <<JSON
  "hidden_size": $hidden, "intermediate_size": $dinter, "num_hidden_layers": $layers,
  "num_attention_heads": $heads, "num_key_value_heads": $kv, "head_dim": $hd,
  "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": $lkd,
- "linear_value_head_dim": $lkd, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+ "linear_value_head_dim": $lkd, "linear_conv_kernel_dim": 4, "full_attention_interval": $((layers < 4 ? 2 : 4)),
+ "use_cache": false,
  "vocab_size": 512, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
  "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
  "num_experts": $dexperts, "num_experts_per_tok": 2, "moe_intermediate_size": $moe,
@@ -126,6 +128,6 @@ cat >"$tmp/model/config.json" <<JSON
 JSON
 bench_model "$py" "$src/bench/hf_torch.py" "$tmp/qn.yaml"
 
-printf '\n%s\n' "Qwen3-Next (hidden $hidden, $layers layers ($((layers - layers / 4)) Gated DeltaNet of 2 key / 4 value heads of $lkd), $dexperts experts top-2, intermediate $moe, shared $shared), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
+printf '\n%s\n' "Qwen3-Next (hidden $hidden, $layers layers ($((layers < 4 ? layers / 2 : layers - layers / 4)) Gated DeltaNet of 2 key / 4 value heads of $lkd), $dexperts experts top-2, intermediate $moe, shared $shared), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
 bench_against "$py" "$src/bench/hf_torch.py" "$tmp/qn.yaml" "hf tok/s" "transformers"
 exit 0

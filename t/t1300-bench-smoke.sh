@@ -113,9 +113,9 @@ test_expect_success 'moe-bench.sh: hp-train against the Qwen3-MoE port' '
 	else has moe.out "^torch column skipped: "; fi
 '
 
-test_expect_success 'family-bench.sh: hp-train against transformers'\'' GPT-OSS and DeepSeek-V3' '
+test_expect_success 'family-bench.sh: hp-train against transformers'\'' GPT-OSS, DeepSeek-V3 and Qwen3-Next' '
 	bench sh "$BENCH/family-bench.sh" >oss.out 2>oss.err &&
-	has oss.out "^GPT-OSS \(hidden 64, " "^DeepSeek-V3 \(hidden 64, " "^threads +hp tok/s +hf tok/s +ratio" "^1 +[0-9]+ " "^target: " &&
+	has oss.out "^GPT-OSS \(hidden 64, " "^DeepSeek-V3 \(hidden 64, " "^Qwen3-Next \(hidden 64, " "^threads +hp tok/s +hf tok/s +ratio" "^1 +[0-9]+ " "^target: " &&
 	if sh "$BENCH/../scripts/ref-venv.sh" --check "${HP_REF_VENV:-$BENCH/../build/ref-venv}" >/dev/null 2>&1; then has oss.out "^1 +[0-9]+ +[0-9]+ +[0-9.]+x "
 	else has oss.out "^transformers column skipped: "; fi
 '
