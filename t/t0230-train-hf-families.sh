@@ -374,7 +374,7 @@ test_expect_success 'gpt_oss: refused by name what transformers'\''s two lines c
 	bad_in gpt_oss-default o-lim ".swiglu_limit = 0" 3 "swiglu_limit must be positive" &&
 	bad_in gpt_oss-default o-arch ".architectures = [\"Qwen3MoeForCausalLM\"]" 4 "does not match model_type .gpt_oss." &&
 	bad_in qwen3_next-default n-lt ".layer_types[1] = \"sliding_attention\"" 4 \
-		"layer_types.1. .sliding_attention. is not supported; supported: linear_attention, full_attention" &&
+		"layer_types.1. .sliding_attention. is not supported; supported: full_attention, linear_attention" &&
 	bad_in qwen3_next-default n-ltn ".layer_types = [\"full_attention\"]" 3 "layer_types.: expected a list of 4" &&
 	bad_in qwen3_next-default n-vh ".linear_num_value_heads = 3" 3 \
 		"linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2" &&

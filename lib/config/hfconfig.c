@@ -641,6 +641,32 @@ int hp_model_spec_check_seq(const struct hp_model_spec *s, int T, struct hp_err 
 
 /* ---- sliding windows ---------------------------------------------------- */
 
+/*
+ * layer_types: one entry a layer, full_attention or the family's other
+ * kind (flags[l] = 1 for it).  1 when the key is given, 0 when it is absent
+ * or null, or the negative HP_E code of a wrong one.
+ */
+static int layer_types(struct ctx *c, const struct hp_model_spec *s, const char *other, unsigned char *flags)
+{
+	json_t *v = json_object_get(c->root, "layer_types"), *x;
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) != (size_t)s->n_layers)
+		return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'layer_types': expected a list of %d layer types",
+				  c->path, s->n_layers);
+	json_array_foreach(v, i, x) {
+		const char *t = json_is_string(x) ? json_string_value(x) : "";
+
+		if (strcmp(t, other) && strcmp(t, "full_attention"))
+			return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] '%s' is not supported; supported: "
+					  "full_attention, %s", c->path, i, t, other);
+		flags[i] = !strcmp(t, other);
+	}
+	return 1;
+}
+
 static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_spec *s)
 {
 	json_t *v;
@@ -670,27 +696,14 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 	}
 	if (f->sw == SW_LAYERS && (rc = get_int(c, "max_window_layers", 0, 28, &mwl)))
 		return rc;
-	v = json_object_get(c->root, "layer_types");
-	if (v && !json_is_null(v)) {
-		size_t i;
-		json_t *x;
-
-		if (!json_is_array(v) || json_array_size(v) != (size_t)s->n_layers)
-			return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'layer_types': expected a list of %d "
-					  "layer types", c->path, s->n_layers);
-		json_array_foreach(v, i, x) {
-			const char *t = json_is_string(x) ? json_string_value(x) : "";
-
-			if (!strcmp(t, "sliding_attention"))
-				s->sliding[i] = 1;
-			else if (strcmp(t, "full_attention"))
-				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] '%s' is not supported; "
-						  "supported: full_attention, sliding_attention", c->path, i, t);
+	if ((rc = layer_types(c, s, "sliding_attention", s->sliding)) < 0)
+		return rc;
+	if (rc) {
+		for (int i = 0; i < s->n_layers; i++)
 			if (s->sliding[i] && !w)
-				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] is sliding_attention "
+				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%d] is sliding_attention "
 						  "but there is no window (use_sliding_window false or "
 						  "sliding_window null)", c->path, i);
-		}
 	} else if (f->sw == SW_TYPES) {   /* GptOssConfig: sliding on even layers */
 		for (int l = 0; l < s->n_layers; l += 2)
 			s->sliding[l] = 1;
@@ -940,9 +953,7 @@ static int parse_deepseek(struct ctx *c, struct hp_model_spec *s)
  */
 static int parse_gdn(struct ctx *c, const struct family *f, struct hp_model_spec *s)
 {
-	json_t *v = json_object_get(c->root, "layer_types"), *x;
 	int rc, every = 4;
-	size_t i;
 
 	if ((rc = get_dim(c, "linear_conv_kernel_dim", 0, 4, &s->lin_conv)) ||
 	    (rc = get_dim(c, "linear_key_head_dim", 0, 128, &s->lin_kd)) ||
@@ -963,20 +974,9 @@ static int parse_gdn(struct ctx *c, const struct family *f, struct hp_model_spec
 			  HP_MAX_DIM)))
 		return rc;
 	memset(s->linear, 0, sizeof(s->linear));
-	if (v && !json_is_null(v)) {
-		if (!json_is_array(v) || json_array_size(v) != (size_t)s->n_layers)
-			return hp_err_set(c->e, HP_ECONFIG, "'%s': key 'layer_types': expected a list of %d "
-					  "layer types", c->path, s->n_layers);
-		json_array_foreach(v, i, x) {
-			const char *t = json_is_string(x) ? json_string_value(x) : "";
-
-			if (!strcmp(t, "linear_attention"))
-				s->linear[i] = 1;
-			else if (strcmp(t, "full_attention"))
-				return hp_err_set(c->e, HP_EUNSUP, "'%s': layer_types[%zu] '%s' is not supported; "
-						  "supported: linear_attention, full_attention", c->path, i, t);
-		}
-	} else {
+	if ((rc = layer_types(c, s, "linear_attention", s->linear)) < 0)
+		return rc;
+	if (!rc) {
 		for (int l = 0; l < s->n_layers; l++)
 			s->linear[l] = (l + 1) % every != 0;
 	}
