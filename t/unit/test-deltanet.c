@@ -22,9 +22,10 @@
  * gives (the beta/g mutations below are >= 1e-3).  The gradients get 2e-5:
  * they run through both the solve and its transpose.
  *
- * `test-deltanet --bench`: no tests; GFLOP/s of the chunked forward +
- * backward at B=1, T=4096, Hv=Hk=16, Dk=Dv=128 on HP_NUM_THREADS threads
- * (flops counted as the products the chunked kernels execute, below).
+ * `test-deltanet --bench [B T Hv Hk Dk Dv]`: no tests; GFLOP/s of the
+ * chunked forward + backward, by default at B=1, T=4096, Hv=Hk=16,
+ * Dk=Dv=128, on HP_NUM_THREADS threads (flops counted as the products the
+ * chunked kernels execute, below; T a multiple of 64).
  */
 #include <math.h>
 #include <sys/mman.h>
@@ -499,32 +500,36 @@ static double chunk_flops(double L, double Dk, double Dv)
 	return f + b;
 }
 
-static int bench(void)
+static int bench(int B, int T, int Hv, int Hk, int Dk, int Dv)
 {
 	struct gdr_case c;
 	struct gdr_out r;
 
-	case_init(&c, 1, 4096, 16, 16, 128, 128);
+	if (B < 1 || T < 64 || T % 64 || Hv < 1 || Hk < 1 || Hv % Hk || Dk < 1 || Dv < 1) {
+		fprintf(stderr, "test-deltanet --bench B T Hv Hk Dk Dv: T a multiple of 64, Hv of Hk\n");
+		return 2;
+	}
+	case_init(&c, B, T, Hv, Hk, Dk, Dv);
 	out_alloc(&r, &c);
 	float *saved = fnew(hp_gdr_saved_floats(c.B, c.T, c.Hv, c.Dk, c.Dv));
 	float *scratch = fnew(hp_gdr_scratch_floats(c.B, c.Hv, c.Dk, c.Dv));
-	double flops = chunk_flops(64, 128, 128) * (4096 / 64) * 16, bf = 1e30, bb = 1e30, cf = 1e30, cb = 1e30;
+	double flops = chunk_flops(64, Dk, Dv) * (T / 64) * Hv * B, bf = 1e30, bb = 1e30, cf = 1e30, cb = 1e30;
 
 	/* each phase's best of 5 (the first warms the pool and the pages):
 	 * wall time, and the process's CPU time, which a busy machine inflates
 	 * less */
 	for (int rep = 0; rep < 5; rep++) {
 		double t0 = now(), c0 = cpu_now();
-		hp_gdr_fwd(r.o, saved, c.q, c.k, c.v, c.g, c.beta, NULL, scratch, 1, 4096, 16, 16, 128, 128, c.scale);
+		hp_gdr_fwd(r.o, saved, c.q, c.k, c.v, c.g, c.beta, NULL, scratch, B, T, Hv, Hk, Dk, Dv, c.scale);
 		double t1 = now(), c1 = cpu_now();
 		hp_gdr_bwd(r.dq, r.dk, r.dv, r.dg, r.dbeta, c.dout, saved, c.q, c.k, c.v, c.g, c.beta, NULL, scratch,
-			   1, 4096, 16, 16, 128, 128, c.scale);
+			   B, T, Hv, Hk, Dk, Dv, c.scale);
 		double t2 = now(), c2 = cpu_now();
 		bf = fmin(bf, t1 - t0), bb = fmin(bb, t2 - t1), cf = fmin(cf, c1 - c0), cb = fmin(cb, c2 - c1);
 	}
-	printf("gated delta rule, B=1 T=4096 Hv=Hk=16 Dk=Dv=128, %d thread(s): fwd %.1f ms, bwd %.1f ms, "
-	       "%.2f GFLOP/s fwd+bwd (%.1f GFLOP); CPU time fwd %.1f ms, bwd %.1f ms, %.2f GFLOP per CPU second\n",
-	       hp_pool_threads(), bf * 1e3, bb * 1e3, flops / (bf + bb) * 1e-9, flops * 1e-9, cf * 1e3, cb * 1e3,
+	printf("gated delta rule, B=%d T=%d Hv=%d Hk=%d Dk=%d Dv=%d, %d thread(s): fwd %.2f ms, bwd %.2f ms, "
+	       "%.2f GFLOP/s fwd+bwd (%.2f GFLOP); CPU time fwd %.2f ms, bwd %.2f ms, %.2f GFLOP per CPU second\n",
+	       B, T, Hv, Hk, Dk, Dv, hp_pool_threads(), bf * 1e3, bb * 1e3, flops / (bf + bb) * 1e-9, flops * 1e-9, cf * 1e3, cb * 1e3,
 	       flops / (cf + cb) * 1e-9);
 	free(saved), free(scratch);
 	out_free(&r);
@@ -535,7 +540,8 @@ static int bench(void)
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--bench"))
-		return bench();
+		return argc == 8 ? bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
+					 atoi(argv[7])) : bench(1, 4096, 16, 16, 128, 128);
 	test_ref_fd();
 	test_chunked();
 	test_mutations();
