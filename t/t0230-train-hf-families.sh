@@ -154,6 +154,19 @@ test_expect_success 'qwen3_5_moe ForConditionalGeneration: what it refuses, by n
 	test ! -e vbx
 '
 
+test_expect_success 'qwen3_next: a conv1d of another kernel size is named with the checkpoint'\''s shape (hp-train and hp-convert)' '
+	d=$HF/tf5/qwen3_next-default &&
+	rm -rf cv && mkdir cv && cp "$d/model.safetensors" cv/ &&
+	jq ".linear_conv_kernel_dim = 3" "$d/config.json" >cv/config.json &&
+	hf_records rc "$d" &&
+	write_config cv.yaml "$PWD/cv" rc 32 1 2 1 </dev/null &&
+	test_must_fail_with 4 hp-train -q cv.yaml 2>err && test_one_line err &&
+	grep -q "tensor .model.layers.0.linear_attn.conv1d.weight. has shape \[64, 1, 4\], config.json implies \[64, 1, 3\]" err &&
+	hp-plan cv.yaml --world 1 -o cvp.json && rm -rf cvs &&
+	test_must_fail_with 4 hp-convert -q --plan cvp.json -o cvs cv 2>err && test_one_line err &&
+	grep -q "the plan.s model needs \[64, 1, 3\]" err && test ! -e cvs
+'
+
 test_expect_success 'qwen3_next, qwen3_5_moe: output_router_logits true adds 0.001 x the load-balancing loss of the MoE layers, as transformers' '
 	for d in tf4/qwen3_next-default tf5/qwen3_next-default tf5/qwen3_5_moe-default; do
 		rm -rf orl && mkdir orl && cp "$HF/$d/model.safetensors" orl/ &&
