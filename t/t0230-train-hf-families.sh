@@ -154,6 +154,24 @@ test_expect_success 'qwen3_5_moe ForConditionalGeneration: what it refuses, by n
 	test ! -e vbx
 '
 
+# Qwen3.5's released configs carry the multimodal RoPE's mrope_section and
+# mrope_interleaved; on text the three position ids are one, and
+# transformers computes the same loss with them (4.57960700989 either way,
+# checked with 5.24.0): read, no warning, the same bits in hp
+test_expect_success 'qwen3_5: mrope_section and mrope_interleaved leave a text batch as it is' '
+	d=$HF/tf5/qwen3_5-default &&
+	rm -rf mr && mkdir mr && cp "$d/model.safetensors" mr/ &&
+	jq ".rope_parameters.mrope_section = [1, 1, 0] | .rope_parameters.mrope_interleaved = true" "$d/config.json" \
+		>mr/config.json &&
+	hp-test-tool refstep --steps 2 mr "$d/reference.json" >a.jsonl &&
+	hp-test-tool refstep --steps 2 "$d" "$d/reference.json" >b.jsonl &&
+	cmp a.jsonl b.jsonl &&
+	hf_records rm5 "$d" && write_config mr.yaml "$PWD/mr" rm5 32 1 2 1 </dev/null &&
+	hp-train mr.yaml >out 2>err && ! grep -q "keys hp does not know" err &&
+	jq ".rope_parameters.bogus = 1" mr/config.json >mr/c && mv mr/c mr/config.json &&
+	hp-train mr.yaml >out 2>err && grep -q "keys hp does not know.*rope_parameters.bogus$" err
+'
+
 test_expect_success 'qwen3_next: a conv1d of another kernel size is named with the checkpoint'\''s shape (hp-train and hp-convert)' '
 	d=$HF/tf5/qwen3_next-default &&
 	rm -rf cv && mkdir cv && cp "$d/model.safetensors" cv/ &&
