@@ -299,6 +299,23 @@ static int family_key(const struct family *f, const char *k)
 	return f->moe && in_list(moe, sizeof(moe) / sizeof(moe[0]), k);
 }
 
+/* Key k (after prefix pre) to the comma-separated list in s->unknown. */
+static void add_unknown(struct hp_model_spec *s, const char *pre, const char *k)
+{
+	size_t n = strlen(s->unknown);
+
+	snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s%s", n ? ", " : "", pre, k);
+}
+
+/* A plan's model section carries the source's unknown keys along. */
+static void carried_unknown(struct ctx *c, struct hp_model_spec *s)
+{
+	json_t *v = json_object_get(c->root, "hp_unknown_keys");
+
+	if (json_is_string(v) && !s->unknown[0])
+		snprintf(s->unknown, sizeof(s->unknown), "%s", json_string_value(v));
+}
+
 /* Name every top-level key in none of the lists in s->unknown. */
 static void collect_unknown(struct ctx *c, const struct family *f, struct hp_model_spec *s)
 {
@@ -309,13 +326,9 @@ static void collect_unknown(struct ctx *c, const struct family *f, struct hp_mod
 		if (in_list(implemented_keys, sizeof(implemented_keys) / sizeof(implemented_keys[0]), k) ||
 		    in_list(inert_keys, sizeof(inert_keys) / sizeof(inert_keys[0]), k) || family_key(f, k))
 			continue;
-		size_t n = strlen(s->unknown);
-		snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s", n ? ", " : "", k);
+		add_unknown(s, "", k);
 	}
-	/* a plan's model section carries the source's unknown keys along */
-	v = json_object_get(c->root, "hp_unknown_keys");
-	if (json_is_string(v) && !s->unknown[0])
-		snprintf(s->unknown, sizeof(s->unknown), "%s", json_string_value(v));
+	carried_unknown(c, s);
 }
 
 /* ---- RoPE --------------------------------------------------------------- */
@@ -421,10 +434,8 @@ static int parse_rope_in(struct ctx *c, const struct family *f, struct hp_model_
 						  "are not supported", c->path, sub.pre, k);
 			if (f->gdn == 2 && in_list(mrope, 2, k))
 				continue;
-			if (!in_list(known, sizeof(known) / sizeof(known[0]), k)) {
-				size_t n = strlen(s->unknown);
-				snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s%s", n ? ", " : "", sub.pre, k);
-			}
+			if (!in_list(known, sizeof(known) / sizeof(known[0]), k))
+				add_unknown(s, sub.pre, k);
 		}
 		v = json_object_get(d, "rope_type");
 		tv = json_object_get(d, "type");
@@ -1335,15 +1346,10 @@ static int parse_vl(struct ctx *c, struct hp_model_spec *s, const struct vl_type
 	json_decref(sub.root);
 	if (rc)
 		return rc;
-	json_object_foreach(c->root, k, v) {
-		if (in_list(outer_keys, sizeof(outer_keys) / sizeof(outer_keys[0]), k))
-			continue;
-		size_t n = strlen(s->unknown);
-		snprintf(s->unknown + n, sizeof(s->unknown) - n, "%s%s", n ? ", " : "", k);
-	}
-	v = json_object_get(c->root, "hp_unknown_keys");
-	if (json_is_string(v) && !s->unknown[0])
-		snprintf(s->unknown, sizeof(s->unknown), "%s", json_string_value(v));
+	json_object_foreach(c->root, k, v)
+		if (!in_list(outer_keys, sizeof(outer_keys) / sizeof(outer_keys[0]), k))
+			add_unknown(s, "", k);
+	carried_unknown(c, s);
 	s->vl = 1;
 	return 0;
 }
