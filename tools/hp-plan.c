@@ -278,9 +278,8 @@ static void explain(json_t *plan, struct hp_plan *p)
 		       "router", p->spec.topk_group, p->spec.n_group, p->spec.routed_scaling, p->spec.n_shared,
 		       p->spec.moe_intermediate * p->spec.n_shared);
 	if (p->spec.vl)
-		printf("  %-18s the language model of a %sForConditionalGeneration folder (model.language_model.*); "
-		       "its vision tower is carried through export\n", "multimodal",
-		       !strcmp(p->spec.model_type, "qwen3_5_text") ? "Qwen3_5" : "Qwen3_5Moe");
+		printf("  %-18s the language model of a %s folder (model.language_model.*); its vision tower is "
+		       "carried through export\n", "multimodal", hp_model_spec_vl_arch(&p->spec));
 	if (p->spec.n_linear)
 		printf("  %-18s Gated DeltaNet on %d of %d layers: %d key heads of %d, %d value heads of %d, conv %d "
 		       "(%s projections)\n", "linear attention", p->spec.n_linear, p->spec.n_layers, p->spec.lin_kh,

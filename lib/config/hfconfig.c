@@ -316,6 +316,14 @@ static void carried_unknown(struct ctx *c, struct hp_model_spec *s)
 		snprintf(s->unknown, sizeof(s->unknown), "%s", json_string_value(v));
 }
 
+/* A common key the family's configuration class does not have, which its
+ * model never reads: Qwen3_5MoeTextConfig's intermediate_size (every layer
+ * is MoE). */
+static int family_lacks(const struct family *f, const char *k)
+{
+	return f->gdn == 2 && f->moe && !strcmp(k, "intermediate_size");
+}
+
 /* Name every top-level key in none of the lists in s->unknown. */
 static void collect_unknown(struct ctx *c, const struct family *f, struct hp_model_spec *s)
 {
@@ -323,7 +331,8 @@ static void collect_unknown(struct ctx *c, const struct family *f, struct hp_mod
 	json_t *v;
 
 	json_object_foreach(c->root, k, v) {
-		if (in_list(implemented_keys, sizeof(implemented_keys) / sizeof(implemented_keys[0]), k) ||
+		if ((in_list(implemented_keys, sizeof(implemented_keys) / sizeof(implemented_keys[0]), k) &&
+		     !family_lacks(f, k)) ||
 		    in_list(inert_keys, sizeof(inert_keys) / sizeof(inert_keys[0]), k) || family_key(f, k))
 			continue;
 		add_unknown(s, "", k);
@@ -1015,11 +1024,6 @@ static int parse_gdn(struct ctx *c, const struct family *f, struct hp_model_spec
 	return 0;
 }
 
-int hp_model_spec_lin_convdim(const struct hp_model_spec *s)
-{
-	return 2 * s->lin_kh * s->lin_kd + s->lin_vh * s->lin_vd;
-}
-
 int hp_model_spec_sliding_layers(const struct hp_model_spec *s)
 {
 	int n = 0;
@@ -1142,7 +1146,7 @@ static int parse(struct ctx *c, struct hp_model_spec *s)
 		snprintf(s->transformers_version, sizeof(s->transformers_version), "%s", json_string_value(v));
 
 	if ((rc = get_dim(c, "hidden_size", 1, 0, &s->hidden)) ||
-	    (rc = get_dim(c, "intermediate_size", !(f->gdn && f->moe), 0, &s->intermediate)) ||
+	    (!family_lacks(f, "intermediate_size") && (rc = get_dim(c, "intermediate_size", 1, 0, &s->intermediate))) ||
 	    (rc = get_dim(c, "num_hidden_layers", 1, 0, &s->n_layers)) ||
 	    (rc = get_dim(c, "num_attention_heads", 1, 0, &s->n_heads)) ||
 	    (rc = get_dim(c, "vocab_size", 1, 0, &s->vocab)) ||
@@ -1429,16 +1433,28 @@ static void put(json_t *o, const char *k, json_t *v, int *bad)
 		*bad = 1;
 }
 
+static const struct vl_type *vl_of_text(const struct hp_model_spec *s)
+{
+	for (size_t i = 0; s->vl && i < sizeof(vl_types) / sizeof(vl_types[0]); i++)
+		if (!strcmp(s->model_type, vl_types[i].text))
+			return &vl_types[i];
+	return NULL;
+}
+
+const char *hp_model_spec_vl_arch(const struct hp_model_spec *s)
+{
+	const struct vl_type *vt = vl_of_text(s);
+
+	return vt ? vt->arch : NULL;
+}
+
 json_t *hp_model_spec_json(const struct hp_model_spec *s)
 {
 	if (s->vl) {   /* the text model's config in text_config */
 		struct hp_model_spec t = *s;
-		const struct vl_type *vt = NULL;
+		const struct vl_type *vt = vl_of_text(s);
 		json_t *o, *in;
 
-		for (size_t i = 0; i < sizeof(vl_types) / sizeof(vl_types[0]); i++)
-			if (!strcmp(s->model_type, vl_types[i].text))
-				vt = &vl_types[i];
 		t.vl = 0;
 		if (!vt || !(in = hp_model_spec_json(&t)))
 			return NULL;
@@ -1466,7 +1482,7 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 		bad = 1;
 	put(o, "model_type", json_string(s->model_type), &bad);
 	put(o, "hidden_size", json_integer(s->hidden), &bad);
-	if (!(f->gdn && f->moe) || s->intermediate)
+	if (!family_lacks(f, "intermediate_size"))
 		put(o, "intermediate_size", json_integer(s->intermediate), &bad);
 	put(o, "num_hidden_layers", json_integer(s->n_layers), &bad);
 	put(o, "num_attention_heads", json_integer(s->n_heads), &bad);
@@ -1563,25 +1579,23 @@ json_t *hp_model_spec_json(const struct hp_model_spec *s)
 			if (json_array_append_new(a, json_string(s->linear[l] ? "linear_attention" : "full_attention")))
 				bad = 1;
 	}
-	if (f->gdn == 2 && f->moe) {
-		put(o, "num_experts", json_integer(s->n_experts), &bad);
-		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
-		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
-		put(o, "shared_expert_intermediate_size", json_integer(s->shared_inter), &bad);
-		put(o, "output_router_logits", json_boolean(s->output_router_logits), &bad);
-		put(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef), &bad);
-	} else if (f->moe && !f->oss && !f->mla) {
+	if (f->moe && !f->oss && !f->mla) {   /* Qwen3_5MoeTextConfig: no sparse step, mlp_only_layers, norm key */
+		int all = f->gdn != 2;
+
 		if (f->gdn)
 			put(o, "shared_expert_intermediate_size", json_integer(s->shared_inter), &bad);
 		put(o, "num_experts", json_integer(s->n_experts), &bad);
 		put(o, "num_experts_per_tok", json_integer(s->top_k), &bad);
 		put(o, "moe_intermediate_size", json_integer(s->moe_intermediate), &bad);
-		put(o, "decoder_sparse_step", json_integer(s->decoder_sparse_step), &bad);
-		put(o, "norm_topk_prob", json_boolean(s->norm_topk_prob), &bad);
+		if (all) {
+			put(o, "decoder_sparse_step", json_integer(s->decoder_sparse_step), &bad);
+			put(o, "norm_topk_prob", json_boolean(s->norm_topk_prob), &bad);
+		}
 		put(o, "output_router_logits", json_boolean(s->output_router_logits), &bad);
 		put(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef), &bad);
-		put(o, "mlp_only_layers", a = json_array(), &bad);
-		for (int l = 0; a && l < HP_MAX_LAYERS; l++)
+		if (all)
+			put(o, "mlp_only_layers", a = json_array(), &bad);
+		for (int l = 0; all && a && l < HP_MAX_LAYERS; l++)
 			if (s->mlp_only[l] && json_array_append_new(a, json_integer(l)))
 				bad = 1;
 	}

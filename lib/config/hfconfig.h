@@ -166,9 +166,6 @@ struct hp_model_spec {
  * configured, and (l + 1) a multiple of decoder_sparse_step, as HF decides. */
 int hp_model_spec_layer_is_moe(const struct hp_model_spec *s, int l);
 
-/* The conv's channels of a Gated DeltaNet layer, 2 lin_kh lin_kd + lin_vh lin_vd. */
-int hp_model_spec_lin_convdim(const struct hp_model_spec *s);
-
 /* How many layers have the sliding window. */
 int hp_model_spec_sliding_layers(const struct hp_model_spec *s);
 
@@ -181,6 +178,10 @@ void hp_model_spec_rope_table(const struct hp_model_spec *s, float *cos_t, float
 
 /* The values RoPE rotates in each head (rope_dim, or head_dim when 0). */
 int hp_model_spec_rope_dim(const struct hp_model_spec *s);
+
+/* A Qwen3.5 multimodal folder's architecture (Qwen3_5ForConditionalGeneration,
+ * Qwen3_5MoeForConditionalGeneration); NULL unless s->vl. */
+const char *hp_model_spec_vl_arch(const struct hp_model_spec *s);
 
 /* The name of a RoPE type as config.json spells it. */
 const char *hp_rope_type_name(enum hp_rope_type t);

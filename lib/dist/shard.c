@@ -396,7 +396,7 @@ static void read_init(struct hp_src *s, int i, int64_t r0, int64_t nr, int64_t c
 		hp_init_slice(dst + k * nc, sp, s->seed, q->name, (uint64_t)((r0 + k) * cols + c0),
 			      (size_t)nc, (float)sp->initializer_range);
 		/* nn.Embedding(padding_idx=pad_token_id) starts that row at zero, as lib/train/train.c */
-		if (r0 + k == sp->pad_token_id && !strcmp(q->name, "model.embed_tokens.weight"))
+		if (r0 + k == sp->pad_token_id && hp_param_is_embed(q->name))
 			memset(dst + k * nc, 0, (size_t)nc * sizeof(float));
 	}
 }
@@ -894,8 +894,8 @@ static void source_of(const struct hp_plan *p, char *file, size_t fn, char *dir,
 }
 
 /* The normalised spec in 5.x's spelling: rope_parameters with rope_theta
- * inside, dtype, num_local_experts (not for Qwen3-Next and Qwen3.5, whose
- * configs have num_experts alone). */
+ * inside, dtype, and qwen3_moe's num_local_experts (its attribute_map;
+ * Qwen3-Next's and Qwen3.5's configs have num_experts alone). */
 static void to_v5(json_t *o)
 {
 	json_t *rs = json_object_get(o, "rope_scaling"), *rp;
@@ -909,7 +909,7 @@ static void to_v5(json_t *o)
 	json_object_del(o, "rope_theta");
 	json_object_set(o, "dtype", json_object_get(o, "torch_dtype"));
 	json_object_del(o, "torch_dtype");
-	if (json_object_get(o, "num_experts") && !json_object_get(o, "linear_num_key_heads")) {
+	if (json_object_get(o, "num_experts") && json_equal(json_object_get(o, "model_type"), json_string("qwen3_moe"))) {
 		json_object_set(o, "num_local_experts", json_object_get(o, "num_experts"));
 		json_object_del(o, "num_experts");
 	}

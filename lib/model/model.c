@@ -272,6 +272,54 @@ static size_t scratch_floats(const struct hp_model *m)
 	return n ? n : 1;
 }
 
+/*
+ * A Gated DeltaNet layer's sizes on this rank: tensor parallelism splits
+ * its key heads (and with them their value heads) over tp, the weights
+ * whole on every rank (each reads its heads' rows, columns and elements;
+ * their gradients are partial sums over tp, params.c hp_param_tp_partial).
+ */
+struct gdn_dims {
+	long N;
+	int C, Dk, Dv, K, r;         /* r: value heads per key head */
+	int Hk, Hv, Kd, Vd;          /* this rank's heads and their widths */
+	int j0, h0;                  /* its first key and value head */
+	int gKd, gVd;                /* the whole layer's widths */
+	int pw, P;                   /* qwen3_next: one key head's [q k v z] rows, this rank's */
+	float scale;                 /* the delta rule's Dk^-0.5 on q */
+};
+
+static struct gdn_dims gdn_dims(const struct hp_model *m)
+{
+	const struct hp_model_spec *s = &m->spec;
+	struct gdn_dims g;
+
+	g.N = (long)m->a.B * m->a.T;
+	g.C = s->hidden;
+	g.Dk = s->lin_kd;
+	g.Dv = s->lin_vd;
+	g.K = s->lin_conv;
+	g.r = s->lin_vh / s->lin_kh;
+	g.Hk = s->lin_kh / m->par.tp;
+	g.Hv = g.Hk * g.r;
+	g.Kd = g.Hk * g.Dk;
+	g.Vd = g.Hv * g.Dv;
+	g.j0 = m->par.tp_rank * g.Hk;
+	g.h0 = g.j0 * g.r;
+	g.gKd = s->lin_kh * g.Dk;
+	g.gVd = s->lin_vh * g.Dv;
+	g.pw = 2 * g.Dk + 2 * g.r * g.Dv;
+	g.P = g.Hk * g.pw;
+	g.scale = (float)(1.0 / sqrt((double)g.Dk));
+	return g;
+}
+
+/* The conv's channels of this rank's heads: its q, k and v rows of conv1d. */
+static size_t conv_row(const struct gdn_dims *g, int part)
+{
+	return part == 0 ? (size_t)g->j0 * g->Dk : part == 1 ? (size_t)g->gKd + (size_t)g->j0 * g->Dk :
+	       2 * (size_t)g->gKd + (size_t)g->h0 * g->Dv;
+}
+
 /* The Gated DeltaNet layers' scratch of one pass (gdn_fwd, gdn_bwd), and
  * gated attention's and the gated shared expert's. */
 static size_t gdn_scratch_floats(const struct hp_model *m)
@@ -280,8 +328,8 @@ static size_t gdn_scratch_floats(const struct hp_model *m)
 	size_t N = (size_t)m->a.B * m->a.T, n = 0;
 
 	if (s->n_linear) {   /* gdn_fwd's and gdn_bwd's carving, this rank's heads */
-		size_t Kd = (size_t)s->lin_kh / m->par.tp * s->lin_kd, Vd = (size_t)s->lin_vh / m->par.tp * s->lin_vd;
-		size_t Hv = (size_t)s->lin_vh / m->par.tp, P = 2 * Kd + 2 * Vd, W = (size_t)s->hidden * Vd;
+		struct gdn_dims g = gdn_dims(m);
+		size_t Kd = g.Kd, Vd = g.Vd, Hv = g.Hv, P = g.P, W = (size_t)g.C * Vd;
 
 		n = zmax(zmax(N * (2 * Kd + P + 2 * Hv), W),
 			 N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * Kd + Vd + P + 2 * Hv) + 2 * W);
@@ -363,8 +411,8 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	TAKE(t->rstd1, Ns * f);
 	TAKE(t->xn1, N * C * f);
 	if (s->linear[l]) {   /* Gated DeltaNet (gdn_fwd): this rank's heads */
-		size_t Hk = (size_t)s->lin_kh / pr->tp, Hv = (size_t)s->lin_vh / pr->tp;
-		size_t Kd = Hk * s->lin_kd, Vd = Hv * s->lin_vd;
+		struct gdn_dims g = gdn_dims(m);
+		size_t Hk = g.Hk, Hv = g.Hv, Kd = g.Kd, Vd = g.Vd;
 
 		TAKE(t->xc, N * (2 * Kd + Vd) * f);
 		TAKE(t->z, N * Vd * f);
@@ -377,7 +425,7 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 		TAKE(t->vv, N * Vd * f);
 		TAKE(t->beta, N * Hv * f);
 		TAKE(t->gl, N * Hv * f);
-		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, m->a.T, (int)Hv, s->lin_kd, s->lin_vd) * f);
+		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, m->a.T, g.Hv, g.Dk, g.Dv) * f);
 		TAKE(t->o, N * Vd * f);
 		TAKE(t->rstd_o, N * Hv * f);
 		TAKE(t->y, N * Vd * f);
@@ -583,8 +631,9 @@ static int take_acts(struct hp_model *m)
 		TAKE(m->a.dq2, N * QD * f);
 		TAKE(m->a.dk2, N * KD * f);
 	}
-	if (own && gdn_scratch_floats(m))
-		TAKE(m->a.gdn_w, gdn_scratch_floats(m) * f);
+	size_t gw = own ? gdn_scratch_floats(m) : 0;
+	if (gw)
+		TAKE(m->a.gdn_w, gw * f);
 	if (m->cur_slot == 0 && s->norm_zc) {   /* zero-centred norms' 1 + w (zc_fill) */
 		TAKE(m->a.zc, ((size_t)s->n_layers * (2 * C + 2 * (size_t)s->head_dim) + C) * f);
 		TAKE(m->a.ones, zmax(C, (size_t)s->head_dim) * f);
@@ -2272,52 +2321,6 @@ static void zc_fill(struct hp_model *m, int l)
 }
 
 /*
- * A Gated DeltaNet layer's sizes on this rank: tensor parallelism splits
- * its key heads (and with them their value heads) over tp, the weights
- * whole on every rank (each reads its heads' rows, columns and elements;
- * their gradients are partial sums over tp, params.c hp_param_tp_partial).
- */
-struct gdn_dims {
-	long N;
-	int C, Dk, Dv, K, r;         /* r: value heads per key head */
-	int Hk, Hv, Kd, Vd;          /* this rank's heads and their widths */
-	int j0, h0;                  /* its first key and value head */
-	int gKd, gVd;                /* the whole layer's widths */
-	int pw, P;                   /* qwen3_next: one key head's [q k v z] rows, this rank's */
-};
-
-static struct gdn_dims gdn_dims(const struct hp_model *m)
-{
-	const struct hp_model_spec *s = &m->spec;
-	struct gdn_dims g;
-
-	g.N = (long)m->a.B * m->a.T;
-	g.C = s->hidden;
-	g.Dk = s->lin_kd;
-	g.Dv = s->lin_vd;
-	g.K = s->lin_conv;
-	g.r = s->lin_vh / s->lin_kh;
-	g.Hk = s->lin_kh / m->par.tp;
-	g.Hv = g.Hk * g.r;
-	g.Kd = g.Hk * g.Dk;
-	g.Vd = g.Hv * g.Dv;
-	g.j0 = m->par.tp_rank * g.Hk;
-	g.h0 = g.j0 * g.r;
-	g.gKd = s->lin_kh * g.Dk;
-	g.gVd = s->lin_vh * g.Dv;
-	g.pw = 2 * g.Dk + 2 * g.r * g.Dv;
-	g.P = g.Hk * g.pw;
-	return g;
-}
-
-/* The conv's channels of this rank's heads: its q, k and v rows of conv1d. */
-static size_t conv_row(const struct gdn_dims *g, int part)
-{
-	return part == 0 ? (size_t)g->j0 * g->Dk : part == 1 ? (size_t)g->gKd + (size_t)g->j0 * g->Dk :
-	       2 * (size_t)g->gKd + (size_t)g->h0 * g->Dv;
-}
-
-/*
  * A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet),
  * xn1 -> x_mid: the projections, laid out as three blocks [N, Kd] q,
  * [N, Kd] k, [N, Vd] v (xc) and z [N, Vd], b and a [N, Hv] (qwen3_next's
@@ -2340,11 +2343,13 @@ static void gdn_fwd(struct hp_model *m, int l)
 	size_t f = sizeof(float), n = (size_t)N;
 	float *xq = a->xc, *xk = xq + n * g.Kd, *xv = xk + n * g.Kd;
 	float *qr = m->a.gdn_w, *kr = qr + n * g.Kd, *pj = kr + n * g.Kd, *pba = pj + n * g.P;
+	/* q, k and v: the conv's input blocks, its outputs, their widths */
+	float *xin[3] = { xq, xk, xv }, *xout[3] = { qr, kr, a->vv };
+	int wd[3] = { g.Kd, g.Kd, g.Vd };
 
 	if (s->lin_split) {
-		bk->linear_fwd(bk, xq, a->xn1, w->wqkv + conv_row(&g, 0) * C, NULL, N, C, g.Kd);
-		bk->linear_fwd(bk, xk, a->xn1, w->wqkv + conv_row(&g, 1) * C, NULL, N, C, g.Kd);
-		bk->linear_fwd(bk, xv, a->xn1, w->wqkv + conv_row(&g, 2) * C, NULL, N, C, g.Vd);
+		for (int p = 0; p < 3; p++)
+			bk->linear_fwd(bk, xin[p], a->xn1, w->wqkv + conv_row(&g, p) * C, NULL, N, C, wd[p]);
 		bk->linear_fwd(bk, a->z, a->xn1, w->wz + (size_t)g.h0 * g.Dv * C, NULL, N, C, g.Vd);
 		bk->linear_fwd(bk, a->gb, a->xn1, w->wb + (size_t)g.h0 * C, NULL, N, C, g.Hv);
 		bk->linear_fwd(bk, a->ga, a->xn1, w->wa + (size_t)g.h0 * C, NULL, N, C, g.Hv);
@@ -2364,14 +2369,14 @@ static void gdn_fwd(struct hp_model *m, int l)
 			bk->copy2d(bk, a->ga + j * g.r, g.Hv * f, pba + 2 * j * g.r + g.r, 2 * g.Hv * f, g.r * f, n);
 		}
 	}
-	bk->conv1d_silu_fwd(bk, qr, xq, w->conv + conv_row(&g, 0) * g.K, m->a.seg, m->a.B, m->a.T, g.Kd, g.K);
-	bk->conv1d_silu_fwd(bk, kr, xk, w->conv + conv_row(&g, 1) * g.K, m->a.seg, m->a.B, m->a.T, g.Kd, g.K);
-	bk->conv1d_silu_fwd(bk, a->vv, xv, w->conv + conv_row(&g, 2) * g.K, m->a.seg, m->a.B, m->a.T, g.Vd, g.K);
+	for (int p = 0; p < 3; p++)
+		bk->conv1d_silu_fwd(bk, xout[p], xin[p], w->conv + conv_row(&g, p) * g.K, m->a.seg, m->a.B, m->a.T,
+				    wd[p], g.K);
 	bk->l2norm_fwd(bk, a->qn, a->rq, qr, N * g.Hk, g.Dk);
 	bk->l2norm_fwd(bk, a->kn, a->rk, kr, N * g.Hk, g.Dk);
 	bk->gdn_gates_fwd(bk, a->beta, a->gl, a->gb, a->ga, w->A_log + g.h0, w->dt_bias + g.h0, N, g.Hv);
 	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, m->gdr_ws, m->a.B, m->a.T, g.Hv,
-		    g.Hk, g.Dk, g.Dv, (float)(1.0 / sqrt((double)g.Dk)));
+		    g.Hk, g.Dk, g.Dv, g.scale);
 	bk->rmsnorm_gated_fwd(bk, a->y, a->rstd_o, a->o, a->z, w->lin_norm, N * g.Hv, g.Dv, (float)s->rms_eps);
 	if (pr->tp == 1) {
 		bk->linear_fwd(bk, a->x_mid, a->y, w->wout, NULL, N, g.Vd, C);
@@ -2416,25 +2421,23 @@ static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 	}
 	bk->rmsnorm_gated_bwd(bk, dO, dZ, gw->lin_norm, dY, a->o, a->z, w->lin_norm, a->rstd_o, N * Hv, g.Dv);
 	bk->gdr_bwd(bk, dq, dk, dv, dg, dbeta, dO, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg,
-		    m->gdr_ws, m->a.B, m->a.T, Hv, g.Hk, g.Dk, g.Dv, (float)(1.0 / sqrt((double)g.Dk)));
+		    m->gdr_ws, m->a.B, m->a.T, Hv, g.Hk, g.Dk, g.Dv, g.scale);
 	bk->gdn_gates_bwd(bk, db, da, gw->A_log + g.h0, gw->dt_bias + g.h0, dbeta, dg, a->gb, a->ga, w->A_log + g.h0,
 			  w->dt_bias + g.h0, N, Hv);
 	bk->l2norm_bwd(bk, dqr, dq, a->qn, a->rq, N * g.Hk, g.Dk);
 	bk->l2norm_bwd(bk, dkr, dk, a->kn, a->rk, N * g.Hk, g.Dk);
-	const float *xq = a->xc, *xk = xq + n * Kd, *xv = xk + n * Kd;
-	bk->conv1d_silu_bwd(bk, dxq, gw->conv + conv_row(&g, 0) * g.K, dqr, xq, w->conv + conv_row(&g, 0) * g.K,
-			    m->a.seg, m->a.B, m->a.T, Kd, g.K);
-	bk->conv1d_silu_bwd(bk, dxk, gw->conv + conv_row(&g, 1) * g.K, dkr, xk, w->conv + conv_row(&g, 1) * g.K,
-			    m->a.seg, m->a.B, m->a.T, Kd, g.K);
-	bk->conv1d_silu_bwd(bk, dxv, gw->conv + conv_row(&g, 2) * g.K, dv, xv, w->conv + conv_row(&g, 2) * g.K,
-			    m->a.seg, m->a.B, m->a.T, Vd, g.K);
+	/* q, k and v: the conv's input blocks, its output gradients, its input gradients, their widths */
+	const float *xin[3] = { a->xc, a->xc + n * Kd, a->xc + 2 * n * Kd }, *dout[3] = { dqr, dkr, dv };
+	float *dxin[3] = { dxq, dxk, dxv };
+	int wd[3] = { Kd, Kd, Vd };
+
+	for (int p = 0; p < 3; p++)
+		bk->conv1d_silu_bwd(bk, dxin[p], gw->conv + conv_row(&g, p) * g.K, dout[p], xin[p],
+				    w->conv + conv_row(&g, p) * g.K, m->a.seg, m->a.B, m->a.T, wd[p], g.K);
 	if (s->lin_split) {
-		bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, 0) * C, NULL, dxq, a->xn1,
-			       w->wqkv + conv_row(&g, 0) * C, N, C, Kd, 0);
-		bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, 1) * C, NULL, dxk, a->xn1,
-			       w->wqkv + conv_row(&g, 1) * C, N, C, Kd, 1);
-		bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, 2) * C, NULL, dxv, a->xn1,
-			       w->wqkv + conv_row(&g, 2) * C, N, C, Vd, 1);
+		for (int p = 0; p < 3; p++)
+			bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, p) * C, NULL, dxin[p], a->xn1,
+				       w->wqkv + conv_row(&g, p) * C, N, C, wd[p], p > 0);
 		bk->linear_bwd(bk, m->a.dxn, gw->wz + (size_t)g.h0 * g.Dv * C, NULL, dZ, a->xn1,
 			       w->wz + (size_t)g.h0 * g.Dv * C, N, C, Vd, 1);
 		bk->linear_bwd(bk, m->a.dxn, gw->wb + (size_t)g.h0 * C, NULL, db, a->xn1, w->wb + (size_t)g.h0 * C, N,

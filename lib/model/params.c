@@ -36,7 +36,7 @@ static size_t mpre_len(const char *name)
 	return strncmp(name, "model.", 6) ? 0 : 6;
 }
 
-static int is_embed(const char *name)
+int hp_param_is_embed(const char *name)
 {
 	size_t n = mpre_len(name);
 
@@ -45,7 +45,7 @@ static int is_embed(const char *name)
 
 int hp_param_uncopied(const char *name, int tied)
 {
-	return !tied && is_embed(name);
+	return !tied && hp_param_is_embed(name);
 }
 
 /* name ends with suffix, after something */
@@ -77,7 +77,7 @@ int hp_param_tp_partial(const char *name)
 
 int hp_param_gemm_only(const char *name, int ndim)
 {
-	return ndim == 2 && !is_embed(name);
+	return ndim == 2 && !hp_param_is_embed(name);
 }
 
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v)
@@ -387,19 +387,19 @@ mlp:
 						return rc;
 				}
 			}
-			if (s->shared_inter && s->shared_gate) {   /* Qwen3-Next's gated shared expert */
+			if (s->shared_inter) {   /* one MLP beside the routed: DeepSeek's shared_experts,
+						    Qwen3-Next's shared_expert and its gate */
+				static const enum hp_param_field sf[3] = { HP_PF_SH_GATE, HP_PF_SH_UP, HP_PF_SH_DOWN };
 				int64_t Is = s->shared_inter;
+				char sx[48];
 
-				LAYER(HP_PF_SH_GATE, HP_ROLE_REPLICATE, "mlp.shared_expert.gate_proj.weight", 2, Is, C);
-				LAYER(HP_PF_SH_UP, HP_ROLE_REPLICATE, "mlp.shared_expert.up_proj.weight", 2, Is, C);
-				LAYER(HP_PF_SH_DOWN, HP_ROLE_REPLICATE, "mlp.shared_expert.down_proj.weight", 2, C, Is);
-				LAYER(HP_PF_SH_GATE_W, HP_ROLE_REPLICATE, "mlp.shared_expert_gate.weight", 2, 1, C);
-			} else if (s->shared_inter) {   /* DeepSeek's shared experts: one MLP beside the routed */
-				int64_t Is = s->shared_inter;
-
-				LAYER(HP_PF_SH_GATE, HP_ROLE_REPLICATE, "mlp.shared_experts.gate_proj.weight", 2, Is, C);
-				LAYER(HP_PF_SH_UP, HP_ROLE_REPLICATE, "mlp.shared_experts.up_proj.weight", 2, Is, C);
-				LAYER(HP_PF_SH_DOWN, HP_ROLE_REPLICATE, "mlp.shared_experts.down_proj.weight", 2, C, Is);
+				for (int k = 0; k < 3; k++) {
+					snprintf(sx, sizeof(sx), "mlp.shared_expert%s.%s.weight", s->shared_gate ? "" : "s",
+						 proj[k]);
+					LAYER(sf[k], HP_ROLE_REPLICATE, sx, 2, k < 2 ? Is : C, k < 2 ? C : Is);
+				}
+				if (s->shared_gate)
+					LAYER(HP_PF_SH_GATE_W, HP_ROLE_REPLICATE, "mlp.shared_expert_gate.weight", 2, 1, C);
 			}
 		} else {
 			LAYER(HP_PF_WG, HP_ROLE_COLUMN, "mlp.gate_proj.weight", 2, I, C);

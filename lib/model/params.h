@@ -81,6 +81,9 @@ int hp_param_uncopied(const char *name, int tied);
 /* A buffer, not trained by gradient (DeepSeek's e_score_correction_bias):
  * its gradient stays zero, no weight decay touches it. */
 int hp_param_frozen(const char *name);
+/* Whether name is the token embedding (model.embed_tokens.weight, or a
+ * multimodal folder's model.language_model.embed_tokens.weight). */
+int hp_param_is_embed(const char *name);
 /* Whether a weight replicated over tp gets only this rank's heads' share
  * of its gradient (Qwen3's q/k norms; MLA's latent projections and norms,
  * which feed every head; every tensor of a Gated DeltaNet layer, whose
