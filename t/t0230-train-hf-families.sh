@@ -151,13 +151,39 @@ test_expect_success 'qwen3_5_moe ForConditionalGeneration: what it refuses, by n
 	hp-convert -q --plan vbp.json -o vbs vb && rm -rf vb &&
 	test_must_fail_with 5 hp-convert -q --export vbs -o vbx 2>err && test_one_line err &&
 	grep -q "the vision tower (model.visual.\*) of a Qwen3.5 multimodal folder comes from its source folder" err &&
-	test ! -e vbx
+	test ! -e vbx &&
+	mkdir vb && jq ".architectures = [\"Qwen3_5MoeForCausalLM\"]" "$d/config.json" >vb/config.json &&
+	cp "$d/model.safetensors" vb/ &&
+	test_must_fail_with 4 hp-train -q vb.yaml 2>err && test_one_line err &&
+	grep -q "architectures must be ..Qwen3_5MoeForConditionalGeneration.. for model_type .qwen3_5_moe." err &&
+	cp "$d/config.json" vb/ &&
+	hp-test-tool stdrop "$d/model.safetensors" vb/model.safetensors \
+		$(jq -r ".weight_map | keys[] | select(startswith(\"model.visual.\"))" vlx/model.safetensors.index.json) &&
+	hp-train -q vb.yaml --metrics nv.jsonl &&
+	hp-plan vb.yaml --world 1 -o vbp.json && rm -rf vbs vbx && hp-convert -q --plan vbp.json -o vbs vb &&
+	test_must_fail_with 4 hp-convert -q --export vbs -o vbx 2>err && test_one_line err &&
+	grep -q "no model.visual.\* tensor: a Qwen3.5 multimodal folder holds its vision tower" err && test ! -e vbx
 '
 
 # Qwen3.5's released configs carry the multimodal RoPE's mrope_section and
 # mrope_interleaved; on text the three position ids are one, and
 # transformers computes the same loss with them (4.57960700989 either way,
 # checked with 5.24.0): read, no warning, the same bits in hp
+# Qwen3_5MoeTextConfig has no intermediate_size (every layer is MoE): one
+# given is a key hp does not read, and says so, as transformers ignores it
+test_expect_success 'qwen3_5_moe_text: an intermediate_size is named as unused, the same bits' '
+	d=$HF/tf5/qwen3_5_moe-default &&
+	rm -rf im && mkdir im && cp "$d/model.safetensors" im/ &&
+	jq ".intermediate_size = 48" "$d/config.json" >im/config.json &&
+	hp-test-tool refstep --steps 1 im "$d/reference.json" >a.jsonl &&
+	hp-test-tool refstep --steps 1 "$d" "$d/reference.json" >b.jsonl &&
+	cmp a.jsonl b.jsonl &&
+	hf_records ri "$d" && write_config im.yaml "$PWD/im" ri 32 1 2 1 </dev/null &&
+	hp-train im.yaml >out 2>err && grep -q "keys hp does not know.*: intermediate_size$" err &&
+	write_config im0.yaml "$d" ri 32 1 2 1 </dev/null &&
+	hp-train im0.yaml >out 2>err && ! grep -q "keys hp does not know" err
+'
+
 test_expect_success 'qwen3_5: mrope_section and mrope_interleaved leave a text batch as it is' '
 	d=$HF/tf5/qwen3_5-default &&
 	rm -rf mr && mkdir mr && cp "$d/model.safetensors" mr/ &&
