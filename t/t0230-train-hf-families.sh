@@ -169,6 +169,21 @@ test_expect_success 'qwen3_5_moe ForConditionalGeneration: what it refuses, by n
 # mrope_interleaved; on text the three position ids are one, and
 # transformers computes the same loss with them (4.57960700989 either way,
 # checked with 5.24.0): read, no warning, the same bits in hp
+# A from_config multimodal model drawn into shards starts its embedding's
+# pad_token_id row at zero (nn.Embedding's padding_idx), its name being
+# model.language_model.embed_tokens.weight
+test_expect_success 'qwen3_5_moe ForConditionalGeneration from_config: the pad row of its shards'\'' embedding is zero' '
+	d=$HF/tf5/qwen3_5_moe-vl &&
+	rm -rf pv && mkdir pv && cp "$d/model.safetensors" pv/ &&
+	jq ".text_config.pad_token_id = 3" "$d/config.json" >pv/config.json &&
+	hf_records rp "$d" && write_config pv.yaml "$PWD/pv" rp 32 1 2 1 </dev/null &&
+	sed -i "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $PWD/pv/config.json|" pv.yaml &&
+	hp-plan pv.yaml --world 2 --fsdp_config.dp_shard_size=2 -o pvp.json && rm -rf pvs pvx &&
+	hp-convert -q --plan pvp.json -o pvs && hp-convert -q --export pvs -o pvx &&
+	hp-test-tool stget pvx/model-00001-of-00002.safetensors model.language_model.embed_tokens.weight >emb &&
+	test "$(sed -n "97,128p" emb | sort -u)" = 0 && test "$(sed -n "65,96p" emb | sort -u | wc -l)" -gt 1
+'
+
 # Qwen3_5MoeTextConfig has no intermediate_size (every layer is MoE): one
 # given is a key hp does not read, and says so, as transformers ignores it
 test_expect_success 'qwen3_5_moe_text: an intermediate_size is named as unused, the same bits' '
