@@ -180,6 +180,12 @@ layout () {
 	! grep -q FAIL cmp
 }
 
+# as_from_config YAML CONFIG: YAML (write_config's) made a from_config run of
+# CONFIG (a config.json): hp's random init of that model
+as_from_config () {
+	sed -i "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $2|" "$1"
+}
+
 # hf_records PREFIX DIR: four records of 33 ids (vocabulary 64) from the
 # golden batch of a data/hf folder DIR, as the indexed dataset PREFIX
 hf_records () {

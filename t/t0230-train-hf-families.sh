@@ -177,7 +177,7 @@ test_expect_success 'qwen3_5_moe ForConditionalGeneration from_config: the pad r
 	rm -rf pv && mkdir pv && cp "$d/model.safetensors" pv/ &&
 	jq ".text_config.pad_token_id = 3" "$d/config.json" >pv/config.json &&
 	hf_records rp "$d" && write_config pv.yaml "$PWD/pv" rp 32 1 2 1 </dev/null &&
-	sed -i "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $PWD/pv/config.json|" pv.yaml &&
+	as_from_config pv.yaml "$PWD/pv/config.json" &&
 	hp-plan pv.yaml --world 2 --fsdp_config.dp_shard_size=2 -o pvp.json && rm -rf pvs pvx &&
 	hp-convert -q --plan pvp.json -o pvs && hp-convert -q --export pvs -o pvx &&
 	hp-test-tool stget pvx/model-00001-of-00002.safetensors model.language_model.embed_tokens.weight >emb &&

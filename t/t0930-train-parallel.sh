@@ -195,7 +195,7 @@ test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSD
 	layout q5 q5.yaml 2 $A.pp_size=2 &&
 	d=$DATA/hf/tf5/qwen3_5-default &&
 	write_config q5d.yaml "$d" q5r 32 1 4 6 </dev/null &&
-	sed -i "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $d/config.json|" q5d.yaml &&
+	as_from_config q5d.yaml "$d/config.json" &&
 	single q5d q5d.yaml &&
 	layout q5d q5d.yaml 2 $A.tp_size=2 &&
 	layout q5d q5d.yaml 2 $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true &&

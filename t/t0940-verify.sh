@@ -74,8 +74,7 @@ test_expect_success CPUDEV 'hp-verify on Qwen3-Next (Gated DeltaNet, gated atten
 	write_config qn.yaml "$d" qn 32 1 4 2 </dev/null &&
 	verify 4 qn.yaml $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	grep -q "^output  *model.layers.0.linear_attn " out &&
-	sed "s|from_pretrained|from_config|; s|pretrained_model_name_or_path: .*|config_path: $d/config.json|" \
-		qn.yaml >qnc.yaml &&
+	cp qn.yaml qnc.yaml && as_from_config qnc.yaml "$d/config.json" &&
 	verify 2 qnc.yaml $A.tp_size=2 $A.sequence_parallel=true &&
 	grep -q "model.layers.0.linear_attn.in_proj_qkvz.weight" out &&
 	grep -q "model.layers.2.linear_attn.A_log" out &&
