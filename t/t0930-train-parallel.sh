@@ -158,7 +158,14 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 # its gated shared expert.  Tensor parallelism splits the delta rule's
 # heads (its weights whole on every tp rank, their gradients summed over
 # tp); context parallelism over the linear layers is refused by name until
-# it exists, and so is a device backend.
+# it exists.  On the device (t0931) every layout runs the CUDA backend with
+# gdn.cu's kernels emulated, its device bytes within 2% of the plan's; its
+# exact mode is not the CPU's bits (its flash attention, its sums' order:
+# 1e-8 in step 1's loss, 2.6e-6 in step 1's gradients in one process on
+# these steep weights), and with tp's regrouped partial sums on top step
+# 1's gradients are 1.0e-5 from the CPU's (the device's one process and
+# its tp layout agree within 1e-5), so on the device the gradients are
+# held to 3e-5 and the weights after 6 steps to 1e-4.
 # The golden Qwen3.5 folders' weights make steep models (qwen3_5_moe's
 # gradient norm goes 41 -> 175 in one step; torch in float32 is 4e-5 from
 # float64 on them): the order of float32 sums a layout changes (1.6e-7 in
@@ -168,8 +175,8 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 # tensor parallelism runs on hp's random init of qwen3_5-default's config
 # (a from_config model as transformers initialises it), where the layouts
 # agree to 3e-9.
-test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSDP, pipeline stages with checkpointing, fused norms and grouped experts' '
-	d=$DATA/hf/tf5/qwen3_next-long &&
+test_expect_success 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSDP, pipeline stages with checkpointing, fused norms and grouped experts' '
+	d=$DATA/hf/tf5/qwen3_next-long && PTOL=${DEVICE_ARGS:+1e-4} GTOL=${DEVICE_ARGS:+3e-5} &&
 	hf_records qn "$d" &&
 	write_config qn.yaml "$d" qn 96 1 4 6 </dev/null &&
 	single qn qn.yaml &&
@@ -203,14 +210,7 @@ test_expect_success CPUDEV 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSD
 	test_must_fail_with 4 mpiexec -n 2 hp-train -q q5.yaml $A.cp_size=2 2>err &&
 	grep -q "context parallelism over the Gated DeltaNet layers (layer_types linear_attention) is not implemented yet" err &&
 	test_must_fail_with 3 mpiexec -n 4 hp-train -q q5d.yaml $A.tp_size=4 2>err &&
-	grep -q "tp_size: 4 does not divide linear_num_key_heads 2" err
-'
-
-test_expect_success DEVICE 'Qwen3-Next on a device backend: refused by name' '
-	hf_records qn "$DATA/hf/tf5/qwen3_next-default" &&
-	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-default" qn 32 1 4 6 </dev/null &&
-	test_must_fail_with 4 hp-train -q qn.yaml ${DEVICE_ARGS:-} 2>err && test_one_line err &&
-	grep -q "has no kernels yet for qwen3_next.s Gated DeltaNet" err
+	grep -q "tp_size: 4 does not divide linear_num_key_heads 2" err && PTOL= GTOL=
 '
 
 # training.moe_router_bias_update_rate (Megatron's name): after each step
@@ -365,6 +365,21 @@ test_expect_success DEVICE 'on the device, bf16: every kind of layout within bf1
 	bf16_layout hf hf-ul.yaml 2 $A.cp_size=2 &&
 	bf16_layout qwen3-moe-a qwen3-moe-a.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	bf16_layout qwen3-moe-b qwen3-moe-b.yaml 8 $SEED8
+'
+
+# The device rounding where a GPU rounds (bf16 GEMM and attention
+# operands) against the fp32 CPU run, on hp's random init of the Qwen3-Next
+# and Qwen3.5 configs: the golden folders' steep weights turn bf16's
+# rounding into 30% to 50% of step 1's gradients (torch's float32 is 4e-5
+# from float64 on them), these into 5.5e-3.
+test_expect_success DEVICE 'Qwen3-Next, Qwen3.5 on the device, bf16: within bf16 bounds of the fp32 CPU run' '
+	d=$DATA/hf/tf5/qwen3_next-long &&
+	write_config qnd.yaml "$d" qn 96 1 4 6 </dev/null &&
+	as_from_config qnd.yaml "$d/config.json" &&
+	single qnd qnd.yaml &&
+	bf16_layout qnd qnd.yaml 2 $F.dp_shard_size=2 &&
+	bf16_layout qnd qnd.yaml 2 $A.tp_size=2 $A.sequence_parallel=true &&
+	bf16_layout q5d q5d.yaml 2 $A.tp_size=2
 '
 
 # mix_precision on the device: FSDP gathers the parameters and reduces the

@@ -5,7 +5,7 @@ test_description='kernels/cuda under the CPU emulation (t/cuemu): the CUDA kerne
 # build/t/test-cuda-emu, test-cuda-attn-emu and test-cuda-gemm-emu are
 # t/unit/test-cuda.c, test-cuda-attn.c and test-cuda-gemm.c linked with the
 # real kernel sources (context, elementwise, linear, moe, grouped, ce, adamw,
-# attn, attnsmall) compiled by g++ against t/cuemu: every block's threads run as
+# attn, attnsmall, oss, gdn) compiled by g++ against t/cuemu: every block's threads run as
 # fibers; barrier deadlocks or divergence, shuffles with exited lanes, bad
 # launch shapes, over 48 KiB of shared memory and overlapping copies abort.
 # Small shapes only; head dims 64 and 128 (flashattn.cu, mma.sync) are

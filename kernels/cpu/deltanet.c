@@ -432,9 +432,14 @@ static int gdr_slots(int B, int Hv)
 	return n < B * Hv ? n : B * Hv;
 }
 
+size_t hp_gdr_unit_floats(int Dk, int Dv)
+{
+	return ws_floats(Dk, Dv) + 16;
+}
+
 size_t hp_gdr_scratch_floats(int B, int Hv, int Dk, int Dv)
 {
-	return (size_t)gdr_slots(B, Hv) * (ws_floats(Dk, Dv) + 16);
+	return (size_t)gdr_slots(B, Hv) * hp_gdr_unit_floats(Dk, Dv);
 }
 
 struct gdr_args {
@@ -742,7 +747,7 @@ static void bwd_unit(const struct gdr_args *a, struct gdr_ws *w, int b, int h)
 static struct gdr_ws slot_ws(const struct gdr_args *a, long p)
 {
 	struct gdr_ws w;
-	ws_carve(&w, a->scratch + p * (ws_floats(a->Dk, a->Dv) + 16), a->Dk, a->Dv);
+	ws_carve(&w, a->scratch + p * hp_gdr_unit_floats(a->Dk, a->Dv), a->Dk, a->Dv);
 	return w;
 }
 

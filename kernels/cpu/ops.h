@@ -428,7 +428,10 @@ void hp_gdn_gates_bwd(float *db, float *da, float *dA_log, float *ddt_bias, cons
  * saved (hp_gdr_saved_floats floats; may be NULL when no backward follows),
  * the state at the start of each chunk of 64, which the backward reads;
  * both need scratch of hp_gdr_scratch_floats(B, Hv, Dk, Dv) floats, 8-byte
- * aligned (it depends on the pool's thread count, fixed per process).
+ * aligned (it depends on the pool's thread count, fixed per process): a
+ * unit of hp_gdr_unit_floats(Dk, Dv) for each thread at work, at most B Hv
+ * of them.  (The CUDA kernel takes a unit a block, B Hv at most, and its
+ * working set is smaller: B Hv units serve both.)
  * Hv not a multiple of Hk is the caller's bug: the outputs are NaN. */
 #define HP_GDR_CHUNK 64
 int hp_gdr_ref_fwd(float *out, const float *q, const float *k, const float *v, const float *g,
@@ -438,6 +441,7 @@ int hp_gdr_ref_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, con
 		   const float *q, const float *k, const float *v, const float *g, const float *beta,
 		   const int32_t *seg, int B, int T, int Hv, int Hk, int Dk, int Dv, float scale);
 size_t hp_gdr_saved_floats(int B, int T, int Hv, int Dk, int Dv);
+size_t hp_gdr_unit_floats(int Dk, int Dv);
 size_t hp_gdr_scratch_floats(int B, int Hv, int Dk, int Dv);
 void hp_gdr_fwd(float *out, float *saved, const float *q, const float *k, const float *v, const float *g,
 		const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv, int Hk, int Dk, int Dv,

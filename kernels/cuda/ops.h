@@ -189,6 +189,41 @@ void hp_cuda_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, c
 			      long max_rows);
 void hp_cuda_bias_grouped_bwd(float *db, size_t bs, const float *dx, long ld, const int32_t *off, int nx, int n);
 
+/* ---- Qwen3-Next / Qwen3.5 (gdn.cu): kernels/cpu/ops.h's hp_conv1d_silu_*,
+ * hp_l2norm_*, hp_gdn_gates_*, hp_rmsnorm_gated_*, hp_sigmoid_gate_* and
+ * the chunked delta rule hp_gdr_* on the device.  The delta rule's saved
+ * states are hp_gdr_saved_floats's layout; its scratch is B Hv units of
+ * unit floats (hp_gdr_unit_floats(Dk, Dv)), one a block; outputs NaN when
+ * the shapes or the unit cannot serve. ---- */
+#define HP_CUDA_GDR_CHUNK 64   /* cpu/ops.h's HP_GDR_CHUNK (backend_cuda.c checks) */
+void hp_cuda_conv1d_silu_fwd(float *y, const float *x, const float *w, const int32_t *seg, int B, int T, int C,
+			     int K);
+void hp_cuda_conv1d_silu_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+			     const int32_t *seg, int B, int T, int C, int K);
+void hp_cuda_l2norm_fwd(float *y, float *rinv, const float *x, long N, int D);
+void hp_cuda_l2norm_bwd(float *dx, const float *dy, const float *y, const float *rinv, long N, int D);
+void hp_cuda_gdn_gates_fwd(float *beta, float *g, const float *b, const float *a, const float *A_log,
+			   const float *dt_bias, long N, int H);
+void hp_cuda_gdn_gates_bwd(float *db, float *da, float *dA_log, float *ddt_bias, const float *dbeta,
+			   const float *dg, const float *b, const float *a, const float *A_log, const float *dt_bias,
+			   long N, int H);
+void hp_cuda_rmsnorm_gated_fwd(float *y, float *rstd, const float *x, const float *z, const float *w, long N,
+			       int D, float eps);
+void hp_cuda_rmsnorm_gated_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x, const float *z,
+			       const float *w, const float *rstd, long N, int D);
+void hp_cuda_sigmoid_gate_fwd(float *y, const float *x, const float *gate, long n);
+void hp_cuda_sigmoid_gate_bwd(float *dx, float *dgate, const float *dy, const float *x, const float *gate, long n);
+void hp_cuda_sigmoid_gate_rows_fwd(float *y, const float *x, const float *gate, long T, int C);
+void hp_cuda_sigmoid_gate_rows_bwd(float *dx, float *dgate, const float *dy, const float *x, const float *gate,
+				   long T, int C);
+void hp_cuda_gdr_fwd(float *out, float *saved, const float *q, const float *k, const float *v, const float *g,
+		     const float *beta, const int32_t *seg, float *scratch, size_t unit, int B, int T, int Hv, int Hk,
+		     int Dk, int Dv, float scale);
+void hp_cuda_gdr_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout,
+		     const float *saved, const float *q, const float *k, const float *v, const float *g,
+		     const float *beta, const int32_t *seg, float *scratch, size_t unit, int B, int T, int Hv,
+		     int Hk, int Dk, int Dv, float scale);
+
 /* ---- GEMMs through cuBLASLt, bf16 operands, fp32 accumulation and output (gemm.cu) ---- */
 /* y[N,O] = x[N,K] W[O,K]^T (+ b[O] when b) */
 int hp_cuda_linear_fwd(float *y, const hp_bf16 *x, const hp_bf16 *W, const float *b, long N, int K, int O,

@@ -352,8 +352,7 @@ struct hp_backend {
 	void (*scatter_rows)(struct hp_backend *b, float *dst, const float *src, const int32_t *idx, long R, int C);
 	/* Qwen3-Next / Qwen3.5 (kernels/cpu/ops.h: hp_conv1d_silu_*,
 	 * hp_l2norm_*, hp_gdn_gates_*, hp_gdr_*, hp_rmsnorm_gated_*,
-	 * hp_sigmoid_gate_*); NULL on a backend without them (CUDA, so far:
-	 * the model refuses these families there by name) */
+	 * hp_sigmoid_gate_*) */
 	void (*conv1d_silu_fwd)(struct hp_backend *b, float *y, const float *x, const float *w, const int32_t *seg,
 				int B, int T, int C, int K);
 	void (*conv1d_silu_bwd)(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x,
@@ -366,8 +365,11 @@ struct hp_backend {
 	void (*gdn_gates_bwd)(struct hp_backend *b, float *dbb, float *da, float *dA_log, float *ddt_bias,
 			      const float *dbeta, const float *dg, const float *bb, const float *a, const float *A_log,
 			      const float *dt_bias, long N, int H);
-	/* the chunked gated delta rule; saved and scratch as hp_gdr_fwd's
-	 * (hp_gdr_saved_floats, hp_gdr_scratch_floats) */
+	/* the chunked gated delta rule; saved as hp_gdr_fwd's
+	 * (hp_gdr_saved_floats), scratch gdr_scratch floats in the backend's
+	 * memory (the CPU's hp_gdr_scratch_floats, which depends on its thread
+	 * count; a device's B Hv units of hp_gdr_unit_floats) */
+	size_t (*gdr_scratch)(struct hp_backend *b, int B, int Hv, int Dk, int Dv);
 	void (*gdr_fwd)(struct hp_backend *b, float *out, float *saved, const float *q, const float *k, const float *v,
 			const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
 			int Hk, int Dk, int Dv, float scale);

@@ -534,6 +534,12 @@ static void c_gdn_gates_bwd(struct hp_backend *b, float *dbb, float *da, float *
 	hp_gdn_gates_bwd(dbb, da, dA_log, ddt_bias, dbeta, dg, bb, a, A_log, dt_bias, N, H);
 }
 
+static size_t c_gdr_scratch(struct hp_backend *b, int B, int Hv, int Dk, int Dv)
+{
+	(void)b;
+	return hp_gdr_scratch_floats(B, Hv, Dk, Dv);
+}
+
 static void c_gdr_fwd(struct hp_backend *b, float *out, float *saved, const float *q, const float *k, const float *v,
 		      const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
 		      int Hk, int Dk, int Dv, float scale)
@@ -819,6 +825,7 @@ static struct hp_backend cpu = {
 	.l2norm_bwd = c_l2norm_bwd,
 	.gdn_gates_fwd = c_gdn_gates_fwd,
 	.gdn_gates_bwd = c_gdn_gates_bwd,
+	.gdr_scratch = c_gdr_scratch,
 	.gdr_fwd = c_gdr_fwd,
 	.gdr_bwd = c_gdr_bwd,
 	.rmsnorm_gated_fwd = c_rmsnorm_gated_fwd,

@@ -847,6 +847,104 @@ static void k_sinks_bwd(struct hp_backend *b, float *dsinks, const float *dout, 
 	LB(hp_cuda_sinks_bwd)(dsinks, dout, out, lse, sinks, B, T, H, D);
 }
 
+/* Qwen3-Next / Qwen3.5 */
+static void k_conv1d_silu_fwd(struct hp_backend *b, float *y, const float *x, const float *w, const int32_t *seg,
+			      int B, int T, int C, int K)
+{
+	LB(hp_cuda_conv1d_silu_fwd)(y, x, w, seg, B, T, C, K);
+}
+
+static void k_conv1d_silu_bwd(struct hp_backend *b, float *dx, float *dw, const float *dy, const float *x,
+			      const float *w, const int32_t *seg, int B, int T, int C, int K)
+{
+	LB(hp_cuda_conv1d_silu_bwd)(dx, dw, dy, x, w, seg, B, T, C, K);
+}
+
+static void k_l2norm_fwd(struct hp_backend *b, float *y, float *rinv, const float *x, long N, int D)
+{
+	LB(hp_cuda_l2norm_fwd)(y, rinv, x, N, D);
+}
+
+static void k_l2norm_bwd(struct hp_backend *b, float *dx, const float *dy, const float *y, const float *rinv, long N,
+			 int D)
+{
+	LB(hp_cuda_l2norm_bwd)(dx, dy, y, rinv, N, D);
+}
+
+static void k_gdn_gates_fwd(struct hp_backend *b, float *beta, float *g, const float *bb, const float *a,
+			    const float *A_log, const float *dt_bias, long N, int H)
+{
+	LB(hp_cuda_gdn_gates_fwd)(beta, g, bb, a, A_log, dt_bias, N, H);
+}
+
+static void k_gdn_gates_bwd(struct hp_backend *b, float *dbb, float *da, float *dA_log, float *ddt_bias,
+			    const float *dbeta, const float *dg, const float *bb, const float *a, const float *A_log,
+			    const float *dt_bias, long N, int H)
+{
+	LB(hp_cuda_gdn_gates_bwd)(dbb, da, dA_log, ddt_bias, dbeta, dg, bb, a, A_log, dt_bias, N, H);
+}
+
+_Static_assert(HP_CUDA_GDR_CHUNK == HP_GDR_CHUNK, "the saved states' spacing");
+
+/* a unit of the CPU's size for each block (the kernel's working set is
+ * smaller), so that the emulation runs the CPU kernel on the same bytes */
+static size_t k_gdr_scratch(struct hp_backend *b, int B, int Hv, int Dk, int Dv)
+{
+	(void)b;
+	return (size_t)B * Hv * hp_gdr_unit_floats(Dk, Dv);
+}
+
+static void k_gdr_fwd(struct hp_backend *b, float *out, float *saved, const float *q, const float *k, const float *v,
+		      const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
+		      int Hk, int Dk, int Dv, float scale)
+{
+	LB(hp_cuda_gdr_fwd)(out, saved, q, k, v, g, beta, seg, scratch, hp_gdr_unit_floats(Dk, Dv), B, T, Hv, Hk, Dk,
+			    Dv, scale);
+}
+
+static void k_gdr_bwd(struct hp_backend *b, float *dq, float *dk, float *dv, float *dg, float *dbeta,
+		      const float *dout, const float *saved, const float *q, const float *k, const float *v,
+		      const float *g, const float *beta, const int32_t *seg, float *scratch, int B, int T, int Hv,
+		      int Hk, int Dk, int Dv, float scale)
+{
+	LB(hp_cuda_gdr_bwd)(dq, dk, dv, dg, dbeta, dout, saved, q, k, v, g, beta, seg, scratch,
+			    hp_gdr_unit_floats(Dk, Dv), B, T, Hv, Hk, Dk, Dv, scale);
+}
+
+static void k_rmsnorm_gated_fwd(struct hp_backend *b, float *y, float *rstd, const float *x, const float *z,
+				const float *w, long N, int D, float eps)
+{
+	LB(hp_cuda_rmsnorm_gated_fwd)(y, rstd, x, z, w, N, D, eps);
+}
+
+static void k_rmsnorm_gated_bwd(struct hp_backend *b, float *dx, float *dz, float *dw, const float *dy,
+				const float *x, const float *z, const float *w, const float *rstd, long N, int D)
+{
+	LB(hp_cuda_rmsnorm_gated_bwd)(dx, dz, dw, dy, x, z, w, rstd, N, D);
+}
+
+static void k_sigmoid_gate_fwd(struct hp_backend *b, float *y, const float *x, const float *gate, long n)
+{
+	LB(hp_cuda_sigmoid_gate_fwd)(y, x, gate, n);
+}
+
+static void k_sigmoid_gate_bwd(struct hp_backend *b, float *dx, float *dgate, const float *dy, const float *x,
+			       const float *gate, long n)
+{
+	LB(hp_cuda_sigmoid_gate_bwd)(dx, dgate, dy, x, gate, n);
+}
+
+static void k_sigmoid_gate_rows_fwd(struct hp_backend *b, float *y, const float *x, const float *gate, long T, int C)
+{
+	LB(hp_cuda_sigmoid_gate_rows_fwd)(y, x, gate, T, C);
+}
+
+static void k_sigmoid_gate_rows_bwd(struct hp_backend *b, float *dx, float *dgate, const float *dy, const float *x,
+				    const float *gate, long T, int C)
+{
+	LB(hp_cuda_sigmoid_gate_rows_bwd)(dx, dgate, dy, x, gate, T, C);
+}
+
 static void k_glu_clamp_fwd(struct hp_backend *b, float *h, const float *g, const float *u, long ld, long rows,
 			    int I, float alpha, float limit)
 {
@@ -1978,6 +2076,21 @@ static const struct hp_backend table = {
 	.swiglu_rows_bwd = k_swiglu_rows_bwd,
 	.sinks_fwd = k_sinks_fwd,
 	.sinks_bwd = k_sinks_bwd,
+	.conv1d_silu_fwd = k_conv1d_silu_fwd,
+	.conv1d_silu_bwd = k_conv1d_silu_bwd,
+	.l2norm_fwd = k_l2norm_fwd,
+	.l2norm_bwd = k_l2norm_bwd,
+	.gdn_gates_fwd = k_gdn_gates_fwd,
+	.gdn_gates_bwd = k_gdn_gates_bwd,
+	.gdr_scratch = k_gdr_scratch,
+	.gdr_fwd = k_gdr_fwd,
+	.gdr_bwd = k_gdr_bwd,
+	.rmsnorm_gated_fwd = k_rmsnorm_gated_fwd,
+	.rmsnorm_gated_bwd = k_rmsnorm_gated_bwd,
+	.sigmoid_gate_fwd = k_sigmoid_gate_fwd,
+	.sigmoid_gate_bwd = k_sigmoid_gate_bwd,
+	.sigmoid_gate_rows_fwd = k_sigmoid_gate_rows_fwd,
+	.sigmoid_gate_rows_bwd = k_sigmoid_gate_rows_bwd,
 	.glu_clamp_fwd = k_glu_clamp_fwd,
 	.glu_clamp_bwd = k_glu_clamp_bwd,
 	.bias_grouped_fwd = k_bias_grouped_fwd,

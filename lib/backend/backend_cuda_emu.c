@@ -60,7 +60,7 @@ const char *hp_kfam_name(int f)
 int hp_kfam_of(const char *fn)
 {
 	static const struct { const char *part; int f; } by[] = {
-		{ "swiglu", HP_KF_ELEMENTWISE }, { "grouped", HP_KF_EXPERTS }, { "linear", HP_KF_GEMM }, { "flash", HP_KF_ATTENTION },
+		{ "sigmoid_gate", HP_KF_ELEMENTWISE }, { "gdr_", HP_KF_ATTENTION }, { "swiglu", HP_KF_ELEMENTWISE }, { "grouped", HP_KF_EXPERTS }, { "linear", HP_KF_GEMM }, { "flash", HP_KF_ATTENTION },
 		{ "fill_inf", HP_KF_ATTENTION }, { "sinks", HP_KF_ATTENTION }, { "moe_", HP_KF_ROUTING }, { "router", HP_KF_ROUTING },
 		{ "combine", HP_KF_ROUTING }, { "_rows", HP_KF_ROUTING }, { "ce_", HP_KF_LOSS },
 		{ "adamw", HP_KF_OPTIMIZER }, { "clip", HP_KF_OPTIMIZER }, { "sumsq", HP_KF_OPTIMIZER },

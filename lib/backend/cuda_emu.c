@@ -467,6 +467,101 @@ void hp_emu_glu_clamp_bwd(float *dg, float *du, const float *dh, const float *g,
 	hp_glu_clamp_bwd(dg, du, dh, g, u, ld, rows, I, alpha, limit);
 }
 
+/* ---- Qwen3-Next / Qwen3.5 ---- */
+
+void hp_emu_conv1d_silu_fwd(float *y, const float *x, const float *w, const int32_t *seg, int B, int T, int C, int K)
+{
+	hp_conv1d_silu_fwd(y, x, w, seg, B, T, C, K);
+}
+
+void hp_emu_conv1d_silu_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+			    const int32_t *seg, int B, int T, int C, int K)
+{
+	hp_conv1d_silu_bwd(dx, dw, dy, x, w, seg, B, T, C, K);
+}
+
+void hp_emu_l2norm_fwd(float *y, float *rinv, const float *x, long N, int D)
+{
+	hp_l2norm_fwd(y, rinv, x, N, D);
+}
+
+void hp_emu_l2norm_bwd(float *dx, const float *dy, const float *y, const float *rinv, long N, int D)
+{
+	hp_l2norm_bwd(dx, dy, y, rinv, N, D);
+}
+
+void hp_emu_gdn_gates_fwd(float *beta, float *g, const float *b, const float *a, const float *A_log,
+			  const float *dt_bias, long N, int H)
+{
+	hp_gdn_gates_fwd(beta, g, b, a, A_log, dt_bias, N, H);
+}
+
+void hp_emu_gdn_gates_bwd(float *db, float *da, float *dA_log, float *ddt_bias, const float *dbeta, const float *dg,
+			  const float *b, const float *a, const float *A_log, const float *dt_bias, long N, int H)
+{
+	hp_gdn_gates_bwd(db, da, dA_log, ddt_bias, dbeta, dg, b, a, A_log, dt_bias, N, H);
+}
+
+void hp_emu_rmsnorm_gated_fwd(float *y, float *rstd, const float *x, const float *z, const float *w, long N, int D,
+			      float eps)
+{
+	hp_rmsnorm_gated_fwd(y, rstd, x, z, w, N, D, eps);
+}
+
+void hp_emu_rmsnorm_gated_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x, const float *z,
+			      const float *w, const float *rstd, long N, int D)
+{
+	hp_rmsnorm_gated_bwd(dx, dz, dw, dy, x, z, w, rstd, N, D);
+}
+
+void hp_emu_sigmoid_gate_fwd(float *y, const float *x, const float *gate, long n)
+{
+	hp_sigmoid_gate_fwd(y, x, gate, n);
+}
+
+void hp_emu_sigmoid_gate_bwd(float *dx, float *dgate, const float *dy, const float *x, const float *gate, long n)
+{
+	hp_sigmoid_gate_bwd(dx, dgate, dy, x, gate, n);
+}
+
+void hp_emu_sigmoid_gate_rows_fwd(float *y, const float *x, const float *gate, long T, int C)
+{
+	hp_sigmoid_gate_rows_fwd(y, x, gate, T, C);
+}
+
+void hp_emu_sigmoid_gate_rows_bwd(float *dx, float *dgate, const float *dy, const float *x, const float *gate,
+				  long T, int C)
+{
+	hp_sigmoid_gate_rows_bwd(dx, dgate, dy, x, gate, T, C);
+}
+
+/* the CPU kernel on the device's scratch: B Hv units hold the CPU's
+ * slots (at most B Hv of them, a unit each) */
+void hp_emu_gdr_fwd(float *out, float *saved, const float *q, const float *k, const float *v, const float *g,
+		    const float *beta, const int32_t *seg, float *scratch, size_t unit, int B, int T, int Hv, int Hk,
+		    int Dk, int Dv, float scale)
+{
+	if (unit < hp_gdr_unit_floats(Dk, Dv)) {
+		for (size_t i = 0, n = (size_t)B * T * Hv * Dv; i < n; i++)
+			out[i] = NAN;
+		return;
+	}
+	hp_gdr_fwd(out, saved, q, k, v, g, beta, seg, scratch, B, T, Hv, Hk, Dk, Dv, scale);
+}
+
+void hp_emu_gdr_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout, const float *saved,
+		    const float *q, const float *k, const float *v, const float *g, const float *beta,
+		    const int32_t *seg, float *scratch, size_t unit, int B, int T, int Hv, int Hk, int Dk, int Dv,
+		    float scale)
+{
+	if (unit < hp_gdr_unit_floats(Dk, Dv)) {
+		for (size_t i = 0, n = (size_t)B * T * Hv; i < n; i++)
+			dg[i] = dbeta[i] = NAN;
+		return;
+	}
+	hp_gdr_bwd(dq, dk, dv, dg, dbeta, dout, saved, q, k, v, g, beta, seg, scratch, B, T, Hv, Hk, Dk, Dv, scale);
+}
+
 void hp_emu_bias_grouped_fwd(float *x, long ld, const float *bias, size_t bs, const int32_t *off, int nx, int n,
 			     long max_rows)
 {

@@ -634,6 +634,11 @@ static int take_acts(struct hp_model *m)
 	size_t gw = own ? gdn_scratch_floats(m) : 0;
 	if (gw)
 		TAKE(m->a.gdn_w, gw * f);
+	if (own && s->n_linear && on_device(m)) {   /* the delta rule's (a CPU's is m->gdr_ws) */
+		struct gdn_dims g = gdn_dims(m);
+
+		TAKE(m->a.gdr_ws, m->bk->gdr_scratch(m->bk, m->a.B, g.Hv, g.Dk, g.Dv) * f);
+	}
 	if (m->cur_slot == 0 && s->norm_zc) {   /* zero-centred norms' 1 + w (zc_fill) */
 		TAKE(m->a.zc, ((size_t)s->n_layers * (2 * C + 2 * (size_t)s->head_dim) + C) * f);
 		TAKE(m->a.ones, zmax(C, (size_t)s->head_dim) * f);
@@ -709,6 +714,7 @@ static void share_scratch(struct hp_model_acts *a, struct hp_model_lay *y, const
 	a->mla_u = a0->mla_u;
 	a->mla_w = a0->mla_w;
 	a->gdn_w = a0->gdn_w;
+	a->gdr_ws = a0->gdr_ws;
 	a->route_cnt = a0->route_cnt;
 	a->dye = a0->dye;
 	a->dxe = a0->dxe;
@@ -1092,12 +1098,7 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 		return hp_err_set(e, HP_EINVAL, "a parallel layout needs its communicators");
 	if ((rc = set_layout(m, par, B, T, e)))
 		return rc;
-	if (on_device(m) && (spec->n_linear || spec->attn_gate || spec->shared_gate)) {
-		rc = hp_err_set(e, HP_EUNSUP, "%s has no kernels yet for %s's Gated DeltaNet, gated attention and "
-				"gated shared expert: train it on the CPU backend", m->bk->name, spec->model_type);
-		goto fail;
-	}
-	if (spec->n_linear &&
+	if (spec->n_linear && !on_device(m) &&
 	    !(m->gdr_ws = hp_malloc(hp_gdr_scratch_floats(B, spec->lin_vh / m->par.tp, spec->lin_kd, spec->lin_vd) *
 				    sizeof(float)))) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the delta rule's workspace");
@@ -1219,17 +1220,22 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	op_sizes(m, &z);
 	if ((rc = m->bk->prepare(m->bk, &z, e)))
 		goto fail;
-	/* the RoPE tables are made on the host */
+	/* the RoPE tables and the zero-centred norms' ones are made on the host */
 	size_t half = (size_t)m->lay.S * hp_model_spec_rope_dim(spec) / 2;
-	float *ct = hp_malloc(2 * half * sizeof(float) + 1);
+	size_t n1 = m->a.ones ? zmax((size_t)spec->hidden, (size_t)spec->head_dim) : 0;
+	float *ct = hp_malloc((2 * half + n1) * sizeof(float) + 1);
 	if (!ct) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the RoPE tables");
 		goto fail;
 	}
 	hp_model_spec_rope_table(spec, ct, ct + half, m->lay.S);
+	for (size_t i = 0; i < n1; i++)
+		ct[2 * half + i] = 1.0f;
 	rc = m->bk->upload(m->bk, m->a.cos_t, ct, half * sizeof(float), e);
 	if (!rc)
 		rc = m->bk->upload(m->bk, m->a.sin_t, ct + half, half * sizeof(float), e);
+	if (!rc && n1)
+		rc = m->bk->upload(m->bk, m->a.ones, ct + 2 * half, n1 * sizeof(float), e);
 	hp_free(ct);
 	if (!rc)
 		return 0;
@@ -2320,6 +2326,13 @@ static void zc_fill(struct hp_model *m, int l)
 	}
 }
 
+/* the delta rule's scratch: the CPU's own allocation (its size follows the
+ * thread count, which a plan does not know), a device's in the arena */
+static float *gdr_ws(struct hp_model *m)
+{
+	return on_device(m) ? m->a.gdr_ws : m->gdr_ws;
+}
+
 /*
  * A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet),
  * xn1 -> x_mid: the projections, laid out as three blocks [N, Kd] q,
@@ -2375,7 +2388,7 @@ static void gdn_fwd(struct hp_model *m, int l)
 	bk->l2norm_fwd(bk, a->qn, a->rq, qr, N * g.Hk, g.Dk);
 	bk->l2norm_fwd(bk, a->kn, a->rk, kr, N * g.Hk, g.Dk);
 	bk->gdn_gates_fwd(bk, a->beta, a->gl, a->gb, a->ga, w->A_log + g.h0, w->dt_bias + g.h0, N, g.Hv);
-	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, m->gdr_ws, m->a.B, m->a.T, g.Hv,
+	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, gdr_ws(m), m->a.B, m->a.T, g.Hv,
 		    g.Hk, g.Dk, g.Dv, g.scale);
 	bk->rmsnorm_gated_fwd(bk, a->y, a->rstd_o, a->o, a->z, w->lin_norm, N * g.Hv, g.Dv, (float)s->rms_eps);
 	if (pr->tp == 1) {
@@ -2421,7 +2434,7 @@ static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 	}
 	bk->rmsnorm_gated_bwd(bk, dO, dZ, gw->lin_norm, dY, a->o, a->z, w->lin_norm, a->rstd_o, N * Hv, g.Dv);
 	bk->gdr_bwd(bk, dq, dk, dv, dg, dbeta, dO, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg,
-		    m->gdr_ws, m->a.B, m->a.T, Hv, g.Hk, g.Dk, g.Dv, g.scale);
+		    gdr_ws(m), m->a.B, m->a.T, Hv, g.Hk, g.Dk, g.Dv, g.scale);
 	bk->gdn_gates_bwd(bk, db, da, gw->A_log + g.h0, gw->dt_bias + g.h0, dbeta, dg, a->gb, a->ga, w->A_log + g.h0,
 			  w->dt_bias + g.h0, N, Hv);
 	bk->l2norm_bwd(bk, dqr, dq, a->qn, a->rq, N * g.Hk, g.Dk);

@@ -286,6 +286,7 @@ struct hp_model_acts {
 	float *dq2, *dk2;                         /* qk_norm */
 	float *mla_t, *mla_u, *mla_w;             /* MLA: [N,H*(nope+v)], [N,max(R,L+r)], [N,max(H*qk,L)] */
 	float *gdn_w;                             /* Gated DeltaNet and gated attention: a pass's scratch (gdn_scratch) */
+	float *gdr_ws;                            /* a device's delta rule scratch (bk->gdr_scratch floats) */
 	/* zero-centred norms: 1 + w of each layer's input, post-attention, q
 	 * and k norms ([2C + 2D] a layer) and the final one, made before their
 	 * first use in each forward; ones [max(C, D)] to make them from */

@@ -77,7 +77,10 @@ int hp_param_tp_partial(const char *name)
 
 int hp_param_gemm_only(const char *name, int ndim)
 {
-	return ndim == 2 && !hp_param_is_embed(name);
+	/* a Gated DeltaNet layer's conv (a depthwise kernel, [C, K]) and, under
+	 * tp, its out_proj (this rank's columns copied out) are read in fp32 */
+	return ndim == 2 && !hp_param_is_embed(name) && !ends(name, ".linear_attn.conv1d.weight") &&
+	       !ends(name, ".linear_attn.out_proj.weight");
 }
 
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v)

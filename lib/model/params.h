@@ -89,6 +89,9 @@ int hp_param_is_embed(const char *name);
  * which feed every head; every tensor of a Gated DeltaNet layer, whose
  * heads tp splits): summed over tp after the backward. */
 int hp_param_tp_partial(const char *name);
+/* Whether only GEMMs read a weight (a device's FSDP then gathers its bf16
+ * working copy alone): every 2-D weight but the embeddings and the Gated
+ * DeltaNet conv and out_proj, which kernels read in fp32. */
 int hp_param_gemm_only(const char *name, int ndim);
 
 /*

@@ -6,7 +6,7 @@
 # the Makefile after its `all` rule.
 CUEMU_CXX ?= g++
 HAVE_CUEMU := $(if $(and $(shell command -v $(CUEMU_CXX) 2>/dev/null),$(shell command -v perl 2>/dev/null)),1,0)
-CUEMU_CU := context elementwise linear moe grouped ce adamw attn attnsmall oss
+CUEMU_CU := context elementwise linear moe grouped ce adamw attn attnsmall oss gdn
 CUEMU_OBJ := $(CUEMU_CU:%=$(O)/t/cuemu/%.cu.o) $(O)/t/cuemu/cuemu.o $(O)/t/cuemu/stubs.o
 CUEMU_TESTS := test-cuda test-cuda-attn test-cuda-gemm
 CUEMU_BINS := $(if $(filter 1,$(HAVE_CUEMU)),$(CUEMU_TESTS:%=$(O)/t/%-emu))

@@ -1,7 +1,8 @@
 /*
  * test-cuda.c - the CUDA kernels' memory calls, element-wise ops, RMSNorm,
- * RoPE, SwiGLU, embedding and MoE routing (kernels/cuda/context.cu,
- * elementwise.cu, moe.cu) against the CPU: the kernels of kernels/cpu
+ * RoPE, SwiGLU, embedding, MoE routing, GPT-OSS's and Qwen3-Next's kernels
+ * (kernels/cuda/context.cu, elementwise.cu, moe.cu, oss.cu, gdn.cu) against
+ * the CPU: the kernels of kernels/cpu
  * (ops.h) that the CPU backend runs for the same op - rows.c's bookkeeping,
  * router.c, rmsnorm.c, rope.c, swiglu.c, embedding.c - called with the same
  * arguments.  Not tested here: the GEMMs, cross-entropy and AdamW
@@ -1207,6 +1208,217 @@ static void test_oss(int B, int T, int H, int D, long rows, int I)
 	free(gu); free(dh); free(h); free(dgu); free(bias); free(db); free(g_h); free(g_dgu); free(g_db);
 }
 
+/* ---- Qwen3-Next / Qwen3.5: gdn.cu against kernels/cpu/gdn.c and deltanet.c ---- */
+
+/* seg of B rows of T: each token's document start; row b has a second
+ * document from docs[b] (0: one document) */
+static int32_t *gdn_seg(int B, int T, const int *docs)
+{
+	int32_t *seg = malloc(sizeof(int32_t) * (size_t)B * T);
+
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++)
+			seg[(size_t)b * T + t] = docs && docs[b] && t >= docs[b] ? docs[b] : 0;
+	return seg;
+}
+
+/* y = x with every value mapped into [lo, hi) */
+static void gdn_range(float *x, size_t n, float lo, float hi)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = lo + (hi - lo) * (0.5f + 0.5f * x[i]);
+}
+
+/* The side kernels: the conv with documents, l2norm, the gates, the gated
+ * norm and both sigmoid gates, each forward and backward. */
+static void test_gdn_side(int B, int T, int C, int K, int H, int D, const int *docs)
+{
+	long N = (long)B * T;
+	size_t nx = (size_t)N * C, nw = (size_t)C * K;
+	int32_t *seg = gdn_seg(B, T, docs), *d_seg = ct_dev_i32(seg, (size_t)N);
+	float *x = ct_hfill(nx, 71, 2, 0), *w = ct_hfill(nw, 72, 0.7f, 0), *dy = ct_hfill(nx, 73, 1, 0);
+	float *dw = ct_hfill(nw, 74, 1, 0), *y = malloc(nx * 4), *dx = malloc(nx * 4);
+	float *d_x = ct_dev(x, nx, 0), *d_w = ct_dev(w, nw, 0), *d_dy = ct_dev(dy, nx, 0), *d_dw = ct_dev(dw, nw, 0);
+	float *d_y = ct_dnan(nx, 0), *d_dx = ct_dnan(nx, 0);
+
+	hp_cuda_conv1d_silu_fwd(d_y, d_x, d_w, docs ? d_seg : NULL, B, T, C, K);
+	hp_cuda_conv1d_silu_bwd(d_dx, d_dw, d_dy, d_x, d_w, docs ? d_seg : NULL, B, T, C, K);
+	int ok1 = gpu_ok();
+	float *g_y = ct_host(d_y, nx, 0), *g_dx = ct_host(d_dx, nx, 0), *g_dw = ct_host(d_dw, nw, 0);
+	hp_conv1d_silu_fwd(y, x, w, docs ? seg : NULL, B, T, C, K);
+	hp_conv1d_silu_bwd(dx, dw, dy, x, w, docs ? seg : NULL, B, T, C, K);
+	double e1 = ct_nerr(g_y, y, nx), e2 = ct_nerr(g_dx, dx, nx), e3 = ct_nerr(g_dw, dw, nw);
+	ok(ok1 && e1 <= TOL_F32 && e2 <= TOL_F32 && e3 <= TOL_F32, "conv1d+SiLU B=%d T=%d C=%d K=%d%s: y nerr %.2e, "
+	   "dx %.2e, dw %.2e", B, T, C, K, docs ? " (documents)" : "", e1, e2, e3);
+	free(g_y); free(g_dx); free(g_dw);
+
+	/* l2norm over rows of D, and the gated norm (the same rows) */
+	size_t nr = (size_t)N * H, nd = nr * D;
+	float *q = ct_hfill(nd, 75, 2, 0), *z = ct_hfill(nd, 76, 3, 0), *dq = ct_hfill(nd, 77, 1, 0);
+	float *nw2 = ct_hfill((size_t)D, 78, 1, 0), *dnw = ct_hfill((size_t)D, 79, 1, 0);
+	float *qn = malloc(nd * 4), *ri = malloc(nr * 4), *dqx = malloc(nd * 4), *dz = malloc(nd * 4);
+	float *d_q = ct_dev(q, nd, 0), *d_z = ct_dev(z, nd, 0), *d_dq = ct_dev(dq, nd, 0);
+	float *d_nw = ct_dev(nw2, (size_t)D, 0), *d_dnw = ct_dev(dnw, (size_t)D, 0);
+	float *d_qn = ct_dnan(nd, 0), *d_ri = ct_dnan(nr, 0), *d_dqx = ct_dnan(nd, 0), *d_dz = ct_dnan(nd, 0);
+
+	hp_cuda_l2norm_fwd(d_qn, d_ri, d_q, (long)nr, D);
+	hp_cuda_l2norm_bwd(d_dqx, d_dq, d_qn, d_ri, (long)nr, D);
+	ok1 = gpu_ok();
+	float *g_qn = ct_host(d_qn, nd, 0), *g_ri = ct_host(d_ri, nr, 0), *g_dqx = ct_host(d_dqx, nd, 0);
+	hp_l2norm_fwd(qn, ri, q, (long)nr, D);
+	hp_l2norm_bwd(dqx, dq, qn, ri, (long)nr, D);
+	/* the same operations in the same order: the same bits */
+	ok(ok1 && !ct_ndiff(g_qn, qn, nd) && !ct_ndiff(g_ri, ri, nr) && !ct_ndiff(g_dqx, dqx, nd),
+	   "l2norm rows=%zu D=%d: y, rinv and dx the same bits (%zu, %zu, %zu differ)", nr, D, ct_ndiff(g_qn, qn, nd),
+	   ct_ndiff(g_ri, ri, nr), ct_ndiff(g_dqx, dqx, nd));
+	free(g_qn); free(g_ri); free(g_dqx);
+
+	hp_cuda_rmsnorm_gated_fwd(d_qn, d_ri, d_q, d_z, d_nw, (long)nr, D, 1e-6f);
+	hp_cuda_rmsnorm_gated_bwd(d_dqx, d_dz, d_dnw, d_dq, d_q, d_z, d_nw, d_ri, (long)nr, D);
+	ok1 = gpu_ok();
+	g_qn = ct_host(d_qn, nd, 0), g_ri = ct_host(d_ri, nr, 0), g_dqx = ct_host(d_dqx, nd, 0);
+	float *g_dz = ct_host(d_dz, nd, 0), *g_dnw = ct_host(d_dnw, (size_t)D, 0);
+	hp_rmsnorm_gated_fwd(qn, ri, q, z, nw2, (long)nr, D, 1e-6f);
+	hp_rmsnorm_gated_bwd(dqx, dz, dnw, dq, q, z, nw2, ri, (long)nr, D);
+	e1 = ct_nerr(g_qn, qn, nd), e2 = ct_nerr(g_dqx, dqx, nd), e3 = ct_nerr(g_dnw, dnw, (size_t)D);
+	double e4 = ct_nerr(g_dz, dz, nd);
+	ok(ok1 && e1 <= TOL_F32 && e2 <= TOL_F32 && e3 <= TOL_F32 && e4 <= TOL_F32 && !ct_ndiff(g_ri, ri, nr),
+	   "gated RMSNorm rows=%zu D=%d: y nerr %.2e, dx %.2e, dz %.2e, dw %.2e, rstd the same bits", nr, D, e1, e2,
+	   e4, e3);
+	free(g_qn); free(g_ri); free(g_dqx); free(g_dz); free(g_dnw);
+
+	/* the gates over N x H value heads */
+	size_t ng = (size_t)N * H;
+	float *bb = ct_hfill(ng, 81, 4, 0), *aa = ct_hfill(ng, 82, 12, 0), *Al = ct_hfill((size_t)H, 83, 2, 0);
+	float *dt = ct_hfill((size_t)H, 84, 12, 0), *dbe = ct_hfill(ng, 85, 1, 0), *dg = ct_hfill(ng, 86, 1, 0);
+	float *dAl = ct_hfill((size_t)H, 87, 1, 0), *ddt = ct_hfill((size_t)H, 88, 1, 0);
+	float *be = malloc(ng * 4), *gg = malloc(ng * 4), *db = malloc(ng * 4), *da = malloc(ng * 4);
+	float *d_bb = ct_dev(bb, ng, 0), *d_aa = ct_dev(aa, ng, 0), *d_Al = ct_dev(Al, (size_t)H, 0);
+	float *d_dt = ct_dev(dt, (size_t)H, 0), *d_dbe = ct_dev(dbe, ng, 0), *d_dg = ct_dev(dg, ng, 0);
+	float *d_dAl = ct_dev(dAl, (size_t)H, 0), *d_ddt = ct_dev(ddt, (size_t)H, 0);
+	float *d_be = ct_dnan(ng, 0), *d_gg = ct_dnan(ng, 0), *d_db = ct_dnan(ng, 0), *d_da = ct_dnan(ng, 0);
+
+	hp_cuda_gdn_gates_fwd(d_be, d_gg, d_bb, d_aa, d_Al, d_dt, N, H);
+	hp_cuda_gdn_gates_bwd(d_db, d_da, d_dAl, d_ddt, d_dbe, d_dg, d_bb, d_aa, d_Al, d_dt, N, H);
+	ok1 = gpu_ok();
+	float *g_be = ct_host(d_be, ng, 0), *g_gg = ct_host(d_gg, ng, 0), *g_db = ct_host(d_db, ng, 0);
+	float *g_da = ct_host(d_da, ng, 0), *g_dAl = ct_host(d_dAl, (size_t)H, 0), *g_ddt = ct_host(d_ddt, (size_t)H, 0);
+	hp_gdn_gates_fwd(be, gg, bb, aa, Al, dt, N, H);
+	hp_gdn_gates_bwd(db, da, dAl, ddt, dbe, dg, bb, aa, Al, dt, N, H);
+	double eg[6] = { ct_nerr(g_be, be, ng), ct_nerr(g_gg, gg, ng), ct_nerr(g_db, db, ng), ct_nerr(g_da, da, ng),
+			 ct_nerr(g_dAl, dAl, (size_t)H), ct_nerr(g_ddt, ddt, (size_t)H) };
+	int gok = ok1;
+	for (int i = 0; i < 6; i++)
+		gok &= eg[i] <= TOL_F32;
+	ok(gok, "delta rule gates N=%ld H=%d (softplus both sides of 20): beta nerr %.2e, g %.2e, db %.2e, da %.2e, "
+	   "dA_log %.2e, ddt_bias %.2e", N, H, eg[0], eg[1], eg[2], eg[3], eg[4], eg[5]);
+	free(g_be); free(g_gg); free(g_db); free(g_da); free(g_dAl); free(g_ddt);
+
+	/* sigmoid gates: element-wise over nd, and one logit a row of D */
+	hp_cuda_sigmoid_gate_fwd(d_qn, d_q, d_z, (long)nd);
+	hp_cuda_sigmoid_gate_bwd(d_dqx, d_dz, d_dq, d_q, d_z, (long)nd);
+	ok1 = gpu_ok();
+	g_qn = ct_host(d_qn, nd, 0), g_dqx = ct_host(d_dqx, nd, 0), g_dz = ct_host(d_dz, nd, 0);
+	hp_sigmoid_gate_fwd(qn, q, z, (long)nd);
+	hp_sigmoid_gate_bwd(dqx, dz, dq, q, z, (long)nd);
+	e1 = ct_nerr(g_qn, qn, nd), e2 = ct_nerr(g_dqx, dqx, nd), e3 = ct_nerr(g_dz, dz, nd);
+	ok(ok1 && e1 <= TOL_F32 && e2 <= TOL_F32 && e3 <= TOL_F32, "sigmoid gate n=%zu: y nerr %.2e, dx %.2e, "
+	   "dgate %.2e", nd, e1, e2, e3);
+	free(g_qn); free(g_dqx); free(g_dz);
+	hp_cuda_sigmoid_gate_rows_fwd(d_qn, d_q, d_z, (long)nr, D);
+	hp_cuda_sigmoid_gate_rows_bwd(d_dqx, d_dz, d_dq, d_q, d_z, (long)nr, D);
+	ok1 = gpu_ok();
+	g_qn = ct_host(d_qn, nd, 0), g_dqx = ct_host(d_dqx, nd, 0), g_dz = ct_host(d_dz, nr, 0);
+	hp_sigmoid_gate_rows_fwd(qn, q, z, (long)nr, D);
+	hp_sigmoid_gate_rows_bwd(dqx, dz, dq, q, z, (long)nr, D);
+	e1 = ct_nerr(g_qn, qn, nd), e2 = ct_nerr(g_dqx, dqx, nd), e3 = ct_nerr(g_dz, dz, nr);
+	ok(ok1 && e1 <= TOL_F32 && e2 <= TOL_F32 && e3 <= TOL_F32, "sigmoid gate by rows T=%zu C=%d: y nerr %.2e, "
+	   "dx %.2e, dgate %.2e", nr, D, e1, e2, e3);
+	free(g_qn); free(g_dqx); free(g_dz);
+
+	void *dev[] = { d_seg, d_x, d_w, d_dy, d_dw, d_y, d_dx, d_q, d_z, d_dq, d_nw, d_dnw, d_qn, d_ri, d_dqx, d_dz,
+			d_bb, d_aa, d_Al, d_dt, d_dbe, d_dg, d_dAl, d_ddt, d_be, d_gg, d_db, d_da };
+	void *host[] = { seg, x, w, dy, dw, y, dx, q, z, dq, nw2, dnw, qn, ri, dqx, dz, bb, aa, Al, dt, dbe, dg, dAl,
+			 ddt, be, gg, db, da };
+	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+		hp_cuda_free(dev[i]);
+	for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+		free(host[i]);
+}
+
+/*
+ * The chunked delta rule, forward and backward, against deltanet.c's
+ * chunked kernel (the same float operations in the same order but for
+ * the device's exp and the order of the double sums behind dg and dbeta):
+ * out, the saved states and every gradient; the backward run twice gives
+ * the same bits.
+ */
+static void test_gdr(int B, int T, int Hv, int Hk, int Dk, int Dv, const int *docs)
+{
+	long N = (long)B * T;
+	size_t nq = (size_t)N * Hk * Dk, nv = (size_t)N * Hv * Dv, ng = (size_t)N * Hv;
+	size_t ns = hp_gdr_saved_floats(B, T, Hv, Dk, Dv), unit = hp_gdr_unit_floats(Dk, Dv);
+	size_t nws = (size_t)B * Hv * unit;
+	float scale = (float)(1.0 / sqrt((double)Dk));
+	int32_t *seg = gdn_seg(B, T, docs), *d_seg = ct_dev_i32(seg, (size_t)N);
+	float *q = ct_hfill(nq, 91, 1, 0), *k = ct_hfill(nq, 92, 1, 0), *v = ct_hfill(nv, 93, 1, 0);
+	float *g = ct_hfill(ng, 94, 1, 0), *beta = ct_hfill(ng, 95, 1, 0), *dout = ct_hfill(nv, 96, 1, 0);
+	float *rq = malloc(N * Hk * 4);
+
+	/* q and k L2-normalised, as the layer feeds them; g in [-1.5, -0.01), beta in (0.05, 0.95) */
+	hp_l2norm_fwd(q, rq, q, N * Hk, Dk);
+	hp_l2norm_fwd(k, rq, k, N * Hk, Dk);
+	gdn_range(g, ng, -1.5f, -0.01f);
+	gdn_range(beta, ng, 0.05f, 0.95f);
+
+	float *out = malloc(nv * 4), *saved = malloc(ns * 4), *dq = malloc(nq * 4), *dk = malloc(nq * 4);
+	float *dv = malloc(nv * 4), *dg = malloc(ng * 4), *dbeta = malloc(ng * 4);
+	float *ws = malloc(hp_gdr_scratch_floats(B, Hv, Dk, Dv) * 4 + 64);
+	float *d_q = ct_dev(q, nq, 0), *d_k = ct_dev(k, nq, 0), *d_v = ct_dev(v, nv, 0), *d_g = ct_dev(g, ng, 0);
+	float *d_beta = ct_dev(beta, ng, 0), *d_do = ct_dev(dout, nv, 0), *d_ws = ct_dnan(nws, 0);
+	float *d_out = ct_dnan(nv, 0), *d_saved = ct_dnan(ns, 0), *d_dq = ct_dnan(nq, 0), *d_dk = ct_dnan(nq, 0);
+	float *d_dv = ct_dnan(nv, 0), *d_dg = ct_dnan(ng, 0), *d_dbeta = ct_dnan(ng, 0);
+	const int32_t *sg = docs ? d_seg : NULL;
+
+	hp_cuda_gdr_fwd(d_out, d_saved, d_q, d_k, d_v, d_g, d_beta, sg, d_ws, unit, B, T, Hv, Hk, Dk, Dv, scale);
+	hp_cuda_gdr_bwd(d_dq, d_dk, d_dv, d_dg, d_dbeta, d_do, d_saved, d_q, d_k, d_v, d_g, d_beta, sg, d_ws, unit, B, T,
+			Hv, Hk, Dk, Dv, scale);
+	int ok1 = gpu_ok();
+	float *g_out = ct_host(d_out, nv, 0), *g_saved = ct_host(d_saved, ns, 0), *g_dq = ct_host(d_dq, nq, 0);
+	float *g_dk = ct_host(d_dk, nq, 0), *g_dv = ct_host(d_dv, nv, 0), *g_dg = ct_host(d_dg, ng, 0);
+	float *g_dbeta = ct_host(d_dbeta, ng, 0);
+	/* again from the same state: the same bits */
+	hp_cuda_gdr_bwd(d_dq, d_dk, d_dv, d_dg, d_dbeta, d_do, d_saved, d_q, d_k, d_v, d_g, d_beta, sg, d_ws, unit, B, T,
+			Hv, Hk, Dk, Dv, scale);
+	float *h_dq = ct_host(d_dq, nq, 0), *h_dg = ct_host(d_dg, ng, 0);
+	int again = gpu_ok() && !ct_ndiff(h_dq, g_dq, nq) && !ct_ndiff(h_dg, g_dg, ng);
+
+	const int32_t *hs = docs ? seg : NULL;
+	hp_gdr_fwd(out, saved, q, k, v, g, beta, hs, ws, B, T, Hv, Hk, Dk, Dv, scale);
+	hp_gdr_bwd(dq, dk, dv, dg, dbeta, dout, saved, q, k, v, g, beta, hs, ws, B, T, Hv, Hk, Dk, Dv, scale);
+	double e[7] = { ct_nerr(g_out, out, nv), ct_nerr(g_saved, saved, ns), ct_nerr(g_dq, dq, nq),
+			ct_nerr(g_dk, dk, nq), ct_nerr(g_dv, dv, nv), ct_nerr(g_dg, dg, ng), ct_nerr(g_dbeta, dbeta, ng) };
+	int good = ok1 && again;
+	for (int i = 0; i < 7; i++)
+		good &= e[i] <= TOL_F32;
+	ok(good, "gated delta rule B=%d T=%d Hv=%d Hk=%d Dk=%d Dv=%d%s: out nerr %.2e, saved %.2e, dq %.2e, dk %.2e, "
+	   "dv %.2e, dg %.2e, dbeta %.2e; again the same bits: %s", B, T, Hv, Hk, Dk, Dv,
+	   docs ? " (documents)" : "", e[0], e[1], e[2], e[3], e[4], e[5], e[6], yesno(again));
+
+	/* a unit too small for a block's working set: NaN, not a wrong answer */
+	hp_cuda_gdr_fwd(d_out, NULL, d_q, d_k, d_v, d_g, d_beta, sg, d_ws, 16, B, T, Hv, Hk, Dk, Dv, scale);
+	float *n_out = ct_host(d_out, nv, 0);
+	ok(gpu_ok() && isnan(n_out[0]) && isnan(n_out[nv - 1]), "gated delta rule: a scratch unit too small gives NaN");
+
+	void *dev[] = { d_seg, d_q, d_k, d_v, d_g, d_beta, d_do, d_ws, d_out, d_saved, d_dq, d_dk, d_dv, d_dg, d_dbeta };
+	void *host[] = { seg, q, k, v, g, beta, dout, rq, out, saved, dq, dk, dv, dg, dbeta, ws, g_out, g_saved, g_dq,
+			 g_dk, g_dv, g_dg, g_dbeta, h_dq, h_dg, n_out };
+	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+		hp_cuda_free(dev[i]);
+	for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+		free(host[i]);
+}
+
 static void run_all(void)
 {
 	int big = !ct_small();
@@ -1237,6 +1449,20 @@ static void run_all(void)
 	test_oss(2, 33, 4, 16, 37, 29);
 	if (big)
 		test_oss(2, 2048, 8, 64, 8192, 720);
+	{
+		int docs[2] = { 10, 70 };
+
+		test_gdn_side(2, 100, 37, 4, 3, 20, docs);
+		test_gdn_side(1, 9, 5, 1, 1, 1, NULL);
+		test_gdr(2, 100, 4, 2, 16, 8, docs);   /* chunks cut at documents, 2 value heads a key head */
+		test_gdr(1, 64, 2, 2, 8, 12, NULL);    /* one whole chunk */
+		test_gdr(1, 7, 3, 1, 5, 3, NULL);
+		if (big) {
+			test_gdn_side(2, 2048, 4096, 4, 32, 128, docs);
+			test_gdr(1, 1024, 32, 16, 128, 128, NULL);   /* Qwen3-Next's heads */
+			test_gdr(2, 2048, 16, 16, 128, 128, docs);   /* Qwen3.5's */
+		}
+	}
 	test_colsum(1, 1);
 	test_colsum(5, 1000);
 	test_colsum(333, 37);
