@@ -164,6 +164,16 @@ const struct hp_kernel hp_kernels[] = {
 	  .cuda = "hp_cuda_glu_clamp_fwd hp_cuda_glu_clamp_bwd" },
 	{ ROW("expert_bias", "cuda", "expert_bias", "built", "training.device: cuda, GPT-OSS"),
 	  .cuda = "hp_cuda_bias_grouped_fwd hp_cuda_bias_grouped_bwd" },
+	{ ROW("gated_deltanet", "cuda", "chunked", "built", "training.device: cuda, Qwen3-Next/Qwen3.5"),
+	  .cuda = "hp_cuda_gdr_fwd hp_cuda_gdr_bwd hp_cuda_l2norm_fwd hp_cuda_l2norm_bwd hp_cuda_gdn_gates_fwd "
+		  "hp_cuda_gdn_gates_bwd" },
+	{ ROW("causal_conv1d", "cuda", "causal_conv1d", "built", "training.device: cuda, Qwen3-Next/Qwen3.5"),
+	  .cuda = "hp_cuda_conv1d_silu_fwd hp_cuda_conv1d_silu_bwd" },
+	{ ROW("rmsnorm_gated", "cuda", "rmsnorm_gated", "built", "training.device: cuda, Qwen3-Next/Qwen3.5"),
+	  .cuda = "hp_cuda_rmsnorm_gated_fwd hp_cuda_rmsnorm_gated_bwd" },
+	{ ROW("sigmoid_gate", "cuda", "sigmoid_gate", "built", "training.device: cuda, Qwen3-Next/Qwen3.5"),
+	  .cuda = "hp_cuda_sigmoid_gate_fwd hp_cuda_sigmoid_gate_bwd hp_cuda_sigmoid_gate_rows_fwd "
+		  "hp_cuda_sigmoid_gate_rows_bwd" },
 	{ ROW("cross_entropy", "cuda", "cross_entropy", "built",
 	  "training.device: cuda (vocab_parallel with loss_parallel)"),
 	  .cuda = "hp_cuda_ce_loss hp_cuda_ce_bwd hp_cuda_vp_ce_max hp_cuda_vp_ce_sums hp_cuda_vp_ce_bwd" },
