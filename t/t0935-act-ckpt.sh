@@ -152,12 +152,21 @@ test_expect_success MPI 'DeepSeek-V3: one rank and the seed'\''s 8, with the bia
 # Qwen3-Next (data/hf/tf5/qwen3_next-long, rows of 96): the Gated DeltaNet
 # layers' kept values (the conv's input, q, k, v, the gates, the delta
 # rule's chunk states) recomputed under full, and the gated attention's
-# and shared expert's
-test_expect_success MPI 'Qwen3-Next: one rank, and EP 2 with expert FSDP on 4' '
+# and shared expert's; on the CUDA backend (emulated) too, full and
+# selective keeping off's bits
+test_expect_success MPI 'Qwen3-Next: one rank, EP 2 with expert FSDP on 4, and on the CUDA backend' '
 	hf_records qn "$DATA/hf/tf5/qwen3_next-long" &&
 	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-long" qn 96 1 4 4 </dev/null &&
 	ck 1 qn.yaml &&
-	ck 4 qn.yaml --accelerator.ep_size=2 --fsdp_config.edp_shard_size=2 --fsdp_config.dp_shard_size=4
+	ck 4 qn.yaml --accelerator.ep_size=2 --fsdp_config.edp_shard_size=2 --fsdp_config.dp_shard_size=4 &&
+	for m in off full selective; do
+		HP_CUDA_EMULATE=exact hp-train -q qn.yaml --training.device=cuda --activation_checkpoint.mode=$m \
+			--metrics qd-$m.jsonl --dump-params qd-$m.st || return 1
+	done &&
+	jq -c "[.loss, .grad_norm]" qd-off.jsonl >a &&
+	for m in full selective; do
+		jq -c "[.loss, .grad_norm]" qd-$m.jsonl >b && cmp a b && cmp qd-off.st qd-$m.st || return 1
+	done
 '
 
 test_done

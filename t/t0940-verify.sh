@@ -68,7 +68,7 @@ test_expect_success MPI 'hp-verify on DeepSeek-V3 (latent attention, shared expe
 # TP+SP on hp's random init of the folder's config: the golden weights
 # make a steep model (t/t0930), where tp's partial sums alone move step 1's
 # gradients by 1.5e-5, past hp-verify's 1e-5
-test_expect_success CPUDEV 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, and a stale shard named' '
+test_expect_success 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, and a stale shard named' '
 	d=$DATA/hf/tf5/qwen3_next-default &&
 	hf_records qn "$d" &&
 	write_config qn.yaml "$d" qn 32 1 4 2 </dev/null &&
