@@ -101,19 +101,25 @@ test_expect_success 'selection: bad values are refused by name' '
 
 # The CUDA backend checkpoints through the same model code: on its host
 # emulation (HP_CUDA_EMULATE, hp-train(1)), full and selective give off's bits.
+# ck_dev CONFIG PREFIX: one process there, off, full and selective; the
+# same losses, gradient norms and final weights
+ck_dev () {
+	for m in off full selective; do
+		HP_CUDA_EMULATE=exact hp-train -q "$1" --training.device=cuda --activation_checkpoint.mode=$m \
+			--metrics $2-$m.jsonl --dump-params $2-$m.st || return 1
+	done &&
+	jq -c "[.loss, .grad_norm]" $2-off.jsonl >a &&
+	for m in full selective; do
+		jq -c "[.loss, .grad_norm]" $2-$m.jsonl >b && cmp a b && cmp $2-off.st $2-$m.st || return 1
+	done
+}
+
 test_expect_success 'the config table shows the selection; on the CUDA backend checkpointing keeps the bits' '
 	hp-train hf.yaml --max-steps 1 --activation_checkpoint.mode=selective \
 		--activation_checkpoint.selection.layer_indices=[4,0,2] >out &&
 	grep -q "activation_checkpoint.mode  *selective" out &&
 	grep -q "activation_checkpoint.selection.layer_indices  *\[4, 0, 2\]" out &&
-	for m in off full selective; do
-		HP_CUDA_EMULATE=exact hp-train -q hf.yaml --training.device=cuda --activation_checkpoint.mode=$m \
-			--metrics d-$m.jsonl --dump-params d-$m.st || return 1
-	done &&
-	jq -c "[.loss, .grad_norm]" d-off.jsonl >a &&
-	for m in full selective; do
-		jq -c "[.loss, .grad_norm]" d-$m.jsonl >b && cmp a b && cmp d-off.st d-$m.st || return 1
-	done
+	ck_dev hf.yaml d
 '
 
 test_expect_success MPI 'TP 2 with sequence parallel, TP 2 with loss_parallel' '
@@ -159,14 +165,7 @@ test_expect_success MPI 'Qwen3-Next: one rank, EP 2 with expert FSDP on 4, and o
 	write_config qn.yaml "$DATA/hf/tf5/qwen3_next-long" qn 96 1 4 4 </dev/null &&
 	ck 1 qn.yaml &&
 	ck 4 qn.yaml --accelerator.ep_size=2 --fsdp_config.edp_shard_size=2 --fsdp_config.dp_shard_size=4 &&
-	for m in off full selective; do
-		HP_CUDA_EMULATE=exact hp-train -q qn.yaml --training.device=cuda --activation_checkpoint.mode=$m \
-			--metrics qd-$m.jsonl --dump-params qd-$m.st || return 1
-	done &&
-	jq -c "[.loss, .grad_norm]" qd-off.jsonl >a &&
-	for m in full selective; do
-		jq -c "[.loss, .grad_norm]" qd-$m.jsonl >b && cmp a b && cmp qd-off.st qd-$m.st || return 1
-	done
+	ck_dev qn.yaml qd
 '
 
 test_done

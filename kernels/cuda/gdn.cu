@@ -660,6 +660,19 @@ static __global__ void __launch_bounds__(GDR_THREADS) k_gdr_fwd(struct gdr_args 
 	}
 }
 
+/* out [L, Dk] = X [L, Dv] M^T (M [Dk, Dv]): out_id = X_i . M_d, v ascending */
+static __device__ void rows_by_t(float *out, const float *X, const float *M, int L, int Dk, int Dv)
+{
+	BLOCK_LOOP(x, (long)L * Dk) {
+		long i = x / Dk, d = x % Dk;
+		float acc = 0.0f;
+
+		for (int v = 0; v < Dv; v++)
+			MAC(acc, X[i * Dv + v], M[d * Dv + v]);
+		out[x] = acc;
+	}
+}
+
 /*
  * The backward of one chunk (deltanet.c's chunk_bwd, term by term): w->S
  * holds S0, w->dS dL/dS_end on entry and dL/dS0 on return; dq, dk of the
@@ -696,14 +709,7 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 		w->dR[x] = acc;
 	}
 	/* Z_j = dS u_j (in Y); <S0, dS> for gamma_L */
-	BLOCK_LOOP(x, (long)L * Dk) {
-		long j = x / Dk, d = x % Dk;
-		float acc = 0.0f;
-
-		for (int v = 0; v < Dv; v++)
-			MAC(acc, w->U[j * Dv + v], w->dS[d * Dv + v]);
-		w->Y[x] = acc;
-	}
+	rows_by_t(w->Y, w->U, w->dS, L, Dk, Dv);
 	double sd = 0;
 	BLOCK_LOOP(x, DD)
 		sd += (double)w->S[x] * w->dS[x];
@@ -744,14 +750,7 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 		w->W[i * CH + j] = j <= i ? __fmul_rn(w->E[i * CH + j], acc) : 0.0f;
 	}
 	/* Y = dO S0^T */
-	BLOCK_LOOP(x, (long)L * Dk) {
-		long i = x / Dk, d = x % Dk;
-		float acc = 0.0f;
-
-		for (int v = 0; v < Dv; v++)
-			MAC(acc, w->dO[i * Dv + v], w->S[d * Dv + v]);
-		w->Y[x] = acc;
-	}
+	rows_by_t(w->Y, w->dO, w->S, L, Dk, Dv);
 	__syncthreads();
 	/* gamma: Pd_ij q~_i.k_j at i, minus at j; e^gamma_i q~_i.(S0 dO_i) at i */
 	BLOCK_LOOP(i, L) {
@@ -777,14 +776,7 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 	}
 	__syncthreads();
 	/* Y = dR S0^T */
-	BLOCK_LOOP(x, (long)L * Dk) {
-		long i = x / Dk, d = x % Dk;
-		float acc = 0.0f;
-
-		for (int v = 0; v < Dv; v++)
-			MAC(acc, w->dR[i * Dv + v], w->S[d * Dv + v]);
-		w->Y[x] = acc;
-	}
+	rows_by_t(w->Y, w->dR, w->S, L, Dk, Dv);
 	/* dv_i = beta_i dR_i */
 	BLOCK_LOOP(x, (long)L * Dv) {
 		long i = x / Dv, n = (long)b * a->T + s + i;
