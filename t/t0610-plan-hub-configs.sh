@@ -74,8 +74,9 @@ test_expect_success 'DeepSeek-V3 as published: FP8 refused by name; its bf16 for
 # transformers never loads, included): plans at 64 ranks with EP 64 and
 # FSDP, transformers' 79,674,391,296 parameters (4.57.6 and 5.24.0 on the
 # meta device), and with TP 2 + SP (the delta rule's heads split); its 36
-# Gated DeltaNet layers refuse cp by name.
-test_expect_success 'Qwen3-Next-80B-A3B as published: plans at 64 ranks with transformers'\'' count, and with TP; cp refused by name' '
+# Gated DeltaNet layers take cp as a head split (ulysses_attention bound),
+# and refuse the K/V all-gather mode by name.
+test_expect_success 'Qwen3-Next-80B-A3B as published: plans at 64 ranks with transformers'\'' count, with TP, with CP; cp without ulysses refused by name' '
 	hub_yaml qn.yaml qwen3-next-80b-a3b "$DATA/hf/published" &&
 	hp-plan qn.yaml --world 64 --accelerator.ep_size=64 --fsdp_config.dp_shard_size=64 -o qn.json 2>err &&
 	test ! -s err &&
@@ -89,7 +90,14 @@ test_expect_success 'Qwen3-Next-80B-A3B as published: plans at 64 ranks with tra
 		--accelerator.ep_size=32 --fsdp_config.dp_shard_size=32 -o qt.json 2>err &&
 	test ! -s err &&
 	test_must_fail_with 4 hp-plan qn.yaml --world 64 --accelerator.cp_size=2 2>err &&
-	test_one_line err && grep -q "cp_size: context parallelism over the Gated DeltaNet layers" err
+	test_one_line err && grep -q "cp_size: context parallelism over the Gated DeltaNet layers" err &&
+	cat qn.yaml - >qu.yaml <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	YAML
+	hp-plan qu.yaml --world 64 --accelerator.cp_size=2 --accelerator.ep_size=32 \
+		--fsdp_config.dp_shard_size=32 -o qc.json 2>err &&
+	test ! -s err && jq -e ".estimates.step.cp_mode == \"ulysses\"" qc.json
 '
 
 # #35: HyperParallel's demo model on 64 GPUs (TP2 with SP, CP2, EP8, full

@@ -157,8 +157,7 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 # Gated DeltaNet layers 0 and 2 beside gated full attention, the MoE with
 # its gated shared expert.  Tensor parallelism splits the delta rule's
 # heads (its weights whole on every tp rank, their gradients summed over
-# tp); context parallelism over the linear layers is refused by name until
-# it exists.  On the device (t0931) every layout runs the CUDA backend with
+# tp).  On the device (t0931) every layout runs the CUDA backend with
 # gdn.cu's kernels emulated, its device bytes within 2% of the plan's; its
 # exact mode is not the CPU's bits (its flash attention, its sums' order:
 # 1e-8 in step 1's loss, 2.6e-6 in step 1's gradients in one process on
@@ -174,7 +173,11 @@ test_expect_success MPI 'DeepSeek-V3: FSDP, TP+SP, EP with expert FSDP, CP both 
 # gradients.  So qwen3_5_moe-default runs 3 steps and no ep, and Qwen3.5's
 # tensor parallelism runs on hp's random init of qwen3_5-default's config
 # (a from_config model as transformers initialises it), where the layouts
-# agree to 3e-9.
+# agree to 3e-9.  Context parallelism splits the linear layers' heads over
+# cp as ulysses splits attention's (an all-to-all to every token of the
+# rank's heads and back), so it needs ulysses_attention bound and cp
+# dividing the key heads per tp rank: tp 2 x cp 2 runs on that config
+# with twice the heads.
 test_expect_success 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSDP, pipeline stages with checkpointing, fused norms and grouped experts' '
 	d=$DATA/hf/tf5/qwen3_next-long && PTOL=${DEVICE_ARGS:+1e-4} GTOL=${DEVICE_ARGS:+3e-5} &&
 	hf_records qn "$d" &&
@@ -191,6 +194,12 @@ test_expect_success 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSDP, pipe
 	  - {match: ["*layernorm", "model.norm"], replace_module: {_target_: fused_rmsnorm}}
 	YAML
 	layout qn qn-k.yaml 4 $A.ep_size=4 &&
+	write_config qn-u.yaml "$d" qn 96 1 4 6 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	YAML
+	layout qn qn-u.yaml 2 $A.cp_size=2 &&
+	layout qn qn-u.yaml 4 $A.cp_size=2 $F.dp_shard_size=2 --activation_checkpoint.mode=full &&
 	sed "s/\[\"\*layernorm\", \"model.norm\"\]/[\"*norm\"]/" qn-k.yaml >qn-bad.yaml &&
 	test_must_fail_with 3 hp-train -q qn-bad.yaml 2>err &&
 	grep -q "kernel .fused_rmsnorm. computes rmsnorm, but .model.layers.0.linear_attn.norm. is a Qwen3NextRMSNormGated" err &&
@@ -208,9 +217,28 @@ test_expect_success 'Qwen3-Next, Qwen3.5: FSDP, TP+SP, EP with expert FSDP, pipe
 	layout q5d q5d.yaml 2 $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true &&
 	layout q5d q5d.yaml 4 $A.tp_size=2 $F.dp_shard_size=2 --activation_checkpoint.mode=full &&
 	test_must_fail_with 4 mpiexec -n 2 hp-train -q q5.yaml $A.cp_size=2 2>err &&
-	grep -q "context parallelism over the Gated DeltaNet layers (layer_types linear_attention) is not implemented yet" err &&
+	grep -q "context parallelism over the Gated DeltaNet layers (layer_types linear_attention) splits their heads (ulysses): bind ulysses_attention" err &&
+	test_must_fail_with 4 hp-plan q5.yaml --world 2 $A.cp_size=2 2>err && test_one_line err &&
+	grep -q "splits their heads (ulysses)" err &&
 	test_must_fail_with 3 mpiexec -n 4 hp-train -q q5d.yaml $A.tp_size=4 2>err &&
-	grep -q "tp_size: 4 does not divide linear_num_key_heads 2" err && PTOL= GTOL=
+	grep -q "tp_size: 4 does not divide linear_num_key_heads 2" err &&
+	d=$DATA/hf/tf5/qwen3_5-default &&
+	jq ".linear_num_key_heads = 4 | .linear_num_value_heads = 8 | .num_attention_heads = 8 | .num_key_value_heads = 4" \
+		"$d/config.json" >c4.json &&
+	write_config q5w.yaml "$d" q5r 32 1 4 4 <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	YAML
+	as_from_config q5w.yaml "$PWD/c4.json" &&
+	single q5w q5w.yaml &&
+	layout q5w q5w.yaml 4 $A.cp_size=2 $A.tp_size=2 $A.sequence_parallel=true &&
+	layout q5w q5w.yaml 2 $A.cp_size=2 --activation_checkpoint.mode=selective &&
+	layout q5w q5w.yaml 4 $A.cp_size=4 &&
+	jq ".num_attention_heads = 8 | .num_key_value_heads = 4" "$d/config.json" >c2.json &&
+	sed "s|c4.json|c2.json|" q5w.yaml >q5x.yaml &&
+	test_must_fail_with 3 hp-plan q5x.yaml --world 4 $A.cp_size=4 2>err && test_one_line err &&
+	grep -q "cp_size: 4 does not divide the Gated DeltaNet key heads per tp rank (2; cp splits them again)" err &&
+	PTOL= GTOL=
 '
 
 # training.moe_router_bias_update_rate (Megatron's name): after each step

@@ -68,7 +68,7 @@ test_expect_success MPI 'hp-verify on DeepSeek-V3 (latent attention, shared expe
 # TP+SP on hp's random init of the folder's config: the golden weights
 # make a steep model (t/t0930), where tp's partial sums alone move step 1's
 # gradients by 1.5e-5, past hp-verify's 1e-5
-test_expect_success 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, and a stale shard named' '
+test_expect_success 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, CP, and a stale shard named' '
 	d=$DATA/hf/tf5/qwen3_next-default &&
 	hf_records qn "$d" &&
 	write_config qn.yaml "$d" qn 32 1 4 2 </dev/null &&
@@ -76,6 +76,11 @@ test_expect_success 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, t
 	grep -q "^output  *model.layers.0.linear_attn " out &&
 	cp qn.yaml qnc.yaml && as_from_config qnc.yaml "$d/config.json" &&
 	verify 2 qnc.yaml $A.tp_size=2 $A.sequence_parallel=true &&
+	cat >>qnc.yaml <<-YAML &&
+	plan_overrides:
+	  - {match: "*.self_attn", replace_module: {_target_: ulysses_attention}}
+	YAML
+	verify 2 qnc.yaml $A.cp_size=2 &&
 	grep -q "model.layers.0.linear_attn.in_proj_qkvz.weight" out &&
 	grep -q "model.layers.2.linear_attn.A_log" out &&
 	grep -q "model.layers.1.mlp.shared_expert_gate.weight" out &&

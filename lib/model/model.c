@@ -277,14 +277,23 @@ static size_t scratch_floats(const struct hp_model *m)
  * its key heads (and with them their value heads) over tp, the weights
  * whole on every rank (each reads its heads' rows, columns and elements;
  * their gradients are partial sums over tp, params.c hp_param_tp_partial).
+ * Context parallelism (ulysses) splits the tp rank's heads again over cp:
+ * the projections run on this rank's tokens with the tp rank's heads (the
+ * "t" sizes), an all-to-all trades them for every token of its cp share
+ * of those heads (the core: conv, norms, gates, the delta rule), and
+ * another trades the output back.  N * Kd = Nl * tKd: a buffer holds
+ * either layout.
  */
 struct gdn_dims {
-	long N;
+	long N, Nl;                  /* the core's rows (B T, with cp B S), this rank's tokens (B T) */
+	int T, cp;                   /* the core's row length; cp, or 1 without the head split */
 	int C, Dk, Dv, K, r;         /* r: value heads per key head */
-	int Hk, Hv, Kd, Vd;          /* this rank's heads and their widths */
+	int Hk, Hv, Kd, Vd;          /* the core's heads and their widths */
 	int j0, h0;                  /* its first key and value head */
+	int tHk, tHv, tKd, tVd;      /* the tp rank's heads and widths: the projections' */
+	int t0, th0;                 /* the tp rank's first key and value head */
 	int gKd, gVd;                /* the whole layer's widths */
-	int pw, P;                   /* qwen3_next: one key head's [q k v z] rows, this rank's */
+	int pw, P;                   /* qwen3_next: one key head's [q k v z] rows, the tp rank's */
 	float scale;                 /* the delta rule's Dk^-0.5 on q */
 };
 
@@ -293,31 +302,41 @@ static struct gdn_dims gdn_dims(const struct hp_model *m)
 	const struct hp_model_spec *s = &m->spec;
 	struct gdn_dims g;
 
-	g.N = (long)m->a.B * m->a.T;
+	g.cp = cp_ul(m) ? m->par.cp : 1;
+	g.Nl = (long)m->a.B * m->a.T;
+	g.N = g.Nl * g.cp;
+	g.T = m->a.T * g.cp;
 	g.C = s->hidden;
 	g.Dk = s->lin_kd;
 	g.Dv = s->lin_vd;
 	g.K = s->lin_conv;
 	g.r = s->lin_vh / s->lin_kh;
-	g.Hk = s->lin_kh / m->par.tp;
+	g.tHk = s->lin_kh / m->par.tp;
+	g.tHv = g.tHk * g.r;
+	g.tKd = g.tHk * g.Dk;
+	g.tVd = g.tHv * g.Dv;
+	g.t0 = m->par.tp_rank * g.tHk;
+	g.th0 = g.t0 * g.r;
+	g.Hk = g.tHk / g.cp;
 	g.Hv = g.Hk * g.r;
 	g.Kd = g.Hk * g.Dk;
 	g.Vd = g.Hv * g.Dv;
-	g.j0 = m->par.tp_rank * g.Hk;
+	g.j0 = g.t0 + (g.cp > 1 ? m->par.cp_rank * g.Hk : 0);
 	g.h0 = g.j0 * g.r;
 	g.gKd = s->lin_kh * g.Dk;
 	g.gVd = s->lin_vh * g.Dv;
 	g.pw = 2 * g.Dk + 2 * g.r * g.Dv;
-	g.P = g.Hk * g.pw;
+	g.P = g.tHk * g.pw;
 	g.scale = (float)(1.0 / sqrt((double)g.Dk));
 	return g;
 }
 
-/* The conv's channels of this rank's heads: its q, k and v rows of conv1d. */
-static size_t conv_row(const struct gdn_dims *g, int part)
+/* The q, k and v rows (part 0, 1, 2) of the conv or of in_proj_qkv for
+ * the heads from key head j0 on. */
+static size_t qkv_row(const struct gdn_dims *g, int part, int j0)
 {
-	return part == 0 ? (size_t)g->j0 * g->Dk : part == 1 ? (size_t)g->gKd + (size_t)g->j0 * g->Dk :
-	       2 * (size_t)g->gKd + (size_t)g->h0 * g->Dv;
+	return part == 0 ? (size_t)j0 * g->Dk : part == 1 ? (size_t)g->gKd + (size_t)j0 * g->Dk :
+	       2 * (size_t)g->gKd + (size_t)j0 * g->r * g->Dv;
 }
 
 /* The Gated DeltaNet layers' scratch of one pass (gdn_fwd, gdn_bwd), and
@@ -329,10 +348,11 @@ static size_t gdn_scratch_floats(const struct hp_model *m)
 
 	if (s->n_linear) {   /* gdn_fwd's and gdn_bwd's carving, this rank's heads */
 		struct gdn_dims g = gdn_dims(m);
-		size_t Kd = g.Kd, Vd = g.Vd, Hv = g.Hv, P = g.P, W = (size_t)g.C * Vd;
+		size_t Kd = g.Kd, Vd = g.Vd, Hv = g.Hv, P = (size_t)g.Nl * g.P, W = (size_t)g.C * g.tVd;
 
-		n = zmax(zmax(N * (2 * Kd + P + 2 * Hv), W),
-			 N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * Kd + Vd + P + 2 * Hv) + 2 * W);
+		N = (size_t)g.N;
+		n = zmax(zmax(N * (2 * Kd + 2 * Hv) + P, W),
+			 N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * Kd + Vd + 2 * Hv) + P + 2 * W);
 	}
 	if (s->attn_gate)
 		n = zmax(n, 4 * N * (size_t)s->n_heads * s->head_dim);
@@ -410,25 +430,25 @@ static int take_layer(struct hp_model *m, int l, struct hp_arena *keep, struct h
 	TAKE_IN(keep, t->x_in, Ns * C * f);
 	TAKE(t->rstd1, Ns * f);
 	TAKE(t->xn1, N * C * f);
-	if (s->linear[l]) {   /* Gated DeltaNet (gdn_fwd): this rank's heads */
+	if (s->linear[l]) {   /* Gated DeltaNet (gdn_fwd): this rank's heads, the core's rows */
 		struct gdn_dims g = gdn_dims(m);
-		size_t Hk = g.Hk, Hv = g.Hv, Kd = g.Kd, Vd = g.Vd;
+		size_t Hk = g.Hk, Hv = g.Hv, Kd = g.Kd, Vd = g.Vd, n = (size_t)g.N;
 
-		TAKE(t->xc, N * (2 * Kd + Vd) * f);
-		TAKE(t->z, N * Vd * f);
-		TAKE(t->gb, N * Hv * f);
-		TAKE(t->ga, N * Hv * f);
-		TAKE(t->qn, N * Kd * f);
-		TAKE(t->kn, N * Kd * f);
-		TAKE(t->rq, N * Hk * f);
-		TAKE(t->rk, N * Hk * f);
-		TAKE(t->vv, N * Vd * f);
-		TAKE(t->beta, N * Hv * f);
-		TAKE(t->gl, N * Hv * f);
-		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, m->a.T, g.Hv, g.Dk, g.Dv) * f);
-		TAKE(t->o, N * Vd * f);
-		TAKE(t->rstd_o, N * Hv * f);
-		TAKE(t->y, N * Vd * f);
+		TAKE(t->xc, n * (2 * Kd + Vd) * f);
+		TAKE(t->z, n * Vd * f);
+		TAKE(t->gb, n * Hv * f);
+		TAKE(t->ga, n * Hv * f);
+		TAKE(t->qn, n * Kd * f);
+		TAKE(t->kn, n * Kd * f);
+		TAKE(t->rq, n * Hk * f);
+		TAKE(t->rk, n * Hk * f);
+		TAKE(t->vv, n * Vd * f);
+		TAKE(t->beta, n * Hv * f);
+		TAKE(t->gl, n * Hv * f);
+		TAKE(t->saved, hp_gdr_saved_floats(m->a.B, g.T, g.Hv, g.Dk, g.Dv) * f);
+		TAKE(t->o, n * Vd * f);
+		TAKE(t->rstd_o, n * Hv * f);
+		TAKE(t->y, n * Vd * f);
 		goto mlp;
 	}
 	if (s->qk_norm) {
@@ -660,9 +680,16 @@ static int take_acts(struct hp_model *m)
 	if (own && cp_ag(m)) {
 		TAKE(m->lay.cp_send, 2 * BS * KD * f);
 		TAKE(m->lay.cp_recv, 2 * BS * KD * f);
-	} else if (own && cp_ul(m)) {
-		TAKE(m->lay.cp_send, N * (QD + 2 * KD) * f);
-		TAKE(m->lay.cp_recv, N * (QD + 2 * KD) * f);
+	} else if (own && cp_ul(m)) {   /* attention's q, k, v; a Gated DeltaNet's q, k, v, z, b, a */
+		size_t w = QD + 2 * KD;
+
+		if (s->n_linear) {
+			struct gdn_dims g = gdn_dims(m);
+
+			w = zmax(w, 2 * (size_t)g.tKd + 2 * (size_t)g.tVd + 2 * (size_t)g.tHv);
+		}
+		TAKE(m->lay.cp_send, N * w * f);
+		TAKE(m->lay.cp_recv, N * w * f);
 	}
 	/* the step's sums, then the load-balancing loss's */
 	if (m->cur_slot == 0) {
@@ -877,11 +904,15 @@ static int set_par(struct hp_model *m, const struct hp_model_par *par, int B, in
 	if (p->cp > 1 && p->ulysses && ((g->n_heads / p->tp) % p->cp || (g->n_kv_heads / p->tp) % p->cp))
 		return hp_err_set(e, HP_ECONFIG, "ulysses attention with cp %d needs the heads per tp rank "
 				  "(%d, %d KV) divisible by cp", p->cp, g->n_heads / p->tp, g->n_kv_heads / p->tp);
-	if (g->n_linear && p->cp > 1)
+	if (g->n_linear && p->cp > 1 && !p->ulysses)
 		return hp_err_set(e, HP_EUNSUP, "context parallelism over the Gated DeltaNet layers (layer_types "
-				  "linear_attention) is not implemented yet: use tp, fsdp, ep or pp for %s", g->model_type);
+				  "linear_attention) splits their heads (ulysses): bind ulysses_attention to the "
+				  "attention layers; the recurrent state passed between cp ranks is not implemented");
 	if (g->n_linear && g->lin_kh % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "tp %d must divide linear_num_key_heads %d", p->tp, g->lin_kh);
+	if (g->n_linear && p->cp > 1 && (g->lin_kh / p->tp) % p->cp)
+		return hp_err_set(e, HP_ECONFIG, "cp %d must divide the Gated DeltaNet key heads per tp rank (%d)",
+				  p->cp, g->lin_kh / p->tp);
 	if (p->ep > HP_MAX_EP)
 		return hp_err_set(e, HP_ECONFIG, "ep %d is more than the %d this build takes", p->ep, HP_MAX_EP);
 	if (g->n_experts && g->n_experts % p->ep)
@@ -1490,22 +1521,22 @@ static void cp_scatter_dkv(struct hp_model *m, int skip)
  */
 struct ul_t {
 	float *loc, *split;
-	int H;
+	int H, D;                 /* heads, each of D values */
 };
 
 static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 {
 	struct hp_backend *bk = m->bk;
-	int B = m->a.B, T = m->a.T, cp = m->par.cp, D = m->spec.head_dim;
+	int B = m->a.B, T = m->a.T, cp = m->par.cp;
 	size_t per = 0, f = sizeof(float);
 
 	for (int i = 0; i < nt; i++)
-		per += (size_t)B * T * (x[i].H / cp) * D;
+		per += (size_t)B * T * (x[i].H / cp) * x[i].D;
 	for (int r = 0; r < cp; r++) {
 		float *o = m->lay.cp_send + (size_t)r * per;
 
 		for (int i = 0; i < nt; i++) {
-			int Hc = x[i].H / cp;
+			int Hc = x[i].H / cp, D = x[i].D;
 			size_t row = (size_t)Hc * D;
 
 			for (int b = 0; b < B; b++, o += (size_t)T * row) {
@@ -1523,7 +1554,7 @@ static void ulysses(struct hp_model *m, struct ul_t *x, int nt, int dir)
 		const float *in = m->lay.cp_recv + (size_t)s * per;
 
 		for (int i = 0; i < nt; i++) {
-			int Hc = x[i].H / cp;
+			int Hc = x[i].H / cp, D = x[i].D;
 			size_t row = (size_t)Hc * D;
 
 			for (int b = 0; b < B; b++, in += (size_t)T * row) {
@@ -1604,8 +1635,9 @@ static void attention_fwd(struct hp_model *m, int l)
 	if (cp_ul(m)) {
 		/* q, k, v go to the head split in place of their local layout (the
 		 * backward needs them split; q_raw, k_raw keep what qk_norm needs) */
-		struct ul_t x[3] = { { a->q, a->q, Hq }, { a->k, a->k, Hkv }, { a->v, a->v, Hkv } };
-		struct ul_t o = { a->att, a->att_u, Hq };
+		int D = s->head_dim;
+		struct ul_t x[3] = { { a->q, a->q, Hq, D }, { a->k, a->k, Hkv, D }, { a->v, a->v, Hkv, D } };
+		struct ul_t o = { a->att, a->att_u, Hq, D };
 
 		ulysses(m, x, 3, 0);
 		attention_core(m, l);
@@ -1637,8 +1669,9 @@ static void attention_bwd(struct hp_model *m, int l)
 	}
 	if (cp_ul(m)) {
 		/* dout to the head split in place, the kernel's gradients back */
-		struct ul_t d = { m->a.datt, m->a.datt, Hq };
-		struct ul_t x[3] = { { m->a.dq, m->a.dq, Hq }, { m->a.dk, m->a.dk, Hkv }, { m->a.dv, m->a.dv, Hkv } };
+		struct ul_t d = { m->a.datt, m->a.datt, Hq, D };
+		struct ul_t x[3] = { { m->a.dq, m->a.dq, Hq, D }, { m->a.dk, m->a.dk, Hkv, D },
+				     { m->a.dv, m->a.dv, Hkv, D } };
 
 		ulysses(m, &d, 1, 0);
 		sinks_bwd(m, l, m->a.datt, a->att_u, m->lay.S, Hq / cp);
@@ -2333,6 +2366,28 @@ static float *gdr_ws(struct hp_model *m)
 	return on_device(m) ? m->a.gdr_ws : m->gdr_ws;
 }
 
+/* The head split's all-to-all of a Gated DeltaNet layer (cp, ulysses), in
+ * place: q, k, v (the conv's input blocks), z, b and a, or their
+ * gradients, to the core's layout (dir 0) or back (dir 1). */
+static void gdn_ulysses(struct hp_model *m, const struct gdn_dims *g, float *xc, float *z, float *b, float *a,
+			int dir)
+{
+	size_t n = (size_t)g->Nl;
+	float *xk = xc + n * g->tKd, *xv = xk + n * g->tKd;
+	struct ul_t x[6] = { { xc, xc, g->tHk, g->Dk }, { xk, xk, g->tHk, g->Dk }, { xv, xv, g->tHv, g->Dv },
+			     { z, z, g->tHv, g->Dv }, { b, b, g->tHv, 1 }, { a, a, g->tHv, 1 } };
+
+	ulysses(m, x, 6, dir);
+}
+
+/* y [N, Vd] (the core's, or this rank's tokens' [Nl, tVd]) across the head split */
+static void gdn_ulysses_y(struct hp_model *m, const struct gdn_dims *g, float *y, int dir)
+{
+	struct ul_t x = { y, y, g->tHv, g->Dv };
+
+	ulysses(m, &x, 1, dir);
+}
+
 /*
  * A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet),
  * xn1 -> x_mid: the projections, laid out as three blocks [N, Kd] q,
@@ -2342,6 +2397,8 @@ static float *gdr_ws(struct hp_model *m)
  * beta = sigmoid(b) and g = -exp(A_log) softplus(a + dt_bias), the chunked
  * delta rule (q scaled by Dk^-0.5), the gated RMSNorm with z, out_proj
  * (row-parallel over tp: this rank's columns, partial sums reduced).
+ * With cp the projections and out_proj run on this rank's tokens and
+ * everything between on every token of its heads (gdn_dims).
  */
 static void gdn_fwd(struct hp_model *m, int l)
 {
@@ -2351,55 +2408,60 @@ static void gdn_fwd(struct hp_model *m, int l)
 	struct hp_layer_act *a = &m->a.act[l];
 	const struct hp_layer_w *w = &m->w.lw[l];
 	struct gdn_dims g = gdn_dims(m);
-	long N = g.N;
+	long N = g.N, Nl = g.Nl;
 	int C = g.C;
-	size_t f = sizeof(float), n = (size_t)N;
+	size_t f = sizeof(float), n = (size_t)N, nl = (size_t)Nl;
 	float *xq = a->xc, *xk = xq + n * g.Kd, *xv = xk + n * g.Kd;
-	float *qr = m->a.gdn_w, *kr = qr + n * g.Kd, *pj = kr + n * g.Kd, *pba = pj + n * g.P;
-	/* q, k and v: the conv's input blocks, its outputs, their widths */
+	float *qr = m->a.gdn_w, *kr = qr + n * g.Kd, *pba = kr + n * g.Kd, *pj = pba + 2 * n * g.Hv;
+	/* q, k and v: the conv's input blocks, its outputs, their widths (the
+	 * core's, and the projections') */
 	float *xin[3] = { xq, xk, xv }, *xout[3] = { qr, kr, a->vv };
-	int wd[3] = { g.Kd, g.Kd, g.Vd };
+	int wd[3] = { g.Kd, g.Kd, g.Vd }, twd[3] = { g.tKd, g.tKd, g.tVd };
 
 	if (s->lin_split) {
 		for (int p = 0; p < 3; p++)
-			bk->linear_fwd(bk, xin[p], a->xn1, w->wqkv + conv_row(&g, p) * C, NULL, N, C, wd[p]);
-		bk->linear_fwd(bk, a->z, a->xn1, w->wz + (size_t)g.h0 * g.Dv * C, NULL, N, C, g.Vd);
-		bk->linear_fwd(bk, a->gb, a->xn1, w->wb + (size_t)g.h0 * C, NULL, N, C, g.Hv);
-		bk->linear_fwd(bk, a->ga, a->xn1, w->wa + (size_t)g.h0 * C, NULL, N, C, g.Hv);
+			bk->linear_fwd(bk, xin[p], a->xn1, w->wqkv + qkv_row(&g, p, g.t0) * C, NULL, Nl, C, twd[p]);
+		bk->linear_fwd(bk, a->z, a->xn1, w->wz + (size_t)g.th0 * g.Dv * C, NULL, Nl, C, g.tVd);
+		bk->linear_fwd(bk, a->gb, a->xn1, w->wb + (size_t)g.th0 * C, NULL, Nl, C, g.tHv);
+		bk->linear_fwd(bk, a->ga, a->xn1, w->wa + (size_t)g.th0 * C, NULL, Nl, C, g.tHv);
 	} else {
 		int rv = g.r * g.Dv;
 
-		bk->linear_fwd(bk, pj, a->xn1, w->wqkvz + (size_t)g.j0 * g.pw * C, NULL, N, C, g.P);
-		bk->linear_fwd(bk, pba, a->xn1, w->wba + (size_t)g.h0 * 2 * C, NULL, N, C, 2 * g.Hv);
-		for (int j = 0; j < g.Hk; j++) {
+		bk->linear_fwd(bk, pj, a->xn1, w->wqkvz + (size_t)g.t0 * g.pw * C, NULL, Nl, C, g.P);
+		bk->linear_fwd(bk, pba, a->xn1, w->wba + (size_t)g.th0 * 2 * C, NULL, Nl, C, 2 * g.tHv);
+		for (int j = 0; j < g.tHk; j++) {
 			const float *src = pj + (size_t)j * g.pw;
 
-			bk->copy2d(bk, xq + j * g.Dk, g.Kd * f, src, g.P * f, g.Dk * f, n);
-			bk->copy2d(bk, xk + j * g.Dk, g.Kd * f, src + g.Dk, g.P * f, g.Dk * f, n);
-			bk->copy2d(bk, xv + j * rv, g.Vd * f, src + 2 * g.Dk, g.P * f, rv * f, n);
-			bk->copy2d(bk, a->z + j * rv, g.Vd * f, src + 2 * g.Dk + rv, g.P * f, rv * f, n);
-			bk->copy2d(bk, a->gb + j * g.r, g.Hv * f, pba + 2 * j * g.r, 2 * g.Hv * f, g.r * f, n);
-			bk->copy2d(bk, a->ga + j * g.r, g.Hv * f, pba + 2 * j * g.r + g.r, 2 * g.Hv * f, g.r * f, n);
+			bk->copy2d(bk, xq + j * g.Dk, g.tKd * f, src, g.P * f, g.Dk * f, nl);
+			bk->copy2d(bk, xk + j * g.Dk, g.tKd * f, src + g.Dk, g.P * f, g.Dk * f, nl);
+			bk->copy2d(bk, xv + j * rv, g.tVd * f, src + 2 * g.Dk, g.P * f, rv * f, nl);
+			bk->copy2d(bk, a->z + j * rv, g.tVd * f, src + 2 * g.Dk + rv, g.P * f, rv * f, nl);
+			bk->copy2d(bk, a->gb + j * g.r, g.tHv * f, pba + 2 * j * g.r, 2 * g.tHv * f, g.r * f, nl);
+			bk->copy2d(bk, a->ga + j * g.r, g.tHv * f, pba + 2 * j * g.r + g.r, 2 * g.tHv * f, g.r * f, nl);
 		}
 	}
+	if (g.cp > 1)
+		gdn_ulysses(m, &g, a->xc, a->z, a->gb, a->ga, 0);
 	for (int p = 0; p < 3; p++)
-		bk->conv1d_silu_fwd(bk, xout[p], xin[p], w->conv + conv_row(&g, p) * g.K, m->a.seg, m->a.B, m->a.T,
+		bk->conv1d_silu_fwd(bk, xout[p], xin[p], w->conv + qkv_row(&g, p, g.j0) * g.K, m->a.seg, m->a.B, g.T,
 				    wd[p], g.K);
 	bk->l2norm_fwd(bk, a->qn, a->rq, qr, N * g.Hk, g.Dk);
 	bk->l2norm_fwd(bk, a->kn, a->rk, kr, N * g.Hk, g.Dk);
 	bk->gdn_gates_fwd(bk, a->beta, a->gl, a->gb, a->ga, w->A_log + g.h0, w->dt_bias + g.h0, N, g.Hv);
-	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, gdr_ws(m), m->a.B, m->a.T, g.Hv,
+	bk->gdr_fwd(bk, a->o, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg, gdr_ws(m), m->a.B, g.T, g.Hv,
 		    g.Hk, g.Dk, g.Dv, g.scale);
 	bk->rmsnorm_gated_fwd(bk, a->y, a->rstd_o, a->o, a->z, w->lin_norm, N * g.Hv, g.Dv, (float)s->rms_eps);
+	if (g.cp > 1)
+		gdn_ulysses_y(m, &g, a->y, 1);
 	if (pr->tp == 1) {
-		bk->linear_fwd(bk, a->x_mid, a->y, w->wout, NULL, N, g.Vd, C);
+		bk->linear_fwd(bk, a->x_mid, a->y, w->wout, NULL, Nl, g.tVd, C);
 		return;
 	}
 	/* row-parallel: this rank's columns of out_proj (copied out), partial sums reduced */
 	float *ws = m->a.gdn_w, *o = pr->sp ? m->a.dxn : a->x_mid;
 
-	bk->copy2d(bk, ws, g.Vd * f, w->wout + (size_t)g.h0 * g.Dv, g.gVd * f, g.Vd * f, (size_t)C);
-	bk->linear_fwd(bk, o, a->y, ws, NULL, N, g.Vd, C);
+	bk->copy2d(bk, ws, g.tVd * f, w->wout + (size_t)g.th0 * g.Dv, g.gVd * f, g.tVd * f, (size_t)C);
+	bk->linear_fwd(bk, o, a->y, ws, NULL, Nl, g.tVd, C);
 	tp_reduce(m, o, a->x_mid);
 }
 
@@ -2414,27 +2476,29 @@ static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 	const struct hp_layer_w *w = &m->w.lw[l];
 	struct hp_layer_w *gw = &m->w.lg[l];
 	struct gdn_dims g = gdn_dims(m);
-	long N = g.N;
-	int C = g.C, Kd = g.Kd, Vd = g.Vd, Hv = g.Hv;
-	size_t f = sizeof(float), n = (size_t)N;
+	long N = g.N, Nl = g.Nl;
+	int C = g.C, Kd = g.Kd, Vd = g.Vd, Hv = g.Hv, tVd = g.tVd, tHv = g.tHv;
+	size_t f = sizeof(float), n = (size_t)N, nl = (size_t)Nl;
 	float *dY = m->a.gdn_w, *dO = dY + n * Vd, *dZ = dO + n * Vd, *dv = dZ + n * Vd, *dq = dv + n * Vd;
 	float *dk = dq + n * Kd, *dqr = dk + n * Kd, *dkr = dqr + n * Kd, *dg = dkr + n * Kd, *dbeta = dg + n * Hv;
 	float *db = dbeta + n * Hv, *da = db + n * Hv, *dxq = da + n * Hv, *dxk = dxq + n * Kd, *dxv = dxk + n * Kd;
-	float *dp = dxv + n * Vd, *dpba = dp + n * g.P, *ws = dpba + 2 * n * Hv, *dws = ws + (size_t)C * Vd;
+	float *dpba = dxv + n * Vd, *ws = dpba + 2 * n * Hv, *dws = ws + (size_t)C * tVd, *dp = dws + (size_t)C * tVd;
 
 	if (m->par.tp == 1) {
-		bk->linear_bwd(bk, dY, gw->wout, NULL, dy, a->y, w->wout, N, Vd, C, 0);
+		bk->linear_bwd(bk, dY, gw->wout, NULL, dy, a->y, w->wout, Nl, tVd, C, 0);
 	} else {   /* this rank's columns of out_proj and of its gradient */
-		size_t col = (size_t)g.h0 * g.Dv;
+		size_t col = (size_t)g.th0 * g.Dv;
 
-		bk->copy2d(bk, ws, Vd * f, w->wout + col, g.gVd * f, Vd * f, (size_t)C);
-		bk->copy2d(bk, dws, Vd * f, gw->wout + col, g.gVd * f, Vd * f, (size_t)C);
-		bk->linear_bwd(bk, dY, dws, NULL, dy, a->y, ws, N, Vd, C, 0);
-		bk->copy2d(bk, gw->wout + col, g.gVd * f, dws, Vd * f, Vd * f, (size_t)C);
+		bk->copy2d(bk, ws, tVd * f, w->wout + col, g.gVd * f, tVd * f, (size_t)C);
+		bk->copy2d(bk, dws, tVd * f, gw->wout + col, g.gVd * f, tVd * f, (size_t)C);
+		bk->linear_bwd(bk, dY, dws, NULL, dy, a->y, ws, Nl, tVd, C, 0);
+		bk->copy2d(bk, gw->wout + col, g.gVd * f, dws, tVd * f, tVd * f, (size_t)C);
 	}
+	if (g.cp > 1)
+		gdn_ulysses_y(m, &g, dY, 0);
 	bk->rmsnorm_gated_bwd(bk, dO, dZ, gw->lin_norm, dY, a->o, a->z, w->lin_norm, a->rstd_o, N * Hv, g.Dv);
 	bk->gdr_bwd(bk, dq, dk, dv, dg, dbeta, dO, a->saved, a->qn, a->kn, a->vv, a->gl, a->beta, m->a.seg,
-		    gdr_ws(m), m->a.B, m->a.T, Hv, g.Hk, g.Dk, g.Dv, g.scale);
+		    gdr_ws(m), m->a.B, g.T, Hv, g.Hk, g.Dk, g.Dv, g.scale);
 	bk->gdn_gates_bwd(bk, db, da, gw->A_log + g.h0, gw->dt_bias + g.h0, dbeta, dg, a->gb, a->ga, w->A_log + g.h0,
 			  w->dt_bias + g.h0, N, Hv);
 	bk->l2norm_bwd(bk, dqr, dq, a->qn, a->rq, N * g.Hk, g.Dk);
@@ -2442,38 +2506,40 @@ static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 	/* q, k and v: the conv's input blocks, its output gradients, its input gradients, their widths */
 	const float *xin[3] = { a->xc, a->xc + n * Kd, a->xc + 2 * n * Kd }, *dout[3] = { dqr, dkr, dv };
 	float *dxin[3] = { dxq, dxk, dxv };
-	int wd[3] = { Kd, Kd, Vd };
+	int wd[3] = { Kd, Kd, Vd }, twd[3] = { g.tKd, g.tKd, tVd };
 
 	for (int p = 0; p < 3; p++)
-		bk->conv1d_silu_bwd(bk, dxin[p], gw->conv + conv_row(&g, p) * g.K, dout[p], xin[p],
-				    w->conv + conv_row(&g, p) * g.K, m->a.seg, m->a.B, m->a.T, wd[p], g.K);
+		bk->conv1d_silu_bwd(bk, dxin[p], gw->conv + qkv_row(&g, p, g.j0) * g.K, dout[p], xin[p],
+				    w->conv + qkv_row(&g, p, g.j0) * g.K, m->a.seg, m->a.B, g.T, wd[p], g.K);
+	if (g.cp > 1)   /* dxq, dxk, dxv are one block, as xc */
+		gdn_ulysses(m, &g, dxq, dZ, db, da, 1);
 	if (s->lin_split) {
 		for (int p = 0; p < 3; p++)
-			bk->linear_bwd(bk, m->a.dxn, gw->wqkv + conv_row(&g, p) * C, NULL, dxin[p], a->xn1,
-				       w->wqkv + conv_row(&g, p) * C, N, C, wd[p], p > 0);
-		bk->linear_bwd(bk, m->a.dxn, gw->wz + (size_t)g.h0 * g.Dv * C, NULL, dZ, a->xn1,
-			       w->wz + (size_t)g.h0 * g.Dv * C, N, C, Vd, 1);
-		bk->linear_bwd(bk, m->a.dxn, gw->wb + (size_t)g.h0 * C, NULL, db, a->xn1, w->wb + (size_t)g.h0 * C, N,
-			       C, Hv, 1);
-		bk->linear_bwd(bk, m->a.dxn, gw->wa + (size_t)g.h0 * C, NULL, da, a->xn1, w->wa + (size_t)g.h0 * C, N,
-			       C, Hv, 1);
+			bk->linear_bwd(bk, m->a.dxn, gw->wqkv + qkv_row(&g, p, g.t0) * C, NULL, dxin[p], a->xn1,
+				       w->wqkv + qkv_row(&g, p, g.t0) * C, Nl, C, twd[p], p > 0);
+		bk->linear_bwd(bk, m->a.dxn, gw->wz + (size_t)g.th0 * g.Dv * C, NULL, dZ, a->xn1,
+			       w->wz + (size_t)g.th0 * g.Dv * C, Nl, C, tVd, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wb + (size_t)g.th0 * C, NULL, db, a->xn1, w->wb + (size_t)g.th0 * C, Nl,
+			       C, tHv, 1);
+		bk->linear_bwd(bk, m->a.dxn, gw->wa + (size_t)g.th0 * C, NULL, da, a->xn1, w->wa + (size_t)g.th0 * C, Nl,
+			       C, tHv, 1);
 		return;
 	}
 	int rv = g.r * g.Dv;
-	for (int j = 0; j < g.Hk; j++) {   /* back to in_proj_qkvz's and in_proj_ba's layouts */
+	for (int j = 0; j < g.tHk; j++) {   /* back to in_proj_qkvz's and in_proj_ba's layouts */
 		float *dst = dp + (size_t)j * g.pw;
 
-		bk->copy2d(bk, dst, g.P * f, dxq + j * g.Dk, Kd * f, g.Dk * f, n);
-		bk->copy2d(bk, dst + g.Dk, g.P * f, dxk + j * g.Dk, Kd * f, g.Dk * f, n);
-		bk->copy2d(bk, dst + 2 * g.Dk, g.P * f, dxv + j * rv, Vd * f, rv * f, n);
-		bk->copy2d(bk, dst + 2 * g.Dk + rv, g.P * f, dZ + j * rv, Vd * f, rv * f, n);
-		bk->copy2d(bk, dpba + 2 * j * g.r, 2 * Hv * f, db + j * g.r, Hv * f, g.r * f, n);
-		bk->copy2d(bk, dpba + 2 * j * g.r + g.r, 2 * Hv * f, da + j * g.r, Hv * f, g.r * f, n);
+		bk->copy2d(bk, dst, g.P * f, dxq + j * g.Dk, g.tKd * f, g.Dk * f, nl);
+		bk->copy2d(bk, dst + g.Dk, g.P * f, dxk + j * g.Dk, g.tKd * f, g.Dk * f, nl);
+		bk->copy2d(bk, dst + 2 * g.Dk, g.P * f, dxv + j * rv, tVd * f, rv * f, nl);
+		bk->copy2d(bk, dst + 2 * g.Dk + rv, g.P * f, dZ + j * rv, tVd * f, rv * f, nl);
+		bk->copy2d(bk, dpba + 2 * j * g.r, 2 * tHv * f, db + j * g.r, tHv * f, g.r * f, nl);
+		bk->copy2d(bk, dpba + 2 * j * g.r + g.r, 2 * tHv * f, da + j * g.r, tHv * f, g.r * f, nl);
 	}
-	bk->linear_bwd(bk, m->a.dxn, gw->wqkvz + (size_t)g.j0 * g.pw * C, NULL, dp, a->xn1,
-		       w->wqkvz + (size_t)g.j0 * g.pw * C, N, C, g.P, 0);
-	bk->linear_bwd(bk, m->a.dxn, gw->wba + (size_t)g.h0 * 2 * C, NULL, dpba, a->xn1, w->wba + (size_t)g.h0 * 2 * C,
-		       N, C, 2 * Hv, 1);
+	bk->linear_bwd(bk, m->a.dxn, gw->wqkvz + (size_t)g.t0 * g.pw * C, NULL, dp, a->xn1,
+		       w->wqkvz + (size_t)g.t0 * g.pw * C, Nl, C, g.P, 0);
+	bk->linear_bwd(bk, m->a.dxn, gw->wba + (size_t)g.th0 * 2 * C, NULL, dpba, a->xn1, w->wba + (size_t)g.th0 * 2 * C,
+		       Nl, C, 2 * tHv, 1);
 }
 
 static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb, int re)

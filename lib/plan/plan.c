@@ -167,14 +167,14 @@ static int check(struct hp_plan *p, const struct hp_config *c, int world, struct
 	if (p->edp % p->edp_shard)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.fsdp_config.edp_shard_size: %ld does not divide "
 				  "edp = world/(pp_size*ep_size) = %ld; pick a divisor", f, p->edp_shard, p->edp);
-	if (s->n_linear && p->cp > 1)   /* lib/model/model.c, set_par: the same words */
-		return hp_err_set(e, HP_EUNSUP, "'%s': $.accelerator.cp_size: context parallelism over the Gated "
-				  "DeltaNet layers (layer_types linear_attention) is not implemented yet: use tp, fsdp, ep "
-				  "or pp for %s", f, s->model_type);
 	if (s->n_linear && s->lin_kh % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
 				  "linear_num_key_heads %d (the Gated DeltaNet heads are split over tp)", f, p->tp,
 				  s->lin_kh);
+	if (s->n_linear && p->cp > 1 && (s->lin_kh / p->tp) % p->cp)
+		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.cp_size: %ld does not divide the Gated "
+				  "DeltaNet key heads per tp rank (%ld; cp splits them again)", f, p->cp,
+				  s->lin_kh / p->tp);
 	if (s->n_heads % p->tp)
 		return hp_err_set(e, HP_ECONFIG, "'%s': $.accelerator.tp_size: %ld does not divide "
 				  "num_attention_heads %d", f, p->tp, s->n_heads);
@@ -711,6 +711,11 @@ static int step_facts(struct hp_plan *p, const struct hp_config *c, struct hp_er
 					  "spreads over cp", f, p->cp, s->n_heads / (int)p->tp,
 					  s->n_kv_heads / (int)p->tp);
 	}
+	if (s->n_linear && p->cp > 1 && p->cp_mode != HP_CP_ULYSSES)   /* model.c, set_par: the same words */
+		return hp_err_set(e, HP_EUNSUP, "'%s': $.accelerator.cp_size: context parallelism over the Gated "
+				  "DeltaNet layers (layer_types linear_attention) splits their heads (ulysses): bind "
+				  "ulysses_attention to the attention layers; the recurrent state passed between cp "
+				  "ranks is not implemented", f);
 	if (!(p->config = hp_config_json(c)))
 		return hp_err_set(e, HP_ENOMEM, "out of memory for the plan");
 	return 0;

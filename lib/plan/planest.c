@@ -247,7 +247,7 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 {
 	const struct hp_model_spec *s = &p->spec;
 	int64_t G = p->accum, ea = 4;
-	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0;
+	int64_t N, A, As, Nm, kv, nmoe = 0, ndense = 0, nre = 0, nre_moe = 0, nre_dense = 0, nlin = 0, nre_lin = 0;
 	int st = hp_plan_stage(p, rank), pp = p->pp > 1 ? (int)p->pp : 1, vpp = p->pp > 1 ? p->vpp : 1, nl = 0;
 	int first = st == 0, last = st == pp - 1, sends = 0;
 
@@ -276,6 +276,8 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 
 		nmoe += moe;
 		ndense += !moe;
+		nlin += s->linear[l];
+		nre_lin += re && s->linear[l];
 		/* full checkpointing runs the layer's forward again in the
 		 * backward, its collectives with it, up to a dense MLP's exit */
 		nre += re;
@@ -304,10 +306,17 @@ static void act_traffic(const struct hp_plan *p, int rank, struct hp_rank_est *r
 	/* context parallel: K and V of every layer */
 	kv = N * (s->n_kv_heads / p->tp) * s->head_dim * ea;
 	if (p->cp_mode == HP_CP_ULYSSES) {
-		int64_t q = N * (s->n_heads / p->tp) * s->head_dim * ea;
+		int64_t q = N * (s->n_heads / p->tp) * s->head_dim * ea, na = nl - nlin, nre_a = nre - nre_lin;
 
-		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * nl + nre), q + 2 * kv, 1);
-		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * nl + nre), q, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * na + nre_a), q + 2 * kv, 1);
+		add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * na + nre_a), q, 1);
+		if (nlin) {   /* a Gated DeltaNet layer's: q, k, v, z, b, a and back, y and back (gdn_fwd) */
+			int64_t Hk = s->lin_kh / p->tp, Hv = s->lin_vh / p->tp;
+			int64_t y = N * Hv * s->lin_vd * ea, in = N * (2 * Hk * s->lin_kd + 2 * Hv + Hv * s->lin_vd) * ea + y;
+
+			add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * nlin + nre_lin), in, 1);
+			add(r, HP_DIM_CP, HP_COLL_ALL_TO_ALL, G * (2 * nlin + nre_lin), y, 1);
+		}
 	} else {
 		add(r, HP_DIM_CP, HP_COLL_ALL_GATHER, G * (nl + nre), 2 * kv, 1);
 		add(r, HP_DIM_CP, HP_COLL_REDUCE_SCATTER, G * nl, p->cp * 2 * kv, 1);
