@@ -145,17 +145,13 @@ static void bench_flash(int T)
 		hp_cuda_free(all[i]);
 }
 
-/* a cheap deterministic pattern in [-a, a) */
 /* The gated delta rule (gdn.cu) at Qwen3-Next-80B's heads: B=1, T tokens,
  * 16 key and 32 value heads of 128.  Flops as the chunked algorithm does
- * them, per chunk of L=64 and value head (a multiply-add 2): the forward
- * 2 (2 L^2 Dk + 3 L Dk Dv + 2 L^2 Dv) - K K^T and Q K^T, K S0, Q S0 and the
- * state's update, the solve and P U; the backward recomputes that and adds
- * 2 (4 L^2 Dk + 6 L Dk Dv + 3 L^2 Dv).  fp32 on the CUDA cores, beside the
- * bf16 GEMM peak the MFU is measured against. */
+ * them (hp_gdr_flops, test-deltanet --bench's count on the CPU), fp32 on
+ * the CUDA cores, beside the bf16 GEMM peak the MFU is measured against. */
 static void bench_gdr(int T)
 {
-	int B = 1, Hk = 16, Hv = 32, D = 128, L = 64;
+	int B = 1, Hk = 16, Hv = 32, D = 128;
 	long N = (long)B * T;
 	size_t nq = (size_t)N * Hk * D, nv = (size_t)N * Hv * D, ng = (size_t)N * Hv, unit = hp_gdr_unit_floats(D, D);
 	size_t ns = hp_gdr_saved_floats(B, T, Hv, D, D);
@@ -166,28 +162,30 @@ static void bench_gdr(int T)
 	float *dg = hp_cuda_alloc(4 * ng, &e), *db = hp_cuda_alloc(4 * ng, &e), *saved = hp_cuda_alloc(4 * ns, &e);
 	float *ws = hp_cuda_alloc(4 * (size_t)B * Hv * unit, &e);
 	float *h = malloc(4 * (nv > ng ? nv : ng));
-	double tf, tb, per = (double)N * Hv;
-	double ff = 2.0 * (2.0 * L * D + 3.0 * D * D + 2.0 * L * D) * per;
-	double fb = ff + 2.0 * (4.0 * L * D + 6.0 * D * D + 3.0 * L * D) * per;
+	double tf, tb, ff, fb;
+	float scale = (float)(1.0 / sqrt((double)D));
+
+	hp_gdr_flops(B, T, Hv, D, D, &ff, &fb);
 
 	if (!q || !k || !v || !g || !beta || !o || !dq || !dk || !dv || !dg || !db || !saved || !ws || !h)
 		die("delta rule buffers", &e);
-	/* unit-norm q and k (every value 1/sqrt(D)), v and dout 0.5, g -0.1, beta 0.5 */
+	/* unit-norm q and k (every value 1/sqrt(D)), v 0.5, g -0.1, beta 0.5; the
+	 * backward's dout is the forward's output */
 	for (size_t i = 0; i < nv; i++)
 		h[i] = (float)(1.0 / sqrt((double)D));
 	if (hp_cuda_upload(q, h, 4 * nq, &e) || hp_cuda_upload(k, h, 4 * nq, &e))
 		die("delta rule inputs", &e);
 	for (size_t i = 0; i < nv; i++)
 		h[i] = 0.5f;
-	if (hp_cuda_upload(v, h, 4 * nv, &e) || hp_cuda_upload(o, h, 4 * nv, &e) || hp_cuda_upload(beta, h, 4 * ng, &e))
+	if (hp_cuda_upload(v, h, 4 * nv, &e) || hp_cuda_upload(beta, h, 4 * ng, &e))
 		die("delta rule inputs", &e);
 	for (size_t i = 0; i < ng; i++)
 		h[i] = -0.1f;
 	if (hp_cuda_upload(g, h, 4 * ng, &e))
 		die("delta rule inputs", &e);
-	TIME(3, tf, hp_cuda_gdr_fwd(o, saved, q, k, v, g, beta, NULL, ws, unit, B, T, Hv, Hk, D, D, 0.0884f));
+	TIME(3, tf, hp_cuda_gdr_fwd(o, saved, q, k, v, g, beta, NULL, ws, unit, B, T, Hv, Hk, D, D, scale));
 	TIME(3, tb, hp_cuda_gdr_bwd(dq, dk, dv, dg, db, o, saved, q, k, v, g, beta, NULL, ws, unit, B, T, Hv, Hk, D, D,
-				    0.0884f));
+				    scale));
 	if (hp_cuda_sync(&e))
 		die("delta rule", &e);
 	printf("gated delta rule T=%d Hk=%d Hv=%d D=%d  forward %.3f ms %.1f GFLOP/s  backward %.3f ms %.1f GFLOP/s "
@@ -199,6 +197,7 @@ static void bench_gdr(int T)
 	free(h);
 }
 
+/* a cheap deterministic pattern in [-a, a) */
 static void pattern(float *w, size_t n, unsigned salt, float a)
 {
 	for (size_t i = 0; i < n; i++) {

@@ -820,6 +820,25 @@ void hp_gdr_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, const 
 	hp_parallel_for(a.slots, 1, 1, bwd_slots, &a);
 }
 
+/* The flops of a chunk of L tokens as the kernels above compute it (a
+ * multiply and an add each count; lower-triangular L x L products count
+ * their L(L+1)/2 or L(L-1)/2 terms; exps, copies and transposes nothing):
+ * forward: K S0, Q S0 and the state update (3 x 2 L Dk Dv), K K^T and Q K^T
+ * (2 x L(L+1) Dk), the solve (L(L-1) Dv), P U (L(L+1) Dv); backward: the
+ * forward's K S0, K K^T, solve and Q K^T again, then 7 products of 2 L Dk Dv
+ * (dU, Z, S0 dO, S0 dR and dS0's two, Kh dS), and the L x L ones: P^T dO,
+ * dO U^T, dR U^T (L(L+1) Dv each), the transposed solve (L(L-1) Dv), Pd K,
+ * Pd^T Q (L(L+1) Dk each), H K, H^T K (L(L-1) Dk each).  gdn.cu's chunks
+ * are the same products. */
+void hp_gdr_flops(int B, int T, int Hv, int Dk, int Dv, double *fwd, double *bwd)
+{
+	double L = CH, n = (double)B * Hv * ((T + CH - 1) / CH);
+
+	*fwd = n * (6 * L * Dk * Dv + 2 * L * (L + 1) * Dk + L * (L - 1) * Dv + L * (L + 1) * Dv);
+	*bwd = n * (2 * L * Dk * Dv + 2 * L * (L + 1) * Dk + L * (L - 1) * Dv + 14 * L * Dk * Dv +
+		    3 * L * (L + 1) * Dv + L * (L - 1) * Dv + 2 * L * (L + 1) * Dk + 2 * L * (L - 1) * Dk);
+}
+
 /* ---- l2norm ---- */
 
 struct l2_args {

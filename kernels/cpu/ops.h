@@ -441,6 +441,9 @@ int hp_gdr_ref_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, con
 		   const float *q, const float *k, const float *v, const float *g, const float *beta,
 		   const int32_t *seg, int B, int T, int Hv, int Hk, int Dk, int Dv, float scale);
 size_t hp_gdr_saved_floats(int B, int T, int Hv, int Dk, int Dv);
+/* the flops of the chunked forward and backward as they compute them,
+ * every chunk counted full (deltanet.c: what each term is) */
+void hp_gdr_flops(int B, int T, int Hv, int Dk, int Dv, double *fwd, double *bwd);
 size_t hp_gdr_unit_floats(int Dk, int Dv);
 size_t hp_gdr_scratch_floats(int B, int Hv, int Dk, int Dv);
 void hp_gdr_fwd(float *out, float *saved, const float *q, const float *k, const float *v, const float *g,

@@ -22,6 +22,12 @@ static __global__ void nan_f32(float *p, size_t n)
 		p[i] = __int_as_float(0x7fc00000);
 }
 
+void hp_cu_fill_nan(float *p, size_t n)
+{
+	if (n)
+		nan_f32<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(p, n);
+}
+
 static __global__ void inf_f32(float *p, size_t n)
 {
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -69,7 +75,7 @@ extern "C" void hp_cuda_flash_fwd(hp_bf16 *out, float *lse, const hp_bf16 *q, co
 		size_t n = (size_t)B * Hq * T;
 		fill_nan_bf16(out, n * (size_t)(D > 0 ? D : 0));
 		if (lse)
-			nan_f32<<<hp_cu_blocks(n, 256), 256, 0, hp_cu_stream>>>(lse, n);
+			hp_cu_fill_nan(lse, n);
 		return;
 	}
 	if (tensor_cores(D))

@@ -90,6 +90,28 @@ static __device__ __forceinline__ float block_max(float v, float *sh)
 	return v;
 }
 
+/* sigmoid(x) and sigmoid(-x) from one e = exp(-|x|), which never overflows:
+ * 1/(1+e) and e/(1+e) for x >= 0, the other way round below (kernels/cpu's
+ * swiglu.c and gdn.c compute them so) */
+static __device__ __forceinline__ void hp_cu_sig2(float x, float *s, float *sm)
+{
+	float e = expf(x < 0.0f ? x : -x), d = __fadd_rn(1.0f, e);
+
+	*s = __fdiv_rn(x < 0.0f ? e : 1.0f, d);
+	*sm = __fdiv_rn(x < 0.0f ? 1.0f : e, d);
+}
+
+static __device__ __forceinline__ float hp_cu_sigmoid(float x)
+{
+	float s, sm;
+
+	hp_cu_sig2(x, &s, &sm);
+	return s;
+}
+
+/* attn.cu: n floats at p (device) set to NaN, on the stream */
+void hp_cu_fill_nan(float *p, size_t n);
+
 /* a float from either storage type, and back (bf16 rounded to nearest even) */
 static __device__ __forceinline__ float hp_ld(const float *p) { return *p; }
 static __device__ __forceinline__ float hp_ld(const hp_bf16 *p) { return bf2f(*p); }

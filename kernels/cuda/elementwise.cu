@@ -514,14 +514,8 @@ extern "C" void hp_cuda_rope_bwd(float *dx, const int32_t *pos, const float *cos
 
 /* ---- SwiGLU ---- */
 
-/* sigmoid(g) as swiglu.c's vector path computes it: from e = exp(-|g|),
- * so the exponential never overflows (e/(1+e) for g < 0, 1/(1+e) else) */
-static __device__ __forceinline__ float sigmoid(float g)
-{
-	float e = expf(g < 0.0f ? g : -g);
-
-	return g < 0.0f ? __fdiv_rn(e, __fadd_rn(1.0f, e)) : __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
-}
+/* sigmoid(g) as swiglu.c's vector path computes it (common.cuh) */
+#define sigmoid hp_cu_sigmoid
 
 /* h = silu(g) * u = (g * s) * u */
 static __device__ __forceinline__ float swiglu_f(float g, float u)

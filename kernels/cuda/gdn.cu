@@ -35,25 +35,14 @@
 #define GDN_THREADS 256
 #define gdn_blocks(n) hp_cu_blocks((n), GDN_THREADS)
 
-/* acc += a b, rounded apart (the CPU's -ffp-contract=off) */
+/* acc += a b, rounded apart (the CPU's -ffp-contract=off); DMAC in double,
+ * where a float times a double is not exact and nvcc would fuse them */
 #define MAC(acc, a, b) ((acc) = __fadd_rn((acc), __fmul_rn((a), (b))))
+#define DMAC(acc, a, b) ((acc) = __dadd_rn((acc), __dmul_rn((a), (b))))
 
-/* sigmoid(x) and sigmoid(-x) from one e = exp(-|x|) (gdn.c's sig2) */
-static __device__ __forceinline__ void sig2(float x, float *s, float *sm)
-{
-	float e = expf(-fabsf(x)), d = 1.0f + e;
-
-	*s = (x >= 0 ? 1.0f : e) / d;
-	*sm = (x >= 0 ? e : 1.0f) / d;
-}
-
-static __device__ __forceinline__ float sigm(float x)
-{
-	float s, sm;
-
-	sig2(x, &s, &sm);
-	return s;
-}
+/* sigmoid(x), and with sigmoid(-x) from the same exp (common.cuh) */
+#define sig2 hp_cu_sig2
+#define sigm hp_cu_sigmoid
 
 /* torch's softplus, beta 1, threshold 20 */
 static __device__ __forceinline__ float softplus_f(float u)
@@ -77,6 +66,16 @@ static __device__ double dotd4(const float *x, const float *y, long n)
 	for (; i < n; i++)
 		s += (double)x[i] * y[i];
 	return (a0 + a2) + (a1 + a3) + s;
+}
+
+/* x.y in float, n ascending from 0 (the CPU's mm for one element) */
+static __device__ float fdot(const float *x, const float *y, long n)
+{
+	float acc = 0.0f;
+
+	for (long i = 0; i < n; i++)
+		MAC(acc, x[i], y[i]);
+	return acc;
 }
 
 /* ---- causal depthwise conv1d + SiLU ---------------------------------- */
@@ -469,7 +468,7 @@ struct gdr_ws {
 	float *S, *dS;
 };
 
-static __host__ __device__ size_t gws_floats(int Dk, int Dv)
+static size_t gws_floats(int Dk, int Dv)
 {
 	return (size_t)8 * CH * Dk + (size_t)5 * CH * Dv + (size_t)6 * CH * CH + (size_t)2 * Dk * Dv;
 }
@@ -494,7 +493,7 @@ static __device__ void ws_carve(struct gdr_ws *w, float *p, int Dk, int Dv)
 struct gdr_sh {
 	double gam[CH], dgam[CH], dbeta[CH], xs[CH], red[32];
 	float g[CH], beta[CH], eg[CH], el[CH];
-	int starts[CH + 1];
+	int starts[CH + 1], ns;
 };
 
 #define TID ((int)threadIdx.x)
@@ -514,6 +513,16 @@ static __device__ int next_start(const int32_t *seg, int b, int T, int s, int e)
 			if (seg[(long)b * T + t] == t)
 				return t;
 	return e;
+}
+
+/* x . S[:, j] for a row x of Dk and S [Dk, Dv], d ascending from 0 */
+static __device__ float row_by_col(const float *x, const float *S, int Dk, int Dv, long j)
+{
+	float acc = 0.0f;
+
+	for (int d = 0; d < Dk; d++)
+		MAC(acc, x[d], S[(long)d * Dv + j]);
+	return acc;
 }
 
 static __device__ void fill(float *p, long n, float v)
@@ -566,10 +575,8 @@ static __device__ void chunk_prep(const struct gdr_args *a, struct gdr_ws *w, st
 
 		if (j <= i) {
 			e = (float)exp(sh->gam[i] - sh->gam[j]);
-			for (int d = 0; d < Dk; d++) {
-				MAC(kk, w->K[(long)i * Dk + d], w->K[(long)j * Dk + d]);
-				MAC(gq, w->Q[(long)i * Dk + d], w->K[(long)j * Dk + d]);
-			}
+			kk = fdot(w->K + (long)i * Dk, w->K + (long)j * Dk, Dk);
+			gq = fdot(w->Q + (long)i * Dk, w->K + (long)j * Dk, Dk);
 		}
 		w->E[i * CH + j] = e;
 		w->KK[i * CH + j] = kk;
@@ -580,11 +587,7 @@ static __device__ void chunk_prep(const struct gdr_args *a, struct gdr_ws *w, st
 	/* Vt = V - e^gamma (K S0), U = beta Vt */
 	BLOCK_LOOP(x, (long)L * Dv) {
 		long i = x / Dv, j = x % Dv;
-		float p = 0.0f;
-
-		for (int d = 0; d < Dk; d++)
-			MAC(p, w->K[i * Dk + d], w->S[(long)d * Dv + j]);
-		float vt = __fsub_rn(w->V[x], __fmul_rn(sh->eg[i], p));
+		float vt = __fsub_rn(w->V[x], __fmul_rn(sh->eg[i], row_by_col(w->K + i * Dk, w->S, Dk, Dv, j)));
 
 		w->Vt[x] = vt;
 		w->U[x] = __fmul_rn(sh->beta[i], vt);
@@ -609,26 +612,25 @@ static __device__ void chunk_fwd(const struct gdr_args *a, struct gdr_ws *w, str
 	int Dk = a->Dk, Dv = a->Dv;
 
 	chunk_prep(a, w, sh, b, h, s, L);
-	/* O = diag(e^gamma) Q S0 + P U */
+	/* O = diag(e^gamma) Q S0 + P U; Kh_j = e^(gamma_L - gamma_j) k_j */
 	BLOCK_LOOP(x, (long)L * Dv) {
 		long i = x / Dv, j = x % Dv;
-		float o = 0.0f;
+		float o = __fmul_rn(row_by_col(w->Q + i * Dk, w->S, Dk, Dv, j), sh->eg[i]);
 
-		for (int d = 0; d < Dk; d++)
-			MAC(o, w->Q[i * Dk + d], w->S[(long)d * Dv + j]);
-		o = __fmul_rn(o, sh->eg[i]);
 		for (long m = 0; m <= i; m++)
 			MAC(o, w->P[i * CH + m], w->U[m * Dv + j]);
 		a->out[(((long)b * a->T + s + i) * a->Hv + h) * Dv + j] = o;
 	}
+	BLOCK_LOOP(x, (long)L * Dk)
+		w->Kh[x] = __fmul_rn(sh->el[x / Dk], w->K[x]);
 	__syncthreads();
-	/* S_end = e^gamma_L S0 + sum_j e^(gamma_L - gamma_j) k_j u_j^T */
+	/* S_end = e^gamma_L S0 + Kh^T U */
 	BLOCK_LOOP(x, (long)Dk * Dv) {
 		long d = x / Dv, j = x % Dv;
 		float acc = __fmul_rn(w->S[x], sh->eg[L - 1]);
 
 		for (int m = 0; m < L; m++)
-			MAC(acc, __fmul_rn(sh->el[m], w->K[(long)m * Dk + d]), w->U[(long)m * Dv + j]);
+			MAC(acc, w->Kh[(long)m * Dk + d], w->U[(long)m * Dv + j]);
 		w->S[x] = acc;
 	}
 	__syncthreads();
@@ -642,9 +644,7 @@ static __global__ void __launch_bounds__(GDR_THREADS) k_gdr_fwd(struct gdr_args 
 	long DD = (long)a.Dk * a.Dv;
 
 	ws_carve(&w, a.scratch + (size_t)blockIdx.x * a.unit, a.Dk, a.Dv);
-	fill(w.S, DD, 0.0f);
-	__syncthreads();
-	for (int c = 0; c < nblk; c++) {
+	for (int c = 0; c < nblk; c++) {   /* token 0 starts a document: S is zeroed there */
 		int t0 = c * CH, t1 = t0 + CH < T ? t0 + CH : T;
 
 		for (int s = t0, e; s < t1; s = e) {
@@ -663,14 +663,29 @@ static __global__ void __launch_bounds__(GDR_THREADS) k_gdr_fwd(struct gdr_args 
 /* out [L, Dk] = X [L, Dv] M^T (M [Dk, Dv]): out_id = X_i . M_d, v ascending */
 static __device__ void rows_by_t(float *out, const float *X, const float *M, int L, int Dk, int Dv)
 {
-	BLOCK_LOOP(x, (long)L * Dk) {
-		long i = x / Dk, d = x % Dk;
-		float acc = 0.0f;
+	BLOCK_LOOP(x, (long)L * Dk)
+		out[x] = fdot(X + x / Dk * Dv, M + x % Dk * Dv, Dv);
+}
 
-		for (int v = 0; v < Dv; v++)
-			MAC(acc, X[i * Dv + v], M[d * Dv + v]);
-		out[x] = acc;
-	}
+/* sum_{j<i} W_ij X_ij in double, j ascending (W, X [CH, CH]) */
+static __device__ double tri_row(const float *W, const float *X, int i)
+{
+	double r = 0;
+
+	for (int j = 0; j < i; j++)
+		r += (double)W[i * CH + j] * X[i * CH + j];
+	return r;
+}
+
+/* gamma_i's share of sum_{j<i} W_ij X_ij (added at i, taken at j): the
+ * row's sum less the column's, in that order */
+static __device__ double tri_net(const float *W, const float *X, int i, int L)
+{
+	double r = tri_row(W, X, i);
+
+	for (int m = i + 1; m < L; m++)
+		r -= (double)W[m * CH + i] * X[m * CH + i];
+	return r;
 }
 
 /*
@@ -733,7 +748,7 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 		w->dk[x] = __fmul_rn(sh->el[x / Dk], w->Y[x]);
 	__syncthreads();
 	if (TID == 0) {
-		sh->dgam[L - 1] += sh->eg[L - 1] * sd;
+		DMAC(sh->dgam[L - 1], sh->eg[L - 1], sd);
 		for (int j = 0; j < L; j++) {
 			sh->dgam[L - 1] += sh->xs[j];
 			sh->dgam[j] -= sh->xs[j];
@@ -742,25 +757,18 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 	/* W = Pd: e^(gamma_i - gamma_j) dO_i . u_j (j <= i) */
 	BLOCK_LOOP(x, (long)L * L) {
 		int i = (int)(x / L), j = (int)(x % L);
-		float acc = 0.0f;
 
-		if (j <= i)
-			for (int v = 0; v < Dv; v++)
-				MAC(acc, w->dO[(long)i * Dv + v], w->U[(long)j * Dv + v]);
-		w->W[i * CH + j] = j <= i ? __fmul_rn(w->E[i * CH + j], acc) : 0.0f;
+		w->W[i * CH + j] = j <= i ? __fmul_rn(w->E[i * CH + j], fdot(w->dO + (long)i * Dv, w->U + (long)j * Dv, Dv))
+				   : 0.0f;
 	}
 	/* Y = dO S0^T */
 	rows_by_t(w->Y, w->dO, w->S, L, Dk, Dv);
 	__syncthreads();
 	/* gamma: Pd_ij q~_i.k_j at i, minus at j; e^gamma_i q~_i.(S0 dO_i) at i */
 	BLOCK_LOOP(i, L) {
-		double r = 0;
+		double r = tri_net(w->W, w->G, (int)i, L);
 
-		for (int j = 0; j < i; j++)
-			r += (double)w->W[i * CH + j] * w->G[i * CH + j];
-		for (int m = (int)i + 1; m < L; m++)
-			r -= (double)w->W[m * CH + i] * w->G[m * CH + i];
-		sh->dgam[i] += r + sh->eg[i] * dotd4(w->Q + i * Dk, w->Y + i * Dk, Dk);
+		sh->dgam[i] += DMAC(r, sh->eg[i], dotd4(w->Q + i * Dk, w->Y + i * Dk, Dk));
 	}
 	/* dq~_i = e^gamma_i Y_i + sum_{j<=i} Pd_ij k_j; dk_j += sum_{i>=j} Pd_ij q~_i */
 	BLOCK_LOOP(x, (long)L * Dk) {
@@ -790,7 +798,7 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 		float c = __fmul_rn(sh->beta[i], sh->eg[i]);
 
 		sh->dbeta[i] += dotd4(w->dR + i * Dv, w->Vt + i * Dv, Dv);
-		sh->dgam[i] -= c * dotd4(w->K + i * Dk, w->Y + i * Dk, Dk);
+		sh->dgam[i] = __dsub_rn(sh->dgam[i], __dmul_rn(c, dotd4(w->K + i * Dk, w->Y + i * Dk, Dk)));
 	}
 	BLOCK_LOOP(x, (long)L * Dk) {
 		long i = x / Dk;
@@ -803,29 +811,16 @@ static __device__ void chunk_bwd(const struct gdr_args *a, struct gdr_ws *w, str
 	/* F_ij = -e^(gamma_i - gamma_j) dR_i.u_j (j < i, in P) and W = H = beta_i F_ij */
 	BLOCK_LOOP(x, (long)L * L) {
 		int i = (int)(x / L), j = (int)(x % L);
-		float acc = 0.0f, f = 0.0f;
+		float f = j < i ? -__fmul_rn(w->E[i * CH + j], fdot(w->dR + (long)i * Dv, w->U + (long)j * Dv, Dv)) : 0.0f;
 
-		if (j < i) {
-			for (int v = 0; v < Dv; v++)
-				MAC(acc, w->dR[(long)i * Dv + v], w->U[(long)j * Dv + v]);
-			f = -__fmul_rn(w->E[i * CH + j], acc);
-		}
 		w->P[i * CH + j] = f;
 		w->W[i * CH + j] = __fmul_rn(sh->beta[i], f);
 	}
 	__syncthreads();
 	/* dbeta_i += F_ij KK_ij; gamma gets H_ij KK_ij at i, minus at j */
 	BLOCK_LOOP(i, L) {
-		double rb = 0, rg = 0;
-
-		for (int j = 0; j < i; j++) {
-			rb += (double)w->P[i * CH + j] * w->KK[i * CH + j];
-			rg += (double)w->W[i * CH + j] * w->KK[i * CH + j];
-		}
-		for (int m = (int)i + 1; m < L; m++)
-			rg -= (double)w->W[m * CH + i] * w->KK[m * CH + i];
-		sh->dbeta[i] += rb;
-		sh->dgam[i] += rg;
+		sh->dbeta[i] += tri_row(w->P, w->KK, (int)i);
+		sh->dgam[i] += tri_net(w->W, w->KK, (int)i, L);
 	}
 	/* dk_i += sum_{j<i} H_ij k_j, then dk_j += sum_{i>j} H_ij k_i */
 	BLOCK_LOOP(x, (long)L * Dk) {
@@ -889,19 +884,18 @@ static __global__ void __launch_bounds__(GDR_THREADS) k_gdr_bwd(struct gdr_args 
 		fill(w.dS, DD, 0.0f);
 		__syncthreads();
 		for (int c = nblk - 1; c >= 0; c--) {
-			int t0 = c * CH, t1 = t0 + CH < T ? t0 + CH : T, ns = 0;
+			int t0 = c * CH, t1 = t0 + CH < T ? t0 + CH : T;
 
-			for (int s = t0; s < t1; s = next_start(a.seg, b, T, s, t1))
-				ns++;
-			if (TID == 0) {
+			if (TID == 0) {   /* the chunk's document starts, and t1 */
 				int k = 0;
 
 				for (int s = t0; s < t1; s = next_start(a.seg, b, T, s, t1))
 					sh.starts[k++] = s;
 				sh.starts[k] = t1;
+				sh.ns = k;
 			}
 			__syncthreads();
-			for (int m = ns - 1; m >= 0; m--) {
+			for (int m = sh.ns - 1; m >= 0; m--) {
 				int s = sh.starts[m];
 
 				BLOCK_LOOP(x, DD)
@@ -916,23 +910,11 @@ static __global__ void __launch_bounds__(GDR_THREADS) k_gdr_bwd(struct gdr_args 
 	}
 }
 
-static __global__ void k_fill_nan(float *p, size_t n)
-{
-	HP_CU_GRID_STRIDE(i, n)
-		p[i] = __int_as_float(0x7fc00000);
-}
-
-static void fill_nan(float *p, size_t n)
-{
-	if (n)
-		k_fill_nan<<<gdn_blocks(n), GDN_THREADS, 0, hp_cu_stream>>>(p, n);
-}
-
 /* the shapes a launch can take: Hv a multiple of Hk, the scratch's unit
  * at least a block's working set */
 static int gdr_ok(int B, int T, int Hv, int Hk, int Dk, int Dv, size_t unit)
 {
-	return B > 0 && T > 0 && Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dv > 0 && unit >= gws_floats(Dk, Dv);
+	return B > 0 && T > 0 && Hk > 0 && Hv > 0 && Hv % Hk == 0 && Dk > 0 && Dv > 0 && unit >= gws_floats(Dk, Dv);
 }
 
 extern "C" void hp_cuda_gdr_fwd(float *out, float *saved, const float *q, const float *k, const float *v,
@@ -943,7 +925,7 @@ extern "C" void hp_cuda_gdr_fwd(float *out, float *saved, const float *q, const 
 			      unit, B, T, Hv, Hk, Dk, Dv, scale };
 
 	if (!gdr_ok(B, T, Hv, Hk, Dk, Dv, unit)) {
-		fill_nan(out, (size_t)(B > 0 ? B : 0) * (T > 0 ? T : 0) * (Hv > 0 ? Hv : 0) * (Dv > 0 ? Dv : 0));
+		hp_cu_fill_nan(out, (size_t)(B > 0 ? B : 0) * (T > 0 ? T : 0) * (Hv > 0 ? Hv : 0) * (Dv > 0 ? Dv : 0));
 		return;
 	}
 	k_gdr_fwd<<<B * Hv, GDR_THREADS, 0, hp_cu_stream>>>(a);
@@ -961,11 +943,11 @@ extern "C" void hp_cuda_gdr_bwd(float *dq, float *dk, float *dv, float *dg, floa
 		size_t nt = (size_t)(B > 0 ? B : 0) * (T > 0 ? T : 0);
 		size_t hk = Hk > 0 ? Hk : 0, hv = Hv > 0 ? Hv : 0, dk_ = Dk > 0 ? Dk : 0, dv_ = Dv > 0 ? Dv : 0;
 
-		fill_nan(dq, nt * hk * dk_);
-		fill_nan(dk, nt * hk * dk_);
-		fill_nan(dv, nt * hv * dv_);
-		fill_nan(dg, nt * hv);
-		fill_nan(dbeta, nt * hv);
+		hp_cu_fill_nan(dq, nt * hk * dk_);
+		hp_cu_fill_nan(dk, nt * hk * dk_);
+		hp_cu_fill_nan(dv, nt * hv * dv_);
+		hp_cu_fill_nan(dg, nt * hv);
+		hp_cu_fill_nan(dbeta, nt * hv);
 		return;
 	}
 	k_gdr_bwd<<<B * Hk, GDR_THREADS, 0, hp_cu_stream>>>(a);

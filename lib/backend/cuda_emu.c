@@ -554,8 +554,14 @@ void hp_emu_gdr_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, co
 		    const int32_t *seg, float *scratch, size_t unit, int B, int T, int Hv, int Hk, int Dk, int Dv,
 		    float scale)
 {
-	if (unit < hp_gdr_unit_floats(Dk, Dv)) {
-		for (size_t i = 0, n = (size_t)B * T * Hv; i < n; i++)
+	if (unit < hp_gdr_unit_floats(Dk, Dv)) {   /* gdn.cu's answer: every output NaN */
+		size_t nt = (size_t)B * T;
+
+		for (size_t i = 0; i < nt * Hk * Dk; i++)
+			dq[i] = dk[i] = NAN;
+		for (size_t i = 0; i < nt * Hv * Dv; i++)
+			dv[i] = NAN;
+		for (size_t i = 0; i < nt * Hv; i++)
 			dg[i] = dbeta[i] = NAN;
 		return;
 	}

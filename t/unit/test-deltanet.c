@@ -483,23 +483,6 @@ static double cpu_now(void)
 	return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Flops of one full chunk of L tokens as the kernels compute it (a
- * multiply and an add each count; lower-triangular L x L products count
- * their L(L+1)/2 or L(L-1)/2 terms; exps, copies and transposes nothing):
- * forward: K S0, Q S0 and the state update (3 x 2 L Dk Dv), K K^T and Q K^T
- * (2 x L(L+1) Dk), the solve (L(L-1) Dv), P U (L(L+1) Dv); backward: the
- * forward's K S0, K K^T, solve and Q K^T again, then 7 products of 2 L Dk Dv
- * (dU, Z, S0 dO, S0 dR and dS0's two, Kh dS), and the L x L ones: P^T dO,
- * dO U^T, dR U^T (L(L+1) Dv each), the transposed solve (L(L-1) Dv), Pd K,
- * Pd^T Q (L(L+1) Dk each), H K, H^T K (L(L-1) Dk each). */
-static double chunk_flops(double L, double Dk, double Dv)
-{
-	double f = 6 * L * Dk * Dv + 2 * L * (L + 1) * Dk + L * (L - 1) * Dv + L * (L + 1) * Dv;
-	double b = 2 * L * Dk * Dv + 2 * L * (L + 1) * Dk + L * (L - 1) * Dv + 14 * L * Dk * Dv +
-		   3 * L * (L + 1) * Dv + L * (L - 1) * Dv + 2 * L * (L + 1) * Dk + 2 * L * (L - 1) * Dk;
-	return f + b;
-}
-
 static int bench(int B, int T, int Hv, int Hk, int Dk, int Dv)
 {
 	struct gdr_case c;
@@ -513,7 +496,10 @@ static int bench(int B, int T, int Hv, int Hk, int Dk, int Dv)
 	out_alloc(&r, &c);
 	float *saved = fnew(hp_gdr_saved_floats(c.B, c.T, c.Hv, c.Dk, c.Dv));
 	float *scratch = fnew(hp_gdr_scratch_floats(c.B, c.Hv, c.Dk, c.Dv));
-	double flops = chunk_flops(64, Dk, Dv) * (T / 64) * Hv * B, bf = 1e30, bb = 1e30, cf = 1e30, cb = 1e30;
+	double ff, fb, flops, bf = 1e30, bb = 1e30, cf = 1e30, cb = 1e30;
+
+	hp_gdr_flops(B, T, Hv, Dk, Dv, &ff, &fb);
+	flops = ff + fb;
 
 	/* each phase's best of 5 (the first warms the pool and the pages):
 	 * wall time, and the process's CPU time, which a busy machine inflates
@@ -539,9 +525,15 @@ static int bench(int B, int T, int Hv, int Hk, int Dk, int Dv)
 
 int main(int argc, char **argv)
 {
-	if (argc > 1 && !strcmp(argv[1], "--bench"))
-		return argc == 8 ? bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
-					 atoi(argv[7])) : bench(1, 4096, 16, 16, 128, 128);
+	if (argc > 1 && !strcmp(argv[1], "--bench")) {
+		if (argc == 2)
+			return bench(1, 4096, 16, 16, 128, 128);
+		if (argc == 8)
+			return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
+				     atoi(argv[7]));
+		fprintf(stderr, "usage: test-deltanet --bench [B T Hv Hk Dk Dv]\n");
+		return 2;
+	}
 	test_ref_fd();
 	test_chunked();
 	test_mutations();
