@@ -68,7 +68,7 @@ test_expect_success MPI 'hp-verify on DeepSeek-V3 (latent attention, shared expe
 # TP+SP on hp's random init of the folder's config: the golden weights
 # make a steep model (t/t0930), where tp's partial sums alone move step 1's
 # gradients by 1.5e-5, past hp-verify's 1e-5
-test_expect_success 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, CP, and a stale shard named' '
+test_expect_success MPI 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, the gated shared expert): EP with expert FSDP, TP+SP, CP; a stale shard and a skipped out_proj reduction named' '
 	d=$DATA/hf/tf5/qwen3_next-default &&
 	hf_records qn "$d" &&
 	write_config qn.yaml "$d" qn 32 1 4 2 </dev/null &&
@@ -84,8 +84,12 @@ test_expect_success 'hp-verify on Qwen3-Next (Gated DeltaNet, gated attention, t
 	grep -q "model.layers.0.linear_attn.in_proj_qkvz.weight" out &&
 	grep -q "model.layers.2.linear_attn.A_log" out &&
 	grep -q "model.layers.1.mlp.shared_expert_gate.weight" out &&
-	test_must_fail_with 1 mpiexec -n 2 hp-verify qn.yaml $F.dp_shard_size=2 --debug.inject_fault=fsdp_stale_shard >out 2>err &&
-	grep -q "first divergence: step 2, the output of model.layers.0.input_layernorm" out
+	test_must_fail_with 1 mpiexec -n 2 hp-verify qn.yaml ${DEVICE_ARGS:-} $F.dp_shard_size=2 \
+		--debug.inject_fault=fsdp_stale_shard >out 2>err &&
+	grep -q "first divergence: step 2, the output of model.layers.0.input_layernorm" out &&
+	test_must_fail_with 1 mpiexec -n 2 hp-verify qnc.yaml ${DEVICE_ARGS:-} $A.tp_size=2 $A.sequence_parallel=true \
+		--debug.inject_fault=tp_skip_reduce >out 2>err &&
+	grep -q "first divergence: step 1, the output of model.layers.0.linear_attn (" out
 '
 
 test_expect_success MPI 'the table has every module output, gradient and updated parameter; --json says the same' '

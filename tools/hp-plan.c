@@ -276,7 +276,7 @@ static void explain(json_t *plan, struct hp_plan *p)
 	if (p->spec.router_group)
 		printf("  %-18s sigmoid, correction bias, top-%d of %d groups, x %g; %d shared (intermediate %d)\n",
 		       "router", p->spec.topk_group, p->spec.n_group, p->spec.routed_scaling, p->spec.n_shared,
-		       p->spec.moe_intermediate * p->spec.n_shared);
+		       p->spec.shared_inter);
 	if (p->spec.vl)
 		printf("  %-18s the language model of a %s folder (model.language_model.*); its vision tower is "
 		       "carried through export\n", "multimodal", hp_model_spec_vl_arch(&p->spec));

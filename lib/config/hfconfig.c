@@ -748,14 +748,14 @@ static int parse_sliding(struct ctx *c, const struct family *f, struct hp_model_
 /*
  * How many experts and how many a token takes, under either name of the
  * first (5.x's attribute_map makes num_experts and num_local_experts one
- * key): the family's own, unless only the other is given.  Zero experts
+ * key): the family's own, unless only the other (NULL: none) is given.  Zero experts
  * is no MoE block (transformers builds a router of no outputs and fails
  * in top-k), so it is refused as a dimension.
  */
 static int parse_experts(struct ctx *c, struct hp_model_spec *s, const char *own, const char *other, int def_e,
 			 int def_k)
 {
-	json_t *a = json_object_get(c->root, own), *b = json_object_get(c->root, other);
+	json_t *a = json_object_get(c->root, own), *b = other ? json_object_get(c->root, other) : NULL;
 	const char *k = b && !a ? other : own;
 	int rc;
 
@@ -1010,7 +1010,7 @@ static int parse_gdn(struct ctx *c, const struct family *f, struct hp_model_spec
 		return 0;
 	if (f->gdn == 1)
 		rc = parse_moe(c, s, "num_experts", 512, 10, 512, 1);
-	else if (!(rc = parse_experts(c, s, "num_experts", "num_experts", 256, 8)))
+	else if (!(rc = parse_experts(c, s, "num_experts", NULL, 256, 8)))
 		rc = get_dim(c, "moe_intermediate_size", 0, 512, &s->moe_intermediate);
 	if (rc || (rc = get_dim(c, "shared_expert_intermediate_size", 0, 512, &s->shared_inter)) ||
 	    (rc = at_most(c, "moe_intermediate_size", s->moe_intermediate, HP_MAX_DIM)) ||

@@ -949,9 +949,13 @@ static json_t *export_config(const struct hp_plan *p, enum hp_dtype dtype, char 
 			json_object_set_new(o, "dtype", json_string(dt));
 		if (json_object_get(o, "torch_dtype"))
 			json_object_set_new(o, "torch_dtype", json_string(dt));
-		if (json_is_integer(json_object_get(o, "num_hidden_layers")))
-			json_object_set_new(o, "num_hidden_layers", json_integer(p->spec.n_layers));
-		crop_layer_types(o, p->spec.n_layers);
+		/* a multimodal folder's language model: its text_config */
+		json_t *tc = p->spec.vl && json_is_object(json_object_get(o, "text_config")) ?
+			     json_object_get(o, "text_config") : o;
+
+		if (json_is_integer(json_object_get(tc, "num_hidden_layers")))
+			json_object_set_new(tc, "num_hidden_layers", json_integer(p->spec.n_layers));
+		crop_layer_types(tc, p->spec.n_layers);
 		/* the export holds the dequantized experts (gpt_oss's mxfp4) */
 		json_object_del(o, "quantization_config");
 		t = json_dumps(o, 0);
@@ -1017,8 +1021,9 @@ static int copy_side_files(const char *from, const char *to, struct hp_err *e)
  * A Qwen3.5 multimodal folder's vision tower (model.visual.*), which hp
  * never runs: copied from the source folder src_dir into path byte for
  * byte (its dtypes kept), its names into map (file name), their bytes
- * added to *total.  The source must be there: without it the export would
- * be a folder transformers cannot load as the model it names.
+ * added to *total.  The source must be there (hp_export_hf checks it
+ * first): without it the export would be a folder transformers cannot
+ * load as the model it names.
  */
 static int put_visual(const char *src_dir, const char *path, const char *name, json_t *map, uint64_t *total,
 		      struct hp_err *e)
@@ -1031,10 +1036,6 @@ static int put_visual(const char *src_dir, const char *path, const char *name, j
 	char *buf = NULL;
 	int rc;
 
-	if (!src_dir[0])
-		return hp_err_set(e, HP_EIO, "'%s': the vision tower (model.visual.*) of a Qwen3.5 multimodal folder "
-				  "comes from its source folder, which is gone or no longer this model; export from "
-				  "shards whose source is in place", path);
 	if ((rc = hp_st_model_open_flags(&st, src_dir, HP_ST_PREAD, e)))
 		return rc;
 	ent = hp_calloc(st.ntensors + 1, sizeof(*ent));
@@ -1104,6 +1105,17 @@ int hp_export_hf(const struct hp_plan *p, struct hp_src *src, const char *dir, e
 	if (!file || !(blk = hp_malloc(blkn * 4)) || !(out = hp_malloc(blkn * esz))) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory");
 		goto out;
+	}
+	if (p->spec.vl) {   /* the vision tower's source, before anything is written */
+		char sd[4096];
+
+		json_decref(export_config(p, dtype, sd, sizeof(sd)));
+		if (!sd[0]) {
+			rc = hp_err_set(e, HP_EIO, "'%s': the vision tower (model.visual.*) of a Qwen3.5 multimodal folder "
+					"comes from its source folder, which is gone or no longer this model; export from "
+					"shards whose source is in place", dir);
+			goto out;
+		}
 	}
 	nfiles = assign_files(p, esz, max_shard, file);
 	/* a multimodal folder's vision tower: one more file, the last */

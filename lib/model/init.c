@@ -22,14 +22,6 @@
 #include "model/init.h"
 #include "model/params.h"
 
-/* name's last components are sfx: it ends with sfx, at its start or after a '.' */
-static int ends_with(const char *name, const char *sfx)
-{
-	size_t n = strlen(name), k = strlen(sfx);
-
-	return n >= k && !strcmp(name + n - k, sfx) && (n == k || name[n - k - 1] == '.');
-}
-
 enum hp_init_kind hp_init_kind_of(const char *hf_name)
 {
 	static const char norm_w[] = "norm.weight";
@@ -38,9 +30,9 @@ enum hp_init_kind hp_init_kind_of(const char *hf_name)
 
 	/* Gated DeltaNet (Qwen3-Next, Qwen3.5): ones_(dt_bias) and A_log from
 	 * ln(uniform(lo, 16)); no other family has these names */
-	if (ends_with(hf_name, "linear_attn.dt_bias"))
+	if (hp_param_ends(hf_name, ".linear_attn.dt_bias"))
 		return HP_INIT_ONES;
-	if (ends_with(hf_name, "linear_attn.A_log"))
+	if (hp_param_ends(hf_name, ".linear_attn.A_log"))
 		return HP_INIT_LOG_UNIFORM;
 	/* Every RMSNorm in these models is a module whose name ends in "norm"
 	 * (input_layernorm, post_attention_layernorm, norm, q_norm, k_norm) and
@@ -68,8 +60,8 @@ enum hp_init_kind hp_init_kind_for(const struct hp_model_spec *s, const char *hf
 	/* Qwen3NextRMSNorm / Qwen3_5RMSNorm compute x_hat * (1 + weight) and
 	 * start at zero; the Gated DeltaNet's gated norm (Qwen3NextRMSNormGated)
 	 * is x_hat * weight and keeps its ones. */
-	if (s && s->norm_zc && k == HP_INIT_ONES && !ends_with(hf_name, "linear_attn.dt_bias") &&
-	    !ends_with(hf_name, "linear_attn.norm.weight"))
+	if (s && s->norm_zc && k == HP_INIT_ONES && !hp_param_ends(hf_name, ".linear_attn.dt_bias") &&
+	    !hp_param_ends(hf_name, ".linear_attn.norm.weight"))
 		return HP_INIT_ZEROS;
 	return k;
 }

@@ -346,13 +346,15 @@ static size_t gdn_scratch_floats(const struct hp_model *m)
 	const struct hp_model_spec *s = &m->spec;
 	size_t N = (size_t)m->a.B * m->a.T, n = 0;
 
-	if (s->n_linear) {   /* gdn_fwd's and gdn_bwd's carving, this rank's heads */
+	if (s->n_linear) {   /* gdn_bwd's carving, this rank's heads (gdn_fwd's is within it) */
 		struct gdn_dims g = gdn_dims(m);
-		size_t Kd = g.Kd, Vd = g.Vd, Hv = g.Hv, P = (size_t)g.Nl * g.P, W = (size_t)g.C * g.tVd;
+		size_t Kd = g.Kd, Vd = g.Vd, Hv = g.Hv, Nc = (size_t)g.N;
+		/* qwen3_next's interleaved projections (dp, dpba), out_proj's
+		 * columns under tp (ws, dws) */
+		size_t P = s->lin_split ? 0 : (size_t)g.Nl * g.P, B = s->lin_split ? 0 : 2 * Nc * Hv;
+		size_t W = m->par.tp > 1 ? (size_t)g.C * g.tVd : 0;
 
-		N = (size_t)g.N;
-		n = zmax(zmax(N * (2 * Kd + 2 * Hv) + P, W),
-			 N * (4 * Vd + 4 * Kd + 4 * Hv + 2 * Kd + Vd + 2 * Hv) + P + 2 * W);
+		n = Nc * (4 * Vd + 4 * Kd + 4 * Hv + 2 * Kd + Vd) + B + 2 * W + P;
 	}
 	if (s->attn_gate)
 		n = zmax(n, 4 * N * (size_t)s->n_heads * s->head_dim);
@@ -999,9 +1001,18 @@ static void op_sizes(const struct hp_model *m, struct hp_op_sizes *z)
 		z->lin_dy = zmax(z->lin_dy, N * zmax(zmax(Rq, L + (size_t)s->qk_rope),
 						     H * (size_t)(s->qk_nope + zmax((size_t)s->qk_rope, (size_t)s->v_head))));
 	}
-	if (moe && s->n_shared) {
-		z->lin_x = zmax(z->lin_x, (size_t)m->lay.Ns * Im * (size_t)s->n_shared);
-		z->lin_dy = zmax(z->lin_dy, (size_t)m->lay.Ns * Im * (size_t)s->n_shared);
+	if (moe && s->shared_inter) {   /* DeepSeek's shared experts, Qwen3-Next's shared expert */
+		z->lin_x = zmax(z->lin_x, (size_t)m->lay.Ns * (size_t)s->shared_inter);
+		z->lin_dy = zmax(z->lin_dy, (size_t)m->lay.Ns * (size_t)s->shared_inter);
+	}
+	if (s->attn_gate)   /* q_proj's [q | gate] */
+		z->lin_dy = zmax(z->lin_dy, 2 * N * QD);
+	if (s->n_linear) {   /* the projections' outputs (qwen3_next's fused), out_proj's input */
+		struct gdn_dims g = gdn_dims(m);
+		size_t Nl = (size_t)g.Nl;
+
+		z->lin_x = zmax(z->lin_x, Nl * (size_t)g.tVd);
+		z->lin_dy = zmax(z->lin_dy, Nl * (s->lin_split ? zmax((size_t)g.tKd, (size_t)g.tVd) : (size_t)g.P));
 	}
 	if (moe) {
 		z->lin_x = zmax(z->lin_x, R * zmax(C, Im));
@@ -1130,7 +1141,7 @@ int hp_model_init_par(struct hp_model *m, struct hp_backend *bk, const struct hp
 	if ((rc = set_layout(m, par, B, T, e)))
 		return rc;
 	if (spec->n_linear && !on_device(m) &&
-	    !(m->gdr_ws = hp_malloc(hp_gdr_scratch_floats(B, spec->lin_vh / m->par.tp, spec->lin_kd, spec->lin_vd) *
+	    !(m->gdr_ws = hp_malloc(m->bk->gdr_scratch(m->bk, B, gdn_dims(m).Hv, spec->lin_kd, spec->lin_vd) *
 				    sizeof(float)))) {
 		rc = hp_err_set(e, HP_ENOMEM, "out of memory for the delta rule's workspace");
 		goto fail;
@@ -1458,6 +1469,22 @@ static float *tp_reduce(struct hp_model *m, float *partial, float *out)
 	}
 	par_rc(m, bk->allreduce(bk, dimc(m, HP_DIM_TP), partial, (size_t)N * C, HP_DTYPE_F32, HP_RED_SUM, &m->err));
 	return partial;
+}
+
+/* A token mixer's row-parallel exit (o_proj, out_proj) of layer l: its
+ * partial sums o reduced into x_mid, but under the tp_skip_reduce fault
+ * at layer 0, where x_mid gets this rank's own partial (its rows of it
+ * with sequence parallelism; without, o is x_mid already). */
+static void mixer_reduce(struct hp_model *m, int l, float *o, float *x_mid)
+{
+	size_t Ns = (size_t)m->lay.Ns, C = (size_t)m->spec.hidden;
+
+	if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
+		if (m->par.sp)
+			m->bk->copy(m->bk, x_mid, o + (size_t)m->par.tp_rank * Ns * C, sizeof(float) * Ns * C);
+		return;
+	}
+	tp_reduce(m, o, x_mid);
 }
 
 /* ---- attention: one rank, or context parallel ---- */
@@ -2429,16 +2456,14 @@ static void gdn_fwd(struct hp_model *m, int l)
 
 		bk->linear_fwd(bk, pj, a->xn1, w->wqkvz + (size_t)g.t0 * g.pw * C, NULL, Nl, C, g.P);
 		bk->linear_fwd(bk, pba, a->xn1, w->wba + (size_t)g.th0 * 2 * C, NULL, Nl, C, 2 * g.tHv);
-		for (int j = 0; j < g.tHk; j++) {
-			const float *src = pj + (size_t)j * g.pw;
+		size_t rows = nl * g.tHk;   /* (token, key head) pairs: one copy each part */
 
-			bk->copy2d(bk, xq + j * g.Dk, g.tKd * f, src, g.P * f, g.Dk * f, nl);
-			bk->copy2d(bk, xk + j * g.Dk, g.tKd * f, src + g.Dk, g.P * f, g.Dk * f, nl);
-			bk->copy2d(bk, xv + j * rv, g.tVd * f, src + 2 * g.Dk, g.P * f, rv * f, nl);
-			bk->copy2d(bk, a->z + j * rv, g.tVd * f, src + 2 * g.Dk + rv, g.P * f, rv * f, nl);
-			bk->copy2d(bk, a->gb + j * g.r, g.tHv * f, pba + 2 * j * g.r, 2 * g.tHv * f, g.r * f, nl);
-			bk->copy2d(bk, a->ga + j * g.r, g.tHv * f, pba + 2 * j * g.r + g.r, 2 * g.tHv * f, g.r * f, nl);
-		}
+		bk->copy2d(bk, xq, g.Dk * f, pj, g.pw * f, g.Dk * f, rows);
+		bk->copy2d(bk, xk, g.Dk * f, pj + g.Dk, g.pw * f, g.Dk * f, rows);
+		bk->copy2d(bk, xv, rv * f, pj + 2 * g.Dk, g.pw * f, rv * f, rows);
+		bk->copy2d(bk, a->z, rv * f, pj + 2 * g.Dk + rv, g.pw * f, rv * f, rows);
+		bk->copy2d(bk, a->gb, g.r * f, pba, 2 * g.r * f, g.r * f, rows);
+		bk->copy2d(bk, a->ga, g.r * f, pba + g.r, 2 * g.r * f, g.r * f, rows);
 	}
 	if (g.cp > 1)
 		gdn_ulysses(m, &g, a->xc, a->z, a->gb, a->ga, 0);
@@ -2462,7 +2487,7 @@ static void gdn_fwd(struct hp_model *m, int l)
 
 	bk->copy2d(bk, ws, g.tVd * f, w->wout + (size_t)g.th0 * g.Dv, g.gVd * f, g.tVd * f, (size_t)C);
 	bk->linear_fwd(bk, o, a->y, ws, NULL, Nl, g.tVd, C);
-	tp_reduce(m, o, a->x_mid);
+	mixer_reduce(m, l, o, a->x_mid);
 }
 
 /* Its backward from dy [N, C], the gradient of x_mid's addend (gathered
@@ -2482,7 +2507,9 @@ static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 	float *dY = m->a.gdn_w, *dO = dY + n * Vd, *dZ = dO + n * Vd, *dv = dZ + n * Vd, *dq = dv + n * Vd;
 	float *dk = dq + n * Kd, *dqr = dk + n * Kd, *dkr = dqr + n * Kd, *dg = dkr + n * Kd, *dbeta = dg + n * Hv;
 	float *db = dbeta + n * Hv, *da = db + n * Hv, *dxq = da + n * Hv, *dxk = dxq + n * Kd, *dxv = dxk + n * Kd;
-	float *dpba = dxv + n * Vd, *ws = dpba + 2 * n * Hv, *dws = ws + (size_t)C * tVd, *dp = dws + (size_t)C * tVd;
+	/* then what only qwen3_next's layout (dpba, dp) and tp (ws, dws) use */
+	float *dpba = dxv + n * Vd, *ws = dpba + (s->lin_split ? 0 : 2 * n * Hv);
+	float *dws = ws + (m->par.tp > 1 ? (size_t)C * tVd : 0), *dp = dws + (m->par.tp > 1 ? (size_t)C * tVd : 0);
 
 	if (m->par.tp == 1) {
 		bk->linear_bwd(bk, dY, gw->wout, NULL, dy, a->y, w->wout, Nl, tVd, C, 0);
@@ -2526,16 +2553,14 @@ static void gdn_bwd(struct hp_model *m, int l, const float *dy)
 		return;
 	}
 	int rv = g.r * g.Dv;
-	for (int j = 0; j < g.tHk; j++) {   /* back to in_proj_qkvz's and in_proj_ba's layouts */
-		float *dst = dp + (size_t)j * g.pw;
+	size_t rows = nl * g.tHk;   /* back to in_proj_qkvz's and in_proj_ba's layouts, a copy each part */
 
-		bk->copy2d(bk, dst, g.P * f, dxq + j * g.Dk, g.tKd * f, g.Dk * f, nl);
-		bk->copy2d(bk, dst + g.Dk, g.P * f, dxk + j * g.Dk, g.tKd * f, g.Dk * f, nl);
-		bk->copy2d(bk, dst + 2 * g.Dk, g.P * f, dxv + j * rv, tVd * f, rv * f, nl);
-		bk->copy2d(bk, dst + 2 * g.Dk + rv, g.P * f, dZ + j * rv, tVd * f, rv * f, nl);
-		bk->copy2d(bk, dpba + 2 * j * g.r, 2 * tHv * f, db + j * g.r, tHv * f, g.r * f, nl);
-		bk->copy2d(bk, dpba + 2 * j * g.r + g.r, 2 * tHv * f, da + j * g.r, tHv * f, g.r * f, nl);
-	}
+	bk->copy2d(bk, dp, g.pw * f, dxq, g.Dk * f, g.Dk * f, rows);
+	bk->copy2d(bk, dp + g.Dk, g.pw * f, dxk, g.Dk * f, g.Dk * f, rows);
+	bk->copy2d(bk, dp + 2 * g.Dk, g.pw * f, dxv, rv * f, rv * f, rows);
+	bk->copy2d(bk, dp + 2 * g.Dk + rv, g.pw * f, dZ, rv * f, rv * f, rows);
+	bk->copy2d(bk, dpba, 2 * g.r * f, db, g.r * f, g.r * f, rows);
+	bk->copy2d(bk, dpba + g.r, 2 * g.r * f, da, g.r * f, g.r * f, rows);
 	bk->linear_bwd(bk, m->a.dxn, gw->wqkvz + (size_t)g.t0 * g.pw * C, NULL, dp, a->xn1,
 		       w->wqkvz + (size_t)g.t0 * g.pw * C, Nl, C, g.P, 0);
 	bk->linear_bwd(bk, m->a.dxn, gw->wba + (size_t)g.th0 * 2 * C, NULL, dpba, a->xn1, w->wba + (size_t)g.th0 * 2 * C,
@@ -2615,12 +2640,7 @@ static int layer_fwd(struct hp_model *m, int l, const float *ra, const float *rb
 		/* row-parallel: partial sums, reduced, then the bias once */
 		o = pr->sp ? m->a.dxn : a->x_mid;
 		bk->linear_fwd(bk, o, ain, w->wo, NULL, N, OD, C);
-		if (l == 0 && m->fault == HP_FAULT_TP_SKIP_REDUCE) {
-			if (pr->sp)   /* the rank's rows of its own partial sum */
-				bk->copy(bk, a->x_mid, o + (size_t)pr->tp_rank * Ns * C, sizeof(float) * (size_t)Ns * C);
-		} else {
-			tp_reduce(m, o, a->x_mid);
-		}
+		mixer_reduce(m, l, o, a->x_mid);
 		if (w->bo)
 			bk->add_bias(bk, a->x_mid, w->bo, Ns, C);
 	} else {

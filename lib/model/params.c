@@ -48,8 +48,7 @@ int hp_param_uncopied(const char *name, int tied)
 	return !tied && hp_param_is_embed(name);
 }
 
-/* name ends with suffix, after something */
-static int ends(const char *name, const char *suffix)
+int hp_param_ends(const char *name, const char *suffix)
 {
 	size_t n = strlen(name), k = strlen(suffix);
 
@@ -58,7 +57,7 @@ static int ends(const char *name, const char *suffix)
 
 int hp_param_frozen(const char *name)
 {
-	return ends(name, ".e_score_correction_bias");
+	return hp_param_ends(name, ".e_score_correction_bias");
 }
 
 int hp_param_tp_partial(const char *name)
@@ -69,7 +68,7 @@ int hp_param_tp_partial(const char *name)
 	};
 
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++)
-		if (ends(name, sfx[i]))
+		if (hp_param_ends(name, sfx[i]))
 			return 1;
 	/* a Gated DeltaNet layer: whole on every tp rank, each its heads' share */
 	return strstr(name, ".linear_attn.") != NULL;
@@ -79,8 +78,8 @@ int hp_param_gemm_only(const char *name, int ndim)
 {
 	/* a Gated DeltaNet layer's conv (a depthwise kernel, [C, K]) and, under
 	 * tp, its out_proj (this rank's columns copied out) are read in fp32 */
-	return ndim == 2 && !hp_param_is_embed(name) && !ends(name, ".linear_attn.conv1d.weight") &&
-	       !ends(name, ".linear_attn.out_proj.weight");
+	return ndim == 2 && !hp_param_is_embed(name) && !hp_param_ends(name, ".linear_attn.conv1d.weight") &&
+	       !hp_param_ends(name, ".linear_attn.out_proj.weight");
 }
 
 int hp_param_stacked(const struct hp_model_spec *s, const char *name, struct hp_stacked_view *v)
@@ -222,7 +221,7 @@ int hp_param_not_loaded(const struct hp_model_spec *s, const char *name)
 
 int hp_param_hf_shape(const char *name, int ndim, const int64_t shape[2], int64_t out[3])
 {
-	if (ndim == 2 && ends(name, ".linear_attn.conv1d.weight")) {
+	if (ndim == 2 && hp_param_ends(name, ".linear_attn.conv1d.weight")) {
 		out[0] = shape[0];   /* nn.Conv1d(C, C, K, groups=C): [C, 1, K] */
 		out[1] = 1;
 		out[2] = shape[1];

@@ -84,6 +84,8 @@ int hp_param_frozen(const char *name);
 /* Whether name is the token embedding (model.embed_tokens.weight, or a
  * multimodal folder's model.language_model.embed_tokens.weight). */
 int hp_param_is_embed(const char *name);
+/* name ends with suffix, after something (suffixes start with their '.') */
+int hp_param_ends(const char *name, const char *suffix);
 /* Whether a weight replicated over tp gets only this rank's heads' share
  * of its gradient (Qwen3's q/k norms; MLA's latent projections and norms,
  * which feed every head; every tensor of a Gated DeltaNet layer, whose
