@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/family-bench.sh - training tokens/s of the families hp computes as
 # transformers' own model does, at world size 1: hp-train against
-# transformers' GptOssForCausalLM and DeepseekV3ForCausalLM (5.24.0 on
+# transformers' GptOssForCausalLM, DeepseekV3ForCausalLM and
+# Qwen3NextForCausalLM (5.24.0 on
 # torch 2.15.0 from PyPI, build/ref-venv; eager attention and the eager
 # experts loop, HF's training path on the CPU), same weights (the folder
 # transformers saved), same token batches, same threads, in one run.
@@ -22,7 +23,7 @@
 #
 # Smoke mode (HP_BENCH_SMOKE=1; t/t1300 runs it): hidden 64, 2 layers
 # (GPT-OSS: a window of 16; Qwen3-Next: one linear, one full), 4 experts
-# (DeepSeek-V3: 8 in 2 groups),
+# (DeepSeek-V3: 8 in 2 groups; Qwen3-Next: 8),
 # batch 1 x seq 32, 2 steps (the first untimed), 1 thread: the same tables
 # in seconds, their numbers not worth reading, no target judged.  Without
 # the venv it still runs hp-train (on hp's own random init of the same
@@ -73,7 +74,20 @@ trap 'exit 143' TERM
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export PYTHONDONTWRITEBYTECODE=1
 
-mkdir -p "$tmp/model" || die "cannot create '$tmp/model'"
+# an empty $tmp/model for the next family's config.json
+fresh_model () {
+	rm -rf "$tmp/model" && mkdir -p "$tmp/model" || die "cannot create '$tmp/model'"
+}
+
+# family NAME TITLE: $tmp/model/config.json's model made (and NAME.yaml), then
+# its table against transformers under TITLE
+family () {
+	bench_model "$py" "$src/bench/hf_torch.py" "$tmp/$1.yaml"
+	printf '\n%s\n' "$2, batch $batch x seq $seq, $steps steps (first $warmup untimed)"
+	bench_against "$py" "$src/bench/hf_torch.py" "$tmp/$1.yaml" "hf tok/s" "transformers"
+}
+
+fresh_model
 cat >"$tmp/model/config.json" <<JSON
 {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
  "hidden_size": $hidden, "intermediate_size": $inter, "num_hidden_layers": $layers,
@@ -86,12 +100,9 @@ cat >"$tmp/model/config.json" <<JSON
  "output_router_logits": false, "router_aux_loss_coef": 0.001, "hidden_act": "silu",
  "initializer_range": 0.02, "dtype": "float32", "transformers_version": "5.24.0"}
 JSON
-bench_model "$py" "$src/bench/hf_torch.py" "$tmp/oss.yaml"
+family oss "GPT-OSS (hidden $hidden, $layers layers, window $window on even layers, $experts experts top-2, intermediate $inter)"
 
-printf '\n%s\n' "GPT-OSS (hidden $hidden, $layers layers, window $window on even layers, $experts experts top-2, intermediate $inter), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
-bench_against "$py" "$src/bench/hf_torch.py" "$tmp/oss.yaml" "hf tok/s" "transformers"
-
-rm -rf "$tmp/model" && mkdir -p "$tmp/model" || die "cannot create '$tmp/model'"
+fresh_model
 cat >"$tmp/model/config.json" <<JSON
 {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
  "hidden_size": $hidden, "intermediate_size": $dinter, "moe_intermediate_size": $moe,
@@ -106,12 +117,9 @@ cat >"$tmp/model/config.json" <<JSON
  "tie_word_embeddings": false, "attention_bias": false, "output_router_logits": false, "hidden_act": "silu",
  "initializer_range": 0.02, "dtype": "float32", "transformers_version": "5.24.0"}
 JSON
-bench_model "$py" "$src/bench/hf_torch.py" "$tmp/dsk.yaml"
+family dsk "DeepSeek-V3 (hidden $hidden, $layers layers (1 dense), $heads heads of latent attention q $q_lora / kv $kv_lora, $dexperts experts top-2 in $groups groups ($kept kept), intermediate $moe, 1 shared)"
 
-printf '\n%s\n' "DeepSeek-V3 (hidden $hidden, $layers layers (1 dense), $heads heads of latent attention q $q_lora / kv $kv_lora, $dexperts experts top-2 in $groups groups ($kept kept), intermediate $moe, 1 shared), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
-bench_against "$py" "$src/bench/hf_torch.py" "$tmp/dsk.yaml" "hf tok/s" "transformers"
-
-rm -rf "$tmp/model" && mkdir -p "$tmp/model" || die "cannot create '$tmp/model'"
+fresh_model
 cat >"$tmp/model/config.json" <<JSON
 {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
  "hidden_size": $hidden, "intermediate_size": $dinter, "num_hidden_layers": $layers,
@@ -126,8 +134,5 @@ cat >"$tmp/model/config.json" <<JSON
  "tie_word_embeddings": false, "attention_bias": false, "output_router_logits": false, "hidden_act": "silu",
  "initializer_range": 0.02, "dtype": "float32", "transformers_version": "5.24.0"}
 JSON
-bench_model "$py" "$src/bench/hf_torch.py" "$tmp/qn.yaml"
-
-printf '\n%s\n' "Qwen3-Next (hidden $hidden, $layers layers ($((layers < 4 ? layers / 2 : layers - layers / 4)) Gated DeltaNet of 2 key / 4 value heads of $lkd), $dexperts experts top-2, intermediate $moe, shared $shared), batch $batch x seq $seq, $steps steps (first $warmup untimed)"
-bench_against "$py" "$src/bench/hf_torch.py" "$tmp/qn.yaml" "hf tok/s" "transformers"
+family qn "Qwen3-Next (hidden $hidden, $layers layers ($((layers < 4 ? layers / 2 : layers - layers / 4)) Gated DeltaNet of 2 key / 4 value heads of $lkd), $dexperts experts top-2, intermediate $moe, shared $shared)"
 exit 0

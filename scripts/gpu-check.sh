@@ -16,7 +16,7 @@
 #      DeltaNet, gated attention) and GPT-OSS (sinks, expert biases, clamped SwiGLU,
 #      a window of 8) against the fp32 CPU run;
 #   4. runs the benchmark bench/gpu/gpu-bench (GEMM vs cuBLAS, flash
-#      attention; a Qwen3-30B-A3B-shaped stack and a dense
+#      attention, the gated delta rule's GFLOP/s; a Qwen3-30B-A3B-shaped stack and a dense
 #      Llama-3-8B-shaped one, as many layers as fit: tokens/s, MFU, host
 #      syncs and launches a step, the device's peak counted by the backend
 #      and by cudaMemGetInfo, the share of step time per kernel family);

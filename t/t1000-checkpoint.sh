@@ -72,17 +72,24 @@ test_expect_success MPI 'resume is bit-exact with online data (shuffled, packed)
 	resume on1 on.yaml 1
 '
 
+# restored CONFIG CKPT N OVERRIDES...: step 11 on N ranks from checkpoint
+# CKPT, its one metrics row in r.jsonl, its loss within 1e-5 relative of
+# the one in the file want (another layout sums in another order)
+restored () {
+	cfg=$1 ck=$2 n=$3; shift 3
+	mpiexec -n $n hp-train -q "$cfg" "$@" --checkpoint.restore_from=$ck --checkpoint.save_ckpt=false \
+		--max-steps 11 --metrics r.jsonl &&
+	test $(wc -l <r.jsonl) = 1 &&
+	jq .loss r.jsonl >got &&
+	awk -v a="$(cat got)" -v b="$(cat want)" "BEGIN { d = (a - b) / b; if (d < 0) d = -d;
+		printf \"# %s ranks: %s against %s\\n\", \"$n\", a, b; exit d > 1e-5 }"
+}
+
 test_expect_success MPI 'an 8-rank TP2 x CP2 x EP2 checkpoint resumes on 1, 2 and 4 ranks in other layouts' '
 	sed -n 11p moe8-a.jsonl | jq .loss >want &&
 	for lay in "1" "2 $F.dp_shard_size=2" "4 $A.ep_size=4" \
 		"4 $A.tp_size=2 $A.sequence_parallel=true $A.loss_parallel=true $F.dp_shard_size=2"; do
-		set -- $lay && n=$1 && shift &&
-		mpiexec -n $n hp-train -q moe.yaml "$@" --checkpoint.restore_from=moe8-b/global_step_10 \
-			--checkpoint.save_ckpt=false --max-steps 11 --metrics r.jsonl &&
-		test $(wc -l <r.jsonl) = 1 &&
-		jq .loss r.jsonl >got &&
-		awk -v a="$(cat got)" -v b="$(cat want)" "BEGIN { d = (a - b) / b; if (d < 0) d = -d;
-			printf \"# %s ranks: %s against %s\\n\", \"$n\", a, b; exit d > 1e-5 }" || return 1
+		restored moe.yaml moe8-b/global_step_10 $lay || return 1
 	done
 '
 
@@ -96,14 +103,8 @@ test_expect_success MPI 'DeepSeek-V3 with the bias update resumes bit-exactly (8
 	resume dsk1 dsk.yaml 1 --training.moe_router_bias_update_rate=0.01 &&
 	sed -n 11p dsk8-a.jsonl | jq .loss >want &&
 	for lay in "1" "4 $A.tp_size=4 $A.sequence_parallel=true" "4 $A.ep_size=4"; do
-		set -- $lay && n=$1 && shift &&
-		mpiexec -n $n hp-train -q dsk.yaml "$@" --training.moe_router_bias_update_rate=0.01 \
-			--checkpoint.restore_from=dsk8-b/global_step_10 --checkpoint.save_ckpt=false --max-steps 11 \
-			--metrics r.jsonl &&
-		test "$(jq -c .router_loads r.jsonl)" = "$(sed -n 11p dsk8-a.jsonl | jq -c .router_loads)" &&
-		jq .loss r.jsonl >got &&
-		awk -v a="$(cat got)" -v b="$(cat want)" "BEGIN { d = (a - b) / b; if (d < 0) d = -d;
-			printf \"# %s ranks: %s against %s\\n\", \"$n\", a, b; exit d > 1e-5 }" || return 1
+		restored dsk.yaml dsk8-b/global_step_10 $lay --training.moe_router_bias_update_rate=0.01 &&
+		test "$(jq -c .router_loads r.jsonl)" = "$(sed -n 11p dsk8-a.jsonl | jq -c .router_loads)" || return 1
 	done
 '
 
@@ -116,12 +117,7 @@ test_expect_success MPI 'Qwen3-Next resumes bit-exactly on 4 ranks, and on 1, EP
 	resume qn4 qn.yaml 4 $A.ep_size=2 $F.edp_shard_size=2 $F.dp_shard_size=4 &&
 	sed -n 11p qn4-a.jsonl | jq .loss >want &&
 	for lay in "1" "4 $A.ep_size=4" "2 $A.tp_size=2 $A.sequence_parallel=true"; do
-		set -- $lay && n=$1 && shift &&
-		mpiexec -n $n hp-train -q qn.yaml "$@" --checkpoint.restore_from=qn4-b/global_step_10 \
-			--checkpoint.save_ckpt=false --max-steps 11 --metrics r.jsonl &&
-		jq .loss r.jsonl >got &&
-		awk -v a="$(cat got)" -v b="$(cat want)" "BEGIN { d = (a - b) / b; if (d < 0) d = -d;
-			printf \"# %s ranks: %s against %s\\n\", \"$n\", a, b; exit d > 1e-5 }" || return 1
+		restored qn.yaml qn4-b/global_step_10 $lay || return 1
 	done
 '
 
