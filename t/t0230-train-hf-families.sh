@@ -128,7 +128,7 @@ test_expect_success 'qwen3_5_moe ForConditionalGeneration: the text model trains
 	hp-convert -q --export vls -o vlx &&
 	test $(jq "[.weight_map | to_entries[] | select(.key | startswith(\"model.visual.\"))] | length" \
 		vlx/model.safetensors.index.json) = 21 &&
-	# the export's second file holds the vision tower alone: cmpst fails on
+	# the second file of the export holds the vision tower alone: cmpst fails on
 	# the text tensors it lacks, and the 21 visual ones must be exact
 	{ hp-test-tool cmpst --max-abs 0 vlx/model-00002-of-00002.safetensors "$d/model.safetensors" || :; } >cmp &&
 	test $(grep -c "^model.visual.* max_abs 0.000e+00 rel_l2 0.000e+00" cmp) = 21 &&
